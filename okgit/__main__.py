@@ -1,0 +1,4 @@
+from okgit.cli import main
+import sys
+
+sys.exit(main())

@@ -1,0 +1,105 @@
+"""Settings: okgit.toml (or [tool.okgit] in pyproject.toml), then OKGIT_* variables, then flags.
+
+Later sources win. Unknown keys and bad values are errors naming the key and where it came from.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from okgit.errors import OkgitError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class OpConfig(BaseModel):
+    """An op declared in okgit.toml instead of found by path."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    entry: str = "Model"
+    reference: str | None = None  # a file holding the reference, when `path` has none
+    inputs: str = "get_inputs"
+    init_inputs: str = "get_init_inputs"
+    atol: float | None = None
+    rtol: float | None = None
+    extra_shapes: list[dict[str, int]] | None = None
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["triton", "cuda"] = "triton"
+    model: str | None = None  # a litellm model string, or replay:PATH; None = offline templates
+    api_base: str | None = None
+    mode: Literal["fast", "thorough"] = "fast"
+    iterations: int = Field(default=12, ge=1)
+    budget_usd: float | None = Field(default=None, ge=0)
+    time_budget_s: float | None = Field(default=None, gt=0)
+    patience: int = Field(default=6, ge=1)  # iterations without improvement before stopping
+    target_speedup: float | None = Field(default=None, gt=0)
+    eval: Literal["local", "modal"] = "local"
+    device: Literal["cuda", "cpu"] | None = None  # None: cuda when a GPU is visible
+    edit_mode: Literal["whole", "patch"] = "whole"
+    modal_gpu: str = "H100"
+    skills_path: str | None = None
+    prices: dict[str, dict[str, float]] = Field(default_factory=dict)  # model -> input/output $ per token
+    op: list[OpConfig] = Field(default_factory=list)
+
+
+ENV_PREFIX = "OKGIT_"
+_ENV_SKIP = {"OKGIT_API_KEY", "OKGIT_DATA_DIR", "OKGIT_DEBUG"}  # read where they are used
+
+
+def file_settings(root: Path) -> tuple[dict[str, Any], str | None]:
+    """Settings from okgit.toml, else [tool.okgit] of pyproject.toml, and the file's name."""
+    for name, table in (("okgit.toml", None), ("pyproject.toml", ("tool", "okgit"))):
+        path = root / name
+        if not path.is_file():
+            continue
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise OkgitError(f"{path}: invalid TOML: {e}") from None
+        for key in table or ():
+            data = data.get(key, {})
+        if data or table is None:
+            return data, str(path)
+    return {}, None
+
+
+def env_settings(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    environ = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    for key, value in environ.items():
+        if key.startswith(ENV_PREFIX) and key not in _ENV_SKIP:
+            out[key[len(ENV_PREFIX):].lower()] = value
+    return out
+
+
+def load_config(root: Path | None, flags: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> Config:
+    data, source = file_settings(root) if root else ({}, None)
+    _validate(data, source or "defaults")
+    env = env_settings(environ)
+    _validate({**data, **env}, "environment (OKGIT_*)")
+    merged = {**data, **env, **{k: v for k, v in (flags or {}).items() if v is not None}}
+    return _validate(merged, "flags")
+
+
+def _validate(data: dict[str, Any], source: str) -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise OkgitError(f"{source}: {key}: {what}") from None

@@ -1,0 +1,98 @@
+"""The evaluator's boundary types: what every evaluator (local, modal, in-memory) returns."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class Status(str, Enum):
+    correct = "correct"
+    compile_error = "compile_error"
+    incorrect = "incorrect"
+    rejected = "rejected"
+    error = "error"
+
+
+Mode = Literal["fast", "thorough"]
+
+
+class KernelTime(BaseModel):
+    name: str
+    time_us: float
+    calls: int = 1
+    custom: bool = False  # launched by the candidate's backend (Triton/CUDA), not a library
+
+
+class ProfileData(BaseModel):
+    bottleneck_type: Literal["memory", "compute", "latency", "unknown"] = "unknown"
+    roofline_position: float | None = None  # floor time / measured time, in (0, 1]
+    bandwidth_utilization: float | None = None
+    compute_utilization: float | None = None
+    occupancy: float | None = None
+    cache_hit_rate: float | None = None
+    flops: float | None = None
+    min_bytes: float | None = None
+    floor_us: float | None = None
+    launch_count: int | None = None
+    top_kernels: list[KernelTime] = Field(default_factory=list)
+    raw: dict[str, Any] = Field(default_factory=dict)
+
+
+class GateResult(BaseModel):
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+class EvalError(BaseModel):
+    gate: str  # the gate that failed, e.g. "compile", "outputs_written", "roofline"
+    message: str
+
+
+class EvalResult(BaseModel):
+    status: Status
+    correct: bool = False
+    speedup: float | None = None  # ref_runtime_us / runtime_us, only when timed
+    runtime_us: float | None = None
+    ref_runtime_us: float | None = None
+    timed: bool = False  # False on a CPU: correctness is real, timing is not claimed
+    device: str = "cpu"
+    mode: Mode = "fast"
+    profile: ProfileData | None = None
+    error: EvalError | None = None
+    gates: list[GateResult] = Field(default_factory=list)
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    shapes: list[dict[str, int]] = Field(default_factory=list)  # knob settings checked
+    flags: dict[str, Any] = Field(default_factory=dict)  # tf32/cudnn flags pinned in both arms
+    wall_s: float | None = None
+
+
+class Reference(BaseModel):
+    """What the evaluator learned about the reference before any candidate ran."""
+
+    device: str
+    timed: bool
+    runtime_us: float | None = None
+    profile: ProfileData | None = None
+    degenerate: str | None = None  # why the reference's output cannot tell right from wrong
+    shapes: list[dict[str, int]] = Field(default_factory=list)
+    flags: dict[str, Any] = Field(default_factory=dict)
+    hardware: dict[str, Any] = Field(default_factory=dict)  # device name, measured peaks
+
+
+class Comparison(BaseModel):
+    """The final gate: interleaved rounds of baseline and candidate in fresh processes."""
+
+    rounds: int
+    baseline_us: list[float]
+    candidate_us: list[float]
+    noise: float  # A/A relative spread of the baseline against itself
+    wins: int
+    sign_test_p: float
+    speedup: float  # median baseline / median candidate
+    optimized: bool  # won every round by more than the noise
+    detail: str = ""

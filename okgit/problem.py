@@ -1,0 +1,82 @@
+"""The op-file contract (DESIGN.md section 3), checked statically; nothing here runs user code.
+
+An op file is a KernelBench-style module: `Model(nn.Module)`, `get_inputs()`,
+`get_init_inputs()`. If it also defines `ModelNew`, that is the implementation under
+optimization and `Model` the reference. A candidate file is evaluated through `ModelNew`
+when it defines one, else through `Model`; inputs always come from the reference.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from okgit.errors import OkgitError
+
+REQUIRED = ("Model", "get_inputs", "get_init_inputs")
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str  # as the user knows it (repository-relative in a run)
+    source: str  # the reference, frozen at the base
+    root: str | None = None  # directory put on sys.path for the op's own imports
+    knobs: dict[str, int] = field(default_factory=dict)  # module-level integer globals
+    atol: float | None = None  # tolerance overrides from okgit.toml; None = per-dtype rules
+    rtol: float | None = None
+    extra_shapes: tuple[tuple[tuple[str, int], ...], ...] | None = None
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).stem
+
+
+def top_level_names(source: str, path: str = "<op>") -> set[str]:
+    tree = _parse(source, path)
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def shape_knobs(source: str, path: str = "<op>") -> dict[str, int]:
+    """Module-level `name = <int>` assignments: the knobs that set the problem's shapes."""
+    knobs: dict[str, int] = {}
+    for node in _parse(source, path).body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant)
+            and type(node.value.value) is int
+        ):
+            knobs[node.targets[0].id] = node.value.value
+    return knobs
+
+
+def load_problem(path: str | Path, source: str | None = None, root: str | None = None) -> Problem:
+    """Read and statically check an op file; one clear OkgitError if it breaks the contract."""
+    p = Path(path)
+    if source is None:
+        if not p.is_file():
+            raise OkgitError(f"{path}: no such file")
+        source = p.read_text()
+    names = top_level_names(source, str(path))
+    missing = [n for n in REQUIRED if n not in names]
+    if missing:
+        raise OkgitError(f"{path}: not an op file: missing {', '.join(missing)} (see DESIGN.md section 3)")
+    return Problem(path=str(path), source=source, root=root, knobs=shape_knobs(source, str(path)))
+
+
+def _parse(source: str, path: str) -> ast.Module:
+    try:
+        return ast.parse(source, filename=path)
+    except SyntaxError as e:
+        raise OkgitError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None

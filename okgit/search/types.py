@@ -1,0 +1,60 @@
+"""What flows between the search driver and its proposers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from okgit.eval.types import EvalResult, Reference
+from okgit.problem import Problem
+
+
+@dataclass
+class Proposal:
+    """A complete candidate op file, and why it exists."""
+
+    source: str
+    origin: str  # e.g. "template:softmax", "autotune:c003", "llm:gpt-4o", "replay"
+    intent: str = ""  # what this candidate tries, in a sentence
+    parent: str | None = None  # the candidate id it was derived from
+    backend: str = "triton"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Attempt:
+    """One evaluated proposal, as the driver records it."""
+
+    cand: str  # "c001", ...
+    proposal: Proposal
+    result: EvalResult
+    tag: str | None = None  # set when accepted (correct) and committed
+
+
+@dataclass
+class Context:
+    """Everything a proposer may read. The driver owns it and appends each attempt."""
+
+    problem: Problem
+    reference: Reference
+    backend: str
+    device: str
+    attempts: list[Attempt] = field(default_factory=list)
+    best: Attempt | None = None  # the best accepted candidate so far (None: the reference)
+    hardware: dict[str, Any] = field(default_factory=dict)
+    # Journal events (e.g. log("llm_call", cost_usd=0.01, ...)) and full trace records. The
+    # driver sums `cost_usd` of llm_call events against the dollar budget.
+    log: Callable[..., Any] = lambda type, **fields: None
+    trace: Callable[..., Any] = lambda type, **fields: None
+
+    @property
+    def best_source(self) -> str:
+        return self.best.proposal.source if self.best else self.problem.source
+
+
+class Proposer(Protocol):
+    """Proposes candidates one at a time; returns None when it has nothing more to try."""
+
+    name: str
+
+    def propose(self, ctx: Context) -> Proposal | None: ...

@@ -1,0 +1,81 @@
+"""report.md: what was tried, the winner, its numbers and gates, and how to apply it."""
+
+from __future__ import annotations
+
+from okgit.eval.types import Comparison
+from okgit.search.types import Attempt, Context
+
+STATUS_MEANING = {
+    "optimized": "beats the baseline past the noise on every round, correct and plausible",
+    "matched": "a correct kernel was found, but it is not faster than the baseline past the noise",
+    "fallback": "no candidate passed every gate; the baseline is kept",
+    "unverified": "a correct kernel was found; this device cannot time it (no speedup is claimed)",
+    "interrupted": "the run was interrupted; what it had found so far is below",
+}
+
+
+def _us(x: float | None) -> str:
+    return f"{x:.1f}" if x is not None else "-"
+
+
+def _speed(x: float | None) -> str:
+    return f"{x:.2f}x" if x is not None else "-"
+
+
+def write_report(space, ctx: Context, result, winner: Attempt | None, comparison: Comparison | None, diff: str) -> None:
+    ref = ctx.reference
+    knobs = ", ".join(f"{k}={v}" for k, v in ctx.problem.knobs.items()) or "-"
+    lines = [
+        f"# okgit run {result.run_id}: {result.status}",
+        "",
+        f"{STATUS_MEANING.get(result.status, '')}.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| op | `{result.op}` |",
+        f"| shape knobs | {knobs} |",
+        f"| device | {ctx.device} |",
+        f"| backend | {ctx.backend} |",
+        f"| reference | {_us(ref.runtime_us)} us{' (not timed on this device)' if not ref.timed else ''} |",
+        f"| candidates evaluated | {result.candidates} |",
+        f"| search ended | {result.stop_reason} |",
+        f"| LLM cost | ${result.cost_usd:.4f} |",
+    ]
+    if ref.flags:
+        lines.append(f"| precision flags (both arms) | {', '.join(f'{k}={v}' for k, v in ref.flags.items())} |")
+    if ref.shapes:
+        lines.append(f"| shapes checked | {'; '.join(', '.join(f'{k}={v}' for k, v in s.items()) for s in ref.shapes)} |")
+    if winner:
+        r = winner.result
+        lines += ["", "## Winner", "", f"`{winner.tag}` ({winner.proposal.origin}): {winner.proposal.intent}", ""]
+        if comparison:
+            lines += [
+                "| final gate | value |",
+                "|---|---|",
+                f"| baseline, median of rounds | {_us(result.baseline_us)} us |",
+                f"| candidate, median of rounds | {_us(result.best_us)} us |",
+                f"| speedup | {_speed(comparison.speedup)} |",
+                f"| rounds won | {comparison.wins} of {comparison.rounds} |",
+                f"| A/A noise | {comparison.noise * 100:.2f}% |",
+                f"| sign test p | {comparison.sign_test_p:.4f} |",
+            ]
+            if r.profile and r.profile.roofline_position is not None:
+                lines.append(f"| roofline fraction | {r.profile.roofline_position:.2f} ({r.profile.bottleneck_type}-bound) |")
+        passed = [g.name for g in r.gates if g.passed]
+        if passed:
+            lines += ["", f"Gates passed: {', '.join(passed)}."]
+        if r.shapes:
+            lines.append(f"Correctness checked at: {'; '.join(', '.join(f'{k}={v}' for k, v in s.items()) for s in r.shapes)}.")
+    lines += ["", "## Candidates", "", "| cand | origin | status | speedup | runtime us | note |", "|---|---|---|---|---|---|"]
+    for a in ctx.attempts:
+        note = f"{a.result.error.gate}: {a.result.error.message}" if a.result.error else (a.tag or "")
+        note = note.replace("|", "\\|").replace("\n", " ")[:160]
+        lines.append(f"| {a.cand} | {a.proposal.origin} | {a.result.status.value} | {_speed(a.result.speedup)} | {_us(a.result.runtime_us)} | {note} |")
+    if diff:
+        lines += [
+            "", "## Apply", "",
+            f"    okgit apply {result.run_id}      # or: git apply {result.diff}",
+            f"    okgit revert {result.run_id}     # undo",
+            "", "## Diff", "", "```diff", diff.rstrip("\n"), "```",
+        ]
+    (space.run_dir / "report.md").write_text("\n".join(lines) + "\n")

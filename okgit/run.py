@@ -1,0 +1,261 @@
+"""`okgit optimize`: one run on one op file, from the user's checkout to a reviewable patch.
+
+Everything that can fail on bad input (config, the op file, running its reference) fails
+before anything is created, so a refused run leaves no trace in the repository.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel
+
+from okgit.config import Config, load_config
+from okgit.errors import OkgitError
+from okgit.eval.base import Evaluator
+from okgit.eval.types import Comparison, EvalResult, Reference
+from okgit.problem import Problem, load_problem
+from okgit.repo import Repo
+from okgit.search.driver import Budget, Search, is_better
+from okgit.search.types import Attempt, Context, Proposal, Proposer
+
+
+class RunResult(BaseModel):
+    """What `okgit optimize --json` prints (a stable contract: see docs/json.md)."""
+
+    run_id: str
+    status: str  # optimized | matched | fallback | unverified | interrupted
+    speedup: float | None = None
+    baseline_us: float | None = None
+    best_us: float | None = None
+    best_tag: str | None = None
+    report: str
+    diff: str
+    op: str
+    device: str
+    candidates: int = 0
+    stop_reason: str = ""
+    cost_usd: float = 0.0
+
+    def summary(self) -> str:
+        lines = [f"run {self.run_id}: {self.status}"]
+        if self.speedup is not None:
+            lines.append(f"  speedup {self.speedup:.2f}x ({self.baseline_us:.1f} us -> {self.best_us:.1f} us on {self.device})")
+        elif self.status == "unverified":
+            lines.append(f"  a correct kernel was found on {self.device}; no timing is claimed there")
+        if self.best_tag:
+            lines.append(f"  best: {self.best_tag}")
+        lines.append(f"  report: {self.report}")
+        lines.append(f"  diff:   {self.diff}")
+        return "\n".join(lines)
+
+
+def make_evaluator(config: Config) -> Evaluator:
+    if config.eval == "modal":
+        from okgit.eval.modal import ModalEvaluator
+
+        return ModalEvaluator(gpu=config.modal_gpu)
+    from okgit.eval.local import LocalEvaluator
+
+    return LocalEvaluator(device=config.device)
+
+
+def make_proposers(config: Config) -> list[Proposer]:
+    """The offline proposers always run first; a model, when given, continues from their best."""
+    from okgit.search.proposers.autotune import AutotuneProposer
+    from okgit.search.proposers.templates import TemplatesProposer
+
+    proposers: list[Proposer] = [TemplatesProposer(), AutotuneProposer()]
+    if config.model:
+        from okgit.search.proposers.llm import proposer_for_model
+
+        proposers.append(proposer_for_model(config))
+    return proposers
+
+
+def optimize(
+    path: Path,
+    *,
+    flags: dict[str, Any] | None = None,
+    resume: str | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    watch: bool = False,
+    cwd: Path | None = None,
+    evaluator: Evaluator | None = None,
+    proposers: list[Proposer] | None = None,
+) -> RunResult:
+    from okgit import workspace
+
+    repo = Repo.find(cwd or Path.cwd())
+    config = load_config(repo.root, flags)
+    if resume:
+        space = workspace.resume(repo, resume)
+        op_file = space.worktree / space.op
+        problem = load_problem(space.op, source=_base_source(space), root=str(op_file.parent))
+    else:
+        op_path = Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
+        rel = repo.relpath(op_path)
+        if not op_path.is_file():
+            raise OkgitError(f"{path}: no such file")
+        problem = load_problem(rel, source=op_path.read_text(), root=str(op_path.parent))
+    evaluator = evaluator or make_evaluator(config)
+    reference = evaluator.reference(problem)
+    if reference.degenerate:
+        raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
+    if not resume:
+        space = workspace.start_run(repo, op_path)
+    proposers = proposers if proposers is not None else make_proposers(config)
+    return _run(space, config, problem, reference, evaluator, proposers, on_event, resumed=bool(resume), watch=watch)
+
+
+def _base_source(space) -> str:
+    from okgit.repo import git
+
+    return git("show", f"{space.base_commit}:{space.op}", cwd=space.worktree)
+
+
+class _Terminated(Exception):
+    """SIGTERM, turned into an exception so the run writes what it has."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
+def _run(space, config: Config, problem: Problem, reference: Reference, evaluator: Evaluator,
+         proposers: list[Proposer], on_event, resumed: bool, watch: bool) -> RunResult:
+    def log(type: str, **fields):
+        event = space.journal.write(type, **fields)
+        if on_event:
+            on_event(event)
+        return event
+
+    def trace(type: str, **fields):
+        space.traces.write(type, **fields)
+
+    space.hold()
+    if resumed:
+        log("note", message=f"resumed run {space.run_id}")
+    else:
+        log("run_started", **space.started_fields(), backend=config.backend, device=evaluator.device,
+            mode=config.mode, model=config.model, eval=config.eval, iterations=config.iterations)
+        if space.base_dirty:
+            log("note", message=f"{space.op} has uncommitted changes: its working-tree version is the base")
+        log("reference", runtime_us=reference.runtime_us, timed=reference.timed, device=reference.device,
+            profile=reference.profile, degenerate=reference.degenerate, shapes=reference.shapes,
+            flags=reference.flags, hardware=reference.hardware)
+
+    ctx = Context(problem=problem, reference=reference, backend=config.backend, device=evaluator.device,
+                  hardware=reference.hardware, log=log, trace=trace)
+    if resumed:
+        _restore(space, ctx)
+
+    def accept(attempt: Attempt) -> str:
+        r = attempt.result
+        speed = f"{r.speedup:.2f}x" if r.speedup is not None else "untimed"
+        message = f"okgit {attempt.cand}: {attempt.proposal.intent or attempt.proposal.origin}\n\n" \
+                  f"origin: {attempt.proposal.origin}\nstatus: {r.status.value}\nspeedup: {speed} on {r.device}\n"
+        tag, commit = space.accept(attempt.cand, attempt.proposal.source, message)
+        log("accepted", cand=attempt.cand, tag=tag, commit=commit, speedup=r.speedup)
+        return tag
+
+    watcher = _start_watch(space) if watch else None
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    search = Search(ctx, evaluator, Budget(
+        iterations=config.iterations, patience=config.patience, time_s=config.time_budget_s,
+        usd=config.budget_usd, target_speedup=config.target_speedup), accept, mode="fast")
+    try:
+        stop_reason = search.run(proposers)
+        log("note", message=f"search ended: {stop_reason}")
+        status, winner, comparison = _final_gate(ctx, evaluator, config, log)
+        return _finish(space, ctx, status, winner, comparison, stop_reason, search.spent_usd, log)
+    except (KeyboardInterrupt, _Terminated) as e:
+        log("interrupted", reason="SIGTERM" if isinstance(e, _Terminated) else "Ctrl-C")
+        _finish(space, ctx, "interrupted", ctx.best, None, "interrupted", search.spent_usd, log)
+        raise KeyboardInterrupt
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if watcher:
+            watcher.wait()
+
+
+def _start_watch(space):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "okgit", "watch", space.run_id], cwd=space.repo.root)
+
+
+def _restore(space, ctx: Context) -> None:
+    """Rebuild the attempts of an interrupted run from its traces, so the search continues."""
+    from okgit.journal import read_jsonl
+
+    tags = {e["cand"]: e["tag"] for e in read_jsonl(space.run_dir / "journal.jsonl")[0] if e["type"] == "accepted"}
+    for rec in read_jsonl(space.run_dir / "traces.jsonl")[0]:
+        if rec["type"] != "candidate":
+            continue
+        proposal = Proposal(source=rec["source"], origin=rec["origin"], intent=rec.get("intent", ""), parent=rec.get("parent"))
+        attempt = Attempt(cand=rec["cand"], proposal=proposal, result=EvalResult.model_validate(rec["result"]), tag=tags.get(rec["cand"]))
+        ctx.attempts.append(attempt)
+        if is_better(attempt, ctx.best):
+            ctx.best = attempt
+
+
+def _final_gate(ctx: Context, evaluator: Evaluator, config: Config, log) -> tuple[str, Attempt | None, Comparison | None]:
+    """Decide the run's status. A timed winner must hold a thorough re-check and win every round."""
+    correct = [a for a in ctx.attempts if a.result.correct and a.tag]
+    if not correct:
+        return "fallback", None, None
+    if not ctx.reference.timed or not any(a.result.timed for a in correct):
+        return "unverified", ctx.best or correct[0], None
+    ranked = sorted((a for a in correct if a.result.timed), key=lambda a: -(a.result.speedup or 0.0))
+    for attempt in ranked[:3]:
+        check = evaluator.evaluate(ctx.problem, attempt.proposal.source, mode="thorough", backend=attempt.proposal.backend)
+        log("gate", name="thorough", cand=attempt.cand, passed=check.correct,
+            detail=check.error.message if check.error else "all correctness gates passed")
+        if not check.correct:
+            continue
+        comparison = evaluator.compare(ctx.problem, attempt.proposal.source, rounds=10 if config.mode == "thorough" else 5,
+                                       backend=attempt.proposal.backend)
+        log("gate", name="interleaved", cand=attempt.cand, passed=comparison.optimized, detail=comparison.detail,
+            **comparison.model_dump(exclude={"detail"}))
+        if comparison.optimized:
+            return "optimized", attempt, comparison
+        return "matched", attempt, comparison
+    return "fallback", None, None
+
+
+def _finish(space, ctx: Context, status: str, winner: Attempt | None, comparison: Comparison | None,
+            stop_reason: str, cost_usd: float, log) -> RunResult:
+    from okgit import patch
+    from okgit.report import write_report
+
+    diff = space.diff(winner.tag) if winner and winner.tag else ""
+    if diff:
+        patch.validate(space.repo, diff, space.base_commit)
+    diff_path = space.run_dir / "report.diff"
+    diff_path.write_text(diff)
+    result = RunResult(
+        run_id=space.run_id, status=status, op=space.op, device=ctx.device,
+        speedup=comparison.speedup if comparison else None,
+        baseline_us=_median(comparison.baseline_us) if comparison else None,
+        best_us=_median(comparison.candidate_us) if comparison else None,
+        best_tag=winner.tag if winner else None,
+        report=str(space.run_dir / "report.md"), diff=str(diff_path),
+        candidates=len(ctx.attempts), stop_reason=stop_reason, cost_usd=round(cost_usd, 6),
+    )
+    write_report(space, ctx, result, winner, comparison, diff)
+    (space.run_dir / "result.json").write_text(result.model_dump_json(indent=2) + "\n")
+    log("run_finished", status=status, speedup=result.speedup, baseline_us=result.baseline_us, best_us=result.best_us,
+        best_tag=result.best_tag, best_cand=winner.cand if winner else None, report=result.report, diff=result.diff,
+        iterations=len(ctx.attempts), cost_usd=result.cost_usd)
+    space.close(winner_commit=winner.tag if winner and winner.tag else None)
+    return result
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2

@@ -104,9 +104,9 @@ def optimize(
     reference = evaluator.reference(problem)
     if reference.degenerate:
         raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
+    proposers = proposers if proposers is not None else make_proposers(config)
     if not resume:
         space = workspace.start_run(repo, op_path)
-    proposers = proposers if proposers is not None else make_proposers(config)
     return _run(space, config, problem, reference, evaluator, proposers, on_event, resumed=bool(resume), watch=watch)
 
 
@@ -135,7 +135,6 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
     def trace(type: str, **fields):
         space.traces.write(type, **fields)
 
-    space.hold()
     if resumed:
         log("note", message=f"resumed run {space.run_id}")
     else:
@@ -143,6 +142,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
             mode=config.mode, model=config.model, eval=config.eval, iterations=config.iterations)
         if space.base_dirty:
             log("note", message=f"{space.op} has uncommitted changes: its working-tree version is the base")
+        trace("reference", path=problem.path, source=problem.source)
         log("reference", runtime_us=reference.runtime_us, timed=reference.timed, device=reference.device,
             profile=reference.profile, degenerate=reference.degenerate, shapes=reference.shapes,
             flags=reference.flags, hardware=reference.hardware)
@@ -174,7 +174,12 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
     except (KeyboardInterrupt, _Terminated) as e:
         log("interrupted", reason="SIGTERM" if isinstance(e, _Terminated) else "Ctrl-C")
         _finish(space, ctx, "interrupted", ctx.best, None, "interrupted", search.spent_usd, log)
-        raise KeyboardInterrupt
+        raise KeyboardInterrupt from None
+    except Exception as e:
+        # Still write what the run has and leave the repository consistent, then report.
+        log("interrupted", reason=f"error: {type(e).__name__}: {e}")
+        _finish(space, ctx, "interrupted", ctx.best, None, f"error: {e}", search.spent_usd, log)
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
         if watcher:

@@ -1,0 +1,189 @@
+"""Diffs between okgit and the user: validate one, resolve a REF to one, apply, revert.
+
+A REF is a run id (its report.diff), a tag `okgit/<run>/<cand>` (that candidate against the
+run's base) or a diff file. Applying touches the working tree only (never the index), and
+refuses when it would mix with the user's uncommitted work; each application is recorded
+under .okgit/applied/ so `revert` can tell whether the files drifted since.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
+
+from okgit.errors import OkgitError
+from okgit.repo import Repo
+from okgit.workspace import op_diff, started_event
+
+_TAG = re.compile(r"okgit/([^/]+)/([^/]+)")
+_INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
+ABSENT = "0" * 40  # git's id for "no file": the preimage of a new file, the postimage of a deleted one
+
+
+@dataclass(frozen=True)
+class FileChange:
+    source: str | None  # repository-relative path before (None: the diff creates the file)
+    target: str | None  # after (None: the diff deletes it)
+    pre: str | None  # blob id from the `index a..b` line, maybe abbreviated; None: no index line
+    post: str | None
+
+
+def changes(diff: str) -> list[FileChange]:
+    """The files a diff touches, with the blob ids it expects before and after."""
+    try:
+        patch = PatchSet(diff)
+    except UnidiffParseError as e:
+        raise OkgitError(f"not a valid diff: {e}") from None
+    if not len(patch):
+        raise OkgitError("empty diff: nothing to apply")
+    out = []
+    for f in patch:
+        blobs = next((m.groups() for m in map(_INDEX_LINE.match, str(f.patch_info).splitlines()) if m), (None, None))
+        out.append(FileChange(
+            source=None if f.is_added_file else _strip(f.source_file),
+            target=None if f.is_removed_file else _strip(f.target_file),
+            pre=blobs[0], post=blobs[1],
+        ))
+    return out
+
+
+def touched_files(diff: str) -> list[str]:
+    paths = [p for c in changes(diff) for p in (c.source, c.target) if p]
+    return list(dict.fromkeys(paths))
+
+
+def validate(repo: Repo, diff: str, base: str) -> None:
+    """Check that `diff` parses and applies to commit `base`, in a throwaway index."""
+    changes(diff)
+    with tempfile.TemporaryDirectory(prefix="okgit-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        repo.git("read-tree", base, env=env)
+        _git_apply(repo, diff, "--check", "--cached", env=env, failure=f"the diff does not apply to {base[:12]}")
+
+
+def resolve_diff(repo: Repo, ref: str) -> str:
+    """The diff REF names: a tag's candidate against its run's base, a run's report.diff,
+    or a diff file's text."""
+    tag = _TAG.fullmatch(ref)
+    if tag and repo.git("rev-parse", "--verify", "--quiet", f"refs/tags/{ref}^{{commit}}", check=False).strip():
+        started = started_event(repo, tag.group(1))
+        return op_diff(repo, started["base"], f"refs/tags/{ref}", started["op"])
+    if _is_run(repo, ref):
+        report = repo.run_dir(ref) / "report.diff"
+        if not report.is_file():
+            raise OkgitError(f"run {ref} has no report.diff (still running or interrupted); "
+                             f"pick a candidate tag from: okgit history {ref}")
+        return report.read_text()
+    if Path(ref).is_file():
+        return Path(ref).read_text()
+    raise OkgitError(f"unknown run, tag or diff file: {ref}")
+
+
+def apply(repo: Repo, ref: str, check: bool = False) -> list[str]:
+    """Apply REF's diff to the working tree (`check`: only tell whether it would)."""
+    diff, found = _load(repo, ref)
+    if _applies(repo, diff, "-R") and not _applies(repo, diff):
+        raise OkgitError(f"{ref} is already applied to the working tree")
+    for c in found:
+        # A dirty file is fine only when it is exactly the diff's preimage: a run started
+        # from the user's uncommitted version of the op.
+        if c.source and repo.is_dirty(c.source) and not _same(repo.blob_of(c.source), c.pre):
+            raise OkgitError(f"{c.source} has uncommitted changes; commit or stash them, then apply {ref}")
+    _git_apply(repo, diff, "--check", failure=f"{ref} does not apply to the working tree")
+    files = touched_files(diff)
+    if not check:
+        _git_apply(repo, diff, failure=f"{ref} does not apply to the working tree")
+        _record(repo, ref, diff, found)
+    return files
+
+
+def revert(repo: Repo, ref: str) -> list[str]:
+    """Undo an applied REF in the working tree; refuse if a touched file changed since."""
+    diff, found = _load(repo, ref)
+    record = _record_path(repo, diff)
+    applied = json.loads(record.read_text())["files"] if record.is_file() else {}
+    comparable = [c for c in found if c.source and c.pre]
+    if not applied and comparable and all(_same(repo.blob_of(c.source), c.pre) for c in comparable):
+        raise OkgitError(f"{ref} is not applied in the working tree")
+    for c in found:
+        path = c.target or c.source
+        expected = applied.get(path, c.post if c.target else ABSENT)
+        if path and not _same(repo.blob_of(path), expected):
+            raise OkgitError(f"{path} drifted since okgit apply {ref}; revert it by hand")
+    _git_apply(repo, diff, "-R", "--check", failure=f"cannot revert {ref}")
+    _git_apply(repo, diff, "-R", failure=f"cannot revert {ref}")
+    record.unlink(missing_ok=True)
+    return touched_files(diff)
+
+
+def _load(repo: Repo, ref: str) -> tuple[str, list[FileChange]]:
+    diff = resolve_diff(repo, ref)
+    try:
+        return diff, changes(diff)
+    except OkgitError as e:
+        raise OkgitError(f"{ref}: {e}") from None
+
+
+def _git_apply(repo: Repo, diff: str, *flags: str, env: dict[str, str] | None = None, failure: str) -> None:
+    # At the root: from a subdirectory, git apply would skip paths outside it. nowarn: the
+    # user's apply.whitespace=fix must not alter the lines (revert relies on exact blobs).
+    try:
+        repo.git("apply", "--whitespace=nowarn", *flags, input=diff, env=env)
+    except OkgitError as e:
+        reason = str(e).removeprefix("git apply: ")
+        raise OkgitError(f"{failure}: {reason}") from None
+
+
+def _applies(repo: Repo, diff: str, *flags: str) -> bool:
+    try:
+        _git_apply(repo, diff, *flags, "--check", failure="")
+    except OkgitError:
+        return False
+    return True
+
+
+def _record_path(repo: Repo, diff: str) -> Path:
+    return repo.applied_dir / (hashlib.sha256(diff.encode()).hexdigest()[:16] + ".json")
+
+
+def _record(repo: Repo, ref: str, diff: str, found: list[FileChange]) -> None:
+    """Remember the blobs the application produced, for revert's drift check."""
+    files = {}
+    for c in found:
+        path = c.target or c.source
+        if path:
+            files[path] = repo.blob_of(path) if c.target else ABSENT
+    repo.ensure_excluded()
+    repo.applied_dir.mkdir(parents=True, exist_ok=True)
+    _record_path(repo, diff).write_text(json.dumps(
+        {"ref": ref, "applied_at": round(time.time(), 3), "files": files}, indent=2) + "\n")
+
+
+def _same(current: str | None, expected: str | None) -> bool:
+    """Whether a file's blob (None: no file) matches an expected id (maybe abbreviated)."""
+    if expected is None:  # the diff did not say: nothing to compare
+        return True
+    if set(expected) == {"0"}:
+        return current is None
+    return current is not None and current.startswith(expected)
+
+
+def _is_run(repo: Repo, ref: str) -> bool:
+    try:
+        repo.run_dir(ref)
+    except OkgitError:
+        return False
+    return True
+
+
+def _strip(path: str) -> str:
+    """`a/x.py` -> `x.py` (git's default prefixes; `git apply` strips one component too)."""
+    return path.split("/", 1)[1] if "/" in path else path

@@ -1,0 +1,274 @@
+"""A run's place in the repository: its worktree, branch, commits, tags and run directory.
+
+Layout: worktree `.okgit/worktrees/<run>` on branch `okgit/<run>`, run directory
+`.okgit/runs/<run>/` (journal.jsonl, traces.jsonl, reports). Candidates are committed on the
+run's branch as a linear chain and tagged `okgit/<run>/<cand>`; the tags keep them reachable
+after the worktree is removed. Nothing of the user's (HEAD, branch, index, working tree,
+stash, hooks) is touched: the worktree has its own index and HEAD, and every commit is made
+with okgit's identity and no hooks.
+
+A live run holds an flock on `<run dir>/.lock` for the life of its process, so `gc` and
+`history` can tell a live run from one that died.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+
+from okgit.errors import OkgitError
+from okgit.journal import JsonlWriter, read_jsonl
+from okgit.repo import Repo
+
+# Environment for okgit's own commits: the identity variables win over any user config or
+# GIT_AUTHOR_* of the caller; automatic gc stays off so a commit never repacks the user's repo.
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "okgit", "GIT_AUTHOR_EMAIL": "okgit@localhost",
+    "GIT_COMMITTER_NAME": "okgit", "GIT_COMMITTER_EMAIL": "okgit@localhost",
+}
+_COMMIT_CONFIG = ("-c", "commit.gpgsign=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false")
+
+
+def new_run_id() -> str:
+    """UTC time plus 4 random hex digits: sorts by start time, unique across processes."""
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def run_id_time(run_id: str) -> datetime | None:
+    try:
+        return datetime.strptime(run_id[:15], "%Y%m%d-%H%M%S").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+@dataclass
+class RunSpace:
+    run_id: str
+    repo: Repo
+    op: str  # repository-relative posix path of the op file
+    worktree: Path
+    run_dir: Path
+    branch: str
+    base_commit: str
+    base_dirty: bool  # the base is the user's uncommitted working-tree version of the op
+    journal: JsonlWriter
+    traces: JsonlWriter
+    _holder: IO[str] | None = field(default=None, repr=False, compare=False)
+
+    def started_fields(self) -> dict[str, Any]:
+        """The workspace's part of the `run_started` event; `resume` reads it back."""
+        return {
+            "op": self.op,
+            "base": self.base_commit,
+            "base_dirty": self.base_dirty,
+            "branch": self.branch,
+            "worktree": self.worktree.relative_to(self.repo.root).as_posix(),
+        }
+
+    def hold(self) -> None:
+        """Mark this run live for as long as this process lives (or until `close`)."""
+        if self._holder is not None:
+            return
+        f = open(self.run_dir / ".lock", "a")
+        # A gc or history probe holds the lock for an instant; only a lasting holder is a
+        # second process working on this run.
+        for _ in range(10):
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._holder = f
+                return
+            except BlockingIOError:
+                time.sleep(0.05)
+        f.close()
+        raise OkgitError(f"run {self.run_id} is in use by another okgit process")
+
+    def accept(self, cand: str, source: str, message: str) -> tuple[str, str]:
+        """Commit `source` as the op file on the run's branch and tag it; (tag, commit)."""
+        (self.worktree / self.op).write_bytes(source.encode())
+        tag = f"okgit/{self.run_id}/{cand}"
+        with self.repo.lock():
+            commit = self._commit(message)
+            self.repo.git("update-ref", f"refs/tags/{tag}", commit, "")  # "": must not exist yet
+        return tag, commit
+
+    def diff(self, rev: str) -> str:
+        """The op's diff from the run's base to `rev`, as `git apply` takes it at the root."""
+        return op_diff(self.repo, self.base_commit, rev, self.op)
+
+    def close(self, winner_commit: str | None = None) -> None:
+        """Remove the worktree (tags and branch keep the commits) and end the run's liveness.
+
+        With a winner (a commit or a tag), the branch okgit/<run> is left pointing at it.
+        """
+        with self.repo.lock():
+            _remove_worktree(self.repo, self.worktree)
+            if winner_commit:
+                self.repo.git("update-ref", f"refs/heads/{self.branch}", f"{winner_commit}^{{commit}}")
+        self._release()
+
+    def _release(self) -> None:
+        if self._holder is not None:
+            self._holder.close()  # closing the file releases the flock
+            self._holder = None
+
+    def _commit(self, message: str) -> str:
+        wt = self.worktree
+        self.repo.git("add", "--", f":(top,literal){self.op}", cwd=wt)
+        self.repo.git(*_COMMIT_CONFIG, "commit", "--quiet", "--no-verify", "--allow-empty",
+                      "-m", message, cwd=wt, env=_IDENTITY)
+        return self.repo.git("rev-parse", "HEAD", cwd=wt).strip()
+
+
+def op_diff(repo: Repo, base: str, rev: str, op: str) -> str:
+    """Diff of one file between two commits: a/ b/ paths from the root, full `index` lines.
+
+    Plumbing (`diff-tree`) ignores the user's porcelain diff settings (noprefix, colour,
+    external diff tools), so the text is the same on every machine.
+    """
+    return repo.git("diff-tree", "-p", "--full-index", "--no-renames", base, rev, "--", f":(top,literal){op}")
+
+
+def start_run(repo: Repo, op_path: Path | str, run_id: str | None = None) -> RunSpace:
+    """Create a run: its directory, its worktree on okgit/<run> from HEAD, its base commit."""
+    path = Path(op_path)
+    if not path.exists():
+        raise OkgitError(f"{op_path}: no such file")
+    if not path.is_file():
+        raise OkgitError(f"{op_path}: not a file")
+    rel = repo.relpath(path)
+    if not repo.is_tracked(rel):
+        raise OkgitError(f"{op_path}: not tracked by git (commit it first; okgit optimizes committed files)")
+    head = repo.head()
+    dirty = repo.is_dirty(rel)
+    run_id = run_id or new_run_id()
+    run_dir = repo.runs_dir / run_id
+    worktree = repo.worktrees_dir / run_id
+    branch = f"okgit/{run_id}"
+    with repo.lock():
+        repo.ensure_excluded()
+        run_dir.mkdir(parents=True)
+        space = RunSpace(
+            run_id=run_id, repo=repo, op=rel, worktree=worktree, run_dir=run_dir, branch=branch,
+            base_commit=head, base_dirty=dirty,
+            journal=JsonlWriter(run_dir / "journal.jsonl", run_id),
+            traces=JsonlWriter(run_dir / "traces.jsonl", run_id),
+        )
+        try:
+            space.hold()
+            repo.git("worktree", "add", "--quiet", "-b", branch, str(worktree), head)
+        except BaseException:
+            space._release()
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+    if dirty:
+        # The user's uncommitted version is what they want faster: it becomes the base,
+        # committed on the run's branch only.
+        shutil.copyfile(repo.root / rel, worktree / rel)
+        with repo.lock():
+            space.base_commit = space._commit(f"okgit: base = working-tree version of {rel}")
+    return space
+
+
+def started_event(repo: Repo, run_id: str) -> dict[str, Any]:
+    """The run's `run_started` journal event (the first one: a resume does not change it)."""
+    events, _ = read_jsonl(repo.run_dir(run_id) / "journal.jsonl")
+    for event in events:
+        if event.get("type") == "run_started":
+            return event
+    raise OkgitError(f"run {run_id} has no run_started event in its journal")
+
+
+def resume(repo: Repo, run_id: str) -> RunSpace:
+    """Reopen a run, re-creating its worktree from branch okgit/<run> if it was removed."""
+    run_dir = repo.run_dir(run_id)
+    started = started_event(repo, run_id)
+    worktree = repo.worktrees_dir / run_id
+    space = RunSpace(
+        run_id=run_id, repo=repo, op=started["op"], worktree=worktree, run_dir=run_dir,
+        branch=started["branch"], base_commit=started["base"], base_dirty=bool(started["base_dirty"]),
+        journal=JsonlWriter(run_dir / "journal.jsonl", run_id),
+        traces=JsonlWriter(run_dir / "traces.jsonl", run_id),
+    )
+    with repo.lock():
+        space.hold()
+        if not (worktree / ".git").exists():
+            repo.git("worktree", "prune")
+            if not repo.git("rev-parse", "--verify", "--quiet", f"refs/heads/{space.branch}", check=False).strip():
+                space._release()
+                raise OkgitError(f"run {run_id} cannot be resumed: its branch {space.branch} is gone")
+            repo.git("worktree", "add", "--quiet", str(worktree), space.branch)
+    return space
+
+
+def run_ids(repo: Repo) -> list[str]:
+    """Every run, newest first: by the time of the journal's first event (run ids only have
+    seconds), else by the time in the run id."""
+    if not repo.runs_dir.is_dir():
+        return []
+
+    def started(run_dir: Path) -> tuple[float, str]:
+        try:
+            with open(run_dir / "journal.jsonl", "rb") as f:
+                return float(json.loads(f.readline())["ts"]), run_dir.name
+        except (OSError, ValueError, KeyError, TypeError):
+            stamp = run_id_time(run_dir.name)
+            return (stamp.timestamp() if stamp else 0.0), run_dir.name
+
+    dirs = [d for d in repo.runs_dir.iterdir() if d.is_dir() and not d.name.startswith(".")]
+    return [d.name for d in sorted(dirs, key=started, reverse=True)]
+
+
+def is_live(run_dir: Path) -> bool:
+    """Whether a process holds the run (see RunSpace.hold)."""
+    lock = run_dir / ".lock"
+    if not lock.exists():
+        return False
+    with open(lock, "a") as f:
+        try:  # shared: two probes (gc, history) never mistake each other for a holder
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def gc(repo: Repo, keep: int = 20, runs: bool = False) -> list[str]:
+    """Remove worktrees of runs no process holds; with `runs`, also all but the newest `keep`
+    finished runs (their directory, tags and branch). Returns what was removed."""
+    removed: list[str] = []
+    with repo.lock():
+        if repo.worktrees_dir.is_dir():
+            for worktree in sorted(repo.worktrees_dir.iterdir()):
+                if not is_live(repo.runs_dir / worktree.name):
+                    _remove_worktree(repo, worktree)
+                    removed.append(f"worktree {worktree.name}")
+        repo.git("worktree", "prune")
+        if runs:
+            finished = [r for r in run_ids(repo) if not is_live(repo.runs_dir / r)]
+            for run_id in finished[max(keep, 0):]:
+                _delete_refs(repo, run_id)
+                shutil.rmtree(repo.runs_dir / run_id)
+                removed.append(f"run {run_id}")
+    return removed
+
+
+def _remove_worktree(repo: Repo, worktree: Path) -> None:
+    if worktree.exists():
+        # --force: a candidate may have been written but not committed when the run died.
+        repo.git("worktree", "remove", "--force", str(worktree), check=False)
+        shutil.rmtree(worktree, ignore_errors=True)  # when git no longer knew it as a worktree
+    repo.git("worktree", "prune")
+
+
+def _delete_refs(repo: Repo, run_id: str) -> None:
+    refs = repo.git("for-each-ref", "--format=%(refname)", f"refs/tags/okgit/{run_id}",
+                    f"refs/heads/okgit/{run_id}").split()
+    if refs:
+        repo.git("update-ref", "--stdin", input="".join(f"delete {ref}\n" for ref in refs))

@@ -1,0 +1,170 @@
+"""Real git repositories in tmp_path, the CLI as a real subprocess, and a snapshot of
+everything of the user's that okgit promises not to touch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+OP = "ops/relu.py"
+OP_SOURCE = '''import torch
+import torch.nn as nn
+
+batch_size = 16
+dim = 64
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+# Hooks okgit must never run: each leaves a mark and fails.
+HOOKS = ("pre-commit", "commit-msg", "post-commit", "post-checkout", "reference-transaction", "pre-auto-gc")
+USER = {"GIT_AUTHOR_NAME": "User", "GIT_AUTHOR_EMAIL": "user@example.com",
+        "GIT_COMMITTER_NAME": "User", "GIT_COMMITTER_EMAIL": "user@example.com"}
+
+
+def variant(expr: str) -> str:
+    """The op file with another forward body: a small, real candidate."""
+    return OP_SOURCE.replace("return torch.relu(x)", f"return {expr}")
+
+
+def sh(cwd: Path, *args: str) -> str:
+    """git as the user runs it (setup and assertions only)."""
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def okgit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "okgit", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user's repository caught mid-work: a committed op, a modified and a staged file, an
+    untracked and an ignored file, a stash entry, failing hooks, signing turned on and
+    porcelain diff settings that would break a naive patch."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # no global git config of the machine
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for key, value in USER.items():  # okgit's own identity must win over these
+        monkeypatch.setenv(key, value)
+
+    root = tmp_path / "proj"
+    (root / "ops").mkdir(parents=True)
+    (root / "lib").mkdir()
+    sh(tmp_path, "init", "-q", "-b", "main", str(root))
+    (root / OP).write_text(OP_SOURCE)
+    (root / "README.md").write_text("# project\n")
+    (root / "lib" / "util.py").write_text("X = 1\n")
+    (root / ".gitignore").write_text("*.log\n__pycache__/\n")
+    sh(root, "add", ".")
+    sh(root, "commit", "-q", "-m", "initial")
+    (root / "README.md").write_text("# project\nstashed work\n")
+    sh(root, "stash", "-q")
+    (root / "README.md").write_text("# project\nwork in progress\n")
+    (root / "lib" / "util.py").write_text("X = 2\n")
+    sh(root, "add", "lib/util.py")
+    (root / "notes.txt").write_text("untracked notes\n")
+    (root / "build.log").write_text("ignored\n")
+
+    marker = tmp_path / "hook-ran"
+    for hook in HOOKS:
+        path = root / ".git" / "hooks" / hook
+        path.write_text(f'#!/bin/sh\necho "{hook}" >> "{marker}"\nexit 1\n')
+        path.chmod(0o755)
+    for key, value in (("commit.gpgsign", "true"), ("tag.gpgsign", "true"), ("diff.noprefix", "true"),
+                       ("color.ui", "always"), ("gc.auto", "1")):
+        sh(root, "config", key, value)
+    return root
+
+
+def snapshot(root: Path) -> dict[str, object]:
+    """Everything of the user's that must stay byte-identical (okgit's own refs excluded)."""
+    git_dir = root / ".git"
+    index = (git_dir / "index").read_bytes()  # first, before any git command could touch it
+    refs = [line for line in sh(root, "--no-optional-locks", "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
+            if not line.startswith(("refs/heads/okgit/", "refs/tags/okgit/"))]
+    files = {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.relative_to(root).parts[0] not in (".git", ".okgit")
+    }
+    return {
+        "HEAD": (git_dir / "HEAD").read_bytes(),
+        "head_commit": sh(root, "--no-optional-locks", "rev-parse", "HEAD"),
+        "refs": refs,
+        "index": index,
+        "files": files,
+        "stash": sh(root, "--no-optional-locks", "stash", "list"),
+        "hooks": {p.name: p.read_bytes() for p in sorted((git_dir / "hooks").iterdir())},
+        "config": (git_dir / "config").read_bytes(),
+        "hooks_ran": (root.parent / "hook-ran").exists(),
+    }
+
+
+def record_run(root: Path, candidates: list[tuple[str, str]], finish: str | None = "optimized"):
+    """A run made through the workspace API, with the journal events the orchestrator writes.
+
+    `candidates`: (forward expression, intent) pairs, accepted in order with speedups 1.1,
+    1.2, ...; the last one wins. `finish`: the final status, or None to leave the run open.
+    Returns the RunSpace and the tags.
+    """
+    from okgit.patch import validate
+    from okgit.repo import Repo
+    from okgit.workspace import start_run
+
+    repo = Repo.find(root)
+    space = start_run(repo, root / OP)
+    space.journal.write("run_started", **space.started_fields(), backend="triton", device="cpu",
+                        mode="fast", model=None, eval="local", iterations=len(candidates))
+    tags, parent, commit = [], None, space.base_commit
+    for i, (expr, intent) in enumerate(candidates, 1):
+        cand, speedup = f"c{i:03d}", round(1 + i / 10, 2)
+        space.journal.write("proposal", cand=cand, origin="template:test", intent=intent, parent=parent, backend="triton")
+        space.journal.write("evaluated", cand=cand, status="correct", correct=True, timed=True,
+                            speedup=speedup, runtime_us=100 / speedup, ref_runtime_us=100.0)
+        tag, commit = space.accept(cand, variant(expr), f"okgit: {cand} {intent} (correct, {speedup}x)")
+        space.journal.write("accepted", cand=cand, tag=tag, commit=commit, speedup=speedup)
+        space.journal.write("best", cand=cand, speedup=speedup)
+        tags.append(tag)
+        parent = cand
+    if finish:
+        if tags:
+            diff = space.diff(commit)
+            validate(repo, diff, space.base_commit)
+            (space.run_dir / "report.diff").write_text(diff)
+        space.close(winner_commit=commit if tags else None)
+        space.journal.write("run_finished", status=finish, speedup=round(1 + len(tags) / 10, 2),
+                            best_tag=tags[-1] if tags else None, report=None, diff="report.diff")
+    return space, tags
+
+
+def crashed_run(root: Path, candidates: list[tuple[str, str]]) -> str:
+    """A run whose process died mid-way (no run_finished, worktree left behind); its id."""
+    script = (
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from conftest import record_run\n"
+        f"space, _ = record_run(__import__('pathlib').Path({str(root)!r}), {candidates!r}, finish=None)\n"
+        "print(space.run_id, flush=True)\n"
+        "os._exit(1)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stdout.strip(), proc.stderr
+    return proc.stdout.strip()

@@ -96,9 +96,7 @@ def optimize(
         problem = load_problem(space.op, source=_base_source(space), root=str(op_file.parent))
     else:
         op_path = Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
-        rel = repo.relpath(op_path)
-        if not op_path.is_file():
-            raise OkgitError(f"{path}: no such file")
+        rel = workspace.check_op(repo, op_path)
         problem = load_problem(rel, source=op_path.read_text(), root=str(op_path.parent))
     evaluator = evaluator or make_evaluator(config)
     reference = evaluator.reference(problem)

@@ -135,8 +135,8 @@ def op_diff(repo: Repo, base: str, rev: str, op: str) -> str:
     return repo.git("diff-tree", "-p", "--full-index", "--no-renames", base, rev, "--", f":(top,literal){op}")
 
 
-def start_run(repo: Repo, op_path: Path | str, run_id: str | None = None) -> RunSpace:
-    """Create a run: its directory, its worktree on okgit/<run> from HEAD, its base commit."""
+def check_op(repo: Repo, op_path: Path | str) -> str:
+    """The op file's repository-relative path, or a one-line refusal: missing, outside, untracked."""
     path = Path(op_path)
     if not path.exists():
         raise OkgitError(f"{op_path}: no such file")
@@ -145,6 +145,12 @@ def start_run(repo: Repo, op_path: Path | str, run_id: str | None = None) -> Run
     rel = repo.relpath(path)
     if not repo.is_tracked(rel):
         raise OkgitError(f"{op_path}: not tracked by git (commit it first; okgit optimizes committed files)")
+    return rel
+
+
+def start_run(repo: Repo, op_path: Path | str, run_id: str | None = None) -> RunSpace:
+    """Create a run: its directory, its worktree on okgit/<run> from HEAD, its base commit."""
+    rel = check_op(repo, op_path)
     head = repo.head()
     dirty = repo.is_dirty(rel)
     run_id = run_id or new_run_id()

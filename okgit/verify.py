@@ -1,0 +1,125 @@
+"""`okgit verify`: re-run every gate on a diff against the current HEAD, trusting nothing else.
+
+A reviewer or a CI job holds a diff (a run's report.diff, a tag, a run id). The diff is
+applied in a scratch worktree of HEAD; every op file it touches is evaluated with HEAD's
+version as the reference. The machine that produced the diff is never consulted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from pydantic import BaseModel
+
+from okgit.errors import OkgitError
+from okgit.eval.types import Comparison, EvalResult
+from okgit.problem import REQUIRED, load_problem, top_level_names
+from okgit.repo import Repo
+
+
+class OpVerdict(BaseModel):
+    op: str
+    ok: bool
+    reason: str
+    result: EvalResult
+    comparison: Comparison | None = None
+
+
+class VerifyReport(BaseModel):
+    """What `okgit verify --json` prints (stable; see docs/json.md)."""
+
+    ref: str
+    head: str
+    ok: bool
+    ops: list[OpVerdict]
+    skipped: list[str] = []  # touched files that are not op files
+
+    def text(self) -> str:
+        rows = [f"verify {self.ref} against HEAD {self.head[:12]}: {'OK' if self.ok else 'FAILED'}"]
+        for v in self.ops:
+            r = v.result
+            speed = f"{v.comparison.speedup:.2f}x (noise {v.comparison.noise * 100:.1f}%)" if v.comparison else "untimed"
+            rows.append(f"  {v.op}: {r.status.value} on {r.device}, {speed}: {v.reason}")
+        rows += [f"  {f}: not an op file, not evaluated" for f in self.skipped]
+        return "\n".join(rows)
+
+
+def backend_of(source: str) -> str:
+    return "cuda" if "load_inline" in source or "cpp_extension" in source else "triton"
+
+
+@contextmanager
+def scratch_worktree(repo: Repo) -> Iterator[Path]:
+    """A detached worktree of HEAD outside the user's tree, removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="okgit-verify-")) / "tree"
+    with repo.lock():
+        repo.git("worktree", "add", "--detach", str(path), "HEAD")
+    try:
+        yield path
+    finally:
+        with repo.lock():
+            repo.git("worktree", "remove", "--force", str(path), check=False)
+            repo.git("worktree", "prune", check=False)
+        shutil.rmtree(path.parent, ignore_errors=True)
+
+
+def verify(repo: Repo, ref: str, *, eval: str = "local", device: str | None = None, mode: str = "thorough",
+           require_speedup: float | None = None) -> VerifyReport:
+    from okgit import patch
+    from okgit.config import Config
+    from okgit.run import make_evaluator
+
+    diff = patch.resolve_diff(repo, ref)
+    files = patch.touched_files(diff)
+    head = repo.head()
+    evaluator = make_evaluator(Config(eval=eval, device=device))
+    verdicts, skipped = [], []
+    with scratch_worktree(repo) as tree:
+        try:
+            repo.git("apply", "-", cwd=tree, input=diff)
+        except OkgitError as e:
+            raise OkgitError(f"{ref} does not apply to HEAD {head[:12]}: {e}") from None
+        for rel in files:
+            try:
+                base_source = repo.git("show", f"HEAD:{rel}")
+            except OkgitError:
+                skipped.append(rel)  # a new file: evaluated through the op that imports it
+                continue
+            if not set(REQUIRED) <= top_level_names(base_source, rel):
+                skipped.append(rel)
+                continue
+            problem = load_problem(rel, source=base_source, root=str((tree / rel).parent))
+            candidate = (tree / rel).read_text()
+            verdicts.append(_judge(evaluator, problem, candidate, mode, require_speedup))
+    if not verdicts:
+        raise OkgitError(f"{ref} touches no op file ({', '.join(files) or 'no files'})")
+    return VerifyReport(ref=ref, head=head, ok=all(v.ok for v in verdicts), ops=verdicts, skipped=skipped)
+
+
+def _judge(evaluator, problem, candidate: str, mode: str, require_speedup: float | None) -> OpVerdict:
+    backend = backend_of(candidate)
+    reference = evaluator.reference(problem)
+    if reference.degenerate:
+        raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
+    result = evaluator.evaluate(problem, candidate, mode=mode, backend=backend)
+    if not result.correct:
+        gate = result.error.gate if result.error else "?"
+        message = result.error.message if result.error else result.status.value
+        return OpVerdict(op=problem.path, ok=False, reason=f"gate {gate} failed: {message}", result=result)
+    if not result.timed:
+        if require_speedup:
+            return OpVerdict(op=problem.path, ok=False, result=result,
+                             reason=f"correct, but --require-speedup {require_speedup} needs timing, impossible on {result.device}")
+        return OpVerdict(op=problem.path, ok=True, result=result, reason=f"correct (all gates); timing not possible on {result.device}")
+    comparison = evaluator.compare(problem, candidate, rounds=10 if mode == "thorough" else 5, backend=backend)
+    if comparison.speedup < 1.0 - comparison.noise:
+        reason, ok = f"slower than HEAD beyond the noise ({comparison.speedup:.3f}x)", False
+    elif require_speedup and comparison.speedup < require_speedup:
+        reason, ok = f"speedup {comparison.speedup:.2f}x below the required {require_speedup}x", False
+    else:
+        reason, ok = f"correct; {comparison.speedup:.2f}x over {comparison.rounds} interleaved rounds", True
+    return OpVerdict(op=problem.path, ok=ok, reason=reason, result=result, comparison=comparison)

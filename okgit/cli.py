@@ -156,7 +156,7 @@ def cmd_bench_kernelbench(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from okgit.doctor import checks, checks_text
 
-    found = checks(model=args.model)
+    found = checks(model=args.model, api_base=args.api_base)
     _emit(args, [c.model_dump(mode="json") for c in found], checks_text(found))
     return 0
 
@@ -237,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("doctor", cmd_doctor, "what is installed and usable")
     p.add_argument("--model", help="also check this model with one tiny call")
+    p.add_argument("--api-base", help="OpenAI-compatible endpoint for --model")
     return parser
 
 

@@ -42,10 +42,10 @@ class Check(BaseModel):
     detail: str
 
 
-def checks(model: str | None = None) -> list[Check]:
+def checks(model: str | None = None, api_base: str | None = None) -> list[Check]:
     found = [_python(), *_torch(), _nvcc(), _triton(), _interpreter(), _modal(), _model_keys()]
     if model:
-        found.append(_ping(model))
+        found.append(_ping(model, api_base))
     return found
 
 
@@ -120,12 +120,12 @@ def _model_keys() -> Check:
     return Check(name="model keys", ok=False, detail="none set: the offline templates proposer is used")
 
 
-def _ping(model: str) -> Check:
+def _ping(model: str, api_base: str | None) -> Check:
+    from okgit.llm import ping
+
     name = f"model {model}"
-    if importlib.util.find_spec("okgit.llm") is None:
-        return Check(name=name, ok=False, detail="unavailable: this build has no okgit.llm")
     try:
-        reply = importlib.import_module("okgit.llm").ping(model)
+        reply = ping(model, api_base=api_base)
     except Exception as e:  # any provider error is a finding, not a crash
         return Check(name=name, ok=False, detail=" ".join(str(e).split())[:200] or type(e).__name__)
     return Check(name=name, ok=True, detail=str(reply) if reply else "answered")

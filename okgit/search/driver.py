@@ -101,7 +101,8 @@ class Search:
                 duplicates = 0
                 self.seen.add(key)
                 self.step(proposal)
-            if self.stop_reason:
+            # A proposer may return None because a budget ran out inside its own call.
+            if self.stop_reason or self.should_stop():
                 break
         for proposer in proposers:
             finish = getattr(proposer, "finish", None)

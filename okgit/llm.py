@@ -1,0 +1,219 @@
+"""The one door to language models: litellm, offline and quiet, with okgit's own retry loop.
+
+litellm is imported lazily (it takes seconds and is only needed with --model). Its cost map
+is read from the installed package, never fetched, and its debug output is silenced so that
+nothing it prints corrupts the terminal view. Its retries are off: okgit retries transient
+failures itself (timeouts, rate limits, 5xx) with backoff, and turns everything else into a
+one-line OkgitError.
+
+Prompts are versioned text files in okgit/prompts; `render` fills one into chat messages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import string
+import time
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from pydantic import BaseModel
+
+from okgit.errors import OkgitError
+
+Message = dict[str, str]
+
+
+class Completion(BaseModel):
+    text: str
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    cost_known: bool = True  # False: no price for this model; cost_usd is 0, not the truth
+    latency_s: float = 0.0
+
+
+class LLMAuthError(OkgitError):
+    """The provider refused the credentials: nothing later in the run can succeed."""
+
+
+@lru_cache(maxsize=1)
+def _litellm() -> Any:
+    debug = bool(os.environ.get("OKGIT_DEBUG"))  # leaves litellm's own logging as configured
+    # Both must be set before the import: the cost map is loaded at import time.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    if not debug:
+        os.environ.setdefault("LITELLM_LOG", "CRITICAL")
+    import litellm
+
+    litellm.telemetry = False  # older litellm versions phone home unless told not to
+    litellm.num_retries = 0
+    if not debug:
+        litellm.suppress_debug_info = True  # the "Provider List" / "Give Feedback" banners
+        for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx"):
+            logger = logging.getLogger(name)
+            logger.setLevel(logging.CRITICAL)
+            logger.propagate = False
+    return litellm
+
+
+def resolve_model(model: str, api_base: str | None) -> str:
+    """An endpoint given by --api-base speaks the OpenAI protocol unless the model names a provider."""
+    if not api_base:
+        return model
+    try:
+        _litellm().get_llm_provider(model)
+        return model
+    except Exception:  # litellm raises BadRequestError for a name without a provider
+        return f"openai/{model}"
+
+
+def _api_key(model: str, api_base: str | None, api_key: str | None) -> str | None:
+    key = api_key or os.environ.get("OKGIT_API_KEY")
+    if key:
+        return key
+    # A local OpenAI-compatible server (vLLM, Ollama, llama.cpp) needs no key, but the OpenAI
+    # client refuses to start without one, and litellm reports that as a 500.
+    if api_base and model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
+        return "no-key"
+    return None  # litellm reads the provider's variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...)
+
+
+def _redact(text: str, key: str | None) -> str:
+    """Error text fit for a terminal and a journal: no secret in it, no colour codes, one line."""
+    secrets = {key} | {v for k, v in os.environ.items() if k.endswith(("_API_KEY", "_TOKEN"))}
+    for secret in secrets:
+        if secret and len(secret) >= 8:
+            text = text.replace(secret, "***")
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # litellm colours some messages
+    return " ".join(text.split())[:300]
+
+
+def _retryable(err: Exception) -> bool:
+    lt = _litellm()
+    fatal = (lt.AuthenticationError, lt.PermissionDeniedError, lt.BadRequestError, lt.NotFoundError)
+    if isinstance(err, fatal):
+        return False  # includes ContextWindowExceededError, a BadRequestError
+    transient = (lt.Timeout, lt.RateLimitError, lt.APIConnectionError, lt.InternalServerError, lt.ServiceUnavailableError)
+    if isinstance(err, transient):
+        return True
+    status = getattr(err, "status_code", None)
+    return isinstance(status, int) and (status >= 500 or status == 429)
+
+
+def _cost(response: Any, model: str, resolved: str, prices: dict[str, dict[str, float]], prompt: int, completion: int) -> tuple[float, bool]:
+    for name in (model, resolved, resolved.split("/", 1)[-1]):  # as the user wrote it, or as litellm names it
+        if name in prices:
+            p = prices[name]
+            return prompt * p.get("input", 0.0) + completion * p.get("output", 0.0), True
+    try:
+        return float(_litellm().completion_cost(completion_response=response, model=resolved)), True
+    except Exception:  # an unknown model: litellm raises rather than guess
+        return 0.0, False
+
+
+def complete(
+    messages: list[Message],
+    *,
+    model: str,
+    api_base: str | None = None,
+    api_key: str | None = None,
+    timeout_s: float = 180.0,
+    max_retries: int = 3,
+    backoff_s: float = 2.0,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    prices: dict[str, dict[str, float]] | None = None,
+    mock_response: Any = None,
+) -> Completion:
+    """One chat completion. Transient failures are retried; others raise a one-line OkgitError.
+
+    `prices` (model -> {"input", "output"} dollars per token, from config) win over litellm's
+    cost map. `mock_response` is litellm's scripted reply, for tests.
+    """
+    lt = _litellm()
+    resolved = resolve_model(model, api_base)
+    key = _api_key(resolved, api_base, api_key)
+    kwargs: dict[str, Any] = {"model": resolved, "messages": messages, "timeout": timeout_s, "num_retries": 0}
+    for name, value in (("api_base", api_base), ("api_key", key), ("temperature", temperature),
+                        ("max_tokens", max_tokens), ("mock_response", mock_response)):
+        if value is not None:
+            kwargs[name] = value
+    last = ""
+    for attempt in range(max_retries + 1):
+        started = time.monotonic()
+        try:
+            response = lt.completion(**kwargs)
+        except Exception as e:  # litellm maps every provider's errors onto its own types
+            last = _redact(f"{type(e).__name__}: {e}", key)
+            if isinstance(e, (lt.AuthenticationError, lt.PermissionDeniedError)):
+                raise LLMAuthError(f"model {model}: credentials refused ({last}); set the provider's key or OKGIT_API_KEY") from None
+            if not _retryable(e):
+                raise OkgitError(f"model {model}: {last}") from None
+            if attempt < max_retries:
+                # Exponential backoff with jitter, so parallel runs do not retry in lockstep.
+                time.sleep(backoff_s * (2**attempt) * (0.5 + random.random()))
+            continue
+        latency = time.monotonic() - started
+        text = response.choices[0].message.content or ""
+        usage = getattr(response, "usage", None)
+        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+        cost, known = _cost(response, model, resolved, prices or {}, prompt_tokens, completion_tokens)
+        return Completion(
+            text=text, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+            cost_usd=cost, cost_known=known, latency_s=round(latency, 3),
+        )
+    raise OkgitError(f"model {model}: gave up after {max_retries + 1} tries: {last}")
+
+
+def ping(model: str, api_base: str | None = None) -> str:
+    """One tiny call, for `okgit doctor`: a line saying the model answers, or an OkgitError."""
+    c = complete(
+        [{"role": "user", "content": "Reply with the single word: ok"}],
+        model=model, api_base=api_base, timeout_s=30.0, max_retries=1, max_tokens=5,
+    )
+    price = f"${c.cost_usd:.6f}" if c.cost_known else "price unknown"
+    return f"{model}: answered {c.text.strip()[:20]!r} in {c.latency_s:.1f} s ({c.prompt_tokens}+{c.completion_tokens} tokens, {price})"
+
+
+# ---- prompts -------------------------------------------------------------------------------
+
+USER_MARK = "=== user ==="
+
+
+@lru_cache(maxsize=None)
+def prompt_text(name: str) -> str:
+    """The text of okgit/prompts/<name>.txt, e.g. "generator_triton.v1"."""
+    try:
+        return resources.files("okgit").joinpath("prompts", f"{name}.txt").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise OkgitError(f"no prompt named {name} in okgit/prompts") from None
+
+
+def render(name: str, **fields: Any) -> list[Message]:
+    """Fill a prompt's $placeholders; the part above the '=== user ===' line is the system message.
+
+    An empty field reads "(none)" so that every section of a prompt stays in place.
+    """
+    values = {k: (str(v).strip() if v not in (None, "", [], {}) else "(none)") for k, v in fields.items()}
+    try:
+        text = string.Template(prompt_text(name)).substitute(values)
+    except KeyError as e:
+        raise OkgitError(f"prompt {name}: no value for ${e.args[0]}") from None
+    system, sep, user = text.partition(USER_MARK)
+    if not sep:
+        return [{"role": "user", "content": text.strip()}]
+    return [{"role": "system", "content": system.strip()}, {"role": "user", "content": user.strip()}]
+
+
+def recommended_models() -> list[dict[str, Any]]:
+    """okgit/data/models.json: a few models worth starting with, their strengths and cost tier."""
+    text = resources.files("okgit").joinpath("data", "models.json").read_text(encoding="utf-8")
+    return json.loads(text)["models"]

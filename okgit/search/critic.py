@@ -1,0 +1,169 @@
+"""The critic: a separate role that reads a correct candidate's measurements and says what
+limits it. It never writes code; the generator gets its diagnosis in the next prompt.
+
+Also the plain-text views of measurements (result, profile, hardware) that every prompt uses,
+so that the generator, the critic and the intent planner see the same figures.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Literal, Optional, TypeVar
+
+from pydantic import BaseModel, ValidationError, field_validator
+
+from okgit.eval.types import EvalResult, ProfileData
+from okgit.llm import Completion, Message, render
+from okgit.search.extract import extract_json
+from okgit.search.types import Attempt, Context
+
+T = TypeVar("T")
+# The proposer's way of asking a model: (role, messages, cand, parse) -> (reply, parsed or None).
+Ask = Callable[[str, list[Message], Optional[str], Callable[[str], Optional[T]]], tuple[Optional[Completion], Optional[T]]]
+
+BOTTLENECKS = ("memory", "compute", "latency", "unknown")
+CONFIDENCE_WORDS = {"very high": 0.9, "high": 0.8, "medium": 0.5, "moderate": 0.5, "low": 0.2, "very low": 0.1}
+
+
+def _number(value: Any) -> float | None:
+    """1.5, "1.5", "1.5x", "~40%" -> a float (percentages as fractions); None when absent."""
+    if value is None or isinstance(value, (int, float)):
+        return None if value is None else float(value)
+    m = re.search(r"-?\d+(?:\.\d+)?", str(value))
+    if not m:
+        return None
+    number = float(m.group())
+    return number / 100 if "%" in str(value) else number
+
+
+class Diagnosis(BaseModel):
+    bottleneck_type: Literal["memory", "compute", "latency", "unknown"] = "unknown"
+    roofline_position: float | None = None
+    specific_issue: str
+    recommendation: str
+    estimated_headroom: float | None = None
+    confidence: float = 0.5
+
+    @field_validator("bottleneck_type", mode="before")
+    @classmethod
+    def _bottleneck(cls, v: Any) -> str:
+        text = str(v or "").lower()
+        return next((b for b in BOTTLENECKS if b in text), "unknown")  # "memory-bound" -> memory
+
+    @field_validator("roofline_position", "estimated_headroom", mode="before")
+    @classmethod
+    def _numbers(cls, v: Any) -> float | None:
+        return _number(v)
+
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _confidence(cls, v: Any) -> float:
+        if isinstance(v, str) and v.strip().lower() in CONFIDENCE_WORDS:
+            return CONFIDENCE_WORDS[v.strip().lower()]
+        number = _number(v)
+        return 0.5 if number is None else min(max(number, 0.0), 1.0)
+
+    def text(self) -> str:
+        lines = [
+            f"bottleneck: {self.bottleneck_type}"
+            + (f", at {self.roofline_position:.0%} of the roofline" if self.roofline_position else ""),
+            f"issue: {self.specific_issue}",
+            f"recommendation: {self.recommendation}",
+        ]
+        if self.estimated_headroom:
+            lines.append(f"estimated headroom: {self.estimated_headroom:g}x (confidence {self.confidence:.1f})")
+        return "\n".join(lines)
+
+
+def parse_diagnosis(text: str) -> Diagnosis | None:
+    value = extract_json(text)
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        value = value[0]
+    if not isinstance(value, dict):
+        return None
+    try:
+        return Diagnosis.model_validate(value)
+    except ValidationError:
+        return None
+
+
+REASK = (
+    "That reply was not one valid JSON object with the keys bottleneck_type, roofline_position, "
+    "specific_issue, recommendation, estimated_headroom, confidence. Reply with only that JSON object."
+)
+
+
+def diagnose(ask: Ask, ctx: Context, attempt: Attempt, hardware: str) -> Diagnosis | None:
+    """Ask the critic about a correct candidate; re-ask once on a malformed reply, then give up."""
+    messages = render(
+        "critic.v1",
+        op_name=ctx.problem.name,
+        reference_source=ctx.problem.source,
+        cand=attempt.cand,
+        candidate_source=attempt.proposal.source,
+        evaluation=describe_result(attempt.result),
+        profile=describe_profile(attempt.result.profile),
+        hardware=hardware,
+    )
+    reply, diagnosis = ask("critic", messages, attempt.cand, parse_diagnosis)
+    if diagnosis is None and reply is not None:
+        retry = [*messages, {"role": "assistant", "content": reply.text}, {"role": "user", "content": REASK}]
+        _, diagnosis = ask("critic", retry, attempt.cand, parse_diagnosis)
+    if diagnosis is None:
+        ctx.log("note", message=f"critic gave no usable diagnosis of {attempt.cand}; going on without one")
+        return None
+    ctx.log("diagnosis", cand=attempt.cand, **diagnosis.model_dump())
+    return diagnosis
+
+
+# ---- the measurements as prompt text ---------------------------------------------------------
+
+
+def describe_result(result: EvalResult) -> str:
+    lines = [f"status: {result.status.value}"]
+    if result.error:
+        lines.append(f"failed gate: {result.error.gate}\nmessage: {result.error.message.strip()[-2000:]}")  # a traceback ends with its cause
+    if result.max_abs_error is not None or result.max_rel_error is not None:
+        lines.append(f"max abs difference: {result.max_abs_error}, max rel difference: {result.max_rel_error}")
+    if result.timed and result.runtime_us is not None:
+        lines.append(
+            f"runtime: {result.runtime_us:.2f} us vs reference {result.ref_runtime_us or 0:.2f} us "
+            f"(speedup {result.speedup or 0:.2f}x)"
+        )
+    elif result.correct:
+        lines.append(f"not timed on this device ({result.device}): correctness only")
+    if result.shapes:
+        lines.append(f"shapes checked: {result.shapes}")
+    return "\n".join(lines)
+
+
+def describe_profile(profile: ProfileData | None) -> str:
+    if profile is None:
+        return "not measured on this device"
+    fields = profile.model_dump(exclude={"top_kernels", "raw"}, exclude_none=True)
+    lines = [f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}" for k, v in fields.items()]
+    for k in profile.top_kernels[:5]:
+        lines.append(f"kernel {k.name}: {k.time_us:.2f} us x{k.calls}" + (" (custom)" if k.custom else " (library)"))
+    return "\n".join(lines)
+
+
+def describe_hardware(ctx: Context) -> str:
+    figures = {**ctx.reference.hardware, **ctx.hardware}
+    lines = [f"device: {ctx.device}"] + [f"{k}: {v}" for k, v in figures.items() if v not in (None, "")]
+    if ctx.device == "cpu":
+        lines.append("no GPU here: Triton runs under its interpreter on CPU tensors; correctness is checked, speed is not")
+    return "\n".join(lines)
+
+
+def describe_reference(ctx: Context) -> str:
+    ref = ctx.reference
+    lines = []
+    if ref.runtime_us is not None and ref.timed:
+        lines.append(f"reference runtime: {ref.runtime_us:.2f} us")
+    if ref.shapes:
+        lines.append(f"shapes checked: {ref.shapes}")
+    if ref.flags:
+        lines.append(f"flags pinned in both arms: {ref.flags}")
+    if ref.profile:
+        lines.append(describe_profile(ref.profile))
+    return "\n".join(lines) or "not timed on this device"

@@ -1,0 +1,113 @@
+"""`okgit traces export`: a run's model calls as training records (prompt, completion, reward).
+
+Reads traces.jsonl (llm and candidate records) and journal.jsonl of each run. A generator
+call is rewarded by what its candidate did in the evaluator:
+
+    -1      no usable code, compile error, incorrect, rejected, crashed
+     0.1    correct, but not faster (or not timed: a CPU claims no speed)
+     s      correct and timed with speedup s > 1
+
+Other roles (critic, intents, reflection) are exported with reward null. Candidates are
+matched by source, so a reply that repeated an earlier candidate gets that candidate's result.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Protocol
+
+from okgit.errors import OkgitError
+from okgit.journal import read_jsonl
+from okgit.search.driver import source_key
+
+
+class RunStore(Protocol):
+    """What export needs of okgit.repo.Repo."""
+
+    runs_dir: Path
+
+    def run_dir(self, run_id: str) -> Path: ...
+
+
+def reward(result: dict[str, Any] | None) -> float:
+    if not result or not result.get("correct"):
+        return -1.0
+    speedup = result.get("speedup")
+    if result.get("timed") and speedup and speedup > 1.0:
+        return float(speedup)
+    return 0.1
+
+
+def run_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The training records of one run directory."""
+    traces, _ = read_jsonl(run_dir / "traces.jsonl")
+    journal, _ = read_jsonl(run_dir / "journal.jsonl")
+    started = next((e for e in journal if e.get("type") == "run_started"), {})
+    evaluated = {e.get("cand"): e for e in journal if e.get("type") == "evaluated"}
+    by_key: dict[str, dict[str, Any]] = {}
+    for rec in traces:
+        if rec.get("type") == "candidate" and isinstance(rec.get("source"), str):
+            # The trace's result is whole; the journal's evaluated event stands in for a run cut short.
+            result = rec.get("result") or evaluated.get(rec.get("cand"))
+            by_key.setdefault(source_key(rec["source"]), {**rec, "result": result})
+    out = []
+    for rec in traces:
+        if rec.get("type") != "llm":
+            continue
+        role = rec.get("role")
+        cand_rec = by_key.get(rec.get("source_key") or "")
+        result = cand_rec["result"] if cand_rec else None
+        if role == "generator":
+            if rec.get("source_key") and cand_rec is None:
+                continue  # its candidate was never evaluated (the run stopped first): no reward to give
+            value: float | None = reward(result)
+        else:
+            value = None
+        out.append({
+            "run": run_dir.name,
+            "op": started.get("op"),
+            "cand": cand_rec.get("cand") if cand_rec else rec.get("cand"),
+            "role": role,
+            "model": rec.get("model"),
+            "messages": rec.get("messages") or [],
+            "completion": rec.get("reply") or "",
+            "status": (result or {}).get("status") if role == "generator" else None,
+            "speedup": (result or {}).get("speedup") if role == "generator" else None,
+            "reward": value,
+            "prompt_tokens": (rec.get("usage") or {}).get("prompt_tokens"),
+            "completion_tokens": (rec.get("usage") or {}).get("completion_tokens"),
+            "cost_usd": rec.get("cost_usd"),
+        })
+    return out
+
+
+def export(repo: RunStore, run_id: str | None = None, fmt: str = "jsonl", out: str | Path | None = None) -> Path:
+    """Write the training records of one run (or every run) as JSONL or Parquet; the path written."""
+    if fmt not in ("jsonl", "parquet"):
+        raise OkgitError(f"traces export: unknown format {fmt} (jsonl or parquet)")
+    if run_id:
+        run_dir = Path(repo.run_dir(run_id))
+        if not (run_dir / "traces.jsonl").is_file():
+            raise OkgitError(f"run {run_id}: no traces.jsonl in {run_dir}")
+        dirs = [run_dir]
+    else:
+        root = Path(repo.runs_dir)
+        dirs = sorted(p for p in root.iterdir() if (p / "traces.jsonl").is_file()) if root.is_dir() else []
+        if not dirs:
+            raise OkgitError(f"no run with traces under {root}")
+    records = [r for d in dirs for r in run_records(d)]
+    target = Path(out) if out else (dirs[0] if run_id else Path(repo.runs_dir)) / f"training.{fmt}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise OkgitError("parquet export needs pyarrow: pip install 'okgit[parquet]'") from None
+        pq.write_table(pa.Table.from_pylist(records), target)
+    else:
+        with open(target, "w", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+    return target

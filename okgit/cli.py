@@ -48,7 +48,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         Path(args.path),
         flags=_flags(args),
         resume=args.resume,
-        on_event=None if args.json else printer(sys.stdout),
+        on_event=None if args.json or args.watch else printer(sys.stdout),
         watch=args.watch,
     )
     _emit(args, result.model_dump(mode="json"), result.summary())
@@ -120,7 +120,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from okgit.repo import Repo
     from okgit.tui.app import watch
 
-    watch(Repo.find(Path.cwd()).run_dir(args.run))
+    # A run directory copied from another machine is watched in place.
+    given = Path(args.run)
+    watch(given if (given / "journal.jsonl").is_file() else Repo.find(Path.cwd()).run_dir(args.run))
     return 0
 
 
@@ -207,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-speedup", type=float, metavar="X")
 
     p = command("watch", cmd_watch, "live terminal view of a run", json_flag=False)
-    p.add_argument("run")
+    p.add_argument("run", help="run id, or a run directory (e.g. copied from another machine)")
 
     p = command("traces", lambda a: _usage("traces needs a subcommand: export"), "training records from traces", json_flag=False)
     tsub = p.add_subparsers(dest="traces_command", metavar="SUBCOMMAND")

@@ -37,7 +37,7 @@ class JsonlWriter:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
-        return event
+        return json.loads(line)  # what readers of the file see: plain JSON, no pydantic objects
 
 
 def read_jsonl(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:

@@ -1,37 +1,98 @@
-"""Plain-mode progress: one line per stage, printed from journal events as they are written."""
+"""Plain-mode progress: one line per stage, printed from journal events as they are written.
+
+The printer folds events into the same RunView the watch view uses, so "iteration k of N",
+"best so far" and the dollars spent agree with `okgit watch`. Colour (rich) only on a terminal:
+a pipe or a CI log gets plain text.
+"""
 
 from __future__ import annotations
 
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
+
+from rich.text import Text
+
+from okgit.tui.state import RunView, fmt_error, fmt_speed, fmt_us, plain
+
+STATUS_STYLE = {"correct": "green", "incorrect": "red", "compile_error": "magenta", "rejected": "yellow", "error": "red"}
+INDENT = "        "  # result lines sit under their "[k/N] cand" line
 
 
-def describe(event: dict[str, Any]) -> str | None:
-    t = event["type"]
+def _standing(view: RunView) -> str:
+    """Best so far and money spent, appended to every result line."""
+    if view.timed:
+        best = view.best_speedup()
+        lead = max((c for c in view.candidates.values() if c.correct and c.timed and c.speedup),
+                   key=lambda c: c.speedup or 0.0, default=None)
+        standing = f"best {fmt_speed(best)} ({lead.cand})" if lead else "best: none correct yet"
+    else:
+        standing = f"{sum(c.correct for c in view.candidates.values())} correct so far (untimed)"
+    return standing + (f" | ${view.cost_usd:.4f}" if view.cost_usd else "")
+
+
+def describe(event: dict[str, Any], view: RunView) -> Text | None:
+    """The line for `event`, given `view` with the event already folded in; None prints nothing."""
+    t = event.get("type")
     if t == "run_started":
-        return f"run {event['run']}: {event['op']} on {event['device']} ({event['backend']}, {event['mode']})"
+        model = f", {view.model}" if view.model else ""
+        budget = f", {view.iterations} iterations" if view.iterations else ""
+        return Text.assemble(("okgit ", "bold"), f"run {view.run}: {view.op} on {view.device} ({view.backend}, {view.mode}{model}{budget})")
     if t == "reference":
-        if event.get("timed"):
-            return f"baseline: {event['runtime_us']:.1f} us"
-        return f"baseline: correct on {event['device']}; timings are not claimed on a CPU"
-    if t == "evaluated":
-        speed = f" {event['speedup']:.2f}x" if event.get("speedup") else ""
-        err = f" ({event['error']['gate']}: {event['error']['message'][:100]})" if event.get("error") else ""
-        return f"  {event['cand']}: {event['status']}{speed}{err}"
+        if event.get("timed") and event.get("runtime_us") is not None:
+            return Text.assemble(("baseline ", "bold"), f"{event['runtime_us']:.1f} us on {event.get('device')}")
+        return Text.assemble(("baseline ", "bold"), f"correct on {event.get('device')}; timings are not claimed there")
     if t == "proposal":
-        return f"{event['cand']} {event['origin']}: {event.get('intent') or ''}".rstrip()
+        c = view.candidates[str(event.get("cand"))]
+        total = f"/{view.iterations}" if view.iterations else ""
+        return Text.assemble((f"[{view.evaluated + 1}{total}] ", "bold"), f"{c.cand} {c.origin}" + (f": {c.intent}" if c.intent else ""))
+    if t == "evaluated":
+        c = view.candidates[str(event.get("cand"))]
+        line = Text(INDENT)
+        line.append(c.status, style=STATUS_STYLE.get(c.status, ""))
+        if c.timed and c.speedup is not None:
+            line.append(f" {fmt_speed(c.speedup)} ({fmt_us(c.runtime_us)} us)")
+        if c.error:
+            line.append(f" {fmt_error(c.error, 100)}", style="dim")
+        line.append(f" | {_standing(view)}", style="dim")
+        return line
     if t == "accepted":
-        return f"  tagged {event['tag']}"
-    if t in ("note", "interrupted"):
-        return event.get("message") or f"interrupted ({event.get('reason')})"
+        return Text(f"{INDENT}tagged {event.get('tag')}", style="dim")
+    if t == "diagnosis":
+        return Text(f"{INDENT}critic: {event.get('specific_issue') or event.get('bottleneck_type')}"
+                    + (f" -> {event['recommendation']}" if event.get("recommendation") else ""), style="italic")
+    if t == "llm_call" and event.get("ok") is False:
+        return Text(f"{INDENT}llm {event.get('role')} call to {event.get('model')} failed", style="yellow")
+    if t == "note":
+        return Text(str(event.get("message", "")))
+    if t == "interrupted":
+        return Text(f"interrupted ({event.get('reason')})", style="bold red")
     if t == "gate":
-        return f"final gate {event['name']} on {event.get('cand')}: {'passed' if event['passed'] else 'failed'} {event.get('detail', '')}".rstrip()
+        passed = bool(event.get("passed"))
+        return Text.assemble(f"final gate {event.get('name')} on {event.get('cand')}: ",
+                             ("passed" if passed else "failed", "green" if passed else "red"),
+                             f" ({event['detail']})" if event.get("detail") else "")
     return None
 
 
 def printer(stream: IO[str]) -> Callable[[dict[str, Any]], None]:
+    view = RunView()
+    console = None
+    if stream.isatty():
+        from rich.console import Console
+
+        console = Console(file=stream, highlight=False, soft_wrap=True)
+
     def on_event(event: dict[str, Any]) -> None:
-        line = describe(event)
-        if line:
-            print(line, file=stream, flush=True)
+        try:
+            view.apply([event])
+            line = describe(plain(event), view)
+        except Exception as e:  # noqa: BLE001 (a progress line is never worth stopping the run it reports)
+            line = Text(f"(progress: cannot show a {event.get('type')} event: {type(e).__name__}: {e})", style="dim")
+        if line is None:
+            return
+        if console:
+            console.print(line)
+        else:
+            print(line.plain, file=stream, flush=True)
 
     return on_event

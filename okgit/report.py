@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from okgit.eval.types import Comparison
 from okgit.search.types import Attempt, Context
 
@@ -20,6 +22,20 @@ def _us(x: float | None) -> str:
 
 def _speed(x: float | None) -> str:
     return f"{x:.2f}x" if x is not None else "-"
+
+
+def _figures(run_dir: Path, winner: str | None) -> list[str]:
+    """The figures section: PNGs beside report.md, drawn from the journal by okgit.figures."""
+    from okgit.figures import write_figures
+    from okgit.journal import iter_events
+
+    try:
+        paths = write_figures(run_dir, list(iter_events(run_dir / "journal.jsonl")), winner=winner)
+    except Exception as e:  # noqa: BLE001 (a figure is never worth losing the report of a finished run)
+        return ["", "## Figures", "", f"Figures could not be drawn: {type(e).__name__}: {e}"]
+    if not paths:
+        return []
+    return ["", "## Figures", ""] + [f"![{p.stem}]({p.name})" for p in paths]
 
 
 def write_report(space, ctx: Context, result, winner: Attempt | None, comparison: Comparison | None, diff: str) -> None:
@@ -71,6 +87,7 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
         note = f"{a.result.error.gate}: {a.result.error.message}" if a.result.error else (a.tag or "")
         note = note.replace("|", "\\|").replace("\n", " ")[:160]
         lines.append(f"| {a.cand} | {a.proposal.origin} | {a.result.status.value} | {_speed(a.result.speedup)} | {_us(a.result.runtime_us)} | {note} |")
+    lines += _figures(space.run_dir, winner.cand if winner else None)
     if diff:
         lines += [
             "", "## Apply", "",

@@ -1,0 +1,143 @@
+"""`okgit watch RUN`: a live terminal view of one run, fed only by its run directory.
+
+The view polls journal.jsonl and traces.jsonl on a timer, so the same code shows a finished
+run, a live one, and a run directory copied from another machine. It is its own process and
+only reads: quitting it never touches the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import DataTable, Footer, Sparkline
+
+from okgit.tui.sources import Sources, Tail
+from okgit.tui.state import RunView, fmt_speed
+from okgit.tui.widgets import (
+    AgentLog,
+    DiffView,
+    ExperimentTable,
+    IntentTree,
+    ProfilePanel,
+    StatusBar,
+)
+
+
+class WatchApp(App[None]):
+    TITLE = "okgit watch"
+    CSS = """
+    #status { height: 1; background: $boost; }
+    #left { width: 3fr; }
+    #right { width: 2fr; }
+    #spark, ExperimentTable, AgentLog, ProfilePanel, IntentTree, #diff-box { border: round $primary-darken-1; }
+    #spark { height: 5; }
+    ExperimentTable { height: 1fr; }
+    AgentLog { height: 11; }
+    ProfilePanel { height: auto; max-height: 16; }
+    IntentTree { height: 10; }
+    #diff-box { height: 1fr; }
+    DiffView { width: auto; }  /* long lines scroll sideways instead of wrapping mid-diff */
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "quit"),
+        Binding("f", "toggle_failures", "failures only"),
+        Binding("j", "cursor(1)", "down", show=False),
+        Binding("k", "cursor(-1)", "up", show=False),
+    ]
+
+    def __init__(self, run_dir: Path, poll_s: float = 0.5) -> None:
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.poll_s = poll_s
+        self.journal = Tail(self.run_dir / "journal.jsonl")
+        self.sources = Sources(self.run_dir / "traces.jsonl")
+        self.view = RunView(run=self.run_dir.name)
+        self.failures_only = False
+        self.selected: str | None = None  # chosen with enter; until then the best candidate
+        self._drawn_version = -1
+
+    def compose(self) -> ComposeResult:
+        # Widgets are kept as attributes, not queried: a poll that fires while the app shuts
+        # down must not trip over panels already unmounted.
+        self.status = StatusBar(id="status")
+        self.spark = Sparkline([], id="spark")
+        self.table = ExperimentTable(id="table")
+        self.log_panel = AgentLog(id="log")
+        self.profile = ProfilePanel(id="profile")
+        self.intents = IntentTree(id="intents")
+        self.diff = DiffView(id="diff")
+        self.diff_box = VerticalScroll(self.diff, id="diff-box")
+        yield self.status
+        with Horizontal():
+            with Vertical(id="left"):
+                yield self.spark
+                yield self.table
+                yield self.log_panel
+            with Vertical(id="right"):
+                yield self.profile
+                yield self.intents
+                yield self.diff_box
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.table.border_title = "experiments (enter: select)"
+        self.log_panel.border_title = "agent log"
+        self.intents.border_title = "intents (priority)"
+        self.diff_box.border_title = "diff against the base"
+        self.poll()
+        self.set_interval(self.poll_s, self.poll)
+        self.table.focus()
+
+    def poll(self) -> None:
+        self.view.apply(self.journal.poll())
+        sources_changed = self.sources.poll()
+        self.status.show(self.view)  # every tick: elapsed time moves on its own
+        if self.view.version != self._drawn_version or sources_changed:
+            self._drawn_version = self.view.version
+            self.redraw()
+
+    def redraw(self) -> None:
+        view = self.view
+        points = view.progress()
+        # A leading zero pins the scale at 0, so bar heights compare to each other honestly
+        # (the Sparkline otherwise stretches min..max, and one point fills the box).
+        self.spark.data = [0.0, *points] if points else []
+        if view.timed:
+            self.spark.border_title = f"best speedup over {len(points)} candidates: {fmt_speed(view.best_speedup())}"
+        else:
+            self.spark.border_title = f"correct candidates (untimed): {int(points[-1]) if points else 0} of {len(points)}"
+        self.table.sync(view, self.failures_only)
+        self.intents.sync(view)
+        self.intents.display = bool(view.intents)  # offline runs have none: give the room to the diff
+        self.log_panel.sync(view)
+        self.show_selected()
+
+    def show_selected(self) -> None:
+        cand = self.selected or self.view.winner
+        c = self.view.candidates.get(cand) if cand else None
+        self.profile.show(c, self.view)
+        self.profile.border_title = f"profile of {cand}" if c else "profile"
+        self.diff.show(self.sources.diff(cand) if c else "")
+
+    def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
+        self.selected = str(message.row_key.value)
+        self.show_selected()
+
+    def action_toggle_failures(self) -> None:
+        self.failures_only = not self.failures_only
+        self.table.border_title = "experiments: failures only (f: all)" if self.failures_only else "experiments (enter: select)"
+        self.table.sync(self.view, self.failures_only)
+
+    def action_cursor(self, step: int) -> None:
+        if step > 0:
+            self.table.action_cursor_down()
+        else:
+            self.table.action_cursor_up()
+
+
+def watch(run_dir: Path) -> None:
+    WatchApp(run_dir).run()

@@ -1,0 +1,41 @@
+"""Figures beside report.md: drawn from journal events, skipped when their numbers are missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from okgit.figures import write_figures
+from okgit.journal import iter_events
+from okgit.report import _figures
+
+JOURNALS = Path(__file__).parent / "journals"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def events(run: str) -> list[dict]:
+    return list(iter_events(JOURNALS / run / "journal.jsonl"))
+
+
+def test_a_timed_run_gets_speedup_and_roofline(tmp_path):
+    paths = write_figures(tmp_path, events("gpu-optimized"))
+    assert [p.name for p in paths] == ["speedup.png", "roofline.png"]
+    assert all(p.read_bytes().startswith(PNG) for p in paths)
+
+
+def test_an_untimed_run_gets_no_roofline(tmp_path):
+    assert [p.name for p in write_figures(tmp_path, events("cpu-failures"))] == ["speedup.png"]
+
+
+def test_missing_numbers_skip_figures_instead_of_guessing(tmp_path):
+    assert write_figures(tmp_path, []) == []
+    no_peaks = [dict(e, hardware={"device": "cuda"}) if e["type"] == "reference" else e for e in events("gpu-optimized")]
+    assert [p.name for p in write_figures(tmp_path, no_peaks)] == ["speedup.png"]
+
+
+def test_report_embeds_the_figures(tmp_path):
+    (tmp_path / "journal.jsonl").write_text((JOURNALS / "gpu-optimized" / "journal.jsonl").read_text())
+    assert _figures(tmp_path, "c005") == ["", "## Figures", "", "![speedup](speedup.png)", "![roofline](roofline.png)"]
+    assert (tmp_path / "roofline.png").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _figures(empty, None) == []

@@ -171,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, handler: Callable[[argparse.Namespace], int], help: str, json_flag: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.set_defaults(handler=handler)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
         if json_flag:
             p.add_argument("--json", action="store_true", help="machine-readable output")
         return p

@@ -1,0 +1,278 @@
+"""Parametric autotuning of the Triton kernels in the current best file (the user's own too).
+
+The source is parsed, not run: `@triton.jit` kernels and their `tl.constexpr` parameters,
+launch sites `kernel[grid](..., BLOCK=128, num_warps=2)`, and module constants whose names
+say they are launch settings (`*BLOCK*`, `*TILE*`, `*CHUNK*`, `*WARPS*`, `*STAGES*`,
+`*GROUP*`, `*PROGRAMS*`, as the template proposer writes them). Each variant changes one
+setting and is an ordinary complete file, so the evaluator times exactly one configuration
+per file (no triton.autotune inside proposals: its own timing would hide in the first call).
+
+Order: the nearest values first (a factor of 2 before 4), settings interleaved, so the cheap,
+likely wins come first; blocks above the padded problem size and GEMM tiles that cannot fit
+in shared memory are pruned, and a best already near its roofline floor is left alone. When
+a variant becomes the new best, the neighbourhood of that one is explored next (hill climb).
+When a literal block size also appears in the launch's grid expression (`cdiv(n, 1024)`),
+both change together so the grid stays derived from the block.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from dataclasses import dataclass
+
+from okgit.search.graph import Unsupported, input_extent
+from okgit.search.types import Context, Proposal
+
+WARPS = (1, 2, 4, 8, 16)
+STAGES = (1, 2, 3, 4, 5)
+GROUPS = (1, 4, 8, 16)
+MIN_BLOCK = 16
+MAX_VARIANTS = 24  # per parent file
+SHARED_BYTES = 200 * 1024  # GEMM tiles above this (fp32, all stages) do not fit an H100/H200 SM
+ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left to tune
+SETTING = re.compile(r"BLOCK|TILE|CHUNK|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
+
+
+@dataclass
+class Site:
+    """One launch setting in the source and where to write a new value."""
+
+    name: str  # "FUSED_ROWS_0_TILE" or "kernel.BLOCK_SIZE"
+    kind: str  # block | warps | stages | group | programs
+    value: int
+    spans: list[tuple[int, int]]  # source offsets holding the value (grid literals included)
+    insert_at: int | None = None  # absent keyword: where ", name=value" goes
+    keyword: str = ""
+    kernel: str = ""
+
+
+def _kind(name: str) -> str | None:
+    up = name.upper()
+    if "WARPS" in up:
+        return "warps"
+    if "STAGES" in up:
+        return "stages"
+    if "GROUP" in up:
+        return "group"
+    if "PROGRAMS" in up:
+        return "programs"
+    if SETTING.search(up):
+        return "block"
+    return None
+
+
+class _Offsets:
+    """ast (line, byte column) positions to string offsets."""
+
+    def __init__(self, source: str) -> None:
+        self.lines = source.splitlines(keepends=True)
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+
+    def __call__(self, lineno: int, col: int) -> int:
+        line = self.lines[lineno - 1]
+        return self.starts[lineno - 1] + len(line.encode()[:col].decode(errors="ignore"))
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return self(node.lineno, node.col_offset), self(node.end_lineno, node.end_col_offset)
+
+
+def _is_jit(fn: ast.FunctionDef) -> bool:
+    for d in fn.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        if isinstance(target, ast.Attribute) and target.attr == "jit" or isinstance(target, ast.Name) and target.id == "jit":
+            return True
+    return False
+
+
+def _is_autotuned(fn: ast.FunctionDef) -> bool:
+    return any(isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "autotune" for d in fn.decorator_list)
+
+
+def _constexprs(fn: ast.FunctionDef) -> set[str]:
+    return {a.arg for a in fn.args.args if a.annotation is not None and "constexpr" in ast.unparse(a.annotation)}
+
+
+def _int(node: ast.AST | None) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    return None
+
+
+def find_sites(source: str) -> list[Site]:
+    """Every launch setting the source exposes."""
+    tree = ast.parse(source)
+    at = _Offsets(source)
+    sites: list[Site] = []
+    for node in tree.body:  # module constants
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name):
+            value, kind = _int(node.value), _kind(target.id)
+            if value is not None and kind is not None and value > 0:
+                sites.append(Site(target.id, kind, value, [at.span(node.value)]))
+    kernels = {fn.name: fn for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and _is_jit(fn) and not _is_autotuned(fn)}
+    seen: dict[str, int] = {}
+    for fn in (f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)):
+        for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call)):
+            sub = call.func
+            if not (isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) and sub.value.id in kernels):
+                continue
+            kernel = sub.value.id
+            seen[kernel] = seen.get(kernel, 0) + 1
+            label = kernel if seen[kernel] == 1 else f"{kernel}#{seen[kernel]}"
+            grid = _grid_exprs(fn, sub.slice, call)
+            constexprs = _constexprs(kernels[kernel])
+            present = set()
+            for kw in call.keywords:
+                value = _int(kw.value)
+                present.add(kw.arg)
+                if value is None or kw.arg is None:
+                    continue
+                kind = {"num_warps": "warps", "num_stages": "stages"}.get(kw.arg) or (
+                    _kind(kw.arg) if kw.arg in constexprs and value & (value - 1) == 0 else None
+                )
+                if kind is None:
+                    continue
+                spans = [at.span(kw.value)]
+                if kind == "block":  # the same literal in the grid moves with it
+                    spans += [at.span(c) for g in grid for c in ast.walk(g) if _int(c) == value]
+                sites.append(Site(f"{label}.{kw.arg}", kind, value, spans, kernel=kernel))
+            last = (call.keywords[-1].value if call.keywords else call.args[-1]) if (call.keywords or call.args) else None
+            if last is not None:
+                end = at(last.end_lineno, last.end_col_offset)
+                pipelined = any(isinstance(n, ast.For) for n in ast.walk(kernels[kernel]))
+                for kw, kind, default in (("num_warps", "warps", 4), ("num_stages", "stages", 3)):
+                    if kw not in present and (kind == "warps" or pipelined):
+                        sites.append(Site(f"{label}.{kw}", kind, default, [], insert_at=end, keyword=kw, kernel=kernel))
+    return sites
+
+
+def _grid_exprs(fn: ast.FunctionDef, grid: ast.AST, call: ast.Call) -> list[ast.AST]:
+    """The grid expression of a launch, following a local name to its last assignment."""
+    if isinstance(grid, ast.Name):
+        assigns = [
+            n.value for n in ast.walk(fn)
+            if isinstance(n, ast.Assign) and n.lineno < call.lineno and any(isinstance(t, ast.Name) and t.id == grid.id for t in n.targets)
+        ]
+        return assigns[-1:]
+    return [grid]
+
+
+def _candidates(site: Site, cap_numel: int, cap_dim: int) -> list[int]:
+    v = site.value
+    if site.kind == "warps":
+        pool = WARPS
+    elif site.kind == "stages":
+        pool = STAGES
+    elif site.kind == "group":
+        pool = GROUPS
+    elif site.kind == "programs":
+        pool = tuple(v * f for f in (0.25, 0.5, 2, 4) if 32 <= v * f <= 4096)
+    else:
+        if v & (v - 1):  # not a power of two: not ours to move
+            return []
+        tile_dim = re.search(r"(^|_)(M|N|K|N_MAX|CHUNK)$", site.name.split(".")[-1].upper())
+        cap = _pow2_ceil(cap_dim if tile_dim else cap_numel)
+        pool = tuple(int(v * f) for f in (0.5, 2, 0.25, 4) if MIN_BLOCK <= v * f <= max(cap, MIN_BLOCK))
+    others = [int(p) for p in pool if int(p) != v]
+    # nearest first; on a tie the larger (realistic GPU sizes favour bigger tiles)
+    return sorted(others, key=lambda p: (max(p / v, v / p), -p))
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _fits(sites: list[Site], changed: Site, value: int) -> bool:
+    """GEMM tiles (fp32, every stage buffered) must fit in shared memory."""
+    prefix = changed.name.rsplit("_", 2)[0] if "_BLOCK_" in changed.name or "_NUM_" in changed.name else None
+    if prefix is None:
+        return True
+    cur = {s.name: s.value for s in sites if s.name.startswith(prefix)}
+    cur[changed.name] = value
+    bm, bn, bk = (cur.get(f"{prefix}_BLOCK_{d}") for d in "MNK")
+    if None in (bm, bn, bk):
+        return True
+    stages = cur.get(f"{prefix}_NUM_STAGES", 2)
+    return (bm * bk + bk * bn) * 4 * max(stages, 1) <= SHARED_BYTES
+
+
+def apply(source: str, site: Site, value: int) -> str:
+    if site.insert_at is not None:
+        return source[: site.insert_at] + f", {site.keyword}={value}" + source[site.insert_at :]
+    out = source
+    for start, end in sorted(site.spans, reverse=True):
+        out = out[:start] + str(value) + out[end:]
+    return out
+
+
+def variants(source: str, cap_numel: int, cap_dim: int) -> list[tuple[Site, int]]:
+    """One-setting changes of source, nearest first, settings interleaved."""
+    sites = find_sites(source)
+    per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim) if _fits(sites, s, v)] for s in sites]
+    out: list[tuple[Site, int]] = []
+    for rank in range(max((len(p) for p in per_site), default=0)):
+        out += [p[rank] for p in per_site if rank < len(p)]
+    return out[:MAX_VARIANTS]
+
+
+def _key(source: str) -> str:
+    return hashlib.sha256(source.strip().encode()).hexdigest()[:16]
+
+
+class AutotuneProposer:
+    """Variants of the best file's launch settings, one setting at a time, around each new best."""
+
+    name = "autotune"
+
+    def __init__(self) -> None:
+        self._queue: list[tuple[str, str | None, Site, int]] = []
+        self._bases: set[str] = set()
+        self._proposed: set[str] = set()
+        self._extent: tuple[int, int] | None = None
+
+    def propose(self, ctx: Context) -> Proposal | None:
+        best = ctx.best
+        profile = best.result.profile if best else None
+        if profile is not None and (profile.roofline_position or 0.0) >= ROOFLINE_DONE:
+            return None
+        self._refill(ctx, ctx.best_source, best.cand if best else None)
+        if ctx.problem.source != ctx.best_source:
+            self._refill(ctx, ctx.problem.source, None)  # the user's own kernels, if any
+        while self._queue:
+            base, parent, site, value = self._queue.pop(0)
+            source = apply(base, site, value)
+            key = _key(source)
+            if key in self._proposed:
+                continue
+            self._proposed.add(key)
+            old = "unset" if site.insert_at is not None else site.value
+            return Proposal(
+                source=source,
+                origin=f"autotune:{parent or 'reference'}",
+                intent=f"Launch with {site.name}={value} (was {old}).",
+                parent=parent,
+                meta={"setting": site.name, "value": value, "previous": site.value, "kind": site.kind, "kernel": site.kernel},
+            )
+        return None
+
+    def _refill(self, ctx: Context, source: str, parent: str | None) -> None:
+        key = _key(source)
+        if key in self._bases:
+            return
+        self._bases.add(key)
+        self._proposed.add(key)
+        if self._extent is None:
+            try:
+                self._extent = input_extent(ctx.problem)
+            except Unsupported:
+                self._extent = (1 << 31, 1 << 16)  # sizes unknown: no size pruning
+        try:
+            found = variants(source, *self._extent)
+        except SyntaxError:
+            return
+        # a new best's neighbourhood goes first: that is where the next gain is likeliest
+        self._queue[:0] = [(source, parent, site, value) for site, value in found]

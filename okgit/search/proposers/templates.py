@@ -1,0 +1,829 @@
+"""The offline proposer: the reference's graph, cut into fusion groups, rendered from templates.
+
+Each fusion group (okgit.search.graph.partition) becomes one template under okgit/templates:
+
+| group      | template                 | covers                                                    |
+|------------|--------------------------|-----------------------------------------------------------|
+| pointwise  | pointwise.py.tmpl        | elementwise chains, parameters and broadcasts included    |
+| rows       | rows.py.tmpl             | reductions / normalisations over some dims, per row       |
+| scalar     | scalar*.py.tmpl          | reductions to one value (losses), two-stage, no atomics   |
+| gemm       | gemm.py.tmpl             | matmul / linear with its elementwise epilogue fused       |
+
+What the groups leave (convolutions, vendor GEMMs, unknown ops) stays a PyTorch call in the
+rewritten forward. A proposal is the reference file with the kernels inserted before the
+model class and `forward` rewritten (or `ModelNew(Model)` where the file defines ModelNew),
+so `get_inputs`, the knobs and the parameters are the reference's own.
+
+Each group's launch configuration is a set of module constants (`FUSED_ROWS_0_TILE`, ...),
+annotated so they are not mistaken for shape knobs; the autotune proposer varies them.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from dataclasses import dataclass
+from importlib import resources
+from string import Template
+
+import torch
+
+from okgit.search.graph import Graph, Group, Node, Unsupported, capture, partition
+from okgit.search.types import Context, Proposal
+
+TEMPLATE_DIR = resources.files("okgit") / "templates"
+
+
+def render(template: str, **params: str) -> str:
+    """A template with its $params; a placeholder alone on a line takes a block, indented."""
+    out: list[str] = []
+    for line in (TEMPLATE_DIR / template).read_text().splitlines():
+        m = re.fullmatch(r"(\s*)\$\{?(\w+)\}?", line)
+        if m and m.group(2) in params:
+            out.extend(m.group(1) + b if b else b for b in params[m.group(2)].splitlines())
+        else:
+            out.append(Template(line).substitute(params))
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise primitives in Triton (all arithmetic in fp32)
+
+OPS = {
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}", "neg": "-{0}",
+    "abs": "tl.abs({0})", "exp": "tl.exp({0})", "log": "tl.log({0})", "sqrt": "tl.sqrt({0})",
+    "rsqrt": "tl.rsqrt({0})", "sigmoid": "tl.sigmoid({0})", "tanh": "_tanh({0})",
+    "relu": "tl.maximum({0}, 0.0)", "erf": "tl.erf({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
+    "floor": "tl.floor({0})", "ceil": "tl.ceil({0})", "log1p": "_log1p({0})", "expm1": "_expm1({0})",
+    "log2": "tl.log2({0})", "exp2": "tl.exp2({0})",
+    "sign": "tl.where({0} > 0, 1.0, tl.where({0} < 0, -1.0, 0.0))",
+    "maximum": "tl.maximum({0}, {1})", "minimum": "tl.minimum({0}, {1})",
+    "gt": "{0} > {1}", "ge": "{0} >= {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
+    "eq": "{0} == {1}", "ne": "{0} != {1}", "and": "({0}) & ({1})", "or": "({0}) | ({1})",
+    "not": "{0} == 0", "where": "tl.where({0}, {1}, {2})",
+}
+HELPERS = {"_tanh": "helper_tanh.py.tmpl", "_log1p": "helper_log1p.py.tmpl", "_expm1": "helper_expm1.py.tmpl", "_pow": "helper_pow.py.tmpl"}
+TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.int32: "tl.int32", torch.int64: "tl.int64"}
+NEUTRAL = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax": 'float("-inf")', "argmin": 'float("inf")'}
+COMBINE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}
+
+
+def literal(v) -> str:
+    if isinstance(v, bool):
+        return repr(v)
+    if isinstance(v, float):
+        if math.isinf(v):
+            return 'float("inf")' if v > 0 else 'float("-inf")'
+        if math.isnan(v):
+            return 'float("nan")'
+        return repr(v)
+    if isinstance(v, int):
+        return repr(v)
+    raise Unsupported(f"constant {v!r}")
+
+
+def prod(terms: list[str]) -> str:
+    terms = [t for t in terms if t != "1"]
+    return " * ".join(terms) if terms else "1"
+
+
+# ---------------------------------------------------------------------------------------------
+# One kernel's code: sizes, loads, expressions, reductions
+
+
+@dataclass
+class Leaf:
+    node: Node  # the value as the group reads it
+    base: Node  # the tensor handed to the launcher (the node itself, or what a view reads)
+    bmap: tuple  # base dims -> domain dims
+    arg: str  # launcher argument
+    ptr: str  # kernel pointer argument
+
+
+class Scope:
+    """A block of kernel code. `row` is where per-row values go (hoisted out of tile loops)."""
+
+    def __init__(self, parent: Scope | None, flat: str, mask: str | None, row: Scope | None = None, row_leaves: Scope | None = None) -> None:
+        self.parent, self.flat, self.mask = parent, flat, mask
+        self.row = row  # every per-row value goes there
+        self.row_leaves = row_leaves or row  # per-row loads go there
+        self.lines: list[str] = []
+        self.memo: dict[int, str] = {}
+
+    def lookup(self, n: Node) -> str | None:
+        s: Scope | None = self
+        while s is not None:
+            if id(n) in s.memo:
+                return s.memo[id(n)]
+            s = s.parent
+        return None
+
+
+class KernelCode:
+    def __init__(self, g: Group, leaves: dict[int, Leaf], dom: list[str], helpers: set[str]) -> None:
+        self.g, self.leaves, self.dom, self.helpers = g, leaves, dom, helpers
+        self.sizes: dict[str, str] = {}  # runtime size expression -> kernel argument
+        self.count = 0
+        self.reduce_tile: str | None = None  # one-pass reductions: "axis=1, keep_dims=True" or "axis=0"
+        self.gemm_value = "acc"
+
+    @property
+    def covered(self) -> list[int]:
+        return [k for k, d in enumerate(self.dom) if d != "1"]
+
+    def size(self, expr: str) -> str:
+        if expr == "1":
+            return "1"
+        if expr not in self.sizes:
+            self.sizes[expr] = f"s{len(self.sizes)}"
+        return self.sizes[expr]
+
+    def _runs(self, dims: list[int]) -> list[list[int]]:
+        cov = self.covered
+        if sorted(dims) != dims:
+            raise Unsupported("permuted operand")
+        runs: list[list[int]] = []
+        for d in dims:
+            if runs and cov.index(d) == cov.index(runs[-1][-1]) + 1:
+                runs[-1].append(d)
+            else:
+                runs.append([d])
+        return runs
+
+    def index(self, bmap: tuple, flat: str) -> str:
+        """Offset into a broadcast operand whose dims sit on domain dims `bmap`, at `flat`."""
+        dims = [d for d in bmap if d is not None and self.dom[d] != "1"]
+        if not dims:
+            return "0"
+        runs = self._runs(dims)
+        terms = []
+        for i, run in enumerate(runs):
+            t = flat
+            inner = prod([self.dom[k] for k in self.covered if k > run[-1]])
+            if inner != "1":
+                t = f"({t} // {self.size(inner)})"
+            if any(k < run[0] for k in self.covered):
+                t = f"({t} % {self.size(prod([self.dom[k] for k in run]))})"
+            stride = prod([self.dom[k] for r in runs[i + 1 :] for k in r])
+            if stride != "1":
+                t = f"{t} * {self.size(stride)}"
+            terms.append(t)
+        return " + ".join(terms)
+
+    def radix(self, var: str, dims: list[int]) -> str:
+        """Domain offset of position `var` in the row-major enumeration of `dims`."""
+        dims = [d for d in dims if self.dom[d] != "1"]
+        runs = self._runs(dims)
+        terms = []
+        for i, run in enumerate(runs):
+            t = var
+            later = [self.dom[k] for r in runs[i + 1 :] for k in r]
+            if later:
+                t = f"({t} // {self.size(prod(later))})"
+            if i > 0:
+                t = f"({t} % {self.size(prod([self.dom[k] for k in run]))})"
+            stride = prod([self.dom[k] for k in self.covered if k > run[-1]])
+            if stride != "1":
+                t = f"{t} * {self.size(stride)}"
+            terms.append(t)
+        return " + ".join(terms) if terms else "0"
+
+    # values ----------------------------------------------------------------------------------
+    def emit(self, scope: Scope, code: str, n: Node | None = None) -> str:
+        var = f"v{self.count}"
+        self.count += 1
+        scope.lines.append(f"{var} = {code}")
+        if n is not None:
+            scope.memo[id(n)] = var
+        return var
+
+    def value(self, n: Node, scope: Scope) -> str:
+        hit = scope.lookup(n)
+        if hit is not None:
+            return hit
+        if not self.g.full(n):
+            if scope.row is not None:
+                return self.value(n, scope.row)
+            if scope.row_leaves is not None and id(n) in self.leaves:
+                return self.value(n, scope.row_leaves)
+        if n.kind == "view" and self.g.computes(n):
+            var = self.value(n.args[0], scope)
+            scope.memo[id(n)] = var
+            return var
+        return self.emit(scope, self.expr(n, scope), n)
+
+    def arg(self, a, scope: Scope) -> str:
+        return self.value(a, scope) if isinstance(a, Node) else literal(a)
+
+    def expr(self, n: Node, scope: Scope) -> str:
+        if id(n) in self.leaves:
+            leaf = self.leaves[id(n)]
+            idx = self.index(leaf.bmap, scope.flat)
+            if idx == "0":
+                code = f"tl.load({leaf.ptr})"
+            else:
+                code = f"tl.load({leaf.ptr} + {idx}, mask={scope.mask}, other=0)"
+            return code + ".to(tl.float32)" if n.dtype.is_floating_point else code
+        if n is self.g.gemm:
+            return self.gemm_value
+        if n.kind == "iota":
+            return self.index((n.dims[0],), scope.flat)
+        if n.kind == "count":
+            return "red_count"
+        if n.kind == "reduce":
+            return self.reduce_one_pass(n, scope)
+        if n.kind != "op":
+            raise Unsupported(f"cannot compute {n.kind} {n.op} in a kernel")
+        args = [self.arg(a, scope) for a in n.args]
+        if n.op == "pow":
+            return self.pow(args, n.args[1])
+        if n.op == "cast":
+            return self.cast(args[0], n.args[0], n.dtype)
+        if n.op not in OPS:
+            raise Unsupported(f"no Triton form for {n.op}")
+        code = OPS[n.op]
+        for h in HELPERS:
+            if code.startswith(h + "("):
+                self.helpers.add(h)
+        return code.format(*args)
+
+    def pow(self, args: list[str], exponent) -> str:
+        x, p = args
+        if isinstance(exponent, (int, float)) and float(exponent).is_integer() and abs(exponent) <= 4:
+            e = int(exponent)
+            if e == 0:
+                return f"tl.where({x} == {x}, 1.0, 1.0)"
+            body = " * ".join([x] * abs(e))
+            return body if e > 0 else f"1.0 / ({body})"
+        if exponent == 0.5:
+            return f"tl.sqrt({x})"
+        self.helpers.add("_pow")
+        return f"_pow({x}, {p})"
+
+    def cast(self, x: str, src: Node, dtype: torch.dtype) -> str:
+        if dtype == torch.bool:
+            return f"{x} != 0"
+        if dtype.is_floating_point:
+            if dtype == torch.float32:
+                return f"{x}.to(tl.float32)"
+            return f"{x}.to({TL_DTYPE[dtype]}).to(tl.float32)"  # round as torch would
+        return f"{x}.to({TL_DTYPE[dtype]})"
+
+    def as_float(self, n: Node, var: str) -> str:
+        return var if n.dtype.is_floating_point else f"{var}.to(tl.float32)"
+
+    def reduce_one_pass(self, n: Node, scope: Scope) -> str:
+        if self.reduce_tile is None:
+            raise Unsupported("reduction outside a reduction kernel")
+        x = n.args[0]
+        v = self.as_float(x, self.value(x, scope))
+        masked = f"tl.where({scope.mask}, {v}, {NEUTRAL[n.op]})"
+        if n.op in COMBINE:
+            return f"{COMBINE[n.op]}({masked}, {self.reduce_tile})"
+        return f"tl.{n.op}({masked}, {self.reduce_tile})"
+
+    # stores ----------------------------------------------------------------------------------
+    def placement(self, n: Node) -> str:
+        """'full' (one element per domain element) or 'row' (one per kept position)."""
+        dims = sorted(d for d in self.g.smap[id(n)] if d is not None and self.dom[d] != "1")
+        if dims == self.covered:
+            return "full"
+        if dims == [d for d in self.covered if d not in self.g.red] and self.g.red:
+            return "row"
+        raise Unsupported("an output that is neither elementwise nor per row")
+
+
+def indent(lines: list[str], n: int = 4) -> list[str]:
+    return [" " * n + ln if ln else ln for ln in lines]
+
+
+# ---------------------------------------------------------------------------------------------
+# Groups -> kernels and launchers
+
+
+@dataclass
+class Rendered:
+    name: str  # launcher
+    source: str  # kernels + launcher
+    tunables: dict[str, int]
+    args: list[str]  # forward expressions passed to the launcher
+    outputs: list[Node]
+    description: str
+
+
+class Lowering:
+    """Renders the partitioned graph: kernels, launchers and the new forward."""
+
+    def __init__(self, graph: Graph, items: list) -> None:
+        self.graph, self.items = graph, items
+        self.helpers: set[str] = set()
+        self.names: dict[int, str] = {}  # node -> forward expression
+        self.lines: list[str] = []  # forward body
+        self.counter = 0
+        self.materialized = {id(n) for it in items if isinstance(it, Group) for n in it.outputs}
+        self.materialized |= {id(it) for it in items if isinstance(it, Node)}
+        self.materialized |= {id(n) for n in graph.nodes if n.is_leaf}
+        for n in graph.nodes:
+            if n.kind == "input":
+                self.names[id(n)] = n.op
+            elif n.kind == "param":
+                self.names[id(n)] = "self" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in n.op.split("."))
+
+    # forward ---------------------------------------------------------------------------------
+    def fresh(self) -> str:
+        self.counter += 1
+        return f"t{self.counter - 1}"
+
+    def tensor(self, n: Node) -> str:
+        """A forward expression for n's tensor; unit-dim views of tensors become reshapes."""
+        if id(n) in self.names:
+            return self.names[id(n)]
+        if n.kind == "view":
+            src = self.tensor(n.args[0])
+            dims = iter([j for j, s in enumerate(n.args[0].shape) if s != 1])
+            shape = ", ".join(f"{src}.shape[{next(dims)}]" if s != 1 else "1" for s in n.shape)
+            var = self.fresh()
+            self.lines.append(f"{var} = {src}.reshape({shape}{',' if len(n.shape) == 1 else ''})")
+            self.names[id(n)] = var
+            return var
+        raise Unsupported(f"{n.kind} {n.op} is needed as a tensor")
+
+    def pyarg(self, a, device: str) -> str:
+        if isinstance(a, Node):
+            return self.tensor(a)
+        if isinstance(a, (list, tuple)):
+            inner = ", ".join(self.pyarg(x, device) for x in a)
+            return f"[{inner}]"
+        if isinstance(a, torch.device):
+            return device
+        if isinstance(a, (torch.dtype, torch.layout, torch.memory_format)):
+            return str(a)
+        if a is None or isinstance(a, str):
+            return repr(a)
+        return literal(a)
+
+    def extern(self, n: Node) -> None:
+        if n.op == "getitem":
+            var = self.fresh()
+            self.lines.append(f"{var} = {self.tensor(n.args[0])}[{n.args[1]}]")
+            self.names[id(n)] = var
+            return
+        device = f"{self.graph.forward_args[0]}.device"  # the first input's
+        args = [self.pyarg(a, device) for a in n.args] + [f"{k}={self.pyarg(v, device)}" for k, v in n.kwargs.items()]
+        var = self.fresh()
+        self.lines.append(f"{var} = {public_name(n)}({', '.join(args)})")
+        self.names[id(n)] = var
+
+    def forward(self, entry_args: str) -> str:
+        self.rendered: list[Rendered] = []
+        for k, it in enumerate(self.items):
+            if isinstance(it, Node):
+                if id(it) in self.names:  # a tuple-returning op already bound
+                    continue
+                if isinstance(it.args[0], Node) and it.op == "getitem" and id(it.args[0]) not in self.names:
+                    self.extern(it.args[0])
+                self.extern(it)
+                continue
+            r = self.group(it, k)
+            self.rendered.append(r)
+            outs = [self.fresh() for _ in r.outputs]
+            self.lines.append(f"# {r.description}")
+            self.lines.append(f"{', '.join(outs)} = {r.name}({', '.join(r.args)})")
+            for n, v in zip(r.outputs, outs):
+                self.names[id(n)] = v
+        rets = []
+        for o in self.graph.outputs:
+            if o.is_leaf:
+                raise Unsupported("the forward returns an input unchanged")
+            rets.append(self.tensor(o))
+        ret = ", ".join(rets) if self.graph.tuple_output else rets[0]
+        body = "\n".join(indent(self.lines + [f"return {ret}"], 8))
+        return f"    def forward({entry_args}):\n{body}\n"
+
+    # groups ----------------------------------------------------------------------------------
+    def group(self, g: Group, k: int) -> Rendered:
+        name = f"fused_{g.kind}_{k}"
+        leaves: dict[int, Leaf] = {}
+        args: list[str] = []
+        params: list[str] = []
+        for n in g.leaves:
+            base, bmap = n, g.smap[id(n)]
+            while base.kind == "view" and id(base) not in self.materialized:
+                bmap, base = _source_map(base, bmap), base.args[0]
+            arg = f"in{len(args)}"
+            leaves[id(n)] = Leaf(n, base, bmap, arg, f"{arg}_ptr")
+            args.append(self.tensor(base))
+            params.append(f"{arg}_ptr")
+        dom = self.domain(g, leaves)
+        code = KernelCode(g, leaves, dom, self.helpers)
+        lowered = {"pointwise": self.pointwise, "rows": self.rows, "scalar": self.scalar, "gemm": self.gemm}[g.kind]
+        return lowered(g, name, code, leaves, args, params)
+
+    def domain(self, g: Group, leaves: dict[int, Leaf]) -> list[str]:
+        """Each domain dim as a launcher variable taken from a leaf dim that spans it, or 1."""
+        dom, self._dom_src = [], []
+        for d, size in enumerate(g.shape):
+            src = ("a.shape[0]", "b.shape[1]")[d] if g.gemm is not None else None
+            for leaf in leaves.values():
+                if src is None and d in leaf.bmap:
+                    src = f"{leaf.arg}.shape[{leaf.bmap.index(d)}]"
+            if src is None and size != 1:
+                raise Unsupported("a domain dim no operand spans")
+            dom.append(f"d{d}" if src is not None else "1")
+            if src is not None:
+                self._dom_src.append((f"d{d}", src))
+        return dom
+
+    def prepare(self, leaves: dict[int, Leaf], outputs: list[Node], code: KernelCode, g: Group, device: str) -> tuple[list[str], list[str]]:
+        """Launcher lines before the launch, and the output names."""
+        lines = [f"{leaf.arg} = {leaf.arg}.contiguous()" for leaf in leaves.values()]
+        lines += [f"{d} = {src}" for d, src in self._dom_src]
+        outs = []
+        for i, n in enumerate(outputs):
+            m = g.smap[id(n)]
+            shape = [code.dom[d] if d is not None else "1" for d in m]
+            shape_code = ", ".join(shape) + ("," if len(shape) == 1 else "")
+            lines.append(f"out{i} = torch.empty(({shape_code}), device={device}, dtype={n.dtype})")
+            outs.append(f"out{i}")
+        return lines, outs
+
+    def _common(self, name: str, g: Group, code: KernelCode, leaves, args, params, device):
+        prep, outs = self.prepare(leaves, g.outputs, code, g, device)
+        ptrs = params + [f"{o}_ptr" for o in outs]
+        sig = "\n".join(f"{p}," for p in ptrs + list(code.sizes.values()))
+        call = "\n".join(f"{a}," for a in [leaf.arg for leaf in leaves.values()] + outs + list(code.sizes))
+        launcher_args = ", ".join(leaf.arg for leaf in leaves.values())
+        returns = ", ".join(outs)
+        return prep, outs, sig, call, launcher_args, returns
+
+    def _stores(self, code: KernelCode, g: Group, full: Scope, row: Scope | None, outs: list[str], only: str | None = None) -> None:
+        for n, o in zip(g.outputs, outs):
+            where = code.placement(n)
+            if only is not None and where != only:
+                continue
+            scope = full if where == "full" else row
+            v = code.value(n, scope)
+            if where == "full":
+                scope.lines.append(f"tl.store({o}_ptr + {scope.flat}, {v}, mask={scope.mask})")
+            elif scope.mask is None:
+                scope.lines.append(f"tl.store({o}_ptr, {v})")
+            else:
+                scope.lines.append(f"tl.store({o}_ptr + row, {v}, mask=row_mask)")
+
+    def pointwise(self, g, name, code, leaves, args, params) -> Rendered:
+        body = Scope(None, "flat", "mask")
+        outs = [f"out{i}" for i in range(len(g.outputs))]
+        self._stores(code, g, body, None, outs)
+        device = f"{next(iter(leaves.values())).arg}.device"
+        prep, outs, sig, call, largs, returns = self._common(name, g, code, leaves, args, params, device)
+        src = render(
+            "pointwise.py.tmpl", name=name, NAME=name.upper(), params=sig, body="\n".join(body.lines),
+            args=largs, doc=describe(g), prepare="\n".join(prep), numel=prod(code.dom) if any(d != "1" for d in code.dom) else "1",
+            call_args=call, returns=returns,
+        )
+        numel = math.prod(g.shape)
+        tun = {f"{name.upper()}_BLOCK": 1024 if numel >= 1 << 20 else 256, f"{name.upper()}_NUM_WARPS": 4}
+        return Rendered(name, src, tun, args, g.outputs, describe(g))
+
+    def rows(self, g, name, code, leaves, args, params) -> Rendered:
+        kept = [d for d in code.covered if d not in g.red]
+        red = [d for d in code.covered if d in g.red]
+        row_offset = code.radix("row", kept)
+        col_offset = code.radix("col", red)
+        root = Scope(None, "base", "row_mask")
+        outs = [f"out{i}" for i in range(len(g.outputs))]
+        # one pass: the whole row in registers
+        code.reduce_tile = "axis=1, keep_dims=True"
+        one = Scope(root, "flat", "mask", row_leaves=root)
+        self._stores(code, g, one, one, outs)
+        # several passes: stream the row once per reduction level, then once to store
+        code.reduce_tile = None
+        multi = Scope(root, "base", "row_mask")
+        reduces = [n for n in g.nodes if n.kind == "reduce"]
+        levels = sorted({g.level(r.args[0]) for r in reduces})
+        for lv in levels:
+            self._pass(code, multi, [r for r in reduces if g.level(r.args[0]) == lv])
+        if any(code.placement(n) == "full" for n in g.outputs):
+            loop = Scope(multi, "flat", "mask", row=multi)
+            self._stores(code, g, loop, multi, outs, only="full")
+            multi.lines += ["for start in range(0, n_red, BLOCK_N):"] + indent(self._loop_head(col_offset) + loop.lines)
+        self._stores(code, g, multi, multi, outs, only="row")
+        device = f"{next(iter(leaves.values())).arg}.device"
+        prep, outs, sig, call, largs, returns = self._common(name, g, code, leaves, args, params, device)
+        src = render(
+            "rows.py.tmpl", name=name, NAME=name.upper(), params=sig, row_offset=row_offset,
+            prologue="\n".join(root.lines), col_offset=col_offset, one_pass="\n".join(one.lines),
+            multi_pass="\n".join(multi.lines) or "pass", args=largs, doc=describe(g), prepare="\n".join(prep),
+            n_rows=prod([code.dom[d] for d in kept]), n_red=prod([code.dom[d] for d in red]), call_args=call, returns=returns,
+        )
+        n_red = math.prod(g.shape[d] for d in g.red)
+        tun = {
+            f"{name.upper()}_TILE": 4096,
+            f"{name.upper()}_BLOCK_N_MAX": 8192,
+            f"{name.upper()}_CHUNK": 2048,
+            f"{name.upper()}_NUM_WARPS": 8 if n_red >= 2048 else 4,
+        }
+        return Rendered(name, src, tun, args, g.outputs, describe(g))
+
+    def _loop_head(self, col_offset: str) -> list[str]:
+        return [
+            "col = start + tl.arange(0, BLOCK_N)[None, :]",
+            "mask = row_mask & (col < n_red)",
+            f"flat = base + {col_offset}",
+        ]
+
+    def _pass(self, code: KernelCode, outer: Scope, reduces: list[Node]) -> None:
+        """One streamed pass over the row folding `reduces` into per-row values."""
+        col_offset = code.radix("col", [d for d in code.covered if d in code.g.red])
+        loop = Scope(outer, "flat", "mask", row=outer)
+        inits, updates, finals = [], [], []
+        for r in reduces:
+            acc = f"acc{code.count}"
+            code.count += 1
+            v = code.as_float(r.args[0], code.value(r.args[0], loop))
+            w = f"tl.where(mask, {v}, {NEUTRAL[r.op]})"
+            shape = "[BLOCK_M, BLOCK_N]"
+            if r.op == "sum":
+                inits.append(f"{acc} = tl.zeros({shape}, dtype=tl.float32)")
+                updates.append(f"{acc} += {w}")
+                finals.append(f"tl.sum({acc}, axis=1, keep_dims=True)")
+            elif r.op in ("max", "min"):
+                inits.append(f"{acc} = tl.full({shape}, {NEUTRAL[r.op]}, tl.float32)")
+                updates.append(f"{acc} = tl.{r.op}imum({acc}, {w})")
+                finals.append(f"tl.{r.op}({acc}, axis=1, keep_dims=True)")
+            else:  # argmax / argmin: best value and its first column, per lane
+                better = ">" if r.op == "argmax" else "<"
+                inits += [f"{acc} = tl.full({shape}, {NEUTRAL[r.op]}, tl.float32)", f"{acc}_i = tl.zeros({shape}, dtype=tl.int32)"]
+                updates += [
+                    f"{acc}_w = {w}",
+                    f"{acc}_i = tl.where({acc}_w {better} {acc}, col, {acc}_i)",
+                    f"{acc} = tl.where({acc}_w {better} {acc}, {acc}_w, {acc})",
+                ]
+                best = "tl.max" if r.op == "argmax" else "tl.min"
+                finals.append(f"tl.min(tl.where({acc} == {best}({acc}, axis=1, keep_dims=True), {acc}_i, n_red), axis=1, keep_dims=True)")
+        outer.lines += inits
+        outer.lines += ["for start in range(0, n_red, BLOCK_N):"] + indent(self._loop_head(col_offset) + loop.lines + updates)
+        for r, f in zip(reduces, finals):
+            code.emit(outer, f, r)
+
+    def scalar(self, g, name, code, leaves, args, params) -> Rendered:
+        reduces = [n for n in g.nodes if n.kind == "reduce"]
+        if any(r.op.startswith("arg") for r in reduces):
+            raise Unsupported("arg-reduction over everything")
+        slot = {id(r): i for i, r in enumerate(reduces)}
+        levels = sorted({g.level(r.args[0]) for r in reduces})
+        outs = [f"out{i}" for i in range(len(g.outputs))]
+        passes = []  # (partial prologue, loop body, partial stores, final scope) per level
+        for lv in levels:
+            mine = [r for r in reduces if g.level(r.args[0]) == lv]
+            root = Scope(None, "0", None)
+            self._load_stats(code, root, reduces, slot, lv)
+            loop = Scope(root, "flat", "mask", row=root)
+            inits, updates, stores = [], [], []
+            for j, r in enumerate(mine):
+                v = code.as_float(r.args[0], code.value(r.args[0], loop))
+                w = f"tl.where(mask, {v}, {NEUTRAL[r.op]})"
+                if r.op == "sum":
+                    inits.append(f"acc{j} = tl.zeros([BLOCK], dtype=tl.float32)")
+                    updates.append(f"acc{j} += {w}")
+                else:
+                    inits.append(f"acc{j} = tl.full([BLOCK], {NEUTRAL[r.op]}, tl.float32)")
+                    updates.append(f"acc{j} = tl.{r.op}imum(acc{j}, {w})")
+                stores.append(f"tl.store(partials_ptr + {j} * programs + pid, {COMBINE[r.op]}(acc{j}, axis=0))")
+            fin = Scope(None, "0", None)
+            self._load_stats(code, fin, reduces, slot, lv)
+            for j, r in enumerate(mine):
+                part = code.emit(fin, f"tl.load(partials_ptr + {j} * programs + p, mask=pmask, other={NEUTRAL[r.op]})")
+                var = code.emit(fin, f"{COMBINE[r.op]}({part}, axis=0)", r)
+                fin.lines.append(f"tl.store(stats_ptr + {slot[id(r)]}, {var})")
+            passes.append((root.lines + inits, loop.lines + updates, stores, fin))
+        self._stores(code, g, passes[-1][3], passes[-1][3], outs, only="row")
+        apply = None
+        if any(code.placement(n) == "full" for n in g.outputs):
+            apply = Scope(None, "flat", "mask")
+            self._load_stats(code, apply, reduces, slot, max(levels) + 1)
+            self._stores(code, g, apply, None, outs, only="full")
+        device = f"{next(iter(leaves.values())).arg}.device"
+        prep, outs, sig, call, largs, returns = self._common(name, g, code, leaves, args, params, device)
+        call = " ".join(call.splitlines())
+        NAME = name.upper()
+        kernels, launches = [], []
+        for p, (prologue, body, stores, fin) in enumerate(passes):
+            kernels.append(render("scalar_partial.py.tmpl", name=f"{name}_p{p}", params=sig, npass=str(p), prologue="\n".join(prologue), body="\n".join(body), store="\n".join(stores)))
+            kernels.append(render("scalar_final.py.tmpl", name=f"{name}_f{p}", params=sig, npass=str(p), body="\n".join(fin.lines)))
+            launches.append(f"{name}_p{p}_kernel[(programs,)]({call} stats, partials, n_red, float(n_red), programs, BLOCK={NAME}_BLOCK, num_warps={NAME}_NUM_WARPS)")
+            launches.append(f"{name}_f{p}_kernel[(1,)]({call} stats, partials, float(n_red), programs, BLOCK_P=block_p)")
+        if apply is not None:
+            kernels.append(render("scalar_apply.py.tmpl", name=f"{name}_apply", params=sig, body="\n".join(apply.lines)))
+            launches.append(
+                f"{name}_apply_kernel[(triton.cdiv(n_red, {NAME}_BLOCK),)]({call} stats, n_red, float(n_red), "
+                f"BLOCK={NAME}_BLOCK, WIDE=n_red >= 2**31, num_warps={NAME}_NUM_WARPS)"
+            )
+        src = render(
+            "scalar.py.tmpl", name=name, NAME=NAME, kernels="\n\n\n".join(kernels), args=largs, doc=describe(g),
+            prepare="\n".join(prep), n_red=prod([code.dom[d] for d in code.covered if d in g.red]), device=device,
+            n_stats=str(len(reduces)), n_partials=str(max(sum(g.level(r.args[0]) == lv for r in reduces) for lv in levels)),
+            launches="\n".join(launches), returns=returns,
+        )
+        tun = {f"{NAME}_BLOCK": 4096, f"{NAME}_PROGRAMS": 512, f"{NAME}_NUM_WARPS": 8}
+        return Rendered(name, src, tun, args, g.outputs, describe(g))
+
+    def _load_stats(self, code: KernelCode, scope: Scope, reduces: list[Node], slot: dict, before: int) -> None:
+        """Statistics folded by earlier passes, read back from the stats buffer."""
+        for r in reduces:
+            if code.g.level(r.args[0]) < before:
+                code.emit(scope, f"tl.load(stats_ptr + {slot[id(r)]})", r)
+
+    def gemm(self, g, name, code, leaves, args, params) -> Rendered:
+        mm = g.gemm
+        a, b, bias = gemm_operands(mm)
+        if bias is not None:
+            m = _align_bias(bias, g.shape)
+            leaf = Leaf(bias, bias, m, f"in{len(args)}", f"in{len(args)}_ptr")
+            leaves[id(bias)] = leaf
+            g.smap[id(bias)] = m
+            args.append(self.tensor(bias))
+            params.append(leaf.ptr)
+            code.gemm_value = "acc + " + code.expr(bias, Scope(None, "flat", "mask"))
+        body = Scope(None, "flat", "mask")
+        outs = [f"out{i}" for i in range(len(g.outputs))]
+        self._stores(code, g, body, None, outs)
+        prep, outs, sig, call, largs, returns = self._common(name, g, code, leaves, args, params, "a.device")
+        a_expr = self.tensor(a)
+        b_expr = self.tensor(b) + (".t()" if mm.op.startswith("aten.linear") else "")
+        src = render(
+            "gemm.py.tmpl", name=name, NAME=name.upper(), params=sig, body="\n".join(body.lines),
+            args=", ".join(["a", "b"] + ([largs] if largs else [])), doc=describe(g), prepare="\n".join(prep),
+            call_args=call, returns=returns,
+        )
+        tun = {
+            f"{name.upper()}_BLOCK_M": 64, f"{name.upper()}_BLOCK_N": 64, f"{name.upper()}_BLOCK_K": 32,
+            f"{name.upper()}_GROUP_M": 8, f"{name.upper()}_NUM_WARPS": 4, f"{name.upper()}_NUM_STAGES": 3,
+        }
+        return Rendered(name, src, tun, [a_expr, b_expr] + args, g.outputs, describe(g))
+
+
+def gemm_operands(mm: Node) -> tuple[Node, Node, Node | None]:
+    """(A, B, bias) of a matmul-like extern, B as stored (linear's weight is B transposed)."""
+    op = mm.op.split(".")[1]
+    if op == "linear":
+        x, w = mm.args[0], mm.args[1]
+        bias = mm.args[2] if len(mm.args) > 2 and isinstance(mm.args[2], Node) else None
+        return x, w, bias
+    if op == "addmm":
+        beta = mm.kwargs.get("beta", mm.args[3] if len(mm.args) > 3 else 1)
+        alpha = mm.kwargs.get("alpha", mm.args[4] if len(mm.args) > 4 else 1)
+        if beta != 1 or alpha != 1:
+            raise Unsupported("scaled addmm")
+        return mm.args[1], mm.args[2], mm.args[0]
+    return mm.args[0], mm.args[1], None
+
+
+def _align_bias(bias: Node, shape: tuple[int, ...]) -> tuple:
+    off = len(shape) - len(bias.shape)
+    return tuple(None if s == 1 else off + j for j, s in enumerate(bias.shape))
+
+
+def _source_map(view: Node, view_map) -> tuple:
+    dims = iter([d for d, s in zip(view_map, view.shape) if s != 1])
+    return tuple(next(dims) if s != 1 else None for s in view.args[0].shape)
+
+
+PUBLIC = {
+    "aten.linear.default": "torch.nn.functional.linear",
+    "aten.conv1d.default": "torch.nn.functional.conv1d",
+    "aten.conv2d.default": "torch.nn.functional.conv2d",
+    "aten.conv3d.default": "torch.nn.functional.conv3d",
+    "aten.mm.default": "torch.mm",
+    "aten.bmm.default": "torch.bmm",
+    "aten.matmul.default": "torch.matmul",
+}
+
+
+def public_name(n: Node) -> str:
+    return PUBLIC.get(n.op, f"torch.ops.{n.op}")
+
+
+def describe(g: Group) -> str:
+    ops = [n.op for n in g.nodes if n.kind in ("op", "reduce")]
+    names = ", ".join(dict.fromkeys(ops)) or "copy"
+    what = {
+        "pointwise": "one elementwise pass",
+        "rows": f"one pass per row over dims {list(g.red)}",
+        "scalar": "a two-stage reduction to a scalar",
+        "gemm": "a Triton GEMM with the epilogue on its accumulator",
+    }[g.kind]
+    return f"{what} ({len(ops)} ops: {names})"
+
+
+# ---------------------------------------------------------------------------------------------
+# The op file
+
+
+def render_file(source: str, graph: Graph, items: list) -> tuple[str, list[str]]:
+    """The reference file with the kernels inserted and the entry's forward rewritten."""
+    tree = ast.parse(source)
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    model = classes["Model"]
+    fwd = next((f for f in model.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)
+    if fwd is None:
+        raise Unsupported("Model has no forward")
+    low = Lowering(graph, items)
+    forward = low.forward(ast.unparse(fwd.args))
+    if not low.rendered:
+        raise Unsupported("nothing for a Triton kernel")
+    helpers = [render(HELPERS[h]) for h in sorted(low.helpers)]
+    block = [
+        "# Kernels generated by okgit's template proposer. The annotated constants are launch",
+        "# settings (annotated so they are not taken for shape knobs); okgit's autotune varies them.",
+        *[f"{k}: int = {v}" for r in low.rendered for k, v in r.tunables.items()],
+        "",
+        "",
+        "\n\n\n".join(helpers + [r.source for r in low.rendered]),
+    ]
+    lines = source.splitlines()
+    if graph.entry == "ModelNew":
+        new = classes["ModelNew"]
+        start = (new.decorator_list[0].lineno if new.decorator_list else new.lineno) - 1
+        doc = '    """Model with its forward lowered to the Triton kernels above."""\n\n'
+        lines[start : new.end_lineno] = (f"class ModelNew(Model):\n{doc}{forward}").rstrip("\n").splitlines()
+    else:
+        start = (fwd.decorator_list[0].lineno if fwd.decorator_list else fwd.lineno) - 1
+        lines[start : fwd.end_lineno] = forward.rstrip("\n").splitlines()
+    first = min(c.lineno - len(c.decorator_list) for c in classes.values() if c.name in ("Model", "ModelNew")) - 1
+    lines[first:first] = "\n".join(block).splitlines() + ["", ""]
+    imported = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    names = {a.asname or a.name for n in imported for a in n.names}
+    missing = [line for line, name in (("import torch", "torch"), ("import triton", "triton"), ("import triton.language as tl", "tl")) if name not in names]
+    after = max((n.end_lineno for n in imported if n.end_lineno <= first), default=0)
+    lines[after:after] = missing
+    return "\n".join(lines) + "\n", low.rendered
+
+
+# ---------------------------------------------------------------------------------------------
+# The proposer
+
+
+def _origin(items: list) -> str:
+    parts = []
+    for it in items:
+        if isinstance(it, Group):
+            parts.append(it.kind)
+        elif it.gemm:
+            parts.append("vendor_gemm")
+        elif "conv" in it.op:
+            parts.append("vendor_conv")
+    return "template:" + "+".join(dict.fromkeys(parts))
+
+
+def _intent(rendered: list[Rendered], items: list) -> str:
+    kept = sorted({public_name(it) for it in items if isinstance(it, Node) and it.op != "getitem"})
+    fused = "; ".join(r.description for r in rendered)
+    return f"Fuse into Triton: {fused}" + (f"; keep {', '.join(kept)} in PyTorch." if kept else ".")
+
+
+class TemplatesProposer:
+    """Recognises the reference's computation and proposes fused Triton rewrites of it.
+
+    With a matmul in the graph there are two candidates: the vendor GEMM plus one fused
+    epilogue kernel first (cuBLAS beats a Triton GEMM in strict fp32), then a Triton GEMM
+    with the epilogue on its accumulator.
+    """
+
+    name = "templates"
+
+    def __init__(self) -> None:
+        self._queue: list[Proposal] | None = None
+        self._source: str | None = None
+
+    def propose(self, ctx: Context) -> Proposal | None:
+        if self._source != ctx.problem.source:
+            self._source = ctx.problem.source
+            self._queue = plan(ctx)
+        return self._queue.pop(0) if self._queue else None
+
+
+def plan(ctx: Context) -> list[Proposal]:
+    """Every template candidate for the reference, best expected first."""
+    try:
+        graph = capture(ctx.problem)
+    except Unsupported as e:
+        ctx.log("note", message=f"templates: {e}")
+        return []
+    out: list[Proposal] = []
+    for fuse_gemm in (False, True) if any(n.gemm for n in graph.nodes) else (False,):
+        try:
+            items = partition(graph, fuse_gemm=fuse_gemm)
+            source, rendered = render_file(ctx.problem.source, graph, items)
+        except Unsupported as e:
+            ctx.log("note", message=f"templates ({'Triton' if fuse_gemm else 'vendor'} GEMM): {e}")
+            continue
+        out.append(Proposal(
+            source=source,
+            origin=_origin(items),
+            intent=_intent(rendered, items),
+            parent=None,
+            meta={"kernels": [r.name for r in rendered], "tunables": {k: v for r in rendered for k, v in r.tunables.items()}},
+        ))
+    return out

@@ -1,0 +1,114 @@
+"""Test helper: run a candidate op file against its reference under the Triton interpreter.
+
+Stands in for the evaluator in the template/autotune/example tests: a subprocess with
+TRITON_INTERPRET=1 builds both models with the same seed, runs the reference in float64 and
+the candidate in its own dtype, and checks the fp32 tolerance (rtol 1e-4, atol 1e-4 *
+max|ref|), every output element written (allocations are poisoned), determinism across
+two calls, and that inputs are left unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SCRIPT = r'''
+import json, sys, types, torch
+
+def load(path, knobs):
+    mod = types.ModuleType("op")
+    mod.__file__ = path
+    code = compile(open(path).read(), path, "exec")
+    exec(code, mod.__dict__)
+    mod.__dict__.update(knobs)
+    return mod
+
+def check(ref_path, cand_path, knobs):
+    try:
+        return compare(ref_path, cand_path, knobs)
+    except Exception as e:
+        import traceback
+        return {"ok": False, "max_abs": None, "why": traceback.format_exc()[-3000:]}
+
+def compare(ref_path, cand_path, knobs):
+    ref, cand = load(ref_path, knobs), load(cand_path, knobs)
+    torch.manual_seed(0)
+    init = ref.get_init_inputs()
+    torch.manual_seed(1)
+    m_ref = ref.Model(*init)
+    torch.manual_seed(1)
+    m_cand = (cand.ModelNew if hasattr(cand, "ModelNew") else cand.Model)(*init)
+    m_cand.load_state_dict(m_ref.state_dict())
+    torch.manual_seed(2)
+    inputs = list(ref.get_inputs())
+    keep = [x.clone() for x in inputs]
+    wide = [x.double() if x.is_floating_point() else x for x in inputs]
+    with torch.no_grad():
+        want = m_ref.double()(*wide)
+        empty = torch.empty
+        # poisoned allocations: an output element the candidate never writes shows up as NaN
+        def poisoned(*a, **k):
+            t = empty(*a, **k)
+            return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
+        torch.empty = poisoned
+        try:
+            got = m_cand(*inputs)
+            again = m_cand(*inputs)
+        finally:
+            torch.empty = empty
+    want = want if isinstance(want, (tuple, list)) else [want]
+    got = got if isinstance(got, (tuple, list)) else [got]
+    again = again if isinstance(again, (tuple, list)) else [again]
+    report = {"ok": True, "max_abs": 0.0, "why": ""}
+    def fail(why):
+        report["ok"] = False
+        report["why"] = report["why"] or why
+    for w, g, a in zip(want, got, again):
+        if g.shape != w.shape:
+            fail(f"shape {tuple(g.shape)} != {tuple(w.shape)}"); continue
+        if not torch.equal(g, a):
+            fail("two calls differ")
+        w = w.double(); g = g.double()
+        atol = 1e-4 * max(w.abs().max().item(), 1e-30) if w.numel() else 0
+        err = (g - w).abs()
+        report["max_abs"] = max(report["max_abs"], err.max().item() if err.numel() else 0.0)
+        if not torch.allclose(g, w, rtol=1e-4, atol=atol, equal_nan=True):
+            fail(f"mismatch: max abs err {err.max().item():.3g} (atol {atol:.3g})")
+    if len(want) != len(got):
+        fail("output count")
+    for x, k in zip(inputs, keep):
+        if not torch.equal(x, k):
+            fail("an input was modified")
+    return report
+
+for job in json.loads(sys.argv[1]):
+    print("RESULT " + json.dumps(check(*job)))
+'''
+
+
+def run_ops(jobs: list[tuple[str | Path, str, dict[str, int]]], timeout: float = 300) -> list[dict]:
+    """{'ok', 'max_abs', 'why'} per (reference path, candidate source, knobs), one process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        args = []
+        for i, (reference, source, knobs) in enumerate(jobs):
+            cand = Path(tmp) / f"candidate_{i}.py"
+            cand.write_text(source)
+            args.append([str(reference), str(cand), knobs])
+        env = {**os.environ, "TRITON_INTERPRET": "1"}
+        proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(args)], capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    results = [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    failed = {"ok": False, "max_abs": None, "why": (proc.stderr or proc.stdout)[-3000:]}
+    return results + [failed] * (len(jobs) - len(results))
+
+
+def run_op(reference: str | Path, candidate_source: str, knobs: dict[str, int]) -> dict:
+    return run_ops([(reference, candidate_source, knobs)])[0]
+
+
+def small_knobs(knobs: dict[str, int]) -> dict[str, int]:
+    """Knobs >= 8 scaled to small, mostly odd sizes the interpreter runs in a second."""
+    return {k: min(v, (2 + 3 * v.bit_length()) | 1) for k, v in knobs.items() if v >= 8}

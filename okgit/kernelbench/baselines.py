@@ -1,0 +1,138 @@
+"""Live baselines for a sweep: eager reference, torch.compile of it, and okgit's winner.
+
+All three are timed in one process on one device, interleaved over rounds, with the
+evaluator's own timer (okgit.eval.timing: CUDA events, L2 flushed before each sample,
+warm-up excluded, pre-generated input sets rotated, median) and its pinned library flags,
+under the device's cross-process lock. Run as
+`python -m okgit.kernelbench.baselines REF WINNER` in a process pinned to one GPU; prints
+one JSON object. On a CPU nothing is timed: no speedup is ever claimed from a CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+ROUNDS = 5
+SAMPLES_PER_ROUND = 20
+WARMUP = 10
+INPUT_SETS = 3
+
+
+class BaselineTimes(BaseModel):
+    device: str
+    timed: bool
+    eager_us: float | None = None
+    compile_us: float | None = None
+    okgit_us: float | None = None
+    errors: dict[str, str] = Field(default_factory=dict)  # arm -> why it has no time
+    flags: dict[str, Any] = Field(default_factory=dict)
+
+
+def _load(source: str, name: str, workdir: Path):
+    path = workdir / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _to(device: str, values):
+    import torch
+
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _time_arms(arms: dict[str, Callable], input_sets: list[list], device: str) -> dict[str, float]:
+    """Median microseconds per arm, by the evaluator's own timer; arms interleaved round by round
+    so that clock and thermal drift hit all three alike."""
+    import torch
+
+    from okgit.eval import timing
+
+    timing.bind()
+    flush = timing.l2_flush_buffer(device)
+    samples: dict[str, list[float]] = {name: [] for name in arms}
+    with torch.no_grad():
+        for r in range(ROUNDS):
+            for name, fn in arms.items():
+                timed = timing.time_calls(fn, input_sets, warmup=WARMUP if r == 0 else 1,
+                                          samples=SAMPLES_PER_ROUND, flush=flush)
+                samples[name] += timed.samples_us
+    return {name: statistics.median(ts) for name, ts in samples.items()}
+
+
+def _pin_flags() -> dict[str, Any]:
+    """The evaluator's pinned library flags, so the baselines run torch as the evaluation did."""
+    import torch
+
+    from okgit.eval.jobs import PINNED_FLAGS
+
+    for dotted, value in PINNED_FLAGS.items():
+        owner_path, attr = dotted.rsplit(".", 1)
+        owner = torch
+        for part in owner_path.split(".")[1:]:
+            owner = getattr(owner, part)
+        setattr(owner, attr, value)
+    return dict(PINNED_FLAGS)
+
+
+def measure(ref_source: str, winner_source: str, device: str = "cuda:0") -> BaselineTimes:
+    """Time the three arms on `device`; an arm that fails (e.g. torch.compile) is left out, named."""
+    import torch
+
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return BaselineTimes(device=device, timed=False, errors={"all": "no GPU: timing is not claimed"})
+    from okgit.eval.jobs import MODEL_SEED
+    from okgit.eval.pool import device_lock, physical_name
+
+    result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags())
+    with tempfile.TemporaryDirectory(prefix="okgit-baselines-") as tmp:
+        ref = _load(ref_source, "okgit_bench_ref", Path(tmp))
+        win = _load(winner_source, "okgit_bench_winner", Path(tmp))
+        init = ref.get_init_inputs()
+        torch.manual_seed(MODEL_SEED)
+        eager = ref.Model(*init).to(device).eval()
+        torch.manual_seed(MODEL_SEED)
+        fast = getattr(win, "ModelNew", win.Model)(*init).to(device).eval()
+        input_sets = []
+        for seed in range(INPUT_SETS):
+            torch.manual_seed(seed)
+            input_sets.append(_to(device, ref.get_inputs()))
+        arms: dict[str, Callable] = {"eager": eager, "okgit": fast}
+        try:
+            compiled = torch.compile(eager)
+            with torch.no_grad():
+                compiled(*input_sets[0])
+            arms["compile"] = compiled
+        except Exception as e:  # an op torch.compile cannot handle: that baseline is missing, not zero
+            result.errors["compile"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        with device_lock(device):
+            times = _time_arms(arms, input_sets, device)
+    result.eager_us = times.get("eager")
+    result.compile_us = times.get("compile")
+    result.okgit_us = times.get("okgit")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m okgit.kernelbench.baselines REF.py WINNER.py", file=sys.stderr)
+        return 2
+    ref, winner = (Path(a).read_text() for a in args)
+    print(json.dumps(measure(ref, winner).model_dump(mode="json")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

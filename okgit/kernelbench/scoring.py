@@ -1,0 +1,197 @@
+"""A sweep's figures: per-problem results, fast_p, geomean, correctness rate, cost.
+
+fast_p (KernelBench's figure) is the share of ALL selected problems whose kernel is correct
+and faster than p times the baseline. Problems that crashed, timed out or found nothing
+count in the denominator: leaving them out would flatter the score. Without timing (a CPU)
+fast_0 is the correctness rate and the other thresholds are not claimed (None).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+THRESHOLDS = (0.0, 1.0, 1.5, 2.0)
+BASELINES = ("eager", "torch.compile")
+
+
+class CrossCheck(BaseModel):
+    """KernelBench's own evaluation of okgit's winner (`--cross-check`)."""
+
+    correct: bool | None = None
+    runtime_us: float | None = None
+    ref_runtime_us: float | None = None
+    error: str | None = None
+
+
+class ProblemResult(BaseModel):
+    key: str  # level<N>/<id>_<Name>
+    level: int
+    id: int
+    name: str
+    status: str  # optimize's status (optimized|matched|fallback|unverified|interrupted), or error|timeout
+    correct: bool = False  # okgit's winner passed every correctness gate
+    device: str = "cpu"  # the physical device the problem ran on, e.g. "cuda:2"
+    run_id: str | None = None
+    best_tag: str | None = None
+    timed: bool = False
+    eager_us: float | None = None  # the reference as written
+    compile_us: float | None = None  # torch.compile of the reference
+    okgit_us: float | None = None  # okgit's winner
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    untimed_reason: str | None = None
+    gpu_s: float = 0.0  # wall seconds of the run's candidate evaluations (journal `evaluated` wall_s)
+    llm_usd: float = 0.0
+    iterations: int = 0  # candidates evaluated
+    best_iteration: int | None = None  # the candidate number of the winner: iterations to the best
+    wall_s: float = 0.0
+    error: str | None = None
+    cross_check: CrossCheck | None = None
+
+    def speedup(self, baseline: str) -> float | None:
+        return self.speedup_eager if baseline == "eager" else self.speedup_compile
+
+
+class BaselineScores(BaseModel):
+    baseline: str
+    fast_p: dict[str, float | None]  # threshold ("0", "1.0", ...) -> share of all problems
+    geomean_speedup: float | None  # over the correct problems with a speedup against this baseline
+    timed: int  # how many problems have a speedup against this baseline
+
+
+class Summary(BaseModel):
+    problems: int
+    correct: int
+    correctness_rate: float
+    timed: int  # problems whose speedups were measured
+    scores: list[BaselineScores]
+    llm_usd: float
+    cost_per_kernel: float | None  # LLM dollars per correct kernel
+    gpu_s: float
+
+
+def threshold_key(p: float) -> str:
+    return "0" if p == 0 else f"{p:.1f}"
+
+
+def fast_p(results: list[ProblemResult], baseline: str, p: float) -> float | None:
+    if not results:
+        return None
+    if p == 0:
+        return sum(r.correct for r in results) / len(results)
+    if not any(r.speedup(baseline) is not None for r in results):
+        return None  # nothing was timed: no speed claim at all
+    wins = sum(1 for r in results if r.correct and (s := r.speedup(baseline)) is not None and s > p)
+    return wins / len(results)
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v > 0]
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def summarize(results: list[ProblemResult]) -> Summary:
+    correct = sum(r.correct for r in results)
+    scores = []
+    for baseline in BASELINES:
+        speedups = [s for r in results if r.correct and (s := r.speedup(baseline)) is not None]
+        scores.append(BaselineScores(
+            baseline=baseline,
+            fast_p={threshold_key(p): fast_p(results, baseline, p) for p in THRESHOLDS},
+            geomean_speedup=geomean(speedups),
+            timed=len(speedups),
+        ))
+    usd = sum(r.llm_usd for r in results)
+    return Summary(
+        problems=len(results), correct=correct,
+        correctness_rate=correct / len(results) if results else 0.0,
+        timed=sum(r.timed for r in results), scores=scores,
+        llm_usd=round(usd, 6), cost_per_kernel=round(usd / correct, 6) if correct else None,
+        gpu_s=round(sum(r.gpu_s for r in results), 3),
+    )
+
+
+class SweepReport(BaseModel):
+    """What `okgit bench kernelbench --json` prints; report.json under --out holds the same."""
+
+    dir: str
+    out: str
+    device: str  # "cuda" or "cpu": the kind of device the sweep ran on
+    devices: list[str] = Field(default_factory=list)  # the physical devices of the pool
+    parallel: int = 1
+    flags: dict[str, Any] = Field(default_factory=dict)
+    wall_s: float = 0.0
+    problems: list[ProblemResult]
+    summary: Summary
+    cross_check: str | None = None  # why no cross-check ran, or what ran it
+    notes: list[str] = Field(default_factory=list)
+
+    def markdown(self) -> str:
+        lines = [
+            f"# okgit KernelBench sweep: {self.dir}",
+            "",
+            (f"{self.summary.problems} problems on {', '.join(self.devices) or self.device} "
+             f"(parallel {self.parallel}), wall {self.wall_s:.0f} s, results in {self.out}"),
+            "",
+            ("| problem | status | correct | eager us | compile us | okgit us | vs eager | vs compile "
+             "| device s | LLM $ | iters to best |"),
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in self.problems:
+            lines.append(
+                f"| {r.key} | {r.status} | {'yes' if r.correct else 'no'} | {_num(r.eager_us)} | {_num(r.compile_us)} "
+                f"| {_num(r.okgit_us)} | {_x(r.speedup_eager, r)} | {_x(r.speedup_compile, r)} | {r.gpu_s:.1f} "
+                f"| {r.llm_usd:.4f} | {r.best_iteration if r.best_iteration is not None else '-'}/{r.iterations} |"
+            )
+        s = self.summary
+        lines += [
+            "",
+            "| baseline | " + " | ".join(f"fast_{threshold_key(p)}" for p in THRESHOLDS) + " | geomean (correct, timed) |",
+            "|---|" + "---|" * (len(THRESHOLDS) + 1),
+        ]
+        for b in s.scores:
+            cells = " | ".join(_share(b.fast_p[threshold_key(p)]) for p in THRESHOLDS)
+            gm = f"{b.geomean_speedup:.2f}x over {b.timed}" if b.geomean_speedup is not None else "-"
+            lines.append(f"| {b.baseline} | {cells} | {gm} |")
+        lines += [
+            "",
+            f"correct {s.correct}/{s.problems} ({s.correctness_rate:.0%}); timed {s.timed}; "
+            f"device time {s.gpu_s:.1f} s; LLM ${s.llm_usd:.4f}"
+            + (f" (${s.cost_per_kernel:.4f} per correct kernel)" if s.cost_per_kernel is not None else ""),
+        ]
+        if not s.timed:
+            lines.append("No timing on this device: fast_0 is the correctness rate; no speedup is claimed.")
+        if self.cross_check:
+            lines.append(f"cross-check: {self.cross_check}")
+            for r in self.problems:
+                if r.cross_check:
+                    c = r.cross_check
+                    verdict = "error: " + c.error if c.error else ("correct" if c.correct else "incorrect")
+                    lines.append(f"- {r.key}: KernelBench says {verdict}"
+                                 + (f", {c.runtime_us:.1f} us vs ref {c.ref_runtime_us:.1f} us"
+                                    if c.runtime_us and c.ref_runtime_us else ""))
+        for note in self.notes:
+            lines.append(f"note: {note}")
+        errors = [r for r in self.problems if r.error]
+        if errors:
+            lines += ["", "Errors:"] + [f"- {r.key}: {r.error}" for r in errors]
+        return "\n".join(lines) + "\n"
+
+
+def _num(v: float | None) -> str:
+    return f"{v:.1f}" if v is not None else "-"
+
+
+def _x(v: float | None, r: ProblemResult) -> str:
+    if v is not None:
+        return f"{v:.2f}x"
+    return "untimed" if r.correct else "-"
+
+
+def _share(v: float | None) -> str:
+    return f"{v:.0%}" if v is not None else "n/a"

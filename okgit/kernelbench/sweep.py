@@ -1,0 +1,343 @@
+"""`okgit bench kernelbench`: run okgit on every selected problem and score the sweep.
+
+Each problem runs in its own temporary git repository (the problem file copied in and
+committed) through `okgit optimize --json` as a subprocess, so one problem's crash cannot
+take the sweep down, and with --parallel N up to N run at once, each pinned to its own GPU
+(CUDA_VISIBLE_DEVICES) when there are GPUs. The eager and torch.compile baselines are
+timed live next to okgit's winner on the same device.
+
+Everything lands under --out: one state file per finished problem (a rerun with the same
+--out skips those), the problem repositories with okgit's runs, logs, the winners, and
+report.json / report.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from okgit.errors import OkgitError, UsageError
+from okgit.eval.pool import Pool, Slot
+from okgit.kernelbench import crosscheck
+from okgit.kernelbench.baselines import BaselineTimes
+from okgit.kernelbench.reader import KBProblem, find_problems
+from okgit.kernelbench.scoring import CrossCheck, ProblemResult, SweepReport, summarize
+from okgit.repo import Repo, git
+
+DEFAULT_TIMEOUT_S = 3600.0  # one problem's whole okgit run; a hang past it is recorded as `timeout`
+HELPER_TIMEOUT_S = 1200.0  # baseline timing or cross-check of one winner
+CORRECT_STATUSES = ("optimized", "matched", "unverified")
+SETTINGS_FILE = "sweep.json"
+
+# Flags of `okgit optimize` as the CLI collects them (cli._flags), and how to pass them on.
+_FLAG_NAMES = ("backend", "model", "api_base", "mode", "iterations", "budget_usd", "eval", "device", "edit_mode")
+
+
+class _Interrupted(Exception):
+    """A problem's okgit run was interrupted: it is not finished, so no state is written."""
+
+
+def run_sweep(
+    dir: Path | str,
+    *,
+    level: int | None = None,
+    problems: str | None = None,
+    parallel: int = 1,
+    flags: dict[str, Any] | None = None,
+    cross_check: bool = False,
+    out: Path | str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    progress: TextIO | None = sys.stderr,
+) -> SweepReport:
+    if parallel < 1:
+        raise UsageError("--parallel must be at least 1")
+    selected = find_problems(Path(dir), level, problems)
+    flags = {k: v for k, v in (flags or {}).items() if k in _FLAG_NAMES and v is not None}
+    from okgit.config import load_config
+
+    config = load_config(None, flags)  # bad flags fail here, before any problem starts
+    out_dir = _out_dir(out)
+    _check_settings(out_dir, flags)
+    say = _printer(progress)
+    say(f"sweep state in {out_dir} (rerun with --out {out_dir} to resume)")
+
+    modal = config.eval == "modal"
+    pool = Pool.local(parallel, device="cpu" if modal or config.device == "cpu" else None)
+    gpu = any(d.startswith("cuda") for d in pool.devices)
+    timer: Callable[[str, str], BaselineTimes] | None = None
+    if modal:
+        from okgit.eval.modal import ModalEvaluator
+
+        timer = ModalEvaluator(gpu=config.modal_gpu).time_baselines
+    check_note, checking = _cross_check_plan(cross_check, gpu=gpu, modal=modal)
+
+    done = {r.key: r for r in (_load_state(out_dir, p) for p in selected) if r is not None}
+    pending = [p for p in selected if p.key not in done]
+    if done:
+        say(f"{len(done)} of {len(selected)} problems already finished in {out_dir}; running {len(pending)}")
+    started = time.monotonic()
+
+    def job(problem: KBProblem, slot: Slot) -> ProblemResult:
+        device = f"modal:{config.modal_gpu}" if modal else slot.name
+        try:
+            result = _run_problem(problem, slot, flags, out_dir, timeout_s, timer=timer, gpu=gpu,
+                                  cross_check=checking, device=device)
+        except OkgitError as e:  # e.g. git or Modal failing for this problem: recorded, the sweep goes on
+            result = ProblemResult(key=problem.key, level=problem.level, id=problem.id, name=problem.name,
+                                   status="error", device=device, error=str(e))
+        _save_state(_state_path(out_dir, problem), result)
+        speed = f"{result.speedup_eager:.2f}x vs eager" if result.speedup_eager is not None else "untimed"
+        say(f"{result.key}: {result.status}, {'correct' if result.correct else 'not correct'}, {speed} "
+            f"({result.wall_s:.0f} s on {result.device})")
+        return result
+
+    try:
+        for r in pool.map(job, pending):
+            done[r.key] = r
+    except _Interrupted:
+        raise KeyboardInterrupt from None
+    report = SweepReport(
+        dir=str(Path(dir).resolve()), out=str(out_dir),
+        device="modal" if modal else ("cuda" if gpu else "cpu"),
+        devices=[f"modal:{config.modal_gpu}"] if modal else sorted({s.name for s in pool.slots}),
+        parallel=parallel, flags=flags, wall_s=round(time.monotonic() - started, 1),
+        problems=[done[p.key] for p in selected], summary=summarize([done[p.key] for p in selected]),
+        cross_check=check_note,
+    )
+    if not gpu and not modal:
+        report.notes.append("no GPU: correctness is real; eager and torch.compile baselines are not timed")
+    (out_dir / "report.json").write_text(report.model_dump_json(indent=2) + "\n")
+    (out_dir / "report.md").write_text(report.markdown())
+    return report
+
+
+# --- the sweep's directory ---------------------------------------------------------------------
+
+
+def _out_dir(out: Path | str | None) -> Path:
+    if out:
+        path = Path(out).expanduser().resolve()
+    else:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        try:
+            repo = Repo.find(Path.cwd())
+            repo.ensure_excluded()
+            path = repo.okgit_dir / "bench" / stamp
+        except OkgitError:  # not in a git repository: leave the user's directory alone
+            import tempfile
+
+            path = Path(tempfile.mkdtemp(prefix=f"okgit-bench-{stamp}-"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _check_settings(out_dir: Path, flags: dict[str, Any]) -> None:
+    """A resumed sweep must run with the settings it started with, or its figures mix two sweeps."""
+    path = out_dir / SETTINGS_FILE
+    if path.exists():
+        before = json.loads(path.read_text()).get("flags", {})
+        if before != flags:
+            raise OkgitError(f"{out_dir} holds a sweep run with other flags ({_flag_text(before)} vs "
+                             f"{_flag_text(flags)}): resume with the same flags or choose another --out")
+    else:
+        path.write_text(json.dumps({"flags": flags}, indent=2) + "\n")
+
+
+def _flag_text(flags: dict[str, Any]) -> str:
+    return " ".join(f"--{k.replace('_', '-')} {v}" for k, v in sorted(flags.items())) or "no flags"
+
+
+def _slug(p: KBProblem) -> str:
+    return f"level{p.level}_{p.id}_{p.name}"
+
+
+def _state_path(out_dir: Path, p: KBProblem) -> Path:
+    return out_dir / "state" / f"{_slug(p)}.json"
+
+
+def _load_state(out_dir: Path, p: KBProblem) -> ProblemResult | None:
+    path = _state_path(out_dir, p)
+    if not path.exists():
+        return None
+    try:
+        return ProblemResult.model_validate_json(path.read_text())
+    except ValueError:  # a state file cut short: run the problem again
+        return None
+
+
+def _save_state(path: Path, result: ProblemResult) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(result.model_dump_json(indent=2) + "\n")
+    tmp.replace(path)  # atomic: a state file is whole or absent
+
+
+def _cross_check_plan(wanted: bool, *, gpu: bool, modal: bool) -> tuple[str | None, bool]:
+    if not wanted:
+        return None, False
+    if not crosscheck.available():
+        return "not run: the kernelbench package is not installed (pip install it, or install a KernelBench checkout)", False
+    if modal:
+        return "not run: --cross-check runs KernelBench's evaluation on a local GPU, not on Modal", False
+    if not gpu:
+        return "not run: KernelBench's evaluation needs a GPU", False
+    return "KernelBench's eval_kernel_against_ref on each correct winner, same device", True
+
+
+def _printer(stream: TextIO | None) -> Callable[[str], None]:
+    def say(line: str) -> None:
+        if stream is not None:
+            print(f"okgit bench: {line}", file=stream, flush=True)
+
+    return say
+
+
+# --- one problem -------------------------------------------------------------------------------
+
+
+def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, timeout_s: float, *,
+                 timer: Callable[[str, str], BaselineTimes] | None, gpu: bool, cross_check: bool,
+                 device: str) -> ProblemResult:
+    started = time.monotonic()
+    result = ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, status="error", device=device)
+    work = out_dir / "repos" / _slug(p)
+    logs = out_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # a problem cut short last time starts clean
+    ref_source = p.path.read_text()
+    _init_repo(work, p.file_name, ref_source)
+
+    env = {**os.environ, **slot.env(), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "okgit", "optimize", p.file_name, "--json", *_flag_args(flags)]
+    try:
+        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        (logs / f"{_slug(p)}.log").write_text(_text(e.stderr))
+        return result.model_copy(update={"status": "timeout", "wall_s": round(time.monotonic() - started, 1),
+                                         "error": f"okgit optimize ran past {timeout_s:.0f} s"})
+    (logs / f"{_slug(p)}.log").write_text(proc.stderr)
+    if proc.returncode in (130, -2):
+        raise _Interrupted()
+    run = _last_json(proc.stdout) if proc.returncode == 0 else None
+    if run is None:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        reason = lines[-1] if lines else f"exit status {proc.returncode}"
+        return result.model_copy(update={"wall_s": round(time.monotonic() - started, 1), "error": reason[:500]})
+    if run.get("status") == "interrupted":
+        raise _Interrupted()
+
+    events = _journal(work, run.get("run_id", ""))
+    evaluated = [e for e in events if e.get("type") == "evaluated"]
+    finished = next((e for e in reversed(events) if e.get("type") == "run_finished"), {})
+    best_cand = finished.get("best_cand")
+    best_tag = run.get("best_tag")
+    correct = run.get("status") in CORRECT_STATUSES and bool(best_tag)
+    update: dict[str, Any] = {
+        "status": run.get("status", "error"), "correct": correct, "run_id": run.get("run_id"), "best_tag": best_tag,
+        "gpu_s": round(sum(float(e.get("wall_s") or 0.0) for e in evaluated), 3),
+        "llm_usd": float(run.get("cost_usd") or 0.0), "iterations": len(evaluated),
+        "best_iteration": int(best_cand[1:]) if best_cand and best_cand[1:].isdigit() else None,
+    }
+    if correct:
+        winner_path = out_dir / "winners" / f"{_slug(p)}.py"
+        winner_path.parent.mkdir(parents=True, exist_ok=True)
+        winner_path.write_text(git("show", f"{best_tag}:{p.file_name}", cwd=work))
+        update.update(_baselines(p.path, winner_path, env, timer=timer, gpu=gpu))
+        if cross_check:
+            data = _helper("crosscheck", p.path, winner_path, env, extra=[flags.get("backend") or "triton"])
+            update["cross_check"] = CrossCheck(error=data) if isinstance(data, str) else CrossCheck.model_validate(data)
+    update["wall_s"] = round(time.monotonic() - started, 1)
+    return result.model_copy(update=update)
+
+
+def _init_repo(work: Path, file_name: str, source: str) -> None:
+    work.mkdir(parents=True)
+    (work / file_name).write_text(source)
+    # The user's global git settings (signing, hooks, templates) must not break the sweep's commits.
+    ident = ["-c", "user.name=okgit bench", "-c", "user.email=okgit-bench@localhost", "-c", "commit.gpgsign=false",
+             "-c", f"core.hooksPath={os.devnull}"]
+    git("init", "-q", cwd=work)
+    git(*ident, "add", file_name, cwd=work)
+    git(*ident, "commit", "-q", "-m", f"KernelBench problem {file_name}", cwd=work)
+
+
+def _flag_args(flags: dict[str, Any]) -> list[str]:
+    args: list[str] = []
+    for k, v in flags.items():
+        args += [f"--{k.replace('_', '-')}", str(v)]
+    return args
+
+
+def _last_json(stdout: str) -> dict[str, Any] | None:
+    """The JSON object `okgit optimize --json` printed, even if a library printed lines before it."""
+    starts = [i for i in range(len(stdout)) if stdout[i] == "{" and (i == 0 or stdout[i - 1] == "\n")]
+    for i in reversed(starts):
+        try:
+            value = json.loads(stdout[i:])
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def _journal(work: Path, run_id: str) -> list[dict[str, Any]]:
+    from okgit.journal import read_jsonl
+
+    if not run_id or "/" in run_id:
+        return []
+    return read_jsonl(work / ".okgit" / "runs" / run_id / "journal.jsonl")[0]
+
+
+def _baselines(ref: Path, winner: Path, env: dict[str, str], *, timer: Callable[[str, str], BaselineTimes] | None,
+               gpu: bool) -> dict[str, Any]:
+    if timer is not None:
+        times = timer(ref.read_text(), winner.read_text())
+    elif gpu:
+        data = _helper("baselines", ref, winner, env)
+        if isinstance(data, str):  # the helper itself failed: no figures, and why
+            return {"untimed_reason": data}
+        times = BaselineTimes.model_validate(data)
+    else:
+        return {"untimed_reason": "no GPU: timing is not claimed"}
+    fields: dict[str, Any] = {"eager_us": times.eager_us, "compile_us": times.compile_us, "okgit_us": times.okgit_us,
+                              "timed": times.timed and times.okgit_us is not None}
+    if times.okgit_us:
+        if times.eager_us:
+            fields["speedup_eager"] = times.eager_us / times.okgit_us
+        if times.compile_us:
+            fields["speedup_compile"] = times.compile_us / times.okgit_us
+    if times.errors:
+        fields["untimed_reason"] = "; ".join(f"{arm}: {why}" for arm, why in times.errors.items())
+    return fields
+
+
+def _helper(module: str, ref: Path, winner: Path, env: dict[str, str], extra: list[str] | None = None) -> dict[str, Any] | str:
+    """Run okgit.kernelbench.<module> REF WINNER in a process pinned like the problem's run.
+
+    Returns the JSON object it printed, or a one-line reason when the helper itself failed.
+    """
+    cmd = [sys.executable, "-m", f"okgit.kernelbench.{module}", str(ref), str(winner), *(extra or [])]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=HELPER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"{module} ran past {HELPER_TIMEOUT_S:.0f} s"
+    data = _last_json(proc.stdout) if proc.returncode == 0 else None
+    if data is None:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        return f"{module} failed: {lines[-1] if lines else f'exit status {proc.returncode}'}"[:300]
+    return data
+
+
+def _text(data: str | bytes | None) -> str:
+    if data is None:
+        return ""
+    return data.decode(errors="replace") if isinstance(data, bytes) else data

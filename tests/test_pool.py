@@ -1,0 +1,184 @@
+"""The local device pool, proved with CPU slots: real concurrency, one job per slot at a time,
+each job names its slot, and per-device locks that hold across two processes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from okgit.eval import pool
+from okgit.eval.pool import (
+    Pool,
+    Slot,
+    device_lock,
+    lock_path,
+    physical_id,
+    physical_name,
+)
+from okgit.eval.types import EvalResult, Status
+from okgit.problem import Problem
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("OKGIT_DATA_DIR", str(tmp_path / "data"))
+
+
+def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def test_jobs_run_concurrently_one_per_slot_and_name_their_slot():
+    p = Pool([f"cpu:{i}" for i in range(3)])
+    spans: list[tuple[str, float, float]] = []
+    lock = threading.Lock()
+
+    def job(n: int, slot: Slot) -> str:
+        start = time.monotonic()
+        time.sleep(0.2)
+        with lock:
+            spans.append((slot.name, start, time.monotonic()))
+        return f"{n}@{slot.name}"
+
+    t0 = time.monotonic()
+    out = p.map(job, range(6))
+    wall = time.monotonic() - t0
+    assert [o.split("@")[0] for o in out] == [str(n) for n in range(6)]  # input order kept
+    assert {o.split("@")[1] for o in out} == {"cpu:0", "cpu:1", "cpu:2"}
+    assert wall < 0.2 * 6 * 0.75  # really concurrent: well under the serial time
+    for name in ("cpu:0", "cpu:1", "cpu:2"):
+        mine = sorted((s, e) for n, s, e in spans if n == name)
+        assert all(not overlaps(a, b) for a, b in itertools.pairwise(mine))  # one job per slot at a time
+
+
+def test_more_slots_than_devices_are_dealt_round_robin():
+    p = Pool(["cuda:0", "cuda:1"], slots=5)
+    assert [s.device for s in p.slots] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0"]
+    assert Pool(["cpu:0"]).slots == [Slot(0, "cpu:0")]
+    with pytest.raises(ValueError):
+        Pool([])
+
+
+def test_local_pool_without_gpus_is_cpu_slots(monkeypatch):
+    monkeypatch.setattr(pool, "visible_gpus", list)
+    assert Pool.local(3).devices == ["cpu:0", "cpu:1", "cpu:2"]
+    monkeypatch.setattr(pool, "visible_gpus", lambda: ["cuda:0", "cuda:1"])
+    assert [s.device for s in Pool.local(4).slots] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert Pool.local(2, device="cpu").devices == ["cpu:0", "cpu:1"]
+
+
+def test_a_failing_job_stops_new_ones_and_is_raised():
+    p = Pool(["cpu:0"])
+    ran: list[int] = []
+
+    def job(n: int, slot: Slot) -> int:
+        ran.append(n)
+        if n == 1:
+            raise RuntimeError("boom")
+        return n
+
+    with pytest.raises(RuntimeError, match="boom"):
+        p.map(job, range(5))
+    assert ran == [0, 1]
+
+
+def test_physical_ids_follow_cuda_visible_devices(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert physical_id("cuda:2") == "2" and physical_name("cuda") == "cuda:0"
+    unpinned = lock_path("cuda:5")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    assert physical_id("cuda:1") == "5" and physical_name("cuda:0") == "cuda:4"
+    assert lock_path("cuda:1") == unpinned  # the same GPU, the same lock, whatever the process sees
+    assert Slot(0, "cuda:1").env() == {"CUDA_VISIBLE_DEVICES": "5"}
+    assert Slot(0, "cpu:1").env() == {"CUDA_VISIBLE_DEVICES": ""}
+    assert physical_id("cpu:3") == "cpu:3"
+
+
+_LOCKING_PROCESS = textwrap.dedent("""
+    import json, os, sys, time
+    from okgit.eval.pool import Pool, device_lock
+
+    out, go = sys.argv[1], sys.argv[2]
+    while not os.path.exists(go):  # both processes start their jobs together
+        time.sleep(0.01)
+
+    def job(n, slot):
+        with device_lock(slot.device) as waited:  # what a worker does around its timing
+            start = time.time()
+            time.sleep(0.2)
+            end = time.time()
+        with open(out, "a") as f:
+            f.write(json.dumps([slot.device, start, end, waited]) + "\\n")
+
+    Pool(["cpu:0", "cpu:1"]).map(job, range(4))
+""")
+
+
+def test_device_locks_hold_across_two_processes(tmp_path):
+    import os
+
+    env = {**os.environ, "OKGIT_DATA_DIR": str(tmp_path / "data")}
+    outs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _LOCKING_PROCESS, str(o), str(go)], env=env) for o in outs]
+    time.sleep(1.0)  # let both start and import
+    go.write_text("")
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    records = [json.loads(line) for o in outs for line in o.read_text().splitlines()]
+    assert len(records) == 8
+    for device in ("cpu:0", "cpu:1"):
+        held = sorted((s, e) for d, s, e, _ in records if d == device)
+        assert len(held) == 4
+        assert all(not overlaps(a, b) for a, b in itertools.pairwise(held)), f"two processes held {device} at once"
+    assert max(w for *_, w in records) > 0.1  # the lock was contended, and waited for
+    assert (tmp_path / "data" / "locks" / "cpu-0.lock").exists()
+
+
+def test_device_lock_reports_its_wait():
+    with device_lock("cpu:7") as waited:
+        assert waited < 1.0
+
+
+class SlotEvaluator:
+    """Stands in for the local evaluator of one slot; remembers which device built it."""
+
+    built: ClassVar[list[str]] = []
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        SlotEvaluator.built.append(device)
+
+    def evaluate(self, problem, source, *, mode="fast", backend="triton") -> EvalResult:
+        time.sleep(0.05)
+        return EvalResult(status=Status.correct, correct=True, device="cpu", mode=mode)
+
+
+def test_pool_evaluate_names_each_result_by_its_slot():
+    SlotEvaluator.built = []
+    problem = Problem(path="op.py", source="")
+    results = Pool(["cpu:0", "cpu:1"]).evaluate(problem, ["a", "b", "c", "d"], evaluator=SlotEvaluator)
+    assert all(r.correct for r in results)
+    assert {r.device for r in results} == {"cpu:0", "cpu:1"}
+    assert sorted(SlotEvaluator.built) == ["cpu:0", "cpu:1"]  # one evaluator per slot, reused
+
+
+def test_pool_evaluate_with_the_local_evaluator_on_cpu_slots():
+    pytest.importorskip("okgit.eval.local")
+    fixture = Path(__file__).parent / "kb_fixture"
+    candidate = (fixture / "candidates/1_ScaledRelu_triton.py").read_text()
+    source = (fixture / "KernelBench/level1/1_ScaledRelu.py").read_text()
+    problem = Problem(path="1_ScaledRelu.py", source=source, root=None)
+    wrong = candidate.replace("* 2.0", "* 3.0")
+    results = Pool(["cpu:0", "cpu:1"]).evaluate(problem, [candidate, wrong])
+    assert all(r.device in ("cpu:0", "cpu:1") for r in results)
+    assert results[0].status is Status.correct, results[0].error
+    assert results[1].status is Status.incorrect

@@ -1,0 +1,58 @@
+"""Triton backend: counting kernel launches inside the worker.
+
+Launches are counted by wrapping `run` on the classes that every `kernel[grid](...)` call goes
+through: `JITFunction` (compiled) and `InterpretedFunction` (TRITON_INTERPRET=1).
+`KernelInterface.__getitem__` returns `lambda: self.run(grid=..., warmup=False, ...)` and
+the autotuner and heuristics wrappers call `fn.run` too, so one class-level wrapper sees every
+launch, in triton 3.2 to 3.9 alike. It is installed before the candidate is imported, so the
+candidate's kernels are created with the wrapped classes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable
+
+
+class LaunchCounter:
+    """Launches per kernel name since the last `reset()`."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def reset(self) -> None:
+        self.counts.clear()
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def install_launch_counter() -> LaunchCounter:
+    """Wrap Triton's launch path once per process; returns the counter it feeds."""
+    from triton.runtime import jit as triton_jit
+
+    counter = LaunchCounter()
+    classes: list[type] = [triton_jit.JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    except ImportError:  # a triton without the interpreter: compiled launches only
+        pass
+    for cls in classes:
+        cls.run = _counting(cls.run, counter)  # type: ignore[method-assign]
+    return counter
+
+
+def _counting(run: Callable[..., Any], counter: LaunchCounter) -> Callable[..., Any]:
+    def run_counted(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        if not warmup:
+            counter.counts[_kernel_name(self)] += 1
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    return run_counted
+
+
+def _kernel_name(fn: Any) -> str:
+    inner = getattr(fn, "fn", None)
+    return getattr(inner, "__name__", None) or getattr(fn, "__name__", "triton_kernel")

@@ -1,0 +1,120 @@
+"""Device peaks (measured once per device name, cached) and the roofline floor of a problem.
+
+Peaks are measured, not copied from datasheets: copy bandwidth (bytes read + written), read
+bandwidth (a sum over a large buffer: reductions read faster than copies), and dense matmul
+rates in fp32 with TF32 off, TF32, bf16 and fp16. The floor of a problem is
+max(flops / the fastest rate its tolerance allows, min_bytes / the best bandwidth); a measured
+time well below it means the candidate did less work than the problem needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+# Unit roundoff of each matmul precision, to decide which rates a tolerance allows.
+UNIT_ROUNDOFF = {"fp32": 2.0**-24, "tf32": 2.0**-11, "fp16": 2.0**-11, "bf16": 2.0**-8}
+PLAUSIBLE_FRACTION = 0.9  # a time below 0.9x the floor is rejected
+
+
+def data_dir() -> Path:
+    root = os.environ.get("OKGIT_DATA_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "okgit"
+
+
+def peaks_path(device_name: str) -> Path:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in device_name)
+    return data_dir() / "peaks" / f"{safe}.json"
+
+
+def load_peaks(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def measure_peaks(device: Any) -> dict[str, Any]:
+    """Run on the GPU inside a worker. About a second on an H200."""
+    import torch
+
+    def best_ms(fn: Any, reps: int = 5) -> float:
+        fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        return sorted(times)[len(times) // 2]
+
+    n = 2**28  # 1 GiB of fp32
+    a = torch.empty(n, dtype=torch.float32, device=device).uniform_()
+    b = torch.empty_like(a)
+    copy_bw = 2 * a.nbytes / (best_ms(lambda: b.copy_(a)) * 1e-3)
+    read_bw = a.nbytes / (best_ms(lambda: a.sum()) * 1e-3)
+    rates: dict[str, float] = {}
+    size = 8192
+    for name, dtype, tf32 in (("fp32", torch.float32, False), ("tf32", torch.float32, True),
+                              ("bf16", torch.bfloat16, False), ("fp16", torch.float16, False)):
+        x = torch.randn(size, size, device=device, dtype=dtype)
+        y = torch.randn(size, size, device=device, dtype=dtype)
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        try:
+            rates[name] = 2 * size**3 / (best_ms(lambda: x @ y) * 1e-3)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+    torch.cuda.empty_cache()
+    props = torch.cuda.get_device_properties(device)
+    return {
+        "device": props.name,
+        "copy_bandwidth": copy_bw,
+        "read_bandwidth": read_bw,
+        "matmul": rates,
+        "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
+        "sm_count": props.multi_processor_count,
+    }
+
+
+def allowed_rate(peaks: dict[str, Any], dtypes: set[str], allowed_rel_error: float) -> float:
+    """The fastest matmul rate whose rounding the tolerance admits (generous: a floor must not
+    reject an honest kernel). Half-precision problems always allow their own rate."""
+    rates: dict[str, float] = peaks.get("matmul", {})
+    ok = [r for name, r in rates.items() if UNIT_ROUNDOFF.get(name, 1.0) <= 8 * allowed_rel_error]
+    ok += [rates[d] for d in dtypes if d in rates]
+    return max(ok, default=rates.get("fp32", 0.0))
+
+
+def floor_us(flops: float, min_bytes: float, peaks: dict[str, Any], rate: float) -> float:
+    bandwidth = max(peaks.get("copy_bandwidth", 0.0), peaks.get("read_bandwidth", 0.0))
+    t_compute = flops / rate if rate > 0 else 0.0
+    t_memory = min_bytes / bandwidth if bandwidth > 0 else 0.0
+    return max(t_compute, t_memory) * 1e6
+
+
+def position(flops: float, min_bytes: float, runtime_us: float, peaks: dict[str, Any], rate: float) -> dict[str, Any]:
+    """Roofline fields of ProfileData for a measured time."""
+    bandwidth = max(peaks.get("copy_bandwidth", 0.0), peaks.get("read_bandwidth", 0.0))
+    t = runtime_us * 1e-6
+    t_compute = flops / rate if rate > 0 else 0.0
+    t_memory = min_bytes / bandwidth if bandwidth > 0 else 0.0
+    floor = max(t_compute, t_memory)
+    if floor <= 0:
+        kind = "unknown"
+    elif floor < 0.2 * t and runtime_us < 20:
+        kind = "latency"  # far from both roofs at a few microseconds: launch-bound
+    else:
+        kind = "compute" if t_compute >= t_memory else "memory"
+    return {
+        "bottleneck_type": kind,
+        "roofline_position": min(1.0, floor / t) if t > 0 and floor > 0 else None,
+        "bandwidth_utilization": (min_bytes / t) / bandwidth if t > 0 and bandwidth > 0 else None,
+        "compute_utilization": (flops / t) / rate if t > 0 and rate > 0 and flops else None,
+        "floor_us": floor * 1e6 if floor > 0 else None,
+    }

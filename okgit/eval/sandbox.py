@@ -1,0 +1,244 @@
+"""Worker processes: spawned clean, limited, killed with their whole process group.
+
+Each worker runs in its own session (process group) with a private temp directory as cwd, an
+environment with no credentials, no core dumps, and on a CPU an address-space limit; on a GPU
+(where CUDA reserves huge virtual ranges) a watchdog kills a worker whose resident memory
+passes the limit. A `WorkerPool` keeps one pre-started idle worker per device: torch, triton
+and CUDA are up, no candidate code is loaded; each worker runs one job and exits.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from okgit.eval.jobs import Job
+
+# Names a worker keeps (then the credential filter still applies to them).
+_KEEP = re.compile(
+    r"^(PATH|HOME|USER|LOGNAME|SHELL|LANG|LC_\w+|TZ|TMPDIR|TEMP|TMP|TERM|PYTHONPATH|PYTHONHOME|VIRTUAL_ENV|"
+    r"CONDA_PREFIX|LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|CC|CXX|CUDA_\w*|CUDNN_\w*|NVIDIA_\w*|NVCC_\w*|"
+    r"TRITON_\w*|TORCH_\w*|TORCHINDUCTOR_\w*|PYTORCH_\w*|CUBLAS_\w*|OMP_\w*|MKL_\w*|OPENBLAS_\w*|NCCL_\w*|"
+    r"NVSHMEM_\w*|XDG_CACHE_HOME|OKGIT_DATA_DIR|MAX_JOBS)$"
+)
+CREDENTIAL = re.compile(
+    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|MODAL_|OPENAI|ANTHROPIC|AWS_|"
+    r"HF_|HUGGING|GITHUB|GH_|AZURE|GOOGLE|GCP_|GEMINI|MISTRAL|COHERE|GROQ|LITELLM|WANDB|NETRC",
+    re.IGNORECASE,
+)
+
+
+def worker_env(device: str, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Only what torch, triton and the compilers need; never a credential."""
+    source = os.environ if environ is None else environ
+    env = {k: v for k, v in source.items() if _KEEP.match(k) and not CREDENTIAL.search(k)}
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # Triton kernels run on CPU tensors, in numpy
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+def default_memory_limit() -> int:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        total = 16 * 2**30
+    return int(min(32 * 2**30, max(4 * 2**30, total // 2)))
+
+
+@dataclass
+class Outcome:
+    """How a worker ended, and where its files are."""
+
+    returncode: int | None
+    timed_out: bool
+    memory_killed: bool
+    phase: str
+    stderr_tail: str
+    job_dir: Path
+    wall_s: float
+    ready_wait_s: float = 0.0
+
+    @property
+    def crashed(self) -> bool:
+        return self.timed_out or self.memory_killed or not (self.job_dir / "result.json").exists()
+
+    def describe(self) -> str:
+        if self.timed_out:
+            return "time limit exceeded (killed)"
+        if self.memory_killed:
+            return "memory limit exceeded (killed)"
+        rc = self.returncode
+        if rc is not None and rc < 0:
+            name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
+            return f"worker killed by signal {name}"
+        return f"worker exited with code {rc} without a result"
+
+
+class WorkerProcess:
+    def __init__(self, device: str, memory_limit: int, base_dir: Path | None = None) -> None:
+        self.device = device
+        self.memory_limit = memory_limit
+        self.dir = Path(tempfile.mkdtemp(prefix="okgit-worker-", dir=base_dir))
+        self.started = time.monotonic()
+        self.ready_wait_s = 0.0  # how long a job waited for this worker to finish starting
+        with open(self.dir / "stderr.log", "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "okgit.eval.worker", "--device", device],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.dir,
+                env=worker_env(device), start_new_session=True, preexec_fn=self._limits,
+            )
+
+    def _limits(self) -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if self.device == "cpu":
+            resource.setrlimit(resource.RLIMIT_AS, (self.memory_limit, self.memory_limit))
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, timeout_s))
+        return bool(ready) and self.proc.stdout.readline().strip() == b"ready"
+
+    def run(self, job: Job, timeout_s: float, startup_timeout_s: float = 300.0) -> Outcome:
+        """Hand the job over, wait for the worker's exit; kill its group on timeout or memory."""
+        t0 = time.monotonic()
+        ready = self.wait_ready(startup_timeout_s)
+        self.ready_wait_s = time.monotonic() - t0
+        if not ready:
+            self.kill()
+            return self._outcome(t0, timed_out=False, memory_killed=False, phase="worker start")
+        job.save(self.dir / "job.json")
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{self.dir}\n".encode())
+        self.proc.stdin.close()
+        t0 = time.monotonic()
+        deadline = t0 + timeout_s
+        memory_killed = timed_out = False
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                timed_out = True
+                self.kill()
+                break
+            if self.device == "cuda" and _rss_bytes(self.proc.pid) > self.memory_limit:
+                memory_killed = True
+                self.kill()
+                break
+            try:
+                self.proc.wait(timeout=0.05)
+            except subprocess.TimeoutExpired:
+                pass
+        return self._outcome(t0, timed_out=timed_out, memory_killed=memory_killed)
+
+    def _outcome(self, t0: float, *, timed_out: bool, memory_killed: bool, phase: str | None = None) -> Outcome:
+        phase_file = self.dir / "phase"
+        return Outcome(
+            returncode=self.proc.returncode,
+            timed_out=timed_out,
+            memory_killed=memory_killed,
+            phase=phase or (phase_file.read_text() if phase_file.exists() else "worker start"),
+            stderr_tail=_tail(self.dir / "stderr.log"),
+            job_dir=self.dir,
+            wall_s=time.monotonic() - t0,
+            ready_wait_s=self.ready_wait_s,
+        )
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+
+    def close(self) -> None:
+        if self.alive():
+            self.kill()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe and not pipe.closed:
+                pipe.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class WorkerPool:
+    """One idle, pre-started worker per device; `take()` hands it out and starts the next."""
+
+    def __init__(self, memory_limit: int, base_dir: Path | None = None, idle: int = 1) -> None:
+        self.memory_limit = memory_limit
+        self.idle_count = idle  # back-to-back jobs outrun one pre-started worker (torch + CUDA start)
+        # outputs travel through files: keep them in memory where the machine allows
+        shm = Path("/dev/shm")
+        self.base_dir = base_dir or (shm if shm.is_dir() and os.access(shm, os.W_OK) else None)
+        self.idle: dict[str, list[WorkerProcess]] = {}
+
+    def take(self, device: str, *, prestart_next: bool = True) -> WorkerProcess:
+        """The oldest idle worker (fresh one if none), topping the idle ones up again."""
+        queue = self.idle.setdefault(device, [])
+        worker = None
+        while queue and worker is None:
+            w = queue.pop(0)
+            if w.alive():
+                worker = w
+            else:
+                w.close()
+        worker = worker or WorkerProcess(device, self.memory_limit, self.base_dir)
+        if prestart_next:
+            self.prestart(device)
+        return worker
+
+    def prestart(self, device: str) -> None:
+        queue = self.idle.setdefault(device, [])
+        while len(queue) < self.idle_count:
+            queue.append(WorkerProcess(device, self.memory_limit, self.base_dir))
+
+    def close(self) -> None:
+        for queue in self.idle.values():
+            for worker in queue:
+                worker.close()
+        self.idle.clear()
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _tail(path: Path, limit: int = 3000) -> str:
+    try:
+        data = path.read_bytes()[-limit:]
+    except OSError:
+        return ""
+    return data.decode(errors="replace")
+
+
+def read_result(job_dir: Path, device: str = "cpu") -> tuple[dict[str, Any], dict[str, Any]]:
+    """The worker's result.json and outputs.pt (plain tensors only: weights_only), onto `device`."""
+    import json
+
+    import torch
+
+    result = json.loads((job_dir / "result.json").read_text())
+    outputs_path = job_dir / "outputs.pt"
+    outputs = torch.load(outputs_path, weights_only=True, map_location=device) if outputs_path.exists() else {}
+    return result, outputs

@@ -1,0 +1,204 @@
+"""From what a candidate worker wrote to an EvalResult: every gate judged in the parent.
+
+Gates run in a fixed order; the first that fails sets the status and EvalError. A gate that
+catches cheating (aliasing, a tensor subclass, no kernel of the backend, outputs that change
+once timed, work escaping the timed stream, a time below the roofline) gives `rejected`; a
+wrong answer gives `incorrect`; a crash gives `error`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from okgit.eval import roofline
+from okgit.eval.compare import LeafCheck, bitwise_equal, check_leaf
+from okgit.eval.jobs import PINNED_FLAGS, Case
+from okgit.eval.profile import profile_data
+from okgit.eval.reference import PreparedReference
+from okgit.eval.sandbox import Outcome
+from okgit.eval.types import EvalError, EvalResult, GateResult, Mode, ProfileData, Status
+
+GATES = [
+    "static", "compile", "device", "output_type", "aliasing", "inputs_unchanged", "outputs_written", "nan_pattern",
+    "seeds", "repeat", "determinism", "fresh_inputs", "distribution", "extra_shapes", "backend_kernel",
+    "timed_outputs", "side_stream", "roofline",
+]
+REJECTING = {"static", "aliasing", "backend_kernel", "timed_outputs", "side_stream", "roofline"}
+SIDE_STREAM_MIN_US = 200.0
+
+
+@dataclass
+class Findings:
+    """The first failure per gate, and the worst errors seen on passing leaves."""
+
+    failures: dict[str, str] = field(default_factory=dict)
+    statuses: dict[str, Status] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+
+    def fail(self, gate: str, message: str, status: Status | None = None) -> None:
+        if gate not in self.failures:
+            self.failures[gate] = message
+            self.statuses[gate] = status or (Status.rejected if gate in REJECTING else Status.incorrect)
+
+    def leaf(self, check: LeafCheck, where: str) -> None:
+        if check.ok:
+            self.max_abs, self.max_rel = max(self.max_abs, check.max_abs), max(self.max_rel, check.max_rel)
+            return
+        subclass = check.gate == "output_type" and "not exactly" in check.message
+        self.fail(check.gate, f"{where}: {check.message}", Status.rejected if subclass else None)
+
+
+def crashed(outcome: Outcome, base: dict[str, Any]) -> EvalResult:
+    gate = outcome.phase or "worker"
+    status = Status.error
+    tail = "\n".join(outcome.stderr_tail.strip().splitlines()[-6:])
+    message = f"{outcome.describe()} during {gate}" + (f"\n{tail}" if tail else "")
+    return _result(status, gate, message, [GateResult(name="static", passed=True), GateResult(name=gate, passed=False,
+                   detail=outcome.describe())], base)
+
+
+def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], outputs: dict[str, Any], *,
+          backend: str, device: str, mode: Mode, base: dict[str, Any]) -> EvalResult:
+    failure = result.get("failure")
+    if failure:
+        status = Status(failure["status"])
+        passed = [GateResult(name="static", passed=True)]
+        if failure["gate"] != "compile":
+            passed.append(GateResult(name="compile", passed=True))
+        return _result(status, failure["gate"], failure["message"],
+                       passed + [GateResult(name=failure["gate"], passed=False, detail=failure["message"][:300])], base)
+
+    f = Findings()
+    calls = result.get("calls", {})
+    seeds = [c for c in cases if c.kind == "seed"]
+    gate_of = {"seed": "seeds", "distribution": "distribution", "extra_shape": "extra_shapes"}
+    for case in cases:
+        _check_call(f, prep, case.id, case.id, calls, outputs, gate_of[case.kind])
+        if case.kind == "seed":
+            key = f"{case.id}#repeat"
+            if calls.get(key, {}).get("same_as") == case.id:
+                continue  # bitwise the first call's output, judged above
+            _check_call(f, prep, case.id, key, calls, outputs, "repeat")
+            if prep.deterministic and key in outputs and case.id in outputs:
+                if not all(bitwise_equal(a, b) for a, b in zip(outputs[case.id], outputs[key])):
+                    f.fail("determinism", f"{case.id}: two calls on identical inputs gave different outputs")
+    if not prep.deterministic:
+        f.notes["determinism"] = "skipped: the reference itself is not deterministic"
+    if len(seeds) >= 2 and "fresh" in calls:
+        _check_call(f, prep, seeds[1].id, "fresh", calls, outputs, "fresh_inputs",
+                    what="same input buffers refilled with new values")
+    launches = result.get("backend_launches", {}).get(backend, 0)
+    if launches == 0:
+        f.fail("backend_kernel", f"no {backend} kernel was launched in {len(calls)} calls: not an optimization "
+               f"of the op (pure PyTorch or another backend)")
+
+    timing = result.get("timing")
+    runtime = ref_runtime = None
+    prof: ProfileData | None = None
+    s0 = calls.get(seeds[0].id, {}) if seeds else {}
+    custom = set(s0.get("kernels", [])) | set(result.get("cuda_kernel_names", []))
+    rate, peaks = allowed_matmul_rate(prep)
+    flops, min_bytes = prep.cost.get("flops"), prep.cost.get("min_bytes")
+    roof: dict[str, Any] | None = None
+    if timing:
+        for key in outputs:
+            if key.startswith("timed:"):
+                _check_call(f, prep, key.split(":", 1)[1], key, calls, outputs, "timed_outputs",
+                            what="an output of a timed call", facts_from=key.split(":", 1)[1])
+        runtime = float(timing["median_us"])
+        ref_runtime = float(prep.timing["median_us"]) if prep.timing else None
+        residual, host = timing["residual_sync_us"], timing["batch_host_us"] * timing.get("batch_calls", 1)
+        if residual > max(SIDE_STREAM_MIN_US, 0.1 * host):
+            f.fail("side_stream", f"{residual:.0f} us of device work was still running after the timed stream "
+                   f"finished: work escapes the timed stream")
+        if peaks and flops is not None and min_bytes is not None:
+            floor = roofline.floor_us(flops, min_bytes, peaks, rate)
+            ref_ok = ref_runtime is None or ref_runtime >= roofline.PLAUSIBLE_FRACTION * floor
+            if not ref_ok:
+                f.notes["roofline"] = f"skipped: the reference itself runs below the floor {floor:.2f} us"
+            elif floor > 0 and runtime < roofline.PLAUSIBLE_FRACTION * floor:
+                f.fail("roofline", f"{runtime:.2f} us is below the roofline floor {floor:.2f} us "
+                       f"({flops:.3g} FLOP, {min_bytes:.3g} B): the kernel does less work than the op needs")
+            roof = roofline.position(flops, min_bytes, runtime, peaks, rate)
+    launches_per_call = s0.get("launches", {}).get(backend)
+    if timing or result.get("profile") or device == "cpu":
+        prof = profile_data(result.get("profile") or {}, custom, launch_count=launches_per_call, flops=flops,
+                            min_bytes=min_bytes, roofline=roof,
+                            raw={"timing": {k: v for k, v in timing.items() if k != "spot"}} if timing else None)
+
+    gates = [GateResult(name="static", passed=True), GateResult(name="compile", passed=True)]
+    for gate in GATES[3:]:
+        if gate in ("timed_outputs", "side_stream", "roofline") and not timing:
+            continue
+        if gate in f.failures:
+            gates.append(GateResult(name=gate, passed=False, detail=f.failures[gate][:300]))
+        else:
+            gates.append(GateResult(name=gate, passed=True, detail=f.notes.get(gate, "")))
+    first = next((g for g in GATES if g in f.failures), None)
+    out = EvalResult(
+        status=f.statuses[first] if first else Status.correct,
+        correct=first is None,
+        error=EvalError(gate=first, message=f.failures[first]) if first else None,
+        gates=gates,
+        max_abs_error=f.max_abs,
+        max_rel_error=f.max_rel,
+        profile=prof,
+        **base,
+    )
+    if timing and first is None:
+        out.timed = True
+        out.runtime_us = runtime
+        out.ref_runtime_us = ref_runtime
+        out.speedup = ref_runtime / runtime if ref_runtime and runtime else None
+    return out
+
+
+def _check_call(f: Findings, prep: PreparedReference, case_id: str, key: str, calls: dict[str, Any],
+                outputs: dict[str, Any], gate: str, what: str | None = None, facts_from: str | None = None) -> None:
+    where = f"{key}" if what is None else f"{key} ({what})"
+    facts = calls.get(facts_from or key)
+    exp = prep.expected.get(case_id)
+    if facts is None or exp is None or key not in outputs:
+        f.fail(gate, f"{where}: no outputs recorded", Status.error)
+        return
+    ref_facts = prep.calls.get(case_id, {})
+    if facts["spec"] != ref_facts.get("spec", facts["spec"]):
+        f.fail("output_type", f"{where}: returned structure {facts['spec']}, expected {ref_facts.get('spec')}")
+        return
+    for j, leaf in enumerate(facts["leaves"]):
+        ref_leaf = ref_facts["leaves"][j] if j < len(ref_facts.get("leaves", [])) else {}
+        if leaf["alias"] is not None and leaf["alias"] != ref_leaf.get("alias"):
+            f.fail("aliasing", f"{where}: output {j} aliases input {leaf['alias']} (the reference's does not)")
+        if leaf["device"] != ref_leaf.get("device", leaf["device"]):
+            f.fail("output_type", f"{where}: output {j} on {leaf['device']}, expected {ref_leaf.get('device')}")
+    changed = set(facts.get("inputs_changed", [])) - set(ref_facts.get("inputs_changed", []))
+    if changed:
+        f.fail("inputs_unchanged", f"{where}: the call modified input(s) {sorted(changed)}")
+    native, f64 = exp["native"], exp["f64"]
+    for j, out in enumerate(outputs[key]):
+        if j >= len(native):
+            break
+        check = check_leaf(out, facts["leaves"][j], native[j], f64[j] if f64 else None, prep.tolerances[case_id][j], gate)
+        f.leaf(check, f"{where}, output {j}")
+
+
+def allowed_matmul_rate(prep: PreparedReference) -> tuple[float, dict[str, Any] | None]:
+    peaks = prep.peaks
+    if not peaks:
+        return 0.0, None
+    tols = [t for leaves in prep.tolerances.values() for t in leaves if t.rtol > 0]
+    allowed = max((t.relative for t in tols), default=1e-4)
+    dtypes = {d.replace("float16", "fp16").replace("bfloat16", "bf16") for d in prep.cost.get("dtypes", [])}
+    return roofline.allowed_rate(peaks, dtypes, allowed), peaks
+
+
+def _result(status: Status, gate: str, message: str, gates: list[GateResult], base: dict[str, Any]) -> EvalResult:
+    return EvalResult(status=status, correct=False, error=EvalError(gate=gate, message=message), gates=gates, **base)
+
+
+def base_fields(prep: PreparedReference | None, cases: list[Case], *, device: str, mode: Mode) -> dict[str, Any]:
+    shapes = [] if prep is None else [prep.shapes[i] for i in sorted({c.shape for c in cases})]
+    return {"device": device, "mode": mode, "shapes": shapes, "flags": dict(PINNED_FLAGS)}

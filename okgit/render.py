@@ -1,0 +1,46 @@
+"""Human summaries of evaluator results (the `--json` output is the model itself)."""
+
+from __future__ import annotations
+
+from okgit.eval.types import EvalResult
+
+
+def eval_text(result: EvalResult) -> str:
+    """Status, each gate pass/fail, the error, and times (or why none are claimed)."""
+    lines = [f"status: {result.status.value}" + (f"  (failed at {result.error.gate})" if result.error else "")]
+    if result.error:
+        lines.append("error: " + result.error.message.strip().replace("\n", "\n       "))
+    gates = "  ".join(f"{'ok' if g.passed else 'FAIL'} {g.name}" for g in result.gates)
+    if gates:
+        lines.append(f"gates: {gates}")
+    for g in result.gates:
+        if g.passed and g.detail:
+            lines.append(f"  note {g.name}: {g.detail}")
+    if result.shapes:
+        lines.append("shapes: " + "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) or "(no knobs)" for s in result.shapes))
+    if result.max_abs_error is not None and result.correct:
+        lines.append(f"max error: abs {result.max_abs_error:.3e}, rel {result.max_rel_error or 0:.3e}")
+    if result.timed and result.runtime_us is not None:
+        ref = f"{result.ref_runtime_us:.2f} us" if result.ref_runtime_us else "?"
+        speed = f"  speedup {result.speedup:.3f}x" if result.speedup else ""
+        lines.append(f"time: {result.runtime_us:.2f} us (reference {ref}){speed} on {result.device}")
+    elif result.device == "cpu":
+        lines.append("time: timing not claimed on cpu (Triton interpreter: correctness only)")
+    p = result.profile
+    if p is not None:
+        facts = []
+        if p.flops is not None:
+            facts.append(f"{p.flops:.3g} FLOP")
+        if p.min_bytes is not None:
+            facts.append(f"{p.min_bytes:.3g} B min")
+        if p.launch_count is not None:
+            facts.append(f"{p.launch_count} custom launches/call")
+        if p.roofline_position is not None:
+            facts.append(f"{p.roofline_position:.0%} of roofline ({p.bottleneck_type})")
+        if facts:
+            lines.append("profile: " + ", ".join(facts))
+        for k in p.top_kernels[:3]:
+            lines.append(f"  {k.time_us:9.2f} us  {'custom ' if k.custom else 'library'}  {k.name[:70]}")
+    if result.wall_s is not None:
+        lines.append(f"wall: {result.wall_s:.1f} s")
+    return "\n".join(lines)

@@ -1,0 +1,2 @@
+"""Imports the evaluator."""
+import okgit.eval.worker

@@ -1,0 +1,4 @@
+"""Defines neither ModelNew nor Model."""
+import torch
+
+x = 1

@@ -1,0 +1,29 @@
+"""Leaks what it sees of OPENAI_API_KEY into its output: must see nothing."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+
+
+def triton_relu(x):
+    y = torch.empty_like(x)
+    relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+import os
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = triton_relu(x.contiguous())
+        if os.environ.get("OPENAI_API_KEY") or any("sk-fake" in v for v in os.environ.values()):
+            y = y + 1.0
+        return y

@@ -1,0 +1,4 @@
+"""ctypes is refused before anything runs."""
+import ctypes
+
+ctypes.string_at(0)

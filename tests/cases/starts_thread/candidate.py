@@ -1,0 +1,2 @@
+"""Starts a thread that could outlive the call."""
+import threading

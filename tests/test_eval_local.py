@@ -1,0 +1,155 @@
+"""The local evaluator on the CPU: honest Triton kernels pass through real workers under the
+interpreter; the pieces the parent owns (static gates, environment, tolerances, statistics,
+rendering, the CLI) behave as documented."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from okgit.eval.compare import check_leaf, degenerate_reason, leaf_tolerance
+from okgit.eval.final_gate import sign_test_p, summarize
+from okgit.eval.gates import static_findings
+from okgit.eval.local import LocalEvaluator
+from okgit.eval.sandbox import worker_env
+from okgit.eval.types import Status
+from okgit.problem import load_problem
+from okgit.render import eval_text
+
+OPS = Path(__file__).parent / "ops"
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    ev = LocalEvaluator(device="cpu")
+    yield ev
+    ev.close()
+
+
+@pytest.mark.parametrize("op", ["softmax", "matmul"])
+def test_honest_kernels_pass(evaluator, op):
+    problem = load_problem(OPS / f"{op}.py", root=str(OPS))
+    result = evaluator.evaluate(problem, (OPS / f"{op}_triton.py").read_text())
+    assert result.status is Status.correct, result.error
+    names = [g.name for g in result.gates]
+    for gate in ("seeds", "outputs_written", "fresh_inputs", "distribution", "extra_shapes", "backend_kernel"):
+        assert gate in names
+    assert all(g.passed for g in result.gates)
+    assert not result.timed and result.runtime_us is None and result.speedup is None
+    assert len(result.shapes) >= 2  # the CPU-scaled shape and at least one odd variant
+    assert result.profile.launch_count == 1
+    assert result.flags["torch.backends.cuda.matmul.allow_tf32"] is False
+    if op == "matmul":
+        assert result.profile.flops and result.profile.min_bytes
+
+
+def test_reference_scaled_for_cpu_and_not_degenerate(evaluator):
+    problem = load_problem(OPS / "relu.py", root=str(OPS))
+    ref = evaluator.reference(problem)
+    assert not ref.timed and ref.runtime_us is None and ref.degenerate is None
+    main = ref.shapes[0]
+    assert main["batch_size"] * main["dim"] <= 65536 < 16 * 16384
+
+
+def test_degenerate_reference_flagged(evaluator, tmp_path):
+    op = tmp_path / "zero.py"
+    op.write_text((OPS / "relu.py").read_text().replace("return torch.relu(x)", "return torch.relu(x) * 0"))
+    ref = evaluator.reference(load_problem(op, root=str(tmp_path)))
+    assert ref.degenerate and "zero" in ref.degenerate
+
+
+def test_static_gate_names_cheats():
+    src = (
+        "import torch\nimport torch.nn.functional as F\nimport time\n"
+        "F.relu = lambda x: x\n"
+        "setattr(torch, 'allclose', None)\n"
+        "torch.backends.cuda.matmul.allow_tf32 = True\n"
+        "x = eval('1')\n"
+        "class T(torch.Tensor):\n    pass\n"
+        "def __torch_function__(*a):\n    pass\n"
+    )
+    messages = [str(f) for f in static_findings(ast.parse(src))]
+    assert any("F.relu" in m for m in messages)
+    assert any("setattr" in m for m in messages)
+    assert any("allow_tf32" in m for m in messages)
+    assert any("eval()" in m for m in messages)
+    assert any("subclasses torch.Tensor" in m for m in messages)
+    assert any("__torch_function__" in m for m in messages)
+    honest = (OPS / "matmul_triton.py").read_text()
+    assert static_findings(ast.parse(honest)) == []
+
+
+def test_worker_env_has_no_credentials():
+    env = worker_env("cpu", {"PATH": "/bin", "HOME": "/root", "OPENAI_API_KEY": "sk", "MODAL_TOKEN_ID": "x",
+                             "AWS_SECRET_ACCESS_KEY": "x", "HF_TOKEN": "x", "TORCH_AUTH_TOKEN": "x",
+                             "TRITON_CACHE_DIR": "/c", "RANDOM_VAR": "x", "GITHUB_TOKEN": "x"})
+    assert env["PATH"] == "/bin" and env["HOME"] == "/root" and env["TRITON_CACHE_DIR"] == "/c"
+    assert env["TRITON_INTERPRET"] == "1"
+    for k in ("OPENAI_API_KEY", "MODAL_TOKEN_ID", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "TORCH_AUTH_TOKEN",
+              "RANDOM_VAR", "GITHUB_TOKEN"):
+        assert k not in env
+
+
+def test_tolerance_scales_and_respects_reference_error():
+    import torch
+
+    ref64 = torch.linspace(-100, 100, 101, dtype=torch.float64)
+    native = ref64.float()
+    tol = leaf_tolerance(native, ref64, ref_error=0.0)
+    assert tol.rtol == 1e-4 and abs(tol.atol - 1e-2) < 1e-9
+    loose = leaf_tolerance(native, ref64, ref_error=1.0)  # e.g. a TF32 reference: 4x its own error
+    assert loose.atol == 4.0
+    facts = {"exact": True}
+    assert check_leaf(native + 5e-3, facts, native, ref64, tol, "seeds").ok
+    bad = native.clone()
+    bad[3] += 1.0
+    check = check_leaf(bad, facts, native, ref64, tol, "seeds")
+    assert not check.ok and check.gate == "seeds"
+    unwritten = native.clone()
+    unwritten[-1] = float("nan")
+    assert check_leaf(unwritten, facts, native, ref64, tol, "seeds").gate == "outputs_written"
+    nan_ref = native.clone()
+    nan_ref[0] = float("inf")
+    assert check_leaf(native, facts, nan_ref, None, tol, "seeds").gate == "nan_pattern"
+
+
+def test_degenerate_reason():
+    import torch
+
+    zeros = {f"s{i}": {"native": [torch.zeros(4)]} for i in range(3)}
+    assert "zero" in degenerate_reason(zeros, list(zeros))
+    same = {f"s{i}": {"native": [torch.arange(4.0)]} for i in range(3)}
+    assert "does not change" in degenerate_reason(same, list(same))
+    varied = {f"s{i}": {"native": [torch.arange(4.0) * i]} for i in range(3)}
+    assert degenerate_reason(varied, list(varied)) is None
+
+
+def test_final_gate_statistics():
+    assert sign_test_p(5, 5) == pytest.approx(1 / 32)
+    clear = summarize([100.0, 101.0, 100.5], [80.0, 81.0, 80.0])
+    assert clear.optimized and clear.wins == 3 and clear.speedup > 1.2
+    noisy = summarize([100.0, 110.0, 100.0], [95.0, 96.0, 95.0])  # 10% A/A noise > 5% gain
+    assert not noisy.optimized and noisy.wins == 3
+
+
+def test_render_cpu_result(evaluator):
+    problem = load_problem(OPS / "relu.py", root=str(OPS))
+    text = eval_text(evaluator.evaluate(problem, "import torch\nclass ModelNew(torch.nn.Module):\n"
+                                                 "    def forward(self, x):\n        return x.clamp(min=0)\n"))
+    assert "status: rejected" in text and "backend_kernel" in text and "not claimed on cpu" in text
+
+
+def test_cli_eval_json(tmp_path):
+    env = {**os.environ, "OPENAI_API_KEY": "sk-fake"}
+    proc = subprocess.run([sys.executable, "-m", "okgit", "eval", str(OPS / "relu_triton.py"), "--ref",
+                           str(OPS / "relu.py"), "--device", "cpu", "--json"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["status"] == "correct" and data["timed"] is False and data["device"] == "cpu"

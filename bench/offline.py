@@ -41,7 +41,8 @@ def run_one(path: str, iterations: int, op_seconds: float) -> dict:
     import torch
 
     from okgit.eval.jobs import PINNED_FLAGS
-    from okgit.eval.local import LocalEvaluator, _device_lock
+    from okgit.eval.devices import device_lock
+    from okgit.eval.local import LocalEvaluator
     from okgit.problem import load_problem
     from okgit.search.driver import Budget, Search
     from okgit.search.proposers.autotune import AutotuneProposer
@@ -83,13 +84,13 @@ def run_one(path: str, iterations: int, op_seconds: float) -> dict:
     }
     with torch.no_grad():
         want = model(*inputs)
-        with _device_lock("cuda"):
+        with device_lock("cuda:0"):
             row["eager_us"] = _time(lambda: model(*inputs))
         t1 = time.monotonic()
         compiled = torch.compile(model)
         compiled(*inputs)  # compile outside the lock
         row["compile_s"] = round(time.monotonic() - t1, 1)
-        with _device_lock("cuda"):
+        with device_lock("cuda:0"):
             row["compile_us"] = _time(lambda: compiled(*inputs))
         row.update(okgit_us=None, correct=False, best=None, origin=None)
         if best is not None and best.result.correct:
@@ -99,7 +100,7 @@ def run_one(path: str, iterations: int, op_seconds: float) -> dict:
             fast.load_state_dict(model.state_dict())
             got = fast(*inputs)
             row["correct"] = _close(got, want)
-            with _device_lock("cuda"):
+            with device_lock("cuda:0"):
                 row["okgit_us"] = _time(lambda: fast(*inputs))
             row.update(best=best.cand, origin=best.proposal.origin, evaluator_speedup=best.result.speedup)
     row["gpu_s"] = round(sum(e.get("wall_s") or 0.0 for e in events if e["type"] == "evaluated"), 1)

@@ -44,7 +44,7 @@ class VerifyReport(BaseModel):
             r = v.result
             speed = f"{v.comparison.speedup:.2f}x (noise {v.comparison.noise * 100:.1f}%)" if v.comparison else "untimed"
             rows.append(f"  {v.op}: {r.status.value} on {r.device}, {speed}: {v.reason}")
-        rows += [f"  {f}: not an op file, not evaluated" for f in self.skipped]
+        rows += [f"  {f}: not evaluated (not an op file in HEAD, or new or deleted)" for f in self.skipped]
         return "\n".join(rows)
 
 
@@ -67,37 +67,51 @@ def scratch_worktree(repo: Repo) -> Iterator[Path]:
         shutil.rmtree(path.parent, ignore_errors=True)
 
 
-def verify(repo: Repo, ref: str, *, eval: str = "local", device: str | None = None, mode: str = "thorough",
+def verify(repo: Repo, ref: str, *, eval: str | None = None, device: str | None = None, mode: str = "thorough",
            require_speedup: float | None = None) -> VerifyReport:
+    """Settings come as for `optimize`: okgit.toml, then OKGIT_* (e.g. OKGIT_DEVICE=cpu in CI),
+    then the arguments given here (None: not given)."""
     from okgit import patch
-    from okgit.config import Config
+    from okgit.config import load_config
     from okgit.run import make_evaluator
 
     diff = patch.resolve_diff(repo, ref)
-    files = patch.touched_files(diff)
+    try:
+        found = patch.changes(diff)
+    except OkgitError as e:
+        raise OkgitError(f"{ref}: {e}") from None
     head = repo.head()
-    evaluator = make_evaluator(Config(eval=eval, device=device))
+    evaluator = make_evaluator(load_config(repo.root, {"eval": eval, "device": device}))
     verdicts, skipped = [], []
     with scratch_worktree(repo) as tree:
         try:
-            repo.git("apply", "-", cwd=tree, input=diff)
+            repo.git("apply", "--whitespace=nowarn", "-", cwd=tree, input=diff)
         except OkgitError as e:
-            raise OkgitError(f"{ref} does not apply to HEAD {head[:12]}: {e}") from None
-        for rel in files:
-            try:
-                base_source = repo.git("show", f"HEAD:{rel}")
-            except OkgitError:
-                skipped.append(rel)  # a new file: evaluated through the op that imports it
+            raise OkgitError(f"{ref} does not apply to HEAD {head[:12]}: {str(e).removeprefix('git apply: ')}") from None
+        for c in found:
+            # The op as HEAD has it is the reference; the diff's version of it (renamed or not)
+            # the candidate. New and deleted files are listed as not evaluated.
+            base_source = _op_source(repo, c.source) if c.source and c.target else None
+            if base_source is None:
+                skipped += [p for p in (c.source, c.target) if p and p not in skipped]
                 continue
-            if not set(REQUIRED) <= top_level_names(base_source, rel):
-                skipped.append(rel)
-                continue
-            problem = load_problem(rel, source=base_source, root=str((tree / rel).parent))
-            candidate = (tree / rel).read_text()
+            problem = load_problem(c.source, source=base_source, root=str((tree / c.target).parent))
+            candidate = (tree / c.target).read_text()
             verdicts.append(_judge(evaluator, problem, candidate, mode, require_speedup))
     if not verdicts:
-        raise OkgitError(f"{ref} touches no op file ({', '.join(files) or 'no files'})")
+        raise OkgitError(f"{ref} changes no op file ({', '.join(skipped)}); nothing to verify")
     return VerifyReport(ref=ref, head=head, ok=all(v.ok for v in verdicts), ops=verdicts, skipped=skipped)
+
+
+def _op_source(repo: Repo, path: str) -> str | None:
+    """HEAD's version of `path` if it is an op file (a Python file defining the contract's names)."""
+    if not path.endswith(".py"):
+        return None
+    source = repo.git("show", f"HEAD:{path}")
+    try:
+        return source if set(REQUIRED) <= top_level_names(source, path) else None
+    except OkgitError:  # not valid Python in HEAD: not an op file
+        return None
 
 
 def _judge(evaluator, problem, candidate: str, mode: str, require_speedup: float | None) -> OpVerdict:

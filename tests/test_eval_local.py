@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from okgit.errors import OkgitError
 from okgit.eval.compare import check_leaf, degenerate_reason, leaf_tolerance
 from okgit.eval.final_gate import sign_test_p, summarize
 from okgit.eval.gates import static_findings
@@ -153,3 +154,16 @@ def test_cli_eval_json(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["status"] == "correct" and data["timed"] is False and data["device"] == "cpu"
+
+
+def test_a_gpu_of_several_is_named_by_its_physical_id_and_pinned_in_workers(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    evaluator = LocalEvaluator(device="cuda:1", prestart=False)
+    try:
+        assert evaluator.device == "cuda:5"
+    finally:
+        evaluator.close()
+    assert worker_env("cuda:1")["CUDA_VISIBLE_DEVICES"] == "5"
+    assert worker_env("cpu")["CUDA_VISIBLE_DEVICES"] == ""
+    with pytest.raises(OkgitError, match="unknown device"):
+        LocalEvaluator(device="gpu", prestart=False)

@@ -16,14 +16,8 @@ from typing import ClassVar
 import pytest
 
 from okgit.eval import pool
-from okgit.eval.pool import (
-    Pool,
-    Slot,
-    device_lock,
-    lock_path,
-    physical_id,
-    physical_name,
-)
+from okgit.eval.devices import device_lock, lock_path, physical_id, physical_name
+from okgit.eval.pool import Pool, Slot
 from okgit.eval.types import EvalResult, Status
 from okgit.problem import Problem
 
@@ -105,7 +99,8 @@ def test_physical_ids_follow_cuda_visible_devices(monkeypatch):
 
 _LOCKING_PROCESS = textwrap.dedent("""
     import json, os, sys, time
-    from okgit.eval.pool import Pool, device_lock
+    from okgit.eval.devices import device_lock
+    from okgit.eval.pool import Pool
 
     out, go = sys.argv[1], sys.argv[2]
     while not os.path.exists(go):  # both processes start their jobs together

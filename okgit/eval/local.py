@@ -3,27 +3,29 @@
 The parent (this module) never imports candidate code. It prepares the reference once per
 problem in a reference worker, runs each candidate in a fresh worker (one pre-started idle
 worker waits so that a warm evaluation pays no interpreter or CUDA start), and judges what
-comes back (okgit.eval.verdict). GPU jobs of all okgit processes on a machine take turns
-through a file lock, so that two evaluations never time each other's kernels.
+comes back (okgit.eval.verdict). Each GPU has its own file lock (okgit.eval.devices): jobs of
+all okgit processes on one GPU take turns, so two evaluations never time each other's kernels,
+while several GPUs work at once.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import atexit
 import contextlib
-import fcntl
 import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from okgit.errors import OkgitError
 from okgit.eval import roofline
 from okgit.eval.final_gate import summarize
 from okgit.eval.gates import static_findings
 from okgit.eval.jobs import PINNED_FLAGS, Job, Timing
+from okgit.eval.devices import device_lock, physical_name
 from okgit.eval.profile import profile_data
 from okgit.eval.reference import PreparedReference, finish, new_data_dir
 from okgit.eval.sandbox import Outcome, WorkerPool, default_memory_limit, read_result
@@ -52,18 +54,22 @@ class LocalEvaluator:
             import torch
 
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        if device not in ("cuda", "cpu"):
-            raise OkgitError(f"unknown device {device!r} (cuda or cpu)")
-        self.device = device
+        if device == "cuda":
+            device = "cuda:0"
+        if device != "cpu" and not re.fullmatch(r"cuda:\d+", device):
+            raise OkgitError(f"unknown device {device!r} (cpu, cuda or cuda:N)")
+        self._torch = device  # as this process addresses it; workers see only that GPU
+        self._kind = "cpu" if device == "cpu" else "cuda"
+        self.device = physical_name(device)  # how results name it, also under CUDA_VISIBLE_DEVICES
         # the interpreter is slow and a first Triton compile on a GPU takes seconds
-        self.timeout_s = timeout_s or (300.0 if device == "cpu" else 180.0)
+        self.timeout_s = timeout_s or (300.0 if self._kind == "cpu" else 180.0)
         # a GPU worker's start (torch + CUDA) is longer than a warm evaluation: keep two waiting
         self.pool = WorkerPool(memory_limit_bytes or default_memory_limit(),
-                               idle=idle_workers or (2 if device == "cuda" else 1))
+                               idle=idle_workers or (2 if self._kind == "cuda" else 1))
         self.prestart = prestart
         self._prepared: dict[str, PreparedReference] = {}
         if prestart:
-            self.pool.prestart(device)  # they wait for their jobs, no candidate code loaded
+            self.pool.prestart(self._torch)  # they wait for their jobs, no candidate code loaded
         atexit.register(self.close)
 
     # ---- the Evaluator protocol -----------------------------------------------------------------
@@ -95,7 +101,7 @@ class LocalEvaluator:
         return result
 
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
-        if self.device != "cuda":
+        if self._kind != "cuda":
             raise OkgitError("compare needs a GPU: no timing is claimed on a CPU")
         first = self.evaluate(problem, source, mode="fast", backend=backend)
         if first.status is not Status.correct:
@@ -129,10 +135,10 @@ class LocalEvaluator:
         cases = list(prep.cases)
         base = base_fields(prep, cases, device=self.device, mode=mode)
         spec = MODES[mode]
-        job = Job(role="candidate", source_path="", device=self.device, backend=backend, root=problem.root,
+        job = Job(role="candidate", source_path="", device=self._kind, backend=backend, root=problem.root,
                   data_dir=str(prep.data_dir), cases=cases, shapes=prep.shapes,
-                  timing=Timing(spec.warmup, spec.samples) if self.device == "cuda" else None,
-                  profile=self.device == "cuda")
+                  timing=Timing(spec.warmup, spec.samples) if self._kind == "cuda" else None,
+                  profile=self._kind == "cuda")
         outcome, result, outputs = self._run(job, source, self.timeout_s)
         if result is None:
             return crashed(outcome, base)
@@ -151,28 +157,30 @@ class LocalEvaluator:
             return self._prepared[key]
         data_dir = new_data_dir()
         peaks_file = None
-        if self.device == "cuda":
+        if self._kind == "cuda":
             import torch
 
-            peaks_file = roofline.peaks_path(torch.cuda.get_device_name())
-        job = Job(role="reference", source_path=str(data_dir / "reference.py"), device=self.device, backend="torch",
+            peaks_file = roofline.peaks_path(torch.cuda.get_device_name(self._torch))
+        job = Job(role="reference", source_path=str(data_dir / "reference.py"), device=self._kind, backend="torch",
                   root=problem.root, data_dir=str(data_dir), knobs=dict(problem.knobs),
                   extra_shapes=[dict(s) for s in problem.extra_shapes] if problem.extra_shapes is not None else None,
                   seeds=[SEED_BASE + i for i in range(n_seeds)],
-                  timing=Timing(MODES[mode].warmup, MODES[mode].samples) if self.device == "cuda" else None,
-                  profile=self.device == "cuda", peaks_path=str(peaks_file) if peaks_file else None)
+                  timing=Timing(MODES[mode].warmup, MODES[mode].samples) if self._kind == "cuda" else None,
+                  profile=self._kind == "cuda", peaks_path=str(peaks_file) if peaks_file else None)
         (data_dir / "reference.py").write_text(problem.source)
         outcome, result, _ = self._run(job, None, 3 * self.timeout_s)
         expected_file = data_dir / "expected.pt"
         if result is None or result.get("failure"):
-            why = result["failure"]["message"] if result and result.get("failure") else outcome.describe() + (
-                f" during {outcome.phase}\n{outcome.stderr_tail[-1500:]}")
+            if result and result.get("failure"):
+                why = _last_line(result["failure"]["message"])
+            else:
+                why = f"{outcome.describe()} during {outcome.phase}: {_last_line(outcome.stderr_tail)}"
             _remove(data_dir)
             raise OkgitError(f"{problem.path}: the reference does not run: {why}")
         import torch
 
         # on a GPU the parent compares there too: large outputs, seconds on a CPU
-        expected = torch.load(expected_file, weights_only=True, map_location=self.device)
+        expected = torch.load(expected_file, weights_only=True, map_location=self._torch)
         expected_file.unlink()  # expected outputs live in this process only
         prep = finish(data_dir, result, expected, problem.rtol, problem.atol)
         if peaks_file is not None:
@@ -188,7 +196,7 @@ class LocalEvaluator:
     def time_once(self, problem: Problem, prep: PreparedReference, source: str, backend: str) -> float:
         """Median event time of `source` in one fresh worker, without the correctness calls (the
         final gate's rounds, and the A/A check of the benchmark script)."""
-        job = Job(role="candidate", source_path="", device=self.device, backend=backend, root=problem.root,
+        job = Job(role="candidate", source_path="", device=self._kind, backend=backend, root=problem.root,
                   data_dir=str(prep.data_dir), cases=[c for c in prep.cases if c.kind == "seed"],
                   shapes=prep.shapes, check=False, timing=COMPARE_TIMING)
         outcome, result, _ = self._run(job, source, self.timeout_s)
@@ -199,17 +207,17 @@ class LocalEvaluator:
 
     def _run(self, job: Job, source: str | None, timeout_s: float) -> tuple[Outcome, dict[str, Any] | None, dict[str, Any]]:
         """One job in one fresh worker; (outcome, result or None if it crashed, outputs)."""
-        worker = self.pool.take(self.device, prestart_next=self.prestart)
+        worker = self.pool.take(self._torch, prestart_next=self.prestart)
         try:
             if source is not None:
                 path = worker.dir / "candidate.py"
                 path.write_text(source)
                 job.source_path = str(path)
-            with _device_lock(self.device):
+            with device_lock(self._torch) if self._kind == "cuda" else contextlib.nullcontext():
                 outcome = worker.run(job, timeout_s)
             if outcome.crashed:
                 return outcome, None, {}
-            result, outputs = read_result(worker.dir, self.device)  # compared where the expected ones live
+            result, outputs = read_result(worker.dir, self._torch)  # compared where the expected ones live
             return outcome, result, outputs
         finally:
             worker.close()
@@ -237,19 +245,10 @@ def _early(status: Status, gate: str, message: str, base: dict[str, Any]) -> Eva
     return EvalResult(status=status, error=EvalError(gate=gate, message=message), gates=gates, **base)
 
 
-@contextlib.contextmanager
-def _device_lock(device: str) -> Iterator[None]:
-    if device != "cuda":
-        yield
-        return
-    path = roofline.data_dir() / "gpu.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def _last_line(text: str) -> str:
+    """The exception line of a traceback: what the user's code said, on one line."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "no message"
 
 
 def _remove(path: Path) -> None:

@@ -15,22 +15,14 @@ kind, which is how the scheduling is tested on machines without GPUs.
 
 from __future__ import annotations
 
-import fcntl
-import os
-import re
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from queue import Queue
 from typing import TYPE_CHECKING, TypeVar
 
-from okgit.eval.roofline import (
-    data_dir,  # okgit's per-user cache (OKGIT_DATA_DIR or ~/.cache/okgit)
-)
+from okgit.eval.devices import physical_id, physical_name, visible_gpus
 
 if TYPE_CHECKING:
     from okgit.eval.base import Evaluator
@@ -39,60 +31,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-def visible_gpus() -> list[str]:
-    """This process's CUDA devices as torch names ("cuda:0", ...); [] without a GPU."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return []
-    return [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
-
-
-def physical_id(device: str) -> str:
-    """The device's identity outside this process: "cuda:1" under CUDA_VISIBLE_DEVICES=4,5 is "4".
-
-    CPU slots ("cpu:3") are their own identity. An entry of CUDA_VISIBLE_DEVICES may be a
-    GPU UUID; it is returned as written.
-    """
-    kind, _, index = device.partition(":")
-    if kind != "cuda":
-        return device
-    i = int(index or 0)
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None or not visible.strip():
-        return str(i)
-    entries = [e.strip() for e in visible.split(",") if e.strip()]
-    return entries[i] if i < len(entries) else str(i)
-
-
-def physical_name(device: str) -> str:
-    """How results name a device: "cuda:<physical id>" or the CPU slot."""
-    return f"cuda:{physical_id(device)}" if device.startswith("cuda") else device
-
-
-def lock_path(device: str) -> Path:
-    key = re.sub(r"[^A-Za-z0-9_.-]", "-", physical_name(device))
-    return data_dir() / "locks" / f"{key}.lock"
-
-
-@contextmanager
-def device_lock(device: str) -> Iterator[float]:
-    """Hold `device` exclusively across processes; yields the seconds spent waiting for it.
-
-    Not reentrant within one process (an flock per open file): a job takes it once, around
-    its timing. The lock dies with its holder, so a killed worker never leaves it held.
-    """
-    path = lock_path(device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        start = time.monotonic()
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield time.monotonic() - start
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from okgit.eval.devices import physical_id
 from okgit.eval.jobs import Job
 
 # Names a worker keeps (then the credential filter still applies to them).
@@ -50,6 +51,8 @@ def worker_env(device: str, environ: dict[str, str] | None = None) -> dict[str, 
         env["CUDA_VISIBLE_DEVICES"] = ""
     else:
         env.pop("TRITON_INTERPRET", None)
+        # the worker sees its one GPU only, as "cuda": nothing it runs can touch another
+        env["CUDA_VISIBLE_DEVICES"] = physical_id(device)
     return env
 
 
@@ -99,7 +102,7 @@ class WorkerProcess:
         self.ready_wait_s = 0.0  # how long a job waited for this worker to finish starting
         with open(self.dir / "stderr.log", "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "okgit.eval.worker", "--device", device],
+                [sys.executable, "-m", "okgit.eval.worker", "--device", "cpu" if device == "cpu" else "cuda"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.dir,
                 env=worker_env(device), start_new_session=True, preexec_fn=self._limits,
             )
@@ -137,7 +140,7 @@ class WorkerProcess:
                 timed_out = True
                 self.kill()
                 break
-            if self.device == "cuda" and _rss_bytes(self.proc.pid) > self.memory_limit:
+            if self.device != "cpu" and _rss_bytes(self.proc.pid) > self.memory_limit:
                 memory_killed = True
                 self.kill()
                 break

@@ -93,7 +93,7 @@ def measure(ref_source: str, winner_source: str, device: str = "cuda:0") -> Base
     if not device.startswith("cuda") or not torch.cuda.is_available():
         return BaselineTimes(device=device, timed=False, errors={"all": "no GPU: timing is not claimed"})
     from okgit.eval.jobs import MODEL_SEED
-    from okgit.eval.pool import device_lock, physical_name
+    from okgit.eval.devices import device_lock, physical_name
 
     result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags())
     with tempfile.TemporaryDirectory(prefix="okgit-baselines-") as tmp:

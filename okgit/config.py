@@ -21,18 +21,17 @@ else:  # pragma: no cover
 
 
 class OpConfig(BaseModel):
-    """An op declared in okgit.toml instead of found by path."""
+    """Settings for one op file of the repository (`[[op]]` in okgit.toml).
+
+    Listing an op also tells CI which ops to optimize (docs/ci.md).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str
-    entry: str = "Model"
-    reference: str | None = None  # a file holding the reference, when `path` has none
-    inputs: str = "get_inputs"
-    init_inputs: str = "get_init_inputs"
-    atol: float | None = None
-    rtol: float | None = None
-    extra_shapes: list[dict[str, int]] | None = None
+    path: str  # repository-relative
+    atol: float | None = Field(default=None, gt=0)  # replace the per-dtype tolerance rules
+    rtol: float | None = Field(default=None, ge=0)
+    extra_shapes: list[dict[str, int]] | None = None  # knob settings checked besides the defaults
 
 
 class Config(BaseModel):
@@ -54,6 +53,15 @@ class Config(BaseModel):
     skills_path: str | None = None
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)  # model -> input/output $ per token
     op: list[OpConfig] = Field(default_factory=list)
+
+
+    def problem_settings(self, rel: str) -> dict[str, Any]:
+        """Problem fields (tolerances, extra shapes) that okgit.toml sets for the op at `rel`."""
+        for op in self.op:
+            if op.path.strip("/") == rel:
+                shapes = tuple(tuple(sorted(s.items())) for s in op.extra_shapes) if op.extra_shapes is not None else None
+                return {"atol": op.atol, "rtol": op.rtol, "extra_shapes": shapes}
+        return {}
 
 
 ENV_PREFIX = "OKGIT_"

@@ -7,6 +7,7 @@ before anything is created, so a refused run leaves no trace in the repository.
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -98,6 +99,7 @@ def optimize(
         op_path = Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
         rel = workspace.check_op(repo, op_path)
         problem = load_problem(rel, source=op_path.read_text(), root=str(op_path.parent))
+    problem = replace(problem, **config.problem_settings(problem.path))
     evaluator = evaluator or make_evaluator(config)
     reference = evaluator.reference(problem)
     if reference.degenerate:

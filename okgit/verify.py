@@ -99,7 +99,8 @@ def verify(repo: Repo, ref: str, *, eval: str | None = None, device: str | None 
             candidate = (tree / c.target).read_text()
             verdicts.append(_judge(evaluator, problem, candidate, mode, require_speedup))
     if not verdicts:
-        raise OkgitError(f"{ref} changes no op file ({', '.join(skipped)}); nothing to verify")
+        raise OkgitError(f"{ref} changes no op file in place ({', '.join(skipped)}: new, deleted or not "
+                         f"op files); nothing to verify")
     return VerifyReport(ref=ref, head=head, ok=all(v.ok for v in verdicts), ops=verdicts, skipped=skipped)
 
 

@@ -167,3 +167,16 @@ def test_a_gpu_of_several_is_named_by_its_physical_id_and_pinned_in_workers(monk
     assert worker_env("cpu")["CUDA_VISIBLE_DEVICES"] == ""
     with pytest.raises(OkgitError, match="unknown device"):
         LocalEvaluator(device="gpu", prestart=False)
+
+
+def test_extra_shapes_from_settings_are_checked():
+    from dataclasses import replace
+
+    problem = load_problem(OPS / "relu.py", root=str(OPS))
+    knob = sorted(problem.knobs)[0]
+    problem = replace(problem, extra_shapes=(((knob, 37),),))
+    evaluator = LocalEvaluator(device="cpu", prestart=False)
+    try:
+        assert any(shape.get(knob) == 37 for shape in evaluator.reference(problem).shapes)
+    finally:
+        evaluator.close()

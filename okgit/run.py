@@ -64,16 +64,17 @@ def make_evaluator(config: Config) -> Evaluator:
 
 
 def make_proposers(config: Config) -> list[Proposer]:
-    """The offline proposers always run first; a model, when given, continues from their best."""
+    """Templates seed the search; a model, when given, continues from their best; autotune
+    then tunes the launch settings of whatever is best by then."""
     from okgit.search.proposers.autotune import AutotuneProposer
     from okgit.search.proposers.templates import TemplatesProposer
 
-    proposers: list[Proposer] = [TemplatesProposer(), AutotuneProposer()]
+    proposers: list[Proposer] = [TemplatesProposer()]
     if config.model:
         from okgit.search.proposers.llm import proposer_for_model
 
         proposers.append(proposer_for_model(config))
-    return proposers
+    return [*proposers, AutotuneProposer()]
 
 
 def optimize(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -81,7 +82,8 @@ def verify(repo: Repo, ref: str, *, eval: str | None = None, device: str | None 
     except OkgitError as e:
         raise OkgitError(f"{ref}: {e}") from None
     head = repo.head()
-    evaluator = make_evaluator(load_config(repo.root, {"eval": eval, "device": device}))
+    config = load_config(repo.root, {"eval": eval, "device": device})
+    evaluator = make_evaluator(config)
     verdicts, skipped = [], []
     with scratch_worktree(repo) as tree:
         try:
@@ -96,6 +98,7 @@ def verify(repo: Repo, ref: str, *, eval: str | None = None, device: str | None 
                 skipped += [p for p in (c.source, c.target) if p and p not in skipped]
                 continue
             problem = load_problem(c.source, source=base_source, root=str((tree / c.target).parent))
+            problem = replace(problem, **config.problem_settings(c.source))  # okgit.toml's tolerances
             candidate = (tree / c.target).read_text()
             verdicts.append(_judge(evaluator, problem, candidate, mode, require_speedup))
     if not verdicts:

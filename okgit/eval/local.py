@@ -63,9 +63,9 @@ class LocalEvaluator:
         self.device = physical_name(device)  # how results name it, also under CUDA_VISIBLE_DEVICES
         # the interpreter is slow and a first Triton compile on a GPU takes seconds
         self.timeout_s = timeout_s or (300.0 if self._kind == "cpu" else 180.0)
-        # a GPU worker's start (torch + CUDA) is longer than a warm evaluation: keep two waiting
+        # a GPU worker takes ~4 s to start (torch + CUDA), two warm evaluations ~2 s each: keep three waiting
         self.pool = WorkerPool(memory_limit_bytes or default_memory_limit(),
-                               idle=idle_workers or (2 if self._kind == "cuda" else 1))
+                               idle=idle_workers or (3 if self._kind == "cuda" else 1))
         self.prestart = prestart
         self._prepared: dict[str, PreparedReference] = {}
         if prestart:

@@ -64,6 +64,8 @@ def _fold(run_id: str, events: list[dict[str, Any]], live: bool) -> RunDetail:
             finished = None
         elif kind == "run_finished":
             finished = e
+        elif kind == "resumed":
+            finished = None  # an interrupted run goes on
         elif kind == "best":
             best = e
         elif kind in ("proposal", "evaluated", "accepted") and e.get("cand"):

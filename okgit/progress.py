@@ -62,7 +62,7 @@ def describe(event: dict[str, Any], view: RunView) -> Text | None:
                     + (f" -> {event['recommendation']}" if event.get("recommendation") else ""), style="italic")
     if t == "llm_call" and event.get("ok") is False:
         return Text(f"{INDENT}llm {event.get('role')} call to {event.get('model')} failed", style="yellow")
-    if t == "note":
+    if t in ("note", "resumed"):
         return Text(str(event.get("message", "")))
     if t == "interrupted":
         return Text(f"interrupted ({event.get('reason')})", style="bold red")

@@ -137,7 +137,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
         space.traces.write(type, **fields)
 
     if resumed:
-        log("note", message=f"resumed run {space.run_id}")
+        log("resumed", message=f"resumed run {space.run_id}")
     else:
         log("run_started", **space.started_fields(), backend=config.backend, device=evaluator.device,
             mode=config.mode, model=config.model, eval=config.eval, iterations=config.iterations)

@@ -175,3 +175,14 @@ def test_diff_without_an_op_file_and_bad_settings_are_one_line_errors(made: dict
                           text=True, env={**os.environ, "OKGIT_DEVICE": "tpu"}, timeout=120)
     assert "OKGIT_" in one_line(proc) and "device" in proc.stderr
     assert snapshot(root) == before
+
+
+def test_the_ops_tolerance_in_okgit_toml_holds_in_verify(made: dict, tmp_path: Path) -> None:
+    off_by_a_little, n = re.subn(r"^(\+\s*tl\.store\([^,]+, )(\w+)(, mask=)", r"\1\2 + 1e-3\3", made["diff"],
+                                 count=1, flags=re.M)
+    assert n == 1
+    root = user_clone(made, tmp_path, off_by_a_little)
+    assert okgit("verify", "pr.diff", "--device", "cpu", cwd=root).returncode == 1  # default tolerance
+    (root / "okgit.toml").write_text(f'[[op]]\npath = "{OP}"\natol = 0.01\n')
+    proc = okgit("verify", "pr.diff", "--device", "cpu", cwd=root)
+    assert proc.returncode == 0 and f"{OP}: correct on cpu" in proc.stdout, proc.stdout + proc.stderr

@@ -251,6 +251,11 @@ def _note(view: RunView, e: Event) -> None:
     _log(view, e, str(e.get("message", "")))
 
 
+def _resumed(view: RunView, e: Event) -> None:
+    view.finished = None  # an interrupted run goes on
+    _log(view, e, str(e.get("message", "")))
+
+
 def _gate(view: RunView, e: Event) -> None:
     view.gates.append(e)
     verdict = "passed" if e.get("passed") else "failed"
@@ -282,6 +287,7 @@ _HANDLERS = {
     "diagnosis": _diagnosis,
     "llm_call": _llm_call,
     "note": _note,
+    "resumed": _resumed,
     "gate": _gate,
     "interrupted": _interrupted,
     "run_finished": _run_finished,

@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("verify", cmd_verify, "re-run every gate on a diff against the current HEAD (for CI)")
     p.add_argument("ref", metavar="PATCH_OR_REF")
-    p.add_argument("--eval", choices=["local", "modal"], default="local")
+    p.add_argument("--eval", choices=["local", "modal"])
     p.add_argument("--device", choices=["cuda", "cpu"])
     p.add_argument("--mode", choices=["fast", "thorough"])
     p.add_argument("--require-speedup", type=float, metavar="X")

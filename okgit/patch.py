@@ -43,7 +43,8 @@ def changes(diff: str) -> list[FileChange]:
     except UnidiffParseError as e:
         raise OkgitError(f"not a valid diff: {e}") from None
     if not len(patch):
-        raise OkgitError("empty diff: nothing to apply")
+        # unidiff skips lines it cannot read: colour codes or plain text leave no file at all
+        raise OkgitError("empty diff: nothing to apply" if not diff.strip() else "not a diff (no file changes found)")
     out = []
     for f in patch:
         blobs = next((m.groups() for m in map(_INDEX_LINE.match, str(f.patch_info).splitlines()) if m), (None, None))

@@ -21,7 +21,8 @@ REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 class Problem:
     path: str  # as the user knows it (repository-relative in a run)
     source: str  # the reference, frozen at the base
-    root: str | None = None  # directory put on sys.path for the op's own imports
+    root: str | None = None  # directory put on sys.path for the reference's own imports
+    candidate_root: str | None = None  # the same for candidates, when their siblings differ (verify)
     knobs: dict[str, int] = field(default_factory=dict)  # module-level integer globals
     atol: float | None = None  # tolerance overrides from okgit.toml; None = per-dtype rules
     rtol: float | None = None

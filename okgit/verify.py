@@ -85,7 +85,9 @@ def verify(repo: Repo, ref: str, *, eval: str | None = None, device: str | None 
     config = load_config(repo.root, {"eval": eval, "device": device})
     evaluator = make_evaluator(config)
     verdicts, skipped = [], []
-    with scratch_worktree(repo) as tree:
+    # The reference imports its siblings from HEAD, the candidate from the patched tree, so a
+    # diff that also changes a helper module cannot change the reference with it.
+    with scratch_worktree(repo) as base, scratch_worktree(repo) as tree:
         try:
             repo.git("apply", "--whitespace=nowarn", "-", cwd=tree, input=diff)
         except OkgitError as e:
@@ -97,7 +99,8 @@ def verify(repo: Repo, ref: str, *, eval: str | None = None, device: str | None 
             if base_source is None:
                 skipped += [p for p in (c.source, c.target) if p and p not in skipped]
                 continue
-            problem = load_problem(c.source, source=base_source, root=str((tree / c.target).parent))
+            problem = load_problem(c.source, source=base_source, root=str((base / c.source).parent))
+            problem = replace(problem, candidate_root=str((tree / c.target).parent))
             problem = replace(problem, **config.problem_settings(c.source))  # okgit.toml's tolerances
             candidate = (tree / c.target).read_text()
             verdicts.append(_judge(evaluator, problem, candidate, mode, require_speedup))

@@ -157,6 +157,12 @@ def test_cli_eval_json(tmp_path):
 
 
 def test_a_gpu_of_several_is_named_by_its_physical_id_and_pinned_in_workers(monkeypatch):
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(OkgitError, match="no CUDA GPU is visible"):
+            LocalEvaluator(device="cuda", prestart=False)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # naming needs no GPU
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
     evaluator = LocalEvaluator(device="cuda:1", prestart=False)
     try:

@@ -116,11 +116,11 @@ def test_run_id_and_tag_verify_in_the_producing_clone(made: dict) -> None:
 def test_tampered_kernel_fails_with_the_failing_gate_named(made: dict, tmp_path: Path) -> None:
     # The stored value of the Triton kernel changed: same lines, so the hunks still fit.
     tampered, n = re.subn(r"^(\+\s*tl\.store\([^,]+, )(\w+)(, mask=)", r"\1\2 * 2.0 + 1.0\3", made["diff"],
-                          count=1, flags=re.M)
+                          count=1, flags=re.MULTILINE)
     assert n == 1, made["diff"]
     root = user_clone(made, tmp_path, tampered)
     before = snapshot(root)
-    assert subprocess.run(["git", "apply", "--check", "pr.diff"], cwd=root).returncode == 0
+    assert subprocess.run(["git", "apply", "--check", "pr.diff"], cwd=root, check=False).returncode == 0
 
     proc = okgit("verify", "pr.diff", "--device", "cpu", "--json", cwd=root)
     assert proc.returncode == 1, proc.stderr
@@ -171,7 +171,7 @@ def test_diff_without_an_op_file_and_bad_settings_are_one_line_errors(made: dict
     line = one_line(okgit("verify", "no-such.diff", cwd=root))
     assert "unknown run, tag or diff file: no-such.diff" in line
     # verify reads OKGIT_* like optimize does (CI sets OKGIT_DEVICE=cpu)
-    proc = subprocess.run([sys.executable, "-m", "okgit", "verify", "pr.diff"], cwd=root, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "okgit", "verify", "pr.diff"], check=False, cwd=root, capture_output=True,
                           text=True, env={**os.environ, "OKGIT_DEVICE": "tpu"}, timeout=120)
     assert "OKGIT_" in one_line(proc) and "device" in proc.stderr
     assert snapshot(root) == before
@@ -179,7 +179,7 @@ def test_diff_without_an_op_file_and_bad_settings_are_one_line_errors(made: dict
 
 def test_the_ops_tolerance_in_okgit_toml_holds_in_verify(made: dict, tmp_path: Path) -> None:
     off_by_a_little, n = re.subn(r"^(\+\s*tl\.store\([^,]+, )(\w+)(, mask=)", r"\1\2 + 1e-3\3", made["diff"],
-                                 count=1, flags=re.M)
+                                 count=1, flags=re.MULTILINE)
     assert n == 1
     root = user_clone(made, tmp_path, off_by_a_little)
     assert okgit("verify", "pr.diff", "--device", "cpu", cwd=root).returncode == 1  # default tolerance

@@ -58,6 +58,12 @@ class LocalEvaluator:
             device = "cuda:0"
         if device != "cpu" and not re.fullmatch(r"cuda:\d+", device):
             raise OkgitError(f"unknown device {device!r} (cpu, cuda or cuda:N)")
+        if device != "cpu":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise OkgitError(f"--device {device}: no CUDA GPU is visible to torch {torch.__version__}"
+                                 " (use --device cpu for correctness only)")
         self._torch = device  # as this process addresses it; workers see only that GPU
         self._kind = "cpu" if device == "cpu" else "cuda"
         self.device = physical_name(device)  # how results name it, also under CUDA_VISIBLE_DEVICES
@@ -111,8 +117,9 @@ class LocalEvaluator:
         base: list[float] = []
         cand: list[float] = []
         for _ in range(rounds):
-            for src, into in ((problem.source, base), (source, cand)):
-                into.append(self.time_once(problem, prep, src, backend))
+            for src, root, into in ((problem.source, problem.root, base),
+                                    (source, problem.candidate_root or problem.root, cand)):
+                into.append(self.time_once(problem, prep, src, backend, root=root))
         return summarize(base, cand)
 
     def close(self) -> None:
@@ -135,7 +142,8 @@ class LocalEvaluator:
         cases = list(prep.cases)
         base = base_fields(prep, cases, device=self.device, mode=mode)
         spec = MODES[mode]
-        job = Job(role="candidate", source_path="", device=self._kind, backend=backend, root=problem.root,
+        job = Job(role="candidate", source_path="", device=self._kind, backend=backend,
+                  root=problem.candidate_root or problem.root,
                   data_dir=str(prep.data_dir), cases=cases, shapes=prep.shapes,
                   timing=Timing(spec.warmup, spec.samples) if self._kind == "cuda" else None,
                   profile=self._kind == "cuda")
@@ -193,10 +201,11 @@ class LocalEvaluator:
     def prepared(self, problem: Problem, mode: Mode = "fast") -> PreparedReference:
         return self._prepare(problem, mode)
 
-    def time_once(self, problem: Problem, prep: PreparedReference, source: str, backend: str) -> float:
+    def time_once(self, problem: Problem, prep: PreparedReference, source: str, backend: str,
+                  root: str | None = None) -> float:
         """Median event time of `source` in one fresh worker, without the correctness calls (the
         final gate's rounds, and the A/A check of the benchmark script)."""
-        job = Job(role="candidate", source_path="", device=self._kind, backend=backend, root=problem.root,
+        job = Job(role="candidate", source_path="", device=self._kind, backend=backend, root=root or problem.root,
                   data_dir=str(prep.data_dir), cases=[c for c in prep.cases if c.kind == "seed"],
                   shapes=prep.shapes, check=False, timing=COMPARE_TIMING)
         outcome, result, _ = self._run(job, source, self.timeout_s)

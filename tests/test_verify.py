@@ -186,3 +186,59 @@ def test_the_ops_tolerance_in_okgit_toml_holds_in_verify(made: dict, tmp_path: P
     (root / "okgit.toml").write_text(f'[[op]]\npath = "{OP}"\natol = 0.01\n')
     proc = okgit("verify", "pr.diff", "--device", "cpu", cwd=root)
     assert proc.returncode == 0 and f"{OP}: correct on cpu" in proc.stdout, proc.stdout + proc.stderr
+
+
+HELPER_OP = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+from scaling import SCALE
+
+n = 64
+
+
+@triton.jit
+def _scale(x_ptr, out_ptr, s, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * s, mask=mask)
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        _scale[(triton.cdiv(x.numel(), 128),)](x, out, SCALE, x.numel(), BLOCK=BLOCK_SIZE)
+        return out
+
+
+BLOCK_SIZE = 128
+
+
+def get_inputs():
+    return [torch.randn(n)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_diff_cannot_move_the_reference_through_a_helper_module(git_repo: Path) -> None:
+    """Reference and candidate both import `scaling`; a diff that changes it with the op must be
+    judged against HEAD's helper, not its own."""
+    (git_repo / "ops" / "scaled.py").write_text(HELPER_OP)
+    (git_repo / "ops" / "scaling.py").write_text("SCALE = 2.0\n")
+    sh(git_repo, "add", "ops/scaled.py", "ops/scaling.py")
+    sh(git_repo, "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "scaled op")
+    # A harmless launch change in the op, and the helper's constant changed with it.
+    (git_repo / "ops" / "scaled.py").write_text(HELPER_OP.replace("BLOCK_SIZE = 128", "BLOCK_SIZE = 256"))
+    (git_repo / "ops" / "scaling.py").write_text("SCALE = 3.0\n")
+    bad = sh(git_repo, "diff", "--no-color", "--src-prefix=a/", "--dst-prefix=b/", "--", "ops/scaled.py", "ops/scaling.py")
+    (git_repo / "ops" / "scaled.py").write_text(HELPER_OP)
+    (git_repo / "ops" / "scaling.py").write_text("SCALE = 2.0\n")
+    (git_repo.parent / "bad.diff").write_text(bad)
+    proc = okgit("verify", str(git_repo.parent / "bad.diff"), "--device", "cpu", "--json", cwd=git_repo)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and not report["ok"], proc.stderr
+    assert report["ops"][0]["result"]["status"] == "incorrect"

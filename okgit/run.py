@@ -7,6 +7,7 @@ before anything is created, so a refused run leaves no trace in the repository.
 from __future__ import annotations
 
 import signal
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -117,17 +118,21 @@ def _base_source(space) -> str:
     return git("show", f"{space.base_commit}:{space.op}", cwd=space.worktree)
 
 
-class _Terminated(Exception):
-    """SIGTERM, turned into an exception so the run writes what it has."""
-
-
-def _raise_terminated(signum, frame):
-    raise _Terminated()
+class _Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM, turned into an exception so the run writes what it has."""
 
 
 def _run(space, config: Config, problem: Problem, reference: Reference, evaluator: Evaluator,
          proposers: list[Proposer], on_event, resumed: bool, watch: bool) -> RunResult:
+    signals: list[str] = []  # received and not yet acted on
+
+    def on_signal(signum, frame):
+        signals.append("Ctrl-C" if signum == signal.SIGINT else "SIGTERM")
+        raise _Interrupted()
+
     def log(type: str, **fields):
+        if signals:  # a signal whose exception some library swallowed: honour it at the next event
+            raise _Interrupted()
         event = space.journal.write(type, **fields)
         if on_event:
             on_event(event)
@@ -163,7 +168,9 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
         return tag
 
     watcher = _start_watch(space) if watch else None
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    # Signal handlers can only be set from the main thread (library callers may use others).
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     search = Search(ctx, evaluator, Budget(
         iterations=config.iterations, patience=config.patience, time_s=config.time_budget_s,
         usd=config.budget_usd, target_speedup=config.target_speedup), accept, mode="fast")
@@ -172,17 +179,21 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
         log("note", message=f"search ended: {stop_reason}")
         status, winner, comparison = _final_gate(ctx, evaluator, config, log)
         return _finish(space, ctx, status, winner, comparison, stop_reason, search.spent_usd, log)
-    except (KeyboardInterrupt, _Terminated) as e:
-        log("interrupted", reason="SIGTERM" if isinstance(e, _Terminated) else "Ctrl-C")
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM (_Interrupted)
+        reason = signals[0] if signals else "Ctrl-C"
+        signals.clear()
+        log("interrupted", reason=reason)
         _finish(space, ctx, "interrupted", ctx.best, None, "interrupted", search.spent_usd, log)
         raise KeyboardInterrupt from None
     except Exception as e:
         # Still write what the run has and leave the repository consistent, then report.
+        signals.clear()
         log("interrupted", reason=f"error: {type(e).__name__}: {e}")
         _finish(space, ctx, "interrupted", ctx.best, None, f"error: {e}", search.spent_usd, log)
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if watcher:
             watcher.wait()
 

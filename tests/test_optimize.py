@@ -155,7 +155,8 @@ def test_refusals(git_repo: Path, tmp_path: Path) -> None:
         assert "Traceback" not in proc.stderr
 
 
-def test_interrupted_run_is_consistent_and_resumes(git_repo: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupted_run_is_consistent_and_resumes(git_repo: Path, sig: int) -> None:
     commit_op(git_repo, POINTWISE)
     before = snapshot(git_repo)
     proc = subprocess.Popen([sys.executable, "-m", "okgit", "optimize", OP, "--device", "cpu", "--iterations", "3"],
@@ -169,11 +170,11 @@ def test_interrupted_run_is_consistent_and_resumes(git_repo: Path) -> None:
             break
         time.sleep(0.2)
     assert journal is not None, proc.communicate(timeout=60)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     events = [json.loads(line) for line in journal.read_text().splitlines()]
-    assert any(e["type"] == "interrupted" for e in events)
+    assert [e["reason"] for e in events if e["type"] == "interrupted"] == ["Ctrl-C" if sig == signal.SIGINT else "SIGTERM"]
     assert snapshot(git_repo) == before
     assert len(sh(git_repo, "worktree", "list").splitlines()) == 1
 

@@ -58,7 +58,7 @@ class Search:
         self.spent_usd = 0.0
         self.started = time.monotonic()
         self.since_best = 0
-        self.evaluated = 0
+        self.evaluated = len(ctx.attempts)  # a resumed run's iteration budget counts what it did
         self.stop_reason = ""
         self.seen = {source_key(a.proposal.source) for a in ctx.attempts}
         log = ctx.log

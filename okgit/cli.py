@@ -262,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("okgit: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `okgit history | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except OkgitError as e:
         if args.debug or os.environ.get("OKGIT_DEBUG"):
             raise

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from okgit.errors import OkgitError
+from okgit.errors import OkgitError, UsageError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -110,4 +110,5 @@ def _validate(data: dict[str, Any], source: str) -> Config:
         err = e.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or "(top level)"
         what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        raise OkgitError(f"{source}: {key}: {what}") from None
+        error = UsageError if source == "flags" else OkgitError  # a bad flag is a usage error (exit 2)
+        raise error(f"{source}: {key}: {what}") from None

@@ -84,7 +84,10 @@ def resolve_diff(repo: Repo, ref: str) -> str:
                              f"pick a candidate tag from: okgit history {ref}")
         return report.read_text()
     if Path(ref).is_file():
-        return Path(ref).read_text()
+        try:
+            return Path(ref).read_text()
+        except UnicodeDecodeError:
+            raise OkgitError(f"{ref}: not a diff (not UTF-8 text)") from None
     raise OkgitError(f"unknown run, tag or diff file: {ref}")
 
 
@@ -112,7 +115,8 @@ def revert(repo: Repo, ref: str) -> list[str]:
     record = _record_path(repo, diff)
     applied = json.loads(record.read_text())["files"] if record.is_file() else {}
     comparable = [c for c in found if c.source and c.pre]
-    if not applied and comparable and all(_same(repo.blob_of(c.source), c.pre) for c in comparable):
+    if comparable and all(_same(repo.blob_of(c.source), c.pre) for c in comparable):
+        record.unlink(missing_ok=True)  # never applied, or undone by hand since
         raise OkgitError(f"{ref} is not applied in the working tree")
     for c in found:
         path = c.target or c.source

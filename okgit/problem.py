@@ -72,7 +72,7 @@ def load_problem(path: str | Path, source: str | None = None, root: str | None =
     names = top_level_names(source, str(path))
     missing = [n for n in REQUIRED if n not in names]
     if missing:
-        raise OkgitError(f"{path}: not an op file: missing {', '.join(missing)} (see DESIGN.md section 3)")
+        raise OkgitError(f"{path}: not an op file: missing {', '.join(missing)} (see README.md, 'The op file')")
     return Problem(path=str(path), source=source, root=root, knobs=shape_knobs(source, str(path)))
 
 

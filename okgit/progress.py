@@ -65,7 +65,8 @@ def describe(event: dict[str, Any], view: RunView) -> Text | None:
     if t in ("note", "resumed"):
         return Text(str(event.get("message", "")))
     if t == "interrupted":
-        return Text(f"interrupted ({event.get('reason')})", style="bold red")
+        return Text(f"interrupted ({event.get('reason')}); to continue: okgit optimize PATH --resume {event.get('run')}",
+                    style="bold red")
     if t == "gate":
         passed = bool(event.get("passed"))
         return Text.assemble(f"final gate {event.get('name')} on {event.get('cand')}: ",
@@ -82,7 +83,12 @@ def printer(stream: IO[str]) -> Callable[[dict[str, Any]], None]:
 
         console = Console(file=stream, highlight=False, soft_wrap=True)
 
+    closed = False  # the reader went away (`okgit optimize | head`): the run goes on, silently
+
     def on_event(event: dict[str, Any]) -> None:
+        nonlocal closed
+        if closed:
+            return
         try:
             view.apply([event])
             line = describe(plain(event), view)
@@ -90,9 +96,12 @@ def printer(stream: IO[str]) -> Callable[[dict[str, Any]], None]:
             line = Text(f"(progress: cannot show a {event.get('type')} event: {type(e).__name__}: {e})", style="dim")
         if line is None:
             return
-        if console:
-            console.print(line)
-        else:
-            print(line.plain, file=stream, flush=True)
+        try:
+            if console:
+                console.print(line)
+            else:
+                print(line.plain, file=stream, flush=True)
+        except BrokenPipeError:
+            closed = True
 
     return on_event

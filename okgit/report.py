@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from okgit.eval.types import Comparison
+from okgit.journal import read_jsonl
 from okgit.search.types import Attempt, Context
 
 STATUS_MEANING = {
@@ -82,6 +83,11 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
             lines += ["", f"Gates passed: {', '.join(passed)}."]
         if r.shapes:
             lines.append(f"Correctness checked at: {'; '.join(', '.join(f'{k}={v}' for k, v in s.items()) for s in r.shapes)}.")
+    if not ctx.attempts:
+        lines += ["", "No candidate was proposed; the search's notes below say why."]
+    notes = [e.get("message", "") for e in read_jsonl(space.run_dir / "journal.jsonl")[0] if e["type"] == "note"]
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     lines += ["", "## Candidates", "", "| cand | origin | status | speedup | runtime us | note |", "|---|---|---|---|---|---|"]
     for a in ctx.attempts:
         note = f"{a.result.error.gate}: {a.result.error.message}" if a.result.error else (a.tag or "")

@@ -94,6 +94,10 @@ def optimize(
     repo = Repo.find(cwd or Path.cwd())
     config = load_config(repo.root, flags)
     if resume:
+        op = workspace.started_event(repo, resume)["op"]
+        given = Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
+        if repo.relpath(given) != op:
+            raise OkgitError(f"run {resume} optimizes {op}, not {path}")
         space = workspace.resume(repo, resume)
         op_file = space.worktree / space.op
         problem = load_problem(space.op, source=_base_source(space), root=str(op_file.parent))

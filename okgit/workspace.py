@@ -257,12 +257,22 @@ def gc(repo: Repo, keep: int = 20, runs: bool = False) -> list[str]:
                     removed.append(f"worktree {worktree.name}")
         repo.git("worktree", "prune")
         if runs:
-            finished = [r for r in run_ids(repo) if not is_live(repo.runs_dir / r)]
+            applied = _applied_runs(repo)  # okgit revert needs their diffs
+            finished = [r for r in run_ids(repo) if not is_live(repo.runs_dir / r) and r not in applied]
             for run_id in finished[max(keep, 0):]:
                 _delete_refs(repo, run_id)
                 shutil.rmtree(repo.runs_dir / run_id)
                 removed.append(f"run {run_id}")
     return removed
+
+
+def _applied_runs(repo: Repo) -> set[str]:
+    """Runs whose diff (the winner's or a tag's) is recorded as applied to the working tree."""
+    found = set()
+    for record in repo.applied_dir.glob("*.json") if repo.applied_dir.is_dir() else ():
+        ref = json.loads(record.read_text()).get("ref", "")
+        found.add(ref.split("/")[1] if ref.startswith("okgit/") and ref.count("/") == 2 else ref)
+    return found
 
 
 def _remove_worktree(repo: Repo, worktree: Path) -> None:

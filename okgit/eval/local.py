@@ -62,8 +62,8 @@ class LocalEvaluator:
             import torch
 
             if not torch.cuda.is_available():
-                raise OkgitError(f"--device {device}: no CUDA GPU is visible to torch {torch.__version__}"
-                                 " (use --device cpu for correctness only)")
+                raise OkgitError(f"device {device}: no CUDA GPU is visible to torch {torch.__version__}"
+                                 " (device cpu checks correctness only)")
         self._torch = device  # as this process addresses it; workers see only that GPU
         self._kind = "cpu" if device == "cpu" else "cuda"
         self.device = physical_name(device)  # how results name it, also under CUDA_VISIBLE_DEVICES

@@ -1,0 +1,58 @@
+"""Edges a first-time user hit: resuming the wrong op, gc under an applied diff, closed
+pipes, binary diff files, an apply undone by hand, bad flag values."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import OP, okgit, record_run, sh
+
+
+def test_resume_refuses_another_op(git_repo: Path) -> None:
+    space, _ = record_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp")])
+    (git_repo / "ops" / "other.py").write_text((git_repo / OP).read_text())
+    proc = okgit("optimize", "ops/other.py", "--resume", space.run_id, cwd=git_repo)
+    assert proc.returncode == 1 and f"run {space.run_id} optimizes {OP}, not ops/other.py" in proc.stderr
+
+
+def test_gc_keeps_a_run_whose_diff_is_applied(git_repo: Path) -> None:
+    space, _ = record_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp")])
+    assert okgit("apply", space.run_id, cwd=git_repo).returncode == 0
+    assert okgit("gc", "--runs", "--keep", "0", cwd=git_repo).returncode == 0
+    assert (git_repo / ".okgit" / "runs" / space.run_id).is_dir()
+    proc = okgit("revert", space.run_id, cwd=git_repo)
+    assert proc.returncode == 0, proc.stderr
+    assert "removed run" in okgit("gc", "--runs", "--keep", "0", cwd=git_repo).stdout  # reverted: collectable
+
+
+def test_an_apply_undone_by_hand_is_not_called_drift(git_repo: Path) -> None:
+    space, _ = record_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp")])
+    assert okgit("apply", space.run_id, cwd=git_repo).returncode == 0
+    sh(git_repo, "-c", "core.hooksPath=/dev/null", "checkout", "-q", "--", OP)
+    proc = okgit("revert", space.run_id, cwd=git_repo)
+    assert proc.returncode == 1 and "is not applied in the working tree" in proc.stderr
+    assert okgit("apply", space.run_id, cwd=git_repo).returncode == 0
+
+
+def test_a_closed_pipe_ends_quietly(git_repo: Path) -> None:
+    record_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp")])
+    proc = subprocess.Popen([sys.executable, "-m", "okgit", "history", "--json"], cwd=git_repo,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before okgit writes
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr.read() == ""
+
+
+def test_a_binary_file_is_not_a_diff(git_repo: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "g.diff"
+    bad.write_bytes(b"x\n\x00\xff\n")
+    for command in (("show",), ("apply",), ("apply", "--check"), ("revert",), ("verify",)):
+        proc = okgit(*command, str(bad), cwd=git_repo)
+        assert proc.returncode == 1 and "not a diff" in proc.stderr and "Traceback" not in proc.stderr, (command, proc.stderr)
+
+
+def test_a_bad_flag_value_is_a_usage_error(git_repo: Path) -> None:
+    proc = okgit("optimize", OP, "--iterations", "0", cwd=git_repo)
+    assert proc.returncode == 2 and "flags: iterations" in proc.stderr

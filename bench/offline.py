@@ -13,7 +13,16 @@ and it matches eager at the default shape too.
 
 Prints one row per op (op, shape, dtype, eager us, compile us, okgit us, speedups, correct)
 and a closing line with the geomeans and fast_1 (share of ops where okgit is correct and
-faster); writes $OUT/offline.json when OUT is set.
+faster); writes $OUT/offline.json when OUT is set, again after every finished op. With
+--time-limit S no op starts or runs past S seconds: the ops not run are listed, not guessed.
+
+    PYTHONPATH=. python bench/offline.py --smoke   # CPU, Triton interpreter, one tiny op
+
+--smoke runs the same steps on the CPU: the search through the LocalEvaluator (device cpu),
+then okgit's result checked against eager at the op's shapes scaled down as the evaluator
+scales them on a CPU. Skipped there, and said so: CUDA-event timing with the L2 flush, the
+device lock, and torch.compile (compiled and timed on the GPU only). Every time is "-";
+speedups, geomeans and fast_1 are not claimed.
 """
 
 from __future__ import annotations
@@ -27,17 +36,22 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SMOKE_OPS = str(ROOT / "tests" / "ops" / "relu.py")
+SMOKE_SKIPPED = ["CUDA-event timing with the L2 flush (eager, torch.compile, okgit)",
+                 "torch.compile (compiled and timed on the GPU only)",
+                 "the device lock", "speedups, geomeans and fast_1 (nothing timed)"]
+CPU_INPUT_LIMIT = 65536  # elements, as okgit.eval.jobs.Job.cpu_input_limit
 
 
 # ---------------------------------------------------------------------------------------------
 # One op (child process)
 
 
-def run_one(path: str, iterations: int, op_seconds: float) -> dict:
+def run_one(path: str, iterations: int, op_seconds: float, smoke: bool = False) -> dict:
     import torch
 
     from okgit.eval.jobs import PINNED_FLAGS
@@ -55,10 +69,12 @@ def run_one(path: str, iterations: int, op_seconds: float) -> dict:
 
     t0 = time.monotonic()
     problem = load_problem(path)
-    evaluator = LocalEvaluator(device="cuda")
+    dev = "cpu" if smoke else "cuda"
+    evaluator = LocalEvaluator(device=dev)
     events: list[dict] = []
-    ctx = Context(problem=problem, reference=evaluator.reference(problem), backend="triton", device="cuda",
-                  log=lambda type, **f: events.append({"type": type, **f}))
+    reference = evaluator.reference(problem)
+    ctx = Context(problem=problem, reference=reference, backend="triton", device=evaluator.device,
+                  hardware=reference.hardware, log=lambda type, **f: events.append({"type": type, **f}))
     budget = Budget(iterations=iterations, patience=iterations, time_s=op_seconds)
     search = Search(ctx, evaluator, budget, accept=lambda attempt: None, mode="fast")
     stop = search.run([TemplatesProposer(), AutotuneProposer()])
@@ -67,12 +83,14 @@ def run_one(path: str, iterations: int, op_seconds: float) -> dict:
     best = ctx.best
 
     ref = _load(Path(path), "reference")
+    if smoke:  # the interpreter is slow: the op's shapes scaled down as the evaluator does on a CPU
+        _scale_for_cpu(ref, problem.knobs)
     torch.manual_seed(0)
     init = ref.get_init_inputs()
     torch.manual_seed(1)
-    model = ref.Model(*init).cuda()
+    model = ref.Model(*init).to(dev)
     torch.manual_seed(2)
-    inputs = [x.cuda() for x in ref.get_inputs()]
+    inputs = [x.to(dev) for x in ref.get_inputs()]
     row = {
         "op": Path(path).stem,
         "shape": " ".join("x".join(map(str, x.shape)) for x in inputs),
@@ -80,32 +98,66 @@ def run_one(path: str, iterations: int, op_seconds: float) -> dict:
         "candidates": len(ctx.attempts),
         "correct_candidates": sum(a.result.correct for a in ctx.attempts),
         "stop": stop,
-        "search_s": round(search_s, 1),
+        "search_s": None if smoke else round(search_s, 1),
     }
     with torch.no_grad():
         want = model(*inputs)
-        with device_lock("cuda:0"):
-            row["eager_us"] = _time(lambda: model(*inputs))
-        t1 = time.monotonic()
-        compiled = torch.compile(model)
-        compiled(*inputs)  # compile outside the lock
-        row["compile_s"] = round(time.monotonic() - t1, 1)
-        with device_lock("cuda:0"):
-            row["compile_us"] = _time(lambda: compiled(*inputs))
+        if smoke:  # GPU only: CUDA events, the L2 flush, the device lock, torch.compile
+            row.update(eager_us=None, compile_s=None, compile_us=None)
+        else:
+            with device_lock("cuda:0"):
+                row["eager_us"] = _time(lambda: model(*inputs))
+            t1 = time.monotonic()
+            try:
+                compiled = torch.compile(model)
+                compiled(*inputs)  # compile outside the lock
+                row["compile_s"] = round(time.monotonic() - t1, 1)
+                with device_lock("cuda:0"):
+                    row["compile_us"] = _time(lambda: compiled(*inputs))
+            except Exception as e:  # noqa: BLE001 - torch.compile failing on an op is a finding, not a crash
+                row.update(compile_s=None, compile_us=None, compile_error=_why(e))
         row.update(okgit_us=None, correct=False, best=None, origin=None)
         if best is not None and best.result.correct:
-            cand = _load_source(best.proposal.source)
-            torch.manual_seed(1)
-            fast = getattr(cand, "ModelNew", cand.Model)(*init).cuda()
-            fast.load_state_dict(model.state_dict())
-            got = fast(*inputs)
-            row["correct"] = _close(got, want)
-            with device_lock("cuda:0"):
-                row["okgit_us"] = _time(lambda: fast(*inputs))
             row.update(best=best.cand, origin=best.proposal.origin, evaluator_speedup=best.result.speedup)
-    row["gpu_s"] = round(sum(e.get("wall_s") or 0.0 for e in events if e["type"] == "evaluated"), 1)
-    row["wall_s"] = round(time.monotonic() - t0, 1)
+            try:
+                cand = _load_source(best.proposal.source)
+                torch.manual_seed(1)
+                fast = getattr(cand, "ModelNew", cand.Model)(*init).to(dev)
+                fast.load_state_dict(model.state_dict())
+                got = fast(*inputs)
+                row["correct"] = _close(got, want)
+                if not smoke and row["correct"]:
+                    with device_lock("cuda:0"):
+                        row["okgit_us"] = _time(lambda: fast(*inputs))
+            except Exception as e:  # noqa: BLE001 - counted as not correct, with the reason
+                row.update(correct=False, okgit_us=None, check_error=_why(e))
+    gpu_s = round(sum(e.get("wall_s") or 0.0 for e in events if e["type"] == "evaluated"), 1)
+    wall_s = round(time.monotonic() - t0, 1)
+    row["gpu_s"], row["wall_s"] = (None, None) if smoke else (gpu_s, wall_s)
+    if smoke:
+        row["cpu_wall_s"] = wall_s  # the CPU walls, not GPU figures
     return row
+
+
+def _why(e: BaseException) -> str:
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300]
+
+
+def _scale_for_cpu(module, knobs: dict[str, int]) -> None:
+    """Halve every knob >= 16 until the inputs hold <= CPU_INPUT_LIMIT elements (the worker's rule)."""
+    import torch
+
+    current = {k: v for k, v in knobs.items() if hasattr(module, k)}
+    while True:
+        for k, v in current.items():
+            setattr(module, k, v)
+        torch.manual_seed(0)
+        n = sum(x.numel() for x in module.get_inputs() if isinstance(x, torch.Tensor))
+        smaller = {k: v // 2 for k, v in current.items() if v >= 16}
+        if n <= CPU_INPUT_LIMIT or not smaller:
+            return
+        current.update(smaller)
 
 
 def _load(path: Path, name: str):
@@ -167,13 +219,21 @@ def _time(fn, warmup: int = 5, samples: int = 30) -> float:
 # All ops (parent process)
 
 
-def child(path: str, args) -> dict:
+def child(path: str, args, deadline: float | None = None) -> dict:
+    timeout = args.op_timeout
+    if deadline is not None:
+        timeout = min(timeout, deadline - time.monotonic())
+        if timeout < 10:
+            return {"op": Path(path).stem, "not_run": f"time limit {args.time_limit:.0f} s reached before it started"}
     cmd = [sys.executable, __file__, "--one", path, "--iterations", str(args.iterations), "--op-seconds", str(args.op_seconds)]
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    if args.smoke:
+        cmd.append("--smoke")
+        env.update(CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1")  # the check of okgit's kernel runs on the CPU
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.op_timeout, env=env, cwd=ROOT, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, check=False)
     except subprocess.TimeoutExpired:
-        return {"op": Path(path).stem, "error": f"timed out after {args.op_timeout}s"}
+        return {"op": Path(path).stem, "error": f"timed out after {timeout:.0f}s"}
     for line in proc.stdout.splitlines()[::-1]:
         if line.startswith("ROW "):
             return json.loads(line[4:])
@@ -187,35 +247,44 @@ def geomean(xs: list[float]) -> float | None:
 def summarize(rows: list[dict]) -> dict:
     vs_eager, vs_compile, fast_eager, fast_compile = [], [], 0, 0
     for r in rows:
-        ok = r.get("correct") and r.get("okgit_us")
+        ok = bool(r.get("correct") and r.get("okgit_us"))
+        eager, comp = r.get("eager_us"), r.get("compile_us")
         # an op without a correct okgit result keeps the baseline: speedup 1 against eager
-        r["vs_eager"] = round(r["eager_us"] / r["okgit_us"], 3) if ok else (1.0 if "eager_us" in r else None)
-        r["vs_compile"] = round(r["compile_us"] / (r["okgit_us"] if ok else r["eager_us"]), 3) if "compile_us" in r else None
+        r["vs_eager"] = (round(eager / r["okgit_us"], 3) if ok else 1.0) if eager else None
+        mine = r["okgit_us"] if ok else eager
+        r["vs_compile"] = round(comp / mine, 3) if comp and mine else None
         if r["vs_eager"]:
             vs_eager.append(r["vs_eager"])
         if r["vs_compile"]:
             vs_compile.append(r["vs_compile"])
-        fast_eager += bool(ok and r["vs_eager"] > 1.0)
-        fast_compile += bool(ok and r["vs_compile"] > 1.0)
+        fast_eager += bool(ok and r["vs_eager"] and r["vs_eager"] > 1.0)
+        fast_compile += bool(ok and r["vs_compile"] and r["vs_compile"] > 1.0)
     n = len(rows)
     return {
         "ops": n,
         "geomean_vs_eager": geomean(vs_eager),
         "geomean_vs_compile": geomean(vs_compile),
-        "fast_1_vs_eager": fast_eager / n if n else None,
-        "fast_1_vs_compile": fast_compile / n if n else None,
+        # a share over ops that were not timed would be a guess: None without timing
+        "fast_1_vs_eager": fast_eager / n if n and vs_eager else None,
+        "fast_1_vs_compile": fast_compile / n if n and vs_compile else None,
         "correct": sum(bool(r.get("correct")) for r in rows),
     }
 
 
-def table(rows: list[dict], summary: dict, device: str) -> str:
-    head = f"{'op':34} {'shape':24} {'dtype':8} {'eager us':>10} {'compile us':>10} {'okgit us':>10} {'vs eager':>8} {'vs comp':>8} {'correct':>7} {'wall s':>6}"
+HEADER = (f"{'op':34} {'shape':24} {'dtype':8} {'eager us':>10} {'compile us':>10} {'okgit us':>10} "
+          f"{'vs eager':>8} {'vs comp':>8} {'correct':>7} {'wall s':>6}")
+
+
+def table(rows: list[dict], summary: dict, device: str, notes: list[str] = ()) -> str:
+    head = HEADER
     out = [f"device: {device}", head, "-" * len(head)]
     for r in rows:
-        if "error" in r:
-            out.append(f"{r['op']:34} error: {r['error'].splitlines()[-1] if r['error'] else ''}")
+        if "error" in r or "not_run" in r:
+            why = r.get("error") or ""
+            out.append(f"{r['op']:34} " + (f"not run: {r['not_run']}" if "not_run" in r
+                                           else f"error: {why.splitlines()[-1] if why.strip() else ''}"))
             continue
-        fmt = lambda v, spec: format(v, spec) if isinstance(v, (int, float)) else "-"
+        fmt = lambda v, spec: format(v, spec) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-".rjust(int(spec.split(".")[0]))
         out.append(
             f"{r['op'][:34]:34} {r['shape'][:24]:24} {r['dtype']:8} {fmt(r['eager_us'], '10.1f')} {fmt(r['compile_us'], '10.1f')} "
             f"{fmt(r['okgit_us'], '10.1f')} {fmt(r['vs_eager'], '8.2f')} {fmt(r['vs_compile'], '8.2f')} {bool(r['correct'])!s:>7} {fmt(r['wall_s'], '6.0f')}"
@@ -227,48 +296,91 @@ def table(rows: list[dict], summary: dict, device: str) -> str:
         f"fast_1 vs eager {g(s['fast_1_vs_eager'])}, vs torch.compile {g(s['fast_1_vs_compile'])}; "
         f"correct {s['correct']}/{s['ops']}"
     )
+    out += [f"note: {n}" for n in notes]
     return "\n".join(out)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ops", default=str(ROOT / "examples" / "*.py"), help="glob of op files")
+    ap.add_argument("--ops", help="glob of op files (default: examples/*.py; with --smoke tests/ops/relu.py)")
+    ap.add_argument("--range", dest="span", metavar="A-B", help="only ops A..B (1-based) of the sorted glob")
     ap.add_argument("--jobs", type=int, default=3, help="ops in flight (GPU timing is serialized by a lock)")
-    ap.add_argument("--iterations", type=int, default=8, help="candidates evaluated per op")
+    ap.add_argument("--iterations", type=int, help="candidates evaluated per op (default 8; 2 with --smoke)")
     ap.add_argument("--op-seconds", type=float, default=100.0, help="search time budget per op")
     ap.add_argument("--op-timeout", type=float, default=240.0, help="hard limit per op process")
+    ap.add_argument("--time-limit", type=float, metavar="S", help="no op starts or runs past S seconds from now")
+    ap.add_argument("--smoke", action="store_true", help="CPU + Triton interpreter, one tiny op, nothing timed")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.iterations is None:
+        args.iterations = 2 if args.smoke else 8
     if args.one:
-        print("ROW " + json.dumps(run_one(args.one, args.iterations, args.op_seconds)))
+        import signal
+
+        # the device call's `timeout` signals the whole group: exit through atexit, which closes the evaluator's workers
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
+        print("ROW " + json.dumps(run_one(args.one, args.iterations, args.op_seconds, smoke=args.smoke)))
         return 0
-    import torch
+    started = time.monotonic()
+    deadline = started + args.time_limit if args.time_limit else None
+    if args.smoke:
+        device = "cpu (smoke: Triton interpreter, no timing)"
+        print("smoke: skipped " + "; ".join(SMOKE_SKIPPED), flush=True)
+    else:
+        import torch
 
-    if not torch.cuda.is_available():
-        print("bench/offline.py needs a CUDA GPU", file=sys.stderr)
+        if not torch.cuda.is_available():
+            print("bench/offline.py needs a CUDA GPU (or --smoke for the CPU path)", file=sys.stderr)
+            return 1
+        device = f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+        try:
+            import triton
+
+            device += f", triton {triton.__version__}"
+        except ImportError:
+            pass
+    paths = sorted(glob.glob(args.ops or (SMOKE_OPS if args.smoke else str(ROOT / "examples" / "*.py"))))
+    if args.span:
+        a, _, b = args.span.partition("-")
+        paths = paths[int(a) - 1: int(b or a)]
+    if not paths:
+        print(f"no op files match {args.ops}", file=sys.stderr)
         return 1
-    device = f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
-    try:
-        import triton
-
-        device += f", triton {triton.__version__}"
-    except ImportError:
-        pass
-    paths = sorted(glob.glob(args.ops))
-    t0 = time.monotonic()
+    print(f"device: {device}; {len(paths)} ops, --jobs {args.jobs}, --iterations {args.iterations}", flush=True)
+    done: dict[str, dict] = {}
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        rows = list(pool.map(lambda p: child(p, args), paths))
-    good = [r for r in rows if "error" not in r]
+        futures = {pool.submit(child, p, args, deadline): p for p in paths}
+        for fut in as_completed(futures):
+            done[futures[fut]] = row = fut.result()
+            print("ROW " + json.dumps(row), flush=True)
+            _write(device, [done[p] for p in paths if p in done], args, started, partial=True)
+    rows = [done[p] for p in paths]
+    summary = _write(device, rows, args, started, partial=False)
+    notes = [f"not run (time limit): {', '.join(summary['not_run'])}"] if summary["not_run"] else []
+    if args.smoke:
+        notes.append("smoke run: no GPU figure; skipped " + "; ".join(SMOKE_SKIPPED))
+    print(table(rows, summary, device, notes))
+    print(f"total wall {summary['wall_s']:.0f} s")
+    return 0
+
+
+def _write(device: str, rows: list[dict], args, started: float, partial: bool) -> dict:
+    good = [r for r in rows if "error" not in r and "not_run" not in r]
     summary = summarize(good)
     summary["failed_ops"] = [r["op"] for r in rows if "error" in r]
-    summary["wall_s"] = round(time.monotonic() - t0, 1)
-    print(table(rows, summary, device))
-    print(f"total wall {summary['wall_s']:.0f} s")
+    summary["not_run"] = [r["op"] for r in rows if "not_run" in r]
+    summary["wall_s"] = round(time.monotonic() - started, 1)
     out = os.environ.get("OUT")
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "offline.json").write_text(json.dumps({"device": device, "rows": rows, "summary": summary}, indent=2))
-    return 0
+        data = {"device": device, "smoke": args.smoke, "skipped": SMOKE_SKIPPED if args.smoke else [],
+                "partial": partial, "settings": {"iterations": args.iterations, "op_seconds": args.op_seconds,
+                                                 "jobs": args.jobs},
+                "rows": rows, "summary": summary}
+        tmp = Path(out) / "offline.json.tmp"
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(Path(out) / "offline.json")
+    return summary
 
 
 if __name__ == "__main__":

@@ -8,15 +8,22 @@ the wall time, and writes sweep.json and sweep.md to $OUT when it is set. With -
 layout and the sweep's state stay in DIR, so a second call resumes (a long sweep can span
 several calls); without it they live in a temp dir. For the GPU machine (no network): okgit
 runs from this checkout.
+
+--time-limit S stops the sweep (SIGTERM to its process group, as Ctrl-C) after S seconds and
+still writes sweep.json / sweep.md from the problems that finished (marked partial); a problem
+cut short is left out, not scored. --smoke runs the same path on the CPU (--device cpu, one
+problem, one iteration): correctness is real, nothing is timed, the baselines say why.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,6 +31,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+class _Stop(BaseException):
+    """SIGTERM while the sweep runs: stop it and report what finished."""
 
 
 def layout(examples: list[Path], dest: Path) -> Path:
@@ -41,7 +52,16 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, help="problems at once (default: visible GPUs, at least 1)")
     parser.add_argument("--examples", default=str(ROOT / "examples"), help="folder of op files")
     parser.add_argument("--work", help="keep the layout and the sweep's state here (resumable)")
+    parser.add_argument("--time-limit", type=float, metavar="S",
+                        help="stop after S seconds and report the problems finished by then")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CPU + Triton interpreter: --device cpu --iterations 1 --problems 1-1 unless given")
     args, passthrough = parser.parse_known_args()
+    if args.smoke:
+        given = {a.split("=")[0] for a in passthrough}
+        for flag, value in (("--device", "cpu"), ("--iterations", "1"), ("--problems", "1-1")):
+            if flag not in given:
+                passthrough += [flag, value]
 
     examples = sorted(p for p in Path(args.examples).glob("*.py") if not p.name.startswith("_"))
     if not examples:
@@ -49,33 +69,106 @@ def main() -> int:
         return 1
     import torch
 
-    gpus = torch.cuda.device_count()
+    if args.smoke:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the sweep and its problems see no GPU
+    gpus = torch.cuda.device_count() if not args.smoke else 0
     parallel = args.parallel or max(gpus, 1)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "PYTHONUNBUFFERED": "1"}
-    with tempfile.TemporaryDirectory(prefix="okgit-examples-kb-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="okgit-examples-kb-", ignore_cleanup_errors=True) as tmp:
         work = Path(args.work).resolve() if args.work else Path(tmp)
         kb = layout(examples, work)
         out = work / "out"
         cmd = [sys.executable, "-m", "okgit", "bench", "kernelbench", str(kb), "--parallel", str(parallel),
                "--out", str(out), "--json", *passthrough]
+        if args.smoke:
+            print("smoke: CPU under the Triton interpreter; the eager and torch.compile baselines are not timed "
+                  "(GPU only), so no speedup is claimed", flush=True)
         print(f"{len(examples)} ops, {gpus} GPU(s) ({torch.cuda.get_device_name(0) if gpus else 'none'}), "
               f"parallel {parallel}: {' '.join(cmd[3:])}", flush=True)
         started = time.monotonic()
-        proc = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.PIPE, text=True)
+        # its own process group: a time limit stops okgit and its problems' runs together (each run
+        # takes SIGTERM as Ctrl-C and closes its evaluation workers, which live in sessions of their own)
+        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+        def on_term(signum, frame):  # e.g. the device call's `timeout`: it cannot reach okgit's own group
+            raise _Stop()
+
+        previous = signal.signal(signal.SIGTERM, on_term)
+        try:
+            stdout, _ = proc.communicate(timeout=args.time_limit)
+            stopped = False
+        except (subprocess.TimeoutExpired, _Stop):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            stdout, stopped = _stop(proc), True
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         wall = time.monotonic() - started
-        if proc.returncode != 0:
+        if stopped:
+            report, markdown = _partial(kb, out, passthrough, parallel, wall, args.time_limit or wall)
+        elif proc.returncode != 0:
             print(f"okgit bench kernelbench failed (exit {proc.returncode})", file=sys.stderr)
             return proc.returncode
-        report = json.loads(proc.stdout)
-        markdown = (out / "report.md").read_text()
+        else:
+            report = json.loads(stdout)
+            markdown = (out / "report.md").read_text()
     print(markdown)
-    print(f"wall time of this call: {wall:.1f} s, --parallel {parallel} on {gpus} GPU(s)")
+    tail = f"wall time of this call: {wall:.1f} s, --parallel {parallel} on {gpus} GPU(s)"
+    print(tail)
     if os.environ.get("OUT"):
         dest = Path(os.environ["OUT"])
+        dest.mkdir(parents=True, exist_ok=True)
         (dest / "sweep.json").write_text(json.dumps({**report, "bench_wall_s": round(wall, 1)}, indent=2) + "\n")
-        (dest / "sweep.md").write_text(markdown + f"\nwall time of this call: {wall:.1f} s, --parallel {parallel}, {gpus} GPU(s)\n")
+        (dest / "sweep.md").write_text(markdown + f"\n{tail}\n")
     return 0
+
+
+def _stop(proc: subprocess.Popen) -> str:
+    """SIGTERM to the sweep's process group (okgit treats it as Ctrl-C), SIGKILL after 30 s."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        stdout, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, _ = proc.communicate()
+    except ProcessLookupError:
+        stdout, _ = proc.communicate()
+    for _ in range(100):  # the group's other processes (problems, workers) end too before we read the state
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return stdout or ""
+
+
+def _partial(kb: Path, out: Path, passthrough: list[str], parallel: int, wall: float,
+             limit: float) -> tuple[dict, str]:
+    """The report of the problems whose state file the sweep wrote before the time limit."""
+    from okgit.kernelbench.scoring import ProblemResult, SweepReport, summarize
+
+    finished = []
+    for path in sorted((out / "state").glob("*.json")):
+        try:
+            finished.append(ProblemResult.model_validate_json(path.read_text()))
+        except ValueError:
+            continue
+    finished.sort(key=lambda r: (r.level, r.id))
+    gpu = any(r.device.startswith("cuda") for r in finished)
+    report = SweepReport(
+        dir=str(kb.resolve()), out=str(out), device="cuda" if gpu else "cpu",
+        devices=sorted({r.device for r in finished}), parallel=parallel,
+        flags={"args": " ".join(passthrough)}, wall_s=round(wall, 1), problems=finished,
+        summary=summarize(finished),
+        notes=[(f"partial: stopped after {limit:.0f} s (time limit or SIGTERM) with {len(finished)} problem(s) "
+                "finished; the problem(s) in flight are left out, not scored")],
+    )
+    data = report.model_dump(mode="json")
+    data["partial"] = True
+    return data, report.markdown()
 
 
 if __name__ == "__main__":

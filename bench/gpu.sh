@@ -1,0 +1,129 @@
+#!/bin/bash
+# One device call: bash bench/gpu.sh STAGE[:RANGE] [STAGE[:RANGE] ...]   (run from the repository root)
+#
+#   tests            pytest -m gpu tests/test_eval_gpu.py                      (~2-3 min)
+#   eval[:A-B]       bench/eval.py over example ops A-B (default 1-10)         (~45-60 s per op)
+#   offline[:A-B]    bench/offline.py, ops A-B (default 1-9), 3 at a time      (~1 min per op, overlapped)
+#   sweep[:A-B]      bench/sweep.py --iterations 3 --problems A-B (default 1-3) (~150 s per problem)
+#   facts            only the torch/triton/GPU facts
+#   smoke            the three scripts' --smoke (CPU): checks the plumbing, needs no GPU
+#
+# Installs the carried wheels (.whl/, made by ../shared/scripts/device-wheels.sh) into
+# /tmp/site, prints the facts, then runs each stage under `timeout`, so the whole call ends
+# inside BUDGET_S seconds (default 560, for a 600 s call). Each script also gets its own
+# --time-limit a little shorter, so it ends by itself and writes its table and JSON; `timeout`
+# is the backstop. Everything lands flat in $OUT (default /tmp/okgit-gpu-out): gpu.log (the
+# whole transcript), tests.xml, bench_eval.json, offline.json, sweep.json, sweep.md.
+# Exit status: 0 when every stage ended 0, else the last failing stage's (124: its time limit).
+# GPU_SH_SKIP_WHEELS=1 skips the install (for a check of this script off the device).
+set -u -o pipefail
+cd "$(dirname "$0")/.." || exit 1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # harmless on one GPU
+export PYTHONUNBUFFERED=1
+OUT="${OUT:-/tmp/okgit-gpu-out}"
+export OUT
+mkdir -p "$OUT"
+LOG="$OUT/gpu.log"
+BUDGET_S="${BUDGET_S:-560}"
+START=$SECONDS
+
+say() { echo "[gpu.sh +$((SECONDS - START))s] $*" | tee -a "$LOG"; }
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+[ $# -ge 1 ] || usage
+seen=" "
+for arg in "$@"; do
+  stage="${arg%%:*}"; range="${arg#"$stage"}"; range="${range#:}"
+  case "$stage" in tests|eval|offline|sweep|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
+  if [ -n "$range" ] && ! [[ "$range" =~ ^[0-9]+(-[0-9]+)?$ ]]; then echo "bad range in $arg (want A-B)" >&2; exit 2; fi
+  case "$seen" in *" $stage "*) echo "stage $stage twice in one call: its JSON would be overwritten" >&2; exit 2;; esac
+  seen="$seen$stage "
+done
+
+# --- wheels and facts ----------------------------------------------------------------------------
+if [ "${GPU_SH_SKIP_WHEELS:-0}" = 1 ]; then
+  say "wheels: skipped (GPU_SH_SKIP_WHEELS=1)"
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+elif compgen -G ".whl/*.whl" > /dev/null; then
+  if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tee -a "$LOG"; then
+    say "wheels: $(ls .whl/*.whl | wc -l) installed into /tmp/site"
+  else
+    say "wheels: install FAILED (see above); going on with the image's packages"
+  fi
+  export PYTHONPATH="/tmp/site:$PWD"
+else
+  say "wheels: no .whl/ here (carry [\".whl\"]); using the image's packages"
+  export PYTHONPATH="$PWD"
+fi
+python3 - <<'PY' 2>&1 | tee -a "$LOG"
+import importlib, platform, sys
+print(f"python {platform.python_version()} at {sys.executable}")
+import torch
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuda available {torch.cuda.is_available()}, "
+      f"{torch.cuda.device_count()} GPU(s)")
+for i in range(torch.cuda.device_count()):
+    p = torch.cuda.get_device_properties(i)
+    print(f"  cuda:{i} {p.name}, {p.total_memory / 2**30:.0f} GiB, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs")
+for name in ("triton", "pydantic", "okgit"):
+    try:
+        m = importlib.import_module(name)
+        print(f"{name} {getattr(m, '__version__', '?')} from {getattr(m, '__file__', '?')}")
+    except Exception as e:  # noqa: BLE001
+        print(f"{name}: NOT importable: {type(e).__name__}: {e}")
+PY
+command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,utilization.gpu --format=csv,noheader 2>&1 | tee -a "$LOG"
+
+GPU_OK=""
+need_gpu() {  # checked once per call (a torch import costs seconds)
+  if [ -z "$GPU_OK" ]; then
+    python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' && GPU_OK=1 || GPU_OK=0
+  fi
+  [ "$GPU_OK" = 1 ] && return 0
+  say "stage $1: no CUDA GPU visible: not run"
+  return 3
+}
+
+# --- stages --------------------------------------------------------------------------------------
+# run_stage NAME DEFAULT_LIMIT_S CMD: CMD (one string, run by bash -c) may use $LIMIT, its own
+# --time-limit 30 s inside the stage's `timeout`, and $OUT
+final=0
+run_stage() {
+  local name="$1" want="$2"; shift 2
+  local left=$((BUDGET_S - (SECONDS - START) - 10))
+  local limit=$((want < left ? want : left))
+  if [ "$limit" -lt 30 ]; then
+    say "stage $name: not started, $left s left of BUDGET_S=$BUDGET_S"
+    final=124; return
+  fi
+  export LIMIT=$((limit - 30))
+  say "stage $name: limit ${limit}s, LIMIT=$LIMIT: $1"
+  timeout -k 20 -s TERM "$limit" bash -c "$1" 2>&1 | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  say "stage $name: exit $rc$([ "$rc" = 124 ] && echo ' (time limit: partial results)')"
+  [ "$rc" = 0 ] || final=$rc
+}
+
+for arg in "$@"; do
+  stage="${arg%%:*}"; range="${arg#"$stage"}"; range="${range#:}"
+  case "$stage" in
+    facts) ;;
+    tests)
+      need_gpu tests || { final=3; continue; }
+      run_stage tests 300 'python3 -m pytest -m gpu tests/test_eval_gpu.py -q -rA -p no:cacheprovider --junitxml="$OUT/tests.xml"' ;;
+    eval)
+      need_gpu eval || { final=3; continue; }
+      run_stage eval 560 'python3 bench/eval.py --range '"${range:-1-10}"' --repeats 2 --aa-rounds 3 --time-limit $LIMIT' ;;
+    offline)
+      need_gpu offline || { final=3; continue; }
+      run_stage offline 560 'python3 bench/offline.py --range '"${range:-1-9}"' --jobs 3 --iterations 4 --op-seconds 60 --op-timeout 240 --time-limit $LIMIT' ;;
+    sweep)
+      need_gpu sweep || { final=3; continue; }
+      run_stage sweep 560 'python3 bench/sweep.py --parallel 1 --iterations 3 --problems '"${range:-1-3}"' --time-limit $LIMIT' ;;
+    smoke)
+      run_stage smoke-eval 120 'python3 bench/eval.py --smoke'
+      run_stage smoke-offline 120 'python3 bench/offline.py --smoke'
+      run_stage smoke-sweep 120 'python3 bench/sweep.py --smoke' ;;
+  esac
+done
+say "done: exit $final; files in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+exit "$final"

@@ -1,0 +1,136 @@
+"""The GPU benchmark scripts (bench/) on the CPU: each --smoke run goes through every step but
+the GPU timing, so a script that would crash on the device fails here first. No time is
+claimed on a CPU: every time column reads "-" and the JSON holds None there."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+
+
+def run(args: list[str], out: Path, timeout: float = 150) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OUT": str(out), "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(args, cwd=ROOT, env=env, check=False, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def table_rows(stdout: str, header_start: str) -> list[str]:
+    lines = stdout.splitlines()
+    i = max(n for n, line in enumerate(lines) if line.startswith(header_start))
+    return lines[i + 1:]
+
+
+def test_eval_smoke(tmp_path):
+    proc = run([sys.executable, str(BENCH / "eval.py"), "--smoke"], tmp_path)
+    assert "smoke: skipped A/A timing rounds" in proc.stdout
+    rows = table_rows(proc.stdout, "op ")
+    assert rows[0].split() == ["tests/ops/relu.py", "-", "-", "-", "-", "-", "-", "correct"]
+    assert rows[1].split() == ["examples/01_relu_bias_scale.py", "-", "-", "-", "-", "-", "-",
+                               "rejected@backend_kernel"]
+    assert any(line.startswith("smoke run: no GPU figure") for line in rows)
+    data = json.loads((tmp_path / "bench_eval.json").read_text())
+    assert data["smoke"] is True and data["device"].startswith("cpu") and data["skipped"]
+    assert [r["op"] for r in data["rows"]] == ["tests/ops/relu.py", "examples/01_relu_bias_scale.py"]
+    relu, itself = data["rows"]
+    assert relu["candidate"] == "relu_triton.py" and itself["candidate"] == "(itself)"
+    assert relu["fast_status"] == relu["thorough_status"] == "correct"
+    assert itself["fast_status"] == "rejected@backend_kernel"
+    for row in data["rows"]:  # the same keys as on the GPU, with no figure a CPU cannot give
+        for key in ("reference_prepare_s", "ref_us", "floor_us", "fast_s", "thorough_s", "fast_us",
+                    "fast_speedup", "aa_ratio", "aa_a_us", "aa_b_us"):
+            assert row[key] is None, key
+        assert row["cpu_fast_s"] > 0
+    assert data["summary"] == {"ops": 2, "errors": 0, "median_fast_s": None, "median_thorough_s": None,
+                               "aa_within_1pct": None, "aa_rows": 0}
+
+
+def test_offline_smoke(tmp_path):
+    proc = run([sys.executable, str(BENCH / "offline.py"), "--smoke"], tmp_path)
+    assert "smoke: skipped CUDA-event timing" in proc.stdout
+    rows = table_rows(proc.stdout, "op ")
+    assert set(rows[0]) == {"-"}
+    # relu's 16 x 16384 scaled down as the evaluator scales it on a CPU; okgit's kernel checked there
+    assert rows[1].split() == ["relu", "8x8192", "float32", "-", "-", "-", "-", "-", "True", "-"]
+    assert rows[2].startswith("geomean vs eager -, vs torch.compile -; fast_1 vs eager -, vs torch.compile -; correct 1/1")
+    data = json.loads((tmp_path / "offline.json").read_text())
+    assert data["smoke"] is True and data["partial"] is False and data["skipped"]
+    (row,) = data["rows"]
+    assert row["correct"] is True and row["correct_candidates"] >= 1 and row["best"] and row["origin"]
+    for key in ("eager_us", "compile_us", "okgit_us", "compile_s", "vs_eager", "vs_compile", "gpu_s", "wall_s",
+                "search_s", "evaluator_speedup"):
+        assert row[key] is None, key
+    s = data["summary"]
+    assert s["ops"] == 1 and s["correct"] == 1 and s["failed_ops"] == [] and s["not_run"] == []
+    assert s["geomean_vs_eager"] is None and s["fast_1_vs_eager"] is None and s["fast_1_vs_compile"] is None
+
+
+def test_sweep_smoke(tmp_path):
+    proc = run([sys.executable, str(BENCH / "sweep.py"), "--smoke"], tmp_path / "out")
+    assert "smoke: CPU under the Triton interpreter" in proc.stdout
+    rows = table_rows(proc.stdout, "| problem |")
+    assert rows[1].startswith("| level1/1_01_relu_bias_scale | unverified | yes | - | - | - | untimed | untimed |")
+    assert "No timing on this device" in proc.stdout
+    data = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert data["device"] == "cpu" and data["flags"]["device"] == "cpu" and data["flags"]["iterations"] == 1
+    (p,) = data["problems"]
+    assert p["correct"] and p["timed"] is False and p["speedup_eager"] is None and p["eager_us"] is None
+    assert data["summary"]["scores"][0]["fast_p"]["1.0"] is None  # no speed claim without timing
+    assert (tmp_path / "out" / "sweep.md").read_text().count("| level1/") == 1
+
+
+def test_gpu_sh_checks_its_arguments_and_reports_facts(tmp_path):
+    script = str(BENCH / "gpu.sh")
+    assert subprocess.run(["bash", "-n", script], check=False).returncode == 0
+    env = {**os.environ, "OUT": str(tmp_path), "GPU_SH_SKIP_WHEELS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    for bad in (["nope"], ["eval:1-x"], ["eval", "eval:3-4"], []):
+        proc = subprocess.run(["bash", script, *bad], env=env, check=False, capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2, (bad, proc.stderr)
+    # no GPU here: the facts are printed, a GPU stage says it did not run (exit 3), the log is kept
+    proc = subprocess.run(["bash", script, "facts", "eval"], env=env, check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    log = (tmp_path / "gpu.log").read_text()
+    assert "cuda available False" in log and "okgit " in log and "stage eval: no CUDA GPU visible: not run" in log
+    assert sorted(os.listdir(tmp_path)) == ["gpu.log"]
+
+
+def _module(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_rows_render_and_summarize():
+    """The GPU path's own arithmetic and tables, on rows shaped as the device writes them."""
+    offline = _module("offline")
+    rows = [
+        {"op": "a", "shape": "4x8", "dtype": "float32", "eager_us": 100.0, "compile_us": 50.0, "okgit_us": 25.0,
+         "correct": True, "wall_s": 60.0},
+        {"op": "b", "shape": "4x8", "dtype": "float32", "eager_us": 100.0, "compile_us": 200.0, "okgit_us": None,
+         "correct": False, "wall_s": 60.0},
+    ]
+    s = offline.summarize(rows)
+    assert rows[0]["vs_eager"] == 4.0 and rows[0]["vs_compile"] == 2.0
+    assert rows[1]["vs_eager"] == 1.0 and rows[1]["vs_compile"] == 2.0  # no result: the baseline stands
+    assert s["geomean_vs_eager"] == 2.0 and s["fast_1_vs_eager"] == 0.5 and s["fast_1_vs_compile"] == 0.5
+    text = offline.table(rows + [{"op": "c", "error": "boom\nlast line"}, {"op": "d", "not_run": "time limit"}],
+                         s, "H200", ["a note"])
+    assert "4.00" in text and "error: last line" in text and "not run: time limit" in text and "note: a note" in text
+
+    ev = _module("eval")
+    row = {"op": "examples/x.py", "fast_s": 4.1, "thorough_s": 4.9, "aa_ratio": 1.0009, "ref_us": 263.0,
+           "floor_us": 65.7, "fast_status": "rejected@backend_kernel"}
+    text = ev.table([row, {"op": "examples/y.py", "error": "the reference does not run"}], "H200", False, [])
+    assert "4.10" in text and "1.001" in text and "4.00" in text and "error: the reference does not run" in text
+    assert "A/A within 1%: 1/1" in text
+    assert ev.select([Path(str(i)) for i in range(1, 22)], "11-21", 30)[0] == Path("11")

@@ -1,4 +1,5 @@
-"""Every example op loads, runs, and gets correct template candidates at small, odd sizes."""
+"""Every example op loads, runs, and gets correct template candidates at small, odd sizes
+(and, through oprun, with every float constructor argument x1.5 as well)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def test_reference_runs_at_small_knobs(path):
 
 
 @pytest.fixture(scope="module")
-def checked() -> dict[str, list[tuple[str, dict]]]:
+def checked() -> dict[str, list[tuple[str, dict, str]]]:
     """Every template candidate of every example, judged in one interpreter process."""
     jobs, owners = [], []
     for path in EXAMPLES:
@@ -44,10 +45,10 @@ def checked() -> dict[str, list[tuple[str, dict]]]:
         ctx = Context(problem=problem, reference=Reference(device="cpu", timed=False), backend="triton", device="cpu")
         for proposal in plan(ctx):
             jobs.append((path, proposal.source, small_knobs(problem.knobs)))
-            owners.append((path.stem, proposal.origin))
-    out: dict[str, list[tuple[str, dict]]] = {p.stem: [] for p in EXAMPLES}
-    for (stem, origin), result in zip(owners, run_ops(jobs, timeout=600)):
-        out[stem].append((origin, result))
+            owners.append((path.stem, proposal.origin, proposal.source))
+    out: dict[str, list[tuple[str, dict, str]]] = {p.stem: [] for p in EXAMPLES}
+    for (stem, origin, source), result in zip(owners, run_ops(jobs, timeout=600)):
+        out[stem].append((origin, result, source))
     return out
 
 
@@ -55,5 +56,26 @@ def checked() -> dict[str, list[tuple[str, dict]]]:
 def test_templates_cover_and_are_correct(path, checked):
     results = checked[path.stem]
     assert results, "no template candidate"
-    for origin, result in results:
+    for origin, result, _ in results:
         assert result["ok"], f"{origin}: {result['why']}"
+
+
+# examples whose constructor takes a float the forward uses: the candidates read it from self
+FLOAT_ATTRIBUTES = {
+    "03_channel_bias_leaky_clamp": ["self.negative_slope", "self.scale"],
+    "05_log_softmax_temperature": ["self.temperature"],
+    "07_rms_norm_ops": ["self.eps"],
+    "16_matmul_scale_residual": ["self.scale"],
+    "19_own_triton_kernel": ["self.alpha", "self.beta"],
+    "20_conv_instance_norm": ["self.eps"],
+    "21_smooth_l1_loss": ["self.beta"],
+}
+
+
+@pytest.mark.parametrize("stem", sorted(FLOAT_ATTRIBUTES))
+def test_float_constructor_arguments_are_read_at_run_time(stem, checked):
+    assert checked[stem]
+    for origin, _, source in checked[stem]:
+        forward = source.split("def forward")[-1]
+        for attr in FLOAT_ATTRIBUTES[stem]:
+            assert f"float({attr})" in forward, f"{origin}: {attr} is not read at run time"

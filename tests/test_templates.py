@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import math
 import re
 import textwrap
 
@@ -11,7 +12,7 @@ from oprun import run_ops
 
 from okgit.eval.types import Reference
 from okgit.problem import load_problem, shape_knobs
-from okgit.search.graph import Unsupported, capture, partition
+from okgit.search.graph import Bound, Unsupported, capture, partition
 from okgit.search.proposers.templates import TemplatesProposer, plan
 from okgit.search.types import Context
 
@@ -233,3 +234,175 @@ def test_proposer_yields_each_candidate_once(tmp_path):
     while (p := proposer.propose(ctx)) is not None:
         origins.append(p.origin)
     assert origins == ["template:vendor_gemm+pointwise", "template:gemm"]
+
+
+ATTRIBUTES = """
+class Model(nn.Module):
+    def __init__(self, hidden, temperature, eps, slope, beta, scale):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden, eps=eps)
+        self.temperature = temperature
+        self.slope = slope
+        self.beta = beta
+        self.scale = scale
+
+    def forward(self, x, y):
+        z = F.leaky_relu(self.norm(x), self.slope) * (1 - self.slope) * self.scale
+        p = torch.log_softmax(z / self.temperature, dim=-1) - math.log(self.temperature)
+        return p, F.smooth_l1_loss(x, y, beta=self.beta), F.softplus(y, beta=self.beta * self.beta)
+
+rows = 256
+hidden = 512
+
+def get_inputs():
+    return [torch.randn(rows, hidden) * 3, torch.randn(rows, hidden)]
+
+def get_init_inputs():
+    return [hidden, 0.7, 1e-3, 0.1, 0.3, 1.0 / math.sqrt(hidden)]
+"""
+
+
+def test_float_attributes_are_read_at_run_time(tmp_path):
+    """Constants from the module's float attributes reach the kernels as scalar arguments,
+    recomputed in the forward from self (also through log, 1 - a, a * a and a submodule)."""
+    path = op(tmp_path, "attributes", ATTRIBUTES)
+    graph = capture(load_problem(path))
+    exprs = {a.expr for n in graph.nodes for a in n.args if isinstance(a, Bound)}
+    assert {"self.temperature", "self.norm.eps", "self.slope", "self.beta", "self.scale"} <= {
+        e for x in exprs for e in re.findall(r"self\.[\w.]+", x)
+    }
+    proposals = plan(ctx_for(path))
+    assert proposals
+    for p in proposals:
+        kernels = p.source.split("class Model")[0]
+        for value in ("0.7", "0.001", "0.1", "0.3", "0.15", repr(0.3 * 0.3), repr(0.9 * 1.0 / math.sqrt(512)), repr(math.log(0.7))):
+            assert not re.search(rf"(?<![\w.]){re.escape(value)}(?![\w.])", kernels), value
+        for attr in ("self.temperature", "self.norm.eps", "self.slope", "self.beta", "self.scale"):
+            assert attr in p.source.split("def forward")[1]
+    jobs = []
+    for p in proposals:
+        jobs += [(path, p.source, {"rows": 9, "hidden": 37}), (path, tiny(p.source), {"rows": 9, "hidden": 37})]
+    results = run_ops(jobs)  # also with every float of get_init_inputs x1.5
+    bad = [r["why"] for r in results if not r["ok"]]
+    assert not bad, bad
+
+
+def test_the_harness_rejects_a_baked_attribute(tmp_path):
+    """A candidate that bakes self.temperature passes at the default argument only."""
+    path = op(tmp_path, "temperature", """
+class Model(nn.Module):
+    def __init__(self, temperature):
+        super().__init__()
+        self.temperature = temperature
+
+    def forward(self, x):
+        return torch.log_softmax(x / self.temperature, dim=1)
+
+batch = 64
+vocab = 128
+
+def get_inputs():
+    return [torch.randn(batch, vocab) * 4]
+
+def get_init_inputs():
+    return [0.7]
+""")
+    (proposal,) = plan(ctx_for(path))
+    assert "float(self.temperature)" in proposal.source
+    baked = proposal.source.replace("float(self.temperature)", "0.7")
+    good, bad = run_ops([(path, proposal.source, {"batch": 5, "vocab": 33}), (path, baked, {"batch": 5, "vocab": 33})])
+    assert good["ok"], good["why"]
+    assert not bad["ok"] and "x1.5" in bad["why"]
+
+
+REFUSED = {
+    # a constant of two attributes
+    "two": ("def __init__(self, a, b):", "self.a = a\n        self.b = b", "x * (self.a * self.b)", "[0.7, 0.3]"),
+    # a function of one attribute no template form recomputes
+    "odd": ("def __init__(self, a):", "self.a = a", "x * (self.a ** 3 + self.a)", "[0.7]"),
+    # the structure follows the attribute
+    "branch": ("def __init__(self, a):", "self.a = a", "(x * 2.0 if self.a > 0.8 else x - 1.0) * self.a", "[0.7]"),
+    # a constructor float kept outside the module's float attributes
+    "closure": ("def __init__(self, a):", "self.f = lambda t: t * a", "self.f(x)", "[0.7]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_attribute_constants_that_cannot_be_recomputed_are_refused(tmp_path, case):
+    init, body, expr, args = REFUSED[case]
+    path = op(tmp_path, case, f"""
+class Model(nn.Module):
+    {init}
+        super().__init__()
+        {body}
+
+    def forward(self, x):
+        return torch.relu({expr})
+
+batch = 64
+dim = 128
+
+def get_inputs():
+    return [torch.randn(batch, dim)]
+
+def get_init_inputs():
+    return {args}
+""")
+    with pytest.raises(Unsupported):
+        capture(load_problem(path))
+    assert plan(ctx_for(path)) == []
+
+
+def test_a_zero_attribute_is_bound_when_it_can_be(tmp_path):
+    path = op(tmp_path, "shift", """
+class Model(nn.Module):
+    def __init__(self, shift, p):
+        super().__init__()
+        self.shift = shift
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x):
+        return torch.sigmoid(self.drop(x) + self.shift)
+
+batch = 64
+dim = 128
+
+def get_inputs():
+    return [torch.randn(batch, dim)]
+
+def get_init_inputs():
+    return [0.0, 0.0]
+""")
+    graph = capture(load_problem(path))
+    assert [a.expr for n in graph.nodes for a in n.args if isinstance(a, Bound)] == ["self.shift"]
+
+
+def test_attributes_the_constructor_floats_do_not_set_may_stay_baked(tmp_path):
+    """nn.Softplus()'s beta of 1 and a zero dropout change the structure when moved, but no
+    constructor float sets them: they stay as they are, the constructor's float is bound."""
+    path = op(tmp_path, "fixed", """
+class Model(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.act = nn.Softplus()
+        self.drop = nn.Dropout(0.0)
+        self.scale = scale
+
+    def forward(self, x):
+        return self.drop(self.act(x)) * self.scale
+
+batch = 64
+dim = 128
+
+def get_inputs():
+    return [torch.randn(batch, dim)]
+
+def get_init_inputs():
+    return [0.7]
+""")
+    graph = capture(load_problem(path))
+    exprs = [a.expr for n in graph.nodes for a in n.args if isinstance(a, Bound)]
+    assert "self.scale" in exprs and "self.act.beta" not in exprs
+    (proposal,) = plan(ctx_for(path))
+    (result,) = run_ops([(path, proposal.source, {"batch": 5, "dim": 33})])
+    assert result["ok"], result["why"]

@@ -17,6 +17,17 @@ the lowering sees one vocabulary. Then `partition` cuts the graph into fusion gr
 The graph is captured twice, with the shape knobs at their defaults and changed: a scalar
 that differs between the two (`x / math.sqrt(dim)`, a view to a knob-sized shape) depends on
 a knob, and a lowering that baked it would be wrong at other sizes, so capture refuses.
+
+torch.export turns the module's Python float attributes (`self.temperature`, `self.eps`,
+`self.norm.eps`, ...) into literals. A kernel that baked them would be wrong for another
+`Model(...)`, so capture also perturbs each float attribute in turn: the constants that move
+are matched to an expression of that one attribute (`k * a**p + m`, `k * log(a) + m`, ...,
+fitted on two changed values, checked on a third) and become `Bound` constants, which the
+lowering reads from `self` at run time. A constant that moves with a float the constructor's
+arguments set but matches no such expression, or a computation whose structure changes with
+it, is refused (a float the class fixes, `nn.Softplus()`'s beta, may stay baked). Last, the
+constructor's float arguments are all scaled by 1.5 (as the evaluator's check does) and every
+constant must follow its binding or stay put.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import torch
 
@@ -40,6 +51,22 @@ FLOAT = (torch.float32, torch.float16, torch.bfloat16)
 
 class Unsupported(Exception):
     """The reference cannot be captured or lowered; the message says why."""
+
+
+class Bound(float):
+    """A constant computed from the module's float attributes: `expr` (Python over `self`)
+    recomputes it in the rewritten forward, so it reaches a kernel as a runtime argument.
+    `expr` is one Python expression (`self.eps`, `1.0 - self.p`, `0.5 * self.beta`, ...)."""
+
+    expr: str
+
+    def __new__(cls, value: float, expr: str) -> Self:
+        obj = super().__new__(cls, value)
+        obj.expr = expr
+        return obj
+
+    def __repr__(self) -> str:
+        return f"Bound({self.expr})"
 
 
 @dataclass(eq=False)
@@ -90,21 +117,30 @@ class Graph:
 
 
 def capture(problem: Problem) -> Graph:
-    """The reference's graph at its default knobs, checked against a second knob setting."""
+    """The reference's graph at its default knobs, its attribute constants bound, checked
+    against a second knob setting and against scaled constructor floats."""
     graph = _capture(problem.source, {})
+    bindings = _bind_attributes(problem.source, graph)
     changed = {k: v + 3 for k, v in problem.knobs.items() if v >= 8}
     if changed:
         try:
             other = _capture(problem.source, changed)
         except Exception:  # noqa: BLE001 - the second setting may be invalid for this op
             other = None
-        if other is not None and [n.signature() for n in graph.nodes] != [n.signature() for n in other.nodes]:
-            raise Unsupported("the computation's constants depend on the shape knobs")
+        if other is not None:
+            _apply_bindings(other, bindings)
+            if [n.signature() for n in graph.nodes] != [n.signature() for n in other.nodes]:
+                raise Unsupported("the computation's constants depend on the shape knobs")
+    _check_scaled_init(problem.source, graph)
     return graph
 
 
-def _instantiate(source: str, knobs: dict[str, int]) -> tuple[dict[str, Any], torch.nn.Module, tuple]:
-    """The op module, its reference Model and its inputs, on the meta device (shapes only)."""
+def _instantiate(
+    source: str, knobs: dict[str, int], init_scale: float | None = None, tweak: Callable[[torch.nn.Module], None] | None = None
+) -> tuple[dict[str, Any], torch.nn.Module, tuple]:
+    """The op module, its reference Model and its inputs, on the meta device (shapes only).
+
+    `init_scale` multiplies every float of get_init_inputs; `tweak` edits the built model."""
     with tempfile.TemporaryDirectory() as tmp:
         # a real file: @triton.jit in the op file reads its own source
         path = Path(tmp) / "reference.py"
@@ -114,7 +150,12 @@ def _instantiate(source: str, knobs: dict[str, int]) -> tuple[dict[str, Any], to
             exec(compile(source, str(path), "exec"), ns)  # noqa: S102 - the user's own op file
             ns.update(knobs)
             with torch.device("meta"):
-                model = ns["Model"](*ns["get_init_inputs"]())
+                init = ns["get_init_inputs"]()
+                if init_scale is not None:
+                    init = _scale_floats(init, init_scale)
+                model = ns["Model"](*init)
+                if tweak is not None:
+                    tweak(model)
                 inputs = tuple(ns["get_inputs"]())
         except Exception as e:  # noqa: BLE001 - any failure here means: not ours to lower
             raise Unsupported(f"cannot build the reference: {type(e).__name__}: {str(e)[:200]}") from None
@@ -132,8 +173,8 @@ def input_extent(problem: Problem) -> tuple[int, int]:
     return numel, dim
 
 
-def _capture(source: str, knobs: dict[str, int]) -> Graph:
-    ns, model, inputs = _instantiate(source, knobs)
+def _capture(source: str, knobs: dict[str, int], init_scale: float | None = None, tweak=None) -> Graph:
+    ns, model, inputs = _instantiate(source, knobs, init_scale, tweak)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -142,6 +183,273 @@ def _capture(source: str, knobs: dict[str, int]) -> Graph:
         raise Unsupported(f"cannot trace the reference: {type(e).__name__}: {str(e)[:200]}") from None
     names = list(inspect.signature(model.forward).parameters)
     return _translate(ep, names, "ModelNew" if "ModelNew" in ns else "Model")
+
+
+# ---------------------------------------------------------------------------------------------
+# Constants from the module's float attributes
+
+
+def _scale_floats(value, factor: float):
+    """`value` with every float (inside lists and tuples too) multiplied by `factor`."""
+    if isinstance(value, float):
+        return value * factor
+    if type(value) in (list, tuple):
+        return type(value)(_scale_floats(v, factor) for v in value)
+    return value
+
+
+def _module_expr(path: str) -> str:
+    return "self" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in path.split(".") if p)
+
+
+@dataclass
+class _Attr:
+    """One float the model holds: `module.name`, or `module.name[index]` in a list or tuple."""
+
+    path: str  # the owning module's qualified name ("" for the model)
+    name: str
+    index: int | None
+    value: float
+
+    @property
+    def expr(self) -> str:
+        base = _module_expr(self.path) + f".{self.name}"
+        return base if self.index is None else f"{base}[{self.index}]"
+
+    def setter(self, value: float) -> Callable[[torch.nn.Module], None]:
+        def tweak(model: torch.nn.Module) -> None:
+            mod = model.get_submodule(self.path)
+            if self.index is None:
+                setattr(mod, self.name, value)
+            else:
+                old = getattr(mod, self.name)
+                new = list(old)
+                new[self.index] = value
+                setattr(mod, self.name, type(old)(new))
+
+        return tweak
+
+
+def _float_attrs(model: torch.nn.Module) -> list[_Attr]:
+    out = []
+    for path, mod in model.named_modules():
+        for name, v in vars(mod).items():
+            if name.startswith("__") or not name.isidentifier():
+                continue
+            if isinstance(v, float):
+                out.append(_Attr(path, name, None, float(v)))
+            elif type(v) in (list, tuple):
+                out += [_Attr(path, name, i, float(x)) for i, x in enumerate(v) if isinstance(x, float)]
+    return out
+
+
+def _constants(graph: Graph) -> tuple[list, dict[tuple, float]]:
+    """The graph with its float constants taken out (a skeleton that must not change when only
+    an attribute's value does; sizes aside, the kernels read them at run time), and those
+    constants by position (node index, arg path)."""
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    floats: dict[tuple, float] = {}
+
+    def walk(x, pos):
+        if isinstance(x, Node):
+            return ("node", index.get(id(x)))
+        if isinstance(x, (list, tuple)):
+            return (type(x).__name__, tuple(walk(y, pos + (j,)) for j, y in enumerate(x)))
+        if isinstance(x, dict):
+            return ("dict", tuple((k, walk(v, pos + (k,))) for k, v in sorted(x.items())))
+        if isinstance(x, float):
+            floats[pos] = x  # a Bound stays one
+            return "float"
+        return repr(x)
+
+    skeleton = [
+        (n.kind, n.op, len(n.shape), str(n.dtype), n.dims, n.keepdim, walk(n.args, (i, "args")), walk(n.kwargs, (i, "kwargs")))
+        for i, n in enumerate(graph.nodes)
+    ]
+    skeleton.append(tuple(index.get(id(o)) for o in graph.outputs))
+    return skeleton, floats
+
+
+def _replace(graph: Graph, pos: tuple, value) -> None:
+    node = graph.nodes[pos[0]]
+
+    def put(x, path):
+        if not path:
+            return value
+        k, rest = path[0], path[1:]
+        if isinstance(x, dict):
+            return {**x, k: put(x[k], rest)}
+        items = list(x)
+        items[k] = put(items[k], rest)
+        return type(x)(items)
+
+    if pos[1] == "args":
+        node.args = put(node.args, pos[2:])
+    else:
+        node.kwargs = put(node.kwargs, pos[2:])
+
+
+def _apply_bindings(graph: Graph, bindings: dict[tuple, str]) -> None:
+    """Mark the constants at the bound positions of another capture of the same op as Bound."""
+    _, floats = _constants(graph)
+    for pos, expr in bindings.items():
+        if pos in floats:
+            _replace(graph, pos, Bound(float(floats[pos]), expr))
+
+
+def _nice(x: float) -> float:
+    """x rounded to the fewest decimals that keep it to 12 significant digits (0.5, not 0.5000000000000001)."""
+    for digits in range(16):
+        r = round(x, digits)
+        if abs(r - x) <= 1e-12 * max(abs(x), 1e-300):
+            return r
+    return x
+
+
+def _close(a: float, b: float) -> bool:
+    return a == b or abs(a - b) <= 1e-9 * max(abs(a), abs(b)) or (math.isnan(a) and math.isnan(b))
+
+
+# c = k * f(a) + m: the forms a constant may take of one attribute `a`
+_FORMS: list[tuple[Callable[[float], float], str]] = [
+    (lambda a: a, "{a}"),
+    (lambda a: 1.0 / a, "1.0 / {a}"),
+    (lambda a: a * a, "{a} * {a}"),
+    (lambda a: 1.0 / (a * a), "1.0 / ({a} * {a})"),
+    (math.sqrt, "math.sqrt({a})"),
+    (lambda a: 1.0 / math.sqrt(a), "1.0 / math.sqrt({a})"),
+    (math.log, "math.log({a})"),
+    (math.exp, "math.exp({a})"),
+]
+
+
+def _fit(points: list[tuple[float, float]], attr: str) -> str | None:
+    """A Python expression of `attr` through every (attribute value, constant) point, or None."""
+    (a0, c0), (a1, c1) = points[:2]
+    for f, fmt in _FORMS:
+        try:
+            u0, u1 = f(a0), f(a1)
+            if u0 == u1 or not all(math.isfinite(v) for v in (u0, u1, c0, c1)):
+                continue
+            k = _nice((c1 - c0) / (u1 - u0))
+            m = _nice(c0 - k * u0)
+            if k == 0:
+                continue
+            term = fmt.format(a=attr)
+            if abs(k) != 1:
+                term = f"{abs(k)!r} / {term[6:]}" if term.startswith("1.0 / ") else f"{abs(k)!r} * {term}"
+            if m == 0:
+                expr = f"-{term}" if k < 0 else term
+            else:
+                expr = f"{m!r} {'-' if k < 0 else '+'} {term}"
+            if all(_close(_eval(expr, {attr: a}), c) for a, c in points):
+                return expr
+        except (ValueError, ZeroDivisionError, OverflowError):
+            continue
+    return None
+
+
+def _eval(expr: str, values: dict[str, float]) -> float:
+    for name, v in sorted(values.items(), key=lambda kv: -len(kv[0])):
+        expr = expr.replace(name, f"({v!r})")
+    return float(eval(expr, {"math": math, "__builtins__": {}}))  # our own expression
+
+
+MAX_ATTRS = 32  # float attributes probed one by one; past that, constructor floats must not move anything
+
+
+def _bind_attributes(source: str, graph: Graph) -> dict[tuple, str]:
+    """Turn the constants that come from the model's float attributes into Bound constants.
+
+    Each attribute is moved to a second and third value in turn (x1.5 and x0.6, or 0.5 and
+    0.25 from 0) and the graph captured again: the structure must stay, and each constant that
+    moves must be one expression of that one attribute, else capture refuses. Except for an
+    attribute the constructor's floats do not set (`nn.Softplus()`'s beta of 1, an attribute
+    at 0 or set from an int): the class fixes it, and what cannot be bound stays baked."""
+    _, model, _ = _instantiate(source, {})
+    attrs = _float_attrs(model)
+    if len(attrs) > MAX_ATTRS:
+        return {}
+    try:
+        _, scaled, _ = _instantiate(source, {}, init_scale=1.5)
+        after = {a.expr: a.value for a in _float_attrs(scaled)}
+    except Unsupported:
+        after = {}
+    from_init = {a.expr for a in attrs if not _close(after.get(a.expr, math.nan), a.value)}
+    attrs.sort(key=lambda a: a.expr not in from_init)  # those first: a fixed one may scale them
+    skeleton, floats = _constants(graph)
+    bindings: dict[tuple, str] = {}
+    owner: dict[tuple, str] = {}  # position -> the attribute its binding reads
+    for attr in attrs:
+        a0 = attr.value
+        if not math.isfinite(a0):
+            continue
+        values = (0.5, 0.25) if a0 == 0 else (a0 * 1.5, a0 * 0.6)
+        seen: list[dict[tuple, float]] = []
+        mine: dict[tuple, str] = {}  # this attribute's constants
+        why = None
+        for a in values:
+            try:
+                other = _capture(source, {}, tweak=attr.setter(a))
+            except Exception:  # noqa: BLE001 - the op may reject the value
+                other, why = None, f"the reference cannot be captured with {attr.expr} changed"
+            if other is not None:
+                sk, fl = _constants(other)
+                if sk != skeleton:
+                    why = f"the computation's structure depends on {attr.expr}"
+                else:
+                    seen.append(fl)
+                    moved = [p for p in floats if not _close(fl[p], floats[p])]
+                    if not moved:
+                        break  # the attribute does not reach the computation
+            if why:
+                break
+        else:
+            for p in floats:
+                if all(_close(fl[p], floats[p]) for fl in seen):
+                    continue
+                if p in bindings:
+                    why = f"a constant depends on both {owner[p]} and {attr.expr}"
+                    break
+                points = [(a0, floats[p])] + [(a, fl[p]) for a, fl in zip(values, seen)]
+                expr = _fit(points, "ATTR")
+                if expr is None:
+                    why = f"a constant depends on {attr.expr} in a way the templates cannot recompute"
+                    break
+                mine[p] = expr.replace("ATTR", attr.expr)
+        if why:
+            if attr.expr not in from_init:
+                continue
+            raise Unsupported(why)
+        bindings.update(mine)
+        owner.update(dict.fromkeys(mine, attr.expr))
+    _apply_bindings(graph, bindings)
+    return bindings
+
+
+def _check_scaled_init(source: str, graph: Graph) -> None:
+    """With the constructor's floats x1.5, each constant follows its binding or stays put."""
+    ns, _, _ = _instantiate(source, {})
+    try:
+        with torch.device("meta"):
+            init = ns["get_init_inputs"]()
+    except Exception:  # noqa: BLE001 - _instantiate built it already
+        return
+    if _scale_floats(init, 1.5) == init:
+        return
+    try:
+        _, model, _ = _instantiate(source, {}, init_scale=1.5)
+        other = _capture(source, {}, init_scale=1.5)
+    except Exception:  # noqa: BLE001
+        return  # the scaled arguments are not valid for this op: nothing to compare
+    skeleton, floats = _constants(graph)
+    sk, fl = _constants(other)
+    if sk != skeleton:
+        raise Unsupported("the computation's structure depends on the constructor's float arguments")
+    for p, c in floats.items():
+        want = float(eval(c.expr, {"math": math, "self": model})) if isinstance(c, Bound) else c
+        if not _close(fl[p], want):
+            raise Unsupported("a constant depends on a constructor argument the module does not keep as a float attribute")
 
 
 def _translate(ep, forward_args: list[str], entry: str) -> Graph:

@@ -14,6 +14,11 @@ rewritten forward. A proposal is the reference file with the kernels inserted be
 model class and `forward` rewritten (or `ModelNew(Model)` where the file defines ModelNew),
 so `get_inputs`, the knobs and the parameters are the reference's own.
 
+Constants the reference reads from its module's float attributes (`self.temperature`,
+`self.eps`, ...; graph.Bound) are not baked: the forward recomputes each from `self` and the
+launcher passes it to the kernel as a scalar argument (`c0`, ...), so a candidate stays right
+for every `Model(...)`.
+
 Each group's launch configuration is a set of module constants (`FUSED_ROWS_0_TILE`, ...),
 annotated so they are not mistaken for shape knobs; the autotune proposer varies them.
 """
@@ -29,7 +34,15 @@ from string import Template
 
 import torch
 
-from okgit.search.graph import Graph, Group, Node, Unsupported, capture, partition
+from okgit.search.graph import (
+    Bound,
+    Graph,
+    Group,
+    Node,
+    Unsupported,
+    capture,
+    partition,
+)
 from okgit.search.types import Context, Proposal
 
 TEMPLATE_DIR = resources.files("okgit") / "templates"
@@ -70,6 +83,8 @@ COMBINE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}
 
 
 def literal(v) -> str:
+    if isinstance(v, Bound):
+        raise Unsupported(f"{v.expr} is read at run time, not a literal")
     if isinstance(v, bool):
         return repr(v)
     if isinstance(v, float):
@@ -124,6 +139,7 @@ class KernelCode:
     def __init__(self, g: Group, leaves: dict[int, Leaf], dom: list[str], helpers: set[str]) -> None:
         self.g, self.leaves, self.dom, self.helpers = g, leaves, dom, helpers
         self.sizes: dict[str, str] = {}  # runtime size expression -> kernel argument
+        self.scalars: dict[str, str] = {}  # forward expression of an attribute constant -> kernel argument
         self.count = 0
         self.reduce_tile: str | None = None  # one-pass reductions: "axis=1, keep_dims=True" or "axis=0"
         self.gemm_value = "acc"
@@ -131,6 +147,15 @@ class KernelCode:
     @property
     def covered(self) -> list[int]:
         return [k for k, d in enumerate(self.dom) if d != "1"]
+
+    def scalar(self, c: Bound) -> str:
+        """The kernel argument that carries the attribute constant c."""
+        if c.expr not in self.scalars:
+            self.scalars[c.expr] = f"c{len(self.scalars)}"
+        return self.scalars[c.expr]
+
+    def const(self, a) -> str:
+        return self.scalar(a) if isinstance(a, Bound) else literal(a)
 
     def size(self, expr: str) -> str:
         if expr == "1":
@@ -214,7 +239,7 @@ class KernelCode:
         return self.emit(scope, self.expr(n, scope), n)
 
     def arg(self, a, scope: Scope) -> str:
-        return self.value(a, scope) if isinstance(a, Node) else literal(a)
+        return self.value(a, scope) if isinstance(a, Node) else self.const(a)
 
     def expr(self, n: Node, scope: Scope) -> str:
         if id(n) in self.leaves:
@@ -250,6 +275,9 @@ class KernelCode:
 
     def pow(self, args: list[str], exponent) -> str:
         x, p = args
+        if isinstance(exponent, Bound):
+            self.helpers.add("_pow")
+            return f"_pow({x}, {p})"
         if isinstance(exponent, (int, float)) and float(exponent).is_integer() and abs(exponent) <= 4:
             e = int(exponent)
             if e == 0:
@@ -361,6 +389,8 @@ class Lowering:
             return str(a)
         if a is None or isinstance(a, str):
             return repr(a)
+        if isinstance(a, Bound):
+            return f"float({a.expr})"
         return literal(a)
 
     def extern(self, n: Node) -> None:
@@ -451,9 +481,11 @@ class Lowering:
     def _common(self, name: str, g: Group, code: KernelCode, leaves, args, params, device):
         prep, outs = self.prepare(leaves, g.outputs, code, g, device)
         ptrs = params + [f"{o}_ptr" for o in outs]
-        sig = "\n".join(f"{p}," for p in ptrs + list(code.sizes.values()))
-        call = "\n".join(f"{a}," for a in [leaf.arg for leaf in leaves.values()] + outs + list(code.sizes))
-        launcher_args = ", ".join(leaf.arg for leaf in leaves.values())
+        scalars = list(code.scalars.values())
+        sig = "\n".join(f"{p}," for p in ptrs + list(code.sizes.values()) + scalars)
+        call = "\n".join(f"{a}," for a in [leaf.arg for leaf in leaves.values()] + outs + list(code.sizes) + scalars)
+        launcher_args = ", ".join([leaf.arg for leaf in leaves.values()] + scalars)
+        args += [f"float({e})" for e in code.scalars]  # the forward reads them from self
         returns = ", ".join(outs)
         return prep, outs, sig, call, launcher_args, returns
 
@@ -674,7 +706,7 @@ def gemm_operands(mm: Node) -> tuple[Node, Node, Node | None]:
     if op == "addmm":
         beta = mm.kwargs.get("beta", mm.args[3] if len(mm.args) > 3 else 1)
         alpha = mm.kwargs.get("alpha", mm.args[4] if len(mm.args) > 4 else 1)
-        if beta != 1 or alpha != 1:
+        if beta != 1 or alpha != 1 or isinstance(beta, Bound) or isinstance(alpha, Bound):
             raise Unsupported("scaled addmm")
         return mm.args[1], mm.args[2], mm.args[0]
     return mm.args[0], mm.args[1], None
@@ -755,7 +787,10 @@ def render_file(source: str, graph: Graph, items: list) -> tuple[str, list[str]]
     lines[first:first] = "\n".join(block).splitlines() + ["", ""]
     imported = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     names = {a.asname or a.name for n in imported for a in n.names}
-    missing = [line for line, name in (("import torch", "torch"), ("import triton", "triton"), ("import triton.language as tl", "tl")) if name not in names]
+    wanted = [("import torch", "torch"), ("import triton", "triton"), ("import triton.language as tl", "tl")]
+    if re.search(r"\bmath\.", forward):  # an attribute constant recomputed with math.log, math.sqrt, ...
+        wanted.insert(0, ("import math", "math"))
+    missing = [line for line, name in wanted if name not in names]
     after = max((n.end_lineno for n in imported if n.end_lineno <= first), default=0)
     lines[after:after] = missing
     return "\n".join(lines) + "\n", low.rendered

@@ -39,7 +39,8 @@ def test_honest_kernels_pass(evaluator, op):
     result = evaluator.evaluate(problem, (OPS / f"{op}_triton.py").read_text())
     assert result.status is Status.correct, result.error
     names = [g.name for g in result.gates]
-    for gate in ("seeds", "outputs_written", "fresh_inputs", "distribution", "extra_shapes", "backend_kernel"):
+    for gate in ("seeds", "outputs_written", "fresh_inputs", "distribution", "extra_shapes", "init_inputs",
+                 "backend_kernel"):
         assert gate in names
     assert all(g.passed for g in result.gates)
     assert not result.timed and result.runtime_us is None and result.speedup is None
@@ -186,3 +187,49 @@ def test_extra_shapes_from_settings_are_checked():
         assert any(shape.get(knob) == 37 for shape in evaluator.reference(problem).shapes)
     finally:
         evaluator.close()
+
+
+def test_perturb_floats_changes_floats_only():
+    import torch
+
+    from okgit.eval.jobs import perturb_floats
+
+    t = torch.ones(2)
+    new, changes = perturb_floats([0.5, 3, True, "mean", t, (2.0, [4.0, 7]), 0.0], ["scale", "n"])
+    assert new[:5] == [0.75, 3, True, "mean", t] and new[4] is t
+    assert new[5] == (3.0, [6.0, 7]) and type(new[5]) is tuple and new[6] == 0.0
+    assert changes == ["scale=0.75 (was 0.5)", "argument 5[0]=3.0 (was 2.0)", "argument 5[1][0]=6.0 (was 4.0)"]
+    assert perturb_floats([64, False, "x"]) == ([64, False, "x"], [])
+
+
+def test_init_inputs_case_dropped_where_it_proves_nothing(evaluator, tmp_path):
+    """No float to perturb, a reference that raises on the perturbed arguments, or one that is
+    not finite there: the case is dropped, as the other variants are."""
+    base = (OPS / "scaled_softmax.py").read_text()
+    ops = {
+        "raises": base.replace("self.temperature = temperature",
+                               "assert temperature < 1.0\n        self.temperature = temperature"),
+        "nonfinite": base.replace("x / self.temperature",
+                                  "x * torch.log(torch.tensor(1.0 - self.temperature))"),
+    }
+    for name, src in ops.items():
+        (tmp_path / f"{name}.py").write_text(src)
+    for name, why in (("raises", "the reference raises with temperature=1.05 (was 0.7)"),
+                      ("nonfinite", "i0: the reference is not finite there")):
+        prep = evaluator.prepared(load_problem(tmp_path / f"{name}.py", root=str(tmp_path)))
+        assert not any(c.kind == "init_inputs" for c in prep.cases), name
+        assert any(why in d for d in prep.dropped), (name, prep.dropped)
+    prep = evaluator.prepared(load_problem(OPS / "relu.py", root=str(OPS)))
+    assert not any(c.kind == "init_inputs" for c in prep.cases)
+    assert "init_inputs: no float constructor argument to perturb" in prep.dropped
+    prep = evaluator.prepared(load_problem(OPS / "scaled_softmax.py", root=str(OPS)))
+    case = next(c for c in prep.cases if c.kind == "init_inputs")
+    assert case.shape == 0 and case.note.endswith("temperature=1.05 (was 0.7)")
+
+
+def test_candidate_refusing_other_constructor_arguments_is_incorrect(evaluator):
+    src = (Path(__file__).parent / "cases" / "honest_init_arg" / "candidate.py").read_text()
+    src = src.replace("self.temperature = temperature", "assert temperature == 0.7\n        self.temperature = temperature")
+    result = evaluator.evaluate(load_problem(OPS / "scaled_softmax.py", root=str(OPS)), src)
+    assert result.status is Status.incorrect and result.error.gate == "init_inputs", result.error
+    assert "temperature=1.05" in result.error.message and "constructor raised" in result.error.message

@@ -13,7 +13,7 @@ from typing import Any
 
 from okgit.eval import roofline
 from okgit.eval.compare import LeafCheck, bitwise_equal, check_leaf
-from okgit.eval.jobs import PINNED_FLAGS, Case
+from okgit.eval.jobs import CASE_GATES, PINNED_FLAGS, Case
 from okgit.eval.profile import profile_data
 from okgit.eval.reference import PreparedReference
 from okgit.eval.sandbox import Outcome
@@ -21,7 +21,7 @@ from okgit.eval.types import EvalError, EvalResult, GateResult, Mode, ProfileDat
 
 GATES = [
     "static", "compile", "device", "output_type", "aliasing", "inputs_unchanged", "outputs_written", "nan_pattern",
-    "seeds", "repeat", "determinism", "fresh_inputs", "distribution", "extra_shapes", "backend_kernel",
+    "seeds", "repeat", "determinism", "fresh_inputs", "distribution", "extra_shapes", "init_inputs", "backend_kernel",
     "timed_outputs", "side_stream", "roofline",
 ]
 REJECTING = {"static", "aliasing", "backend_kernel", "timed_outputs", "side_stream", "roofline"}
@@ -74,9 +74,8 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ou
     f = Findings()
     calls = result.get("calls", {})
     seeds = [c for c in cases if c.kind == "seed"]
-    gate_of = {"seed": "seeds", "distribution": "distribution", "extra_shape": "extra_shapes"}
     for case in cases:
-        _check_call(f, prep, case.id, case.id, calls, outputs, gate_of[case.kind])
+        _check_call(f, prep, case.id, case.id, calls, outputs, CASE_GATES[case.kind], what=case.note or None)
         if case.kind == "seed":
             key = f"{case.id}#repeat"
             if calls.get(key, {}).get("same_as") == case.id:
@@ -85,6 +84,9 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ou
             if prep.deterministic and key in outputs and case.id in outputs:
                 if not all(bitwise_equal(a, b) for a, b in zip(outputs[case.id], outputs[key])):
                     f.fail("determinism", f"{case.id}: two calls on identical inputs gave different outputs")
+    if not any(c.kind == "init_inputs" for c in cases):
+        why = next((d.split(": ", 1)[1] for d in prep.dropped if d.startswith(("init_inputs: ", "i0: "))), "")
+        f.notes["init_inputs"] = "skipped" + (f": {why}" if why else "")
     if not prep.deterministic:
         f.notes["determinism"] = "skipped: the reference itself is not deterministic"
     if len(seeds) >= 2 and "fresh" in calls:

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from okgit.eval.jobs import MODEL_SEED, PINNED_FLAGS, Case, Job, flatten, tree_spec
+from okgit.eval.jobs import CASE_GATES, MODEL_SEED, PINNED_FLAGS, Case, Job, flatten, perturb_floats, tree_spec
 
 OUTPUTS_FILE = "outputs.pt"
 RESULT_FILE = "result.json"
@@ -203,10 +203,14 @@ class Worker:
         expected: dict[str, Any] = {}
         cases: list[Case] = []
 
-        def run_shape(idx: int, knobs: dict[str, int], shape_cases: list[Case]) -> None:
-            _set_knobs(module, knobs)
-            torch.manual_seed(seeds[0])
-            init = list(module.get_init_inputs())
+        def run_shape(idx: int | str, knobs: dict[str, int], shape_cases: list[Case],
+                      init: list[Any] | None = None) -> None:
+            """The cases of one model: a shape's (init from get_init_inputs()), or the init_inputs
+            case's (`init` given, stored under the case's id)."""
+            if init is None:
+                _set_knobs(module, knobs)
+                torch.manual_seed(seeds[0])
+                init = list(module.get_init_inputs())
             model, _ = self.build(module, cls, knobs, init, None)
             state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()} if isinstance(
                 model, torch.nn.Module) else None
@@ -239,6 +243,21 @@ class Worker:
                               "reference: determinism", keep=False)
             expected["s0#again"] = {"native": [_plain_cpu(t) for t in flatten(again)], "f64": None}
             dropped: list[str] = []
+            # constructor arguments baked into a kernel: the same model from perturbed floats, one seed
+            perturbed, changes = perturb_floats(list(data["init"][0]), _init_names(cls))
+            if not changes:
+                dropped.append("init_inputs: no float constructor argument to perturb")
+            else:
+                case = Case(id="i0", kind="init_inputs", shape=0, seed=seeds[0],
+                            note="built with constructor arguments " + ", ".join(changes))
+                try:
+                    run_shape(case.id, main, [case], init=perturbed)
+                    cases.append(case)
+                except Exception as e:  # noqa: BLE001 - the reference cannot run them: dropped
+                    dropped.append(f"init_inputs: the reference raises with {', '.join(changes)}: "
+                                   f"{_describe(e).splitlines()[-1]}")
+                    self.result["calls"].pop(case.id, None)
+                    expected.pop(case.id, None)
             for knobs in candidates:
                 if len(shapes) > 2 or knobs in shapes:
                     continue
@@ -329,26 +348,34 @@ class Worker:
         cls = getattr(module, "ModelNew", None) or getattr(module, "Model", None)
         if cls is None:
             raise CallFailed("compile", "compile_error", "the candidate defines neither ModelNew nor Model")
-        models: dict[int, Any] = {}
-        loaded: dict[int, bool] = {}
-        for idx in sorted({c.shape for c in job.cases}):
+        models: dict[int | str, Any] = {}
+        loaded: dict[str, bool] = {}
+        for case in job.cases:  # one model per shape, and one per init_inputs case
+            key = case.model
+            if key in models:
+                continue
             self.phase("construct")
-            models[idx], loaded[idx] = self.build(module, cls, job.shapes[idx], list(data["init"][idx]),
-                                                  data["state"][idx])
+            try:
+                models[key], loaded[str(key)] = self.build(module, cls, job.shapes[case.shape],
+                                                           list(data["init"][key]), data["state"][key])
+            except Exception as e:  # noqa: BLE001 - refusing other constructor arguments is a wrong answer
+                if case.kind != "init_inputs":
+                    raise
+                raise CallFailed("init_inputs", _status_of(e, "init_inputs"),
+                                 f"{case.id} ({case.note}): the constructor raised: {_describe(e)}") from None
         self.result["state_dict_loaded"] = loaded
         cases = {c.id: c for c in job.cases}
         seeds = [c for c in job.cases if c.kind == "seed"]
 
         def run_case(case: Case, key: str, gate: str, same_as: str | None = None) -> Any:
             knobs = job.shapes[case.shape]
-            return self.call(key, models[case.shape], module, knobs, self.to_device(data["inputs"][case.id]), gate,
+            return self.call(key, models[case.model], module, knobs, self.to_device(data["inputs"][case.id]), gate,
                              same_as=same_as)
 
         if job.check:
             with _poisoned(torch):
                 for case in job.cases:
-                    gate = {"seed": "seeds", "distribution": "distribution", "extra_shape": "extra_shapes"}[case.kind]
-                    run_case(case, case.id, gate)
+                    run_case(case, case.id, CASE_GATES[case.kind])
                 for case in seeds:  # more calls than the trials, each still right, and identical
                     run_case(case, f"{case.id}#repeat", "repeat", same_as=case.id)
                 if len(seeds) >= 2:
@@ -453,6 +480,26 @@ def _set_knobs(module: ModuleType, knobs: dict[str, int]) -> None:
     for name, value in knobs.items():
         if hasattr(module, name):
             setattr(module, name, value)
+
+
+def _init_names(cls: type) -> list[str]:
+    """The constructor's positional parameter names, to name perturbed arguments in messages."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    names: list[str] = []
+    for p in params:
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+        elif p.kind is p.VAR_POSITIONAL:
+            names += [f"{p.name}[{j}]" for j in range(32)]
+            break
+        else:
+            break
+    return names
 
 
 def _variants(main: dict[str, int]) -> list[dict[str, int]]:

@@ -180,7 +180,11 @@ def _capture(source: str, knobs: dict[str, int], init_scale: float | None = None
             warnings.simplefilter("ignore")
             ep = torch.export.export(model, inputs, strict=False)
     except Exception as e:  # noqa: BLE001 - any failure to trace means: not ours to lower
-        raise Unsupported(f"cannot trace the reference: {type(e).__name__}: {str(e)[:200]}") from None
+        if "triton.jit" in source:  # its own kernels run only on a device, not on the meta tensors of a capture
+            raise Unsupported("the reference launches its own Triton kernel, which a capture cannot see into; "
+                              "the autotune phase tunes that kernel instead") from None
+        first = (str(e).strip().splitlines() or [""])[0][:160]
+        raise Unsupported(f"cannot trace the reference: {type(e).__name__}: {first}") from None
     names = list(inspect.signature(model.forward).parameters)
     return _translate(ep, names, "ModelNew" if "ModelNew" in ns else "Model")
 

@@ -35,7 +35,7 @@ def describe(event: dict[str, Any], view: RunView) -> Text | None:
     t = event.get("type")
     if t == "run_started":
         model = f", {view.model}" if view.model else ""
-        budget = f", {view.iterations} iterations" if view.iterations else ""
+        budget = f", {view.iterations} iteration{'s' if view.iterations != 1 else ''}" if view.iterations else ""
         return Text.assemble(("okgit ", "bold"), f"run {view.run}: {view.op} on {view.device} ({view.backend}, {view.mode}{model}{budget})")
     if t == "reference":
         if event.get("timed") and event.get("runtime_us") is not None:

@@ -58,7 +58,7 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
         f"| search ended | {result.stop_reason} |",
         f"| LLM cost | ${result.cost_usd:.4f} |",
     ]
-    if ref.flags:
+    if ref.flags and ref.timed:  # cuDNN/TF32 flags mean nothing to a CPU run
         lines.append(f"| precision flags (both arms) | {', '.join(f'{k}={v}' for k, v in ref.flags.items())} |")
     if ref.shapes:
         lines.append(f"| shapes checked | {'; '.join(', '.join(f'{k}={v}' for k, v in s.items()) for s in ref.shapes)} |")

@@ -248,9 +248,8 @@ def evaluate_file(cand: str | Path, ref: str | Path, device: str | None = None, 
 
 
 def _early(status: Status, gate: str, message: str, base: dict[str, Any]) -> EvalResult:
-    gates = [GateResult(name="static", passed=gate != "static", detail=message if gate == "static" else "")]
-    if gate == "compile":
-        gates.append(GateResult(name="compile", passed=False, detail=message))
+    # Only the gate that ran: a file that does not parse never reached the static checks.
+    gates = [GateResult(name=gate, passed=False, detail=message)]
     return EvalResult(status=status, error=EvalError(gate=gate, message=message), gates=gates, **base)
 
 

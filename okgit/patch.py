@@ -82,12 +82,20 @@ def resolve_diff(repo: Repo, ref: str) -> str:
         if not report.is_file():
             raise OkgitError(f"run {ref} has no report.diff (still running or interrupted); "
                              f"pick a candidate tag from: okgit history {ref}")
-        return report.read_text()
+        diff = report.read_text()
+        if not diff.strip():
+            raise OkgitError(f"run {ref} has no winner (nothing passed every gate): its report.diff is empty")
+        return diff
     if Path(ref).is_file():
         try:
-            return Path(ref).read_text()
+            diff = Path(ref).read_text()
         except UnicodeDecodeError:
             raise OkgitError(f"{ref}: not a diff (not UTF-8 text)") from None
+        try:
+            changes(diff)  # `show` prints only what apply and verify would accept
+        except OkgitError as e:
+            raise OkgitError(f"{ref}: {e}") from None
+        return diff
     raise OkgitError(f"unknown run, tag or diff file: {ref}")
 
 

@@ -56,3 +56,15 @@ def test_a_binary_file_is_not_a_diff(git_repo: Path, tmp_path: Path) -> None:
 def test_a_bad_flag_value_is_a_usage_error(git_repo: Path) -> None:
     proc = okgit("optimize", OP, "--iterations", "0", cwd=git_repo)
     assert proc.returncode == 2 and "flags: iterations" in proc.stderr
+
+
+def test_show_prints_only_diffs(git_repo: Path, tmp_path: Path) -> None:
+    text = tmp_path / "notes.diff"
+    text.write_text("just some notes\n")
+    proc = okgit("show", str(text), cwd=git_repo)
+    assert proc.returncode == 1 and "not a diff" in proc.stderr
+    space, _ = record_run(git_repo, [], finish="fallback")
+    (space.run_dir / "report.diff").write_text("")
+    for command in ("show", "apply"):
+        proc = okgit(command, space.run_id, cwd=git_repo)
+        assert proc.returncode == 1 and "has no winner" in proc.stderr, (command, proc.stderr)

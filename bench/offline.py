@@ -32,7 +32,6 @@ import glob
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -106,14 +105,14 @@ def run_one(path: str, iterations: int, op_seconds: float, smoke: bool = False) 
             row.update(eager_us=None, compile_s=None, compile_us=None)
         else:
             with device_lock("cuda:0"):
-                row["eager_us"] = _time(lambda: model(*inputs))
+                row["eager_us"] = _time(model, inputs)
             t1 = time.monotonic()
             try:
                 compiled = torch.compile(model)
                 compiled(*inputs)  # compile outside the lock
                 row["compile_s"] = round(time.monotonic() - t1, 1)
                 with device_lock("cuda:0"):
-                    row["compile_us"] = _time(lambda: compiled(*inputs))
+                    row["compile_us"] = _time(compiled, inputs)
             except Exception as e:  # noqa: BLE001 - torch.compile failing on an op is a finding, not a crash
                 row.update(compile_s=None, compile_us=None, compile_error=_why(e))
         row.update(okgit_us=None, correct=False, best=None, origin=None)
@@ -128,7 +127,7 @@ def run_one(path: str, iterations: int, op_seconds: float, smoke: bool = False) 
                 row["correct"] = _close(got, want)
                 if not smoke and row["correct"]:
                     with device_lock("cuda:0"):
-                        row["okgit_us"] = _time(lambda: fast(*inputs))
+                        row["okgit_us"] = _time(fast, inputs)
             except Exception as e:  # noqa: BLE001 - counted as not correct, with the reason
                 row.update(correct=False, okgit_us=None, check_error=_why(e))
     gpu_s = round(sum(e.get("wall_s") or 0.0 for e in events if e["type"] == "evaluated"), 1)
@@ -194,25 +193,15 @@ def _close(got, want) -> bool:
     return len(got) == len(want)
 
 
-def _time(fn, warmup: int = 5, samples: int = 30) -> float:
-    """Median microseconds of fn, L2 flushed before each sample."""
-    import torch
+def _time(fn, inputs, warmup: int = 5, samples: int = 30) -> float:
+    """Median microseconds of fn(*inputs) by the evaluator's own timer (CUDA events, L2 flushed
+    before each sample, warm-up excluded), so the three arms are timed exactly as okgit times."""
+    from okgit.eval import timing
 
-    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20) or (64 << 20)
-    flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    return round(statistics.median(times), 2)
+    timing.bind()
+    timed = timing.time_calls(fn, [list(inputs)], warmup=warmup, samples=samples,
+                              flush=timing.l2_flush_buffer("cuda:0"))
+    return round(timed.median_us, 2)
 
 
 # ---------------------------------------------------------------------------------------------

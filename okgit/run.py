@@ -7,6 +7,7 @@ before anything is created, so a refused run leaves no trace in the repository.
 from __future__ import annotations
 
 import signal
+import statistics
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -261,8 +262,8 @@ def _finish(space, ctx: Context, status: str, winner: Attempt | None, comparison
     result = RunResult(
         run_id=space.run_id, status=status, op=space.op, device=ctx.device,
         speedup=comparison.speedup if comparison else None,
-        baseline_us=_median(comparison.baseline_us) if comparison else None,
-        best_us=_median(comparison.candidate_us) if comparison else None,
+        baseline_us=statistics.median(comparison.baseline_us) if comparison else None,
+        best_us=statistics.median(comparison.candidate_us) if comparison else None,
         best_tag=winner.tag if winner else None,
         report=str(space.run_dir / "report.md"), diff=str(diff_path),
         candidates=len(ctx.attempts), stop_reason=stop_reason, cost_usd=round(cost_usd, 6),
@@ -274,9 +275,3 @@ def _finish(space, ctx: Context, status: str, winner: Attempt | None, comparison
         iterations=len(ctx.attempts), cost_usd=result.cost_usd)
     space.close(winner_commit=winner.tag if winner and winner.tag else None)
     return result
-
-
-def _median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2

@@ -83,15 +83,19 @@ def git_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (root / "notes.txt").write_text("untracked notes\n")
     (root / "build.log").write_text("ignored\n")
 
-    marker = tmp_path / "hook-ran"
-    for hook in HOOKS:
+    make_hostile(root, tmp_path / "hook-ran", HOOKS, {"commit.gpgsign": "true", "tag.gpgsign": "true",
+                                                        "diff.noprefix": "true", "color.ui": "always", "gc.auto": "1"})
+    return root
+
+
+def make_hostile(root: Path, marker: Path, hooks: tuple[str, ...], settings: dict[str, str]) -> None:
+    """Hooks that fail and leave `marker`, and git settings that would break a naive okgit."""
+    for hook in hooks:
         path = root / ".git" / "hooks" / hook
         path.write_text(f'#!/bin/sh\necho "{hook}" >> "{marker}"\nexit 1\n')
         path.chmod(0o755)
-    for key, value in (("commit.gpgsign", "true"), ("tag.gpgsign", "true"), ("diff.noprefix", "true"),
-                       ("color.ui", "always"), ("gc.auto", "1")):
+    for key, value in settings.items():
         sh(root, "config", key, value)
-    return root
 
 
 def snapshot(root: Path) -> dict[str, object]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import OP, OP_SOURCE, USER, okgit, sh, snapshot
+from conftest import OP, OP_SOURCE, USER, make_hostile, okgit, sh, snapshot
 
 # The fields docs/json.md promises for `okgit verify --json`.
 REPORT_FIELDS = {"ref", "head", "ok", "ops", "skipped"}
@@ -60,13 +60,9 @@ def user_clone(made: dict, tmp_path: Path, diff: str | None = None) -> Path:
     (root / "lib").mkdir()
     (root / "lib" / "util.py").write_text("X = 2\n")
     sh(root, "add", "lib/util.py")
-    for hook in ("pre-commit", "post-checkout", "reference-transaction"):
-        path = root / ".git" / "hooks" / hook
-        path.write_text(f'#!/bin/sh\necho "{hook}" >> "{tmp_path / "hook-ran"}"\nexit 1\n')
-        path.chmod(0o755)
-    for key, value in (("diff.noprefix", "true"), ("color.ui", "always"), ("apply.whitespace", "error"),
-                       ("gc.auto", "1"), ("commit.gpgsign", "true")):
-        sh(root, "config", key, value)
+    make_hostile(root, tmp_path / "hook-ran", ("pre-commit", "post-checkout", "reference-transaction"),
+                 {"diff.noprefix": "true", "color.ui": "always", "apply.whitespace": "error", "gc.auto": "1",
+                  "commit.gpgsign": "true"})
     (root / "pr.diff").write_text(made["diff"] if diff is None else diff)
     return root
 

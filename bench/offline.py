@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import math
 import os
 import subprocess
 import sys
@@ -229,11 +228,9 @@ def child(path: str, args, deadline: float | None = None) -> dict:
     return {"op": Path(path).stem, "error": (proc.stderr or proc.stdout).strip()[-800:]}
 
 
-def geomean(xs: list[float]) -> float | None:
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
-
-
 def summarize(rows: list[dict]) -> dict:
+    from okgit.kernelbench.scoring import geomean
+
     vs_eager, vs_compile, fast_eager, fast_compile = [], [], 0, 0
     for r in rows:
         ok = bool(r.get("correct") and r.get("okgit_us"))

@@ -1,7 +1,8 @@
 """Evaluator benchmark for the GPU machine: one call, one table.
 
 For each example op (examples/**/*.py defining Model; tests/ops when there are none): wall time
-of a fast and a thorough evaluation with a warm worker (median of --repeats), the A/A ratio of
+of a fast and a thorough evaluation with a warm worker (median of --repeats; each timed
+evaluation starts once the pool's pre-started workers are ready), the A/A ratio of
 the baseline timed against itself in fresh processes, and the reference's time against the
 roofline floor. The candidate of an op is `<stem>_triton.py` beside it when there is one, else
 the op itself (rejected at backend_kernel, but every call and the timing still run).
@@ -103,6 +104,7 @@ def bench_op(ev: LocalEvaluator, op: Path, args, smoke: bool) -> dict:
             ev.evaluate(problem, source, mode=mode)  # warm: reference prepared, kernels compiled
         walls, last = [], None
         for _ in range(args.repeats):
+            ev.wait_warm()  # "once workers are warm": a pre-started worker is ready, as in a steady search
             last = ev.evaluate(problem, source, mode=mode)
             walls.append(last.wall_s)
         row[f"{mode}_s"] = None if smoke else statistics.median(walls)

@@ -3,17 +3,17 @@
 #
 #   tests            pytest -m gpu tests/test_eval_gpu.py                      (~2-3 min)
 #   eval[:A-B]       bench/eval.py over example ops A-B (default 1-10)         (~45-60 s per op)
-#   offline[:A-B]    bench/offline.py, ops A-B (default 1-9), 3 at a time      (~1 min per op, overlapped)
-#   sweep[:A-B]      bench/sweep.py --iterations 3 --problems A-B (default 1-3) (~150 s per problem)
+#   offline[:A-B]    bench/offline.py: okgit bench kernelbench over examples A-B (default all),
+#                    --parallel 4 --iterations 4; resumes from bench/state/*.json when present
 #   facts            only the torch/triton/GPU facts
-#   smoke            the three scripts' --smoke (CPU): checks the plumbing, needs no GPU
+#   smoke            both scripts' --smoke (CPU): checks the plumbing, needs no GPU
 #
 # Installs the carried wheels (.whl/, made by ../shared/scripts/device-wheels.sh) into
 # /tmp/site, prints the facts, then runs each stage under `timeout`, so the whole call ends
 # inside BUDGET_S seconds (default 560, for a 600 s call). Each script also gets its own
 # --time-limit a little shorter, so it ends by itself and writes its table and JSON; `timeout`
 # is the backstop. Everything lands flat in $OUT (default /tmp/okgit-gpu-out): gpu.log (the
-# whole transcript), tests.xml, bench_eval.json, offline.json, sweep.json, sweep.md.
+# whole transcript), tests.xml, bench_eval.json, offline.json, offline.md, state/, journals/.
 # Exit status: 0 when every stage ended 0, else the last failing stage's (124: its time limit).
 # GPU_SH_SKIP_WHEELS=1 skips the install (for a check of this script off the device).
 set -u -o pipefail
@@ -34,7 +34,7 @@ usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 seen=" "
 for arg in "$@"; do
   stage="${arg%%:*}"; range="${arg#"$stage"}"; range="${range#:}"
-  case "$stage" in tests|eval|offline|sweep|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
+  case "$stage" in tests|eval|offline|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
   if [ -n "$range" ] && ! [[ "$range" =~ ^[0-9]+(-[0-9]+)?$ ]]; then echo "bad range in $arg (want A-B)" >&2; exit 2; fi
   case "$seen" in *" $stage "*) echo "stage $stage twice in one call: its JSON would be overwritten" >&2; exit 2;; esac
   seen="$seen$stage "
@@ -115,14 +115,11 @@ for arg in "$@"; do
       run_stage eval 560 'python3 bench/eval.py --range '"${range:-1-10}"' --repeats 2 --aa-rounds 3 --time-limit $LIMIT' ;;
     offline)
       need_gpu offline || { final=3; continue; }
-      run_stage offline 560 'python3 bench/offline.py --range '"${range:-1-9}"' --jobs 3 --iterations 4 --op-seconds 60 --op-timeout 240 --time-limit $LIMIT' ;;
-    sweep)
-      need_gpu sweep || { final=3; continue; }
-      run_stage sweep 560 'python3 bench/sweep.py --parallel 1 --iterations 3 --problems '"${range:-1-3}"' --time-limit $LIMIT' ;;
+      resume=""; compgen -G "bench/state/*.json" > /dev/null && resume="--resume-from bench/state"
+      run_stage offline 560 'python3 bench/offline.py --parallel 4 --iterations 4 '"${range:+--problems $range} $resume"' --time-limit $LIMIT' ;;
     smoke)
       run_stage smoke-eval 120 'python3 bench/eval.py --smoke'
-      run_stage smoke-offline 120 'python3 bench/offline.py --smoke'
-      run_stage smoke-sweep 120 'python3 bench/sweep.py --smoke' ;;
+      run_stage smoke-offline 120 'python3 bench/offline.py --smoke' ;;
   esac
 done
 say "done: exit $final; files in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 
@@ -53,37 +55,27 @@ def test_eval_smoke(tmp_path):
 
 
 def test_offline_smoke(tmp_path):
-    proc = run([sys.executable, str(BENCH / "offline.py"), "--smoke"], tmp_path)
-    assert "smoke: skipped CUDA-event timing" in proc.stdout
-    rows = table_rows(proc.stdout, "op ")
-    assert set(rows[0]) == {"-"}
-    # relu's 16 x 16384 scaled down as the evaluator scales it on a CPU; okgit's kernel checked there
-    assert rows[1].split() == ["relu", "8x8192", "float32", "-", "-", "-", "-", "-", "True", "-"]
-    assert rows[2].startswith("geomean vs eager -, vs torch.compile -; fast_1 vs eager -, vs torch.compile -; correct 1/1")
-    data = json.loads((tmp_path / "offline.json").read_text())
-    assert data["smoke"] is True and data["partial"] is False and data["skipped"]
-    (row,) = data["rows"]
-    assert row["correct"] is True and row["correct_candidates"] >= 1 and row["best"] and row["origin"]
-    for key in ("eager_us", "compile_us", "okgit_us", "compile_s", "vs_eager", "vs_compile", "gpu_s", "wall_s",
-                "search_s", "evaluator_speedup"):
-        assert row[key] is None, key
-    s = data["summary"]
-    assert s["ops"] == 1 and s["correct"] == 1 and s["failed_ops"] == [] and s["not_run"] == []
-    assert s["geomean_vs_eager"] is None and s["fast_1_vs_eager"] is None and s["fast_1_vs_compile"] is None
-
-
-def test_sweep_smoke(tmp_path):
-    proc = run([sys.executable, str(BENCH / "sweep.py"), "--smoke"], tmp_path / "out")
+    proc = run([sys.executable, str(BENCH / "offline.py"), "--smoke"], tmp_path / "out")
     assert "smoke: CPU under the Triton interpreter" in proc.stdout
     rows = table_rows(proc.stdout, "| problem |")
     assert rows[1].startswith("| level1/1_01_relu_bias_scale | unverified | yes | - | - | - | untimed | untimed |")
     assert "No timing on this device" in proc.stdout
-    data = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert "offline result over all ops: none timed (1 op(s))" in proc.stdout
+    data = json.loads((tmp_path / "out" / "offline.json").read_text())
     assert data["device"] == "cpu" and data["flags"]["device"] == "cpu" and data["flags"]["iterations"] == 1
     (p,) = data["problems"]
     assert p["correct"] and p["timed"] is False and p["speedup_eager"] is None and p["eager_us"] is None
     assert data["summary"]["scores"][0]["fast_p"]["1.0"] is None  # no speed claim without timing
-    assert (tmp_path / "out" / "sweep.md").read_text().count("| level1/") == 1
+    assert (tmp_path / "out" / "offline.md").read_text().count("| level1/") == 1
+    (state,) = (tmp_path / "out" / "state").iterdir()
+    assert json.loads(state.read_text())["key"] == "level1/1_01_relu_bias_scale"
+    (journal,) = (tmp_path / "out" / "journals").iterdir()
+    assert '"type": "run_finished"' in journal.read_text()
+    # a later call resumes from those states: the problem is not run again
+    again = run([sys.executable, str(BENCH / "offline.py"), "--smoke", "--resume-from", str(state.parent)],
+                tmp_path / "again")
+    assert "resuming: 1 problem(s) already done" in again.stdout
+    assert json.loads((tmp_path / "again" / "offline.json").read_text())["problems"] == data["problems"]
 
 
 def test_gpu_sh_checks_its_arguments_and_reports_facts(tmp_path):
@@ -113,19 +105,17 @@ def _module(name: str):
 def test_gpu_rows_render_and_summarize():
     """The GPU path's own arithmetic and tables, on rows shaped as the device writes them."""
     offline = _module("offline")
-    rows = [
-        {"op": "a", "shape": "4x8", "dtype": "float32", "eager_us": 100.0, "compile_us": 50.0, "okgit_us": 25.0,
-         "correct": True, "wall_s": 60.0},
-        {"op": "b", "shape": "4x8", "dtype": "float32", "eager_us": 100.0, "compile_us": 200.0, "okgit_us": None,
-         "correct": False, "wall_s": 60.0},
+    problems = [
+        {"key": "a", "correct": True, "speedup_eager": 4.0, "speedup_compile": 2.0, "eager_us": 100.0, "compile_us": 50.0},
+        {"key": "b", "correct": False, "eager_us": 100.0, "compile_us": 200.0},  # no kernel: the reference stands
+        {"key": "c", "correct": False},  # an error: nothing timed, listed
     ]
-    s = offline.summarize(rows)
-    assert rows[0]["vs_eager"] == 4.0 and rows[0]["vs_compile"] == 2.0
-    assert rows[1]["vs_eager"] == 1.0 and rows[1]["vs_compile"] == 2.0  # no result: the baseline stands
-    assert s["geomean_vs_eager"] == 2.0 and s["fast_1_vs_eager"] == 0.5 and s["fast_1_vs_compile"] == 0.5
-    text = offline.table(rows + [{"op": "c", "error": "boom\nlast line"}, {"op": "d", "not_run": "time limit"}],
-                         s, "H200", ["a note"])
-    assert "4.00" in text and "error: last line" in text and "not run: time limit" in text and "note: a note" in text
+    f = offline.offline_figures(problems)
+    assert f["placed"] == 2 and f["untimed"] == ["c"]
+    assert f["geomean_vs_eager"] == pytest.approx(2.0) and f["geomean_vs_compile"] == pytest.approx(2.0)
+    assert f["fast_1_vs_eager"] == 0.5 and f["fast_1_vs_compile"] == 1.0
+    line = offline.offline_line(f)
+    assert "over 2 of 3 ops" in line and "2.00x vs eager" in line and "not timed: c" in line
 
     ev = _module("eval")
     row = {"op": "examples/x.py", "fast_s": 4.1, "thorough_s": 4.9, "aa_ratio": 1.0009, "ref_us": 263.0,

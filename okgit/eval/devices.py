@@ -59,7 +59,7 @@ def device_lock(device: str) -> Iterator[float]:
     """Hold `device` exclusively across processes; yields the seconds spent waiting for it.
 
     Not reentrant within one process (an flock per open file): a job takes it once, around
-    its timing. The lock dies with its holder, so a killed worker never leaves it held.
+    its work on the GPU. The lock dies with its holder, so a killed worker never leaves it held.
     """
     path = lock_path(device)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,7 @@ MODES: dict[str, ModeSpec] = {"fast": ModeSpec(seeds=5, warmup=3, samples=10),
                               "thorough": ModeSpec(seeds=8, warmup=10, samples=100)}
 SEED_BASE = 1000
 COMPARE_TIMING = Timing(warmup=5, samples=30)
+STARTUP_TIMEOUT_S = 300.0
 
 
 class LocalEvaluator:
@@ -121,6 +122,10 @@ class LocalEvaluator:
                                     (source, problem.candidate_root or problem.root, cand)):
                 into.append(self.time_once(problem, prep, src, backend, root=root))
         return summarize(base, cand)
+
+    def wait_warm(self, timeout_s: float = 120.0) -> bool:
+        """Block until the pre-started workers are ready: what "a warm evaluation" is timed from."""
+        return self.pool.wait_warm(self._torch, timeout_s)
 
     def close(self) -> None:
         self.pool.close()
@@ -222,8 +227,10 @@ class LocalEvaluator:
                 path = worker.dir / "candidate.py"
                 path.write_text(source)
                 job.source_path = str(path)
-            with device_lock(self._torch) if self._kind == "cuda" else contextlib.nullcontext():
-                outcome = worker.run(job, timeout_s)
+            # started before the lock: spawning and importing never hold up another job's GPU work
+            started = worker.wait_ready(STARTUP_TIMEOUT_S)
+            with device_lock(self._torch) if self._kind == "cuda" and started else contextlib.nullcontext():
+                outcome = worker.run(job, timeout_s, startup_timeout_s=0.0)  # ready, or it never will be
             if outcome.crashed:
                 return outcome, None, {}
             result, outputs = read_result(worker.dir, self._torch)  # compared where the expected ones live

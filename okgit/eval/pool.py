@@ -5,9 +5,11 @@ Two promises:
   device has its own fcntl lock file under okgit's per-user data dir. Locks are keyed by the
   physical device (through CUDA_VISIBLE_DEVICES), so a process pinned to "GPU 2" and
   seeing it as cuda:0 takes the same lock as an unpinned process using cuda:2.
-- Work that needs no exclusive device (spawning, compiling, correctness) overlaps: a pool
-  may hold more slots than devices (slots are dealt round-robin), and a job takes its
-  device's lock only around the part that times.
+- Work that needs no device overlaps: a pool may hold more slots than devices (slots are
+  dealt round-robin); spawning a worker, importing torch and starting CUDA happen before a
+  job takes its device's lock, and a sweep's torch.compile compiles outside it. Everything
+  that runs on the GPU holds the lock, correctness calls included, since they would disturb
+  another job's timing.
 
 Written for any number of devices; CPU "devices" (cpu:0, cpu:1, ...) are slots of the same
 kind, which is how the scheduling is tested on machines without GPUs.
@@ -114,7 +116,7 @@ class Pool:
         """Evaluate candidates concurrently, one per slot; each result names its physical device.
 
         `evaluator(device)` builds the evaluator of one slot (default: the local evaluator on
-        that device, whose worker takes `device_lock` around its timing).
+        that device, which holds `device_lock` while its worker uses the GPU).
         """
         make = evaluator or _local_evaluator
         evaluators: dict[int, Evaluator] = {}

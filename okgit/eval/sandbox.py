@@ -100,6 +100,7 @@ class WorkerProcess:
         self.dir = Path(tempfile.mkdtemp(prefix="okgit-worker-", dir=base_dir))
         self.started = time.monotonic()
         self.ready_wait_s = 0.0  # how long a job waited for this worker to finish starting
+        self._ready = False
         with open(self.dir / "stderr.log", "wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "okgit.eval.worker", "--device", "cpu" if device == "cpu" else "cuda"],
@@ -116,16 +117,19 @@ class WorkerProcess:
         return self.proc.poll() is None
 
     def wait_ready(self, timeout_s: float) -> bool:
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, timeout_s))
-        return bool(ready) and self.proc.stdout.readline().strip() == b"ready"
+        """True once the worker has said it is ready (torch imported, device up); waits at most timeout_s."""
+        if not self._ready:
+            assert self.proc.stdout is not None
+            t0 = time.monotonic()
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, timeout_s))
+            self._ready = bool(ready) and self.proc.stdout.readline().strip() == b"ready"
+            self.ready_wait_s += time.monotonic() - t0
+        return self._ready
 
     def run(self, job: Job, timeout_s: float, startup_timeout_s: float = 300.0) -> Outcome:
         """Hand the job over, wait for the worker's exit; kill its group on timeout or memory."""
         t0 = time.monotonic()
-        ready = self.wait_ready(startup_timeout_s)
-        self.ready_wait_s = time.monotonic() - t0
-        if not ready:
+        if not self.wait_ready(startup_timeout_s):
             self.kill()
             return self._outcome(t0, timed_out=False, memory_killed=False, phase="worker start")
         job.save(self.dir / "job.json")
@@ -209,6 +213,11 @@ class WorkerPool:
         queue = self.idle.setdefault(device, [])
         while len(queue) < self.idle_count:
             queue.append(WorkerProcess(device, self.memory_limit, self.base_dir))
+
+    def wait_warm(self, device: str, timeout_s: float) -> bool:
+        """Wait until every idle worker of `device` is ready (a benchmark of warm evaluations)."""
+        deadline = time.monotonic() + timeout_s
+        return all(w.wait_ready(deadline - time.monotonic()) for w in self.idle.get(device, []))
 
     def close(self) -> None:
         for queue in self.idle.values():

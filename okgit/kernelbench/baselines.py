@@ -34,6 +34,9 @@ class BaselineTimes(BaseModel):
     compile_us: float | None = None
     okgit_us: float | None = None
     errors: dict[str, str] = Field(default_factory=dict)  # arm -> why it has no time
+    # okgit's winner against a float64 run of eager at the default shapes, checked here, apart from the
+    # evaluator: why they disagree, or None
+    disagreement: str | None = None
     flags: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -108,6 +111,8 @@ def measure(ref_source: str, winner_source: str, device: str = "cuda:0") -> Base
         for seed in range(INPUT_SETS):
             torch.manual_seed(seed)
             input_sets.append(_to(device, ref.get_inputs()))
+        with torch.no_grad():
+            result.disagreement = _disagreement(eager, fast, input_sets[0])
         arms: dict[str, Callable] = {"eager": eager, "okgit": fast}
         try:
             compiled = torch.compile(eager)
@@ -122,6 +127,38 @@ def measure(ref_source: str, winner_source: str, device: str = "cuda:0") -> Base
     result.compile_us = times.get("compile")
     result.okgit_us = times.get("okgit")
     return result
+
+
+def _disagreement(eager: Any, fast: Any, inputs: list) -> str | None:
+    """Where okgit's output leaves the evaluator's tolerance around float64 eager, or None."""
+    import copy
+
+    import torch
+
+    from okgit.eval.compare import check_leaf, leaf_tolerance, reference_error
+
+    def leaves(out: Any) -> list:
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    native = leaves(eager(*inputs))
+    try:  # the float64 run; an op that has no float64 kernel is checked against eager as it runs
+        f64 = leaves(copy.deepcopy(eager).double()(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
+                                                      else x for x in inputs]))
+    except Exception:  # noqa: BLE001
+        f64 = [None] * len(native)
+    got = leaves(fast(*inputs))
+    if len(got) != len(native):
+        return f"{len(got)} outputs, eager gives {len(native)}"
+    for i, (out, nat, ref) in enumerate(zip(got, native, f64)):
+        if not isinstance(nat, torch.Tensor):
+            continue
+        ref = ref if isinstance(ref, torch.Tensor) and ref.shape == nat.shape else None
+        tol = leaf_tolerance(nat, ref, reference_error(nat, ref))
+        check = check_leaf(out, {"exact": type(out) is torch.Tensor, "type": type(out).__name__}, nat, ref, tol,
+                           "mismatch")
+        if not check.ok:
+            return f"output {i}: {check.gate}: {check.message}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,9 @@ class ProblemResult(BaseModel):
     level: int
     id: int
     name: str
-    status: str  # optimize's status (optimized|matched|fallback|unverified|interrupted), or error|timeout
+    # optimize's status (optimized|matched|fallback|unverified|interrupted), or error|timeout, or
+    # incorrect: the winner disagreed with float64 eager in the baselines' own check
+    status: str
     correct: bool = False  # okgit's winner passed every correctness gate
     device: str = "cpu"  # the physical device the problem ran on, e.g. "cuda:2"
     run_id: str | None = None

@@ -254,6 +254,9 @@ def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path,
         if cross_check:
             data = _helper("crosscheck", p.path, winner_path, env, extra=[flags.get("backend") or "triton"])
             update["cross_check"] = CrossCheck(error=data) if isinstance(data, str) else CrossCheck.model_validate(data)
+    else:  # no kernel: the user keeps the reference; its two baselines still place the problem
+        times = _baselines(p.path, p.path, env, timer=timer, gpu=gpu)
+        update.update({k: times[k] for k in ("eager_us", "compile_us") if times.get(k) is not None})
     update["wall_s"] = round(time.monotonic() - started, 1)
     return result.model_copy(update=update)
 
@@ -315,6 +318,9 @@ def _baselines(ref: Path, winner: Path, env: dict[str, str], *, timer: Callable[
             fields["speedup_eager"] = times.eager_us / times.okgit_us
         if times.compile_us:
             fields["speedup_compile"] = times.compile_us / times.okgit_us
+    if times.disagreement:  # never scored as a correct kernel, whatever the evaluator said
+        fields.update(correct=False, status="incorrect", error=f"winner disagrees with float64 eager at the default shapes: "
+                                           f"{times.disagreement}"[:500])
     if times.errors:
         fields["untimed_reason"] = "; ".join(f"{arm}: {why}" for arm, why in times.errors.items())
     return fields

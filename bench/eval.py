@@ -119,6 +119,7 @@ def bench_op(ev: LocalEvaluator, op: Path, args, smoke: bool) -> dict:
     else:
         prep = ev.prepared(problem)
         a, b = [], []
+        ev.prestart_for(2 * args.aa_rounds)
         for _ in range(args.aa_rounds):
             a.append(ev.time_once(problem, prep, problem.source, "triton"))
             b.append(ev.time_once(problem, prep, problem.source, "triton"))

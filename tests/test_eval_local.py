@@ -130,6 +130,26 @@ def test_degenerate_reason():
     assert "does not change" in degenerate_reason(same, list(same))
     varied = {f"s{i}": {"native": [torch.arange(4.0) * i]} for i in range(3)}
     assert degenerate_reason(varied, list(varied)) is None
+    constant = {f"s{i}": {"native": [torch.full((4,), 2.0 + i)]} for i in range(3)}
+    assert "constant tensor" in degenerate_reason(constant, list(constant))
+    # a scalar loss is one element: "constant" says nothing there, a change across seeds is enough
+    losses = {f"s{i}": {"native": [torch.tensor(0.5 + i)]} for i in range(3)}
+    assert degenerate_reason(losses, list(losses)) is None
+    stuck = {f"s{i}": {"native": [torch.tensor(0.5)]} for i in range(3)}
+    assert "does not change" in degenerate_reason(stuck, list(stuck))
+
+
+def test_compare_rounds_start_their_workers_at_once():
+    """Each round of the final gate is a fresh worker: they are started together, not one by one."""
+    evaluator = LocalEvaluator(device="cpu", idle_workers=1)
+    try:
+        evaluator.prestart_for(6)
+        assert len(evaluator.pool.idle["cpu"]) == 6
+        evaluator.prestart_for(50)
+        assert len(evaluator.pool.idle["cpu"]) == 10  # capped: each holds torch in memory
+        assert evaluator.wait_warm(120)
+    finally:
+        evaluator.close()
 
 
 def test_final_gate_statistics():

@@ -144,7 +144,11 @@ def degenerate_reason(expected: dict[str, Any], case_ids: list[str]) -> str | No
     floats = [t for case in leaves for t in case if t is not None and t.numel()]
     if floats and all(bool((t == 0).all()) for t in floats):
         return "the reference's output is identically zero on every seed and input distribution"
-    if floats and all(bool((t == t.reshape(-1)[0]).all()) for t in floats):
+    # a scalar (a loss) is trivially "constant": only tensors of several elements say so; the
+    # rule across seeds below still catches a scalar that never changes
+    if any(t.numel() > 1 for t in floats) and all(
+        t.numel() > 1 and bool((t == t.reshape(-1)[0]).all()) for t in floats
+    ):
         return "every output of the reference is a constant tensor on every seed and input distribution"
     if len(leaves) >= 2 and all(
         len(case) == len(leaves[0]) and all(bitwise_equal(a, b) for a, b in zip(case, leaves[0])) for case in leaves[1:]

@@ -46,6 +46,7 @@ MODES: dict[str, ModeSpec] = {"fast": ModeSpec(seeds=5, warmup=3, samples=10),
 SEED_BASE = 1000
 COMPARE_TIMING = Timing(warmup=5, samples=30)
 STARTUP_TIMEOUT_S = 300.0
+MAX_IDLE = 10  # pre-started workers at most: each holds torch and a CUDA context (~1 GB of host memory)
 
 
 class LocalEvaluator:
@@ -115,6 +116,7 @@ class LocalEvaluator:
             raise OkgitError(f"compare needs a correct candidate: {first.status.value}"
                              + (f" at {first.error.gate}: {first.error.message}" if first.error else ""))
         prep = self._prepare(problem, "fast")
+        self.prestart_for(2 * rounds)
         base: list[float] = []
         cand: list[float] = []
         for _ in range(rounds):
@@ -122,6 +124,12 @@ class LocalEvaluator:
                                     (source, problem.candidate_root or problem.root, cand)):
                 into.append(self.time_once(problem, prep, src, backend, root=root))
         return summarize(base, cand)
+
+    def prestart_for(self, jobs: int) -> None:
+        """Start workers for `jobs` back-to-back jobs at once (at most MAX_IDLE): rounds in fresh
+        processes would otherwise wait, one after another, for each worker's torch and CUDA start."""
+        if self.prestart:
+            self.pool.prestart(self._torch, at_least=min(jobs, MAX_IDLE))
 
     def wait_warm(self, timeout_s: float = 120.0) -> bool:
         """Block until the pre-started workers are ready: what "a warm evaluation" is timed from."""

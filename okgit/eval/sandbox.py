@@ -209,9 +209,9 @@ class WorkerPool:
             self.prestart(device)
         return worker
 
-    def prestart(self, device: str) -> None:
+    def prestart(self, device: str, at_least: int = 0) -> None:
         queue = self.idle.setdefault(device, [])
-        while len(queue) < self.idle_count:
+        while len(queue) < max(self.idle_count, at_least):
             queue.append(WorkerProcess(device, self.memory_limit, self.base_dir))
 
     def wait_warm(self, device: str, timeout_s: float) -> bool:

@@ -4,7 +4,8 @@
 #   tests            pytest -m gpu tests/test_eval_gpu.py                      (~2-3 min)
 #   eval[:A-B]       bench/eval.py over example ops A-B (default 1-10)         (~45-60 s per op)
 #   offline[:A-B]    bench/offline.py: okgit bench kernelbench over examples A-B (default all),
-#                    --parallel 4 --iterations 4; resumes from bench/state/*.json when present
+#                    --parallel 4 --iterations 4; resumes from bench/resume.json (an earlier
+#                    call's offline.json, carried) when present
 #   facts            only the torch/triton/GPU facts
 #   smoke            both scripts' --smoke (CPU): checks the plumbing, needs no GPU
 #
@@ -13,7 +14,7 @@
 # inside BUDGET_S seconds (default 560, for a 600 s call). Each script also gets its own
 # --time-limit a little shorter, so it ends by itself and writes its table and JSON; `timeout`
 # is the backstop. Everything lands flat in $OUT (default /tmp/okgit-gpu-out): gpu.log (the
-# whole transcript), tests.xml, bench_eval.json, offline.json, offline.md, state/, journals/.
+# whole transcript), tests.xml, bench_eval.json, offline.json, offline.md, journals.jsonl.
 # Exit status: 0 when every stage ended 0, else the last failing stage's (124: its time limit).
 # GPU_SH_SKIP_WHEELS=1 skips the install (for a check of this script off the device).
 set -u -o pipefail
@@ -115,7 +116,7 @@ for arg in "$@"; do
       run_stage eval 560 'python3 bench/eval.py --range '"${range:-1-10}"' --repeats 2 --aa-rounds 3 --time-limit $LIMIT' ;;
     offline)
       need_gpu offline || { final=3; continue; }
-      resume=""; compgen -G "bench/state/*.json" > /dev/null && resume="--resume-from bench/state"
+      resume=""; [ -f bench/resume.json ] && resume="--resume-from bench/resume.json"
       run_stage offline 560 'python3 bench/offline.py --parallel 4 --iterations 4 '"${range:+--problems $range} $resume"' --time-limit $LIMIT' ;;
     smoke)
       run_stage smoke-eval 120 'python3 bench/eval.py --smoke'

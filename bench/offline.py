@@ -1,6 +1,6 @@
 """okgit's offline default on the example ops: `okgit bench kernelbench` over them, on this GPU.
 
-    python3 bench/offline.py [--parallel N] [--work DIR] [--resume-from DIR] [okgit bench flags, e.g. --iterations 4]
+    python3 bench/offline.py [--parallel N] [--work DIR] [--resume-from OFFLINE_JSON] [okgit bench flags, e.g. --iterations 4]
 
 Lays examples/*.py out as KernelBench/level1/<i>_<Name>.py (numbered in file-name order) and
 runs `okgit bench kernelbench` over it with no model: templates, then autotune, then the final
@@ -10,11 +10,14 @@ torch.compile's compilation overlap). Per problem the sweep times eager PyTorch,
 torch.compile (default mode) and okgit's winner live, in one process, interleaved, and checks
 the winner against a float64 eager run at the default shapes. Prints the table (speedup vs
 eager and vs torch.compile, device seconds and wall per op) and fast_p / geomean per baseline,
-and writes offline.json, offline.md and state/*.json to $OUT when it is set.
+and writes offline.json, offline.md and journals.jsonl (every run's journal, one line per
+event with its problem) to $OUT when it is set: three files, as a device call brings back
+only a few.
 
-Resumable: with --work the layout and the sweep's state stay in DIR; --resume-from DIR seeds
-the state with the per-problem JSON files of an earlier call (e.g. $OUT/state fetched from the
-device machine), whose problems are then skipped. Resuming with other flags is refused.
+Resumable: with --work the layout and the sweep's state stay in DIR; --resume-from seeds the
+state with the problems of an earlier call's offline.json (fetched from the device machine):
+they are skipped and reported with the new ones. Only problems that ran to a status are
+taken; an `error` is run again.
 
 --time-limit S stops the sweep (SIGTERM to its process group, as Ctrl-C) after S seconds and
 still writes the files from the problems that finished (marked partial); a problem cut short
@@ -59,7 +62,7 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, help="problems at once (default: visible GPUs, at least 1)")
     parser.add_argument("--examples", default=str(ROOT / "examples"), help="folder of op files")
     parser.add_argument("--work", help="keep the layout and the sweep's state here (resumable)")
-    parser.add_argument("--resume-from", metavar="DIR", help="per-problem state files of an earlier call")
+    parser.add_argument("--resume-from", metavar="OFFLINE_JSON", help="an earlier call's offline.json")
     parser.add_argument("--time-limit", type=float, metavar="S",
                         help="stop after S seconds and report the problems finished by then")
     parser.add_argument("--smoke", action="store_true",
@@ -88,11 +91,8 @@ def main() -> int:
         kb = layout(examples, work)
         out = work / "out"
         if args.resume_from:
-            seeds = sorted(Path(args.resume_from).glob("*.json"))
-            (out / "state").mkdir(parents=True, exist_ok=True)
-            for f in seeds:
-                shutil.copy(f, out / "state" / f.name)
-            print(f"resuming: {len(seeds)} problem(s) already done in {args.resume_from}", flush=True)
+            print(f"resuming: {seed_state(Path(args.resume_from), out / 'state')} problem(s) already done "
+                  f"in {args.resume_from}", flush=True)
         cmd = [sys.executable, "-m", "okgit", "bench", "kernelbench", str(kb), "--parallel", str(parallel),
                "--out", str(out), "--json", *passthrough]
         if args.smoke:
@@ -126,9 +126,9 @@ def main() -> int:
         else:
             report = json.loads(stdout)
             markdown = (out / "report.md").read_text()
-        # kept before the temp dir goes: the state (to resume elsewhere) and each run's journal (where time went)
-        states = {f.name: f.read_text() for f in (out / "state").glob("*.json")}
-        journals = {f.parts[-5]: f.read_text() for f in (out / "repos").glob("*/.okgit/runs/*/journal.jsonl")}
+        journals = [{"problem": f.parts[-5], **json.loads(line)}  # kept before the temp dir goes
+                    for f in sorted((out / "repos").glob("*/.okgit/runs/*/journal.jsonl"))
+                    for line in f.read_text().splitlines() if line.strip()]
     report["offline"] = offline_figures(report["problems"])
     markdown += "\n" + offline_line(report["offline"]) + "\n"
     print(markdown)
@@ -139,11 +139,20 @@ def main() -> int:
         dest.mkdir(parents=True, exist_ok=True)
         (dest / "offline.json").write_text(json.dumps({**report, "bench_wall_s": round(wall, 1)}, indent=2) + "\n")
         (dest / "offline.md").write_text(markdown + f"\n{tail}\n")
-        for folder, files in (("state", states), ("journals", {f"{k}.jsonl": v for k, v in journals.items()})):
-            (dest / folder).mkdir(exist_ok=True)
-            for name, text in files.items():
-                (dest / folder / name).write_text(text)
+        (dest / "journals.jsonl").write_text("".join(json.dumps(e) + "\n" for e in journals))
     return 0
+
+
+def seed_state(offline_json: Path, state: Path) -> int:
+    """Write the finished problems of an earlier offline.json as the sweep's state files."""
+    from okgit.kernelbench.scoring import ProblemResult
+
+    state.mkdir(parents=True, exist_ok=True)
+    done = [ProblemResult.model_validate(p) for p in json.loads(offline_json.read_text())["problems"]]
+    done = [p for p in done if p.status != "error"]
+    for p in done:
+        (state / f"level{p.level}_{p.id}_{p.name}.json").write_text(p.model_dump_json())
+    return len(done)
 
 
 def offline_figures(problems: list[dict]) -> dict:

@@ -67,14 +67,13 @@ def test_offline_smoke(tmp_path):
     assert p["correct"] and p["timed"] is False and p["speedup_eager"] is None and p["eager_us"] is None
     assert data["summary"]["scores"][0]["fast_p"]["1.0"] is None  # no speed claim without timing
     assert (tmp_path / "out" / "offline.md").read_text().count("| level1/") == 1
-    (state,) = (tmp_path / "out" / "state").iterdir()
-    assert json.loads(state.read_text())["key"] == "level1/1_01_relu_bias_scale"
-    (journal,) = (tmp_path / "out" / "journals").iterdir()
-    assert '"type": "run_finished"' in journal.read_text()
-    # a later call resumes from those states: the problem is not run again
-    again = run([sys.executable, str(BENCH / "offline.py"), "--smoke", "--resume-from", str(state.parent)],
-                tmp_path / "again")
+    events = [json.loads(line) for line in (tmp_path / "out" / "journals.jsonl").read_text().splitlines()]
+    assert {e["problem"] for e in events} == {"level1_1_01_relu_bias_scale"} and events[-1]["type"] == "run_finished"
+    # a later call resumes from that offline.json: the problem is not run again
+    again = run([sys.executable, str(BENCH / "offline.py"), "--smoke", "--resume-from",
+                 str(tmp_path / "out" / "offline.json")], tmp_path / "again")
     assert "resuming: 1 problem(s) already done" in again.stdout
+    assert (tmp_path / "again" / "journals.jsonl").read_text() == ""
     assert json.loads((tmp_path / "again" / "offline.json").read_text())["problems"] == data["problems"]
 
 

@@ -164,7 +164,8 @@ class LocalEvaluator:
         if result is None:
             return crashed(outcome, base)
         t0 = time.monotonic()
-        out = judge(prep, cases, result, outputs, backend=backend, device=self.device, mode=mode, base=base)
+        with self._gpu():
+            out = judge(prep, cases, result, outputs, backend=backend, device=self.device, mode=mode, base=base)
         if out.profile is not None:  # where an evaluation's time goes, for the benchmark
             out.profile.raw["eval_s"] = {**result.get("phase_s", {}), "ready_wait": outcome.ready_wait_s,
                                          "worker_total": outcome.wall_s, "judge": time.monotonic() - t0}
@@ -201,9 +202,10 @@ class LocalEvaluator:
         import torch
 
         # on a GPU the parent compares there too: large outputs, seconds on a CPU
-        expected = torch.load(expected_file, weights_only=True, map_location=self._torch)
-        expected_file.unlink()  # expected outputs live in this process only
-        prep = finish(data_dir, result, expected, problem.rtol, problem.atol)
+        with self._gpu():
+            expected = torch.load(expected_file, weights_only=True, map_location=self._torch)
+            expected_file.unlink()  # expected outputs live in this process only
+            prep = finish(data_dir, result, expected, problem.rtol, problem.atol)
         if peaks_file is not None:
             prep.peaks = roofline.load_peaks(peaks_file)
         for path in data_dir.iterdir():
@@ -227,6 +229,11 @@ class LocalEvaluator:
             raise OkgitError(f"a timing round failed: {why}")
         return float(result["timing"]["median_us"])
 
+    def _gpu(self) -> contextlib.AbstractContextManager:
+        """The device lock around anything this process or its worker runs on the GPU: loading
+        and comparing outputs here would otherwise disturb another job's timing."""
+        return device_lock(self._torch) if self._kind == "cuda" else contextlib.nullcontext()
+
     def _run(self, job: Job, source: str | None, timeout_s: float) -> tuple[Outcome, dict[str, Any] | None, dict[str, Any]]:
         """One job in one fresh worker; (outcome, result or None if it crashed, outputs)."""
         worker = self.pool.take(self._torch, prestart_next=self.prestart)
@@ -237,11 +244,11 @@ class LocalEvaluator:
                 job.source_path = str(path)
             # started before the lock: spawning and importing never hold up another job's GPU work
             started = worker.wait_ready(STARTUP_TIMEOUT_S)
-            with device_lock(self._torch) if self._kind == "cuda" and started else contextlib.nullcontext():
+            with self._gpu() if started else contextlib.nullcontext():
                 outcome = worker.run(job, timeout_s, startup_timeout_s=0.0)  # ready, or it never will be
-            if outcome.crashed:
-                return outcome, None, {}
-            result, outputs = read_result(worker.dir, self._torch)  # compared where the expected ones live
+                if outcome.crashed:
+                    return outcome, None, {}
+                result, outputs = read_result(worker.dir, self._torch)  # compared where the expected ones live
             return outcome, result, outputs
         finally:
             worker.close()

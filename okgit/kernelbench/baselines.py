@@ -102,26 +102,28 @@ def measure(ref_source: str, winner_source: str, device: str = "cuda:0") -> Base
     with tempfile.TemporaryDirectory(prefix="okgit-baselines-") as tmp:
         ref = _load(ref_source, "okgit_bench_ref", Path(tmp))
         win = _load(winner_source, "okgit_bench_winner", Path(tmp))
-        init = ref.get_init_inputs()
-        torch.manual_seed(MODEL_SEED)
-        eager = ref.Model(*init).to(device).eval()
-        torch.manual_seed(MODEL_SEED)
-        fast = getattr(win, "ModelNew", win.Model)(*init).to(device).eval()
-        input_sets = []
-        for seed in range(INPUT_SETS):
-            torch.manual_seed(seed)
-            input_sets.append(_to(device, ref.get_inputs()))
-        with torch.no_grad():
-            result.disagreement = _disagreement(eager, fast, input_sets[0])
-        arms: dict[str, Callable] = {"eager": eager, "okgit": fast}
-        try:
-            compiled = torch.compile(eager)
-            with torch.no_grad():
-                compiled(*input_sets[0])
-            arms["compile"] = compiled
-        except Exception as e:  # an op torch.compile cannot handle: that baseline is missing, not zero
-            result.errors["compile"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        # the lock over all of it, compilation included: torch.compile benchmarks its kernel
+        # configurations on the GPU at the first call, which would disturb another job's timing
         with device_lock(device):
+            init = ref.get_init_inputs()
+            torch.manual_seed(MODEL_SEED)
+            eager = ref.Model(*init).to(device).eval()
+            torch.manual_seed(MODEL_SEED)
+            fast = getattr(win, "ModelNew", win.Model)(*init).to(device).eval()
+            input_sets = []
+            for seed in range(INPUT_SETS):
+                torch.manual_seed(seed)
+                input_sets.append(_to(device, ref.get_inputs()))
+            with torch.no_grad():
+                result.disagreement = _disagreement(eager, fast, input_sets[0])
+            arms: dict[str, Callable] = {"eager": eager, "okgit": fast}
+            try:
+                compiled = torch.compile(eager)
+                with torch.no_grad():
+                    compiled(*input_sets[0])
+                arms["compile"] = compiled
+            except Exception as e:  # an op torch.compile cannot handle: that baseline is missing, not zero
+                result.errors["compile"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
             times = _time_arms(arms, input_sets, device)
     result.eager_us = times.get("eager")
     result.compile_us = times.get("compile")

@@ -47,8 +47,11 @@ def cross_check(ref_source: str, winner_source: str, backend: str = "triton") ->
     }
     # KernelBench's signature has changed across releases: pass only what this one accepts.
     accepted = inspect.signature(eval_kernel_against_ref).parameters
+    from okgit.eval.devices import device_lock
+
     try:
-        r = eval_kernel_against_ref(**{k: v for k, v in wanted.items() if k in accepted})
+        with device_lock("cuda:0"):  # it times on the GPU: other okgit jobs wait, as for their own timing
+            r = eval_kernel_against_ref(**{k: v for k, v in wanted.items() if k in accepted})
     except Exception as e:
         return CrossCheck(error=f"{type(e).__name__}: {e}"[:300])
     if r is None:  # some releases return None when the candidate fails to build

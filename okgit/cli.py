@@ -130,8 +130,8 @@ def cmd_traces_export(args: argparse.Namespace) -> int:
     from okgit.repo import Repo
     from okgit.search.traces import export
 
-    out = export(Repo.find(Path.cwd()), args.run, fmt=args.format, out=args.out)
-    _emit(args, {"path": str(out)}, f"wrote {out}")
+    done = export(Repo.find(Path.cwd()), args.run, fmt=args.format, out=args.out)
+    _emit(args, done.model_dump(mode="json"), done.text())
     return 0
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -120,3 +122,26 @@ def test_cli_says_how_many_records_it_wrote(git_repo: Path) -> None:
 
     proc = okgit("traces", "export", "20990101-000000-dead", cwd=git_repo)
     assert (proc.returncode, proc.stderr) == (1, "okgit: unknown run: 20990101-000000-dead\n")
+
+
+def test_parquet_round_trips(git_repo: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    run = model_run(git_repo)
+    for fmt in ("jsonl", "parquet"):
+        proc = okgit("traces", "export", run, "--format", fmt, cwd=git_repo)
+        assert proc.returncode == 0 and proc.stdout.startswith("wrote 2 records to "), proc.stderr
+    run_dir = git_repo / ".okgit" / "runs" / run
+    rows = [json.loads(line) for line in (run_dir / "training.jsonl").read_text().splitlines()]
+    table = pq.read_table(run_dir / "training.parquet")
+    assert table.column_names == list(rows[0]) and table.to_pylist() == rows
+
+
+def test_parquet_without_pyarrow_is_one_line(git_repo: Path) -> None:
+    run = model_run(git_repo)
+    # None in sys.modules makes every `import pyarrow` fail, as on a machine without it.
+    blocked = "import sys; sys.modules['pyarrow'] = None; from okgit.cli import main; sys.exit(main())"
+    proc = subprocess.run([sys.executable, "-c", blocked, "traces", "export", run, "--format", "parquet"],
+                          cwd=git_repo, capture_output=True, text=True, timeout=120, check=False)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == "okgit: parquet export needs pyarrow: pip install 'okgit[parquet]'\n"
+    assert not (git_repo / ".okgit" / "runs" / run / "training.parquet").exists()

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from okgit.errors import OkgitError, UsageError
 
@@ -130,8 +130,8 @@ def cmd_traces_export(args: argparse.Namespace) -> int:
     from okgit.repo import Repo
     from okgit.search.traces import export
 
-    out = export(Repo.find(Path.cwd()), args.run, fmt=args.format, out=args.out)
-    _emit(args, {"path": str(out)}, f"wrote {out}")
+    done = export(Repo.find(Path.cwd()), args.run, fmt=args.format, out=args.out)
+    _emit(args, done.model_dump(mode="json"), done.text())
     return 0
 
 
@@ -163,10 +163,25 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser. argparse hands a subcommand's unknown arguments up to the top-level
+    parser, whose usage line says nothing of that command; refusing them here prints this
+    command's usage (`okgit history --bogus` shows `usage: okgit history ...`), exit 2."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="okgit", description="A git-native optimizer for GPU kernels.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # Nested subcommands (traces export, bench kernelbench) inherit the class from their parent.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
 
     def command(name: str, handler: Callable[[argparse.Namespace], int], help: str, json_flag: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)

@@ -1,5 +1,5 @@
 """Edges a first-time user hit: resuming the wrong op, gc under an applied diff, closed
-pipes, binary diff files, an apply undone by hand, bad flag values."""
+pipes, binary diff files, an apply undone by hand, bad flag values, unknown flags."""
 
 from __future__ import annotations
 
@@ -56,6 +56,18 @@ def test_a_binary_file_is_not_a_diff(git_repo: Path, tmp_path: Path) -> None:
 def test_a_bad_flag_value_is_a_usage_error(git_repo: Path) -> None:
     proc = okgit("optimize", OP, "--iterations", "0", cwd=git_repo)
     assert proc.returncode == 2 and "flags: iterations" in proc.stderr
+
+
+def test_an_unknown_flag_shows_its_commands_usage(git_repo: Path) -> None:
+    for args, command, unknown in ((["history", "--bogus"], "history", "--bogus"),
+                                   (["traces", "export", "--bogus"], "traces export", "--bogus"),
+                                   (["show", "a", "b"], "show", "b")):
+        proc = okgit(*args, cwd=git_repo)
+        assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+        assert proc.stderr.startswith(f"usage: okgit {command} ["), proc.stderr
+        lines = proc.stderr.splitlines()
+        assert lines[-1] == f"okgit {command}: error: unrecognized arguments: {unknown}"
+        assert sum("error" in line for line in lines) == 1, proc.stderr
 
 
 def test_show_prints_only_diffs(git_repo: Path, tmp_path: Path) -> None:

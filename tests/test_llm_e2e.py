@@ -226,8 +226,7 @@ def test_model_on_loopback_end_to_end(tmp_path, monkeypatch, server):
 
     # Training records: prompt, completion, reward.
     repo = SimpleNamespace(runs_dir=tmp_path / "runs", run_dir=lambda run: tmp_path / "runs" / run)
-    out = export(repo, "r1")
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = [json.loads(line) for line in export(repo, "r1").path.read_text().splitlines()]
     gen = [r for r in rows if r["role"] == "generator"]
     assert [r["reward"] for r in gen] == [-1.0, -1.0, 0.1, 0.1]
     assert gen[0]["messages"][0]["role"] == "system" and gen[0]["completion"].startswith("Here is a kernel")

@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic import BaseModel
+
 from okgit.errors import OkgitError
 from okgit.journal import read_jsonl
 from okgit.search.driver import source_key
@@ -82,32 +84,59 @@ def run_records(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def export(repo: RunStore, run_id: str | None = None, fmt: str = "jsonl", out: str | Path | None = None) -> Path:
-    """Write the training records of one run (or every run) as JSONL or Parquet; the path written."""
+class Exported(BaseModel):
+    """What `okgit traces export` did (its --json output)."""
+
+    path: Path | None  # None: there were no records, so no file was written
+    records: int
+    runs: list[str]  # the runs read
+
+    def text(self) -> str:
+        if self.path is not None:
+            return f"wrote {self.records} record{'s' if self.records != 1 else ''} to {self.path}"
+        # Common, not an error: offline runs (templates, autotune) make no model calls.
+        if not self.runs:
+            why = "no runs yet"
+        elif len(self.runs) == 1:
+            why = f"no model calls in run {self.runs[0]}"
+        else:
+            why = f"no model calls in any of {len(self.runs)} runs"
+        return f"0 records ({why}): nothing written"
+
+
+def export(repo: RunStore, run_id: str | None = None, fmt: str = "jsonl", out: str | Path | None = None) -> Exported:
+    """Write the training records of one run (or every run) as JSONL or Parquet; no file when there are none."""
     if fmt not in ("jsonl", "parquet"):
         raise OkgitError(f"traces export: unknown format {fmt} (jsonl or parquet)")
-    if run_id:
-        run_dir = Path(repo.run_dir(run_id))
-        if not (run_dir / "traces.jsonl").is_file():
-            raise OkgitError(f"run {run_id}: no traces.jsonl in {run_dir}")
-        dirs = [run_dir]
-    else:
-        root = Path(repo.runs_dir)
-        dirs = sorted(p for p in root.iterdir() if (p / "traces.jsonl").is_file()) if root.is_dir() else []
-        if not dirs:
-            raise OkgitError(f"no run with traces under {root}")
+    dirs = _run_dirs(repo, run_id)
     records = [r for d in dirs for r in run_records(d)]
+    runs = [d.name for d in dirs]
+    if not records:
+        return Exported(path=None, records=0, runs=runs)
     target = Path(out) if out else (dirs[0] if run_id else Path(repo.runs_dir)) / f"training.{fmt}"
     target.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "parquet":
-        try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise OkgitError("parquet export needs pyarrow: pip install 'okgit[parquet]'") from None
-        pq.write_table(pa.Table.from_pylist(records), target)
+        _write_parquet(records, target)
     else:
         with open(target, "w", encoding="utf-8") as f:
             for r in records:
                 f.write(json.dumps(r) + "\n")
-    return target
+    return Exported(path=target, records=len(records), runs=runs)
+
+
+def _run_dirs(repo: RunStore, run_id: str | None) -> list[Path]:
+    """The run directories selected: an unknown run is the store's error, while a run without
+    traces.jsonl (or a repository with no runs yet) is a selection with nothing to export."""
+    if run_id:
+        return [Path(repo.run_dir(run_id))]
+    root = Path(repo.runs_dir)
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def _write_parquet(records: list[dict[str, Any]], target: Path) -> None:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise OkgitError("parquet export needs pyarrow: pip install 'okgit[parquet]'") from None
+    pq.write_table(pa.Table.from_pylist(records), target)

@@ -306,10 +306,27 @@ class KernelCode:
             raise Unsupported("reduction outside a reduction kernel")
         x = n.args[0]
         v = self.as_float(x, self.value(x, scope))
-        masked = f"tl.where({scope.mask}, {v}, {NEUTRAL[n.op]})"
-        if n.op in COMBINE:
-            return f"{COMBINE[n.op]}({masked}, {self.reduce_tile})"
-        return f"tl.{n.op}({masked}, {self.reduce_tile})"
+        masked = self.emit(scope, f"tl.where({scope.mask}, {v}, {NEUTRAL[n.op]})")
+        return self.fold(scope, n.op, masked, "col", self.reduce_tile)
+
+    def fold(self, scope: Scope, op: str, lanes: str, index: str, over: str) -> str:
+        """The reduction `op` of `lanes` over `over` ("axis=1, keep_dims=True"), as torch has it.
+
+        `index` holds each lane's position along the folded dims (argmax / argmin). torch lets
+        a NaN win max and min, and argmax / argmin return the first NaN's index; ties go to the
+        first index. tl.max, tl.min and tl.argmax skip NaN (maxnum on a GPU, nanmax in the
+        interpreter), so NaN is looked for apart and the value reduced without it."""
+        if op == "sum":
+            return f"tl.sum({lanes}, {over})"
+        nan = f"{lanes} != {lanes}"
+        if op in ("max", "min"):
+            any_nan = self.emit(scope, f"tl.max(tl.where({nan}, 1, 0), {over})")
+            return f'tl.where({any_nan} > 0, float("nan"), tl.{op}({lanes}, {over}))'
+        first_nan = self.emit(scope, f"tl.min(tl.where({nan}, {index}, n_red), {over})")
+        clean = self.emit(scope, f"tl.where({nan}, {NEUTRAL[op]}, {lanes})")
+        best = self.emit(scope, f"tl.{op[3:]}({clean}, {over})")
+        first_best = f"tl.min(tl.where({clean} == {best}, {index}, n_red), {over})"
+        return f"tl.where({first_nan} < n_red, {first_nan}, {first_best})"
 
     # stores ----------------------------------------------------------------------------------
     def placement(self, n: Node) -> str:
@@ -569,7 +586,7 @@ class Lowering:
         """One streamed pass over the row folding `reduces` into per-row values."""
         col_offset = code.radix("col", [d for d in code.covered if d in code.g.red])
         loop = Scope(outer, "flat", "mask", row=outer)
-        inits, updates, finals = [], [], []
+        inits, updates, accs = [], [], []
         for r in reduces:
             acc = f"acc{code.count}"
             code.count += 1
@@ -579,25 +596,23 @@ class Lowering:
             if r.op == "sum":
                 inits.append(f"{acc} = tl.zeros({shape}, dtype=tl.float32)")
                 updates.append(f"{acc} += {w}")
-                finals.append(f"tl.sum({acc}, axis=1, keep_dims=True)")
-            elif r.op in ("max", "min"):
+            elif r.op in ("max", "min"):  # a NaN sticks to its lane (torch's max is NaN then)
                 inits.append(f"{acc} = tl.full({shape}, {NEUTRAL[r.op]}, tl.float32)")
-                updates.append(f"{acc} = tl.{r.op}imum({acc}, {w})")
-                finals.append(f"tl.{r.op}({acc}, axis=1, keep_dims=True)")
-            else:  # argmax / argmin: best value and its first column, per lane
+                updates.append(f"{acc} = tl.{r.op}imum({acc}, {w}, propagate_nan=tl.PropagateNan.ALL)")
+            else:  # argmax / argmin: best value and its first column, per lane; a NaN beats all but an earlier NaN
                 better = ">" if r.op == "argmax" else "<"
                 inits += [f"{acc} = tl.full({shape}, {NEUTRAL[r.op]}, tl.float32)", f"{acc}_i = tl.zeros({shape}, dtype=tl.int32)"]
                 updates += [
                     f"{acc}_w = {w}",
-                    f"{acc}_i = tl.where({acc}_w {better} {acc}, col, {acc}_i)",
-                    f"{acc} = tl.where({acc}_w {better} {acc}, {acc}_w, {acc})",
+                    f"{acc}_b = ({acc}_w {better} {acc}) | (({acc}_w != {acc}_w) & ({acc} == {acc}))",
+                    f"{acc}_i = tl.where({acc}_b, col, {acc}_i)",
+                    f"{acc} = tl.where({acc}_b, {acc}_w, {acc})",
                 ]
-                best = "tl.max" if r.op == "argmax" else "tl.min"
-                finals.append(f"tl.min(tl.where({acc} == {best}({acc}, axis=1, keep_dims=True), {acc}_i, n_red), axis=1, keep_dims=True)")
+            accs.append(acc)
         outer.lines += inits
         outer.lines += ["for start in range(0, n_red, BLOCK_N):"] + indent(self._loop_head(col_offset) + loop.lines + updates)
-        for r, f in zip(reduces, finals):
-            code.emit(outer, f, r)
+        for r, acc in zip(reduces, accs):
+            code.emit(outer, code.fold(outer, r.op, acc, f"{acc}_i", "axis=1, keep_dims=True"), r)
 
     def scalar(self, g, name, code, leaves, args, params) -> Rendered:
         reduces = [n for n in g.nodes if n.kind == "reduce"]

@@ -6,6 +6,9 @@ Each fusion group (okgit.search.graph.partition) becomes one template under okgi
 |------------|--------------------------|-----------------------------------------------------------|
 | pointwise  | pointwise.py.tmpl        | elementwise chains, parameters and broadcasts included    |
 | rows       | rows.py.tmpl             | reductions / normalisations over some dims, per row       |
+|            | columns.py.tmpl          | the same, when the folded dims are not the innermost: a   |
+|            |                          | second candidate whose programs own contiguous inner      |
+|            |                          | positions, so its loads coalesce (the column layout)      |
 | scalar     | scalar*.py.tmpl          | reductions to one value (losses), two-stage, no atomics   |
 | gemm       | gemm.py.tmpl             | matmul / linear with its elementwise epilogue fused       |
 
@@ -613,7 +616,7 @@ class Lowering:
         inner = [d for d in kept if d > red[-1]]  # the trailing kept dims: contiguous in memory
         outer = [d for d in kept if d < red[-1]]
         if not inner:
-            raise Unsupported("the column layout needs kept dims inside the folded ones")
+            raise Unsupported("the column layout needs kept dims after the folded ones")
         # row = outer * n_inner + j enumerates the kept dims row-major, as the outputs are laid out
         base = " + ".join(t for t in (code.radix("outer", outer), code.radix("j", inner)) if t != "0")
         root = Scope(None, "base", "row_mask")

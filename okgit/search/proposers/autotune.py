@@ -174,7 +174,8 @@ def _candidates(site: Site, cap_numel: int, cap_dim: int) -> list[int]:
     else:
         if v & (v - 1):  # not a power of two: not ours to move
             return []
-        tile_dim = re.search(r"(^|_)(M|N|K|N_MAX|CHUNK)$", site.name.split(".")[-1].upper())
+        # a block along one dim (GEMM tiles, a row's chunk, the column layout's J and R) needs no more than the largest dim
+        tile_dim = re.search(r"(^|_)(M|N|K|J|R|N_MAX|CHUNK)$", site.name.split(".")[-1].upper())
         cap = _pow2_ceil(cap_dim if tile_dim else cap_numel)
         pool = tuple(int(v * f) for f in (0.5, 2, 0.25, 4) if MIN_BLOCK <= v * f <= max(cap, MIN_BLOCK))
     others = [int(p) for p in pool if int(p) != v]

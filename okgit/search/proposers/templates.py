@@ -6,6 +6,9 @@ Each fusion group (okgit.search.graph.partition) becomes one template under okgi
 |------------|--------------------------|-----------------------------------------------------------|
 | pointwise  | pointwise.py.tmpl        | elementwise chains, parameters and broadcasts included    |
 | rows       | rows.py.tmpl             | reductions / normalisations over some dims, per row       |
+|            | columns.py.tmpl          | the same, when the folded dims are not the innermost: a   |
+|            |                          | second candidate whose programs own contiguous inner      |
+|            |                          | positions, so its loads coalesce (the column layout)      |
 | scalar     | scalar*.py.tmpl          | reductions to one value (losses), two-stage, no atomics   |
 | gemm       | gemm.py.tmpl             | matmul / linear with its elementwise epilogue fused       |
 
@@ -306,10 +309,27 @@ class KernelCode:
             raise Unsupported("reduction outside a reduction kernel")
         x = n.args[0]
         v = self.as_float(x, self.value(x, scope))
-        masked = f"tl.where({scope.mask}, {v}, {NEUTRAL[n.op]})"
-        if n.op in COMBINE:
-            return f"{COMBINE[n.op]}({masked}, {self.reduce_tile})"
-        return f"tl.{n.op}({masked}, {self.reduce_tile})"
+        masked = self.emit(scope, f"tl.where({scope.mask}, {v}, {NEUTRAL[n.op]})")
+        return self.fold(scope, n.op, masked, "col", self.reduce_tile)
+
+    def fold(self, scope: Scope, op: str, lanes: str, index: str, over: str) -> str:
+        """The reduction `op` of `lanes` over `over` ("axis=1, keep_dims=True"), as torch has it.
+
+        `index` holds each lane's position along the folded dims (argmax / argmin). torch lets
+        a NaN win max and min, and argmax / argmin return the first NaN's index; ties go to the
+        first index. tl.max, tl.min and tl.argmax skip NaN (maxnum on a GPU, nanmax in the
+        interpreter), so NaN is looked for apart and the value reduced without it."""
+        if op == "sum":
+            return f"tl.sum({lanes}, {over})"
+        nan = f"{lanes} != {lanes}"
+        if op in ("max", "min"):
+            any_nan = self.emit(scope, f"tl.max(tl.where({nan}, 1, 0), {over})")
+            return f'tl.where({any_nan} > 0, float("nan"), tl.{op}({lanes}, {over}))'
+        first_nan = self.emit(scope, f"tl.min(tl.where({nan}, {index}, n_red), {over})")
+        clean = self.emit(scope, f"tl.where({nan}, {NEUTRAL[op]}, {lanes})")
+        best = self.emit(scope, f"tl.{op[3:]}({clean}, {over})")
+        first_best = f"tl.min(tl.where({clean} == {best}, {index}, n_red), {over})"
+        return f"tl.where({first_nan} < n_red, {first_nan}, {first_best})"
 
     # stores ----------------------------------------------------------------------------------
     def placement(self, n: Node) -> str:
@@ -324,6 +344,46 @@ class KernelCode:
 
 def indent(lines: list[str], n: int = 4) -> list[str]:
     return [" " * n + ln if ln else ln for ln in lines]
+
+
+@dataclass(frozen=True)
+class Walk:
+    """How a streamed kernel steps through its rows' folded elements: chunks of `block` lanes
+    along axis `axis` of a `tile`, one fp32 accumulator per tile lane, folded over `axis`
+    once after the loop."""
+
+    block: str
+    tile: str
+    axis: int
+
+    @property
+    def over(self) -> str:
+        return f"axis={self.axis}, keep_dims=True"
+
+    def loop(self, col_offset: str, body: list[str]) -> list[str]:
+        lanes = "[None, :]" if self.axis == 1 else "[:, None]"
+        head = [
+            f"col = start + tl.arange(0, {self.block}){lanes}",
+            "mask = row_mask & (col < n_red)",
+            f"flat = base + {col_offset}",
+        ]
+        return [f"for start in range(0, n_red, {self.block}):"] + indent(head + body)
+
+
+ROW_WALK = Walk("BLOCK_N", "[BLOCK_M, BLOCK_N]", 1)  # rows along axis 0, a row's elements along axis 1
+COLUMN_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_J]", 0)  # the contiguous inner axis along axis 1
+
+
+def strided(g: Group) -> bool:
+    """A row reduction whose folded dims are not the innermost: a row's elements lie a whole
+    inner extent apart in memory, so the row layout's loads cannot coalesce."""
+    return g.kind == "rows" and any(s != 1 for s in g.shape[max(g.red) + 1 :])
+
+
+def layout(g: Group, columns: bool) -> str:
+    """The template a group is rendered with: with `columns`, strided row reductions take the
+    column layout (columns.py.tmpl), every other group its own kind's template."""
+    return "columns" if columns and strided(g) else g.kind
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,8 +403,8 @@ class Rendered:
 class Lowering:
     """Renders the partitioned graph: kernels, launchers and the new forward."""
 
-    def __init__(self, graph: Graph, items: list) -> None:
-        self.graph, self.items = graph, items
+    def __init__(self, graph: Graph, items: list, columns: bool = False) -> None:
+        self.graph, self.items, self.columns = graph, items, columns
         self.helpers: set[str] = set()
         self.names: dict[int, str] = {}  # node -> forward expression
         self.lines: list[str] = []  # forward body
@@ -433,7 +493,8 @@ class Lowering:
 
     # groups ----------------------------------------------------------------------------------
     def group(self, g: Group, k: int) -> Rendered:
-        name = f"fused_{g.kind}_{k}"
+        kind = layout(g, self.columns)
+        name = f"fused_{kind}_{k}"
         leaves: dict[int, Leaf] = {}
         args: list[str] = []
         params: list[str] = []
@@ -447,7 +508,7 @@ class Lowering:
             params.append(f"{arg}_ptr")
         dom = self.domain(g, leaves)
         code = KernelCode(g, leaves, dom, self.helpers)
-        lowered = {"pointwise": self.pointwise, "rows": self.rows, "scalar": self.scalar, "gemm": self.gemm}[g.kind]
+        lowered = {"pointwise": self.pointwise, "rows": self.rows, "columns": self.column_layout, "scalar": self.scalar, "gemm": self.gemm}[kind]
         return lowered(g, name, code, leaves, args, params)
 
     def domain(self, g: Group, leaves: dict[int, Leaf]) -> list[str]:
@@ -526,21 +587,11 @@ class Lowering:
         root = Scope(None, "base", "row_mask")
         outs = [f"out{i}" for i in range(len(g.outputs))]
         # one pass: the whole row in registers
-        code.reduce_tile = "axis=1, keep_dims=True"
+        code.reduce_tile = ROW_WALK.over
         one = Scope(root, "flat", "mask", row_leaves=root)
         self._stores(code, g, one, one, outs)
-        # several passes: stream the row once per reduction level, then once to store
-        code.reduce_tile = None
-        multi = Scope(root, "base", "row_mask")
-        reduces = [n for n in g.nodes if n.kind == "reduce"]
-        levels = sorted({g.level(r.args[0]) for r in reduces})
-        for lv in levels:
-            self._pass(code, multi, [r for r in reduces if g.level(r.args[0]) == lv])
-        if any(code.placement(n) == "full" for n in g.outputs):
-            loop = Scope(multi, "flat", "mask", row=multi)
-            self._stores(code, g, loop, multi, outs, only="full")
-            multi.lines += ["for start in range(0, n_red, BLOCK_N):"] + indent(self._loop_head(col_offset) + loop.lines)
-        self._stores(code, g, multi, multi, outs, only="row")
+        # several passes: the row streamed in chunks
+        multi = self._streamed(code, g, root, outs, ROW_WALK)
         device = f"{next(iter(leaves.values())).arg}.device"
         prep, outs, sig, call, largs, returns = self._common(name, g, code, leaves, args, params, device)
         src = render(
@@ -558,46 +609,80 @@ class Lowering:
         }
         return Rendered(name, src, tun, args, g.outputs, describe(g))
 
-    def _loop_head(self, col_offset: str) -> list[str]:
-        return [
-            "col = start + tl.arange(0, BLOCK_N)[None, :]",
-            "mask = row_mask & (col < n_red)",
-            f"flat = base + {col_offset}",
-        ]
+    def column_layout(self, g, name, code, leaves, args, params) -> Rendered:
+        """A strided row reduction with each program on consecutive inner positions (columns.py.tmpl)."""
+        kept = [d for d in code.covered if d not in g.red]
+        red = [d for d in code.covered if d in g.red]
+        inner = [d for d in kept if d > red[-1]]  # the trailing kept dims: contiguous in memory
+        outer = [d for d in kept if d < red[-1]]
+        if not inner:
+            raise Unsupported("the column layout needs kept dims after the folded ones")
+        # row = outer * n_inner + j enumerates the kept dims row-major, as the outputs are laid out
+        base = " + ".join(t for t in (code.radix("outer", outer), code.radix("j", inner)) if t != "0")
+        root = Scope(None, "base", "row_mask")
+        outs = [f"out{i}" for i in range(len(g.outputs))]
+        body = self._streamed(code, g, root, outs, COLUMN_WALK)
+        device = f"{next(iter(leaves.values())).arg}.device"
+        prep, outs, sig, call, largs, returns = self._common(name, g, code, leaves, args, params, device)
+        NAME = name.upper()
+        src = render(
+            "columns.py.tmpl", name=name, NAME=NAME, params=sig, base=base, prologue="\n".join(root.lines),
+            body="\n".join(body.lines), args=largs, doc=describe(g, "columns"), prepare="\n".join(prep),
+            n_outer=prod([code.dom[d] for d in outer]), n_inner=prod([code.dom[d] for d in inner]),
+            n_red=prod([code.dom[d] for d in red]), call_args=call, returns=returns,
+        )
+        # 64 fp32 lanes: 256 contiguous bytes per tile row; 32 x 64 lanes over 4 warps
+        tun = {f"{NAME}_BLOCK_J": 64, f"{NAME}_BLOCK_R": 32, f"{NAME}_NUM_WARPS": 4}
+        return Rendered(name, src, tun, args, g.outputs, describe(g, "columns"))
 
-    def _pass(self, code: KernelCode, outer: Scope, reduces: list[Node]) -> None:
+    def _streamed(self, code: KernelCode, g: Group, root: Scope, outs: list[str], walk: Walk) -> Scope:
+        """The rows streamed chunk by chunk: once per reduction level (statistics that depend
+        on earlier ones, e.g. a variance after its mean), then once to store the elementwise
+        outputs. The row layout's multi-pass branch and the whole column layout kernel."""
+        code.reduce_tile = None
+        col_offset = code.radix("col", [d for d in code.covered if d in g.red])
+        multi = Scope(root, "base", "row_mask")
+        reduces = [n for n in g.nodes if n.kind == "reduce"]
+        levels = sorted({g.level(r.args[0]) for r in reduces})
+        for lv in levels:
+            self._pass(code, multi, [r for r in reduces if g.level(r.args[0]) == lv], col_offset, walk)
+        if any(code.placement(n) == "full" for n in g.outputs):
+            loop = Scope(multi, "flat", "mask", row=multi)
+            self._stores(code, g, loop, multi, outs, only="full")
+            multi.lines += walk.loop(col_offset, loop.lines)
+        self._stores(code, g, multi, multi, outs, only="row")
+        return multi
+
+    def _pass(self, code: KernelCode, outer: Scope, reduces: list[Node], col_offset: str, walk: Walk) -> None:
         """One streamed pass over the row folding `reduces` into per-row values."""
-        col_offset = code.radix("col", [d for d in code.covered if d in code.g.red])
         loop = Scope(outer, "flat", "mask", row=outer)
-        inits, updates, finals = [], [], []
+        inits, updates, accs = [], [], []
         for r in reduces:
             acc = f"acc{code.count}"
             code.count += 1
             v = code.as_float(r.args[0], code.value(r.args[0], loop))
             w = f"tl.where(mask, {v}, {NEUTRAL[r.op]})"
-            shape = "[BLOCK_M, BLOCK_N]"
+            shape = walk.tile
             if r.op == "sum":
                 inits.append(f"{acc} = tl.zeros({shape}, dtype=tl.float32)")
                 updates.append(f"{acc} += {w}")
-                finals.append(f"tl.sum({acc}, axis=1, keep_dims=True)")
-            elif r.op in ("max", "min"):
+            elif r.op in ("max", "min"):  # a NaN sticks to its lane (torch's max is NaN then)
                 inits.append(f"{acc} = tl.full({shape}, {NEUTRAL[r.op]}, tl.float32)")
-                updates.append(f"{acc} = tl.{r.op}imum({acc}, {w})")
-                finals.append(f"tl.{r.op}({acc}, axis=1, keep_dims=True)")
-            else:  # argmax / argmin: best value and its first column, per lane
+                updates.append(f"{acc} = tl.{r.op}imum({acc}, {w}, propagate_nan=tl.PropagateNan.ALL)")
+            else:  # argmax / argmin: best value and its first column, per lane; a NaN beats all but an earlier NaN
                 better = ">" if r.op == "argmax" else "<"
                 inits += [f"{acc} = tl.full({shape}, {NEUTRAL[r.op]}, tl.float32)", f"{acc}_i = tl.zeros({shape}, dtype=tl.int32)"]
                 updates += [
                     f"{acc}_w = {w}",
-                    f"{acc}_i = tl.where({acc}_w {better} {acc}, col, {acc}_i)",
-                    f"{acc} = tl.where({acc}_w {better} {acc}, {acc}_w, {acc})",
+                    f"{acc}_b = ({acc}_w {better} {acc}) | (({acc}_w != {acc}_w) & ({acc} == {acc}))",
+                    f"{acc}_i = tl.where({acc}_b, col, {acc}_i)",
+                    f"{acc} = tl.where({acc}_b, {acc}_w, {acc})",
                 ]
-                best = "tl.max" if r.op == "argmax" else "tl.min"
-                finals.append(f"tl.min(tl.where({acc} == {best}({acc}, axis=1, keep_dims=True), {acc}_i, n_red), axis=1, keep_dims=True)")
+            accs.append(acc)
         outer.lines += inits
-        outer.lines += ["for start in range(0, n_red, BLOCK_N):"] + indent(self._loop_head(col_offset) + loop.lines + updates)
-        for r, f in zip(reduces, finals):
-            code.emit(outer, f, r)
+        outer.lines += walk.loop(col_offset, loop.lines + updates)
+        for r, acc in zip(reduces, accs):
+            code.emit(outer, code.fold(outer, r.op, acc, f"{acc}_i", walk.over), r)
 
     def scalar(self, g, name, code, leaves, args, params) -> Rendered:
         reduces = [n for n in g.nodes if n.kind == "reduce"]
@@ -737,15 +822,16 @@ def public_name(n: Node) -> str:
     return PUBLIC.get(n.op, f"torch.ops.{n.op}")
 
 
-def describe(g: Group) -> str:
+def describe(g: Group, kind: str | None = None) -> str:
     ops = [n.op for n in g.nodes if n.kind in ("op", "reduce")]
     names = ", ".join(dict.fromkeys(ops)) or "copy"
     what = {
         "pointwise": "one elementwise pass",
         "rows": f"one pass per row over dims {list(g.red)}",
+        "columns": f"column layout: contiguous inner axis per program, folding dims {list(g.red)} in chunks",
         "scalar": "a two-stage reduction to a scalar",
         "gemm": "a Triton GEMM with the epilogue on its accumulator",
-    }[g.kind]
+    }[kind or g.kind]
     return f"{what} ({len(ops)} ops: {names})"
 
 
@@ -753,15 +839,16 @@ def describe(g: Group) -> str:
 # The op file
 
 
-def render_file(source: str, graph: Graph, items: list) -> tuple[str, list[str]]:
-    """The reference file with the kernels inserted and the entry's forward rewritten."""
+def render_file(source: str, graph: Graph, items: list, columns: bool = False) -> tuple[str, list[str]]:
+    """The reference file with the kernels inserted and the entry's forward rewritten; with
+    `columns`, strided row reductions in the column layout."""
     tree = ast.parse(source)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     model = classes["Model"]
     fwd = next((f for f in model.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)
     if fwd is None:
         raise Unsupported("Model has no forward")
-    low = Lowering(graph, items)
+    low = Lowering(graph, items, columns)
     forward = low.forward(ast.unparse(fwd.args))
     if not low.rendered:
         raise Unsupported("nothing for a Triton kernel")
@@ -800,11 +887,11 @@ def render_file(source: str, graph: Graph, items: list) -> tuple[str, list[str]]
 # The proposer
 
 
-def _origin(items: list) -> str:
+def _origin(items: list, columns: bool) -> str:
     parts = []
     for it in items:
         if isinstance(it, Group):
-            parts.append(it.kind)
+            parts.append(layout(it, columns))
         elif it.gemm:
             parts.append("vendor_gemm")
         elif "conv" in it.op:
@@ -823,7 +910,9 @@ class TemplatesProposer:
 
     With a matmul in the graph there are two candidates: the vendor GEMM plus one fused
     epilogue kernel first (cuBLAS beats a Triton GEMM in strict fp32), then a Triton GEMM
-    with the epilogue on its accumulator.
+    with the epilogue on its accumulator. A reduction over dims that are not the innermost
+    has two as well: the column layout first (coalesced loads), then the row layout; the
+    search times both and keeps the faster.
     """
 
     name = "templates"
@@ -847,16 +936,20 @@ def plan(ctx: Context) -> list[Proposal]:
         ctx.log("note", message=f"templates: {e}")
         return []
     out: list[Proposal] = []
-    for fuse_gemm in (False, True) if any(n.gemm for n in graph.nodes) else (False,):
+    gemms = (False, True) if any(n.gemm for n in graph.nodes) else (False,)
+    for fuse_gemm, columns in ((f, c) for f in gemms for c in (True, False)):
         try:
             items = partition(graph, fuse_gemm=fuse_gemm)
-            source, rendered = render_file(ctx.problem.source, graph, items)
+            if columns and not any(isinstance(it, Group) and strided(it) for it in items):
+                continue  # no strided row reduction: the column layout would change nothing
+            source, rendered = render_file(ctx.problem.source, graph, items, columns)
         except Unsupported as e:
-            ctx.log("note", message=f"templates ({'Triton' if fuse_gemm else 'vendor'} GEMM): {e}")
+            what = f"{'Triton' if fuse_gemm else 'vendor'} GEMM{', column layout' if columns else ''}"
+            ctx.log("note", message=f"templates ({what}): {e}")
             continue
         out.append(Proposal(
             source=source,
-            origin=_origin(items),
+            origin=_origin(items, columns),
             intent=_intent(rendered, items),
             parent=None,
             meta={"kernels": [r.name for r in rendered], "tunables": {k: v for r in rendered for k, v in r.tunables.items()}},

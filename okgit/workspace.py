@@ -37,7 +37,7 @@ _COMMIT_CONFIG = ("-c", "commit.gpgsign=false", "-c", "gc.auto=0", "-c", "mainte
 
 
 def new_run_id() -> str:
-    """UTC time plus 4 random hex digits: sorts by start time, unique across processes."""
+    """UTC time plus 4 random hex digits: sorts by start time; start_run makes it unique."""
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
@@ -148,17 +148,19 @@ def check_op(repo: Repo, op_path: Path | str) -> str:
     return rel
 
 
-def start_run(repo: Repo, op_path: Path | str, run_id: str | None = None) -> RunSpace:
+def start_run(repo: Repo, op_path: Path | str) -> RunSpace:
     """Create a run: its directory, its worktree on okgit/<run> from HEAD, its base commit."""
     rel = check_op(repo, op_path)
     head = repo.head()
     dirty = repo.is_dirty(rel)
-    run_id = run_id or new_run_id()
-    run_dir = repo.runs_dir / run_id
-    worktree = repo.worktrees_dir / run_id
-    branch = f"okgit/{run_id}"
-    with repo.lock():
+    with repo.lock():  # concurrent runs draw their ids under it: the check below cannot race
         repo.ensure_excluded()
+        run_id = new_run_id()
+        while (repo.runs_dir / run_id).exists():  # two runs in one second share their first 15 characters
+            run_id = new_run_id()
+        run_dir = repo.runs_dir / run_id
+        worktree = repo.worktrees_dir / run_id
+        branch = f"okgit/{run_id}"
         run_dir.mkdir(parents=True)
         space = RunSpace(
             run_id=run_id, repo=repo, op=rel, worktree=worktree, run_dir=run_dir, branch=branch,

@@ -15,10 +15,35 @@ from okgit.repo import Repo
 from okgit.workspace import gc, is_live, new_run_id, resume, start_run
 
 
-def test_run_id_sorts_by_time_and_is_unique() -> None:
-    ids = {new_run_id() for _ in range(50)}
-    assert len(ids) == 50
+def test_run_id_sorts_by_time() -> None:
+    ids = [new_run_id() for _ in range(50)]
     assert all(len(i) == 20 and i[8] == "-" and i[15] == "-" for i in ids)
+    assert ids == sorted(ids, key=lambda i: i[:15])
+
+
+def test_runs_started_in_one_second_get_distinct_ids(git_repo: Path, monkeypatch) -> None:
+    """4 random hex digits collide now and then within a second: start_run draws again."""
+    import okgit.workspace as ws
+
+    draws = iter(["aaaa", "aaaa", "aaaa", "bbbb"])
+    monkeypatch.setattr(ws.secrets, "token_hex", lambda n: next(draws))
+    monkeypatch.setattr(ws, "datetime", _FrozenClock)
+    first = start_run(Repo.find(git_repo), git_repo / OP)
+    second = start_run(Repo.find(git_repo), git_repo / OP)
+    try:
+        assert first.run_id.endswith("-aaaa") and second.run_id.endswith("-bbbb")
+        assert first.run_id[:15] == second.run_id[:15]
+    finally:
+        first.close(winner_commit=None)
+        second.close(winner_commit=None)
+
+
+class _FrozenClock:
+    @staticmethod
+    def now(tz=None):
+        from datetime import datetime
+
+        return datetime(2026, 11, 29, 12, 0, 0, tzinfo=tz)
 
 
 def test_run_lifecycle_leaves_the_user_untouched(git_repo: Path) -> None:

@@ -7,8 +7,8 @@ Two promises:
   seeing it as cuda:0 takes the same lock as an unpinned process using cuda:2.
 - Work that needs no device overlaps: a pool may hold more slots than devices (slots are
   dealt round-robin); spawning a worker, importing torch and starting CUDA happen before a
-  job takes its device's lock, and a sweep's torch.compile compiles outside it. Everything
-  that runs on the GPU holds the lock, correctness calls included, since they would disturb
+  job takes its device's lock. Everything that runs on the GPU holds the lock (correctness
+  calls, the parent's comparisons, a sweep's torch.compile warm-up), since it would disturb
   another job's timing.
 
 Written for any number of devices; CPU "devices" (cpu:0, cpu:1, ...) are slots of the same

@@ -138,23 +138,19 @@ def _disagreement(eager: Any, fast: Any, inputs: list) -> str | None:
     import torch
 
     from okgit.eval.compare import check_leaf, leaf_tolerance, reference_error
+    from okgit.eval.jobs import flatten
 
-    def leaves(out: Any) -> list:
-        return list(out) if isinstance(out, (tuple, list)) else [out]
-
-    native = leaves(eager(*inputs))
+    native = flatten(eager(*inputs))
     try:  # the float64 run; an op that has no float64 kernel is checked against eager as it runs
-        f64 = leaves(copy.deepcopy(eager).double()(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
-                                                      else x for x in inputs]))
+        f64 = flatten(copy.deepcopy(eager).double()(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
+                                                       else x for x in inputs]))
     except Exception:  # noqa: BLE001
         f64 = [None] * len(native)
-    got = leaves(fast(*inputs))
+    got = flatten(fast(*inputs))
     if len(got) != len(native):
         return f"{len(got)} outputs, eager gives {len(native)}"
     for i, (out, nat, ref) in enumerate(zip(got, native, f64)):
-        if not isinstance(nat, torch.Tensor):
-            continue
-        ref = ref if isinstance(ref, torch.Tensor) and ref.shape == nat.shape else None
+        ref = ref if ref is not None and ref.shape == nat.shape else None
         tol = leaf_tolerance(nat, ref, reference_error(nat, ref))
         check = check_leaf(out, {"exact": type(out) is torch.Tensor, "type": type(out).__name__}, nat, ref, tol,
                            "mismatch")

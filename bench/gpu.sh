@@ -6,6 +6,8 @@
 #   offline[:A-B]    bench/offline.py: okgit bench kernelbench over examples A-B (default all),
 #                    --parallel 4 --iterations 4; resumes from bench/resume.json (an earlier
 #                    call's offline.json, carried) when present
+#   space[:LIST]     bench/space.py: the template kernels' launch settings explored against eager and
+#                    torch.compile, over example ops LIST (e.g. 11,5-8; default 4-11)
 #   facts            only the torch/triton/GPU facts
 #   smoke            both scripts' --smoke (CPU): checks the plumbing, needs no GPU
 #
@@ -14,7 +16,7 @@
 # inside BUDGET_S seconds (default 560, for a 600 s call). Each script also gets its own
 # --time-limit a little shorter, so it ends by itself and writes its table and JSON; `timeout`
 # is the backstop. Everything lands flat in $OUT (default /tmp/okgit-gpu-out): gpu.log (the
-# whole transcript), tests.xml, bench_eval.json, offline.json, offline.md, journals.jsonl.
+# whole transcript), tests.xml, bench_eval.json, offline.json, offline.md, journals.jsonl, space.json.
 # Exit status: 0 when every stage ended 0, else the last failing stage's (124: its time limit).
 # GPU_SH_SKIP_WHEELS=1 skips the install (for a check of this script off the device).
 set -u -o pipefail
@@ -35,8 +37,8 @@ usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 seen=" "
 for arg in "$@"; do
   stage="${arg%%:*}"; range="${arg#"$stage"}"; range="${range#:}"
-  case "$stage" in tests|eval|offline|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
-  if [ -n "$range" ] && ! [[ "$range" =~ ^[0-9]+(-[0-9]+)?$ ]]; then echo "bad range in $arg (want A-B)" >&2; exit 2; fi
+  case "$stage" in tests|eval|offline|space|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
+  if [ -n "$range" ] && ! [[ "$range" =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]]; then echo "bad range in $arg (want A-B or a list A,B-C)" >&2; exit 2; fi
   case "$seen" in *" $stage "*) echo "stage $stage twice in one call: its JSON would be overwritten" >&2; exit 2;; esac
   seen="$seen$stage "
 done
@@ -118,9 +120,13 @@ for arg in "$@"; do
       need_gpu offline || { final=3; continue; }
       resume=""; [ -f bench/resume.json ] && resume="--resume-from bench/resume.json"
       run_stage offline 560 'python3 bench/offline.py --parallel 4 --iterations 4 '"${range:+--problems $range} $resume"' --time-limit $LIMIT' ;;
+    space)
+      need_gpu space || { final=3; continue; }
+      run_stage space 560 'python3 bench/space.py --problems '"${range:-4-11}"' --time-limit $LIMIT' ;;
     smoke)
       run_stage smoke-eval 120 'python3 bench/eval.py --smoke'
-      run_stage smoke-offline 120 'python3 bench/offline.py --smoke' ;;
+      run_stage smoke-offline 120 'python3 bench/offline.py --smoke'
+      run_stage smoke-space 120 'python3 bench/space.py --smoke' ;;
   esac
 done
 say "done: exit $final; files in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"

@@ -123,3 +123,18 @@ def test_gpu_rows_render_and_summarize():
     assert "4.10" in text and "1.001" in text and "4.00" in text and "error: the reference does not run" in text
     assert "A/A within 1%: 1/1" in text
     assert ev.select([Path(str(i)) for i in range(1, 22)], "11-21", 30)[0] == Path("11")
+
+
+def test_space_smoke(tmp_path):
+    """Each template candidate of a row and a column reduction is rendered, loaded, checked
+    against eager and walked over its settings; a variant that disagrees would be named."""
+    proc = run([sys.executable, str(BENCH / "space.py"), "--smoke", "--problems", "11,1"], tmp_path)
+    assert "DISAGREES" not in proc.stdout and "Error" not in proc.stdout
+    rows = json.loads((tmp_path / "space.json").read_text())
+    assert [(r["op"], r["origin"]) for r in rows] == [
+        ("11_argmax_dim", "template:columns"), ("11_argmax_dim", "template:rows"),
+        ("01_relu_bias_scale", "template:pointwise")]
+    for r in rows:
+        assert r["variants"] > 1 and r["default_us"] is None and r["eager_us"] is None
+        assert r["best"] == r["defaults"] and all(k.endswith(("_TILE", "_BLOCK_N_MAX", "_CHUNK", "_NUM_WARPS",
+                                                              "_BLOCK_J", "_BLOCK_R", "_BLOCK")) for k in r["best"])

@@ -179,7 +179,7 @@ def main() -> int:
             want = reference(*inputs)
             eager_us = bench(lambda: reference(*inputs))
             compiled = torch.compile(reference) if not args.smoke else None
-            compile_us = bench(lambda: compiled(*inputs)) if compiled else None
+            compile_us = bench(lambda: compiled(*inputs)) if compiled is not None else None
             if compiled is not None:
                 torch._dynamo.reset()
         print(f"{path.stem}: eager {fmt(eager_us)}, torch.compile {fmt(compile_us)}, "

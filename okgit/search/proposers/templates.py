@@ -79,7 +79,7 @@ OPS = {
     "eq": "{0} == {1}", "ne": "{0} != {1}", "and": "({0}) & ({1})", "or": "({0}) | ({1})",
     "not": "{0} == 0", "where": "tl.where({0}, {1}, {2})",
 }
-HELPERS = {"_tanh": "helper_tanh.py.tmpl", "_log1p": "helper_log1p.py.tmpl", "_expm1": "helper_expm1.py.tmpl", "_pow": "helper_pow.py.tmpl"}
+HELPERS = {"_folds": "helper_folds.py.tmpl", "_tanh": "helper_tanh.py.tmpl", "_log1p": "helper_log1p.py.tmpl", "_expm1": "helper_expm1.py.tmpl", "_pow": "helper_pow.py.tmpl"}
 TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.int32: "tl.int32", torch.int64: "tl.int64"}
 NEUTRAL = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax": 'float("-inf")', "argmin": 'float("inf")'}
 COMBINE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}
@@ -318,18 +318,20 @@ class KernelCode:
         `index` holds each lane's position along the folded dims (argmax / argmin). torch lets
         a NaN win max and min, and argmax / argmin return the first NaN's index; ties go to the
         first index. tl.max, tl.min and tl.argmax skip NaN (maxnum on a GPU, nanmax in the
-        interpreter), so NaN is looked for apart and the value reduced without it."""
+        interpreter), so the values fold as integer keys that order NaN first (helper_folds); an
+        arg-reduction folds the key and the index packed in one int64, so that a tie goes to
+        the smaller index whichever lane holds it. One reduction each, as cheap as tl.max."""
         if op == "sum":
             return f"tl.sum({lanes}, {over})"
-        nan = f"{lanes} != {lanes}"
+        self.helpers.add("_folds")
+        high = op.endswith("max")
+        key = f"_order_key({lanes}, {high})"
         if op in ("max", "min"):
-            any_nan = self.emit(scope, f"tl.max(tl.where({nan}, 1, 0), {over})")
-            return f'tl.where({any_nan} > 0, float("nan"), tl.{op}({lanes}, {over}))'
-        first_nan = self.emit(scope, f"tl.min(tl.where({nan}, {index}, n_red), {over})")
-        clean = self.emit(scope, f"tl.where({nan}, {NEUTRAL[op]}, {lanes})")
-        best = self.emit(scope, f"tl.{op[3:]}({clean}, {over})")
-        first_best = f"tl.min(tl.where({clean} == {best}, {index}, n_red), {over})"
-        return f"tl.where({first_nan} < n_red, {first_nan}, {first_best})"
+            return f"_from_key(tl.{op}({key}, {over}))"
+        rank = f"(2147483647 - {index})" if high else f"{index}"  # the smaller index packs larger for argmax
+        packed = self.emit(scope, f"tl.{op[3:]}(({key}.to(tl.int64) << 32) + {rank}.to(tl.int64), {over})")
+        low = f"({packed} & 4294967295).to(tl.int32)"
+        return f"(2147483647 - {low})" if high else low
 
     # stores ----------------------------------------------------------------------------------
     def placement(self, n: Node) -> str:
@@ -371,6 +373,7 @@ class Walk:
 
 
 ROW_WALK = Walk("BLOCK_N", "[BLOCK_M, BLOCK_N]", 1)  # rows along axis 0, a row's elements along axis 1
+COLUMN_PROGRAMS = 2048  # about 16 programs per SM of an H100/H200
 COLUMN_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_J]", 0)  # the contiguous inner axis along axis 1
 
 
@@ -601,11 +604,15 @@ class Lowering:
             n_rows=prod([code.dom[d] for d in kept]), n_red=prod([code.dom[d] for d in red]), call_args=call, returns=returns,
         )
         n_red = math.prod(g.shape[d] for d in g.red)
+        # Defaults from bench/space.py on an H200 (docs/benchmarks.md): rows of 8192 fp32 want 16
+        # warps; a row that only feeds per-row outputs streams in chunks (more loads in flight
+        # than one register-resident tile), a row with elementwise outputs stays in registers.
+        elementwise = any(code.placement(n) == "full" for n in g.outputs)
         tun = {
-            f"{name.upper()}_TILE": 4096,
-            f"{name.upper()}_BLOCK_N_MAX": 8192,
+            f"{name.upper()}_TILE": 2048,
+            f"{name.upper()}_BLOCK_N_MAX": 8192 if elementwise else 2048,
             f"{name.upper()}_CHUNK": 2048,
-            f"{name.upper()}_NUM_WARPS": 8 if n_red >= 2048 else 4,
+            f"{name.upper()}_NUM_WARPS": 16 if n_red >= 8192 else 8 if n_red >= 2048 else 4,
         }
         return Rendered(name, src, tun, args, g.outputs, describe(g))
 
@@ -631,8 +638,14 @@ class Lowering:
             n_outer=prod([code.dom[d] for d in outer]), n_inner=prod([code.dom[d] for d in inner]),
             n_red=prod([code.dom[d] for d in red]), call_args=call, returns=returns,
         )
-        # 64 fp32 lanes: 256 contiguous bytes per tile row; 32 x 64 lanes over 4 warps
-        tun = {f"{NAME}_BLOCK_J": 64, f"{NAME}_BLOCK_R": 32, f"{NAME}_NUM_WARPS": 4}
+        # The widest column block (16-128 lanes) that still gives COLUMN_PROGRAMS programs: on an
+        # H200 (bench/space.py) the GPU filled beat wider contiguous tile rows.
+        n_outer = math.prod(g.shape[d] for d in outer)
+        n_inner = math.prod(g.shape[d] for d in inner)
+        block_j = 128
+        while block_j > 16 and n_outer * -(-n_inner // block_j) < COLUMN_PROGRAMS:
+            block_j //= 2
+        tun = {f"{NAME}_BLOCK_J": block_j, f"{NAME}_BLOCK_R": 16, f"{NAME}_NUM_WARPS": 4}
         return Rendered(name, src, tun, args, g.outputs, describe(g, "columns"))
 
     def _streamed(self, code: KernelCode, g: Group, root: Scope, outs: list[str], walk: Walk) -> Scope:
@@ -743,7 +756,7 @@ class Lowering:
             n_stats=str(len(reduces)), n_partials=str(max(sum(g.level(r.args[0]) == lv for r in reduces) for lv in levels)),
             launches="\n".join(launches), returns=returns,
         )
-        tun = {f"{NAME}_BLOCK": 4096, f"{NAME}_PROGRAMS": 512, f"{NAME}_NUM_WARPS": 8}
+        tun = {f"{NAME}_BLOCK": 4096, f"{NAME}_PROGRAMS": 2048, f"{NAME}_NUM_WARPS": 8}
         return Rendered(name, src, tun, args, g.outputs, describe(g))
 
     def _load_stats(self, code: KernelCode, scope: Scope, reduces: list[Node], slot: dict, before: int) -> None:

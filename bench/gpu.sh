@@ -7,7 +7,8 @@
 #                    --parallel 4 --iterations 4; resumes from bench/resume.json (an earlier
 #                    call's offline.json, carried) when present
 #   space[:LIST]     bench/space.py: the template kernels' launch settings explored against eager and
-#                    torch.compile, over example ops LIST (e.g. 11,5-8; default 4-11)
+#                    torch.compile, over example ops LIST (e.g. 11,5-8; default 4-11); SPACE_ARGS=--defaults
+#                    times the settings as proposed, without the walk
 #   facts            only the torch/triton/GPU facts
 #   smoke            both scripts' --smoke (CPU): checks the plumbing, needs no GPU
 #
@@ -122,7 +123,7 @@ for arg in "$@"; do
       run_stage offline 560 'python3 bench/offline.py --parallel 4 --iterations 4 '"${range:+--problems $range} $resume"' --time-limit $LIMIT' ;;
     space)
       need_gpu space || { final=3; continue; }
-      run_stage space 560 'python3 bench/space.py --problems '"${range:-4-11}"' --time-limit $LIMIT' ;;
+      run_stage space 560 'python3 bench/space.py --problems '"${range:-4-11}"' ${SPACE_ARGS:-} --time-limit $LIMIT' ;;
     smoke)
       run_stage smoke-eval 120 'python3 bench/eval.py --smoke'
       run_stage smoke-offline 120 'python3 bench/offline.py --smoke'

@@ -16,7 +16,7 @@ exploration figures, not okgit's claims (those come from the evaluator and the s
 table says so. Writes $OUT/space.json when OUT is set.
 
 --smoke: CPU, Triton interpreter, problem 1 unless --problems, tiny shapes, one variant per setting, nothing
-timed: the plumbing only.
+timed: the plumbing only. --defaults times each candidate as proposed, without the walk.
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ def timer(smoke: bool):
     return lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1000.0
 
 
-def explore(source: str, tag: str, reference, inputs, want, bench, device: str, shrink: bool, deadline: float) -> dict:
+def explore(source: str, tag: str, reference, inputs, want, bench, device: str, shrink: bool, deadline: float,
+            walk: bool = True) -> dict:
     import torch
 
     defaults = {k: int(v) for k, v in CONSTANT.findall(source)}
@@ -128,7 +129,7 @@ def explore(source: str, tag: str, reference, inputs, want, bench, device: str, 
 
     best, best_us = dict(defaults), measure(defaults)
     default_us = best_us
-    for _ in range(2):
+    for _ in range(2 if walk else 0):
         for name in defaults:
             for value in ladder(name)[: 1 if shrink else None]:
                 if time.monotonic() > deadline:
@@ -146,6 +147,7 @@ def main() -> int:
     parser.add_argument("--problems", help="example numbers in file-name order, in the order to explore them, "
                                            "e.g. 11,5-8 (default 4-11; smoke: 1)")
     parser.add_argument("--time-limit", type=float, default=400.0)
+    parser.add_argument("--defaults", action="store_true", help="time each candidate's default settings only")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     if args.smoke:
@@ -185,7 +187,8 @@ def main() -> int:
         print(f"{path.stem}: eager {fmt(eager_us)}, torch.compile {fmt(compile_us)}, "
               f"{len(proposals)} template candidate(s)", flush=True)
         for p in proposals:
-            found = explore(p.source, path.stem[:2], reference, inputs, want, bench, device, args.smoke, deadline)
+            found = explore(p.source, path.stem[:2], reference, inputs, want, bench, device, args.smoke, deadline,
+                            walk=not args.defaults)
             rows.append({"op": path.stem, "origin": p.origin, "eager_us": eager_us, "compile_us": compile_us, **found})
             print(f"  {p.origin}: default {fmt(found['default_us'])} -> best {fmt(found['best_us'])} "
                   f"over {found['variants']} variants; best {changed(found)}", flush=True)

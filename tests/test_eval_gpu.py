@@ -65,3 +65,25 @@ def test_timed_cheats_rejected(evaluator, big_relu, name, gates):
 def test_compare_honest_vs_reference(evaluator, big_relu):
     cmp = evaluator.compare(big_relu, (OPS / "relu_triton.py").read_text(), rounds=3)
     assert len(cmp.baseline_us) == 3 and cmp.noise < 0.2
+
+
+def test_host_latency_before_launch_is_not_timed():
+    """A loaded host that takes 150 us to launch a ~30 us kernel: the spin before the start
+    event lets the launch queue first, so the events time the kernel, not the host."""
+    import time
+
+    from okgit.eval import timing
+
+    timing.bind()
+    flush = timing.l2_flush_buffer("cuda")
+    sets = [[torch.rand(16 * 2**20, device="cuda")] for _ in range(3)]
+
+    def slow_host(x):
+        t = time.perf_counter()
+        while time.perf_counter() - t < 150e-6:
+            pass
+        return x * 2
+
+    plain = timing.time_calls(lambda x: x * 2, sets, warmup=5, samples=30, flush=flush).median_us
+    slow = timing.time_calls(slow_host, sets, warmup=5, samples=30, flush=flush).median_us
+    assert plain < 100 and slow < plain * 1.15 + 5, (plain, slow)

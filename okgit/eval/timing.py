@@ -6,7 +6,12 @@ replaces torch.cuda.Event or time.perf_counter later changes nothing here.
 Protocol, per sample s (warm-up samples are the same loop, discarded):
   content c = s mod K, slot b = (s + s div K) mod K: copy input set c into slot b's buffers
   (so a cache keyed on buffer addresses sees new values in old buffers), zero an L2-sized
-  scratch buffer (>= 2x L2), record start, call, record end.
+  scratch buffer (>= 2x L2), hold the stream with a spin kernel of about 200 us, record start,
+  call, record end. The spin lets the host queue the call before its start event fires: the
+  events measure the device's time for the call, not how long a loaded host took to launch
+  it (in an H200 sweep with 4 problems at once, kernels that time 69-79 us alone timed 105-163
+  us without it, and torch.compile of an elementwise op 116 us against 68.8 us in a quieter one). A call whose launches take longer than the
+  spin still pays for them: work can only hide that way, never be rushed.
 The last sample of each content is cloned for the parent to check (timed outputs must still be
 right). Afterwards one back-to-back batch measures host time against event time and how long a
 device-wide synchronize still takes once the timed stream is done: work left running on another
@@ -34,7 +39,11 @@ def bind() -> None:
         copy_=torch.Tensor.copy_,
         clone=torch.Tensor.clone,
         median=statistics.median,
+        spin=torch.cuda._sleep,
     )
+
+
+HOLD_CYCLES = 400_000  # ~200 us at an H100/H200's ~2 GHz: longer than a loaded host takes to launch a call
 
 
 @dataclass
@@ -72,6 +81,7 @@ def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: i
             if _is_tensor(dst):
                 copy_(dst, src)
         zero_(flush)
+        _bound["spin"](HOLD_CYCLES)
         start, end = events[s]
         start.record()
         out = fn(*slots[b])

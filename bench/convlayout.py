@@ -27,7 +27,6 @@ def main() -> int:
     parser.add_argument("--problems", default="17,18,20")
     args = parser.parse_args()
     import torch
-    import torch.nn.functional as F
     import triton.testing
 
     if not torch.cuda.is_available():

@@ -406,3 +406,36 @@ def get_init_inputs():
     (proposal,) = plan(ctx_for(path))
     (result,) = run_ops([(path, proposal.source, {"batch": 5, "dim": 33})])
     assert result["ok"], result["why"]
+
+
+NAN_SCALARS = """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x.amax() - x.amin(), x - x.max()
+
+n = 64
+m = 96
+
+def get_inputs():
+    x = torch.randn(n, m)
+    x[torch.rand(n, m) < {share}] = float("nan")
+    return [x]
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("share", [0.0, 0.001, 1.0])
+def test_scalar_max_and_min_are_nan_when_torch_says_so(tmp_path, share):
+    """torch's max and min over everything are NaN when any element is: a single NaN (about 6
+    of 6144 elements, in one of several split programs), all NaN, and none."""
+    path = op(tmp_path, "nan_scalars", NAN_SCALARS.replace("{share}", str(share)))
+    proposals = plan(ctx_for(path))
+    assert [p.origin for p in proposals] == ["template:scalar"]
+    jobs = [(path, p.source, {}) for p in proposals] + [(path, tiny(p.source), {}) for p in proposals]
+    results = run_ops(jobs)
+    assert all(r["ok"] for r in results), [r["why"] for r in results]

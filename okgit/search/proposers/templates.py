@@ -82,7 +82,6 @@ OPS = {
 HELPERS = {"_folds": "helper_folds.py.tmpl", "_tanh": "helper_tanh.py.tmpl", "_log1p": "helper_log1p.py.tmpl", "_expm1": "helper_expm1.py.tmpl", "_pow": "helper_pow.py.tmpl"}
 TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.int32: "tl.int32", torch.int64: "tl.int64"}
 NEUTRAL = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax": 'float("-inf")', "argmin": 'float("inf")'}
-COMBINE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}
 
 
 def literal(v) -> str:
@@ -717,15 +716,15 @@ class Lowering:
                 if r.op == "sum":
                     inits.append(f"acc{j} = tl.zeros([BLOCK], dtype=tl.float32)")
                     updates.append(f"acc{j} += {w}")
-                else:
+                else:  # a NaN sticks to its lane, and wins the folds (torch's max is NaN then)
                     inits.append(f"acc{j} = tl.full([BLOCK], {NEUTRAL[r.op]}, tl.float32)")
-                    updates.append(f"acc{j} = tl.{r.op}imum(acc{j}, {w})")
-                stores.append(f"tl.store(partials_ptr + {j} * programs + pid, {COMBINE[r.op]}(acc{j}, axis=0))")
+                    updates.append(f"acc{j} = tl.{r.op}imum(acc{j}, {w}, propagate_nan=tl.PropagateNan.ALL)")
+                stores.append(f"tl.store(partials_ptr + {j} * programs + pid, {code.fold(root, r.op, f'acc{j}', '', 'axis=0')})")
             fin = Scope(None, "0", None)
             self._load_stats(code, fin, reduces, slot, lv)
             for j, r in enumerate(mine):
                 part = code.emit(fin, f"tl.load(partials_ptr + {j} * programs + p, mask=pmask, other={NEUTRAL[r.op]})")
-                var = code.emit(fin, f"{COMBINE[r.op]}({part}, axis=0)", r)
+                var = code.emit(fin, code.fold(fin, r.op, part, "", "axis=0"), r)
                 fin.lines.append(f"tl.store(stats_ptr + {slot[id(r)]}, {var})")
             passes.append((root.lines + inits, loop.lines + updates, stores, fin))
         self._stores(code, g, passes[-1][3], passes[-1][3], outs, only="row")

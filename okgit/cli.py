@@ -186,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, handler: Callable[[argparse.Namespace], int], help: str, json_flag: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.set_defaults(handler=handler)
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+        _debug_flag(p)
         if json_flag:
             p.add_argument("--json", action="store_true", help="machine-readable output")
         return p
@@ -231,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = p.add_subparsers(dest="traces_command", metavar="SUBCOMMAND")
     t = tsub.add_parser("export", help="write prompt/completion/reward records")
     t.set_defaults(handler=cmd_traces_export)
+    _debug_flag(t)
     t.add_argument("run", nargs="?", help="default: every run")
     t.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
     t.add_argument("--out", help="output path")
@@ -244,9 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
     bsub = p.add_subparsers(dest="bench_command", metavar="SUITE")
     b = bsub.add_parser("kernelbench", help="sweep a KernelBench checkout and score it")
     b.set_defaults(handler=cmd_bench_kernelbench)
+    _debug_flag(b)
     b.add_argument("dir")
     b.add_argument("--level", type=int)
-    b.add_argument("--problems", help="range of problem ids, e.g. 1-10")
+    b.add_argument("--problems", help="problem ids and ranges, e.g. 1-10 or 1,4,7-9")
     b.add_argument("--parallel", type=int, default=1)
     b.add_argument("--cross-check", action="store_true")
     b.add_argument("--out", help="directory for the sweep's state and tables")
@@ -257,6 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="also check this model with one tiny call")
     p.add_argument("--api-base", help="OpenAI-compatible endpoint for --model")
     return parser
+
+
+def _debug_flag(p: argparse.ArgumentParser) -> None:
+    # after the command too (`okgit traces export --debug`); SUPPRESS keeps a --debug given
+    # before the command from being reset by the subparser's default
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
 
 
 def _usage(message: str) -> int:

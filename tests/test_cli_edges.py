@@ -80,3 +80,12 @@ def test_show_prints_only_diffs(git_repo: Path, tmp_path: Path) -> None:
     for command in ("show", "apply"):
         proc = okgit(command, space.run_id, cwd=git_repo)
         assert proc.returncode == 1 and "has no winner" in proc.stderr, (command, proc.stderr)
+
+
+def test_debug_is_taken_after_any_command(git_repo: Path) -> None:
+    """--debug after a nested command as after a plain one: the command runs, nothing unrecognized."""
+    for args in (["history", "--debug"], ["traces", "export", "--debug"], ["--debug", "traces", "export"],
+                 ["bench", "kernelbench", "no-such-dir", "--debug"]):
+        proc = okgit(*args, cwd=git_repo)
+        assert "unrecognized arguments" not in proc.stderr, (args, proc.stderr)
+        assert proc.returncode in (0, 1), (args, proc.returncode, proc.stderr)

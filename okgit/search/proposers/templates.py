@@ -117,6 +117,10 @@ class Leaf:
     bmap: tuple  # base dims -> domain dims
     arg: str  # launcher argument
     ptr: str  # kernel pointer argument
+    offset: str | None = None  # kernel offset expression, in place of the broadcast index at the scope's flat
+    mask: str | None = None  # kernel mask for that offset, in place of the scope's
+    plus: Leaf | None = None  # a per-channel operand added on load (a convolution's folded bias)
+    channels_last: bool = False  # the launcher hands the kernel a channels-last contiguous copy
 
 
 class Scope:
@@ -247,12 +251,8 @@ class KernelCode:
     def expr(self, n: Node, scope: Scope) -> str:
         if id(n) in self.leaves:
             leaf = self.leaves[id(n)]
-            idx = self.index(leaf.bmap, scope.flat)
-            if idx == "0":
-                code = f"tl.load({leaf.ptr})"
-            else:
-                code = f"tl.load({leaf.ptr} + {idx}, mask={scope.mask}, other=0)"
-            return code + ".to(tl.float32)" if n.dtype.is_floating_point else code
+            code = self.load(leaf, scope)
+            return code if leaf.plus is None else f"{code} + {self.load(leaf.plus, scope)}"
         if n is self.g.gemm:
             return self.gemm_value
         if n.kind == "iota":
@@ -275,6 +275,24 @@ class KernelCode:
             if code.startswith(h + "("):
                 self.helpers.add(h)
         return code.format(*args)
+
+    def load(self, leaf: Leaf, scope: Scope) -> str:
+        idx = leaf.offset or self.index(leaf.bmap, scope.flat)
+        if idx == "0":
+            code = f"tl.load({leaf.ptr})"
+        else:
+            code = f"tl.load({leaf.ptr} + {idx}, mask={leaf.mask or scope.mask}, other=0)"
+        return code + ".to(tl.float32)" if leaf.node.dtype.is_floating_point else code
+
+    def index_within(self, bmap: tuple, var: str, part: set[int]) -> str:
+        """`index` for an operand whose dims all lie in `part`, at position `var` of the
+        row-major enumeration of the domain dims in `part` alone."""
+        saved = self.dom
+        self.dom = [d if k in part else "1" for k, d in enumerate(saved)]
+        try:
+            return self.index(bmap, var)
+        finally:
+            self.dom = saved
 
     def pow(self, args: list[str], exponent) -> str:
         x, p = args
@@ -389,6 +407,39 @@ def layout(g: Group, columns: bool) -> str:
     return "columns" if columns and strided(g) else g.kind
 
 
+CL_CONV_OPS = ("aten.conv2d.default",)
+
+
+def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
+    """The 2D convolutions the channels-last candidate runs on channels-last operands, each
+    with the bias it folds into its epilogue (None: the bias, if any, stays in the call).
+
+    A convolution qualifies when its output is not returned and every reader of it is one
+    pointwise group over the output's own shape, which reads it elementwise: that kernel
+    takes the channels-last output and writes NCHW. A bias of one value per output channel
+    is folded into that kernel's load, so the convolution runs without one."""
+    users = graph.users()
+    outs = {id(o) for o in graph.outputs}
+    groups = [it for it in items if isinstance(it, Group)]
+    out: dict[int, Node | None] = {}
+    for n in items:
+        if not isinstance(n, Node) or n.op not in CL_CONV_OPS or len(n.shape) != 4 or not n.dtype.is_floating_point:
+            continue
+        readers = [g for g in groups if g.has(n)]
+        if id(n) in outs or len(readers) != 1:
+            continue
+        g = readers[0]
+        identity = tuple(i if s != 1 else None for i, s in enumerate(n.shape))
+        if g.kind != "pointwise" or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
+            continue
+        if not all(g.computes(u) for u in users[id(n)]):
+            continue
+        bias = n.args[2] if len(n.args) > 2 else n.kwargs.get("bias")
+        fold = isinstance(bias, Node) and tuple(bias.shape) == (n.shape[1],) and bias.dtype == n.dtype
+        out[id(n)] = bias if fold else None
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Groups -> kernels and launchers
 
@@ -406,8 +457,12 @@ class Rendered:
 class Lowering:
     """Renders the partitioned graph: kernels, launchers and the new forward."""
 
-    def __init__(self, graph: Graph, items: list, columns: bool = False) -> None:
+    def __init__(self, graph: Graph, items: list, columns: bool = False, channels_last: bool = False) -> None:
         self.graph, self.items, self.columns = graph, items, columns
+        # convolutions run channels-last, each with the bias its epilogue adds (or None)
+        self.cl = channels_last_convs(graph, items) if channels_last else {}
+        if channels_last and not self.cl:
+            raise Unsupported("no 2D convolution whose output only a pointwise kernel reads")
         self.helpers: set[str] = set()
         self.names: dict[int, str] = {}  # node -> forward expression
         self.lines: list[str] = []  # forward body
@@ -463,7 +518,16 @@ class Lowering:
             self.names[id(n)] = var
             return
         device = f"{self.graph.forward_args[0]}.device"  # the first input's
-        args = [self.pyarg(a, device) for a in n.args] + [f"{k}={self.pyarg(v, device)}" for k, v in n.kwargs.items()]
+        args = [self.pyarg(a, device) for a in n.args]
+        kwargs = {k: self.pyarg(v, device) for k, v in n.kwargs.items()}
+        if id(n) in self.cl:  # input and weight channels-last; a folded bias is left out
+            args[:2] = [f"{a}.contiguous(memory_format=torch.channels_last)" for a in args[:2]]
+            if self.cl[id(n)] is not None:
+                if len(args) > 2:
+                    args[2] = "None"
+                else:
+                    kwargs["bias"] = "None"
+        args += [f"{k}={v}" for k, v in kwargs.items()]
         var = self.fresh()
         self.lines.append(f"{var} = {public_name(n)}({', '.join(args)})")
         self.names[id(n)] = var
@@ -511,6 +575,9 @@ class Lowering:
             params.append(f"{arg}_ptr")
         dom = self.domain(g, leaves)
         code = KernelCode(g, leaves, dom, self.helpers)
+        conv = next((leaf for leaf in leaves.values() if leaf.node is leaf.base and id(leaf.base) in self.cl), None)
+        if conv is not None:
+            return self.pointwise_cl(g, f"fused_pointwise_cl_{k}", code, leaves, args, params, conv)
         lowered = {"pointwise": self.pointwise, "rows": self.rows, "columns": self.column_layout, "scalar": self.scalar, "gemm": self.gemm}[kind]
         return lowered(g, name, code, leaves, args, params)
 
@@ -531,7 +598,10 @@ class Lowering:
 
     def prepare(self, leaves: dict[int, Leaf], outputs: list[Node], code: KernelCode, g: Group, device: str) -> tuple[list[str], list[str]]:
         """Launcher lines before the launch, and the output names."""
-        lines = [f"{leaf.arg} = {leaf.arg}.contiguous()" for leaf in leaves.values()]
+        lines = [
+            f"{leaf.arg} = {leaf.arg}.contiguous({'memory_format=torch.channels_last' if leaf.channels_last else ''})"
+            for leaf in leaves.values()
+        ]
         lines += [f"{d} = {src}" for d, src in self._dom_src]
         outs = []
         for i, n in enumerate(outputs):
@@ -581,6 +651,40 @@ class Lowering:
         numel = math.prod(g.shape)
         tun = {f"{name.upper()}_BLOCK": 1024 if numel >= 1 << 20 else 256, f"{name.upper()}_NUM_WARPS": 4}
         return Rendered(name, src, tun, args, g.outputs, describe(g))
+
+    def pointwise_cl(self, g, name, code, leaves, args, params, conv: Leaf) -> Rendered:
+        """An elementwise epilogue of a channels-last convolution (pointwise_cl.py.tmpl): 2D
+        tiles of (sample, channel) rows by spatial columns, the convolution read NHWC, the
+        outputs written NCHW contiguous; a folded conv bias is added as the output is loaded."""
+        conv.offset, conv.channels_last = "nhwc", True
+        bias = self.cl[id(conv.base)]
+        if bias is not None:
+            arg = f"in{len(args)}"
+            conv.plus = Leaf(bias, bias, (1,), arg, f"{arg}_ptr", offset=code.index_within((1,), "row", {0, 1}), mask="row_mask")
+            leaves[("conv_bias", id(bias))] = conv.plus  # a key no node's id matches
+            args.append(self.tensor(bias))
+            params.append(conv.plus.ptr)
+        # operands that vary along rows only (per-channel parameters) or columns only are indexed
+        # by that coordinate alone: the index math runs on a [YBLOCK, 1] or [1, XBLOCK] vector
+        for leaf in leaves.values():
+            dims = {d for d in leaf.bmap if d is not None and code.dom[d] != "1"}
+            if leaf.offset is None and dims and dims <= {0, 1}:
+                leaf.offset, leaf.mask = code.index_within(leaf.bmap, "row", {0, 1}), "row_mask"
+            elif leaf.offset is None and dims and dims <= {2, 3}:
+                leaf.offset, leaf.mask = code.index_within(leaf.bmap, "col", {2, 3}), "col_mask"
+        body = Scope(None, "flat", "mask")
+        outs = [f"out{i}" for i in range(len(g.outputs))]
+        self._stores(code, g, body, None, outs)
+        prep, outs, sig, call, largs, returns = self._common(name, g, code, leaves, args, params, f"{conv.arg}.device")
+        shape = [f"{conv.arg}.shape[{d}]" for d in range(4)]
+        NAME = name.upper()
+        src = render(
+            "pointwise_cl.py.tmpl", name=name, NAME=NAME, params=sig, body="\n".join(body.lines), args=largs,
+            doc=describe(g, "pointwise_cl"), prepare="\n".join(prep), n_rows=f"{shape[0]} * {shape[1]}",
+            n_cols=f"{shape[2]} * {shape[3]}", n_chan=shape[1], call_args=call, returns=returns,
+        )
+        tun = {f"{NAME}_YBLOCK": 64, f"{NAME}_XBLOCK": 64, f"{NAME}_NUM_WARPS": 4}
+        return Rendered(name, src, tun, args, g.outputs, describe(g, "pointwise_cl"))
 
     def rows(self, g, name, code, leaves, args, params) -> Rendered:
         kept = [d for d in code.covered if d not in g.red]
@@ -840,6 +944,7 @@ def describe(g: Group, kind: str | None = None) -> str:
     names = ", ".join(dict.fromkeys(ops)) or "copy"
     what = {
         "pointwise": "one elementwise pass",
+        "pointwise_cl": "one elementwise pass over 2D tiles, the convolution read channels-last, written NCHW",
         "rows": f"one pass per row over dims {list(g.red)}",
         "columns": f"column layout: contiguous inner axis per program, folding dims {list(g.red)} in chunks",
         "scalar": "a two-stage reduction to a scalar",
@@ -852,16 +957,17 @@ def describe(g: Group, kind: str | None = None) -> str:
 # The op file
 
 
-def render_file(source: str, graph: Graph, items: list, columns: bool = False) -> tuple[str, list[str]]:
+def render_file(source: str, graph: Graph, items: list, columns: bool = False, channels_last: bool = False) -> tuple[str, list[str]]:
     """The reference file with the kernels inserted and the entry's forward rewritten; with
-    `columns`, strided row reductions in the column layout."""
+    `columns`, strided row reductions in the column layout; with `channels_last`, 2D
+    convolutions on channels-last operands and their epilogues reading that layout."""
     tree = ast.parse(source)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     model = classes["Model"]
     fwd = next((f for f in model.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)
     if fwd is None:
         raise Unsupported("Model has no forward")
-    low = Lowering(graph, items, columns)
+    low = Lowering(graph, items, columns, channels_last)
     forward = low.forward(ast.unparse(fwd.args))
     if not low.rendered:
         raise Unsupported("nothing for a Triton kernel")
@@ -900,9 +1006,12 @@ def render_file(source: str, graph: Graph, items: list, columns: bool = False) -
 # The proposer
 
 
-def _origin(items: list, columns: bool) -> str:
+def _origin(items: list, columns: bool, cl: dict[int, Node | None] | None = None) -> str:
     parts = []
     for it in items:
+        if cl and id(it) in cl:
+            parts.append("vendor_conv_cl")
+            continue
         if isinstance(it, Group):
             parts.append(layout(it, columns))
         elif it.gemm:
@@ -950,19 +1059,23 @@ def plan(ctx: Context) -> list[Proposal]:
         return []
     out: list[Proposal] = []
     gemms = (False, True) if any(n.gemm for n in graph.nodes) else (False,)
-    for fuse_gemm, columns in ((f, c) for f in gemms for c in (True, False)):
+    variants = [(f, c, False) for f in gemms for c in (True, False)]
+    if any(n.op in CL_CONV_OPS for n in graph.nodes):
+        variants.append((False, False, True))  # after the NCHW candidates: both are timed
+    for fuse_gemm, columns, channels_last in variants:
         try:
             items = partition(graph, fuse_gemm=fuse_gemm)
             if columns and not any(isinstance(it, Group) and strided(it) for it in items):
                 continue  # no strided row reduction: the column layout would change nothing
-            source, rendered = render_file(ctx.problem.source, graph, items, columns)
+            source, rendered = render_file(ctx.problem.source, graph, items, columns, channels_last)
         except Unsupported as e:
             what = f"{'Triton' if fuse_gemm else 'vendor'} GEMM{', column layout' if columns else ''}"
+            what += ", channels-last convolution" if channels_last else ""
             ctx.log("note", message=f"templates ({what}): {e}")
             continue
         out.append(Proposal(
             source=source,
-            origin=_origin(items, columns),
+            origin=_origin(items, columns, channels_last_convs(graph, items) if channels_last else None),
             intent=_intent(rendered, items),
             parent=None,
             meta={"kernels": [r.name for r in rendered], "tunables": {k: v for r in rendered for k, v in r.tunables.items()}},

@@ -21,8 +21,8 @@ from okgit.problem import load_problem
 from okgit.search.proposers.templates import plan
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-NCHW = "template:vendor_conv+pointwise"
-CL = "template:vendor_conv_cl+pointwise"
+NCHW = "template:vendor_conv+{}"
+CL = "template:vendor_conv_cl+{}"
 SMALL = {"batch_size": 2, "in_channels": 3, "out_channels": 5, "height": 7, "width": 9}
 
 
@@ -37,10 +37,10 @@ def shrunk(tmp_path: Path, name: str, knobs: dict[str, int] = SMALL) -> Path:
     return path
 
 
-def conv_op(tmp_path: Path, name: str, conv: str, forward: str, extra: str = "") -> Path:
-    """A conv op with 3 channels in, 5 out, a 7x9 image and a batch of 2, kernel 3."""
+def conv_op(tmp_path: Path, name: str, conv: str, forward: str, extra: str = "", knobs: dict[str, int] | None = None) -> Path:
+    """A conv op with 3 channels in, 5 out, a 7x9 image and a batch of 2, kernel 3 (or `knobs`)."""
     path = tmp_path / f"{name}.py"
-    knobs = (chr(10) + " " * 8).join(f"{k} = {v}" for k, v in {**SMALL, "kernel_size": 3}.items())
+    knobs = (chr(10) + " " * 8).join(f"{k} = {v}" for k, v in {**SMALL, "kernel_size": 3, **(knobs or {})}.items())
     path.write_text(textwrap.dedent(f"""\
         import torch
         import torch.nn as nn
@@ -103,12 +103,12 @@ def strides(reference: Path, source: str, tmp_path: Path) -> tuple[list[int], li
     return tuple(json.loads(proc.stdout.splitlines()[-1]))
 
 
-def check(evaluator: LocalEvaluator, path: Path, tmp_path: Path) -> str:
+def check(evaluator: LocalEvaluator, path: Path, tmp_path: Path, epilogue: str = "pointwise") -> str:
     """Both conv candidates are offered, NCHW first, each correct; the channels-last one's
     output is contiguous NCHW like the reference's. Returns that candidate's source."""
     problem = load_problem(path)
     proposals = plan(ctx_for(path))
-    assert [p.origin for p in proposals] == [NCHW, CL]
+    assert [p.origin for p in proposals] == [NCHW.format(epilogue), CL.format(epilogue)]
     for p in proposals:
         result = evaluator.evaluate(problem, p.source)
         assert result.status is Status.correct, (p.origin, result.status.value, result.error)
@@ -117,9 +117,27 @@ def check(evaluator: LocalEvaluator, path: Path, tmp_path: Path) -> str:
     return proposals[1].source
 
 
-@pytest.mark.parametrize("name", ["17_conv2d_relu_bias", "18_conv_channel_scale_tanh"])
-def test_examples_get_a_correct_channels_last_candidate(evaluator, tmp_path, name):
-    check(evaluator, shrunk(tmp_path, name), tmp_path)
+@pytest.mark.parametrize("name, epilogue", [
+    ("17_conv2d_relu_bias", "pointwise"), ("18_conv_channel_scale_tanh", "pointwise"), ("20_conv_instance_norm", "rows"),
+])
+def test_examples_get_a_correct_channels_last_candidate(evaluator, tmp_path, name, epilogue):
+    check(evaluator, shrunk(tmp_path, name), tmp_path, epilogue)
+
+
+@pytest.mark.parametrize("forward", [
+    # a normalisation over H and W: mean, then variance, then the elementwise output
+    ("y = self.conv(x)\nm = y.mean(dim=(2, 3), keepdim=True)\n"
+     "return (y - m) * torch.rsqrt(((y - m) ** 2).mean(dim=(2, 3), keepdim=True) + 1e-5) * self.scale"),
+    "return torch.amax(torch.relu(self.conv(x)), dim=(2, 3))",  # per-row outputs only
+])
+def test_spatial_reductions_of_an_odd_sized_conv_get_a_correct_channels_last_candidate(evaluator, tmp_path, forward):
+    # 11 channels (two channel blocks, a masked tail), a 13x12 image (several position chunks)
+    path = conv_op(tmp_path, "spatial", "nn.Conv2d(in_channels, out_channels, kernel_size, padding=1)", forward,
+                   "self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)",
+                   knobs={"out_channels": 11, "height": 13, "width": 12})
+    source = check(evaluator, path, tmp_path, "rows")
+    kernel = source.split("def fused_rows_cl_1_kernel")[1].split("\ndef ")[0]
+    assert "nhwc = nhwc_base + col * n_chan" in kernel and "tl.load(in0_ptr + nhwc, mask=mask" in kernel
 
 
 def test_an_odd_sized_conv_gets_a_correct_channels_last_candidate(evaluator, tmp_path):
@@ -142,7 +160,7 @@ def test_a_conv_without_bias_keeps_its_call(evaluator, tmp_path):
     path = conv_op(tmp_path, "no_bias", "nn.Conv2d(in_channels, out_channels, kernel_size, stride=2, bias=False)",
                    "return torch.relu(self.conv(x)) * 2.0 + x.mean()")
     proposals = plan(ctx_for(path))
-    assert [p.origin for p in proposals] == ["template:vendor_conv+pointwise+scalar", "template:vendor_conv_cl+pointwise+scalar"]
+    assert [p.origin for p in proposals] == [NCHW.format("pointwise+scalar"), CL.format("pointwise+scalar")]
     cl = proposals[1]
     assert "[2, 2]" in cl.source.split("def forward")[1]  # the stride stays
     result = evaluator.evaluate(load_problem(path), cl.source)
@@ -152,9 +170,9 @@ def test_a_conv_without_bias_keeps_its_call(evaluator, tmp_path):
 @pytest.mark.parametrize("forward", [
     "y = self.conv(x)\nreturn torch.relu(y) - y.mean()",  # a whole-tensor reduction reads it too
     "y = self.conv(x)\nreturn y, torch.relu(y)",  # it is returned as well
-    "return torch.relu(self.conv(x)).mean(dim=(2, 3))",  # its reader is a reduction
+    "return torch.softmax(self.conv(x), dim=1)",  # its reader reduces over channels
 ])
-def test_no_channels_last_candidate_where_the_epilogue_is_not_pointwise(tmp_path, forward):
+def test_no_channels_last_candidate_where_the_epilogue_reads_otherwise(tmp_path, forward):
     path = conv_op(tmp_path, "other", "nn.Conv2d(in_channels, out_channels, kernel_size)", forward)
     origins = [p.origin for p in plan(ctx_for(path))]
     assert origins and not any("vendor_conv_cl" in o for o in origins)

@@ -375,6 +375,7 @@ class Walk:
     block: str
     tile: str
     axis: int
+    head: tuple[str, ...] = ()  # more lines at the top of each step (offsets of other layouts)
 
     @property
     def over(self) -> str:
@@ -386,6 +387,7 @@ class Walk:
             f"col = start + tl.arange(0, {self.block}){lanes}",
             "mask = row_mask & (col < n_red)",
             f"flat = base + {col_offset}",
+            *self.head,
         ]
         return [f"for start in range(0, n_red, {self.block}):"] + indent(head + body)
 
@@ -393,6 +395,7 @@ class Walk:
 ROW_WALK = Walk("BLOCK_N", "[BLOCK_M, BLOCK_N]", 1)  # rows along axis 0, a row's elements along axis 1
 COLUMN_PROGRAMS = 2048  # about 16 programs per SM of an H100/H200
 COLUMN_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_J]", 0)  # the contiguous inner axis along axis 1
+CL_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_C]", 0, ("nhwc = nhwc_base + col * n_chan",))  # channels along axis 1
 
 
 def strided(g: Group) -> bool:
@@ -415,7 +418,8 @@ def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
     with the bias it folds into its epilogue (None: the bias, if any, stays in the call).
 
     A convolution qualifies when its output is not returned and every reader of it is one
-    pointwise group over the output's own shape, which reads it elementwise: that kernel
+    group over the output's own shape that reads it elementwise: a pointwise one, or a row
+    reduction over the spatial dims (a per-(sample, channel) normalisation); that kernel
     takes the channels-last output and writes NCHW. A bias of one value per output channel
     is folded into that kernel's load, so the convolution runs without one."""
     users = graph.users()
@@ -430,7 +434,7 @@ def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
             continue
         g = readers[0]
         identity = tuple(i if s != 1 else None for i, s in enumerate(n.shape))
-        if g.kind != "pointwise" or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
+        if not (g.kind == "pointwise" or (g.kind == "rows" and g.red == (2, 3))) or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
             continue
         if not all(g.computes(u) for u in users[id(n)]):
             continue
@@ -462,7 +466,7 @@ class Lowering:
         # convolutions run channels-last, each with the bias its epilogue adds (or None)
         self.cl = channels_last_convs(graph, items) if channels_last else {}
         if channels_last and not self.cl:
-            raise Unsupported("no 2D convolution whose output only a pointwise kernel reads")
+            raise Unsupported("no 2D convolution whose output only a pointwise or spatial-reduction kernel reads")
         self.helpers: set[str] = set()
         self.names: dict[int, str] = {}  # node -> forward expression
         self.lines: list[str] = []  # forward body
@@ -577,7 +581,10 @@ class Lowering:
         code = KernelCode(g, leaves, dom, self.helpers)
         conv = next((leaf for leaf in leaves.values() if leaf.node is leaf.base and id(leaf.base) in self.cl), None)
         if conv is not None:
-            return self.pointwise_cl(g, f"fused_pointwise_cl_{k}", code, leaves, args, params, conv)
+            conv.offset, conv.channels_last = "nhwc", True
+            self._fold_conv_bias(code, conv, leaves, args, params)
+            lowered_cl = self.pointwise_cl if g.kind == "pointwise" else self.rows_cl
+            return lowered_cl(g, f"fused_{g.kind}_cl_{k}", code, leaves, args, params, conv)
         lowered = {"pointwise": self.pointwise, "rows": self.rows, "columns": self.column_layout, "scalar": self.scalar, "gemm": self.gemm}[kind]
         return lowered(g, name, code, leaves, args, params)
 
@@ -655,15 +662,7 @@ class Lowering:
     def pointwise_cl(self, g, name, code, leaves, args, params, conv: Leaf) -> Rendered:
         """An elementwise epilogue of a channels-last convolution (pointwise_cl.py.tmpl): 2D
         tiles of (sample, channel) rows by spatial columns, the convolution read NHWC, the
-        outputs written NCHW contiguous; a folded conv bias is added as the output is loaded."""
-        conv.offset, conv.channels_last = "nhwc", True
-        bias = self.cl[id(conv.base)]
-        if bias is not None:
-            arg = f"in{len(args)}"
-            conv.plus = Leaf(bias, bias, (1,), arg, f"{arg}_ptr", offset=code.index_within((1,), "row", {0, 1}), mask="row_mask")
-            leaves[("conv_bias", id(bias))] = conv.plus  # a key no node's id matches
-            args.append(self.tensor(bias))
-            params.append(conv.plus.ptr)
+        outputs written NCHW contiguous."""
         # operands that vary along rows only (per-channel parameters) or columns only are indexed
         # by that coordinate alone: the index math runs on a [YBLOCK, 1] or [1, XBLOCK] vector
         for leaf in leaves.values():
@@ -685,6 +684,39 @@ class Lowering:
         )
         tun = {f"{NAME}_YBLOCK": 64, f"{NAME}_XBLOCK": 64, f"{NAME}_NUM_WARPS": 4}
         return Rendered(name, src, tun, args, g.outputs, describe(g, "pointwise_cl"))
+
+    def _fold_conv_bias(self, code: KernelCode, conv: Leaf, leaves: dict, args: list[str], params: list[str]) -> None:
+        """The bias a channels-last convolution runs without, added as its output is loaded."""
+        bias = self.cl[id(conv.base)]
+        if bias is None:
+            return
+        arg = f"in{len(args)}"
+        conv.plus = Leaf(bias, bias, (1,), arg, f"{arg}_ptr", offset=code.index_within((1,), "row", {0, 1}), mask="row_mask")
+        leaves[("conv_bias", id(bias))] = conv.plus  # a key no node's id matches
+        args.append(self.tensor(bias))
+        params.append(conv.plus.ptr)
+
+    def rows_cl(self, g, name, code, leaves, args, params, conv: Leaf) -> Rendered:
+        """A reduction over the spatial dims of a channels-last convolution's output
+        (rows_cl.py.tmpl): each program owns consecutive channels of one sample, read NHWC in
+        [BLOCK_R, BLOCK_C] tiles; elementwise outputs are written NCHW contiguous."""
+        root = Scope(None, "base", "row_mask")
+        outs = [f"out{i}" for i in range(len(g.outputs))]
+        body = self._streamed(code, g, root, outs, CL_WALK)
+        prep, outs, sig, call, largs, returns = self._common(name, g, code, leaves, args, params, f"{conv.arg}.device")
+        NAME = name.upper()
+        src = render(
+            "rows_cl.py.tmpl", name=name, NAME=NAME, params=sig, prologue="\n".join(root.lines),
+            body="\n".join(body.lines), args=largs, doc=describe(g, "rows_cl"), prepare="\n".join(prep),
+            n_batch=f"{conv.arg}.shape[0]", n_chan=f"{conv.arg}.shape[1]", n_red=f"{conv.arg}.shape[2] * {conv.arg}.shape[3]",
+            call_args=call, returns=returns,
+        )
+        # as the column layout: the widest channel block (8-64) that still gives COLUMN_PROGRAMS programs
+        block_c = 64
+        while block_c > 8 and g.shape[0] * -(-g.shape[1] // block_c) < COLUMN_PROGRAMS:
+            block_c //= 2
+        tun = {f"{NAME}_BLOCK_C": block_c, f"{NAME}_BLOCK_R": 64, f"{NAME}_NUM_WARPS": 4}
+        return Rendered(name, src, tun, args, g.outputs, describe(g, "rows_cl"))
 
     def rows(self, g, name, code, leaves, args, params) -> Rendered:
         kept = [d for d in code.covered if d not in g.red]
@@ -945,6 +977,7 @@ def describe(g: Group, kind: str | None = None) -> str:
     what = {
         "pointwise": "one elementwise pass",
         "pointwise_cl": "one elementwise pass over 2D tiles, the convolution read channels-last, written NCHW",
+        "rows_cl": f"one pass per row over dims {list(g.red)}, the convolution read channels-last, written NCHW",
         "rows": f"one pass per row over dims {list(g.red)}",
         "columns": f"column layout: contiguous inner axis per program, folding dims {list(g.red)} in chunks",
         "scalar": "a two-stage reduction to a scalar",

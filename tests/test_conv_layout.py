@@ -143,9 +143,9 @@ def test_spatial_reductions_of_an_odd_sized_conv_get_a_correct_channels_last_can
 def test_an_odd_sized_conv_gets_a_correct_channels_last_candidate(evaluator, tmp_path):
     source = check(evaluator, scale_tanh(tmp_path), tmp_path)
     forward = source.split("def forward")[1]
-    # input and weight channels-last; the conv bias moves into the epilogue
-    assert "x.contiguous(memory_format=torch.channels_last)" in forward
-    assert "self.conv.weight.contiguous(memory_format=torch.channels_last), None" in forward
+    # input and weight channels-last, by a tiled Triton copy; the conv bias moves into the epilogue
+    assert "conv2d(_to_channels_last(x), _to_channels_last(self.conv.weight), None, " in forward
+    assert "tl.store(out_ptr + (row % n_chan) + col * n_chan" in source.split("def _to_channels_last_kernel")[1]
     assert "self.conv.bias)" in forward.split("conv2d(")[1]
     kernel = source.split("def fused_pointwise_cl_1_kernel")[1].split("\ndef ")[0]
     assert "nhwc = (row % n_chan) + col * n_chan + (row // n_chan) * (n_cols * n_chan)" in kernel

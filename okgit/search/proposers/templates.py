@@ -79,7 +79,7 @@ OPS = {
     "eq": "{0} == {1}", "ne": "{0} != {1}", "and": "({0}) & ({1})", "or": "({0}) | ({1})",
     "not": "{0} == 0", "where": "tl.where({0}, {1}, {2})",
 }
-HELPERS = {"_folds": "helper_folds.py.tmpl", "_tanh": "helper_tanh.py.tmpl", "_log1p": "helper_log1p.py.tmpl", "_expm1": "helper_expm1.py.tmpl", "_pow": "helper_pow.py.tmpl"}
+HELPERS = {"_folds": "helper_folds.py.tmpl", "_tanh": "helper_tanh.py.tmpl", "_log1p": "helper_log1p.py.tmpl", "_expm1": "helper_expm1.py.tmpl", "_pow": "helper_pow.py.tmpl", "_to_channels_last": "helper_channels_last.py.tmpl"}
 TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.int32: "tl.int32", torch.int64: "tl.int64"}
 NEUTRAL = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax": 'float("-inf")', "argmin": 'float("inf")'}
 COMBINE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}
@@ -524,8 +524,9 @@ class Lowering:
         device = f"{self.graph.forward_args[0]}.device"  # the first input's
         args = [self.pyarg(a, device) for a in n.args]
         kwargs = {k: self.pyarg(v, device) for k, v in n.kwargs.items()}
-        if id(n) in self.cl:  # input and weight channels-last; a folded bias is left out
-            args[:2] = [f"{a}.contiguous(memory_format=torch.channels_last)" for a in args[:2]]
+        if id(n) in self.cl:  # input and weight channels-last (a tiled Triton copy); a folded bias is left out
+            self.helpers.add("_to_channels_last")
+            args[:2] = [f"_to_channels_last({a})" for a in args[:2]]
             if self.cl[id(n)] is not None:
                 if len(args) > 2:
                     args[2] = "None"

@@ -172,3 +172,13 @@ def crashed_run(root: Path, candidates: list[tuple[str, str]]) -> str:
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stdout.strip(), proc.stderr
     return proc.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    """The real evaluator on the CPU (Triton under its interpreter), one per test module."""
+    from okgit.eval.local import LocalEvaluator
+
+    ev = LocalEvaluator(device="cpu")
+    yield ev
+    ev.close()

@@ -68,13 +68,6 @@ def ctx_for(path: Path) -> Context:
     return Context(problem=load_problem(path), reference=Reference(device="cpu", timed=False), backend="triton", device="cpu")
 
 
-@pytest.fixture(scope="module")
-def evaluator():
-    ev = LocalEvaluator(device="cpu")
-    yield ev
-    ev.close()
-
-
 def judge(evaluator: LocalEvaluator, path: Path) -> list[tuple[str, str]]:
     """(origin, why) of each template candidate of `path` the evaluator does not call correct.
     Asserts both layouts are offered, the column layout first."""

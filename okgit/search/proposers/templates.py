@@ -79,7 +79,7 @@ OPS = {
     "eq": "{0} == {1}", "ne": "{0} != {1}", "and": "({0}) & ({1})", "or": "({0}) | ({1})",
     "not": "{0} == 0", "where": "tl.where({0}, {1}, {2})",
 }
-HELPERS = {"_folds": "helper_folds.py.tmpl", "_tanh": "helper_tanh.py.tmpl", "_log1p": "helper_log1p.py.tmpl", "_expm1": "helper_expm1.py.tmpl", "_pow": "helper_pow.py.tmpl"}
+HELPERS = {"_folds": "helper_folds.py.tmpl", "_tanh": "helper_tanh.py.tmpl", "_log1p": "helper_log1p.py.tmpl", "_expm1": "helper_expm1.py.tmpl", "_pow": "helper_pow.py.tmpl", "_to_channels_last": "helper_channels_last.py.tmpl"}
 TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.int32: "tl.int32", torch.int64: "tl.int64"}
 NEUTRAL = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax": 'float("-inf")', "argmin": 'float("inf")'}
 
@@ -116,6 +116,10 @@ class Leaf:
     bmap: tuple  # base dims -> domain dims
     arg: str  # launcher argument
     ptr: str  # kernel pointer argument
+    offset: str | None = None  # kernel offset expression, in place of the broadcast index at the scope's flat
+    mask: str | None = None  # kernel mask for that offset, in place of the scope's
+    plus: Leaf | None = None  # a per-channel operand added on load (a convolution's folded bias)
+    channels_last: bool = False  # the launcher hands the kernel a channels-last contiguous copy
 
 
 class Scope:
@@ -246,12 +250,8 @@ class KernelCode:
     def expr(self, n: Node, scope: Scope) -> str:
         if id(n) in self.leaves:
             leaf = self.leaves[id(n)]
-            idx = self.index(leaf.bmap, scope.flat)
-            if idx == "0":
-                code = f"tl.load({leaf.ptr})"
-            else:
-                code = f"tl.load({leaf.ptr} + {idx}, mask={scope.mask}, other=0)"
-            return code + ".to(tl.float32)" if n.dtype.is_floating_point else code
+            code = self.load(leaf, scope)
+            return code if leaf.plus is None else f"{code} + {self.load(leaf.plus, scope)}"
         if n is self.g.gemm:
             return self.gemm_value
         if n.kind == "iota":
@@ -274,6 +274,24 @@ class KernelCode:
             if code.startswith(h + "("):
                 self.helpers.add(h)
         return code.format(*args)
+
+    def load(self, leaf: Leaf, scope: Scope) -> str:
+        idx = leaf.offset or self.index(leaf.bmap, scope.flat)
+        if idx == "0":
+            code = f"tl.load({leaf.ptr})"
+        else:
+            code = f"tl.load({leaf.ptr} + {idx}, mask={leaf.mask or scope.mask}, other=0)"
+        return code + ".to(tl.float32)" if leaf.node.dtype.is_floating_point else code
+
+    def index_within(self, bmap: tuple, var: str, part: set[int]) -> str:
+        """`index` for an operand whose dims all lie in `part`, at position `var` of the
+        row-major enumeration of the domain dims in `part` alone."""
+        saved = self.dom
+        self.dom = [d if k in part else "1" for k, d in enumerate(saved)]
+        try:
+            return self.index(bmap, var)
+        finally:
+            self.dom = saved
 
     def pow(self, args: list[str], exponent) -> str:
         x, p = args
@@ -356,6 +374,7 @@ class Walk:
     block: str
     tile: str
     axis: int
+    head: tuple[str, ...] = ()  # more lines at the top of each step (offsets of other layouts)
 
     @property
     def over(self) -> str:
@@ -367,6 +386,7 @@ class Walk:
             f"col = start + tl.arange(0, {self.block}){lanes}",
             "mask = row_mask & (col < n_red)",
             f"flat = base + {col_offset}",
+            *self.head,
         ]
         return [f"for start in range(0, n_red, {self.block}):"] + indent(head + body)
 
@@ -374,6 +394,7 @@ class Walk:
 ROW_WALK = Walk("BLOCK_N", "[BLOCK_M, BLOCK_N]", 1)  # rows along axis 0, a row's elements along axis 1
 COLUMN_PROGRAMS = 2048  # about 16 programs per SM of an H100/H200
 COLUMN_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_J]", 0)  # the contiguous inner axis along axis 1
+CL_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_C]", 0, ("nhwc = nhwc_base + col * n_chan",))  # channels along axis 1
 
 
 def strided(g: Group) -> bool:
@@ -386,6 +407,40 @@ def layout(g: Group, columns: bool) -> str:
     """The template a group is rendered with: with `columns`, strided row reductions take the
     column layout (columns.py.tmpl), every other group its own kind's template."""
     return "columns" if columns and strided(g) else g.kind
+
+
+CL_CONV_OPS = ("aten.conv2d.default",)
+
+
+def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
+    """The 2D convolutions the channels-last candidate runs on channels-last operands, each
+    with the bias it folds into its epilogue (None: the bias, if any, stays in the call).
+
+    A convolution qualifies when its output is not returned and every reader of it is one
+    group over the output's own shape that reads it elementwise: a pointwise one, or a row
+    reduction over the spatial dims (a per-(sample, channel) normalisation); that kernel
+    takes the channels-last output and writes NCHW. A bias of one value per output channel
+    is folded into that kernel's load, so the convolution runs without one."""
+    users = graph.users()
+    outs = {id(o) for o in graph.outputs}
+    groups = [it for it in items if isinstance(it, Group)]
+    out: dict[int, Node | None] = {}
+    for n in items:
+        if not isinstance(n, Node) or n.op not in CL_CONV_OPS or len(n.shape) != 4 or not n.dtype.is_floating_point:
+            continue
+        readers = [g for g in groups if g.has(n)]
+        if id(n) in outs or len(readers) != 1:
+            continue
+        g = readers[0]
+        identity = tuple(i if s != 1 else None for i, s in enumerate(n.shape))
+        if not (g.kind == "pointwise" or (g.kind == "rows" and g.red == (2, 3))) or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
+            continue
+        if not all(g.computes(u) for u in users[id(n)]):
+            continue
+        bias = n.args[2] if len(n.args) > 2 else n.kwargs.get("bias")
+        fold = isinstance(bias, Node) and tuple(bias.shape) == (n.shape[1],) and bias.dtype == n.dtype
+        out[id(n)] = bias if fold else None
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,8 +460,12 @@ class Rendered:
 class Lowering:
     """Renders the partitioned graph: kernels, launchers and the new forward."""
 
-    def __init__(self, graph: Graph, items: list, columns: bool = False) -> None:
+    def __init__(self, graph: Graph, items: list, columns: bool = False, channels_last: bool = False) -> None:
         self.graph, self.items, self.columns = graph, items, columns
+        # convolutions run channels-last, each with the bias its epilogue adds (or None)
+        self.cl = channels_last_convs(graph, items) if channels_last else {}
+        if channels_last and not self.cl:
+            raise Unsupported("no 2D convolution whose output only a pointwise or spatial-reduction kernel reads")
         self.helpers: set[str] = set()
         self.names: dict[int, str] = {}  # node -> forward expression
         self.lines: list[str] = []  # forward body
@@ -462,7 +521,17 @@ class Lowering:
             self.names[id(n)] = var
             return
         device = f"{self.graph.forward_args[0]}.device"  # the first input's
-        args = [self.pyarg(a, device) for a in n.args] + [f"{k}={self.pyarg(v, device)}" for k, v in n.kwargs.items()]
+        args = [self.pyarg(a, device) for a in n.args]
+        kwargs = {k: self.pyarg(v, device) for k, v in n.kwargs.items()}
+        if id(n) in self.cl:  # input and weight channels-last (a tiled Triton copy); a folded bias is left out
+            self.helpers.add("_to_channels_last")
+            args[:2] = [f"_to_channels_last({a})" for a in args[:2]]
+            if self.cl[id(n)] is not None:
+                if len(args) > 2:
+                    args[2] = "None"
+                else:
+                    kwargs["bias"] = "None"
+        args += [f"{k}={v}" for k, v in kwargs.items()]
         var = self.fresh()
         self.lines.append(f"{var} = {public_name(n)}({', '.join(args)})")
         self.names[id(n)] = var
@@ -510,6 +579,12 @@ class Lowering:
             params.append(f"{arg}_ptr")
         dom = self.domain(g, leaves)
         code = KernelCode(g, leaves, dom, self.helpers)
+        conv = next((leaf for leaf in leaves.values() if leaf.node is leaf.base and id(leaf.base) in self.cl), None)
+        if conv is not None:
+            conv.offset, conv.channels_last = "nhwc", True
+            self._fold_conv_bias(code, conv, leaves, args, params)
+            lowered_cl = self.pointwise_cl if g.kind == "pointwise" else self.rows_cl
+            return lowered_cl(g, f"fused_{g.kind}_cl_{k}", code, leaves, args, params, conv)
         lowered = {"pointwise": self.pointwise, "rows": self.rows, "columns": self.column_layout, "scalar": self.scalar, "gemm": self.gemm}[kind]
         return lowered(g, name, code, leaves, args, params)
 
@@ -530,7 +605,10 @@ class Lowering:
 
     def prepare(self, leaves: dict[int, Leaf], outputs: list[Node], code: KernelCode, g: Group, device: str) -> tuple[list[str], list[str]]:
         """Launcher lines before the launch, and the output names."""
-        lines = [f"{leaf.arg} = {leaf.arg}.contiguous()" for leaf in leaves.values()]
+        lines = [
+            f"{leaf.arg} = {leaf.arg}.contiguous({'memory_format=torch.channels_last' if leaf.channels_last else ''})"
+            for leaf in leaves.values()
+        ]
         lines += [f"{d} = {src}" for d, src in self._dom_src]
         outs = []
         for i, n in enumerate(outputs):
@@ -580,6 +658,65 @@ class Lowering:
         numel = math.prod(g.shape)
         tun = {f"{name.upper()}_BLOCK": 1024 if numel >= 1 << 20 else 256, f"{name.upper()}_NUM_WARPS": 4}
         return Rendered(name, src, tun, args, g.outputs, describe(g))
+
+    def pointwise_cl(self, g, name, code, leaves, args, params, conv: Leaf) -> Rendered:
+        """An elementwise epilogue of a channels-last convolution (pointwise_cl.py.tmpl): 2D
+        tiles of (sample, channel) rows by spatial columns, the convolution read NHWC, the
+        outputs written NCHW contiguous."""
+        # operands that vary along rows only (per-channel parameters) or columns only are indexed
+        # by that coordinate alone: the index math runs on a [YBLOCK, 1] or [1, XBLOCK] vector
+        for leaf in leaves.values():
+            dims = {d for d in leaf.bmap if d is not None and code.dom[d] != "1"}
+            if leaf.offset is None and dims and dims <= {0, 1}:
+                leaf.offset, leaf.mask = code.index_within(leaf.bmap, "row", {0, 1}), "row_mask"
+            elif leaf.offset is None and dims and dims <= {2, 3}:
+                leaf.offset, leaf.mask = code.index_within(leaf.bmap, "col", {2, 3}), "col_mask"
+        body = Scope(None, "flat", "mask")
+        outs = [f"out{i}" for i in range(len(g.outputs))]
+        self._stores(code, g, body, None, outs)
+        prep, outs, sig, call, largs, returns = self._common(name, g, code, leaves, args, params, f"{conv.arg}.device")
+        shape = [f"{conv.arg}.shape[{d}]" for d in range(4)]
+        NAME = name.upper()
+        src = render(
+            "pointwise_cl.py.tmpl", name=name, NAME=NAME, params=sig, body="\n".join(body.lines), args=largs,
+            doc=describe(g, "pointwise_cl"), prepare="\n".join(prep), n_rows=f"{shape[0]} * {shape[1]}",
+            n_cols=f"{shape[2]} * {shape[3]}", n_chan=shape[1], call_args=call, returns=returns,
+        )
+        tun = {f"{NAME}_YBLOCK": 64, f"{NAME}_XBLOCK": 64, f"{NAME}_NUM_WARPS": 4}
+        return Rendered(name, src, tun, args, g.outputs, describe(g, "pointwise_cl"))
+
+    def _fold_conv_bias(self, code: KernelCode, conv: Leaf, leaves: dict, args: list[str], params: list[str]) -> None:
+        """The bias a channels-last convolution runs without, added as its output is loaded."""
+        bias = self.cl[id(conv.base)]
+        if bias is None:
+            return
+        arg = f"in{len(args)}"
+        conv.plus = Leaf(bias, bias, (1,), arg, f"{arg}_ptr", offset=code.index_within((1,), "row", {0, 1}), mask="row_mask")
+        leaves[("conv_bias", id(bias))] = conv.plus  # a key no node's id matches
+        args.append(self.tensor(bias))
+        params.append(conv.plus.ptr)
+
+    def rows_cl(self, g, name, code, leaves, args, params, conv: Leaf) -> Rendered:
+        """A reduction over the spatial dims of a channels-last convolution's output
+        (rows_cl.py.tmpl): each program owns consecutive channels of one sample, read NHWC in
+        [BLOCK_R, BLOCK_C] tiles; elementwise outputs are written NCHW contiguous."""
+        root = Scope(None, "base", "row_mask")
+        outs = [f"out{i}" for i in range(len(g.outputs))]
+        body = self._streamed(code, g, root, outs, CL_WALK)
+        prep, outs, sig, call, largs, returns = self._common(name, g, code, leaves, args, params, f"{conv.arg}.device")
+        NAME = name.upper()
+        src = render(
+            "rows_cl.py.tmpl", name=name, NAME=NAME, params=sig, prologue="\n".join(root.lines),
+            body="\n".join(body.lines), args=largs, doc=describe(g, "rows_cl"), prepare="\n".join(prep),
+            n_batch=f"{conv.arg}.shape[0]", n_chan=f"{conv.arg}.shape[1]", n_red=f"{conv.arg}.shape[2] * {conv.arg}.shape[3]",
+            call_args=call, returns=returns,
+        )
+        # as the column layout: the widest channel block (8-64) that still gives COLUMN_PROGRAMS programs
+        block_c = 64
+        while block_c > 8 and g.shape[0] * -(-g.shape[1] // block_c) < COLUMN_PROGRAMS:
+            block_c //= 2
+        tun = {f"{NAME}_BLOCK_C": block_c, f"{NAME}_BLOCK_R": 64, f"{NAME}_NUM_WARPS": 4}
+        return Rendered(name, src, tun, args, g.outputs, describe(g, "rows_cl"))
 
     def rows(self, g, name, code, leaves, args, params) -> Rendered:
         kept = [d for d in code.covered if d not in g.red]
@@ -839,6 +976,8 @@ def describe(g: Group, kind: str | None = None) -> str:
     names = ", ".join(dict.fromkeys(ops)) or "copy"
     what = {
         "pointwise": "one elementwise pass",
+        "pointwise_cl": "one elementwise pass over 2D tiles, the convolution read channels-last, written NCHW",
+        "rows_cl": f"one pass per row over dims {list(g.red)}, the convolution read channels-last, written NCHW",
         "rows": f"one pass per row over dims {list(g.red)}",
         "columns": f"column layout: contiguous inner axis per program, folding dims {list(g.red)} in chunks",
         "scalar": "a two-stage reduction to a scalar",
@@ -851,16 +990,17 @@ def describe(g: Group, kind: str | None = None) -> str:
 # The op file
 
 
-def render_file(source: str, graph: Graph, items: list, columns: bool = False) -> tuple[str, list[str]]:
+def render_file(source: str, graph: Graph, items: list, columns: bool = False, channels_last: bool = False) -> tuple[str, list[str]]:
     """The reference file with the kernels inserted and the entry's forward rewritten; with
-    `columns`, strided row reductions in the column layout."""
+    `columns`, strided row reductions in the column layout; with `channels_last`, 2D
+    convolutions on channels-last operands and their epilogues reading that layout."""
     tree = ast.parse(source)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     model = classes["Model"]
     fwd = next((f for f in model.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)
     if fwd is None:
         raise Unsupported("Model has no forward")
-    low = Lowering(graph, items, columns)
+    low = Lowering(graph, items, columns, channels_last)
     forward = low.forward(ast.unparse(fwd.args))
     if not low.rendered:
         raise Unsupported("nothing for a Triton kernel")
@@ -899,9 +1039,12 @@ def render_file(source: str, graph: Graph, items: list, columns: bool = False) -
 # The proposer
 
 
-def _origin(items: list, columns: bool) -> str:
+def _origin(items: list, columns: bool, cl: dict[int, Node | None] | None = None) -> str:
     parts = []
     for it in items:
+        if cl and id(it) in cl:
+            parts.append("vendor_conv_cl")
+            continue
         if isinstance(it, Group):
             parts.append(layout(it, columns))
         elif it.gemm:
@@ -949,19 +1092,23 @@ def plan(ctx: Context) -> list[Proposal]:
         return []
     out: list[Proposal] = []
     gemms = (False, True) if any(n.gemm for n in graph.nodes) else (False,)
-    for fuse_gemm, columns in ((f, c) for f in gemms for c in (True, False)):
+    variants = [(f, c, False) for f in gemms for c in (True, False)]
+    if any(n.op in CL_CONV_OPS for n in graph.nodes):
+        variants.append((False, False, True))  # after the NCHW candidates: both are timed
+    for fuse_gemm, columns, channels_last in variants:
         try:
             items = partition(graph, fuse_gemm=fuse_gemm)
             if columns and not any(isinstance(it, Group) and strided(it) for it in items):
                 continue  # no strided row reduction: the column layout would change nothing
-            source, rendered = render_file(ctx.problem.source, graph, items, columns)
+            source, rendered = render_file(ctx.problem.source, graph, items, columns, channels_last)
         except Unsupported as e:
             what = f"{'Triton' if fuse_gemm else 'vendor'} GEMM{', column layout' if columns else ''}"
+            what += ", channels-last convolution" if channels_last else ""
             ctx.log("note", message=f"templates ({what}): {e}")
             continue
         out.append(Proposal(
             source=source,
-            origin=_origin(items, columns),
+            origin=_origin(items, columns, channels_last_convs(graph, items) if channels_last else None),
             intent=_intent(rendered, items),
             parent=None,
             meta={"kernels": [r.name for r in rendered], "tunables": {k: v for r in rendered for k, v in r.tunables.items()}},

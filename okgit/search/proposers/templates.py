@@ -11,6 +11,9 @@ Each fusion group (okgit.search.graph.partition) becomes one template under okgi
 |            |                          | positions, so its loads coalesce (the column layout)      |
 | scalar     | scalar*.py.tmpl          | reductions to one value (losses), two-stage, no atomics   |
 | gemm       | gemm.py.tmpl             | matmul / linear with its elementwise epilogue fused       |
+| pointwise, | pointwise_cl.py.tmpl,    | the epilogue of a 2D convolution run channels-last (one   |
+| rows       | rows_cl.py.tmpl          | more candidate, after the NCHW one): reads NHWC in 2D     |
+|            |                          | tiles, writes NCHW, adds the conv bias it runs without    |
 
 What the groups leave (convolutions, vendor GEMMs, unknown ops) stays a PyTorch call in the
 rewritten forward. A proposal is the reference file with the kernels inserted before the

@@ -7,7 +7,10 @@ test_kernelbench_e2e.py for the real subprocess sweep).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -296,3 +299,20 @@ def test_a_winner_that_disagrees_with_float64_eager_is_not_scored_correct(tmp_pa
                           disagreement="output 0: mismatch: 1 of 8 elements outside tolerance")
     fields = sweep._baselines(tmp_path / "ref.py", tmp_path / "win.py", {}, timer=lambda r, w: times, gpu=True)
     assert fields["correct"] is False and fields["status"] == "incorrect" and "disagrees with float64 eager" in fields["error"]
+
+
+def test_a_problem_without_a_kernel_times_only_its_two_baselines(tmp_path):
+    """The user keeps the reference: eager and torch.compile place the problem, and no third
+    arm times the reference again as if it were okgit's."""
+    from okgit.kernelbench.baselines import BaselineTimes
+
+    (tmp_path / "ref.py").write_text("ref")
+    winners = []
+    times = BaselineTimes(device="cuda:0", timed=True, eager_us=30.0, compile_us=15.0)
+    fields = sweep._baselines(tmp_path / "ref.py", None, {}, timer=lambda r, w: winners.append(w) or times, gpu=True)
+    assert winners == [None]
+    assert (fields["eager_us"], fields["compile_us"], fields["okgit_us"], fields["timed"]) == (30.0, 15.0, None, False)
+    assert "speedup_eager" not in fields
+    proc = subprocess.run([sys.executable, "-m", "okgit.kernelbench.baselines", str(tmp_path / "ref.py")],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0 and json.loads(proc.stdout)["timed"] is False, proc.stderr

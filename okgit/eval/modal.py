@@ -234,7 +234,7 @@ def remote_job(payload: dict[str, Any]) -> dict[str, Any]:
         if kind == "baselines":
             from okgit.kernelbench.baselines import measure
 
-            result: Any = measure(payload["ref_source"], payload["source"], device="cuda:0" if device == "cuda" else device)
+            result: Any = measure(payload["ref_source"], payload.get("source"), device="cuda:0" if device == "cuda" else device)
             return {"result": result.model_dump(mode="json")}
         # One directory per problem, named by its content, kept while the container lives: the
         # local evaluator's prepared reference is keyed by (source, root, ...) and is reused.
@@ -300,8 +300,8 @@ class ModalEvaluator:
             raise OkgitError(f"Modal: {type(e).__name__}: {_first_line(e)}") from None
         return [self._eval_result(out, mode) for out in outs]
 
-    def time_baselines(self, ref_source: str, winner_source: str):
-        """Eager, torch.compile and the winner timed in one container (for `okgit bench kernelbench`)."""
+    def time_baselines(self, ref_source: str, winner_source: str | None):
+        """Eager, torch.compile and the winner (if any) timed in one container (for `okgit bench kernelbench`)."""
         from okgit.kernelbench.baselines import BaselineTimes
 
         return BaselineTimes.model_validate(self._call({"kind": "baselines", "ref_source": ref_source,

@@ -4,8 +4,9 @@ All three are timed in one process on one device, interleaved over rounds, with 
 evaluator's own timer (okgit.eval.timing: CUDA events, L2 flushed before each sample,
 warm-up excluded, pre-generated input sets rotated, median) and its pinned library flags,
 under the device's cross-process lock. Run as
-`python -m okgit.kernelbench.baselines REF WINNER` in a process pinned to one GPU; prints
-one JSON object. On a CPU nothing is timed: no speedup is ever claimed from a CPU.
+`python -m okgit.kernelbench.baselines REF [WINNER]` in a process pinned to one GPU; prints
+one JSON object. Without a winner (a problem okgit found no kernel for) only eager and
+torch.compile are timed. On a CPU nothing is timed: no speedup is ever claimed from a CPU.
 """
 
 from __future__ import annotations
@@ -89,8 +90,9 @@ def _pin_flags() -> dict[str, Any]:
     return dict(PINNED_FLAGS)
 
 
-def measure(ref_source: str, winner_source: str, device: str = "cuda:0") -> BaselineTimes:
-    """Time the three arms on `device`; an arm that fails (e.g. torch.compile) is left out, named."""
+def measure(ref_source: str, winner_source: str | None, device: str = "cuda:0") -> BaselineTimes:
+    """Time the arms on `device` (no okgit arm without a winner); an arm that fails (e.g.
+    torch.compile) is left out, named."""
     import torch
 
     if not device.startswith("cuda") or not torch.cuda.is_available():
@@ -101,22 +103,24 @@ def measure(ref_source: str, winner_source: str, device: str = "cuda:0") -> Base
     result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags())
     with tempfile.TemporaryDirectory(prefix="okgit-baselines-") as tmp:
         ref = _load(ref_source, "okgit_bench_ref", Path(tmp))
-        win = _load(winner_source, "okgit_bench_winner", Path(tmp))
+        win = _load(winner_source, "okgit_bench_winner", Path(tmp)) if winner_source is not None else None
         # the lock over all of it, compilation included: torch.compile benchmarks its kernel
         # configurations on the GPU at the first call, which would disturb another job's timing
         with device_lock(device):
             init = ref.get_init_inputs()
             torch.manual_seed(MODEL_SEED)
             eager = ref.Model(*init).to(device).eval()
-            torch.manual_seed(MODEL_SEED)
-            fast = getattr(win, "ModelNew", win.Model)(*init).to(device).eval()
             input_sets = []
             for seed in range(INPUT_SETS):
                 torch.manual_seed(seed)
                 input_sets.append(_to(device, ref.get_inputs()))
-            with torch.no_grad():
-                result.disagreement = _disagreement(eager, fast, input_sets[0])
-            arms: dict[str, Callable] = {"eager": eager, "okgit": fast}
+            arms: dict[str, Callable] = {"eager": eager}
+            if win is not None:
+                torch.manual_seed(MODEL_SEED)
+                fast = getattr(win, "ModelNew", win.Model)(*init).to(device).eval()
+                with torch.no_grad():
+                    result.disagreement = _disagreement(eager, fast, input_sets[0])
+                arms["okgit"] = fast
             try:
                 compiled = torch.compile(eager)
                 with torch.no_grad():
@@ -161,10 +165,10 @@ def _disagreement(eager: Any, fast: Any, inputs: list) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m okgit.kernelbench.baselines REF.py WINNER.py", file=sys.stderr)
+    if len(args) not in (1, 2):
+        print("usage: python -m okgit.kernelbench.baselines REF.py [WINNER.py]", file=sys.stderr)
         return 2
-    ref, winner = (Path(a).read_text() for a in args)
+    ref, winner = Path(args[0]).read_text(), Path(args[1]).read_text() if len(args) == 2 else None
     print(json.dumps(measure(ref, winner).model_dump(mode="json")))
     return 0
 

@@ -255,7 +255,7 @@ def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path,
             data = _helper("crosscheck", p.path, winner_path, env, extra=[flags.get("backend") or "triton"])
             update["cross_check"] = CrossCheck(error=data) if isinstance(data, str) else CrossCheck.model_validate(data)
     else:  # no kernel: the user keeps the reference; its two baselines still place the problem
-        times = _baselines(p.path, p.path, env, timer=timer, gpu=gpu)
+        times = _baselines(p.path, None, env, timer=timer, gpu=gpu)
         update.update({k: times[k] for k in ("eager_us", "compile_us") if times.get(k) is not None})
     update["wall_s"] = round(time.monotonic() - started, 1)
     return result.model_copy(update=update)
@@ -300,10 +300,11 @@ def _journal(work: Path, run_id: str) -> list[dict[str, Any]]:
     return read_jsonl(work / ".okgit" / "runs" / run_id / "journal.jsonl")[0]
 
 
-def _baselines(ref: Path, winner: Path, env: dict[str, str], *, timer: Callable[[str, str], BaselineTimes] | None,
-               gpu: bool) -> dict[str, Any]:
+def _baselines(ref: Path, winner: Path | None, env: dict[str, str], *,
+               timer: Callable[[str, str | None], BaselineTimes] | None, gpu: bool) -> dict[str, Any]:
+    """Eager, torch.compile and the winner's times (no winner: the first two only)."""
     if timer is not None:
-        times = timer(ref.read_text(), winner.read_text())
+        times = timer(ref.read_text(), winner.read_text() if winner else None)
     elif gpu:
         data = _helper("baselines", ref, winner, env)
         if isinstance(data, str):  # the helper itself failed: no figures, and why
@@ -326,12 +327,12 @@ def _baselines(ref: Path, winner: Path, env: dict[str, str], *, timer: Callable[
     return fields
 
 
-def _helper(module: str, ref: Path, winner: Path, env: dict[str, str], extra: list[str] | None = None) -> dict[str, Any] | str:
-    """Run okgit.kernelbench.<module> REF WINNER in a process pinned like the problem's run.
+def _helper(module: str, ref: Path, winner: Path | None, env: dict[str, str], extra: list[str] | None = None) -> dict[str, Any] | str:
+    """Run okgit.kernelbench.<module> REF [WINNER] in a process pinned like the problem's run.
 
     Returns the JSON object it printed, or a one-line reason when the helper itself failed.
     """
-    cmd = [sys.executable, "-m", f"okgit.kernelbench.{module}", str(ref), str(winner), *(extra or [])]
+    cmd = [sys.executable, "-m", f"okgit.kernelbench.{module}", str(ref), *([str(winner)] if winner else []), *(extra or [])]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=HELPER_TIMEOUT_S)
     except subprocess.TimeoutExpired:

@@ -211,10 +211,13 @@ def _start_watch(space):
 
 
 def _restore(space, ctx: Context) -> None:
-    """Rebuild the attempts of an interrupted run from its traces, so the search continues."""
+    """Rebuild the attempts of an interrupted run from its traces, and what its model calls
+    cost from its journal, so the search continues within the same budgets."""
     from okgit.journal import read_jsonl
 
-    tags = {e["cand"]: e["tag"] for e in read_jsonl(space.run_dir / "journal.jsonl")[0] if e["type"] == "accepted"}
+    events = read_jsonl(space.run_dir / "journal.jsonl")[0]
+    tags = {e["cand"]: e["tag"] for e in events if e["type"] == "accepted"}
+    ctx.spent_usd = sum(float(e.get("cost_usd") or 0.0) for e in events if e["type"] == "llm_call")
     for rec in read_jsonl(space.run_dir / "traces.jsonl")[0]:
         if rec["type"] != "candidate":
             continue

@@ -245,3 +245,28 @@ def test_model_on_loopback_end_to_end(tmp_path, monkeypatch, server):
 def test_ping_and_doctor_line(server):
     line = llm.ping("scripted-coder", api_base=server.url)
     assert line.startswith("scripted-coder: answered")
+
+
+def test_a_resumed_run_counts_what_its_earlier_model_calls_cost(tmp_path, monkeypatch, server):
+    """--resume rebuilds the spend from the journal's llm_call events: the dollar budget holds
+    across the interruption instead of starting again at $0."""
+    from okgit.run import _restore
+
+    monkeypatch.setenv("OKGIT_API_KEY", SECRET)
+    monkeypatch.setenv("OKGIT_DATA_DIR", str(tmp_path / "data"))
+    prices = {"scripted-coder": {"input": 1e-6, "output": 2e-6}}
+    first, _ = run_search(tmp_path, "r1", proposer_for_model(Config(model="scripted-coder", api_base=server.url, prices=prices)),
+                          iterations=2)
+    spent = first.spent_usd
+    assert spent > 0
+    run_dir = tmp_path / "runs" / "r1"
+    problem = load_problem("relu2.py", source=OP)
+    evaluator = InMemoryEvaluator(judge)
+    ctx = Context(problem=problem, reference=evaluator.reference(problem), backend="triton", device="cpu",
+                  log=JsonlWriter(run_dir / "journal.jsonl", "r1").write)
+    _restore(SimpleNamespace(run_dir=run_dir), ctx)
+    assert ctx.spent_usd == pytest.approx(spent) and len(ctx.attempts) == 2
+    config = Config(model="scripted-coder", api_base=server.url, prices=prices, budget_usd=spent)
+    resumed = Search(ctx, evaluator, Budget(iterations=10, patience=10, usd=spent), accept=lambda a: f"okgit/r1/{a.cand}")
+    assert resumed.run([proposer_for_model(config)]).startswith("dollar budget")
+    assert len(ctx.attempts) == 2 and ctx.spent_usd == pytest.approx(spent)

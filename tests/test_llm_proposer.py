@@ -118,7 +118,7 @@ def test_proposer_keeps_within_its_own_budget(tmp_path):
     model = Scripted(intents=[INTENTS], generator=lambda n: fenced(candidate("OK")), critic=[DIAG])
     ctx, events, _, proposer = run(tmp_path, model, iterations=50, config_budget=0.001)
     per_call = max(e["cost_usd"] for e in events if e["type"] == "llm_call")
-    assert 0.001 <= proposer.spent_usd < 0.001 + per_call  # stops at the first call past the budget
+    assert 0.001 <= ctx.spent_usd < 0.001 + per_call  # stops at the first call past the budget
     assert any("dollar budget" in e.get("message", "") for e in events if e["type"] == "note")
 
 

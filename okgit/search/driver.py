@@ -55,7 +55,6 @@ class Search:
         self.budget = budget
         self.accept = accept
         self.mode = mode
-        self.spent_usd = 0.0
         self.started = time.monotonic()
         self.since_best = 0
         self.evaluated = len(ctx.attempts)  # a resumed run's iteration budget counts what it did
@@ -65,10 +64,14 @@ class Search:
 
         def counting_log(type: str, **fields):
             if type == "llm_call":
-                self.spent_usd += float(fields.get("cost_usd") or 0.0)
+                ctx.spent_usd += float(fields.get("cost_usd") or 0.0)
             return log(type, **fields)
 
         ctx.log = counting_log
+
+    @property
+    def spent_usd(self) -> float:
+        return self.ctx.spent_usd
 
     def should_stop(self) -> bool:
         b, best = self.budget, self.ctx.best

@@ -43,9 +43,11 @@ class Context:
     best: Attempt | None = None  # the best accepted candidate so far (None: the reference)
     hardware: dict[str, Any] = field(default_factory=dict)
     # Journal events (e.g. log("llm_call", cost_usd=0.01, ...)) and full trace records. The
-    # driver sums `cost_usd` of llm_call events against the dollar budget.
+    # driver adds the `cost_usd` of each llm_call event to `spent_usd`, which the dollar budget
+    # reads (a resumed run starts from what its earlier calls cost).
     log: Callable[..., Any] = lambda type, **fields: None
     trace: Callable[..., Any] = lambda type, **fields: None
+    spent_usd: float = 0.0
 
     @property
     def best_source(self) -> str:

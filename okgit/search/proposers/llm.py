@@ -77,7 +77,6 @@ class LLMProposer:
         self.call_options = {"timeout_s": timeout_s, "max_retries": max_retries}
         self.ids = itertools.count(1)
         self.started = False
-        self.spent_usd = 0.0
         self.call_failures = 0
         self.price_noted = False
         self.sig: memory.Signature | None = None
@@ -343,9 +342,9 @@ class LLMProposer:
 
     def _stopped(self, ctx: Context, quiet: bool = False) -> bool:
         budget = self.config.budget_usd
-        if budget is not None and self.spent_usd >= budget:
+        if budget is not None and ctx.spent_usd >= budget:
             if not quiet:
-                ctx.log("note", message=f"llm: dollar budget ${budget:.2f} spent (${self.spent_usd:.4f})")
+                ctx.log("note", message=f"llm: dollar budget ${budget:.2f} spent (${ctx.spent_usd:.4f})")
             return True
         if self.call_failures >= MAX_CALL_FAILURES:
             if not quiet:
@@ -370,7 +369,6 @@ class LLMProposer:
             ctx.log("note", message=f"llm: {role} call failed: {e}")
             return None, None
         self.call_failures = 0
-        self.spent_usd += reply.cost_usd
         parsed = parse(reply.text)
         usage = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens}
         ctx.log("llm_call", role=role, model=reply.model, **usage, cost_usd=reply.cost_usd, latency_s=reply.latency_s, ok=parsed is not None)

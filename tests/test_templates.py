@@ -12,7 +12,8 @@ from oprun import run_ops
 
 from okgit.eval.types import Reference
 from okgit.problem import load_problem, shape_knobs
-from okgit.search.graph import Bound, Unsupported, capture, partition
+from okgit.search.fusion import partition
+from okgit.search.graph import Bound, Unsupported, capture
 from okgit.search.proposers.templates import TemplatesProposer, plan
 from okgit.search.types import Context
 

@@ -1,6 +1,6 @@
 """The offline proposer: the reference's graph, cut into fusion groups, rendered from templates.
 
-Each fusion group (okgit.search.graph.partition) becomes one template under okgit/templates:
+Each fusion group (okgit.search.fusion.partition) becomes one template under okgit/templates:
 
 | group      | template                 | covers                                                    |
 |------------|--------------------------|-----------------------------------------------------------|
@@ -40,15 +40,8 @@ from string import Template
 
 import torch
 
-from okgit.search.graph import (
-    Bound,
-    Graph,
-    Group,
-    Node,
-    Unsupported,
-    capture,
-    partition,
-)
+from okgit.search.fusion import Group, partition
+from okgit.search.graph import Bound, Graph, Node, Unsupported, capture
 from okgit.search.types import Context, Proposal
 
 TEMPLATE_DIR = resources.files("okgit") / "templates"

@@ -1,0 +1,250 @@
+"""Cut a captured graph (okgit.search.graph) into fusion groups, one kernel each.
+
+A group is the nodes one Triton kernel computes over one iteration domain: an elementwise
+chain (pointwise), a reduction with what it feeds over the same rows (rows, scalar), or a
+matmul with its epilogue (gemm). What no group takes (convolutions, vendor GEMMs, unknown
+ops) stays a PyTorch call: `partition` returns groups and those nodes in execution order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from okgit.search.graph import Graph, Node, Unsupported
+
+
+@dataclass(eq=False)
+class Group:
+    """Nodes one kernel computes over the domain `shape`, folding the domain dims `red`.
+
+    `smap` maps each value the group touches (computed or read) from its own dims to domain
+    dims (None for a size-1 dim): that is how a value broadcasts inside the kernel.
+    """
+
+    shape: tuple[int, ...]
+    red: tuple[int, ...] = ()
+    gemm: Node | None = None  # a matmul whose accumulator feeds the group (Triton GEMM)
+    nodes: list[Node] = field(default_factory=list)  # computed here, in order
+    leaves: list[Node] = field(default_factory=list)  # read from memory
+    outputs: list[Node] = field(default_factory=list)  # written to memory
+    smap: dict[int, tuple[int | None, ...]] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        if self.gemm is not None:
+            return "gemm"
+        if not self.red:
+            return "pointwise"
+        spread = [d for d, s in enumerate(self.shape) if s != 1]
+        return "scalar" if all(d in self.red for d in spread) else "rows"
+
+    def has(self, n: Node) -> bool:
+        return id(n) in self.smap
+
+    def computes(self, n: Node) -> bool:
+        return self.has(n) and n not in self.leaves
+
+    def full(self, n: Node) -> bool:
+        """Whether n varies along the folded dims (a tile value) rather than once per row."""
+        return any(d in self.red for d in self.smap[id(n)] if d is not None)
+
+    def level(self, n: Node, memo: dict[int, int] | None = None) -> int:
+        """The number of reduction passes that must finish before n can be computed."""
+        memo = {} if memo is None else memo
+        if id(n) not in memo:
+            if not self.computes(n) or n is self.gemm or n.kind == "iota":
+                memo[id(n)] = 0
+            else:
+                memo[id(n)] = max((self.level(a, memo) for a in n.inputs), default=0) + (n.kind == "reduce")
+        return memo[id(n)]
+
+
+def _align(own: tuple[int, ...], out_shape: tuple[int, ...], out_map, domain: tuple[int, ...]):
+    """Map an operand's dims to domain dims through its consumer's map (torch broadcasting)."""
+    off = len(out_shape) - len(own)
+    if off < 0:
+        return None
+    m: list[int | None] = []
+    for j, s in enumerate(own):
+        d = out_map[off + j]
+        if s == 1:
+            m.append(None)
+        elif d is None or domain[d] != s:
+            return None
+        else:
+            m.append(d)
+    return tuple(m)
+
+
+def _through_view(src: Node, view: Node, view_map) -> tuple:
+    """A unit-dim view keeps its non-1 dims in order: its source's map follows from the view's."""
+    dims = iter([d for d, s in zip(view_map, view.shape) if s != 1])
+    return tuple(next(dims) if s != 1 else None for s in src.shape)
+
+
+def _from_source(src: Node, src_map, view: Node) -> tuple:
+    dims = iter([d for d, s in zip(src_map, src.shape) if s != 1])
+    return tuple(next(dims) if s != 1 else None for s in view.shape)
+
+
+class _Partitioner:
+    def __init__(self, graph: Graph, fuse_gemm: bool) -> None:
+        self.graph = graph
+        self.fuse_gemm = fuse_gemm
+        users = graph.users()
+        outs = {id(o) for o in graph.outputs}
+        self.items: list[Group | Node] = []
+        self.group: Group | None = None
+        # Elementwise work on parameters alone is recomputed inside the kernel that reads it,
+        # unless someone needs it as a tensor.
+        self.inline: set[int] = set()
+        for n in graph.nodes:
+            needed = id(n) in outs or any(u.kind == "extern" for u in users[id(n)])
+            if n.kind in ("op", "view") and n.inputs and not needed and all(
+                a.kind == "param" or id(a) in self.inline for a in n.inputs
+            ):
+                self.inline.add(id(n))
+
+    def run(self) -> list[Group | Node]:
+        for n in self.graph.nodes:
+            if n.is_leaf or id(n) in self.inline:
+                continue
+            if n.kind == "view" and not (self.group and self.group.computes(n.args[0])):
+                continue  # a view of a tensor in memory is read in place by its consumers
+            if n.kind == "extern":
+                self._close()
+                if n.gemm and self.fuse_gemm and n.op != "getitem":
+                    self.group = Group(shape=n.shape, gemm=n)
+                    self.group.smap[id(n)] = tuple(range(len(n.shape)))
+                else:
+                    self.items.append(n)
+                continue
+            if self.group is None or not self._add(self.group, n):
+                self._close()
+                self.group = Group(shape=n.args[0].shape if n.kind == "reduce" else n.shape)
+                if not self._add(self.group, n):
+                    raise Unsupported(f"cannot lower {n.kind} {n.op} of shape {n.shape}")
+        self._close()
+        return self.items
+
+    def _close(self) -> None:
+        if self.group is not None and (self.group.nodes or self.group.gemm is not None):
+            self.items.append(self.group)
+        self.group = None
+
+    # operands ----------------------------------------------------------------------------
+    def _operand_map(self, g: Group, a: Node, user: Node, user_map):
+        if g.has(a):
+            return g.smap[id(a)]
+        m = _through_view(a, user, user_map) if user.kind == "view" else _align(a.shape, user.shape, user_map, g.shape)
+        if m is not None and id(a) in self.inline and any(self._operand_map(g, b, a, m) is None for b in a.inputs):
+            return None
+        return m
+
+    def _claim(self, g: Group, a: Node, m) -> None:
+        """Record an operand g does not compute from its own nodes: read it, or inline it."""
+        if g.has(a):
+            return
+        if id(a) in self.inline:
+            for b in a.inputs:
+                self._claim(g, b, self._operand_map(g, b, a, m))
+            g.nodes.append(a)
+        else:
+            g.leaves.append(a)
+        g.smap[id(a)] = m
+
+    # nodes -------------------------------------------------------------------------------
+    def _add(self, g: Group, n: Node) -> bool:
+        if g.gemm is not None and n.kind not in ("op", "view"):
+            return False
+        if n.kind == "reduce":
+            return self._add_reduce(g, n)
+        if n.kind == "count":
+            if not g.computes(n.args[0]):
+                return False
+            return self._put(g, n, ())
+        if n.kind == "iota":
+            if len(n.shape) != len(g.shape) or any(s not in (1, g.shape[i]) for i, s in enumerate(n.shape)):
+                return False
+            return self._put(g, n, tuple(i if s != 1 else None for i, s in enumerate(n.shape)))
+        if n.kind == "view":
+            return self._put(g, n, _from_source(n.args[0], g.smap[id(n.args[0])], n))
+        out_map = self._out_map(g, n)
+        if out_map is None:
+            return False
+        maps = []
+        for a in n.inputs:
+            m = self._operand_map(g, a, n, out_map)
+            if m is None or (g.has(a) and _misaligned(a, g.smap[id(a)], n, out_map)):
+                return False
+            maps.append((a, m))
+        for a, m in maps:
+            self._claim(g, a, m)
+        return self._put(g, n, out_map)
+
+    def _put(self, g: Group, n: Node, m) -> bool:
+        g.smap[id(n)] = m
+        g.nodes.append(n)
+        return True
+
+    def _out_map(self, g: Group, n: Node):
+        """Domain dims of n's dims, from the operands g already has."""
+        if not g.smap:
+            return tuple(range(len(n.shape))) if n.shape == g.shape else None
+        out: list[int | None] = []
+        for j, s in enumerate(n.shape):
+            seen = set()
+            for a in n.inputs:
+                off = len(n.shape) - len(a.shape)
+                if g.has(a) and j >= off and a.shape[j - off] != 1:
+                    seen.add(g.smap[id(a)][j - off])
+            if len(seen) > 1:
+                return None
+            if seen:
+                out.append(seen.pop())
+            elif s == 1:
+                out.append(None)
+            elif len(n.shape) == len(g.shape) and g.shape[j] == s:
+                out.append(j)
+            else:
+                return None
+        return tuple(out)
+
+    def _add_reduce(self, g: Group, n: Node) -> bool:
+        x = n.args[0]
+        if g.has(x):
+            xm = g.smap[id(x)]
+        elif x.shape == g.shape and not (x.kind == "view" and id(x) in self.inline):
+            xm = tuple(i if s != 1 else None for i, s in enumerate(x.shape))
+        else:
+            return False
+        red = tuple(sorted(xm[d] for d in n.dims if xm[d] is not None))
+        if not red or (g.red and red != g.red):
+            return False
+        self._claim(g, x, xm)
+        g.red = red
+        if n.keepdim:
+            m = tuple(None if i in n.dims else d for i, d in enumerate(xm))
+        else:
+            m = tuple(d for i, d in enumerate(xm) if i not in n.dims)
+        return self._put(g, n, m)
+
+
+def _misaligned(a: Node, amap, n: Node, out_map) -> bool:
+    """True when torch's right-aligned broadcast puts a's values along other domain dims."""
+    off = len(n.shape) - len(a.shape)
+    return any(s != 1 and amap[j] != out_map[off + j] for j, s in enumerate(a.shape))
+
+
+def partition(graph: Graph, fuse_gemm: bool = False) -> list[Group | Node]:
+    """Fusion groups and PyTorch ops in execution order, with each group's outputs."""
+    parts = _Partitioner(graph, fuse_gemm)
+    items = parts.run()
+    users = graph.users()
+    outs = {id(o) for o in graph.outputs}
+    for g in (it for it in items if isinstance(it, Group)):
+        made = ([g.gemm] if g.gemm is not None else []) + [n for n in g.nodes if id(n) not in parts.inline]
+        for n in made:
+            if id(n) in outs or any(not g.computes(u) for u in users[id(n)]):
+                g.outputs.append(n)
+    return items

@@ -131,8 +131,9 @@ def test_device_locks_hold_across_two_processes(tmp_path):
     records = [json.loads(line) for o in outs for line in o.read_text().splitlines()]
     assert len(records) == 8
     for device in ("cpu:0", "cpu:1"):
+        # each process's slots take jobs as they free up: how many land on a device varies
         held = sorted((s, e) for d, s, e, _ in records if d == device)
-        assert len(held) == 4
+        assert held
         assert all(not overlaps(a, b) for a, b in itertools.pairwise(held)), f"two processes held {device} at once"
     assert max(w for *_, w in records) > 0.1  # the lock was contended, and waited for
     assert (tmp_path / "data" / "locks" / "cpu-0.lock").exists()

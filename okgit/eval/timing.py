@@ -9,9 +9,10 @@ Protocol, per sample s (warm-up samples are the same loop, discarded):
   scratch buffer (>= 2x L2), hold the stream with a spin kernel of about 200 us, record start,
   call, record end. The spin lets the host queue the call before its start event fires: the
   events measure the device's time for the call, not how long a loaded host took to launch
-  it (in an H200 sweep with 4 problems at once, kernels that time 69-79 us alone timed 105-163
-  us without it, and torch.compile of an elementwise op 116 us against 68.8 us in a quieter one). A call whose launches take longer than the
-  spin still pays for them: work can only hide that way, never be rushed.
+  it (in an H200 sweep with 4 problems at once, kernels that time 69-79 us alone timed
+  105-163 us without it, and torch.compile of an elementwise op 116 us against 68.8 us in a
+  quieter sweep). A call whose launches take longer than the spin still pays for them: its
+  time can only grow that way, never shrink.
 The last sample of each content is cloned for the parent to check (timed outputs must still be
 right). Afterwards one back-to-back batch measures host time against event time and how long a
 device-wide synchronize still takes once the timed stream is done: work left running on another

@@ -1,6 +1,6 @@
 """Live baselines for a sweep: eager reference, torch.compile of it, and okgit's winner.
 
-All three are timed in one process on one device, interleaved over rounds, with the
+The arms are timed in one process on one device, interleaved over rounds, with the
 evaluator's own timer (okgit.eval.timing: CUDA events, L2 flushed before each sample,
 warm-up excluded, pre-generated input sets rotated, median) and its pinned library flags,
 under the device's cross-process lock. Run as

@@ -70,7 +70,7 @@ def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: i
                flush: Any) -> Timed:
     """Median event time per call over `samples` samples, after `warmup` identical ones."""
     Event, synchronize, perf = _bound["Event"], _bound["synchronize"], _bound["perf_counter"]
-    zero_, copy_, clone = _bound["zero_"], _bound["copy_"], _bound["clone"]
+    zero_, copy_, clone, spin = _bound["zero_"], _bound["copy_"], _bound["clone"], _bound["spin"]
     k = len(input_sets)
     slots = [[clone(x) if _is_tensor(x) else x for x in s] for s in input_sets]
     total = warmup + samples
@@ -82,7 +82,7 @@ def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: i
             if _is_tensor(dst):
                 copy_(dst, src)
         zero_(flush)
-        _bound["spin"](HOLD_CYCLES)
+        spin(HOLD_CYCLES)
         start, end = events[s]
         start.record()
         out = fn(*slots[b])

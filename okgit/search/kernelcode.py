@@ -347,5 +347,15 @@ class Walk:
 
 ROW_WALK = Walk("BLOCK_N", "[BLOCK_M, BLOCK_N]", 1)  # rows along axis 0, a row's elements along axis 1
 COLUMN_PROGRAMS = 2048  # about 16 programs per SM of an H100/H200
+
+
+def widest_block(n_outer: int, n_inner: int, widest: int, narrowest: int) -> int:
+    """The widest power-of-two block along the inner extent that still gives COLUMN_PROGRAMS
+    programs (n_outer of them per block column): on an H200 (bench/space.py) a filled GPU
+    beat wider contiguous tile rows."""
+    block = widest
+    while block > narrowest and n_outer * -(-n_inner // block) < COLUMN_PROGRAMS:
+        block //= 2
+    return block
 COLUMN_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_J]", 0)  # the contiguous inner axis along axis 1
 CL_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_C]", 0, ("nhwc = nhwc_base + col * n_chan",))  # channels along axis 1

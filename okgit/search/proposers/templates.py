@@ -44,7 +44,6 @@ from okgit.search.fusion import Group, partition
 from okgit.search.graph import Bound, Graph, Node, Unsupported, capture
 from okgit.search.kernelcode import (
     CL_WALK,
-    COLUMN_PROGRAMS,
     COLUMN_WALK,
     HELPERS,
     NEUTRAL,
@@ -56,6 +55,7 @@ from okgit.search.kernelcode import (
     indent,
     literal,
     prod,
+    widest_block,
 )
 from okgit.search.types import Context, Proposal
 
@@ -388,11 +388,7 @@ class Lowering:
             n_batch=f"{conv.arg}.shape[0]", n_chan=f"{conv.arg}.shape[1]", n_red=f"{conv.arg}.shape[2] * {conv.arg}.shape[3]",
             call_args=call, returns=returns,
         )
-        # as the column layout: the widest channel block (8-64) that still gives COLUMN_PROGRAMS programs
-        block_c = 64
-        while block_c > 8 and g.shape[0] * -(-g.shape[1] // block_c) < COLUMN_PROGRAMS:
-            block_c //= 2
-        tun = {f"{NAME}_BLOCK_C": block_c, f"{NAME}_BLOCK_R": 64, f"{NAME}_NUM_WARPS": 4}
+        tun = {f"{NAME}_BLOCK_C": widest_block(g.shape[0], g.shape[1], 64, 8), f"{NAME}_BLOCK_R": 64, f"{NAME}_NUM_WARPS": 4}
         return Rendered(name, src, tun, args, g.outputs, describe(g, "rows_cl"))
 
     def rows(self, g, name, code, leaves, args, params) -> Rendered:
@@ -451,13 +447,7 @@ class Lowering:
             n_outer=prod([code.dom[d] for d in outer]), n_inner=prod([code.dom[d] for d in inner]),
             n_red=prod([code.dom[d] for d in red]), call_args=call, returns=returns,
         )
-        # The widest column block (16-128 lanes) that still gives COLUMN_PROGRAMS programs: on an
-        # H200 (bench/space.py) the GPU filled beat wider contiguous tile rows.
-        n_outer = math.prod(g.shape[d] for d in outer)
-        n_inner = math.prod(g.shape[d] for d in inner)
-        block_j = 128
-        while block_j > 16 and n_outer * -(-n_inner // block_j) < COLUMN_PROGRAMS:
-            block_j //= 2
+        block_j = widest_block(math.prod(g.shape[d] for d in outer), math.prod(g.shape[d] for d in inner), 128, 16)
         tun = {f"{NAME}_BLOCK_J": block_j, f"{NAME}_BLOCK_R": 16, f"{NAME}_NUM_WARPS": 4}
         return Rendered(name, src, tun, args, g.outputs, describe(g, "columns"))
 

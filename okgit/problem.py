@@ -49,17 +49,29 @@ def top_level_names(source: str, path: str = "<op>") -> set[str]:
 
 def shape_knobs(source: str, path: str = "<op>") -> dict[str, int]:
     """Module-level `name = <int>` assignments: the knobs that set the problem's shapes."""
-    knobs: dict[str, int] = {}
-    for node in _parse(source, path).body:
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and isinstance(node.value, ast.Constant)
-            and type(node.value.value) is int
-        ):
-            knobs[node.targets[0].id] = node.value.value
-    return knobs
+    return {name: node.value.value for name, node in _knob_assignments(_parse(source, path))}
+
+
+def with_knobs(source: str, path: str, knobs: dict[str, int]) -> ast.Module:
+    """The op file's syntax tree with its knob assignments set to `knobs`: executed, every global
+    derived from a knob (`bias_shape = (out_channels, 1, 1)`) follows it."""
+    tree = _parse(source, path)
+    for name, node in _knob_assignments(tree):
+        if name in knobs:
+            node.value = ast.copy_location(ast.Constant(knobs[name]), node.value)
+    return tree
+
+
+def _knob_assignments(tree: ast.Module) -> list[tuple[str, ast.Assign]]:
+    return [
+        (node.targets[0].id, node)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Constant)
+        and type(node.value.value) is int
+    ]
 
 
 def load_problem(path: str | Path, source: str | None = None, root: str | None = None) -> Problem:

@@ -132,8 +132,7 @@ class _CountingModule:
         counter = self._counter
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            counter.counts[name] += 1
-            return attr(*args, **kwargs)
+            return counter.launched(name, lambda: attr(*args, **kwargs))
 
         return call
 

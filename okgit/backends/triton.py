@@ -6,6 +6,11 @@ through: `JITFunction` (compiled) and `InterpretedFunction` (TRITON_INTERPRET=1)
 the autotuner and heuristics wrappers call `fn.run` too, so one class-level wrapper sees every
 launch, in triton 3.2 to 3.9 alike. It is installed before the candidate is imported, so the
 candidate's kernels are created with the wrapped classes.
+
+A launch counts once it returned: a kernel that fails to compile at its first launch, caught
+by the candidate and replaced by a library call, launched nothing. Such a failure is recorded
+apart (`failed`), since a call that went on without its kernel computed its outputs some other
+way; failures inside Triton's own autotuner (configurations it prunes) are not findings.
 """
 
 from __future__ import annotations
@@ -15,13 +20,26 @@ from typing import Any, Callable
 
 
 class LaunchCounter:
-    """Launches per kernel name since the last `reset()`."""
+    """Completed launches, and launches that raised, per kernel name since the last `reset()`."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
+        self.failed: Counter[str] = Counter()
 
     def reset(self) -> None:
         self.counts.clear()
+        self.failed.clear()
+
+    def launched(self, name: str, launch: Callable[[], Any]) -> Any:
+        """Run one launch and count it by how it ended."""
+        try:
+            result = launch()
+        except BaseException:
+            if not _inside_autotuner():
+                self.failed[name] += 1
+            raise
+        self.counts[name] += 1
+        return result
 
     def total(self) -> int:
         return sum(self.counts.values())
@@ -46,9 +64,9 @@ def install_launch_counter() -> LaunchCounter:
 
 def _counting(run: Callable[..., Any], counter: LaunchCounter) -> Callable[..., Any]:
     def run_counted(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-        if not warmup:
-            counter.counts[_kernel_name(self)] += 1
-        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        if warmup:
+            return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        return counter.launched(_kernel_name(self), lambda: run(self, *args, grid=grid, warmup=warmup, **kwargs))
 
     return run_counted
 
@@ -56,3 +74,15 @@ def _counting(run: Callable[..., Any], counter: LaunchCounter) -> Callable[..., 
 def _kernel_name(fn: Any) -> str:
     inner = getattr(fn, "fn", None)
     return getattr(inner, "__name__", None) or getattr(fn, "__name__", "triton_kernel")
+
+
+def _inside_autotuner() -> bool:
+    """Whether Triton's autotuner is benchmarking this launch (it drops configurations that fail)."""
+    import sys
+
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.replace("\\", "/").endswith("triton/runtime/autotuner.py"):
+            return True
+        frame = frame.f_back
+    return False

@@ -1,4 +1,4 @@
-"""Tolerances and output comparison, parent side (the candidate never sees this code run).
+"""Tolerances and output comparison, run in the judge (the candidate never sees this code run).
 
 Tolerances are fixed per dtype before any candidate: |out - ref64| <= atol + rtol * |ref64|
 with atol = rtol_dtype * max|ref64| (scaled to the reference's magnitude), and never tighter
@@ -6,15 +6,21 @@ than REF_ERROR_MULTIPLE times the reference implementation's own error against f
 cuDNN convolution is far from 1e-4 of strict fp32). Positions where the native reference is
 NaN or inf must hold the same non-finite value; a NaN where the reference is finite is an
 element the candidate never wrote (memory is poisoned with NaN) or a NaN it produced.
+
+Every pass over an output walks it in flat chunks of CHUNK elements, where the tensors live
+(on the GPU for a GPU problem): the float64 temporaries of one chunk are what a comparison
+adds to memory, whatever the output's size (KernelBench outputs reach 1.6e9 elements).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 REF_ERROR_MULTIPLE = 4.0
 RTOL = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1.6e-2, "float64": 1e-7, "complex64": 1e-4, "complex128": 1e-7}
+CHUNK = 1 << 26  # elements per pass: a few float64 temporaries of 512 MiB at most
 
 
 @dataclass(frozen=True)
@@ -43,29 +49,52 @@ class LeafCheck:
     max_rel: float = 0.0
 
 
+def chunks(*tensors: Any, size: int = CHUNK) -> Iterator[tuple[int, list[Any]]]:
+    """(flat offset, [the same flat range of each tensor]) over tensors of one shape, in
+    row-major order; None stays None."""
+    flat = [t.reshape(-1) if t is not None else None for t in tensors]
+    n = next(t.numel() for t in flat if t is not None)
+    for start in range(0, max(n, 1), size):
+        yield start, [t[start:start + size] if t is not None else None for t in flat]
+
+
 def reference_error(native: Any, f64: Any) -> float:
     import torch
 
     if f64 is None or native is None or not native.is_floating_point():
         return 0.0
-    a, b = native.double(), f64.double()
-    finite = torch.isfinite(a) & torch.isfinite(b)
-    if not bool(finite.any()):
-        return 0.0
-    return float((a - b).abs()[finite].max())
+    worst = 0.0
+    for _, (a, b) in chunks(native, f64):
+        a, b = a.double(), b.double()
+        finite = torch.isfinite(a) & torch.isfinite(b)
+        if bool(finite.any()):
+            worst = max(worst, float((a - b).abs()[finite].max()))
+    return worst
+
+
+def magnitude(native: Any, f64: Any) -> float:
+    """max |reference| over its finite elements (float64 where it exists)."""
+    import torch
+
+    worst = 0.0
+    for _, (ref,) in chunks(f64 if f64 is not None else native):
+        ref = ref.double()
+        finite = ref[torch.isfinite(ref)]
+        if finite.numel():
+            worst = max(worst, float(finite.abs().max()))
+    return worst
 
 
 def leaf_tolerance(native: Any, f64: Any, ref_error: float, rtol: float | None = None,
                    atol: float | None = None) -> LeafTolerance:
     """The tolerance of one output leaf; `rtol`/`atol` override the dtype rule (okgit.toml)."""
-    import torch
-
-    dtype = str(native.dtype).replace("torch.", "")
     if not (native.is_floating_point() or native.is_complex()):
         return LeafTolerance(0.0, 0.0, 0.0)
-    ref = (f64 if f64 is not None else native).double()
-    finite = ref[torch.isfinite(ref)]
-    scale = float(finite.abs().max()) if finite.numel() else 0.0
+    return tolerance_from(str(native.dtype).replace("torch.", ""), magnitude(native, f64), ref_error, rtol, atol)
+
+
+def tolerance_from(dtype: str, scale: float, ref_error: float, rtol: float | None = None,
+                   atol: float | None = None) -> LeafTolerance:
     r = RTOL.get(dtype, 1e-4) if rtol is None else rtol
     a = r * scale if atol is None else atol
     return LeafTolerance(rtol=r, atol=max(a, REF_ERROR_MULTIPLE * ref_error), ref_error=ref_error, scale=scale)
@@ -73,8 +102,6 @@ def leaf_tolerance(native: Any, f64: Any, ref_error: float, rtol: float | None =
 
 def check_leaf(out: Any, facts: dict[str, Any], native: Any, f64: Any, tol: LeafTolerance, gate: str) -> LeafCheck:
     """One output leaf of one call against the expected one. `gate` names a plain mismatch."""
-    import torch
-
     if not facts.get("exact") or out is None:
         return LeafCheck(False, "output_type", f"returned {facts.get('type')}, not exactly torch.Tensor")
     if list(out.shape) != list(native.shape):
@@ -82,48 +109,91 @@ def check_leaf(out: Any, facts: dict[str, Any], native: Any, f64: Any, tol: Leaf
     if out.dtype != native.dtype:
         return LeafCheck(False, "output_type", f"dtype {out.dtype}, expected {native.dtype}")
     if not (native.is_floating_point() or native.is_complex()):
-        bad = out != native
-        if bool(bad.any()):
-            n = int(bad.sum())
-            if out.dtype != torch.bool and bool((out[bad] == torch.iinfo(out.dtype).max).all()):
-                return LeafCheck(False, "outputs_written", f"{n} of {out.numel()} elements never written (poison value)")
-            return LeafCheck(False, gate, f"{n} of {out.numel()} integer elements differ")
-        return LeafCheck(True)
-    nat_bad = ~torch.isfinite(native)
-    out_nan = torch.isnan(out)
-    unwritten = out_nan & ~nat_bad
-    if bool(unwritten.any()):
-        n = int(unwritten.sum())
-        first = _index(unwritten)
+        return _check_integers(out, native, gate)
+    return _check_floats(out, native, f64, tol, gate)
+
+
+def _check_integers(out: Any, native: Any, gate: str) -> LeafCheck:
+    import torch
+
+    bad_n = poison_n = 0
+    poison = None if out.dtype == torch.bool else torch.iinfo(out.dtype).max
+    for _, (o, nat) in chunks(out, native):
+        bad = o != nat
+        bad_n += int(bad.sum())
+        if poison is not None:
+            poison_n += int((bad & (o == poison)).sum())
+    if bad_n:
+        if poison is not None and poison_n == bad_n:
+            return LeafCheck(False, "outputs_written", f"{bad_n} of {out.numel()} elements never written (poison value)")
+        return LeafCheck(False, gate, f"{bad_n} of {out.numel()} integer elements differ")
+    return LeafCheck(True)
+
+
+def _check_floats(out: Any, native: Any, f64: Any, tol: LeafTolerance, gate: str) -> LeafCheck:
+    """The gates of one float leaf in their order (unwritten, NaN pattern, inf, tolerance), each
+    a pass over the chunks so that the first failing gate reports its first position."""
+    import torch
+
+    n = out.numel()
+    unwritten = _count_first(out, native, f64, lambda o, nat, ref: torch.isnan(o) & torch.isfinite(nat))
+    if unwritten[0]:
         return LeafCheck(False, "outputs_written",
-                         f"{n} of {out.numel()} elements are NaN where the reference is finite, first at {first}: "
-                         "never written (memory was poisoned with NaN) or a NaN the kernel produced")
-    if bool(nat_bad.any()):
-        same = (torch.isnan(native) & out_nan) | (native == out)
-        wrong = nat_bad & ~same
-        if bool(wrong.any()):
-            return LeafCheck(False, "nan_pattern", f"{int(wrong.sum())} NaN/inf positions differ from the reference's")
-    if bool((~torch.isfinite(out) & ~nat_bad).any()):
-        n = int((~torch.isfinite(out) & ~nat_bad).sum())
-        return LeafCheck(False, "nan_pattern", f"{n} elements are inf where the reference is finite")
-    ref = (f64 if f64 is not None else native).double()
-    o = out.double()
-    finite = ~nat_bad & torch.isfinite(ref)
-    if not bool(finite.any()):
-        return LeafCheck(True)
-    diff = (o - ref).abs()
-    diff[~finite] = 0
-    allowed = tol.atol + tol.rtol * ref.abs()
-    over = (diff > allowed) & finite
-    max_abs = float(diff.max())
-    denom = ref.abs().clamp_min(tol.atol or 1e-30)
-    max_rel = float((diff / denom)[finite].max())
-    if bool(over.any()):
-        at = _index(over)
-        return LeafCheck(False, gate, f"{int(over.sum())} of {out.numel()} elements outside tolerance; max abs error "
-                         f"{max_abs:.3e} (allowed {tol.describe}); first at {at}: got {float(o[at]):.6g}, "
-                         f"expected {float(ref[at]):.6g}", max_abs, max_rel)
+                         f"{unwritten[0]} of {n} elements are NaN where the reference is finite, first at "
+                         f"{_unravel(unwritten[1], out.shape)}: never written (memory was poisoned with NaN) or a "
+                         "NaN the kernel produced")
+    pattern = _count_first(out, native, f64, lambda o, nat, ref: ~torch.isfinite(nat) & ~(
+        (torch.isnan(nat) & torch.isnan(o)) | (nat == o)))
+    if pattern[0]:
+        return LeafCheck(False, "nan_pattern", f"{pattern[0]} NaN/inf positions differ from the reference's")
+    inf = _count_first(out, native, f64, lambda o, nat, ref: ~torch.isfinite(o) & torch.isfinite(nat))
+    if inf[0]:
+        return LeafCheck(False, "nan_pattern", f"{inf[0]} elements are inf where the reference is finite")
+    max_abs = max_rel = 0.0
+    over_n, first, got, want = 0, -1, 0.0, 0.0
+    for start, (o, nat, ref) in chunks(out, native, f64):
+        ref = (ref if ref is not None else nat).double()
+        finite = torch.isfinite(nat) & torch.isfinite(ref)
+        if not bool(finite.any()):
+            continue
+        o = o.double()
+        diff = (o - ref).abs()
+        diff[~finite] = 0
+        over = (diff > tol.atol + tol.rtol * ref.abs()) & finite
+        max_abs = max(max_abs, float(diff.max()))
+        max_rel = max(max_rel, float((diff / ref.abs().clamp_min(tol.atol or 1e-30))[finite].max()))
+        k = int(over.sum())
+        if k and first < 0:
+            at = int(torch.nonzero(over)[0])
+            first, got, want = start + at, float(o[at]), float(ref[at])
+        over_n += k
+    if over_n:
+        return LeafCheck(False, gate, f"{over_n} of {n} elements outside tolerance; max abs error "
+                         f"{max_abs:.3e} (allowed {tol.describe}); first at {_unravel(first, out.shape)}: got "
+                         f"{got:.6g}, expected {want:.6g}", max_abs, max_rel)
     return LeafCheck(True, max_abs=max_abs, max_rel=max_rel)
+
+
+def _count_first(out: Any, native: Any, f64: Any, mask_of: Any) -> tuple[int, int]:
+    """(how many elements the mask marks, flat index of the first) over the chunks."""
+    import torch
+
+    count, first = 0, -1
+    for start, (o, nat, ref) in chunks(out, native, f64):
+        mask = mask_of(o, nat, ref)
+        k = int(mask.sum())
+        if k and first < 0:
+            first = start + int(torch.nonzero(mask)[0])
+        count += k
+    return count, first
+
+
+def _unravel(flat: int, shape: Any) -> tuple[int, ...]:
+    index = []
+    for dim in reversed(list(shape)):
+        index.append(flat % dim if dim else 0)
+        flat = flat // dim if dim else 0
+    return tuple(reversed(index))
 
 
 def bitwise_equal(a: Any, b: Any) -> bool:
@@ -132,33 +202,55 @@ def bitwise_equal(a: Any, b: Any) -> bool:
     if a is None or b is None or a.shape != b.shape or a.dtype != b.dtype:
         return False
     if a.is_floating_point() or a.is_complex():
-        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+        return all(bool(((x == y) | (torch.isnan(x) & torch.isnan(y))).all()) for _, (x, y) in chunks(a, b))
     return bool(torch.equal(a, b))
 
 
-def degenerate_reason(expected: dict[str, Any], case_ids: list[str]) -> str | None:
-    """Why the reference's outputs cannot tell a right kernel from a wrong one, if they cannot."""
-    leaves = [expected[c]["native"] for c in case_ids if c in expected]
-    if not leaves or not any(leaves):
-        return None
-    floats = [t for case in leaves for t in case if t is not None and t.numel()]
-    if floats and all(bool((t == 0).all()) for t in floats):
-        return "the reference's output is identically zero on every seed and input distribution"
-    # a scalar (a loss) is trivially "constant": only tensors of several elements say so; the
-    # rule across seeds below still catches a scalar that never changes
-    if any(t.numel() > 1 for t in floats) and all(
-        t.numel() > 1 and bool((t == t.reshape(-1)[0]).all()) for t in floats
-    ):
-        return "every output of the reference is a constant tensor on every seed and input distribution"
-    if len(leaves) >= 2 and all(
-        len(case) == len(leaves[0]) and all(bitwise_equal(a, b) for a, b in zip(case, leaves[0])) for case in leaves[1:]
-    ):
-        return "the reference's output does not change with its inputs across seeds"
-    return None
-
-
-def _index(mask: Any) -> tuple[int, ...]:
+def fingerprint(t: Any) -> str:
+    """A digest of a tensor's values (not its strides), to tell two outputs apart without
+    keeping both: sums of its 32-bit words, plain and position-weighted, in wrapping int64."""
     import torch
 
-    flat = int(torch.nonzero(mask.reshape(-1))[0])
-    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), mask.shape)) if mask.dim() else ()
+    flat = t.detach().contiguous().reshape(-1)
+    words = flat.view(torch.int32) if flat.numel() * flat.element_size() % 4 == 0 else flat.view(torch.uint8)
+    plain = weighted = 0
+    for start, (w,) in chunks(words):
+        w = w.to(torch.int64)
+        plain += int(w.sum())
+        pos = torch.arange(start + 1, start + 1 + w.numel(), device=w.device, dtype=torch.int64) * 2654435761
+        weighted += int((w * pos).sum())
+    return f"{t.dtype}:{list(t.shape)}:{plain & (2**64 - 1):x}:{weighted & (2**64 - 1):x}"
+
+
+@dataclass(frozen=True)
+class OutputSummary:
+    """What the degeneracy rules need of one case's reference outputs, so that no case's
+    outputs are kept for them but the first's."""
+
+    all_zero: bool
+    constant: bool  # every leaf has several elements, all equal (a scalar loss is not "constant")
+    same_as_first: bool  # bitwise the first case's outputs
+
+
+def summarize_outputs(leaves: list[Any], first: list[Any] | None) -> OutputSummary:
+    floats = [t for t in leaves if t is not None and t.numel()]
+    return OutputSummary(
+        all_zero=bool(floats) and all(bool((t == 0).all()) for t in floats),
+        constant=bool(floats) and all(t.numel() > 1 and bool((t == t.reshape(-1)[0]).all()) for t in floats),
+        same_as_first=first is not None and len(first) == len(leaves) and all(
+            bitwise_equal(a, b) for a, b in zip(leaves, first)),
+    )
+
+
+def degenerate_reason(summaries: list[OutputSummary]) -> str | None:
+    """Why the reference's outputs cannot tell a right kernel from a wrong one, if they cannot."""
+    if not summaries:
+        return None
+    if all(s.all_zero for s in summaries):
+        return "the reference's output is identically zero on every seed and input distribution"
+    # a scalar that never changes is caught by the rule across seeds below
+    if all(s.constant for s in summaries):
+        return "every output of the reference is a constant tensor on every seed and input distribution"
+    if len(summaries) >= 2 and all(s.same_as_first for s in summaries[1:]):
+        return "the reference's output does not change with its inputs across seeds"
+    return None

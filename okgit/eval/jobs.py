@@ -1,10 +1,10 @@
-"""What the parent asks of a worker and what comes back: plain data, JSON on disk.
+"""What the parent asks of a worker and what comes back: plain data, JSON.
 
-A job directory holds job.json (the Job); the worker writes result.json (the outcome and
-per-call facts) and outputs.pt (tensors). The reference worker also writes inputs.pt (inputs,
-init inputs and state dicts per shape and per init_inputs case, read by candidate workers) and
-expected.pt (read and deleted by the parent, so expected outputs never sit where a candidate
-could read them).
+Two kinds of worker process: the judge (one per prepared reference, long-lived: it runs the
+reference, holds the expected outputs and compares, okgit.eval.judge) and a candidate's worker
+(one per evaluation, okgit.eval.worker). A candidate's job directory holds job.json (the Job);
+the worker writes result.json (per-call facts, timing) there, and the `phase` file naming the
+gate in progress. Outputs never pass through the parent: okgit.eval.transfer.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-Role = Literal["reference", "candidate"]
+Role = Literal["judge", "candidate"]
 CaseKind = Literal["seed", "distribution", "extra_shape", "init_inputs"]
 # the gate that judges each kind of case
 CASE_GATES: dict[str, str] = {"seed": "seeds", "distribution": "distribution", "extra_shape": "extra_shapes",
@@ -45,8 +45,8 @@ class Case:
 
     @property
     def model(self) -> int | str:
-        """Which model runs the case, the key of its init inputs and state dict in inputs.pt: the
-        shape's, or for init_inputs one built from its own (perturbed) constructor arguments."""
+        """Which model runs the case: the shape's, or for init_inputs one built from its own
+        (perturbed) constructor arguments."""
         return self.id if self.kind == "init_inputs" else self.shape
 
 
@@ -59,33 +59,44 @@ class Timing:
 @dataclass
 class Job:
     role: Role
-    source_path: str
+    source_path: str  # judge: the reference file; candidate: the candidate file
     device: str
     backend: str
     root: str | None
-    data_dir: str  # reference: where inputs.pt goes; candidate: where it is read from
+    reference_path: str = ""  # candidate: the reference file, whose get_inputs() draws its inputs
     cases: list[Case] = field(default_factory=list)  # candidate: the cases to run, in order
     shapes: list[dict[str, int]] = field(default_factory=list)  # candidate: knob values per shape
-    # reference only: how to derive shapes and cases
+    init_seed: int = 0  # the seed get_init_inputs() runs under, in both processes
+    # judge only: how to derive shapes and cases, and what to keep
     knobs: dict[str, int] = field(default_factory=dict)
     extra_shapes: list[dict[str, int]] | None = None
     seeds: list[int] = field(default_factory=list)
     cpu_input_limit: int = 65536
+    cache_bytes: int = 0  # expected outputs kept between evaluations up to this; the rest recomputed
+    rtol: float | None = None  # tolerance overrides from okgit.toml; None = per-dtype rules
+    atol: float | None = None
     # both
     check: bool = True  # run the correctness calls (False: timing only, for the final gate)
     timing: Timing | None = None
     profile: bool = False
-    peaks_path: str | None = None  # reference on a GPU: measure device peaks into this file if absent
+    peaks_path: str | None = None  # judge on a GPU: measure device peaks into this file if absent
 
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self)))
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
     @classmethod
-    def load(cls, path: Path) -> "Job":
-        data = json.loads(path.read_text())
+    def from_dict(cls, data: dict[str, Any]) -> "Job":
+        data = dict(data)
         data["cases"] = [Case(**c) for c in data["cases"]]
         data["timing"] = Timing(**data["timing"]) if data["timing"] else None
         return cls(**data)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict()))
+
+    @classmethod
+    def load(cls, path: Path) -> "Job":
+        return cls.from_dict(json.loads(path.read_text()))
 
 
 def tree_spec(obj: Any) -> Any:

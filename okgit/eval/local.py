@@ -1,35 +1,38 @@
 """LocalEvaluator: the Evaluator on this machine's GPU, or its CPU through the Triton interpreter.
 
-The parent (this module) never imports candidate code. It prepares the reference once per
-problem in a reference worker, runs each candidate in a fresh worker (one pre-started idle
-worker waits so that a warm evaluation pays no interpreter or CUDA start), and judges what
-comes back (okgit.eval.verdict). Each GPU has its own file lock (okgit.eval.devices): jobs of
-all okgit processes on one GPU take turns, so two evaluations never time each other's kernels,
-while several GPUs work at once.
+The parent (this module) never imports candidate code and holds no tensor. It prepares the
+reference once per problem in a judge process (okgit.eval.judge), runs each candidate in a
+fresh worker (pre-started idle workers wait so that a warm evaluation pays no interpreter or
+CUDA start), relays each call's exported outputs from the worker to the judge and its answer
+back, and decides the verdict from the worker's facts and the judge's findings
+(okgit.eval.verdict). Each GPU has its own file lock (okgit.eval.devices): jobs of all okgit
+processes on one GPU take turns, so two evaluations never time each other's kernels, while
+several GPUs work at once.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 import atexit
 import contextlib
 import hashlib
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from okgit.errors import OkgitError
-from okgit.eval import roofline
+from okgit.eval import budget, roofline
 from okgit.eval.final_gate import summarize
 from okgit.eval.gates import static_findings
 from okgit.eval.jobs import PINNED_FLAGS, Job, Timing
 from okgit.eval.devices import device_lock, physical_name
 from okgit.eval.profile import profile_data
-from okgit.eval.reference import PreparedReference, finish, new_data_dir
-from okgit.eval.sandbox import Outcome, WorkerPool, default_memory_limit, read_result
+from okgit.eval.reference import PreparedReference, from_judge
+from okgit.eval.sandbox import Outcome, WorkerPool, WorkerProcess, default_memory_limit, read_result
 from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode, Reference, Status
+from okgit.eval.timing import median
 from okgit.eval.verdict import allowed_matmul_rate, base_fields, crashed, judge
 from okgit.problem import Problem, load_problem
 
@@ -87,14 +90,15 @@ class LocalEvaluator:
         prof = None
         if prep.cost:
             rate, _ = allowed_matmul_rate(prep)
-            roof = (roofline.position(prep.cost["flops"], prep.cost["min_bytes"], timing["median_us"], prep.peaks, rate)
+            roof = (roofline.position(prep.cost["flops"], prep.cost["min_bytes"], median(timing["samples_us"]),
+                                      prep.peaks, rate)
                     if timing and prep.peaks else None)
             prof = profile_data(prep.kernels or {}, set(), launch_count=None, flops=prep.cost.get("flops"),
                                 min_bytes=prep.cost.get("min_bytes"), roofline=roof)
         return Reference(
             device=self.device,
             timed=timing is not None,
-            runtime_us=timing["median_us"] if timing else None,
+            runtime_us=median(timing["samples_us"]) if timing else None,
             profile=prof,
             degenerate=prep.degenerate,
             shapes=[prep.shapes[i] for i in sorted({c.shape for c in prep.cases})],
@@ -155,63 +159,80 @@ class LocalEvaluator:
         cases = list(prep.cases)
         base = base_fields(prep, cases, device=self.device, mode=mode)
         spec = MODES[mode]
-        job = Job(role="candidate", source_path="", device=self._kind, backend=backend,
-                  root=problem.candidate_root or problem.root,
-                  data_dir=str(prep.data_dir), cases=cases, shapes=prep.shapes,
-                  timing=Timing(spec.warmup, spec.samples) if self._kind == "cuda" else None,
-                  profile=self._kind == "cuda")
-        outcome, result, outputs = self._run(job, source, self.timeout_s)
+        job = self._candidate_job(problem, prep, backend, cases=cases,
+                                  timing=Timing(spec.warmup, spec.samples) if self._kind == "cuda" else None,
+                                  profile=self._kind == "cuda")
+        relay = _Relay(prep, {c.id for c in cases}, self._kind, self.timeout_s)
+        outcome, result = self._run(job, source, self.timeout_s, relay)
+        if relay.judge_failure:
+            self._forget(prep)
+            return crashed(outcome, base, judge_failure=relay.judge_failure)
         if result is None:
             return crashed(outcome, base)
-        t0 = time.monotonic()
-        with self._gpu():
-            out = judge(prep, cases, result, outputs, backend=backend, device=self.device, mode=mode, base=base)
+        out = judge(prep, cases, result, relay.checks, backend=backend, device=self.device, mode=mode, base=base)
         if out.profile is not None:  # where an evaluation's time goes, for the benchmark
             out.profile.raw["eval_s"] = {**result.get("phase_s", {}), "ready_wait": outcome.ready_wait_s,
-                                         "worker_total": outcome.wall_s, "judge": time.monotonic() - t0}
+                                         "worker_total": outcome.wall_s, "judge": relay.judge_s}
+            out.profile.raw["memory"] = {"worker": result.get("memory", {}), "judge": relay.judge_memory}
         return out
 
+    def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],
+                       root: str | None = None, **kw: Any) -> Job:
+        return Job(role="candidate", source_path="", device=self._kind, backend=backend,
+                   root=root or problem.candidate_root or problem.root, reference_path=prep.reference_path,
+                   cases=cases, shapes=prep.shapes, init_seed=prep.init_seed, **kw)
+
+    def _key(self, problem: Problem, mode: Mode) -> str:
+        return hashlib.sha256(repr((problem.source, problem.root, sorted(problem.knobs.items()), problem.extra_shapes,
+                                    problem.atol, problem.rtol, MODES[mode].seeds)).encode()).hexdigest()
+
     def _prepare(self, problem: Problem, mode: Mode) -> PreparedReference:
-        n_seeds = MODES[mode].seeds
-        key = hashlib.sha256(repr((problem.source, problem.root, sorted(problem.knobs.items()), problem.extra_shapes,
-                                   problem.atol, problem.rtol, n_seeds)).encode()).hexdigest()
+        key = self._key(problem, mode)
         if key in self._prepared:
             return self._prepared[key]
-        data_dir = new_data_dir()
-        peaks_file = None
+        seeds = [SEED_BASE + i for i in range(MODES[mode].seeds)]
+        judge_process = WorkerProcess(self._torch, self.pool.memory_limit, self.pool.base_dir, program="okgit.eval.judge")
+        reference_path = judge_process.dir / "reference.py"
+        reference_path.write_text(problem.source)
+        reference_path.chmod(0o444)
+        peaks_file = device_total = None
         if self._kind == "cuda":
             import torch
 
-            peaks_file = roofline.peaks_path(torch.cuda.get_device_name(self._torch))
-        job = Job(role="reference", source_path=str(data_dir / "reference.py"), device=self._kind, backend="torch",
-                  root=problem.root, data_dir=str(data_dir), knobs=dict(problem.knobs),
+            props = torch.cuda.get_device_properties(self._torch)
+            peaks_file, device_total = roofline.peaks_path(props.name), int(props.total_memory)
+        job = Job(role="judge", source_path=str(reference_path), device=self._kind, backend="torch",
+                  root=problem.root, knobs=dict(problem.knobs), init_seed=seeds[0],
                   extra_shapes=[dict(s) for s in problem.extra_shapes] if problem.extra_shapes is not None else None,
-                  seeds=[SEED_BASE + i for i in range(n_seeds)],
+                  seeds=seeds, cache_bytes=budget.cache_bytes(device_total) if device_total else budget.GiB,
+                  rtol=problem.rtol, atol=problem.atol,
                   timing=Timing(MODES[mode].warmup, MODES[mode].samples) if self._kind == "cuda" else None,
                   profile=self._kind == "cuda", peaks_path=str(peaks_file) if peaks_file else None)
-        (data_dir / "reference.py").write_text(problem.source)
-        outcome, result, _ = self._run(job, None, 3 * self.timeout_s)
-        expected_file = data_dir / "expected.pt"
-        if result is None or result.get("failure"):
-            if result and result.get("failure"):
-                why = _last_line(result["failure"]["message"])
-            else:
-                why = f"{outcome.describe()} during {outcome.phase}: {_last_line(outcome.stderr_tail)}"
-            _remove(data_dir)
-            raise OkgitError(f"{problem.path}: the reference does not run: {why}")
-        import torch
-
-        # on a GPU the parent compares there too: large outputs, seconds on a CPU
+        started = judge_process.wait_ready(STARTUP_TIMEOUT_S)
         with self._gpu():
-            expected = torch.load(expected_file, weights_only=True, map_location=self._torch)
-            expected_file.unlink()  # expected outputs live in this process only
-            prep = finish(data_dir, result, expected, problem.rtol, problem.atol)
+            reply = judge_process.request({"op": "prepare", "job": job.to_dict()}, 3 * self.timeout_s) if started else None
+        if reply is None or reply.get("failure"):
+            why = _judge_failure(reply, judge_process, "the reference")
+            judge_process.close()
+            raise OkgitError(f"{problem.path}: the reference does not run: {why}")
+        prep = from_judge(judge_process, str(reference_path), reply, seeds[0])
+        refusal = budget.refusal(prep.case_bytes, self.pool.idle_count, budget.host_available(), budget.parallel())
+        if refusal:
+            prep.close()
+            raise OkgitError(f"{problem.path}: {refusal}")
+        # a worker's budget: torch and its device plus one case, never less than the pool's floor
+        judge_process.memory_limit = max(judge_process.memory_limit, budget.worker_bytes(prep.case_bytes))
         if peaks_file is not None:
             prep.peaks = roofline.load_peaks(peaks_file)
-        for path in data_dir.iterdir():
-            path.chmod(0o444)
         self._prepared[key] = prep
         return prep
+
+    def _forget(self, prep: PreparedReference) -> None:
+        """A judge that failed is not asked again: the next evaluation prepares a new one."""
+        for key, known in list(self._prepared.items()):
+            if known is prep:
+                del self._prepared[key]
+        prep.close()
 
     def prepared(self, problem: Problem, mode: Mode = "fast") -> PreparedReference:
         return self._prepare(problem, mode)
@@ -220,38 +241,102 @@ class LocalEvaluator:
                   root: str | None = None) -> float:
         """Median event time of `source` in one fresh worker, without the correctness calls (the
         final gate's rounds, and the A/A check of the benchmark script)."""
-        job = Job(role="candidate", source_path="", device=self._kind, backend=backend, root=root or problem.root,
-                  data_dir=str(prep.data_dir), cases=[c for c in prep.cases if c.kind == "seed"],
-                  shapes=prep.shapes, check=False, timing=COMPARE_TIMING)
-        outcome, result, _ = self._run(job, source, self.timeout_s)
+        job = self._candidate_job(problem, prep, backend, root=root or problem.root,
+                                  cases=[c for c in prep.cases if c.kind == "seed"], check=False, timing=COMPARE_TIMING)
+        outcome, result = self._run(job, source, self.timeout_s, None)
         if result is None or result.get("failure") or not result.get("timing"):
             why = result["failure"]["message"] if result and result.get("failure") else outcome.describe()
             raise OkgitError(f"a timing round failed: {why}")
-        return float(result["timing"]["median_us"])
+        return float(median(result["timing"]["samples_us"]))
 
     def _gpu(self) -> contextlib.AbstractContextManager:
-        """The device lock around anything this process or its worker runs on the GPU: loading
-        and comparing outputs here would otherwise disturb another job's timing."""
+        """The device lock around anything this process's workers run on the GPU."""
         return device_lock(self._torch) if self._kind == "cuda" else contextlib.nullcontext()
 
-    def _run(self, job: Job, source: str | None, timeout_s: float) -> tuple[Outcome, dict[str, Any] | None, dict[str, Any]]:
-        """One job in one fresh worker; (outcome, result or None if it crashed, outputs)."""
+    def _run(self, job: Job, source: str, timeout_s: float,
+             relay: "_Relay | None") -> tuple[Outcome, dict[str, Any] | None]:
+        """One job in one fresh worker; (outcome, result or None if it crashed)."""
         worker = self.pool.take(self._torch, prestart_next=self.prestart)
         try:
-            if source is not None:
-                path = worker.dir / "candidate.py"
-                path.write_text(source)
-                job.source_path = str(path)
+            path = worker.dir / "candidate.py"
+            path.write_text(source)
+            job.source_path = str(path)
+            prep_bytes = relay.prep.case_bytes if relay else 0
+            worker.memory_limit = max(worker.memory_limit, budget.worker_bytes(prep_bytes))
+            if relay:
+                relay.job_dir = worker.dir
             # started before the lock: spawning and importing never hold up another job's GPU work
             started = worker.wait_ready(STARTUP_TIMEOUT_S)
             with self._gpu() if started else contextlib.nullcontext():
-                outcome = worker.run(job, timeout_s, startup_timeout_s=0.0)  # ready, or it never will be
-                if outcome.crashed:
-                    return outcome, None, {}
-                result, outputs = read_result(worker.dir, self._torch)  # compared where the expected ones live
-            return outcome, result, outputs
+                outcome = worker.run(job, timeout_s, relay, startup_timeout_s=0.0)  # ready, or it never will be
+            if outcome.crashed:
+                return outcome, None
+            return outcome, read_result(worker.dir)
         finally:
             worker.close()
+
+
+class _Relay:
+    """Carries a candidate's exported outputs to the judge and its answers back. The case a call
+    is judged against follows from the call's key, never from what the worker says."""
+
+    def __init__(self, prep: PreparedReference, case_ids: set[str], kind: str, timeout_s: float) -> None:
+        self.prep = prep
+        self.case_ids = case_ids
+        self.kind = kind
+        self.timeout_s = timeout_s
+        self.job_dir: Path | None = None
+        self.checks: dict[str, Any] = {}
+        self.judge_failure: str | None = None
+        self.judge_s = 0.0
+        self.judge_memory: dict[str, int] = {}
+        seeds = [c.id for c in prep.cases if c.kind == "seed" and c.id in case_ids]
+        self.fresh_case = seeds[1] if len(seeds) >= 2 else None
+
+    def case_of(self, key: str) -> str | None:
+        if key in self.case_ids:
+            return key
+        if key == "fresh":
+            return self.fresh_case
+        base = key.removesuffix("#repeat").removeprefix("timed:")
+        return base if base != key and base in self.case_ids else None
+
+    def __call__(self, message: dict[str, Any]) -> dict[str, Any]:
+        key = str(message.get("key", ""))
+        case = self.case_of(key)
+        if message.get("op") != "check" or case is None or key in self.checks or self.judge_failure:
+            return {"ok": False}
+        t0 = time.monotonic()
+        answer = self.prep.judge.request({"op": "check", "case": case, "gate": message.get("gate"),
+                                          "leaves": message.get("leaves"), "outputs": message.get("outputs"),
+                                          "dir": str(self.job_dir)}, self.timeout_s)
+        self.judge_s += time.monotonic() - t0
+        for leaf in message.get("outputs") or []:
+            if isinstance(leaf, dict) and isinstance(leaf.get("file"), str) and self.job_dir is not None:
+                (self.job_dir / Path(leaf["file"]).name).unlink(missing_ok=True)
+        if answer is None or answer.get("failure"):
+            self.judge_failure = _judge_failure(answer, self.prep.judge, f"the check of {key}")
+            return {"ok": False}
+        self.checks[key] = answer
+        for name, value in (answer.get("memory") or {}).items():
+            self.judge_memory[name] = max(self.judge_memory.get(name, 0), int(value))
+        return {"ok": True}
+
+
+def _judge_failure(reply: dict[str, Any] | None, judge_process: WorkerProcess, what: str) -> str:
+    """One line: why the judge did not answer, with the sizes involved when memory ran out."""
+    if reply and reply.get("failure"):
+        failure = reply["failure"]
+        why = _last_line(failure["message"])
+        if failure.get("out_of_memory"):
+            free = failure.get("free")
+            room = f"; {budget.gib(free[0])} of the device's {budget.gib(free[1])} free afterwards" if free else ""
+            why = f"{what} does not fit in memory ({why}{room})"
+        return why
+    if judge_process.alive() and not judge_process.over_budget():
+        return f"{what}: the judge gave no answer in time"
+    outcome = judge_process.run_outcome()
+    return f"{outcome.describe()} during {outcome.phase}: {_last_line(outcome.stderr_tail)}"
 
 
 def evaluate_file(cand: str | Path, ref: str | Path, device: str | None = None, mode: Mode = "fast",
@@ -279,9 +364,3 @@ def _last_line(text: str) -> str:
     """The exception line of a traceback: what the user's code said, on one line."""
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     return lines[-1] if lines else "no message"
-
-
-def _remove(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)

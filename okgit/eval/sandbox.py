@@ -1,14 +1,16 @@
 """Worker processes: spawned clean, limited, killed with their whole process group.
 
 Each worker runs in its own session (process group) with a private temp directory as cwd, an
-environment with no credentials, no core dumps, and on a CPU an address-space limit; on a GPU
-(where CUDA reserves huge virtual ranges) a watchdog kills a worker whose resident memory
-passes the limit. A `WorkerPool` keeps one pre-started idle worker per device: torch, triton
-and CUDA are up, no candidate code is loaded; each worker runs one job and exits.
+environment with no credentials, no core dumps, and a watchdog that kills a worker whose
+resident memory passes its budget (okgit.eval.budget). A `WorkerPool` keeps pre-started idle
+candidate workers per device: torch, triton and CUDA are up, no candidate code is loaded; each
+runs one job and exits. The judge is a worker process too, long-lived, asked one request at a
+time. Messages go both ways as JSON lines (okgit.eval.channel).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
@@ -21,6 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from okgit.eval.devices import physical_id
@@ -76,6 +79,7 @@ class Outcome:
     job_dir: Path
     wall_s: float
     ready_wait_s: float = 0.0
+    memory_limit: int = 0
 
     @property
     def crashed(self) -> bool:
@@ -85,7 +89,7 @@ class Outcome:
         if self.timed_out:
             return "time limit exceeded (killed)"
         if self.memory_killed:
-            return "memory limit exceeded (killed)"
+            return f"host memory budget of {_gib(self.memory_limit)} exceeded (killed)"
         rc = self.returncode
         if rc is not None and rc < 0:
             name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
@@ -94,24 +98,24 @@ class Outcome:
 
 
 class WorkerProcess:
-    def __init__(self, device: str, memory_limit: int, base_dir: Path | None = None) -> None:
+    def __init__(self, device: str, memory_limit: int, base_dir: Path | None = None,
+                 program: str = "okgit.eval.worker") -> None:
         self.device = device
         self.memory_limit = memory_limit
         self.dir = Path(tempfile.mkdtemp(prefix="okgit-worker-", dir=base_dir))
         self.started = time.monotonic()
         self.ready_wait_s = 0.0  # how long a job waited for this worker to finish starting
         self._ready = False
+        self._buffer = b""
         with open(self.dir / "stderr.log", "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "okgit.eval.worker", "--device", "cpu" if device == "cpu" else "cuda"],
+                [sys.executable, "-m", program, "--device", "cpu" if device == "cpu" else "cuda"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.dir,
                 env=worker_env(device), start_new_session=True, preexec_fn=self._limits,
             )
 
     def _limits(self) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if self.device == "cpu":
-            resource.setrlimit(resource.RLIMIT_AS, (self.memory_limit, self.memory_limit))
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -119,39 +123,87 @@ class WorkerProcess:
     def wait_ready(self, timeout_s: float) -> bool:
         """True once the worker has said it is ready (torch imported, device up); waits at most timeout_s."""
         if not self._ready:
-            assert self.proc.stdout is not None
             t0 = time.monotonic()
-            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, timeout_s))
-            self._ready = bool(ready) and self.proc.stdout.readline().strip() == b"ready"
+            line = self._read_line(t0 + max(0.0, timeout_s))
+            self._ready = line is not None and json.loads(line or "{}").get("ready") is True
             self.ready_wait_s += time.monotonic() - t0
         return self._ready
 
-    def run(self, job: Job, timeout_s: float, startup_timeout_s: float = 300.0) -> Outcome:
-        """Hand the job over, wait for the worker's exit; kill its group on timeout or memory."""
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it died: the caller sees that when it reads
+
+    def _read_line(self, deadline: float) -> bytes | None:
+        """The worker's next line, or None at the deadline, on its exit, or past the memory budget."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            if time.monotonic() > deadline or self.over_budget():
+                return None
+            ready, _, _ = select.select([fd], [], [], 0.05)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return None
+                self._buffer += chunk
+            elif self.proc.poll() is not None:
+                return None
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
+    def over_budget(self) -> bool:
+        return _rss_bytes(self.proc.pid) > self.memory_limit
+
+    def peak_rss(self) -> int:
+        """The process's peak resident memory so far (VmHWM), 0 once it is gone."""
+        return _status_bytes(self.proc.pid, "VmHWM:")
+
+    def request(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
+        """One request to a long-lived worker (the judge): its answer, or None if it never came."""
+        self.send(message)
+        line = self._read_line(time.monotonic() + timeout_s)
+        try:
+            return json.loads(line) if line else None
+        except ValueError:
+            return None
+
+    def run(self, job: Job, timeout_s: float, on_message: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+            startup_timeout_s: float = 300.0) -> Outcome:
+        """Hand the job over, answer its messages, wait for its exit; kill its group on timeout or
+        past its memory budget."""
         t0 = time.monotonic()
         if not self.wait_ready(startup_timeout_s):
             self.kill()
             return self._outcome(t0, timed_out=False, memory_killed=False, phase="worker start")
         job.save(self.dir / "job.json")
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(f"{self.dir}\n".encode())
-        self.proc.stdin.close()
+        self.send({"job": str(self.dir)})
         t0 = time.monotonic()
         deadline = t0 + timeout_s
-        memory_killed = timed_out = False
-        while self.proc.poll() is None:
-            if time.monotonic() > deadline:
-                timed_out = True
-                self.kill()
-                break
-            if self.device != "cpu" and _rss_bytes(self.proc.pid) > self.memory_limit:
-                memory_killed = True
-                self.kill()
+        while True:
+            line = self._read_line(deadline)
+            if line is None:
                 break
             try:
-                self.proc.wait(timeout=0.05)
-            except subprocess.TimeoutExpired:
-                pass
+                message = json.loads(line)
+            except ValueError:
+                message = {}
+            self.send(on_message(message) if on_message and isinstance(message, dict) else {"ok": False})
+        timed_out = memory_killed = False
+        if self.alive():
+            memory_killed = self.over_budget()
+            timed_out = not memory_killed and time.monotonic() > deadline
+            if timed_out or memory_killed:
+                self.kill()
+            else:
+                try:
+                    self.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    self.kill()
         return self._outcome(t0, timed_out=timed_out, memory_killed=memory_killed)
 
     def _outcome(self, t0: float, *, timed_out: bool, memory_killed: bool, phase: str | None = None) -> Outcome:
@@ -165,7 +217,15 @@ class WorkerProcess:
             job_dir=self.dir,
             wall_s=time.monotonic() - t0,
             ready_wait_s=self.ready_wait_s,
+            memory_limit=self.memory_limit,
         )
+
+    def run_outcome(self) -> Outcome:
+        """How a long-lived worker (the judge) ended, stopping it if it is still there."""
+        memory_killed = self.alive() and self.over_budget()
+        if self.alive():
+            self.kill()
+        return self._outcome(self.started, timed_out=False, memory_killed=memory_killed)
 
     def kill(self) -> None:
         try:
@@ -179,7 +239,10 @@ class WorkerProcess:
             self.kill()
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe and not pipe.closed:
-                pipe.close()
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -227,13 +290,27 @@ class WorkerPool:
 
 
 def _rss_bytes(pid: int) -> int:
+    return _status_bytes(pid, "VmRSS:")
+
+
+def _status_bytes(pid: int | str, field: str) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return 0
+
+
+def own_memory() -> dict[str, int]:
+    """This process's peak host memory, and its peak device memory on a GPU (for the benchmarks)."""
+    peaks = {"host_peak": _status_bytes("self", "VmHWM:")}
+    import torch
+
+    if torch.cuda.is_initialized():
+        peaks["device_peak"] = int(torch.cuda.max_memory_reserved())
+    return peaks
 
 
 def _tail(path: Path, limit: int = 3000) -> str:
@@ -244,13 +321,10 @@ def _tail(path: Path, limit: int = 3000) -> str:
     return data.decode(errors="replace")
 
 
-def read_result(job_dir: Path, device: str = "cpu") -> tuple[dict[str, Any], dict[str, Any]]:
-    """The worker's result.json and outputs.pt (plain tensors only: weights_only), onto `device`."""
-    import json
+def read_result(job_dir: Path) -> dict[str, Any]:
+    """The worker's result.json."""
+    return json.loads((job_dir / "result.json").read_text())
 
-    import torch
 
-    result = json.loads((job_dir / "result.json").read_text())
-    outputs_path = job_dir / "outputs.pt"
-    outputs = torch.load(outputs_path, weights_only=True, map_location=device) if outputs_path.exists() else {}
-    return result, outputs
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"

@@ -1,7 +1,12 @@
 """GPU timing inside a worker: CUDA events, L2 flushed before every sample, rotated inputs.
 
-`bind()` captures the timing functions before the candidate is imported, so a candidate that
-replaces torch.cuda.Event or time.perf_counter later changes nothing here.
+`bind()` captures the timing functions before the candidate is imported, at the level where
+nothing written in Python can be swapped under them: the methods of torch's C event type
+(`torch._C._CudaEventBase`, an immutable extension type), the C functions behind
+torch.cuda.synchronize and torch.cuda._sleep, the C tensor methods, the stream of the worker's
+main thread. A candidate that replaces torch.cuda.Event.elapsed_time (through names built at
+run time, which the static scan cannot see) changes nothing here; okgit.eval.entrypoints
+then names what it replaced, and the median is taken by the parent from the raw samples.
 
 Protocol, per sample s (warm-up samples are the same loop, discarded):
   content c = s mod K, slot b = (s + s div K) mod K: copy input set c into slot b's buffers
@@ -32,15 +37,19 @@ _bound: dict[str, Any] = {}
 def bind() -> None:
     import torch
 
+    event = torch._C._CudaEventBase
     _bound.update(
-        Event=torch.cuda.Event,
-        synchronize=torch.cuda.synchronize,
+        new_event=lambda: event.__new__(event, enable_timing=True),
+        record=event.record,
+        elapsed=event.elapsed_time,
+        event_synchronize=event.synchronize,
+        stream=torch.cuda.current_stream(),  # events always on the main stream, whatever the candidate selects
+        synchronize=torch._C._cuda_synchronize,
         perf_counter=time.perf_counter,
-        zero_=torch.Tensor.zero_,
-        copy_=torch.Tensor.copy_,
-        clone=torch.Tensor.clone,
-        median=statistics.median,
-        spin=torch.cuda._sleep,
+        zero_=torch._C.TensorBase.zero_,
+        copy_=torch._C.TensorBase.copy_,
+        clone=torch._C.TensorBase.clone,
+        spin=torch._C._cuda_sleep,
     )
 
 
@@ -69,50 +78,57 @@ def l2_flush_buffer(device: Any) -> Any:
 def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: int, samples: int,
                flush: Any) -> Timed:
     """Median event time per call over `samples` samples, after `warmup` identical ones."""
-    Event, synchronize, perf = _bound["Event"], _bound["synchronize"], _bound["perf_counter"]
-    zero_, copy_, clone, spin = _bound["zero_"], _bound["copy_"], _bound["clone"], _bound["spin"]
+    b = _bound
+    new_event, record, elapsed, stream = b["new_event"], b["record"], b["elapsed"], b["stream"]
+    synchronize, perf, event_synchronize = b["synchronize"], b["perf_counter"], b["event_synchronize"]
+    zero_, copy_, clone, spin = b["zero_"], b["copy_"], b["clone"], b["spin"]
     k = len(input_sets)
     slots = [[clone(x) if _is_tensor(x) else x for x in s] for s in input_sets]
     total = warmup + samples
-    events = [(Event(enable_timing=True), Event(enable_timing=True)) for _ in range(total)]
+    events = [(new_event(), new_event()) for _ in range(total)]
     spot: dict[int, Any] = {}
     for s in range(total):
-        c, b = s % k, (s + s // k) % k
-        for dst, src in zip(slots[b], input_sets[c]):
+        c, slot = s % k, (s + s // k) % k
+        for dst, src in zip(slots[slot], input_sets[c]):
             if _is_tensor(dst):
                 copy_(dst, src)
         zero_(flush)
         spin(HOLD_CYCLES)
         start, end = events[s]
-        start.record()
-        out = fn(*slots[b])
-        end.record()
+        record(start, stream)
+        out = fn(*slots[slot])
+        record(end, stream)
         if s >= total - k:  # the last sample of each content
             spot[c] = _clone_tree(out, clone)
     synchronize()
-    times = [start.elapsed_time(end) * 1000.0 for start, end in events[warmup:]]
+    times = [elapsed(start, end) * 1000.0 for start, end in events[warmup:]]
 
     n = max(k, min(50, samples))
     synchronize()
-    start, end = Event(enable_timing=True), Event(enable_timing=True)
+    start, end = new_event(), new_event()
     h0 = perf()
-    start.record()
+    record(start, stream)
     for i in range(n):
         fn(*slots[i % k])
-    end.record()
-    end.synchronize()
+    record(end, stream)
+    event_synchronize(end)
     h1 = perf()
     synchronize()
     h2 = perf()
     return Timed(
         samples_us=times,
-        median_us=_bound["median"](times),
-        batch_event_us=start.elapsed_time(end) * 1000.0 / n,
+        median_us=median(times),
+        batch_event_us=elapsed(start, end) * 1000.0 / n,
         batch_host_us=(h1 - h0) * 1e6 / n,
         residual_sync_us=(h2 - h1) * 1e6,
         batch_calls=n,
         spot=spot,
     )
+
+
+def median(values: list[float]) -> float:
+    """The parent takes the median of the raw samples itself (a worker's figure is not trusted)."""
+    return statistics.median(values)
 
 
 def _clone_tree(out: Any, clone: Callable[[Any], Any]) -> Any:

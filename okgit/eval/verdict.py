@@ -1,9 +1,11 @@
-"""From what a candidate worker wrote to an EvalResult: every gate judged in the parent.
+"""From what a candidate's worker recorded and what the judge found to an EvalResult.
 
-Gates run in a fixed order; the first that fails sets the status and EvalError. A gate that
-catches cheating (aliasing, a tensor subclass, no kernel of the backend, outputs that change
-once timed, work escaping the timed stream, a time below the roofline) gives `rejected`; a
-wrong answer gives `incorrect`; a crash gives `error`.
+The judge compared every output on the device (okgit.eval.judge); the worker recorded the facts
+of each call. Here the gates are decided in a fixed order; the first that fails sets the status
+and EvalError. A gate that catches cheating (replaced entry points, aliasing, a tensor subclass,
+no completed kernel of the backend, outputs that change once timed, work escaping the timed
+stream, a time below the roofline) gives `rejected`; a wrong answer gives `incorrect`; a crash
+gives `error`. Timing figures are taken from the raw samples here, not from the worker's.
 """
 
 from __future__ import annotations
@@ -12,19 +14,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from okgit.eval import roofline
-from okgit.eval.compare import LeafCheck, bitwise_equal, check_leaf
+from okgit.eval.compare import LeafCheck
 from okgit.eval.jobs import CASE_GATES, PINNED_FLAGS, Case
 from okgit.eval.profile import profile_data
 from okgit.eval.reference import PreparedReference
 from okgit.eval.sandbox import Outcome
+from okgit.eval.timing import median
 from okgit.eval.types import EvalError, EvalResult, GateResult, Mode, ProfileData, Status
 
 GATES = [
-    "static", "compile", "device", "output_type", "aliasing", "inputs_unchanged", "outputs_written", "nan_pattern",
+    "static", "compile", "device", "entry_points", "output_type", "aliasing", "inputs_unchanged", "outputs_written", "nan_pattern",
     "seeds", "repeat", "determinism", "fresh_inputs", "distribution", "extra_shapes", "init_inputs", "backend_kernel",
     "timed_outputs", "side_stream", "roofline",
 ]
-REJECTING = {"static", "aliasing", "backend_kernel", "timed_outputs", "side_stream", "roofline"}
+REJECTING = {"static", "entry_points", "aliasing", "backend_kernel", "timed_outputs", "side_stream", "roofline"}
 SIDE_STREAM_MIN_US = 200.0
 
 
@@ -51,17 +54,22 @@ class Findings:
         self.fail(check.gate, f"{where}: {check.message}", Status.rejected if subclass else None)
 
 
-def crashed(outcome: Outcome, base: dict[str, Any]) -> EvalResult:
+def crashed(outcome: Outcome, base: dict[str, Any], judge_failure: str | None = None) -> EvalResult:
+    """A worker that ended without a result, or a judge that failed during its checks."""
+    if judge_failure:
+        return _result(Status.error, "judge", f"the evaluation could not be judged: {judge_failure}",
+                       [GateResult(name="static", passed=True), GateResult(name="judge", passed=False,
+                                                                           detail=judge_failure[:300])], base)
     gate = outcome.phase or "worker"
-    status = Status.error
     tail = "\n".join(outcome.stderr_tail.strip().splitlines()[-6:])
     message = f"{outcome.describe()} during {gate}" + (f"\n{tail}" if tail else "")
-    return _result(status, gate, message, [GateResult(name="static", passed=True), GateResult(name=gate, passed=False,
+    return _result(Status.error, gate, message, [GateResult(name="static", passed=True), GateResult(name=gate, passed=False,
                    detail=outcome.describe())], base)
 
 
-def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], outputs: dict[str, Any], *,
+def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], checks: dict[str, Any], *,
           backend: str, device: str, mode: Mode, base: dict[str, Any]) -> EvalResult:
+    """`checks`: per call key, the judge's answer for that call's outputs."""
     failure = result.get("failure")
     if failure:
         status = Status(failure["status"])
@@ -72,26 +80,30 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ou
                        passed + [GateResult(name=failure["gate"], passed=False, detail=failure["message"][:300])], base)
 
     f = Findings()
+    if result.get("replaced"):
+        f.fail("entry_points", "the candidate replaced what the evaluator relies on: " + ", ".join(result["replaced"]))
     calls = result.get("calls", {})
     seeds = [c for c in cases if c.kind == "seed"]
     for case in cases:
-        _check_call(f, prep, case.id, case.id, calls, outputs, CASE_GATES[case.kind], what=case.note or None)
+        _check_call(f, prep, case.id, case.id, calls, checks, CASE_GATES[case.kind], what=case.note or None)
         if case.kind == "seed":
             key = f"{case.id}#repeat"
-            if calls.get(key, {}).get("same_as") == case.id:
-                continue  # bitwise the first call's output, judged above
-            _check_call(f, prep, case.id, key, calls, outputs, "repeat")
-            if prep.deterministic and key in outputs and case.id in outputs:
-                if not all(bitwise_equal(a, b) for a, b in zip(outputs[case.id], outputs[key])):
-                    f.fail("determinism", f"{case.id}: two calls on identical inputs gave different outputs")
+            _check_call(f, prep, case.id, key, calls, checks, "repeat")
+            first, again = checks.get(case.id, {}).get("fingerprints"), checks.get(key, {}).get("fingerprints")
+            if prep.deterministic and first is not None and again is not None and first != again:
+                f.fail("determinism", f"{case.id}: two calls on identical inputs gave different outputs")
     if not any(c.kind == "init_inputs" for c in cases):
         why = next((d.split(": ", 1)[1] for d in prep.dropped if d.startswith(("init_inputs: ", "i0: "))), "")
         f.notes["init_inputs"] = "skipped" + (f": {why}" if why else "")
     if not prep.deterministic:
         f.notes["determinism"] = "skipped: the reference itself is not deterministic"
     if len(seeds) >= 2 and "fresh" in calls:
-        _check_call(f, prep, seeds[1].id, "fresh", calls, outputs, "fresh_inputs",
+        _check_call(f, prep, seeds[1].id, "fresh", calls, checks, "fresh_inputs",
                     what="same input buffers refilled with new values")
+    failed = result.get("failed_launches", {}).get(backend, 0)
+    if failed:
+        f.fail("backend_kernel", f"{failed} {backend} kernel launch(es) raised and the calls went on: their outputs "
+               "came from something else (only launches that completed count)")
     launches = result.get("backend_launches", {}).get(backend, 0)
     if launches == 0:
         f.fail("backend_kernel", f"no {backend} kernel was launched in {len(calls)} calls: not an optimization "
@@ -106,12 +118,12 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ou
     flops, min_bytes = prep.cost.get("flops"), prep.cost.get("min_bytes")
     roof: dict[str, Any] | None = None
     if timing:
-        for key in outputs:
+        for key in checks:
             if key.startswith("timed:"):
-                _check_call(f, prep, key.split(":", 1)[1], key, calls, outputs, "timed_outputs",
-                            what="an output of a timed call", facts_from=key.split(":", 1)[1])
-        runtime = float(timing["median_us"])
-        ref_runtime = float(prep.timing["median_us"]) if prep.timing else None
+                _check_call(f, prep, key.split(":", 1)[1], key, calls, checks, "timed_outputs",
+                            what="an output of a timed call")
+        runtime = median(timing["samples_us"])
+        ref_runtime = median(prep.timing["samples_us"]) if prep.timing else None
         residual, host = timing["residual_sync_us"], timing["batch_host_us"] * timing.get("batch_calls", 1)
         if residual > max(SIDE_STREAM_MIN_US, 0.1 * host):
             f.fail("side_stream", f"{residual:.0f} us of device work was still running after the timed stream "
@@ -159,11 +171,11 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ou
 
 
 def _check_call(f: Findings, prep: PreparedReference, case_id: str, key: str, calls: dict[str, Any],
-                outputs: dict[str, Any], gate: str, what: str | None = None, facts_from: str | None = None) -> None:
+                checks: dict[str, Any], gate: str, what: str | None = None) -> None:
     where = f"{key}" if what is None else f"{key} ({what})"
-    facts = calls.get(facts_from or key)
-    exp = prep.expected.get(case_id)
-    if facts is None or exp is None or key not in outputs:
+    facts = calls.get(key)
+    found = checks.get(key)
+    if facts is None or found is None:
         f.fail(gate, f"{where}: no outputs recorded", Status.error)
         return
     ref_facts = prep.calls.get(case_id, {})
@@ -179,12 +191,8 @@ def _check_call(f: Findings, prep: PreparedReference, case_id: str, key: str, ca
     changed = set(facts.get("inputs_changed", [])) - set(ref_facts.get("inputs_changed", []))
     if changed:
         f.fail("inputs_unchanged", f"{where}: the call modified input(s) {sorted(changed)}")
-    native, f64 = exp["native"], exp["f64"]
-    for j, out in enumerate(outputs[key]):
-        if j >= len(native):
-            break
-        check = check_leaf(out, facts["leaves"][j], native[j], f64[j] if f64 else None, prep.tolerances[case_id][j], gate)
-        f.leaf(check, f"{where}, output {j}")
+    for j, check in enumerate(found["checks"]):
+        f.leaf(LeafCheck(**check), f"{where}, output {j}")
 
 
 def allowed_matmul_rate(prep: PreparedReference) -> tuple[float, dict[str, Any] | None]:

@@ -87,3 +87,60 @@ def test_host_latency_before_launch_is_not_timed():
     plain = timing.time_calls(lambda x: x * 2, sets, warmup=5, samples=30, flush=flush).median_us
     slow = timing.time_calls(slow_host, sets, warmup=5, samples=30, flush=flush).median_us
     assert plain < 100 and slow < plain * 1.15 + 5, (plain, slow)
+
+
+HUGE = '''
+import torch
+import torch.nn as nn
+
+rows = 32769
+cols = 65536  # 2**31 + 65536 elements: flat offsets past int32, compared chunk by chunk
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def get_inputs():
+    return [torch.randn(rows, cols, dtype=torch.float16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+HUGE_KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def twice(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    y = tl.load(x_ptr + offs, mask=mask) * 2
+    tl.store(y_ptr + offs, tl.where(offs == n - 1 - WRONG_AT, y + 1.0, y), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        twice[(triton.cdiv(x.numel(), 4096),)](x, y, x.numel(), BLOCK=4096)
+        return y
+'''
+
+
+def test_outputs_past_two_to_the_31_elements_are_compared_on_the_device(evaluator, tmp_path):
+    """A 4 GiB fp16 output: the honest kernel passes, and one wrong element at its very end is
+    found, with its position, by the judge's chunked comparison."""
+    op = tmp_path / "huge.py"
+    op.write_text(HUGE)
+    problem = load_problem(op, root=str(tmp_path))
+    honest = evaluator.evaluate(problem, HUGE_KERNEL.replace("WRONG_AT", "-1"))
+    assert honest.status is Status.correct, honest.error
+    wrong = evaluator.evaluate(problem, HUGE_KERNEL.replace("WRONG_AT", "0"))
+    assert wrong.status is Status.incorrect and wrong.error.gate == "seeds", wrong.error
+    assert "1 of 2147549184 elements" in wrong.error.message and "(32768, 65535)" in wrong.error.message

@@ -20,8 +20,10 @@ from __future__ import annotations
 import os
 
 GiB = 2**30
-HOST_BASE = 4 * GiB
-IDLE_WORKER = 2 * GiB  # a pre-started worker: torch, triton and a CUDA context, no job yet
+HOST_BASE = 4 * GiB  # a worker's budget before its case: what it may hold, not what it usually does
+# what a worker process usually holds before its case (torch and triton imported; on a GPU a
+# CUDA context too): about 0.4 GiB on a CPU, 1.5-2 GiB on an H200
+PROCESS_BASE = {"cpu": GiB // 2, "cuda": 2 * GiB}
 
 
 def worker_bytes(case_bytes: int) -> int:
@@ -40,30 +42,41 @@ def parallel() -> int:
 
 
 def host_available() -> int:
-    """MemAvailable, or physical memory where /proc/meminfo is missing."""
+    """MemAvailable (physical memory where /proc/meminfo is missing), capped by OKGIT_HOST_MEMORY
+    ("64G", "512M" or bytes) for a machine okgit shares with other work."""
+    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     try:
         for line in open("/proc/meminfo"):
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+                available = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    cap = os.environ.get("OKGIT_HOST_MEMORY", "").strip().upper()
+    if cap:
+        units = {"K": 2**10, "M": 2**20, "G": GiB, "T": 2**40}
+        try:
+            value = float(cap[:-1]) * units[cap[-1]] if cap[-1] in units else float(cap)
+        except ValueError:
+            raise ValueError(f"OKGIT_HOST_MEMORY={cap!r}: expected a size such as 64G or 512M") from None
+        available = min(available, int(value))
+    return available
 
 
-def host_plan(case_bytes: int, idle_workers: int) -> int:
-    """One problem's host memory: the judge and a candidate's worker, each with one case, and the
-    pre-started workers waiting."""
-    return 2 * worker_bytes(case_bytes) + idle_workers * IDLE_WORKER
+def host_plan(case_bytes: int, idle_workers: int, device: str) -> int:
+    """One problem's host memory as it usually runs: the judge and a candidate's worker, each
+    with one case on the host at most, and the pre-started workers waiting."""
+    base = PROCESS_BASE["cpu" if device == "cpu" else "cuda"]
+    return 2 * (base + case_bytes) + idle_workers * base
 
 
-def refusal(case_bytes: int, idle_workers: int, available: int, problems: int) -> str | None:
+def refusal(case_bytes: int, idle_workers: int, device: str, available: int, problems: int) -> str | None:
     """Why the problem cannot be evaluated in its share of the host, or None if it can."""
-    need = host_plan(case_bytes, idle_workers)
+    need = host_plan(case_bytes, idle_workers, device)
     share = available // problems
     if need <= share:
         return None
-    return (f"does not fit in host memory: evaluating it needs {gib(need)} (two workers of {gib(HOST_BASE)} plus "
-            f"one case's inputs and outputs, {gib(case_bytes)}, each; {idle_workers} idle workers), and its share is "
+    return (f"does not fit in host memory: evaluating it needs about {gib(need)} (the judge and a worker with one "
+            f"case's inputs and outputs, {gib(case_bytes)}, each, and {idle_workers} idle workers), and its share is "
             f"{gib(share)} of {gib(available)} available" + (f" with {problems} problems at once" if problems > 1 else ""))
 
 

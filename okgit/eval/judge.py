@@ -138,7 +138,7 @@ class Judge:
             shapes=prep.shapes, cases=[vars(c) for c in kept], dropped_shapes=dropped, deterministic=deterministic,
             degenerate=degenerate_reason(summaries),
             tolerances={cid: [asdict(t) for t in tols] for cid, tols in prep.tolerances.items()},
-            case_bytes=max(s.nbytes for s in stats.values()),
+            case_bytes=max(s.nbytes for s in stats.values()), cached=sorted(prep.cache),
         )
         del first[:]
         self.phase("reference: flops")

@@ -54,7 +54,8 @@ MAX_IDLE = 10  # pre-started workers at most: each holds torch and a CUDA contex
 
 class LocalEvaluator:
     def __init__(self, device: str | None = None, timeout_s: float | None = None,
-                 memory_limit_bytes: int | None = None, prestart: bool = True, idle_workers: int | None = None) -> None:
+                 memory_limit_bytes: int | None = None, prestart: bool = True, idle_workers: int | None = None,
+                 judge_cache_bytes: int | None = None) -> None:
         if device is None:
             import torch
 
@@ -78,6 +79,7 @@ class LocalEvaluator:
         self.pool = WorkerPool(memory_limit_bytes or default_memory_limit(),
                                idle=idle_workers or (3 if self._kind == "cuda" else 1))
         self.prestart = prestart
+        self.judge_cache_bytes = judge_cache_bytes  # None: okgit.eval.budget's rule
         self._prepared: dict[str, PreparedReference] = {}
         if prestart:
             self.pool.prestart(self._torch)  # they wait for their jobs, no candidate code loaded
@@ -204,7 +206,8 @@ class LocalEvaluator:
         job = Job(role="judge", source_path=str(reference_path), device=self._kind, backend="torch",
                   root=problem.root, knobs=dict(problem.knobs), init_seed=seeds[0],
                   extra_shapes=[dict(s) for s in problem.extra_shapes] if problem.extra_shapes is not None else None,
-                  seeds=seeds, cache_bytes=budget.cache_bytes(device_total) if device_total else budget.GiB,
+                  seeds=seeds, cache_bytes=self.judge_cache_bytes if self.judge_cache_bytes is not None else
+                  budget.cache_bytes(device_total) if device_total else budget.GiB,
                   rtol=problem.rtol, atol=problem.atol,
                   timing=Timing(MODES[mode].warmup, MODES[mode].samples) if self._kind == "cuda" else None,
                   profile=self._kind == "cuda", peaks_path=str(peaks_file) if peaks_file else None)
@@ -216,7 +219,12 @@ class LocalEvaluator:
             judge_process.close()
             raise OkgitError(f"{problem.path}: the reference does not run: {why}")
         prep = from_judge(judge_process, str(reference_path), reply, seeds[0])
-        refusal = budget.refusal(prep.case_bytes, self.pool.idle_count, budget.host_available(), budget.parallel())
+        try:
+            refusal = budget.refusal(prep.case_bytes, self.pool.idle_count, self._kind, budget.host_available(),
+                                     budget.parallel())
+        except ValueError as e:
+            prep.close()
+            raise OkgitError(str(e)) from None
         if refusal:
             prep.close()
             raise OkgitError(f"{problem.path}: {refusal}")

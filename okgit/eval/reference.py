@@ -31,6 +31,7 @@ class PreparedReference:
     case_bytes: int  # the largest case's inputs and outputs
     init_seed: int
     dropped: list[str] = field(default_factory=list)
+    cached: list[str] = field(default_factory=list)  # cases whose expected outputs the judge keeps
     timing: dict[str, Any] | None = None
     kernels: dict[str, Any] | None = None
     peaks: dict[str, Any] | None = None
@@ -53,6 +54,7 @@ def from_judge(judge: WorkerProcess, reference_path: str, result: dict[str, Any]
         case_bytes=int(result.get("case_bytes", 0)),
         init_seed=init_seed,
         dropped=list(result.get("dropped_shapes", [])),
+        cached=list(result.get("cached", [])),
         timing=result.get("timing"),
         kernels=result.get("profile"),
     )

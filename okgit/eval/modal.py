@@ -253,6 +253,12 @@ def max_containers_setting(environ: Mapping[str, str] | None = None) -> int:
     return int(value)
 
 
+def worst_case_call_s(timeout_s: int = TIMEOUT_S, retries: int = RETRIES) -> int:
+    """The most container seconds one call can bill: every attempt starting as slowly as allowed and
+    running to Modal's limit, then idling SCALEDOWN_S (docs/modal.md, "What it costs")."""
+    return (STARTUP_TIMEOUT_S + timeout_s) * (1 + retries) + SCALEDOWN_S
+
+
 def function_options(gpu: str, *, timeout_s: int = TIMEOUT_S, retries: int = RETRIES,
                      max_containers: int | None = None) -> dict[str, Any]:
     """The GPU function's settings, apart from its image (kept apart so tests can read them)."""
@@ -336,6 +342,7 @@ def _evaluator(device: str):
     still each get a fresh worker process, as locally."""
     from okgit.eval.local import LocalEvaluator
 
+    _make_importable()  # before any worker starts, pre-started ones included
     if device not in _EVALUATORS:
         _EVALUATORS[device] = LocalEvaluator(device=device)
     return _EVALUATORS[device]
@@ -379,7 +386,6 @@ def remote_job(payload: dict[str, Any]) -> dict[str, Any]:
 
 def _job(payload: dict[str, Any]) -> dict[str, Any]:
     try:
-        _make_importable()
         kind = payload["kind"]
         device = payload.get("device", "cuda")
         if kind == "baselines":
@@ -456,11 +462,11 @@ def remote_baselines(ref_source: str, winner_source: str | None, device: str = "
     arms = {"eager": (ref_source, "torch"), "compile": (ref_source + COMPILE_ARM, "torch")}
     if winner_source is not None:
         check = evaluator.evaluate(problem, winner_source, mode="fast", backend=backend)
-        if check.status is Status.incorrect:  # the winner's outputs disagree: never scored as correct
-            result.disagreement = check.error.message if check.error else "incorrect"
-        elif check.status is not Status.correct:
-            why = f"{check.status.value} at {check.error.gate}: {check.error.message}" if check.error else check.status.value
-            result.errors["okgit"] = f"the winner failed the evaluator's check here: {why}"[:300]
+        why = f"{check.error.gate}: {_one_line(check.error.message)}" if check.error else check.status.value
+        if check.status is Status.incorrect:  # a wrong answer here: never scored as a correct kernel
+            result.disagreement = why[:300]
+        elif check.status is not Status.correct:  # rejected, or the worker died: no figure for it
+            result.errors["okgit"] = f"the winner's check here ended {check.status.value}: {why}"[:300]
         arms["okgit"] = (winner_source, backend)
     if device == "cpu":
         result.errors["all"] = "no GPU: timing is not claimed"
@@ -655,6 +661,12 @@ def _start_error(e: BaseException) -> str:
     image = re.search(r"\bim-[A-Za-z0-9]+", text)
     hint = f"`modal image logs {image.group(0)}`" if image else "`modal image logs <image id>`"
     return f"Modal: the image build failed: {_first_line(e)} (whole error in {log}; build log: {hint})"
+
+
+def _one_line(text: str) -> str:
+    """A message on one line: its first line, and its last (a traceback's exception) when they differ."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else "no message"
 
 
 def _first_line(e: BaseException) -> str:

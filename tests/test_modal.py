@@ -3,6 +3,8 @@ definitions, and the GPU function's body run in-process."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +34,15 @@ def credentials(no_credentials, monkeypatch):
 
 
 # --- authentication --------------------------------------------------------------------------------
+
+
+def test_oauth_logins_are_credentials(tmp_path):
+    toml = tmp_path / ".modal.toml"
+    toml.write_text('[default]\noauth_refresh_token = "rt"\noauth_client_id = "cid"\noauth_client_secret = "cs"\n')
+    assert om.has_credentials({"HOME": str(tmp_path)})
+    toml.write_text('[default]\noauth_refresh_token = "rt"\n')  # half a login: the client refuses it too
+    assert not om.has_credentials({"HOME": str(tmp_path)})
+    assert om.has_credentials({"HOME": str(tmp_path), "MODAL_OAUTH_CLIENT_ID": "cid", "MODAL_OAUTH_JWT_KEY": "k"})
 
 
 def test_credentials_from_token_variables():
@@ -85,56 +96,129 @@ def test_cli_without_credentials_exits_1_with_one_line(no_credentials, tmp_path)
 # --- definitions, built offline ----------------------------------------------------------------------
 
 
-def test_image_pins_the_local_versions_and_a_cuda_toolkit(credentials, monkeypatch):
-    modal = pytest.importorskip("modal")
-    import numpy
-    import pydantic
-    import torch
-    import triton
+# torch's installed metadata (Requires-Dist) as wheels of each kind carry it
+CUDA12_REQUIRES = ["filelock", 'nvidia-cuda-runtime-cu12==12.8.90; platform_system == "Linux" and platform_machine == "x86_64"',
+                   'triton==3.4.0; platform_system == "Linux" and platform_machine == "x86_64"',
+                   'optree>=0.13.0; extra == "optree"']
+CUDA13_REQUIRES = ['cuda-toolkit[cublas,cudart,cufft,curand,cusolver,cusparse,nvrtc]==13.0.3; platform_system == "Linux"',
+                   'triton==3.7.1; platform_system == "Linux"', "sympy>=1.13.3"]
+CPU_REQUIRES = ["filelock", "sympy>=1.13.3", 'optree>=0.13.0; extra == "optree"']  # a CPU build pins no triton
+OTHERS = {"numpy": "2.1.0", "pydantic": "2.9.0"}
 
-    calls: dict[str, tuple] = {}
+
+def _stack(version, cuda, requires, local_triton="3.9.0"):
+    return om.image_stack(version, cuda, requires, local_triton, OTHERS, "3.11")
+
+
+def test_a_cuda_12_torch_is_pinned_with_its_triton_and_its_toolkit():
+    stack = _stack("2.8.0+cu128", "12.8", CUDA12_REQUIRES, local_triton="3.9.0")
+    assert stack.torch == ("torch==2.8.0+cu128", "triton==3.4.0")  # torch's requirement, not the local triton
+    assert stack.index == "https://download.pytorch.org/whl/cu128"
+    assert stack.cuda == "12.8" and om.cuda_image_tag(stack.cuda) == "nvidia/cuda:12.8.1-devel-ubuntu22.04"
+    assert stack.rest == ("numpy==2.1.0", "pydantic==2.9.0")
+    plain = _stack("2.8.0", "12.8", CUDA12_REQUIRES)  # PyPI's Linux wheel is itself the CUDA build
+    assert plain.torch[0] == "torch==2.8.0" and plain.index is None and plain.cuda == "12.8"
+
+
+def test_a_cuda_13_torch_gets_a_cuda_13_toolkit():
+    stack = _stack("2.13.0+cu130", "13.0", CUDA13_REQUIRES)
+    assert stack.torch == ("torch==2.13.0+cu130", "triton==3.7.1")
+    assert stack.cuda == "13.0" and om.cuda_image_tag(stack.cuda).startswith("nvidia/cuda:13.0.")
+
+
+def test_a_cpu_torch_installs_its_versions_cuda_build_and_leaves_triton_to_its_metadata():
+    # torch 2.13.0+cpu beside triton 3.9.0 (what pip picked for it): the image must not ask for
+    # torch 2.13.0 (which requires triton 3.7.1) together with triton 3.9.0
+    stack = _stack("2.13.0+cpu", None, CPU_REQUIRES, local_triton="3.9.0")
+    assert stack.torch == ("torch==2.13.0+cu130",)  # triton comes with it, from that build's requirement
+    assert not any("triton" in pin for pin in stack.torch + stack.rest)
+    assert stack.index == "https://download.pytorch.org/whl/cu130" and stack.cuda == "13.0"
+    older = _stack("2.7.1+cpu", None, CPU_REQUIRES)
+    assert older.torch == ("torch==2.7.1+cu128",) and older.cuda == "12.8"
+
+
+def test_the_toolkit_never_crosses_a_major_version():
+    for cuda in ("11.7", "11.8", "12.0", "12.1", "12.3", "12.4", "12.8", "12.9", "12.10", "13.0", "13.1", "13.2", "14.0"):
+        tag = om.cuda_image_tag(cuda)
+        version = tag.split(":")[1].split("-")[0]
+        assert version.split(".")[:2] == cuda.split(".")[:2], (cuda, tag)  # never 12.8 for a 13.x torch
+    assert om.cuda_image_tag("13.1") == "nvidia/cuda:13.1.0-devel-ubuntu22.04"  # not in the table: its .0
+    # a requirement of another major than torch was built with is not taken for the toolkit
+    odd = ['nvidia-cuda-runtime-cu12==12.8.90; platform_system == "Linux"']
+    assert om.torch_cuda("2.13.0+cu130", "13.0", odd) == "13.0"
+    assert om.torch_cuda("2.13.0+cu130", "13.0", CUDA13_REQUIRES) == "13.0"
+
+
+@pytest.mark.parametrize("stack", [
+    _stack("2.8.0+cu128", "12.8", CUDA12_REQUIRES), _stack("2.13.0+cu130", "13.0", CUDA13_REQUIRES),
+    _stack("2.13.0+cpu", None, CPU_REQUIRES),
+], ids=["cuda12", "cuda13", "cpu"])
+def test_the_app_and_image_build_offline_for_each_torch(credentials, monkeypatch, stack):
+    modal = pytest.importorskip("modal")
+    calls: dict[str, list] = {}
     real = {name: getattr(modal.Image, name) for name in ("from_registry", "pip_install", "add_local_python_source")}
 
     def spy(name):
         def wrapper(*args, **kwargs):
-            calls[name] = (args, kwargs)
+            calls.setdefault(name, []).append((args, kwargs))
             return real[name](*args, **kwargs)
         return wrapper
 
     monkeypatch.setattr(modal.Image, "from_registry", staticmethod(spy("from_registry")))
     monkeypatch.setattr(modal.Image, "pip_install", spy("pip_install"))
     monkeypatch.setattr(modal.Image, "add_local_python_source", spy("add_local_python_source"))
-    image = om.build_image()
-    assert isinstance(image, modal.Image)
-    tag = calls["from_registry"][0][0]
-    assert tag.startswith("nvidia/cuda:") and "-devel-" in tag  # nvcc for the CUDA backend
-    assert calls["from_registry"][1]["add_python"] == f"{sys.version_info.major}.{sys.version_info.minor}"
-    pins = calls["pip_install"][0][1:]
-    assert f"triton=={triton.__version__}" in pins
-    assert any(p.startswith(f"torch=={torch.__version__.split('+')[0]}") for p in pins)
-    assert f"pydantic=={pydantic.VERSION}" in pins and f"numpy=={numpy.__version__}" in pins
-    assert calls["add_local_python_source"][0][1:] == ("okgit",)
+    app, fn = om.build_app("H100", stack=stack)
+    assert isinstance(app, modal.App) and isinstance(fn, modal.Function)
+    (tag,), base = calls["from_registry"][0]
+    assert tag == om.cuda_image_tag(stack.cuda) and "-devel-" in tag and base["add_python"] == "3.11"
+    torch_layer, rest_layer = calls["pip_install"]
+    assert torch_layer[0][1:] == stack.torch and torch_layer[1]["extra_index_url"] == stack.index  # its own layer
+    assert rest_layer[0][1:] == stack.rest
+    assert calls["add_local_python_source"][0][0][1:] == ("okgit",)
+    assert om.function_name(stack=stack) != om.function_name(stack=_stack("2.6.0+cu124", "12.4", []))
 
 
-def test_cuda_image_tags():
-    assert om.cuda_image_tag("12.4") == "nvidia/cuda:12.4.1-devel-ubuntu22.04"
-    assert om.cuda_image_tag(None) == om.cuda_image_tag(om.DEFAULT_CUDA)
-    assert om.cuda_image_tag("99.9") == om.cuda_image_tag(om.DEFAULT_CUDA)
+def test_the_local_environment_gives_a_consistent_stack():
+    import torch
+
+    stack = om.local_stack()
+    assert stack.python == f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert stack.torch[0].startswith(f"torch=={torch.__version__.split('+')[0]}")
+    if torch.version.cuda is None:  # this CI's CPU torch
+        assert len(stack.torch) == 1 and stack.index and stack.index.endswith("cu" + stack.cuda.replace(".", ""))
 
 
-def test_the_gpu_function_is_defined_with_isolation_timeouts_and_retries(credentials):
+def test_the_gpu_function_is_defined_with_isolation_and_bounded_cost(credentials):
     modal = pytest.importorskip("modal")
     options = om.function_options("H200")
     assert options["gpu"] == "H200"
     assert options["block_network"] is True and options["restrict_modal_access"] is True
-    assert options["timeout"] == om.TIMEOUT_S and isinstance(options["retries"], modal.Retries)
-    assert options["max_containers"] == om.MAX_CONTAINERS
+    assert options["timeout"] == om.TIMEOUT_S and options["startup_timeout"] == om.STARTUP_TIMEOUT_S
+    assert om.TIMEOUT_S > max(om.KIND_TIMEOUT_S.values())  # the in-container limits end a job first
+    assert isinstance(options["retries"], modal.Retries) and options["retries"].max_retries == om.RETRIES
+    assert options["max_containers"] == om.MAX_CONTAINERS and options["scaledown_window"] == om.SCALEDOWN_S
+    assert options["cpu"] >= 2 and options["memory"] >= 8192  # not Modal's 0.125 cores and 128 MiB
     app, fn = om.build_app("L40S")
     assert isinstance(app, modal.App) and isinstance(fn, modal.Function)
     assert fn._spec_.gpus == "L40S"  # the GPU is the user's choice
     body = fn._raw_f_  # the plain function the container runs (pickled by reference to okgit)
     assert (body.__module__, body.__qualname__) == ("okgit.eval.modal", "remote_job")
     assert om.function_name().startswith("evaluate-")
+
+
+def test_docs_state_the_worst_case_of_a_call():
+    text = (Path(__file__).parents[1] / "docs/modal.md").read_text()
+    worst = om.worst_case_call_s()
+    assert worst == (om.STARTUP_TIMEOUT_S + om.TIMEOUT_S) * (1 + om.RETRIES) + om.SCALEDOWN_S
+    for figure in (worst, om.TIMEOUT_S, om.STARTUP_TIMEOUT_S, om.SCALEDOWN_S, om.MAX_CONTAINERS_ENV):
+        assert str(figure) in text, figure
+
+
+def test_the_container_limit_setting(monkeypatch):
+    assert om.max_containers_setting({}) == om.MAX_CONTAINERS
+    assert om.max_containers_setting({om.MAX_CONTAINERS_ENV: "3"}) == 3
+    with pytest.raises(OkgitError, match=om.MAX_CONTAINERS_ENV):
+        om.max_containers_setting({om.MAX_CONTAINERS_ENV: "0"})
 
 
 def test_modal_deploy_finds_the_app_attribute(credentials, monkeypatch):
@@ -197,7 +281,7 @@ def test_remote_body_reports_the_users_error_once(relu_problem):
     broken = Problem(path="bad.py", source="import torch\nclass Model: pass\ndef get_inputs(): raise ValueError('no')\n"
                      "def get_init_inputs(): return []\n")
     out = om.remote_job({"kind": "reference", "problem": om.problem_payload(broken), "device": "cpu"})
-    assert set(out) == {"okgit_error"}
+    assert "okgit_error" in out and "result" not in out and "failed" not in out
 
 
 class LocalFunction:
@@ -224,6 +308,8 @@ def test_modal_evaluator_end_to_end_through_a_local_function(credentials, relu_p
     assert results[0].status is Status.correct
     assert results[1].status is Status.error and results[1].error.gate == "modal"
     assert "container lost" in results[1].error.message
+    assert {r.device for r in results} == {"modal:H100"}  # the same name on a failed call
+    assert results[0].queue_s is not None and results[0].queue_s >= 0 and results[0].cold_start is not None
 
 
 def test_modal_evaluator_turns_service_failures_into_one_line(credentials, relu_problem, monkeypatch):
@@ -257,3 +343,100 @@ def test_compare_results_travel_as_comparisons(credentials, monkeypatch):
     ev = om.ModalEvaluator()
     monkeypatch.setattr(ev, "_function", lambda: Fn())
     assert ev.compare(Problem(path="op.py", source=""), "src", rounds=3) == cmp
+
+
+# --- remote_job never raises; the sweep's baselines through the sandboxed worker -----------------
+
+
+class _Raising:
+    device = "cpu"
+
+    def reference(self, problem):
+        raise RuntimeError("CUDA error: an illegal memory access\nmore")
+
+
+class _Hanging:
+    device = "cpu"
+
+    def reference(self, problem):
+        import time
+
+        time.sleep(30)
+
+
+@pytest.mark.parametrize("evaluator, expect", [(_Raising(), "RuntimeError: CUDA error: an illegal memory access"),
+                                              (_Hanging(), "ran past its 1 s limit")], ids=["raises", "hangs"])
+def test_remote_job_returns_failures_as_data(relu_problem, monkeypatch, evaluator, expect):
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setattr(om, "_evaluator", lambda device: evaluator)
+    monkeypatch.setattr(om, "_STUCK", False)
+    out = om.remote_job({"kind": "reference", "problem": om.problem_payload(relu_problem), "device": "cpu",
+                         "limit_s": 1})
+    assert expect in out["failed"] and "\n" not in out["failed"]
+    assert out["job_s"] < 10 and isinstance(out["cold_start"], bool)
+    if isinstance(evaluator, _Hanging):  # that container takes no further job
+        assert "stuck" in om.remote_job({"kind": "reference", "problem": {}, "device": "cpu"})["failed"]
+
+
+def test_remote_job_never_raises_on_bad_payloads(monkeypatch):
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert "okgit_error" in om.remote_job({"kind": "nonsense", "problem": {"path": "a.py", "source": ""}, "device": "cpu"})
+    assert "KeyError" in om.remote_job({"kind": "evaluate", "device": "cpu"})["failed"]
+
+
+@pytest.fixture
+def fresh_evaluators(monkeypatch):
+    """A fresh container: no evaluator (nor pre-started worker) from an earlier test."""
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # restored after: remote_job sets it
+    monkeypatch.setattr(om, "_EVALUATORS", {})
+    yield
+    for ev in om._EVALUATORS.values():
+        ev.close()
+
+
+def test_sweep_baselines_run_in_the_sandboxed_worker(credentials, fresh_evaluators, tmp_path, relu_problem,
+                                                     monkeypatch):
+    pytest.importorskip("modal")
+    from okgit.kernelbench import sweep
+
+    facts = tmp_path / "facts.json"
+    # the reference records where it runs: its module is imported by the reference worker only
+    spy = relu_problem.source + (
+        "\nimport json as _json, os as _os, importlib.util as _util\n"
+        f"_json.dump({{'pid': _os.getpid(), 'cwd': _os.getcwd(), 'token': _os.environ.get('MODAL_TOKEN_ID'),"
+        f" 'okgit': _util.find_spec('okgit').origin}}, open({str(facts)!r}, 'w'))\n")
+    ev = om.ModalEvaluator(gpu="H100")
+    monkeypatch.setattr(ev, "_function", lambda: LocalFunction())
+    times = ev.time_baselines(spy, TRITON_RELU2)
+    seen = json.loads(facts.read_text())
+    assert seen["pid"] != os.getpid() and seen["cwd"] != os.getcwd()  # a worker process, in its own directory
+    assert seen["token"] is None  # the scrubbed environment: no Modal token, though this process has one
+    assert Path(seen["okgit"]).resolve().parents[1] == Path(om.__file__).resolve().parents[2]  # PYTHONPATH
+    assert times.device == "modal:H100" and times.timed is False
+    assert times.errors == {"all": "no GPU: timing is not claimed"} and times.disagreement is None
+
+    ref, good, bad = tmp_path / "ref.py", tmp_path / "good.py", tmp_path / "bad.py"
+    ref.write_text(relu_problem.source)
+    good.write_text(TRITON_RELU2)
+    bad.write_text(TRITON_RELU2.replace("* 2.0", "* 3.0"))
+    fields = sweep._baselines(ref, good, {}, timer=ev.time_baselines, gpu=False)
+    assert fields["untimed_reason"] == "all: no GPU: timing is not claimed" and "status" not in fields
+    wrong = sweep._baselines(ref, bad, {}, timer=ev.time_baselines, gpu=False)
+    assert wrong["status"] == "incorrect" and wrong["correct"] is False  # the evaluator's check, run again there
+
+    class Down:
+        def remote(self, payload):
+            raise ConnectionError("no route to host")
+
+    monkeypatch.setattr(ev, "_function", lambda: Down())
+    lost = sweep._baselines(ref, good, {}, timer=ev.time_baselines, gpu=False)
+    assert "Modal: ConnectionError: no route to host" in lost["untimed_reason"] and "status" not in lost
+
+
+def test_a_winner_failing_its_check_there_is_untimed_or_incorrect(credentials, fresh_evaluators, relu_problem):
+    rejected = "import threading\n" + TRITON_RELU2  # the static gate refuses it: no figure, not a wrong answer
+    times = om.remote_baselines(relu_problem.source, rejected, "cpu")
+    assert "rejected" in times.errors["okgit"] and times.disagreement is None
+    raising = TRITON_RELU2.replace("def forward(self, x):", "def forward(self, x):\n        raise RuntimeError('boom')", 1)
+    times = om.remote_baselines(relu_problem.source, raising, "cpu")
+    assert "RuntimeError: boom" in times.disagreement and "\n" not in times.disagreement

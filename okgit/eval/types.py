@@ -68,7 +68,11 @@ class EvalResult(BaseModel):
     max_rel_error: float | None = None
     shapes: list[dict[str, int]] = Field(default_factory=list)  # knob settings checked
     flags: dict[str, Any] = Field(default_factory=dict)  # tf32/cudnn flags pinned in both arms
-    wall_s: float | None = None
+    wall_s: float | None = None  # the evaluation itself, where it ran
+    # A remote evaluator's overhead, apart from wall_s: seconds from submitting the job to its start there
+    # (queueing, the container's cold start, transfers), and whether this job started a container.
+    queue_s: float | None = None
+    cold_start: bool | None = None
 
 
 class Reference(BaseModel):

@@ -13,6 +13,7 @@ report.json / report.md.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -73,10 +74,16 @@ def run_sweep(
     pool = Pool.local(parallel, device="cpu" if modal or config.device == "cpu" else None)
     gpu = any(d.startswith("cuda") for d in pool.devices)
     timer: Callable[[str, str], BaselineTimes] | None = None
+    extra_env: dict[str, str] = {}
     if modal:
-        from okgit.eval.modal import ModalEvaluator
+        from okgit.eval.modal import MAX_CONTAINERS_ENV, ModalEvaluator, max_containers_setting
 
-        timer = ModalEvaluator(gpu=config.modal_gpu).time_baselines
+        # One container limit for the whole sweep: each problem's process, and the baselines
+        # timed after it in the same slot, get an equal share of it (at least one each).
+        share = max(1, max_containers_setting() // parallel)
+        extra_env[MAX_CONTAINERS_ENV] = str(share)
+        timer = functools.partial(ModalEvaluator(gpu=config.modal_gpu, max_containers=share).time_baselines,
+                                  backend=flags.get("backend") or "triton")
     check_note, checking = _cross_check_plan(cross_check, gpu=gpu, modal=modal)
 
     done = {r.key: r for r in (_load_state(out_dir, p) for p in selected) if r is not None}
@@ -89,7 +96,7 @@ def run_sweep(
         device = f"modal:{config.modal_gpu}" if modal else slot.name
         try:
             result = _run_problem(problem, slot, flags, out_dir, timeout_s, timer=timer, gpu=gpu,
-                                  cross_check=checking, device=device)
+                                  cross_check=checking, device=device, extra_env=extra_env)
         except OkgitError as e:  # e.g. git or Modal failing for this problem: recorded, the sweep goes on
             result = ProblemResult(key=problem.key, level=problem.level, id=problem.id, name=problem.name,
                                    status="error", device=device, error=str(e))
@@ -205,7 +212,7 @@ def _printer(stream: TextIO | None) -> Callable[[str], None]:
 
 def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, timeout_s: float, *,
                  timer: Callable[[str, str], BaselineTimes] | None, gpu: bool, cross_check: bool,
-                 device: str) -> ProblemResult:
+                 device: str, extra_env: dict[str, str] | None = None) -> ProblemResult:
     started = time.monotonic()
     result = ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, status="error", device=device)
     work = out_dir / "repos" / _slug(p)
@@ -215,7 +222,7 @@ def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path,
     ref_source = p.path.read_text()
     _init_repo(work, p.file_name, ref_source)
 
-    env = {**os.environ, **slot.env(), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **slot.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "okgit", "optimize", p.file_name, "--json", *_flag_args(flags)]
     try:
         proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s)

@@ -9,6 +9,9 @@
 #   space[:LIST]     bench/space.py: the template kernels' launch settings explored against eager and
 #                    torch.compile, over example ops LIST (e.g. 11,5-8; default 4-11); SPACE_ARGS=--defaults
 #                    times the settings as proposed, without the walk
+#   realsize[:A-B]   bench/realsize.py over the development set (.kb/, a copy of ../shared/kernelbench,
+#                    carried), levels REALSIZE_LEVELS (default "2 1"), problems A-B; resumes from
+#                    bench/results/realsize-resume.json when present
 #   facts            only the torch/triton/GPU facts
 #   smoke            both scripts' --smoke (CPU): checks the plumbing, needs no GPU
 #
@@ -38,7 +41,7 @@ usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 seen=" "
 for arg in "$@"; do
   stage="${arg%%:*}"; range="${arg#"$stage"}"; range="${range#:}"
-  case "$stage" in tests|eval|offline|space|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
+  case "$stage" in tests|eval|offline|space|realsize|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
   if [ -n "$range" ] && ! [[ "$range" =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]]; then echo "bad range in $arg (want A-B or a list A,B-C)" >&2; exit 2; fi
   case "$seen" in *" $stage "*) echo "stage $stage twice in one call: its JSON would be overwritten" >&2; exit 2;; esac
   seen="$seen$stage "
@@ -124,6 +127,10 @@ for arg in "$@"; do
     space)
       need_gpu space || { final=3; continue; }
       run_stage space 560 'python3 bench/space.py --problems '"${range:-4-11}"' ${SPACE_ARGS:-} --time-limit $LIMIT' ;;
+    realsize)
+      need_gpu realsize || { final=3; continue; }
+      resume=""; [ -f bench/results/realsize-resume.json ] && resume="--resume bench/results/realsize-resume.json"
+      run_stage realsize 560 'python3 bench/realsize.py --kb .kb --level '"${REALSIZE_LEVELS:-2 1}"' '"${range:+--problems $range} $resume"' --time-limit $LIMIT' ;;
     smoke)
       run_stage smoke-eval 120 'python3 bench/eval.py --smoke'
       run_stage smoke-offline 120 'python3 bench/offline.py --smoke'

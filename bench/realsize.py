@@ -38,14 +38,15 @@ spec = importlib.util.spec_from_file_location("m", sys.argv[1]); m = importlib.u
 spec.loader.exec_module(m)
 torch.manual_seed(0)
 init = m.get_init_inputs()
-ref = m.Model(*init).cuda(); new = m.Model(*init).cuda()
+torch.manual_seed(1); ref = m.Model(*init).cuda()
+torch.manual_seed(1); new = m.Model(*init).cuda()
 with torch.no_grad():
     for trial in range(5):
         torch.manual_seed(trial)
         with torch.device("cuda"):
             inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in m.get_inputs()]
         a, b = ref(*inputs), new(*inputs)
-        assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
+        assert torch.allclose(a, b, atol=1e-2, rtol=1e-2, equal_nan=True)
         del a, b
     times = []
     for _ in range(100):

@@ -81,8 +81,10 @@ class LocalEvaluator:
         self.prestart = prestart
         self.judge_cache_bytes = judge_cache_bytes  # None: okgit.eval.budget's rule
         self._prepared: dict[str, PreparedReference] = {}
+        self._spare_judge: WorkerProcess | None = None  # started ahead: a preparation pays no process start
         if prestart:
             self.pool.prestart(self._torch)  # they wait for their jobs, no candidate code loaded
+            self._spare_judge = self._new_judge()
         atexit.register(self.close)
 
     # ---- the Evaluator protocol -----------------------------------------------------------------
@@ -143,6 +145,9 @@ class LocalEvaluator:
 
     def close(self) -> None:
         self.pool.close()
+        if self._spare_judge is not None:
+            self._spare_judge.close()
+            self._spare_judge = None
         for prep in self._prepared.values():
             prep.close()
         self._prepared.clear()
@@ -193,7 +198,7 @@ class LocalEvaluator:
         if key in self._prepared:
             return self._prepared[key]
         seeds = [SEED_BASE + i for i in range(MODES[mode].seeds)]
-        judge_process = WorkerProcess(self._torch, self.pool.memory_limit, self.pool.base_dir, program="okgit.eval.judge")
+        judge_process = self._take_judge()
         reference_path = judge_process.dir / "reference.py"
         reference_path.write_text(problem.source)
         reference_path.chmod(0o444)
@@ -220,7 +225,7 @@ class LocalEvaluator:
             raise OkgitError(f"{problem.path}: the reference does not run: {why}")
         prep = from_judge(judge_process, str(reference_path), reply, seeds[0])
         try:
-            refusal = budget.refusal(prep.case_bytes, self.pool.idle_count, self._kind, budget.host_available(),
+            refusal = budget.refusal(prep.case_bytes, self.pool.idle_count + self.prestart, self._kind, budget.host_available(),
                                      budget.parallel())
         except ValueError as e:
             prep.close()
@@ -234,6 +239,17 @@ class LocalEvaluator:
             prep.peaks = roofline.load_peaks(peaks_file)
         self._prepared[key] = prep
         return prep
+
+    def _new_judge(self) -> WorkerProcess:
+        return WorkerProcess(self._torch, self.pool.memory_limit, self.pool.base_dir, program="okgit.eval.judge")
+
+    def _take_judge(self) -> WorkerProcess:
+        judge_process, self._spare_judge = self._spare_judge, None
+        if judge_process is None or not judge_process.alive():
+            judge_process = self._new_judge()
+        if self.prestart:
+            self._spare_judge = self._new_judge()
+        return judge_process
 
     def _forget(self, prep: PreparedReference) -> None:
         """A judge that failed is not asked again: the next evaluation prepares a new one."""

@@ -11,9 +11,10 @@ import pytest
 from oprun import run_ops
 
 from okgit.eval.types import Reference
+from okgit.lower.capture import capture
+from okgit.lower.fusion import partition
+from okgit.lower.graph import Bound, Unsupported
 from okgit.problem import load_problem, shape_knobs
-from okgit.search.fusion import partition
-from okgit.search.graph import Bound, Unsupported, capture
 from okgit.search.proposers.templates import TemplatesProposer, plan
 from okgit.search.types import Context
 

@@ -40,9 +40,10 @@ from string import Template
 
 import torch
 
-from okgit.search.fusion import Group, partition
-from okgit.search.graph import Bound, Graph, Node, Unsupported, capture
-from okgit.search.kernelcode import (
+from okgit.lower.capture import capture
+from okgit.lower.fusion import Group, partition
+from okgit.lower.graph import Bound, Graph, Node, Unsupported
+from okgit.lower.kernelcode import (
     CL_WALK,
     COLUMN_WALK,
     HELPERS,

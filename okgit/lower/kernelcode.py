@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from okgit.search.fusion import Group
-from okgit.search.graph import Bound, Node, Unsupported
+from okgit.lower.fusion import Group
+from okgit.lower.graph import Bound, Node, Unsupported
 
 # ---------------------------------------------------------------------------------------------
 # Elementwise primitives in Triton (all arithmetic in fp32)

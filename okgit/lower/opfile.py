@@ -26,6 +26,7 @@ from okgit.lower.kernelcode import HELPERS, KernelCode, Leaf, indent, literal
 from okgit.lower.kinds import KINDS
 from okgit.lower.kinds.base import Rendered, TemplateKind
 from okgit.lower.template import render
+from okgit.lower.translate import op_description
 
 
 class Lowering:
@@ -236,7 +237,7 @@ def render_file(source: str, graph: Graph, items: list, turned_on: tuple[Templat
     low = Lowering(graph, items, turned_on)
     forward = low.forward(ast.unparse(fwd.args))
     if not low.rendered:
-        raise Unsupported("nothing for a Triton kernel")
+        raise Unsupported(nothing_to_lower(low))
     texts = {**HELPERS, **{name: text for k in KINDS for name, text in k.helpers.items()}}
     helpers = [render(texts[h]) for h in sorted(low.helpers)]
     block = [
@@ -268,3 +269,12 @@ def render_file(source: str, graph: Graph, items: list, turned_on: tuple[Templat
     lines[after:after] = missing
     return "\n".join(lines) + "\n", low
 
+
+def nothing_to_lower(low: Lowering) -> str:
+    """Why a partition gives no Triton kernel: the ops no template covers, each with its class
+    ("no template covers aten.cumsum (scan)"), or else the vendor calls that are all there is."""
+    calls = [n for n in low.items if isinstance(n, Node) and n.op != "getitem"]
+    uncovered = [n for n in calls if not any(k.extern_origin(n, low) for k in KINDS)]
+    if uncovered:
+        return "no template covers " + ", ".join(dict.fromkeys(op_description(n) for n in uncovered))
+    return "nothing for a Triton kernel beside " + ", ".join(dict.fromkeys(op_description(n) for n in calls))

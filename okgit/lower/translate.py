@@ -17,6 +17,25 @@ from okgit.lower.graph import Graph, Node, Unsupported
 
 GEMM_OPS = {"linear", "mm", "addmm", "matmul"}  # externs a Triton GEMM may replace
 
+# The class of an ATen op no handler lowers, for the note that says why no template took it
+OP_CLASSES = {
+    **dict.fromkeys(("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"), "scan"),
+    **dict.fromkeys(("avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d", "max_pool2d", "max_pool3d",
+                     "max_pool2d_with_indices", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+                     "_adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d"), "pooling"),
+    **dict.fromkeys(("sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode"), "sort or selection"),
+    **dict.fromkeys(("mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "linear", "einsum", "dot", "mv"), "matmul"),
+    **dict.fromkeys(("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+                     "convolution"), "convolution"),
+    **dict.fromkeys(("batch_norm", "group_norm", "instance_norm"), "normalisation"),
+    **dict.fromkeys(("transpose", "permute", "t", "cat", "stack", "flip", "roll", "pad", "constant_pad_nd", "repeat",
+                     "tile", "narrow", "slice", "select", "index_select", "gather", "scatter", "index", "embedding",
+                     "unfold", "view", "reshape", "_unsafe_view", "expand"), "data movement"),
+    **dict.fromkeys(("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_bilinear2d",
+                     "upsample_bicubic2d", "grid_sampler_2d"), "resampling"),
+    **dict.fromkeys(("dropout", "native_dropout", "bernoulli", "rand_like", "randn_like"), "random"),
+}
+
 
 def translate(ep, forward_args: list[str], entry: str) -> Graph:
     """The exported program as a Graph: its placeholders as leaves, each call as primitives."""
@@ -108,3 +127,11 @@ def _flatten(args):
             yield from _flatten(a)
         else:
             yield a
+
+
+def op_description(n: Node) -> str:
+    """An extern node's op, overload aside, with its class: "aten.cumsum (scan)"."""
+    parts = n.op.split(".")
+    name = ".".join(parts[:2])
+    kind = OP_CLASSES.get(parts[1]) if len(parts) > 1 else None
+    return f"{name} ({kind})" if kind else name

@@ -33,10 +33,10 @@ def candidates(graph: Graph) -> list[tuple[TemplateKind, ...]]:
     return combos + [(k,) for k in offered if k.alone]
 
 
-def label(turned_on: tuple[TemplateKind, ...]) -> str:
-    """A candidate in a note: its optional kinds, and those off whose absence says something
-    ("vendor GEMM, column layout")."""
-    named = [k.label if k in turned_on else k.label_off for k in KINDS if k.optional]
+def label(graph: Graph, turned_on: tuple[TemplateKind, ...]) -> str:
+    """A candidate in a note: its optional kinds, and those off that the graph offers where
+    their absence says something ("vendor GEMM, column layout")."""
+    named = [k.label if k in turned_on else k.label_off for k in KINDS if k.optional and (k in turned_on or k.offered(graph))]
     return ", ".join(n for n in named if n)
 
 
@@ -84,7 +84,7 @@ def plan(ctx: Context) -> list[Proposal]:
                 continue  # the candidate without that kind is the same file
             source, low = render_file(ctx.problem.source, graph, items, turned_on)
         except Unsupported as e:
-            what = label(turned_on)
+            what = label(graph, turned_on)
             ctx.log("note", message=f"templates{f' ({what})' if what else ''}: {e}")
             continue
         out.append(Proposal(

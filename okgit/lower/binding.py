@@ -21,12 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from okgit.eval.jobs import INIT_FLOAT_FACTOR
-from okgit.lower.graph import Bound, Graph, Node, Unsupported
+from okgit.lower.graph import Bound, Graph, Node, Unsupported, module_expr
 from okgit.lower.trace import instantiate, scale_floats, trace
-
-
-def _module_expr(path: str) -> str:
-    return "self" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in path.split(".") if p)
 
 
 @dataclass
@@ -40,7 +36,7 @@ class _Attr:
 
     @property
     def expr(self) -> str:
-        base = _module_expr(self.path) + f".{self.name}"
+        base = module_expr(self.path) + f".{self.name}"
         return base if self.index is None else f"{base}[{self.index}]"
 
     def setter(self, value: float) -> Callable[[torch.nn.Module], None]:

@@ -24,6 +24,11 @@ import torch
 FLOAT = (torch.float32, torch.float16, torch.bfloat16)
 
 
+def module_expr(path: str) -> str:
+    """A module's qualified name ("blocks.0.norm") as a Python expression over `self`."""
+    return "self" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in path.split(".") if p)
+
+
 class Unsupported(Exception):
     """The reference cannot be captured or lowered; the message says why."""
 

@@ -21,7 +21,7 @@ import re
 import torch
 
 from okgit.lower.fusion import Group
-from okgit.lower.graph import Bound, Graph, Node, Unsupported
+from okgit.lower.graph import Bound, Graph, Node, Unsupported, module_expr
 from okgit.lower.kernelcode import HELPERS, KernelCode, Leaf, indent, literal
 from okgit.lower.kinds import KINDS
 from okgit.lower.kinds.base import Rendered, TemplateKind
@@ -48,7 +48,7 @@ class Lowering:
             if n.kind == "input":
                 self.names[id(n)] = n.op
             elif n.kind == "param":
-                self.names[id(n)] = "self" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in n.op.split("."))
+                self.names[id(n)] = module_expr(n.op)
         self.state = {k: k.prepare(self) for k in self.kinds}  # what each kind set up for this candidate
 
     # forward ---------------------------------------------------------------------------------
@@ -130,9 +130,8 @@ class Lowering:
 
     # groups ----------------------------------------------------------------------------------
     def group(self, g: Group, k: int) -> Rendered:
-        kind = next((kd for kd in self.kinds if kd.claims(g, self)), None)
-        if kind is None:
-            raise Unsupported(f"no template kind for a {g.kind} group")
+        # pointwise, rows and scalar groups have kinds always on; a gemm group exists only with GEMM on
+        kind = next(kd for kd in self.kinds if kd.claims(g, self))
         self.chosen[id(g)] = kind
         leaves: dict[int, Leaf] = {}
         args: list[str] = []

@@ -11,9 +11,10 @@ import pytest
 from oprun import run_ops
 
 from okgit.eval.types import Reference
+from okgit.lower.capture import capture
+from okgit.lower.fusion import partition
+from okgit.lower.graph import Bound, Unsupported
 from okgit.problem import load_problem, shape_knobs
-from okgit.search.fusion import partition
-from okgit.search.graph import Bound, Unsupported, capture
 from okgit.search.proposers.templates import TemplatesProposer, plan
 from okgit.search.types import Context
 
@@ -226,6 +227,39 @@ def get_init_inputs():
 """)
     proposer = TemplatesProposer()
     assert proposer.propose(ctx_for(path)) is None
+
+
+@pytest.mark.parametrize(("forward", "why"), [
+    ("torch.cumsum(x, dim=1)", "no template covers aten.cumsum (scan)"),
+    ("F.avg_pool2d(x, 2)", "no template covers aten.avg_pool2d (pooling)"),
+    ("F.relu(torch.cumsum(x, dim=1)).sum(dim=(2, 3)).sort(dim=1).values", None),  # the sum is a group
+    ("F.conv2d(x, self.weight)", "nothing for a Triton kernel beside aten.conv2d (convolution)"),
+])
+def test_a_note_names_the_op_no_template_covers(tmp_path, forward, why):
+    path = op(tmp_path, "uncovered", f"""
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 4, 3, 3))
+
+    def forward(self, x):
+        return {forward}
+
+batch = 2
+size = 8
+
+def get_inputs():
+    return [torch.randn(batch, 4, size, size)]
+
+def get_init_inputs():
+    return []
+""")
+    notes: list = []
+    proposals = plan(ctx_for(path, notes))
+    if why is None:
+        assert proposals and not any("no template covers" in n for n in notes)
+    else:
+        assert not proposals and f"templates: {why}" in notes
 
 
 def test_proposer_yields_each_candidate_once(tmp_path):

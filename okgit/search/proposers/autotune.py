@@ -22,7 +22,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from okgit.search.graph import Unsupported, input_extent
+from okgit.lower.graph import Unsupported
+from okgit.lower.trace import input_extent
 from okgit.search.types import Context, Proposal
 
 WARPS = (1, 2, 4, 8, 16)

@@ -1,10 +1,10 @@
 """One fusion group's kernel code: Triton expressions for its nodes, its loads, its
-reductions and the loops that stream its rows (okgit.search.proposers.templates renders
-these into the kernel templates).
+reductions, its stores and the loops that stream its rows (the template kinds in
+okgit.lower.kinds render these into their kernel templates).
 
 All arithmetic is in fp32. A `Scope` is where an expression is evaluated (a row's prologue,
 one tile of a streamed pass); `KernelCode` emits each node once per scope and reuses it; a
-`Walk` is the loop a layout streams its rows with.
+`Walk` is the loop a layout streams its rows with (`stream_rows`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from okgit.search.fusion import Group
-from okgit.search.graph import Bound, Node, Unsupported
+from okgit.lower.fusion import Group
+from okgit.lower.graph import Bound, Node, Unsupported
+from okgit.lower.template import template
 
 # ---------------------------------------------------------------------------------------------
 # Elementwise primitives in Triton (all arithmetic in fp32)
@@ -33,7 +34,8 @@ OPS = {
     "eq": "{0} == {1}", "ne": "{0} != {1}", "and": "({0}) & ({1})", "or": "({0}) | ({1})",
     "not": "{0} == 0", "where": "tl.where({0}, {1}, {2})",
 }
-HELPERS = {"_folds": "helper_folds.py.tmpl", "_tanh": "helper_tanh.py.tmpl", "_log1p": "helper_log1p.py.tmpl", "_expm1": "helper_expm1.py.tmpl", "_pow": "helper_pow.py.tmpl", "_to_channels_last": "helper_channels_last.py.tmpl"}
+# The Triton functions the expressions above call, each rendered once into an op file that uses it
+HELPERS = {name: template(__package__, f"helper{name}.py.tmpl") for name in ("_folds", "_tanh", "_log1p", "_expm1", "_pow")}
 TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.int32: "tl.int32", torch.int64: "tl.int64"}
 NEUTRAL = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax": 'float("-inf")', "argmin": 'float("inf")'}
 
@@ -345,7 +347,6 @@ class Walk:
         return [f"for start in range(0, n_red, {self.block}):"] + indent(head + body)
 
 
-ROW_WALK = Walk("BLOCK_N", "[BLOCK_M, BLOCK_N]", 1)  # rows along axis 0, a row's elements along axis 1
 COLUMN_PROGRAMS = 2048  # about 16 programs per SM of an H100/H200
 
 
@@ -357,5 +358,72 @@ def widest_block(n_outer: int, n_inner: int, widest: int, narrowest: int) -> int
     while block > narrowest and n_outer * -(-n_inner // block) < COLUMN_PROGRAMS:
         block //= 2
     return block
-COLUMN_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_J]", 0)  # the contiguous inner axis along axis 1
-CL_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_C]", 0, ("nhwc = nhwc_base + col * n_chan",))  # channels along axis 1
+
+
+def store_outputs(code: KernelCode, g: Group, full: Scope, row: Scope | None, outs: list[str], only: str | None = None) -> None:
+    """Stores of g's outputs (`outs`): the elementwise ones in `full`, the per-row ones in
+    `row`; with `only`, just the outputs of that placement."""
+    for n, o in zip(g.outputs, outs):
+        where = code.placement(n)
+        if only is not None and where != only:
+            continue
+        scope = full if where == "full" else row
+        v = code.value(n, scope)
+        if where == "full":
+            scope.lines.append(f"tl.store({o}_ptr + {scope.flat}, {v}, mask={scope.mask})")
+        elif scope.mask is None:
+            scope.lines.append(f"tl.store({o}_ptr, {v})")
+        else:
+            scope.lines.append(f"tl.store({o}_ptr + row, {v}, mask=row_mask)")
+
+
+def stream_rows(code: KernelCode, g: Group, root: Scope, outs: list[str], walk: Walk) -> Scope:
+    """The rows streamed chunk by chunk: once per reduction level (statistics that depend
+    on earlier ones, e.g. a variance after its mean), then once to store the elementwise
+    outputs. The row layout's multi-pass branch, and the whole kernel of the column layout and
+    of the channels-last reduction."""
+    code.reduce_tile = None
+    col_offset = code.radix("col", [d for d in code.covered if d in g.red])
+    multi = Scope(root, "base", "row_mask")
+    reduces = [n for n in g.nodes if n.kind == "reduce"]
+    levels = sorted({g.level(r.args[0]) for r in reduces})
+    for lv in levels:
+        _fold_pass(code, multi, [r for r in reduces if g.level(r.args[0]) == lv], col_offset, walk)
+    if any(code.placement(n) == "full" for n in g.outputs):
+        loop = Scope(multi, "flat", "mask", row=multi)
+        store_outputs(code, g, loop, multi, outs, only="full")
+        multi.lines += walk.loop(col_offset, loop.lines)
+    store_outputs(code, g, multi, multi, outs, only="row")
+    return multi
+
+
+def _fold_pass(code: KernelCode, outer: Scope, reduces: list[Node], col_offset: str, walk: Walk) -> None:
+    """One streamed pass over the row folding `reduces` into per-row values."""
+    loop = Scope(outer, "flat", "mask", row=outer)
+    inits, updates, accs = [], [], []
+    for r in reduces:
+        acc = f"acc{code.count}"
+        code.count += 1
+        v = code.as_float(r.args[0], code.value(r.args[0], loop))
+        w = f"tl.where(mask, {v}, {NEUTRAL[r.op]})"
+        shape = walk.tile
+        if r.op == "sum":
+            inits.append(f"{acc} = tl.zeros({shape}, dtype=tl.float32)")
+            updates.append(f"{acc} += {w}")
+        elif r.op in ("max", "min"):  # a NaN sticks to its lane (torch's max is NaN then)
+            inits.append(f"{acc} = tl.full({shape}, {NEUTRAL[r.op]}, tl.float32)")
+            updates.append(f"{acc} = tl.{r.op}imum({acc}, {w}, propagate_nan=tl.PropagateNan.ALL)")
+        else:  # argmax / argmin: best value and its first column, per lane; a NaN beats all but an earlier NaN
+            better = ">" if r.op == "argmax" else "<"
+            inits += [f"{acc} = tl.full({shape}, {NEUTRAL[r.op]}, tl.float32)", f"{acc}_i = tl.zeros({shape}, dtype=tl.int32)"]
+            updates += [
+                f"{acc}_w = {w}",
+                f"{acc}_b = ({acc}_w {better} {acc}) | (({acc}_w != {acc}_w) & ({acc} == {acc}))",
+                f"{acc}_i = tl.where({acc}_b, col, {acc}_i)",
+                f"{acc} = tl.where({acc}_b, {acc}_w, {acc})",
+            ]
+        accs.append(acc)
+    outer.lines += inits
+    outer.lines += walk.loop(col_offset, loop.lines + updates)
+    for r, acc in zip(reduces, accs):
+        code.emit(outer, code.fold(outer, r.op, acc, f"{acc}_i", walk.over), r)

@@ -1,4 +1,4 @@
-"""Cut a captured graph (okgit.search.graph) into fusion groups, one kernel each.
+"""Cut a captured graph (okgit.lower.graph) into fusion groups, one kernel each.
 
 A group is the nodes one Triton kernel computes over one iteration domain: an elementwise
 chain (pointwise), a reduction with what it feeds over the same rows (rows, scalar), or a
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from okgit.search.graph import Graph, Node, Unsupported
+from okgit.lower.graph import Graph, Node, Unsupported
 
 
 @dataclass(eq=False)

@@ -1,0 +1,92 @@
+"""The captured graph's types: a reference op's computation as a small graph of primitives.
+
+Each ATen node of the exported reference becomes a few `Node`s (okgit.lower.aten):
+
+- `input` / `param`: tensors the forward receives or the module owns (leaves),
+- `op`: an elementwise primitive (add, exp, where, ...), broadcasting like torch,
+- `reduce`: sum / max / min / argmax / argmin over some dims,
+- `count`: the number of elements a reduce folds (a runtime size, never a baked constant),
+- `iota`: the coordinate along one dim (for picking a class in a loss),
+- `view`: a reshape that only adds or drops size-1 dims (no data movement),
+- `extern`: anything else, left to PyTorch (matmul, convolution, unknown ops).
+
+Composite ops (softmax, layer norm, losses, GELU, ...) are expanded into primitives, so the
+lowering sees one vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import torch
+
+FLOAT = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def module_expr(path: str) -> str:
+    """A module's qualified name ("blocks.0.norm") as a Python expression over `self`."""
+    return "self" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in path.split(".") if p)
+
+
+class Unsupported(Exception):
+    """The reference cannot be captured or lowered; the message says why."""
+
+
+class Bound(float):
+    """A constant computed from the module's float attributes: `expr` (Python over `self`)
+    recomputes it in the rewritten forward, so it reaches a kernel as a runtime argument.
+    `expr` is one Python expression (`self.eps`, `1.0 - self.p`, `0.5 * self.beta`, ...)."""
+
+    expr: str
+
+    def __new__(cls, value: float, expr: str) -> Self:
+        obj = super().__new__(cls, value)
+        obj.expr = expr
+        return obj
+
+    def __repr__(self) -> str:
+        return f"Bound({self.expr})"
+
+
+@dataclass(eq=False)
+class Node:
+    kind: str  # input | param | op | reduce | count | iota | view | extern
+    op: str  # primitive name; input: forward argument; param: qualified name; extern: "aten.x.y"
+    args: tuple = ()
+    shape: tuple[int, ...] = ()
+    dtype: torch.dtype = torch.float32
+    dims: tuple[int, ...] = ()  # reduce: own dims folded; iota: (dim,)
+    keepdim: bool = False
+    target: Any = None  # extern: the callable (OpOverload or operator.getitem)
+    kwargs: dict = field(default_factory=dict)
+    gemm: bool = False  # extern matmul that a Triton GEMM may replace
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.kind in ("input", "param")
+
+    @property
+    def inputs(self) -> list[Node]:
+        return [a for a in self.args if isinstance(a, Node)]
+
+    def signature(self) -> tuple:
+        """What must not change when only the knobs change (shapes aside)."""
+        consts = tuple(repr(a) for a in self.args if not isinstance(a, Node)) if self.kind != "view" else ()
+        return (self.kind, self.op, consts, self.dims, self.keepdim, repr(self.kwargs))
+
+
+@dataclass
+class Graph:
+    nodes: list[Node]  # topological order, leaves first
+    outputs: list[Node]
+    tuple_output: bool
+    forward_args: list[str]
+    entry: str  # "Model" or "ModelNew": the class candidates define
+
+    def users(self) -> dict[int, list[Node]]:
+        out: dict[int, list[Node]] = {id(n): [] for n in self.nodes}
+        for n in self.nodes:
+            for a in n.inputs:
+                out[id(a)].append(n)
+        return out

@@ -1,0 +1,98 @@
+"""What a template kind is: the contract between a kind's module and the op-file lowering.
+
+A kind lowers the fusion groups it claims into Triton kernels and one launcher each
+(`lower`), from its own template texts (beside its module), with its own launch settings
+(`tunables`), description (`what`) and part of the candidate's origin tag (`origin`). An
+optional kind is off unless a candidate turns it on: it is an alternative for groups another
+kind lowers too (the column layout for a strided row reduction) or changes what the
+partition makes (the Triton GEMM), and each such candidate is one more for the search to time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from okgit.lower.fusion import Group
+from okgit.lower.graph import Graph, Node
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+    from okgit.lower.kernelcode import KernelCode, Leaf
+    from okgit.lower.opfile import Lowering
+
+
+@dataclass
+class Rendered:
+    name: str  # launcher
+    source: str  # kernels + launcher
+    tunables: dict[str, int]
+    args: list[str]  # forward expressions passed to the launcher
+    outputs: list[Node]
+    description: str
+
+
+class TemplateKind:
+    """One template kind; the defaults fit a kind that every candidate has."""
+
+    name: str  # its kernels are fused_<name>_<k>, its origin tag part is the name
+    optional = False  # on only in the candidates that turn it on
+    label = ""  # an optional kind turned on, as a candidate's note names it ("column layout")
+    label_off = ""  # ... and turned off, where that is worth naming ("vendor GEMM")
+    before_plain = False  # its candidate comes before the same candidate without it
+    alone = False  # its candidate turns no other optional kind on (and comes after the others)
+    fuses_gemm = False  # the partition keeps matmuls for it to lower (fusion.partition's fuse_gemm)
+    helpers: ClassVar[dict[str, Traversable]] = {}  # the Triton helpers its kernels or launch code may call
+
+    def offered(self, graph: Graph) -> bool:
+        """Whether a candidate that turns this optional kind on is worth a partition."""
+        return True
+
+    def changes(self, items: list) -> bool:
+        """Whether, on this partition, turning it on changes the candidate at all."""
+        return True
+
+    def prepare(self, low: Lowering) -> Any:
+        """Per-candidate state, once before any group is lowered (Lowering.state[kind])."""
+        return None
+
+    def claims(self, g: Group, low: Lowering) -> bool:
+        raise NotImplementedError
+
+    def kernel_name(self, g: Group, k: int) -> str:
+        return f"fused_{self.name}_{k}"
+
+    def origin(self, g: Group) -> str:
+        """Its part of the candidate's origin tag ("template:vendor_gemm+pointwise")."""
+        return self.name
+
+    def extern_origin(self, n: Node, low: Lowering) -> str | None:
+        """The origin tag part of a PyTorch call this kind stands beside, if any."""
+        return None
+
+    def extern_args(self, low: Lowering, n: Node, args: list[str], kwargs: dict[str, str]) -> None:
+        """Change a PyTorch call's arguments in place, as this kind's kernels need them."""
+
+    def what(self, g: Group) -> str:
+        raise NotImplementedError
+
+    def describe(self, g: Group) -> str:
+        ops = [n.op for n in g.nodes if n.kind in ("op", "reduce")]
+        names = ", ".join(dict.fromkeys(ops)) or "copy"
+        return f"{self.what(g)} ({len(ops)} ops: {names})"
+
+    def lower(self, low: Lowering, g: Group, name: str, code: KernelCode, leaves: dict[int, Leaf],
+              args: list[str], params: list[str]) -> Rendered:
+        """Kernels and launcher `name` for g; `args` (forward expressions) and `params` (kernel
+        pointers) hold the leaves' already, a kind appends what else it reads."""
+        raise NotImplementedError
+
+
+def output_names(g: Group) -> list[str]:
+    return [f"out{i}" for i in range(len(g.outputs))]
+
+
+def first_leaf_device(leaves: dict[int, Leaf]) -> str:
+    """The launcher's device: its first operand's."""
+    return f"{next(iter(leaves.values())).arg}.device"

@@ -1,0 +1,79 @@
+"""Columns: a row reduction whose folded dims are not the innermost, in the column layout
+(columns.py.tmpl). Each program owns consecutive inner positions, contiguous in memory, and
+walks the folded elements in chunks (COLUMN_WALK), so its loads coalesce where the row
+layout's are a whole inner extent apart. Optional: a second candidate beside the row one."""
+
+from __future__ import annotations
+
+import math
+
+from okgit.lower.fusion import Group
+from okgit.lower.graph import Unsupported
+from okgit.lower.kernelcode import (
+    KernelCode,
+    Scope,
+    Walk,
+    prod,
+    stream_rows,
+    widest_block,
+)
+from okgit.lower.kinds.base import (
+    Rendered,
+    TemplateKind,
+    first_leaf_device,
+    output_names,
+)
+from okgit.lower.template import render, template
+
+TEMPLATE = template(__package__, "columns.py.tmpl")
+COLUMN_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_J]", 0)  # the contiguous inner axis along axis 1
+
+
+def strided(g: Group) -> bool:
+    """A row reduction whose folded dims are not the innermost: a row's elements lie a whole
+    inner extent apart in memory, so the row layout's loads cannot coalesce."""
+    return g.kind == "rows" and any(s != 1 for s in g.shape[max(g.red) + 1 :])
+
+
+class Columns(TemplateKind):
+    name = "columns"
+    optional = True
+    label = "column layout"
+    before_plain = True  # coalesced loads: expected faster than the row layout, both are timed
+
+    def changes(self, items: list) -> bool:
+        return any(isinstance(it, Group) and strided(it) for it in items)
+
+    def claims(self, g, low) -> bool:
+        return strided(g)
+
+    def what(self, g) -> str:
+        return f"column layout: contiguous inner axis per program, folding dims {list(g.red)} in chunks"
+
+    def tunables(self, NAME: str, n_outer: int, n_inner: int) -> dict[str, int]:
+        return {f"{NAME}_BLOCK_J": widest_block(n_outer, n_inner, 128, 16), f"{NAME}_BLOCK_R": 16, f"{NAME}_NUM_WARPS": 4}
+
+    def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:
+        kept = [d for d in code.covered if d not in g.red]
+        red = [d for d in code.covered if d in g.red]
+        inner = [d for d in kept if d > red[-1]]  # the trailing kept dims: contiguous in memory
+        outer = [d for d in kept if d < red[-1]]
+        if not inner:
+            raise Unsupported("the column layout needs kept dims after the folded ones")
+        # row = outer * n_inner + j enumerates the kept dims row-major, as the outputs are laid out
+        base = " + ".join(t for t in (code.radix("outer", outer), code.radix("j", inner)) if t != "0")
+        root = Scope(None, "base", "row_mask")
+        body = stream_rows(code, g, root, output_names(g), COLUMN_WALK)
+        prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, first_leaf_device(leaves))
+        NAME = name.upper()
+        src = render(
+            TEMPLATE, name=name, NAME=NAME, params=sig, base=base, prologue="\n".join(root.lines),
+            body="\n".join(body.lines), args=largs, doc=self.describe(g), prepare="\n".join(prep),
+            n_outer=prod([code.dom[d] for d in outer]), n_inner=prod([code.dom[d] for d in inner]),
+            n_red=prod([code.dom[d] for d in red]), call_args=call, returns=returns,
+        )
+        tunables = self.tunables(NAME, math.prod(g.shape[d] for d in outer), math.prod(g.shape[d] for d in inner))
+        return Rendered(name, src, tunables, args, g.outputs, self.describe(g))
+
+
+COLUMNS = Columns()

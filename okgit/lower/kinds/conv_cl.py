@@ -1,0 +1,182 @@
+"""Channels-last convolutions: a 2D convolution whose output only one pointwise or
+spatial-reduction kernel reads runs on channels-last operands, and that kernel (its
+epilogue) reads the NHWC output and writes NCHW contiguous. Optional, a candidate of its own
+after the NCHW ones (the search times both): the input and weight copied channels-last by a
+2D-tiled Triton copy (conv_cl_to_channels_last.py.tmpl), the conv bias folded into the
+epilogue's load. A pointwise epilogue takes 2D tiles (conv_cl_pointwise.py.tmpl), a reduction
+over the spatial dims consecutive channels of one sample (conv_cl_rows.py.tmpl, CL_WALK)."""
+
+from __future__ import annotations
+
+from importlib.resources.abc import Traversable
+from typing import ClassVar
+
+from okgit.lower.fusion import Group
+from okgit.lower.graph import Graph, Node, Unsupported
+from okgit.lower.kernelcode import (
+    KernelCode,
+    Leaf,
+    Scope,
+    Walk,
+    store_outputs,
+    stream_rows,
+    widest_block,
+)
+from okgit.lower.kinds.base import Rendered, TemplateKind, output_names
+from okgit.lower.template import render, template
+
+POINTWISE_TEMPLATE = template(__package__, "conv_cl_pointwise.py.tmpl")
+ROWS_TEMPLATE = template(__package__, "conv_cl_rows.py.tmpl")
+CL_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_C]", 0, ("nhwc = nhwc_base + col * n_chan",))  # channels along axis 1
+CL_CONV_OPS = ("aten.conv2d.default",)
+
+
+def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
+    """The 2D convolutions the channels-last candidate runs on channels-last operands, each
+    with the bias it folds into its epilogue (None: the bias, if any, stays in the call).
+
+    A convolution qualifies when its output is not returned and every reader of it is one
+    group over the output's own shape that reads it elementwise: a pointwise one, or a row
+    reduction over the spatial dims (a per-(sample, channel) normalisation); that kernel
+    takes the channels-last output and writes NCHW. A bias of one value per output channel
+    is folded into that kernel's load, so the convolution runs without one."""
+    users = graph.users()
+    outs = {id(o) for o in graph.outputs}
+    groups = [it for it in items if isinstance(it, Group)]
+    out: dict[int, Node | None] = {}
+    for n in items:
+        if not isinstance(n, Node) or n.op not in CL_CONV_OPS or len(n.shape) != 4 or not n.dtype.is_floating_point:
+            continue
+        readers = [g for g in groups if g.has(n)]
+        if id(n) in outs or len(readers) != 1:
+            continue
+        g = readers[0]
+        identity = tuple(i if s != 1 else None for i, s in enumerate(n.shape))
+        if not (g.kind == "pointwise" or (g.kind == "rows" and g.red == (2, 3))) or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
+            continue
+        if not all(g.computes(u) for u in users[id(n)]):
+            continue
+        bias = n.args[2] if len(n.args) > 2 else n.kwargs.get("bias")
+        fold = isinstance(bias, Node) and tuple(bias.shape) == (n.shape[1],) and bias.dtype == n.dtype
+        out[id(n)] = bias if fold else None
+    return out
+
+
+class ConvChannelsLast(TemplateKind):
+    """The epilogues of channels-last convolutions; its state per candidate is
+    `channels_last_convs`."""
+
+    name = "conv_cl"
+    optional = True
+    label = "channels-last convolution"
+    alone = True  # after the NCHW candidates: both are timed
+    helpers: ClassVar[dict[str, Traversable]] = {"_to_channels_last": template(__package__, "conv_cl_to_channels_last.py.tmpl")}
+
+    def offered(self, graph: Graph) -> bool:
+        return any(n.op in CL_CONV_OPS for n in graph.nodes)
+
+    def prepare(self, low) -> dict[int, Node | None]:
+        convs = channels_last_convs(low.graph, low.items)
+        if not convs:
+            raise Unsupported("no 2D convolution whose output only a pointwise or spatial-reduction kernel reads")
+        return convs
+
+    def claims(self, g: Group, low) -> bool:
+        return any(id(n) in low.state[self] for n in g.leaves)
+
+    def kernel_name(self, g: Group, k: int) -> str:
+        return f"fused_{g.kind}_cl_{k}"
+
+    def origin(self, g: Group) -> str:
+        return g.kind
+
+    def extern_origin(self, n: Node, low) -> str | None:
+        """vendor_conv_cl for a convolution run channels-last, vendor_conv for any other."""
+        if id(n) in low.state.get(self, {}):
+            return "vendor_conv_cl"
+        return "vendor_conv" if "conv" in n.op else None
+
+    def extern_args(self, low, n: Node, args: list[str], kwargs: dict[str, str]) -> None:
+        """Input and weight channels-last (a tiled Triton copy); a folded bias is left out."""
+        convs = low.state[self]
+        if id(n) not in convs:
+            return
+        low.helpers.add("_to_channels_last")
+        args[:2] = [f"_to_channels_last({a})" for a in args[:2]]
+        if convs[id(n)] is not None:
+            if len(args) > 2:
+                args[2] = "None"
+            else:
+                kwargs["bias"] = "None"
+
+    def what(self, g: Group) -> str:
+        if g.kind == "pointwise":
+            return "one elementwise pass over 2D tiles, the convolution read channels-last, written NCHW"
+        return f"one pass per row over dims {list(g.red)}, the convolution read channels-last, written NCHW"
+
+    def tunables(self, NAME: str, g: Group) -> dict[str, int]:
+        if g.kind == "pointwise":
+            return {f"{NAME}_YBLOCK": 64, f"{NAME}_XBLOCK": 64, f"{NAME}_NUM_WARPS": 4}
+        # channels per program: as many as still fill the GPU with (sample, channel block) programs
+        return {f"{NAME}_BLOCK_C": widest_block(g.shape[0], g.shape[1], 64, 8), f"{NAME}_BLOCK_R": 64, f"{NAME}_NUM_WARPS": 4}
+
+    def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:
+        conv = next(leaf for leaf in leaves.values() if leaf.node is leaf.base and id(leaf.base) in low.state[self])
+        conv.offset, conv.channels_last = "nhwc", True
+        self._fold_bias(low, code, conv, leaves, args, params)
+        lowered = self._pointwise if g.kind == "pointwise" else self._rows
+        return lowered(low, g, name, code, leaves, args, params, conv)
+
+    def _fold_bias(self, low, code: KernelCode, conv: Leaf, leaves: dict, args: list[str], params: list[str]) -> None:
+        """The bias a channels-last convolution runs without, added as its output is loaded."""
+        bias = low.state[self][id(conv.base)]
+        if bias is None:
+            return
+        arg = f"in{len(args)}"
+        conv.plus = Leaf(bias, bias, (1,), arg, f"{arg}_ptr", offset=code.index_within((1,), "row", {0, 1}), mask="row_mask")
+        leaves[("conv_bias", id(bias))] = conv.plus  # a key no node's id matches
+        args.append(low.tensor(bias))
+        params.append(conv.plus.ptr)
+
+    def _pointwise(self, low, g, name, code: KernelCode, leaves, args, params, conv: Leaf) -> Rendered:
+        """An elementwise epilogue of a channels-last convolution (conv_cl_pointwise.py.tmpl): 2D
+        tiles of (sample, channel) rows by spatial columns, the convolution read NHWC, the
+        outputs written NCHW contiguous."""
+        # operands that vary along rows only (per-channel parameters) or columns only are indexed
+        # by that coordinate alone: the index math runs on a [YBLOCK, 1] or [1, XBLOCK] vector
+        for leaf in leaves.values():
+            dims = {d for d in leaf.bmap if d is not None and code.dom[d] != "1"}
+            if leaf.offset is None and dims and dims <= {0, 1}:
+                leaf.offset, leaf.mask = code.index_within(leaf.bmap, "row", {0, 1}), "row_mask"
+            elif leaf.offset is None and dims and dims <= {2, 3}:
+                leaf.offset, leaf.mask = code.index_within(leaf.bmap, "col", {2, 3}), "col_mask"
+        body = Scope(None, "flat", "mask")
+        store_outputs(code, g, body, None, output_names(g))
+        prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, f"{conv.arg}.device")
+        shape = [f"{conv.arg}.shape[{d}]" for d in range(4)]
+        NAME = name.upper()
+        src = render(
+            POINTWISE_TEMPLATE, name=name, NAME=NAME, params=sig, body="\n".join(body.lines), args=largs,
+            doc=self.describe(g), prepare="\n".join(prep), n_rows=f"{shape[0]} * {shape[1]}",
+            n_cols=f"{shape[2]} * {shape[3]}", n_chan=shape[1], call_args=call, returns=returns,
+        )
+        return Rendered(name, src, self.tunables(NAME, g), args, g.outputs, self.describe(g))
+
+    def _rows(self, low, g, name, code: KernelCode, leaves, args, params, conv: Leaf) -> Rendered:
+        """A reduction over the spatial dims of a channels-last convolution's output
+        (conv_cl_rows.py.tmpl): each program owns consecutive channels of one sample, read NHWC in
+        [BLOCK_R, BLOCK_C] tiles; elementwise outputs are written NCHW contiguous."""
+        root = Scope(None, "base", "row_mask")
+        body = stream_rows(code, g, root, output_names(g), CL_WALK)
+        prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, f"{conv.arg}.device")
+        NAME = name.upper()
+        src = render(
+            ROWS_TEMPLATE, name=name, NAME=NAME, params=sig, prologue="\n".join(root.lines),
+            body="\n".join(body.lines), args=largs, doc=self.describe(g), prepare="\n".join(prep),
+            n_batch=f"{conv.arg}.shape[0]", n_chan=f"{conv.arg}.shape[1]", n_red=f"{conv.arg}.shape[2] * {conv.arg}.shape[3]",
+            call_args=call, returns=returns,
+        )
+        return Rendered(name, src, self.tunables(NAME, g), args, g.outputs, self.describe(g))
+
+
+CONV_CL = ConvChannelsLast()

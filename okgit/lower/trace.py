@@ -1,0 +1,86 @@
+"""The reference built on the meta device and traced with torch.export into a captured graph.
+
+The op file runs in a namespace of its own (its knobs overridden), its Model is built on the
+meta device (shapes without memory or compute) and exported; okgit.lower.translate turns
+the exported program into okgit.lower.graph nodes. Attribute binding (okgit.lower.binding)
+traces the same reference again with a float attribute or the constructor's floats changed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import tempfile
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from okgit.lower.graph import Graph, Unsupported
+from okgit.lower.translate import translate
+from okgit.problem import Problem
+
+
+def scale_floats(value, factor: float):
+    """`value` with every float (inside lists and tuples too) multiplied by `factor`."""
+    if isinstance(value, float):
+        return value * factor
+    if type(value) in (list, tuple):
+        return type(value)(scale_floats(v, factor) for v in value)
+    return value
+
+
+def instantiate(
+    source: str, knobs: dict[str, int], init_scale: float | None = None, tweak: Callable[[torch.nn.Module], None] | None = None
+) -> tuple[dict[str, Any], torch.nn.Module, tuple]:
+    """The op module, its reference Model and its inputs, on the meta device (shapes only).
+
+    `init_scale` multiplies every float of get_init_inputs; `tweak` edits the built model."""
+    with tempfile.TemporaryDirectory() as tmp:
+        # a real file: @triton.jit in the op file reads its own source
+        path = Path(tmp) / "reference.py"
+        path.write_text(source)
+        ns: dict[str, Any] = {"__name__": "okgit_reference", "__file__": str(path)}
+        try:
+            exec(compile(source, str(path), "exec"), ns)  # noqa: S102 - the user's own op file
+            ns.update(knobs)
+            with torch.device("meta"):
+                init = ns["get_init_inputs"]()
+                if init_scale is not None:
+                    init = scale_floats(init, init_scale)
+                model = ns["Model"](*init)
+                if tweak is not None:
+                    tweak(model)
+                inputs = tuple(ns["get_inputs"]())
+        except Exception as e:  # noqa: BLE001 - any failure here means: not ours to lower
+            raise Unsupported(f"cannot build the reference: {type(e).__name__}: {str(e)[:200]}") from None
+    if not all(isinstance(t, torch.Tensor) for t in inputs):
+        raise Unsupported("get_inputs returns non-tensor values")
+    return ns, model, inputs
+
+
+def input_extent(problem: Problem) -> tuple[int, int]:
+    """(largest numel, largest dim) over the reference's inputs and parameters, default knobs."""
+    _, model, inputs = instantiate(problem.source, {})
+    tensors = list(inputs) + list(model.parameters()) + list(model.buffers())
+    numel = max((t.numel() for t in tensors), default=1)
+    dim = max((s for t in tensors for s in t.shape), default=1)
+    return numel, dim
+
+
+def trace(source: str, knobs: dict[str, int], init_scale: float | None = None, tweak=None) -> Graph:
+    """The reference's graph with these knobs (and `instantiate`'s changes), nothing bound yet."""
+    ns, model, inputs = instantiate(source, knobs, init_scale, tweak)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ep = torch.export.export(model, inputs, strict=False)
+    except Exception as e:  # noqa: BLE001 - any failure to trace means: not ours to lower
+        if "triton.jit" in source:  # its own kernels run only on a device, not on the meta tensors of a capture
+            raise Unsupported("the reference launches its own Triton kernel, which a capture cannot see into; "
+                              "the autotune phase tunes that kernel instead") from None
+        first = (str(e).strip().splitlines() or [""])[0][:160]
+        raise Unsupported(f"cannot trace the reference: {type(e).__name__}: {first}") from None
+    names = list(inspect.signature(model.forward).parameters)
+    return translate(ep, names, "ModelNew" if "ModelNew" in ns else "Model")

@@ -1,0 +1,137 @@
+"""An exported program translated into a captured graph: ATen calls dispatched to handlers.
+
+Each call_function node goes to its ATen handler (okgit.lower.aten); an op no handler takes,
+or one a handler refuses, becomes an `extern` node the rewritten forward leaves to PyTorch.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+from okgit.lower.aten import HANDLERS
+from okgit.lower.builder import Builder
+from okgit.lower.graph import Graph, Node, Unsupported
+
+GEMM_OPS = {"linear", "mm", "addmm", "matmul"}  # externs a Triton GEMM may replace
+
+# The class of an ATen op no handler lowers, for the note that says why no template took it
+OP_CLASSES = {
+    **dict.fromkeys(("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"), "scan"),
+    **dict.fromkeys(("avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d", "max_pool2d", "max_pool3d",
+                     "max_pool2d_with_indices", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+                     "_adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d"), "pooling"),
+    **dict.fromkeys(("sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode"), "sort or selection"),
+    **dict.fromkeys(("mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "linear", "einsum", "dot", "mv"), "matmul"),
+    **dict.fromkeys(("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+                     "convolution"), "convolution"),
+    **dict.fromkeys(("batch_norm", "group_norm", "instance_norm"), "normalisation"),
+    **dict.fromkeys(("transpose", "permute", "t", "cat", "stack", "flip", "roll", "pad", "constant_pad_nd", "repeat",
+                     "tile", "narrow", "slice", "select", "index_select", "gather", "scatter", "index", "embedding",
+                     "unfold", "view", "reshape", "_unsafe_view", "expand"), "data movement"),
+    **dict.fromkeys(("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_bilinear2d",
+                     "upsample_bicubic2d", "grid_sampler_2d"), "resampling"),
+    **dict.fromkeys(("dropout", "native_dropout", "bernoulli", "rand_like", "randn_like"), "random"),
+}
+
+
+def translate(ep, forward_args: list[str], entry: str) -> Graph:
+    """The exported program as a Graph: its placeholders as leaves, each call as primitives."""
+    from torch.export.graph_signature import InputKind
+
+    b = Builder()
+    env: dict[str, Any] = {}
+    user = iter(forward_args)
+    specs = {s.arg.name: s for s in ep.graph_signature.input_specs}
+    for fx in ep.graph.nodes:
+        if fx.op == "placeholder":
+            spec, val = specs[fx.name], fx.meta["val"]
+            if spec.kind == InputKind.USER_INPUT:
+                env[fx.name] = b.add(Node("input", next(user), shape=tuple(val.shape), dtype=val.dtype))
+            elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+                env[fx.name] = b.add(Node("param", spec.target, shape=tuple(val.shape), dtype=val.dtype))
+            else:
+                raise Unsupported(f"unsupported graph input kind {spec.kind}")
+        elif fx.op == "call_function":
+            args = torch.fx.node.map_arg(fx.args, lambda a: env[a.name])
+            kwargs = torch.fx.node.map_arg(fx.kwargs, lambda a: env[a.name])
+            env[fx.name] = call(b, fx.target, args, kwargs, fx.meta.get("val"))
+        elif fx.op == "output":
+            outs = fx.args[0]
+            flat = [env[o.name] for o in outs]
+            if not all(isinstance(o, Node) for o in flat):
+                raise Unsupported("an output is not a tensor")
+            return Graph(b.nodes, flat, len(flat) > 1, forward_args, entry)
+        else:
+            raise Unsupported(f"unsupported graph node {fx.op}")
+    raise Unsupported("graph without output")
+
+
+
+def _bind(target, args, kwargs) -> dict[str, Any]:
+    """ATen arguments by schema name, defaults filled in."""
+    out: dict[str, Any] = {}
+    schema_args = target._schema.arguments
+    for i, a in enumerate(schema_args):
+        if i < len(args):
+            out[a.name] = args[i]
+        elif a.name in kwargs:
+            out[a.name] = kwargs[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+    return out
+
+
+def call(b: Builder, target, args, kwargs, val) -> Node | tuple:
+    """One exported call as primitives: its handler's, or an extern node when no handler takes it."""
+    if target is operator.getitem:
+        container, i = args
+        if isinstance(container, (tuple, list)):
+            return container[i]
+        return _extern(b, target, args, kwargs, val)
+    if not isinstance(target, torch._ops.OpOverload):
+        return _extern(b, target, args, kwargs, val)
+    name = target._opname
+    handler = HANDLERS.get(name)
+    if handler is not None:
+        a = _bind(target, args, kwargs)
+        try:
+            out = handler(b, a, target)
+        except Unsupported:
+            out = None
+        if out is not None:
+            return out
+    return _extern(b, target, args, kwargs, val, gemm=name in GEMM_OPS)
+
+def _extern(b: Builder, target, args, kwargs, val, gemm: bool = False) -> Node | tuple:
+    if target is torch.ops.aten._assert_tensor_metadata.default:
+        return None  # a check export adds; nothing to compute
+    flat = [a for a in _flatten(args) if isinstance(a, Node)]
+    if isinstance(val, (tuple, list)):
+        n = b.add(Node("extern", str(target), tuple(args), (), torch.float32, target=target, kwargs=dict(kwargs)))
+        outs = []
+        for i, v in enumerate(val):
+            outs.append(b.add(Node("extern", "getitem", (n, i), tuple(v.shape), v.dtype, target=operator.getitem)))
+        return tuple(outs)
+    if not isinstance(val, torch.Tensor):
+        raise Unsupported(f"{target} returns a non-tensor")
+    gemm = gemm and len(flat) >= 2 and all(len(a.shape) == 2 for a in flat[:2]) and val.dtype == torch.float32
+    return b.add(Node("extern", str(target), tuple(args), tuple(val.shape), val.dtype, target=target, kwargs=dict(kwargs), gemm=gemm))
+
+
+def _flatten(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from _flatten(a)
+        else:
+            yield a
+
+
+def op_description(n: Node) -> str:
+    """An extern node's op, overload aside, with its class: "aten.cumsum (scan)"."""
+    parts = n.op.split(".")
+    name = ".".join(parts[:2])
+    kind = OP_CLASSES.get(parts[1]) if len(parts) > 1 else None
+    return f"{name} ({kind})" if kind else name

@@ -50,7 +50,11 @@ def _litellm() -> Any:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     if not debug:
         os.environ.setdefault("LITELLM_LOG", "CRITICAL")
-    import litellm
+    try:
+        import litellm
+    except ImportError:
+        raise OkgitError("a model needs litellm, which is not installed: pip install 'okgit[llm]' "
+                         "(or scripts/install.sh)") from None
 
     litellm.telemetry = False  # older litellm versions phone home unless told not to
     litellm.num_retries = 0

@@ -11,7 +11,8 @@
 # libraries that nothing can use there. A torch that is already installed is kept.
 # Variables: PYTHON (default python3), OKGIT_TORCH (the CPU torch to install, default
 # torch==2.13.0, the version CI tests), OKGIT_TORCH_INDEX (the CPU wheel index, default
-# https://download.pytorch.org/whl/cpu; pip also keeps the indexes it is configured with).
+# https://download.pytorch.org/whl/cpu; when it cannot be reached, pip's own configured
+# indexes are used, which must then hold a CPU build, as an offline wheel mirror does).
 set -eu
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
@@ -26,12 +27,16 @@ for arg in "$@"; do
 done
 
 if ! command -v nvidia-smi >/dev/null 2>&1 && ! "$python" -c "import torch" >/dev/null 2>&1; then
-  echo "install.sh: no NVIDIA GPU here (no nvidia-smi): installing a CPU build of torch"
-  # A pinned version matches its +cpu build on the CPU index, which pip prefers to the
-  # CUDA build of the same version on PyPI; an unreachable CPU index is skipped with a
-  # warning, and the configured indexes may hold the CPU build themselves.
-  "$python" -m pip install "${OKGIT_TORCH:-torch==2.13.0}" \
-    --extra-index-url "${OKGIT_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+  index=${OKGIT_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+  if "$python" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/torch/', timeout=5)" "$index" >/dev/null 2>&1; then
+    echo "install.sh: no NVIDIA GPU here (no nvidia-smi): torch from the CPU wheel index $index"
+    "$python" -m pip install "${OKGIT_TORCH:-torch==2.13.0}" --index-url "$index"
+  else
+    # No route to the CPU index (an offline mirror, a proxy): the configured indexes must
+    # hold a CPU build of the pinned version, as a local wheel mirror does.
+    echo "install.sh: no NVIDIA GPU here and $index is unreachable: ${OKGIT_TORCH:-torch==2.13.0} from pip's configured indexes"
+    "$python" -m pip install "${OKGIT_TORCH:-torch==2.13.0}"
+  fi
   "$python" -c "import torch, sys; sys.exit(torch.version.cuda is not None and 'install.sh: pip picked a CUDA build of torch; set OKGIT_TORCH_INDEX to a CPU wheel index')"
 fi
 extras="$llm${llm:+${extras:+,}}$extras"

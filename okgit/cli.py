@@ -156,11 +156,11 @@ def cmd_bench_kernelbench(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from okgit.doctor import checks, checks_text
+    from okgit.doctor import checks, checks_text, usable
 
     found = checks(model=args.model, api_base=args.api_base)
     _emit(args, [c.model_dump(mode="json") for c in found], checks_text(found))
-    return 0
+    return 0 if usable(found) else 1
 
 
 class _CommandParser(argparse.ArgumentParser):

@@ -94,6 +94,10 @@ def optimize(
 
     repo = Repo.find(cwd or Path.cwd())
     config = load_config(repo.root, flags)
+    if config.model and not config.model.startswith("replay:") and proposers is None:
+        from okgit.llm import check_credentials
+
+        check_credentials(config.model, config.api_base)  # a missing key: one line now, not a fallback later
     if resume:
         op = workspace.started_event(repo, resume)["op"]
         given = Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path

@@ -37,7 +37,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 && ! "$python" -c "import torch" >/de
     echo "install.sh: no NVIDIA GPU here and $index is unreachable: ${OKGIT_TORCH:-torch==2.13.0} from pip's configured indexes"
     "$python" -m pip install "${OKGIT_TORCH:-torch==2.13.0}"
   fi
-  "$python" -c "import torch, sys; sys.exit(torch.version.cuda is not None and 'install.sh: pip picked a CUDA build of torch; set OKGIT_TORCH_INDEX to a CPU wheel index')"
+  "$python" -W ignore -c "import torch, sys; sys.exit(torch.version.cuda is not None and 'install.sh: pip picked a CUDA build of torch; set OKGIT_TORCH_INDEX to a CPU wheel index')"
 fi
 extras="$llm${llm:+${extras:+,}}$extras"
 "$python" -m pip install -e ".${extras:+[$extras]}"

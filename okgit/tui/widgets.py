@@ -9,6 +9,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable, Log, Static, Tree
 
+from okgit.history import OFFLINE
 from okgit.tui.state import (
     RUNNING,
     Candidate,
@@ -45,7 +46,7 @@ class StatusBar(Static):
         t.append(f" {view.run} ", style="bold reverse")
         name = (view.reference.get("hardware") or {}).get("device")
         device = f"{view.device} ({name})" if name and name != view.device else view.device or "?"
-        t.append(f" {view.op}  {device} · {view.backend or '?'} · {view.model or 'offline'}")
+        t.append(f" {view.op}  {device} · {view.backend or '?'} · {view.model or OFFLINE}")
         total = f"/{view.iterations}" if view.iterations else ""
         t.append(f"  iter {view.evaluated}{total}  ${view.cost_usd:.4f}  {fmt_duration(view.elapsed(now))}  ")
         t.append(view.status, style=RUN_STATUS_STYLE.get(view.status, "bold"))

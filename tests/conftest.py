@@ -3,11 +3,16 @@ everything of the user's that okgit promises not to touch."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+# `python -m okgit` in a subprocess runs this checkout, whichever one pip installed in editable mode.
+ROOT = Path(__file__).resolve().parent.parent
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 OP = "ops/relu.py"
 OP_SOURCE = '''import torch

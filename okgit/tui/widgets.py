@@ -40,6 +40,13 @@ RUN_STATUS_STYLE = {
 
 
 class StatusBar(Static):
+    def show_starting(self) -> None:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append(" okgit ", style="bold reverse")
+        t.append("  starting: loading the op file and running its reference (Ctrl-C stops, q hides this view)  ")
+        t.append("starting", style="bold cyan")
+        self.update(t)
+
     def show(self, view: RunView, now: float | None = None) -> None:
         now = time.time() if now is None else now
         t = Text(no_wrap=True, overflow="ellipsis")

@@ -261,7 +261,7 @@ def resolve_run(repo: Repo, ref: str) -> str:
     if found:
         shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
         raise OkgitError(f"run {ref} is ambiguous: {len(found)} runs match ({shown}); type more of the id")
-    raise OkgitError(f"unknown run: {ref} (see okgit history)")
+    raise OkgitError(f"unknown run: {ref}")
 
 
 def is_live(run_dir: Path) -> bool:

@@ -23,16 +23,28 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
         print(text)
 
 
+def _default(name: str) -> Any:
+    """A setting's default, read from Config so --help and the code cannot disagree."""
+    from okgit.config import Config
+
+    return Config.model_fields[name].default
+
+
 def _optimize_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=["triton", "cuda"])
-    p.add_argument("--model", help="litellm model string, or replay:TRACES.jsonl (default: offline templates)")
-    p.add_argument("--api-base", help="OpenAI-compatible endpoint for --model")
-    p.add_argument("--mode", choices=["fast", "thorough"])
-    p.add_argument("--iterations", type=int)
-    p.add_argument("--budget-usd", type=float)
-    p.add_argument("--eval", choices=["local", "modal"])
-    p.add_argument("--device", choices=["cuda", "cpu"])
-    p.add_argument("--edit-mode", choices=["whole", "patch"])
+    """The run settings; each overrides okgit.toml / [tool.okgit] and OKGIT_* variables."""
+    p.add_argument("--backend", choices=["triton", "cuda"], help=f"kernel language (default: {_default('backend')})")
+    p.add_argument("--model", help="litellm model string, or replay:TRACES.jsonl "
+                                   "(default: none, the offline search: kernel templates, then autotune)")
+    p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible endpoint for --model, e.g. a local vLLM (default: the provider's)")
+    p.add_argument("--mode", choices=["fast", "thorough"],
+                   help=f"thorough: more interleaved rounds in the final gate (default: {_default('mode')})")
+    p.add_argument("--iterations", type=int, metavar="N",
+                   help=f"candidates to evaluate, all proposers together (default: {_default('iterations')})")
+    p.add_argument("--budget-usd", type=float, metavar="X", help="stop once model calls cost this much (default: no limit)")
+    p.add_argument("--eval", choices=["local", "modal"], help=f"where candidates run (default: {_default('eval')})")
+    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is visible, else cpu (Triton's interpreter, untimed)")
+    p.add_argument("--edit-mode", choices=["whole", "patch"],
+                   help=f"how a model writes candidates: whole files or patches (default: {_default('edit_mode')})")
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -48,7 +60,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         Path(args.path),
         flags=_flags(args),
         resume=args.resume,
-        on_event=None if args.json or args.watch else printer(sys.stdout),
+        on_event=None if args.json else printer(sys.stdout, args.path),
         watch=args.watch,
     )
     _emit(args, result.model_dump(mode="json"), result.summary())
@@ -71,7 +83,9 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     repo = Repo.find(Path.cwd())
     if args.run:
-        detail = history.run_detail(repo, args.run)
+        from okgit.workspace import resolve_run
+
+        detail = history.run_detail(repo, resolve_run(repo, args.run))
         _emit(args, detail.model_dump(mode="json"), history.detail_text(detail))
     else:
         runs = history.list_runs(repo)
@@ -83,8 +97,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     from okgit import patch
     from okgit.repo import Repo
 
-    diff = patch.resolve_diff(Repo.find(Path.cwd()), args.ref)
-    _emit(args, {"ref": args.ref, "diff": diff}, diff.rstrip("\n"))
+    repo = Repo.find(Path.cwd())
+    ref = patch.resolve_ref(repo, args.ref)
+    diff = patch.resolve_diff(repo, ref)
+    _emit(args, {"ref": ref, "diff": diff}, diff.rstrip("\n"))
     return 0
 
 
@@ -92,9 +108,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from okgit import patch
     from okgit.repo import Repo
 
-    files = patch.apply(Repo.find(Path.cwd()), args.ref, check=args.check)
+    repo = Repo.find(Path.cwd())
+    ref = patch.resolve_ref(repo, args.ref)
+    files = patch.apply(repo, ref, check=args.check)
     verb = "applies cleanly to" if args.check else "applied to"
-    _emit(args, {"ref": args.ref, "check": args.check, "files": files}, f"{args.ref} {verb} {', '.join(files)}")
+    _emit(args, {"ref": ref, "check": args.check, "files": files}, f"{ref} {verb} {', '.join(files)}")
     return 0
 
 
@@ -102,8 +120,10 @@ def cmd_revert(args: argparse.Namespace) -> int:
     from okgit import patch
     from okgit.repo import Repo
 
-    files = patch.revert(Repo.find(Path.cwd()), args.ref)
-    _emit(args, {"ref": args.ref, "files": files}, f"reverted {args.ref} in {', '.join(files)}")
+    repo = Repo.find(Path.cwd())
+    ref = patch.resolve_ref(repo, args.ref)
+    files = patch.revert(repo, ref)
+    _emit(args, {"ref": ref, "files": files}, f"reverted {ref} in {', '.join(files)}")
     return 0
 
 
@@ -111,7 +131,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from okgit.repo import Repo
     from okgit.verify import verify
 
-    report = verify(Repo.find(Path.cwd()), args.ref, eval=args.eval, device=args.device, mode=args.mode or "thorough", require_speedup=args.require_speedup)
+    from okgit.patch import resolve_ref
+
+    repo = Repo.find(Path.cwd())
+    report = verify(repo, resolve_ref(repo, args.ref), eval=args.eval, device=args.device, mode=args.mode or "thorough", require_speedup=args.require_speedup)
     _emit(args, report.model_dump(mode="json"), report.text())
     return 0 if report.ok else 1
 
@@ -120,17 +143,32 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from okgit.repo import Repo
     from okgit.tui.app import watch
 
+    if args.attach is not None:  # started by optimize --watch, before its run has a directory
+        watch(None, attach_fd=args.attach, run_pid=args.run_pid)
+        return 0
+    if not args.run:
+        raise UsageError("watch needs a RUN (a run id, a unique prefix of one, latest, or a run directory)")
     # A run directory copied from another machine is watched in place.
     given = Path(args.run)
-    watch(given if (given / "journal.jsonl").is_file() else Repo.find(Path.cwd()).run_dir(args.run))
+    watch(given if (given / "journal.jsonl").is_file() else _run_dir(args.run))
     return 0
+
+
+def _run_dir(ref: str) -> Path:
+    from okgit.repo import Repo
+    from okgit.workspace import resolve_run
+
+    repo = Repo.find(Path.cwd())
+    return repo.run_dir(resolve_run(repo, ref))
 
 
 def cmd_traces_export(args: argparse.Namespace) -> int:
     from okgit.repo import Repo
     from okgit.search.traces import export
+    from okgit.workspace import resolve_run
 
-    done = export(Repo.find(Path.cwd()), args.run, fmt=args.format, out=args.out)
+    repo = Repo.find(Path.cwd())
+    done = export(repo, resolve_run(repo, args.run) if args.run else None, fmt=args.format, out=args.out)
     _emit(args, done.model_dump(mode="json"), done.text())
     return 0
 
@@ -139,8 +177,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from okgit.repo import Repo
     from okgit.workspace import gc
 
-    removed = gc(Repo.find(Path.cwd()), keep=args.keep, runs=args.runs)
-    _emit(args, removed, "\n".join(f"removed {r}" for r in removed) or "nothing to remove")
+    report = gc(Repo.find(Path.cwd()), keep=args.keep, runs=args.runs)
+    _emit(args, report.model_dump(mode="json"), report.text())
     return 0
 
 
@@ -156,11 +194,11 @@ def cmd_bench_kernelbench(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from okgit.doctor import checks, checks_text
+    from okgit.doctor import checks, checks_text, usable
 
     found = checks(model=args.model, api_base=args.api_base)
     _emit(args, [c.model_dump(mode="json") for c in found], checks_text(found))
-    return 0
+    return 0 if usable(found) else 1
 
 
 class _CommandParser(argparse.ArgumentParser):
@@ -192,73 +230,78 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("optimize", cmd_optimize, "search for a faster, correct kernel for one op file")
-    p.add_argument("path")
+    p.add_argument("path", help="the op file (KernelBench format), tracked by git")
     _optimize_flags(p)
-    p.add_argument("--resume", metavar="RUN", help="continue an interrupted run")
-    p.add_argument("--watch", action="store_true", help="show the live view while it runs")
+    p.add_argument("--resume", metavar="RUN", help=f"continue an interrupted run ({RUN_HELP})")
+    p.add_argument("--watch", action="store_true", help="show the live view while it runs (q hides it, Ctrl-C stops the run)")
 
     p = command("eval", cmd_eval, "evaluate one candidate file against a reference file (no git)")
-    p.add_argument("candidate")
-    p.add_argument("--ref", required=True)
-    p.add_argument("--device", choices=["cuda", "cpu"])
-    p.add_argument("--mode", choices=["fast", "thorough"])
-    p.add_argument("--backend", choices=["triton", "cuda"], default="triton")
+    p.add_argument("candidate", help="the candidate op file (defines ModelNew or Model)")
+    p.add_argument("--ref", required=True, help="the reference op file")
+    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is visible, else cpu")
+    p.add_argument("--mode", choices=["fast", "thorough"], help="thorough: every gate at more seeds and shapes (default: fast)")
+    p.add_argument("--backend", choices=["triton", "cuda"], default="triton", help="the candidate's kernel language (default: triton)")
 
     p = command("history", cmd_history, "list runs, or one run's candidates")
-    p.add_argument("run", nargs="?")
+    p.add_argument("run", nargs="?", metavar="RUN", help=f"show this run's candidates ({RUN_HELP}; default: list every run)")
 
     p = command("show", cmd_show, "a run's or a candidate's diff against the run's base")
-    p.add_argument("ref", help="run id or tag okgit/<run>/<cand>")
+    p.add_argument("ref", metavar="REF", help=f"a run ({RUN_HELP}) or a tag okgit/<run>/<cand>")
 
     p = command("apply", cmd_apply, "apply a run's winning diff, a candidate's, or a diff file to the working tree")
-    p.add_argument("ref", help="run id, tag okgit/<run>/<cand>, or a .diff file")
+    p.add_argument("ref", metavar="REF", help=f"a run ({RUN_HELP}), a tag okgit/<run>/<cand>, or a .diff file")
     p.add_argument("--check", action="store_true", help="only tell whether it applies (exit code)")
 
     p = command("revert", cmd_revert, "undo an applied run, tag or diff file in the working tree")
-    p.add_argument("ref")
+    p.add_argument("ref", metavar="REF", help="what was given to okgit apply (a run, a tag or a .diff file)")
 
     p = command("verify", cmd_verify, "re-run every gate on a diff against the current HEAD (for CI)")
-    p.add_argument("ref", metavar="PATCH_OR_REF")
-    p.add_argument("--eval", choices=["local", "modal"])
-    p.add_argument("--device", choices=["cuda", "cpu"])
-    p.add_argument("--mode", choices=["fast", "thorough"])
-    p.add_argument("--require-speedup", type=float, metavar="X")
+    p.add_argument("ref", metavar="PATCH_OR_REF", help="a .diff file, a run or a tag okgit/<run>/<cand>")
+    p.add_argument("--eval", choices=["local", "modal"], help="where the candidate runs (default: local, or okgit.toml's)")
+    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is visible, else cpu (correctness only)")
+    p.add_argument("--mode", choices=["fast", "thorough"], help="default: thorough")
+    p.add_argument("--require-speedup", type=float, metavar="X", help="also fail unless the diff is X times faster (default: not required)")
 
     p = command("watch", cmd_watch, "live terminal view of a run", json_flag=False)
-    p.add_argument("run", help="run id, or a run directory (e.g. copied from another machine)")
+    p.add_argument("run", nargs="?", metavar="RUN", help=f"{RUN_HELP}, or a run directory (e.g. copied from another machine)")
+    p.add_argument("--attach", type=int, help=argparse.SUPPRESS)  # optimize --watch: the pipe that names its run
+    p.add_argument("--run-pid", type=int, help=argparse.SUPPRESS)  # optimize --watch: the process Ctrl-C stops
 
     p = command("traces", lambda a: _usage("traces needs a subcommand: export"), "training records from traces", json_flag=False)
     tsub = p.add_subparsers(dest="traces_command", metavar="SUBCOMMAND")
     t = tsub.add_parser("export", help="write prompt/completion/reward records")
     t.set_defaults(handler=cmd_traces_export)
     _debug_flag(t)
-    t.add_argument("run", nargs="?", help="default: every run")
-    t.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
-    t.add_argument("--out", help="output path")
-    t.add_argument("--json", action="store_true")
+    t.add_argument("run", nargs="?", metavar="RUN", help=f"{RUN_HELP} (default: every run)")
+    t.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="default: jsonl (parquet needs okgit[parquet])")
+    t.add_argument("--out", help="output path (default: training.<format> in the run directory, or in .okgit/runs for every run)")
+    t.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = command("gc", cmd_gc, "remove finished worktrees and old runs")
-    p.add_argument("--keep", type=int, default=20, help="keep this many newest runs")
-    p.add_argument("--runs", action="store_true", help="also delete old run directories and their tags")
+    p.add_argument("--keep", type=int, default=20, metavar="N", help="with --runs, keep this many newest finished runs (default: 20)")
+    p.add_argument("--runs", action="store_true", help="also delete old run directories and their tags (default: only worktrees and finished runs' branches)")
 
     p = command("bench", lambda a: _usage("bench needs a suite: kernelbench"), "benchmark sweeps", json_flag=False)
     bsub = p.add_subparsers(dest="bench_command", metavar="SUITE")
     b = bsub.add_parser("kernelbench", help="sweep a KernelBench checkout and score it")
     b.set_defaults(handler=cmd_bench_kernelbench)
     _debug_flag(b)
-    b.add_argument("dir")
-    b.add_argument("--level", type=int)
-    b.add_argument("--problems", help="problem ids and ranges, e.g. 1-10 or 1,4,7-9")
-    b.add_argument("--parallel", type=int, default=1)
-    b.add_argument("--cross-check", action="store_true")
-    b.add_argument("--out", help="directory for the sweep's state and tables")
-    b.add_argument("--json", action="store_true")
+    b.add_argument("dir", help="a KernelBench checkout")
+    b.add_argument("--level", type=int, help="only this level (default: every level)")
+    b.add_argument("--problems", help="problem ids and ranges, e.g. 1-10 or 1,4,7-9 (default: all)")
+    b.add_argument("--parallel", type=int, default=1, metavar="N", help="problems at once (default: 1)")
+    b.add_argument("--cross-check", action="store_true", help="also score each correct winner with KernelBench's own evaluator, when installed (default: off)")
+    b.add_argument("--out", help="directory for the sweep's state and tables; rerun with the same one to resume (default: .okgit/bench/<time>, or a temporary directory outside a repository)")
+    b.add_argument("--json", action="store_true", help="machine-readable output")
     _optimize_flags(b)
 
     p = command("doctor", cmd_doctor, "what is installed and usable")
-    p.add_argument("--model", help="also check this model with one tiny call")
-    p.add_argument("--api-base", help="OpenAI-compatible endpoint for --model")
+    p.add_argument("--model", help="also check this model with one tiny call; exit 1 when it is not usable")
+    p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible endpoint for --model (default: the provider's)")
     return parser
+
+
+RUN_HELP = "a run id, a unique prefix of one, latest or latest~N"
 
 
 def _debug_flag(p: argparse.ArgumentParser) -> None:

@@ -1,5 +1,5 @@
 """`okgit doctor`: what is installed and usable here. Absent optional things are reported,
-never fatal: the command always exits 0."""
+never fatal; with `--model`, the exit code says whether that model is usable (see `usable`)."""
 
 from __future__ import annotations
 
@@ -43,10 +43,15 @@ class Check(BaseModel):
 
 
 def checks(model: str | None = None, api_base: str | None = None) -> list[Check]:
-    found = [_python(), *_torch(), _nvcc(), _triton(), _interpreter(), _modal(), _model_keys()]
+    found = [_python(), *_torch(), _nvcc(), _triton(), _interpreter(), _litellm(), _modal(), _model_keys()]
     if model:
         found.append(_ping(model, api_base))
     return found
+
+
+def usable(found: list[Check]) -> bool:
+    """False when a model was asked about and it cannot be used: `doctor --model` exits 1."""
+    return all(c.ok for c in found if c.name.startswith("model ") and c.name != "model keys")
 
 
 def checks_text(found: list[Check]) -> str:
@@ -103,6 +108,13 @@ def _interpreter() -> Check:
     return Check(name="triton interpreter", ok=True, detail="a kernel ran on CPU with TRITON_INTERPRET=1")
 
 
+def _litellm() -> Check:
+    try:
+        return Check(name="litellm", ok=True, detail=importlib.metadata.version("litellm"))
+    except importlib.metadata.PackageNotFoundError:
+        return Check(name="litellm", ok=False, detail="not installed: --model needs it (pip install 'okgit[llm]')")
+
+
 def _modal() -> Check:
     if importlib.util.find_spec("modal") is None:
         return Check(name="modal", ok=False, detail="not installed (pip install 'okgit[modal]' for --eval modal)")
@@ -117,7 +129,7 @@ def _model_keys() -> Check:
     present = [k for k in MODEL_KEYS if os.environ.get(k)]
     if present:
         return Check(name="model keys", ok=True, detail=", ".join(present))
-    return Check(name="model keys", ok=False, detail="none set: the offline templates proposer is used")
+    return Check(name="model keys", ok=False, detail="none set: without --model the search is offline (templates, then autotune)")
 
 
 def _ping(model: str, api_base: str | None) -> Check:

@@ -11,6 +11,8 @@ from okgit.journal import read_jsonl
 from okgit.repo import Repo
 from okgit.workspace import is_live, run_id_time, run_ids
 
+OFFLINE = "offline"  # the search without a model: kernel templates, then autotune
+
 
 class RunSummary(BaseModel):
     run_id: str
@@ -22,6 +24,7 @@ class RunSummary(BaseModel):
     device: str | None
     backend: str | None
     model: str | None
+    proposer: str  # offline (no model: templates, then autotune) | llm | replay
     candidates: int
 
 
@@ -89,9 +92,17 @@ def _fold(run_id: str, events: list[dict[str, Any]], live: bool) -> RunDetail:
         op=started.get("op", ""),
         status=status, speedup=speedup, best_tag=best_tag,
         device=started.get("device"), backend=started.get("backend"), model=started.get("model"),
-        candidates=len(rows),
+        proposer=proposer_name(started.get("model")), candidates=len(rows),
     )
     return RunDetail(summary=summary, candidates=list(rows.values()))
+
+
+def proposer_name(model: str | None) -> str:
+    """What searched: `offline` (no model), `replay` (a recorded traces file) or `llm`; the
+    one name history, watch, doctor and --help use for the search without a model."""
+    if not model:
+        return OFFLINE
+    return "replay" if model.startswith("replay:") else "llm"
 
 
 def runs_text(runs: list[RunSummary]) -> str:
@@ -99,7 +110,7 @@ def runs_text(runs: list[RunSummary]) -> str:
         return "no runs yet (start one with: okgit optimize PATH)"
     rows = [
         [r.run_id, _when(r.started), r.status, _x(r.speedup), str(r.candidates), r.op or "-",
-         r.backend or "-", r.device or "-", r.model or "templates", r.best_tag or "-"]
+         r.backend or "-", r.device or "-", r.model or OFFLINE, r.best_tag or "-"]
         for r in runs
     ]
     return table(["RUN", "STARTED (UTC)", "STATUS", "SPEEDUP", "CANDS", "OP", "BACKEND", "DEVICE", "MODEL", "BEST"], rows)
@@ -108,7 +119,7 @@ def runs_text(runs: list[RunSummary]) -> str:
 def detail_text(detail: RunDetail) -> str:
     s = detail.summary
     head = (f"run {s.run_id}  {s.status}  speedup {_x(s.speedup)}  op {s.op or '-'}  "
-            f"{s.backend or '-'}/{s.device or '-'}  model {s.model or 'templates'}  started {_when(s.started)} UTC")
+            f"{s.backend or '-'}/{s.device or '-'}  model {s.model or OFFLINE}  started {_when(s.started)} UTC")
     if not detail.candidates:
         return head + "\nno candidates yet"
     rows = [

@@ -50,7 +50,11 @@ def _litellm() -> Any:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     if not debug:
         os.environ.setdefault("LITELLM_LOG", "CRITICAL")
-    import litellm
+    try:
+        import litellm
+    except ImportError:
+        raise OkgitError("a model needs litellm, which is not installed: pip install 'okgit[llm]' "
+                         "(or scripts/install.sh)") from None
 
     litellm.telemetry = False  # older litellm versions phone home unless told not to
     litellm.num_retries = 0
@@ -83,6 +87,37 @@ def _api_key(model: str, api_base: str | None, api_key: str | None) -> str | Non
     if api_base and model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
         return "no-key"
     return None  # litellm reads the provider's variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...)
+
+
+# What the OpenAI client and litellm say when no key reached them; litellm reports some of
+# these as a 500, which would otherwise be retried as if the provider were down.
+_NO_KEY = re.compile(r"missing credentials|api_key client option must be set|no api key|api key (is )?(missing|not (set|found|provided))",
+                     re.IGNORECASE)
+
+
+def missing_keys(model: str, api_base: str | None = None) -> list[str]:
+    """The environment variables the provider of `model` reads, when none of them is set.
+
+    Empty when a key is there (OKGIT_API_KEY or the provider's own), when `--api-base` names
+    an endpoint (a local server may need no key; it says so itself when it does), and when
+    litellm does not know which variables the provider reads."""
+    resolved = resolve_model(model, api_base)
+    if api_base or _api_key(resolved, api_base, None):
+        return []
+    try:
+        found = _litellm().validate_environment(model=resolved)
+    except OkgitError:
+        raise
+    except Exception:  # noqa: BLE001 (an unknown provider: let the first call say what is wrong)
+        return []
+    return [str(k) for k in found.get("missing_keys") or []]
+
+
+def check_credentials(model: str, api_base: str | None = None) -> None:
+    """Refuse at once, in one line naming the variable to set, a model whose key is not set."""
+    missing = missing_keys(model, api_base)
+    if missing:
+        raise LLMAuthError(f"model {model}: no API key: set {' or '.join(missing)} (or OKGIT_API_KEY)")
 
 
 def _redact(text: str, key: str | None) -> str:
@@ -152,8 +187,9 @@ def complete(
             response = lt.completion(**kwargs)
         except Exception as e:  # litellm maps every provider's errors onto its own types
             last = _redact(f"{type(e).__name__}: {e}", key)
-            if isinstance(e, (lt.AuthenticationError, lt.PermissionDeniedError)):
-                raise LLMAuthError(f"model {model}: credentials refused ({last}); set the provider's key or OKGIT_API_KEY") from None
+            if isinstance(e, (lt.AuthenticationError, lt.PermissionDeniedError)) or _NO_KEY.search(str(e)):
+                wanted = " or ".join(missing_keys(model, api_base) or ["the provider's key"])
+                raise LLMAuthError(f"model {model}: credentials refused ({last}); set {wanted} or OKGIT_API_KEY") from None
             if not _retryable(e):
                 raise OkgitError(f"model {model}: {last}") from None
             if attempt < max_retries:
@@ -170,14 +206,17 @@ def complete(
             text=text, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
             cost_usd=cost, cost_known=known, latency_s=round(latency, 3),
         )
-    raise OkgitError(f"model {model}: gave up after {max_retries + 1} tries: {last}")
+    tries = f"{max_retries + 1} tries" if max_retries else "1 try"
+    raise OkgitError(f"model {model}: gave up after {tries}: {last}")
 
 
 def ping(model: str, api_base: str | None = None) -> str:
     """One tiny call, for `okgit doctor`: a line saying the model answers, or an OkgitError."""
+    check_credentials(model, api_base)
+    # doctor answers within seconds: one try, a short timeout (a run still retries transient errors)
     c = complete(
         [{"role": "user", "content": "Reply with the single word: ok"}],
-        model=model, api_base=api_base, timeout_s=30.0, max_retries=1, max_tokens=5,
+        model=model, api_base=api_base, timeout_s=10.0, max_retries=0, max_tokens=5,
     )
     price = f"${c.cost_usd:.6f}" if c.cost_known else "price unknown"
     return f"{model}: answered {c.text.strip()[:20]!r} in {c.latency_s:.1f} s ({c.prompt_tokens}+{c.completion_tokens} tokens, {price})"

@@ -21,7 +21,7 @@ from unidiff.errors import UnidiffParseError
 
 from okgit.errors import OkgitError
 from okgit.repo import Repo
-from okgit.workspace import op_diff, started_event
+from okgit.workspace import op_diff, resolve_run, started_event
 
 _TAG = re.compile(r"okgit/([^/]+)/([^/]+)")
 _INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
@@ -70,9 +70,30 @@ def validate(repo: Repo, diff: str, base: str) -> None:
         _git_apply(repo, diff, "--check", "--cached", env=env, failure=f"the diff does not apply to {base[:12]}")
 
 
+def resolve_ref(repo: Repo, ref: str) -> str:
+    """REF as okgit records it: a run (its id, a unique prefix, `latest`, `latest~N`) becomes
+    the full id, a tag `okgit/<run>/<cand>` gets its run's full id, a diff file stays as given.
+    An unknown REF is returned as it is, for `resolve_diff` to refuse in its own words."""
+    tag = _TAG.fullmatch(ref)
+    if tag and not Path(ref).is_file():
+        try:
+            return f"okgit/{resolve_run(repo, tag.group(1))}/{tag.group(2)}"
+        except OkgitError:
+            return ref
+    if _is_run(repo, ref) or Path(ref).is_file():
+        return ref
+    try:
+        return resolve_run(repo, ref)
+    except OkgitError as e:
+        if "ambiguous" in str(e):
+            raise
+        return ref
+
+
 def resolve_diff(repo: Repo, ref: str) -> str:
     """The diff REF names: a tag's candidate against its run's base, a run's report.diff,
-    or a diff file's text."""
+    or a diff file's text (see `resolve_ref` for the spellings of a run)."""
+    ref = resolve_ref(repo, ref)
     tag = _TAG.fullmatch(ref)
     if tag and repo.git("rev-parse", "--verify", "--quiet", f"refs/tags/{ref}^{{commit}}", check=False).strip():
         started = started_event(repo, tag.group(1))
@@ -101,6 +122,7 @@ def resolve_diff(repo: Repo, ref: str) -> str:
 
 def apply(repo: Repo, ref: str, check: bool = False) -> list[str]:
     """Apply REF's diff to the working tree (`check`: only tell whether it would)."""
+    ref = resolve_ref(repo, ref)
     diff, found = _load(repo, ref)
     if _applies(repo, diff, "-R") and not _applies(repo, diff):
         raise OkgitError(f"{ref} is already applied to the working tree")
@@ -118,23 +140,47 @@ def apply(repo: Repo, ref: str, check: bool = False) -> list[str]:
 
 
 def revert(repo: Repo, ref: str) -> list[str]:
-    """Undo an applied REF in the working tree; refuse if a touched file changed since."""
+    """Undo an applied REF in the working tree: whenever its reverse applies cleanly (other
+    edits to the file since are kept); otherwise refuse, naming the command that would try."""
+    ref = resolve_ref(repo, ref)
     diff, found = _load(repo, ref)
     record = _record_path(repo, diff)
-    applied = json.loads(record.read_text())["files"] if record.is_file() else {}
     comparable = [c for c in found if c.source and c.pre]
     if comparable and all(_same(repo.blob_of(c.source), c.pre) for c in comparable):
         record.unlink(missing_ok=True)  # never applied, or undone by hand since
         raise OkgitError(f"{ref} is not applied in the working tree")
-    for c in found:
-        path = c.target or c.source
-        expected = applied.get(path, c.post if c.target else ABSENT)
-        if path and not _same(repo.blob_of(path), expected):
-            raise OkgitError(f"{path} drifted since okgit apply {ref}; revert it by hand")
-    _git_apply(repo, diff, "-R", "--check", failure=f"cannot revert {ref}")
+    try:
+        _git_apply(repo, diff, "-R", "--check", failure=f"cannot revert {ref}")
+    except OkgitError as e:
+        if _applies(repo, diff):
+            record.unlink(missing_ok=True)
+            raise OkgitError(f"{ref} is not applied in the working tree") from None
+        raise OkgitError(f"{e}: the lines it changed were edited since; to revert what still fits and leave "
+                         f"the rest in .rej files: okgit show {ref} | git apply -R --reject") from None
     _git_apply(repo, diff, "-R", failure=f"cannot revert {ref}")
     record.unlink(missing_ok=True)
     return touched_files(diff)
+
+
+def applied(repo: Repo) -> dict[str, tuple[str, list[str]]]:
+    """Runs whose diff (the winner's or a tag's) is applied to the working tree now, as
+    run id -> (REF, files). A record whose diff is no longer there (committed over, undone
+    by hand, its run gone) is stale: it is dropped, so it keeps nothing alive."""
+    found: dict[str, tuple[str, list[str]]] = {}
+    for record in sorted(repo.applied_dir.glob("*.json")) if repo.applied_dir.is_dir() else ():
+        ref = json.loads(record.read_text()).get("ref", "")
+        tag = _TAG.fullmatch(ref)
+        run = tag.group(1) if tag else ref
+        try:
+            diff = resolve_diff(repo, ref)
+        except OkgitError:
+            diff = ""
+        if not diff or not _applies(repo, diff, "-R") or _applies(repo, diff):
+            record.unlink(missing_ok=True)
+            continue
+        if _is_run(repo, run):
+            found[run] = (ref, touched_files(diff))
+    return found
 
 
 def _load(repo: Repo, ref: str) -> tuple[str, list[FileChange]]:

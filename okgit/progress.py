@@ -7,6 +7,7 @@ a pipe or a CI log gets plain text.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -30,8 +31,9 @@ def _standing(view: RunView) -> str:
     return standing + (f" | ${view.cost_usd:.4f}" if view.cost_usd else "")
 
 
-def describe(event: dict[str, Any], view: RunView) -> Text | None:
-    """The line for `event`, given `view` with the event already folded in; None prints nothing."""
+def describe(event: dict[str, Any], view: RunView, path: str | None = None) -> Text | None:
+    """The line for `event`, given `view` with the event already folded in; None prints nothing.
+    `path`: the op file as the user named it (the resume hint), else the run's own op path."""
     t = event.get("type")
     if t == "run_started":
         model = f", {view.model}" if view.model else ""
@@ -65,7 +67,7 @@ def describe(event: dict[str, Any], view: RunView) -> Text | None:
     if t in ("note", "resumed"):
         return Text(str(event.get("message", "")))
     if t == "interrupted":
-        return Text(f"interrupted ({event.get('reason')}); to continue: okgit optimize PATH --resume {event.get('run')}",
+        return Text(f"interrupted ({event.get('reason')}); to continue: okgit optimize {path or view.op or 'PATH'} --resume {event.get('run')}",
                     style="bold red")
     if t == "gate":
         passed = bool(event.get("passed"))
@@ -75,33 +77,69 @@ def describe(event: dict[str, Any], view: RunView) -> Text | None:
     return None
 
 
-def printer(stream: IO[str]) -> Callable[[dict[str, Any]], None]:
-    view = RunView()
-    console = None
-    if stream.isatty():
-        from rich.console import Console
+class Printer:
+    """The `on_event` of plain mode: one line per event on `stream`.
 
-        console = Console(file=stream, highlight=False, soft_wrap=True)
+    `preload` folds a resumed run's earlier events in without printing them, so counters and
+    the best so far go on from where it stopped. While `muted` answers True (the live view of
+    `optimize --watch` holds the terminal) events are folded, not printed; `view_closed` then
+    says where the run stands, and printing goes on.
+    """
 
-    closed = False  # the reader went away (`okgit optimize | head`): the run goes on, silently
+    def __init__(self, stream: IO[str], path: str | None = None) -> None:
+        self.stream = stream
+        self.path = path
+        self.view = RunView()
+        self.muted: Callable[[dict[str, Any]], bool] | None = None
+        self.finished = False  # run_finished printed: a view closed after it needs no word
+        self._console = None
+        if stream.isatty():
+            from rich.console import Console
 
-    def on_event(event: dict[str, Any]) -> None:
-        nonlocal closed
-        if closed:
+            self._console = Console(file=stream, highlight=False, soft_wrap=True)
+        self._closed = False  # the reader went away (`okgit optimize | head`): the run goes on, silently
+        self._missed = False  # events folded while muted, not yet summarised
+        self._lock = threading.Lock()  # view_closed comes from another thread
+
+    def preload(self, events: list[dict[str, Any]]) -> None:
+        self.view.apply(events)
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            try:
+                self.view.apply([event])
+                line = describe(plain(event), self.view, self.path)
+            except Exception as e:  # noqa: BLE001 (a progress line is never worth stopping the run it reports)
+                line = Text(f"(progress: cannot show a {event.get('type')} event: {type(e).__name__}: {e})", style="dim")
+            self.finished = self.finished or event.get("type") == "run_finished"
+            if self.muted and self.muted(event):
+                self._missed = True
+                return
+            if self._missed:
+                self._catch_up()
+            self._print(line)
+
+    def view_closed(self) -> None:
+        with self._lock:
+            if self._missed and not self.finished:
+                self._catch_up()
+
+    def _catch_up(self) -> None:
+        self._missed = False
+        self._print(Text(f"live view closed; run {self.view.run} goes on here (Ctrl-C stops it): "
+                         f"{self.view.evaluated} evaluated, {_standing(self.view)}", style="dim"))
+
+    def _print(self, line: Text | None) -> None:
+        if line is None or self._closed:
             return
         try:
-            view.apply([event])
-            line = describe(plain(event), view)
-        except Exception as e:  # noqa: BLE001 (a progress line is never worth stopping the run it reports)
-            line = Text(f"(progress: cannot show a {event.get('type')} event: {type(e).__name__}: {e})", style="dim")
-        if line is None:
-            return
-        try:
-            if console:
-                console.print(line)
+            if self._console:
+                self._console.print(line)
             else:
-                print(line.plain, file=stream, flush=True)
+                print(line.plain, file=self.stream, flush=True)
         except BrokenPipeError:
-            closed = True
+            self._closed = True
 
-    return on_event
+
+def printer(stream: IO[str], path: str | None = None) -> Printer:
+    return Printer(stream, path)

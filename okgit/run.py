@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr
 
 from okgit.config import Config, load_config
 from okgit.errors import OkgitError
@@ -41,9 +41,10 @@ class RunResult(BaseModel):
     candidates: int = 0
     stop_reason: str = ""
     cost_usd: float = 0.0
+    _finished_before: bool = PrivateAttr(default=False)  # --resume of a run that had already finished
 
     def summary(self) -> str:
-        lines = [f"run {self.run_id}: {self.status}"]
+        lines = [f"run {self.run_id}: {self.status}" + (" (already finished; nothing to resume)" if self._finished_before else "")]
         if self.speedup is not None:
             lines.append(f"  speedup {self.speedup:.2f}x ({self.baseline_us:.1f} us -> {self.best_us:.1f} us on {self.device})")
         elif self.status == "unverified":
@@ -90,15 +91,33 @@ def optimize(
     evaluator: Evaluator | None = None,
     proposers: list[Proposer] | None = None,
 ) -> RunResult:
+    repo = Repo.find(cwd or Path.cwd())
+    watcher = _Watcher(repo) if watch else None
+    try:
+        return _optimize(repo, path, flags, resume, on_event, watcher, cwd, evaluator, proposers)
+    except BaseException:
+        if watcher and watcher.open():
+            watcher.abort()  # refused or interrupted before the run began: give the terminal back
+        raise
+
+
+def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watcher: _Watcher | None, cwd: Path | None,
+              evaluator: Evaluator | None, proposers: list[Proposer] | None) -> RunResult:
     from okgit import workspace
 
-    repo = Repo.find(cwd or Path.cwd())
     config = load_config(repo.root, flags)
+    if config.model and not config.model.startswith("replay:") and proposers is None:
+        from okgit.llm import check_credentials
+
+        check_credentials(config.model, config.api_base)  # a missing key: one line now, not a fallback later
     if resume:
+        resume = workspace.resolve_run(repo, resume)
         op = workspace.started_event(repo, resume)["op"]
         given = Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
         if repo.relpath(given) != op:
             raise OkgitError(f"run {resume} optimizes {op}, not {path}")
+        if not workspace.resumable(repo, resume):
+            return _finished_result(repo, resume)
         space = workspace.resume(repo, resume)
         op_file = space.worktree / space.op
         problem = load_problem(space.op, source=_base_source(space), root=str(op_file.parent))
@@ -114,7 +133,18 @@ def optimize(
     proposers = proposers if proposers is not None else make_proposers(config)
     if not resume:
         space = workspace.start_run(repo, op_path)
-    return _run(space, config, problem, reference, evaluator, proposers, on_event, resumed=bool(resume), watch=watch)
+    return _run(space, config, problem, reference, evaluator, proposers, on_event, resumed=bool(resume), watcher=watcher)
+
+
+def _finished_result(repo: Repo, run_id: str) -> RunResult:
+    """What a finished run printed when it finished: resuming it has nothing left to do."""
+    path = repo.run_dir(run_id) / "result.json"
+    try:
+        result = RunResult.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        raise OkgitError(f"run {run_id} is finished; nothing to resume (see okgit history {run_id})") from None
+    result._finished_before = True
+    return result
 
 
 def _base_source(space) -> str:
@@ -128,7 +158,7 @@ class _Interrupted(KeyboardInterrupt):
 
 
 def _run(space, config: Config, problem: Problem, reference: Reference, evaluator: Evaluator,
-         proposers: list[Proposer], on_event, resumed: bool, watch: bool) -> RunResult:
+         proposers: list[Proposer], on_event, resumed: bool, watcher: _Watcher | None) -> RunResult:
     signals: list[str] = []  # received and not yet acted on
 
     def on_signal(signum, frame):
@@ -146,7 +176,17 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
     def trace(type: str, **fields):
         space.traces.write(type, **fields)
 
+    if watcher:
+        watcher.attach(space.run_dir)
+        if hasattr(on_event, "muted"):
+            on_event.muted = watcher.open  # plain progress once the view is closed
+            threading.Thread(target=lambda: (watcher.proc.wait(), on_event.view_closed()), daemon=True).start()
     if resumed:
+        preload = getattr(on_event, "preload", None)
+        if preload:  # progress counts on from where the run stopped
+            from okgit.journal import read_jsonl
+
+            preload(read_jsonl(space.run_dir / "journal.jsonl")[0])
         log("resumed", message=f"resumed run {space.run_id}")
     else:
         log("run_started", **space.started_fields(), backend=config.backend, device=evaluator.device,
@@ -172,7 +212,6 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
         log("accepted", cand=attempt.cand, tag=tag, commit=commit, speedup=r.speedup)
         return tag
 
-    watcher = _start_watch(space) if watch else None
     # Signal handlers can only be set from the main thread (library callers may use others).
     in_main = threading.current_thread() is threading.main_thread()
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
@@ -203,11 +242,59 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
             watcher.wait()
 
 
-def _start_watch(space):
-    import subprocess
-    import sys
+class _Watcher:
+    """The live view of `optimize --watch`: `okgit watch` in its own process on the terminal,
+    started before the run has a directory (it shows a starting state) and told it through
+    a pipe. Ctrl-C in the view signals this process, so the run stops as in plain mode."""
 
-    return subprocess.Popen([sys.executable, "-m", "okgit", "watch", space.run_id], cwd=space.repo.root)
+    def __init__(self, repo: Repo) -> None:
+        import os
+        import subprocess
+        import sys
+
+        read_fd, self._fd = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "okgit", "watch", "--attach", str(read_fd), "--run-pid", str(os.getpid())],
+                cwd=repo.root, pass_fds=(read_fd,))
+        finally:
+            os.close(read_fd)
+
+    def attach(self, run_dir: Path) -> None:
+        self._say(f"run {run_dir}")
+
+    def open(self, event: dict[str, Any] | None = None) -> bool:
+        """Whether the view still holds the terminal (plain progress waits until it does not)."""
+        import subprocess
+
+        if event and event.get("type") == "interrupted" and self.proc.poll() is None:
+            try:  # Ctrl-C in the view: it signals us as it exits; let it give the terminal back
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                pass
+        return self.proc.poll() is None
+
+    def abort(self) -> None:
+        """The run was refused before it began: close the view at once."""
+        self._say("quit")
+        self.proc.wait()
+
+    def wait(self) -> None:
+        self._say(None)
+        self.proc.wait()
+
+    def _say(self, line: str | None) -> None:
+        import os
+
+        if self._fd is None:
+            return
+        try:
+            if line is not None:
+                os.write(self._fd, f"{line}\n".encode())
+        except OSError:  # the view is gone already
+            pass
+        os.close(self._fd)
+        self._fd = None  # one message, then end of file: the view reads no more
 
 
 def _restore(space, ctx: Context) -> None:
@@ -276,5 +363,7 @@ def _finish(space, ctx: Context, status: str, winner: Attempt | None, comparison
     log("run_finished", status=status, speedup=result.speedup, baseline_us=result.baseline_us, best_us=result.best_us,
         best_tag=result.best_tag, best_cand=winner.cand if winner else None, report=result.report, diff=result.diff,
         iterations=len(ctx.attempts), cost_usd=result.cost_usd)
-    space.close(winner_commit=winner.tag if winner and winner.tag else None)
+    # An interrupted run keeps its branch whatever it has, so --resume can rebuild the worktree.
+    space.close(winner_commit=winner.tag if winner and winner.tag else None,
+                accepted=status == "interrupted" or any(a.tag for a in ctx.attempts))
     return result

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import re
 import secrets
 import shutil
 import time
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
+
+from pydantic import BaseModel
 
 from okgit.errors import OkgitError
 from okgit.journal import JsonlWriter, read_jsonl
@@ -102,15 +105,18 @@ class RunSpace:
         """The op's diff from the run's base to `rev`, as `git apply` takes it at the root."""
         return op_diff(self.repo, self.base_commit, rev, self.op)
 
-    def close(self, winner_commit: str | None = None) -> None:
+    def close(self, winner_commit: str | None = None, accepted: bool = True) -> None:
         """Remove the worktree (tags and branch keep the commits) and end the run's liveness.
 
-        With a winner (a commit or a tag), the branch okgit/<run> is left pointing at it.
+        With a winner (a commit or a tag), the branch okgit/<run> is left pointing at it;
+        a finished run that accepted nothing (`accepted` False) leaves no branch at all.
         """
         with self.repo.lock():
             _remove_worktree(self.repo, self.worktree)
             if winner_commit:
                 self.repo.git("update-ref", f"refs/heads/{self.branch}", f"{winner_commit}^{{commit}}")
+            elif not accepted:
+                self.repo.git("update-ref", "-d", f"refs/heads/{self.branch}", check=False)
         self._release()
 
     def _release(self) -> None:
@@ -233,6 +239,31 @@ def run_ids(repo: Repo) -> list[str]:
     return [d.name for d in sorted(dirs, key=started, reverse=True)]
 
 
+_LATEST = re.compile(r"latest(?:~(\d+))?")
+
+
+def resolve_run(repo: Repo, ref: str) -> str:
+    """The run id a user means: the full id, `latest` (the newest run), `latest~N` (N runs
+    before it), or a unique prefix of the id, with or without its date (`074318` names
+    `20260101-074318-ab12`). Anything else is a one-line error."""
+    ids = run_ids(repo)
+    latest = _LATEST.fullmatch(ref)
+    if latest:
+        n = int(latest.group(1) or 0)
+        if n >= len(ids):
+            raise OkgitError(f"{ref}: " + (f"there are only {len(ids)} runs" if ids else "no runs yet (start one with: okgit optimize PATH)"))
+        return ids[n]
+    if ref in ids:
+        return ref
+    found = [r for r in ids if ref and "/" not in ref and (r.startswith(ref) or r[9:].startswith(ref))]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
+        raise OkgitError(f"run {ref} is ambiguous: {len(found)} runs match ({shown}); type more of the id")
+    raise OkgitError(f"unknown run: {ref}")
+
+
 def is_live(run_dir: Path) -> bool:
     """Whether a process holds the run (see RunSpace.hold)."""
     lock = run_dir / ".lock"
@@ -247,34 +278,76 @@ def is_live(run_dir: Path) -> bool:
         return False
 
 
-def gc(repo: Repo, keep: int = 20, runs: bool = False) -> list[str]:
-    """Remove worktrees of runs no process holds; with `runs`, also all but the newest `keep`
-    finished runs (their directory, tags and branch). Returns what was removed."""
+class GcReport(BaseModel):
+    """What `okgit gc` removed and what it kept, with the reason for each kept thing."""
+
     removed: list[str] = []
+    kept: list[str] = []
+
+    def text(self) -> str:
+        lines = [f"removed {r}" for r in self.removed] + [f"kept {k}" for k in self.kept]
+        return "\n".join(lines) or "nothing to remove"
+
+
+def gc(repo: Repo, keep: int = 20, runs: bool = False) -> GcReport:
+    """Remove worktrees of runs no process holds and the branches of finished runs (their
+    tags keep the candidates); with `runs`, also all but the newest `keep` finished runs
+    (directory, tags, branch). Runs whose diff is applied to the working tree are kept, so
+    `okgit revert` still works; interrupted runs keep their branch, so `--resume` does."""
+    from okgit.patch import applied
+
+    report = GcReport()
     with repo.lock():
         if repo.worktrees_dir.is_dir():
             for worktree in sorted(repo.worktrees_dir.iterdir()):
                 if not is_live(repo.runs_dir / worktree.name):
                     _remove_worktree(repo, worktree)
-                    removed.append(f"worktree {worktree.name}")
+                    report.removed.append(f"worktree {worktree.name}")
         repo.git("worktree", "prune")
+        ids = run_ids(repo)
+        live = {r for r in ids if is_live(repo.runs_dir / r)}
+        report.kept += [f"run {r}: running" for r in ids if r in live]
+        in_use = applied(repo) if runs else {}
+        for run_id, (ref, files) in in_use.items():
+            report.kept.append(f"run {run_id}: its diff is applied to {', '.join(files)} (okgit revert {ref} undoes it)")
+        finished = [r for r in ids if r not in live and r not in in_use]
         if runs:
-            applied = _applied_runs(repo)  # okgit revert needs their diffs
-            finished = [r for r in run_ids(repo) if not is_live(repo.runs_dir / r) and r not in applied]
             for run_id in finished[max(keep, 0):]:
                 _delete_refs(repo, run_id)
                 shutil.rmtree(repo.runs_dir / run_id)
-                removed.append(f"run {run_id}")
-    return removed
+                report.removed.append(f"run {run_id}")
+            if finished[: max(keep, 0)]:
+                report.kept.append(f"the {len(finished[:max(keep, 0)])} newest finished runs (--keep {keep})")
+        for run_id in finished[: max(keep, 0)] if runs else finished:
+            branch = f"refs/heads/okgit/{run_id}"
+            if not repo.git("rev-parse", "--verify", "--quiet", branch, check=False).strip():
+                continue
+            if resumable(repo, run_id):
+                report.kept.append(f"branch okgit/{run_id}: the run was interrupted "
+                                   f"(okgit optimize {_op(repo, run_id)} --resume {run_id} continues it)")
+            else:
+                repo.git("update-ref", "-d", branch)
+                report.removed.append(f"branch okgit/{run_id} (finished; its tags keep the candidates)")
+    return report
 
 
-def _applied_runs(repo: Repo) -> set[str]:
-    """Runs whose diff (the winner's or a tag's) is recorded as applied to the working tree."""
-    found = set()
-    for record in repo.applied_dir.glob("*.json") if repo.applied_dir.is_dir() else ():
-        ref = json.loads(record.read_text()).get("ref", "")
-        found.add(ref.split("/")[1] if ref.startswith("okgit/") and ref.count("/") == 2 else ref)
-    return found
+def resumable(repo: Repo, run_id: str) -> bool:
+    """Whether a run can still go on: its journal ends without a final run_finished."""
+    events, _ = read_jsonl(repo.runs_dir / run_id / "journal.jsonl")
+    status = None
+    for e in events:
+        if e.get("type") == "run_finished":
+            status = e.get("status")
+        elif e.get("type") == "resumed":
+            status = None
+    return status in (None, "interrupted")
+
+
+def _op(repo: Repo, run_id: str) -> str:
+    try:
+        return str(started_event(repo, run_id)["op"])
+    except (OkgitError, KeyError):
+        return "PATH"
 
 
 def _remove_worktree(repo: Repo, worktree: Path) -> None:

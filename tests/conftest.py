@@ -3,11 +3,16 @@ everything of the user's that okgit promises not to touch."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+# `python -m okgit` in a subprocess runs this checkout, whichever one pip installed in editable mode.
+ROOT = Path(__file__).resolve().parent.parent
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 OP = "ops/relu.py"
 OP_SOURCE = '''import torch
@@ -182,3 +187,19 @@ def evaluator():
     ev = LocalEvaluator(device="cpu")
     yield ev
     ev.close()
+
+
+# Modules whose tests start real evaluator workers or run the Triton interpreter for minutes:
+# marked `slow`, so `python -m pytest -m "not slow"` (the README's fast subset) leaves them out.
+# CI runs everything (.ci/run).
+SLOW_MODULES = {
+    "test_optimize", "test_verify", "test_ci_steps", "test_llm_cli", "test_llm_e2e", "test_examples",
+    "test_columns", "test_conv_layout", "test_eval_cases", "test_eval_local", "test_pool",
+    "test_kernelbench_e2e", "test_bench_smoke", "test_templates", "test_replay", "test_modal",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__ in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

@@ -49,8 +49,10 @@ def get_init_inputs():
 '''
 
 
-def ctx_for(path, best: Proposal | None = None, profile: ProfileData | None = None) -> Context:
-    ctx = Context(problem=load_problem(path), reference=Reference(device="cpu", timed=False), backend="triton", device="cpu")
+def ctx_for(path, best: Proposal | None = None, profile: ProfileData | None = None, timed: bool = True) -> Context:
+    """A context as on a GPU (a timed reference): the only place autotune proposes anything."""
+    device = "cuda" if timed else "cpu"
+    ctx = Context(problem=load_problem(path), reference=Reference(device=device, timed=timed), backend="triton", device=device)
     if best is not None:
         result = EvalResult(status=Status.correct, correct=True, profile=profile)
         ctx.best = Attempt(cand="c001", proposal=best, result=result)
@@ -79,6 +81,17 @@ def test_variants_of_a_user_kernel_are_correct(tmp_path):
     assert "num_warps=" in next(p.source for p in proposals if p.meta["setting"].endswith("num_warps"))
     results = run_ops([(path, p.source, {"size": 1001}) for p in proposals[:4]])
     assert all(r["ok"] for r in results), results
+
+
+def test_nothing_is_proposed_where_nothing_is_timed(tmp_path):
+    path = tmp_path / "own.py"
+    path.write_text(OWN_KERNEL)
+    notes = []
+    ctx = ctx_for(path, timed=False)
+    ctx.log = lambda type, **fields: notes.append((type, fields.get("message", "")))
+    proposer = AutotuneProposer()
+    assert proposer.propose(ctx) is None and proposer.propose(ctx) is None
+    assert len(notes) == 1 and notes[0][0] == "note" and "autotune: skipped on cpu" in notes[0][1], notes
 
 
 def test_template_constants_are_tuned_around_the_best():

@@ -96,7 +96,7 @@ def test_revert_refuses_after_drift(git_repo: Path) -> None:
     space, _ = record_run(git_repo, [("x.clamp(min=0)", "clamp")])
     assert okgit("apply", space.run_id, cwd=git_repo).returncode == 0
     (git_repo / OP).write_text("# rewritten by hand\n")
-    _one_line_error(okgit("revert", space.run_id, cwd=git_repo), f"okgit: {OP} drifted since okgit apply {space.run_id}")
+    _one_line_error(okgit("revert", space.run_id, cwd=git_repo), f"okgit: cannot revert {space.run_id}: ")
     assert (git_repo / OP).read_text() == "# rewritten by hand\n"
 
 
@@ -105,10 +105,12 @@ def test_gc(git_repo: Path) -> None:
     died = crashed_run(git_repo, [("x.clamp(min=0)", "clamp")])
     before = snapshot(git_repo)
     proc = okgit("gc", cwd=git_repo)
-    assert (proc.returncode, proc.stdout) == (0, f"removed worktree {died}\n")
-    assert okgit("gc", cwd=git_repo).stdout == "nothing to remove\n"
+    kept = f"kept branch okgit/{died}: the run was interrupted (okgit optimize {OP} --resume {died} continues it)\n"
+    assert (proc.returncode, proc.stdout) == (0, f"removed worktree {died}\n"
+                                                 f"removed branch okgit/{old.run_id} (finished; its tags keep the candidates)\n" + kept)
+    assert okgit("gc", cwd=git_repo).stdout == kept
     proc = okgit("gc", "--runs", "--keep", "1", "--json", cwd=git_repo)
-    assert json.loads(proc.stdout) == [f"run {old.run_id}"]
+    assert json.loads(proc.stdout)["removed"] == [f"run {old.run_id}"]
     assert [r["run_id"] for r in json.loads(okgit("history", "--json", cwd=git_repo).stdout)] == [died]
     assert snapshot(git_repo) == before
 

@@ -112,15 +112,24 @@ def test_apply_onto_the_dirty_version_the_run_started_from(git_repo: Path) -> No
     assert (git_repo / OP).read_text() == dirty
 
 
-def test_revert_refuses_after_drift(git_repo: Path) -> None:
+def test_revert_keeps_an_unrelated_edit_made_since(git_repo: Path) -> None:
     repo = Repo.find(git_repo)
     space, _ = record_run(git_repo, [("x.clamp(min=0)", "clamp")])
     patch.apply(repo, space.run_id)
-    drifted = variant("x.clamp(min=0)") + "# tuned by hand\n"
-    (git_repo / OP).write_text(drifted)
-    with pytest.raises(OkgitError, match=f"^{OP} drifted since okgit apply {space.run_id}"):
+    (git_repo / OP).write_text(variant("x.clamp(min=0)") + "# tuned by hand\n")
+    assert patch.revert(repo, space.run_id) == [OP]  # its reverse still applies: git apply -R --check agrees
+    assert (git_repo / OP).read_text() == OP_SOURCE + "# tuned by hand\n"
+
+
+def test_revert_refuses_when_its_lines_were_edited(git_repo: Path) -> None:
+    repo = Repo.find(git_repo)
+    space, _ = record_run(git_repo, [("x.clamp(min=0)", "clamp")])
+    patch.apply(repo, space.run_id)
+    edited = variant("x.clamp(min=0.5)")
+    (git_repo / OP).write_text(edited)
+    with pytest.raises(OkgitError, match=f"^cannot revert {space.run_id}: .*okgit show {space.run_id} \\| git apply -R --reject$"):
         patch.revert(repo, space.run_id)
-    assert (git_repo / OP).read_text() == drifted
+    assert (git_repo / OP).read_text() == edited
 
 
 def test_a_diff_file_that_no_longer_applies(git_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:

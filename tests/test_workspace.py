@@ -113,13 +113,16 @@ def test_interrupted_run_is_collected_then_resumed(git_repo: Path) -> None:
     repo = Repo.find(git_repo)
     live, _ = record_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp")], finish=None)
     assert is_live(live.run_dir) and live.worktree.exists()
-    assert gc(repo) == []  # a live run keeps its worktree
+    assert gc(repo).removed == []  # a live run keeps its worktree
+    assert gc(repo).kept == [f"run {live.run_id}: running"]
     live.close()
 
     run_id = crashed_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp")])
     worktree = repo.worktrees_dir / run_id
     assert worktree.exists() and not is_live(repo.runs_dir / run_id)  # the flock died with the process
-    assert gc(repo) == [f"worktree {run_id}"]
+    report = gc(repo)
+    assert report.removed == [f"worktree {run_id}"]  # an interrupted run keeps its branch, for --resume
+    assert f"branch okgit/{run_id}: the run was interrupted (okgit optimize {OP} --resume {run_id} continues it)" in report.kept
     assert not worktree.exists()
 
     again = resume(repo, run_id)
@@ -141,11 +144,14 @@ def test_gc_removes_old_runs_with_their_refs(git_repo: Path) -> None:
     live, _ = record_run(git_repo, [], finish=None)
     before = snapshot(git_repo)
 
-    assert gc(repo, keep=1, runs=True) == [f"run {old.run_id}"]
+    report = gc(repo, keep=1, runs=True)
+    assert report.removed == [f"run {old.run_id}", f"branch okgit/{new.run_id} (finished; its tags keep the candidates)"]
+    assert report.kept == [f"run {live.run_id}: running", "the 1 newest finished runs (--keep 1)"]
     assert not old.run_dir.exists() and new.run_dir.exists() and live.run_dir.exists() and live.worktree.exists()
     assert sh(git_repo, "tag", "--list", f"okgit/{old.run_id}/*") == ""
     assert sh(git_repo, "branch", "--list", old.branch) == ""
-    assert sh(git_repo, "branch", "--list", new.branch).strip()
+    assert sh(git_repo, "branch", "--list", new.branch) == ""  # finished: its tags keep its candidates
+    assert sh(git_repo, "tag", "--list", f"okgit/{new.run_id}/*").strip()
     assert snapshot(git_repo) == before
     live.close()
 

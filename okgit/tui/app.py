@@ -3,10 +3,17 @@
 The view polls journal.jsonl and traces.jsonl on a timer, so the same code shows a finished
 run, a live one, and a run directory copied from another machine. It is its own process and
 only reads: quitting it never touches the run.
+
+`optimize --watch` starts the view before the run has a directory (the op file is loaded and
+its reference timed first): the view shows a starting state and learns the directory, or
+that the run was refused, from a pipe (`attach`). Ctrl-C there stops the run itself, as in
+plain mode; `q` closes only the view, and the run goes on printing plain progress.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from typing import ClassVar
 
@@ -44,21 +51,36 @@ class WatchApp(App[None]):
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "interrupt", "quit", show=False, priority=True),
         Binding("f", "toggle_failures", "failures only"),
         Binding("j", "cursor(1)", "down", show=False),
         Binding("k", "cursor(-1)", "up", show=False),
     ]
 
-    def __init__(self, run_dir: Path, poll_s: float = 0.5) -> None:
+    def __init__(self, run_dir: Path | None, poll_s: float = 0.5, attach: int | None = None,
+                 run_pid: int | None = None) -> None:
+        """`run_dir` None: wait for it on `attach`, a pipe from `optimize --watch` that says
+        `run <dir>` once the run exists, or `quit` when it was refused. `run_pid`: the
+        optimize process that Ctrl-C interrupts."""
         super().__init__()
-        self.run_dir = Path(run_dir)
         self.poll_s = poll_s
-        self.journal = Tail(self.run_dir / "journal.jsonl")
-        self.sources = Sources(self.run_dir / "traces.jsonl")
-        self.view = RunView(run=self.run_dir.name)
+        self.attach = attach  # a non-blocking pipe's file descriptor
+        self._pending = ""
+        self.run_pid = run_pid
+        self.interrupt_run = False  # set by Ctrl-C; `watch` signals the run once the terminal is back
+        self.view = RunView()
         self.failures_only = False
         self.selected: str | None = None  # chosen with enter; until then the best candidate
         self._drawn_version = -1
+        self.run_dir: Path | None = None
+        if run_dir is not None:
+            self._open(Path(run_dir))
+
+    def _open(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.journal = Tail(run_dir / "journal.jsonl")
+        self.sources = Sources(run_dir / "traces.jsonl")
+        self.view = RunView(run=run_dir.name)
 
     def compose(self) -> ComposeResult:
         # Widgets are kept as attributes, not queried: a poll that fires while the app shuts
@@ -93,12 +115,32 @@ class WatchApp(App[None]):
         self.table.focus()
 
     def poll(self) -> None:
+        if self.run_dir is None:
+            self._wait_for_run()
+            return
         self.view.apply(self.journal.poll())
         sources_changed = self.sources.poll()
         self.status.show(self.view)  # every tick: elapsed time moves on its own
         if self.view.version != self._drawn_version or sources_changed:
             self._drawn_version = self.view.version
             self.redraw()
+
+    def _wait_for_run(self) -> None:
+        try:
+            data = os.read(self.attach, 4096) if self.attach is not None else b""
+        except BlockingIOError:  # nothing yet: the run is still starting
+            self.status.show_starting()
+            return
+        self._pending += data.decode()
+        line, newline, rest = self._pending.partition("\n")
+        if line.startswith("run ") and newline:
+            self._pending = rest
+            self._open(Path(line[4:]))
+            self.poll()
+        elif not data or line == "quit":  # refused before it began, or the run's process is gone
+            self.exit()
+        else:
+            self.status.show_starting()
 
     def redraw(self) -> None:
         view = self.view
@@ -111,6 +153,7 @@ class WatchApp(App[None]):
         else:
             self.spark.border_title = f"correct candidates (untimed): {int(points[-1]) if points else 0} of {len(points)}"
         self.table.sync(view, self.failures_only)
+        self._table_title()
         self.intents.sync(view)
         self.intents.display = bool(view.intents)  # offline runs have none: give the room to the diff
         self.log_panel.sync(view)
@@ -129,8 +172,21 @@ class WatchApp(App[None]):
 
     def action_toggle_failures(self) -> None:
         self.failures_only = not self.failures_only
-        self.table.border_title = "experiments: failures only (f: all)" if self.failures_only else "experiments (enter: select)"
         self.table.sync(self.view, self.failures_only)
+        self._table_title()
+
+    def _table_title(self) -> None:
+        if not self.failures_only:
+            self.table.border_title = "experiments (enter: select)"
+        elif any(c.failed for c in self.view.candidates.values()):
+            self.table.border_title = "experiments: failures only (f: all)"
+        else:  # an empty table must not look like a broken one
+            self.table.border_title = "experiments: failures only: no candidate has failed (f: all)"
+
+    def action_interrupt(self) -> None:
+        """Ctrl-C: quit the view; under `optimize --watch`, stop the run too."""
+        self.interrupt_run = self.run_pid is not None
+        self.exit()
 
     def action_cursor(self, step: int) -> None:
         if step > 0:
@@ -139,5 +195,10 @@ class WatchApp(App[None]):
             self.table.action_cursor_up()
 
 
-def watch(run_dir: Path) -> None:
-    WatchApp(run_dir).run()
+def watch(run_dir: Path | None, attach_fd: int | None = None, run_pid: int | None = None) -> None:
+    if attach_fd is not None:
+        os.set_blocking(attach_fd, False)  # a poll reads what has arrived, never waits
+    app = WatchApp(run_dir, attach=attach_fd, run_pid=run_pid)
+    app.run()
+    if app.interrupt_run and run_pid:
+        os.kill(run_pid, signal.SIGINT)  # after the terminal is restored, so the run's last lines show

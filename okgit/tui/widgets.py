@@ -9,6 +9,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable, Log, Static, Tree
 
+from okgit.history import OFFLINE
 from okgit.tui.state import (
     RUNNING,
     Candidate,
@@ -39,13 +40,20 @@ RUN_STATUS_STYLE = {
 
 
 class StatusBar(Static):
+    def show_starting(self) -> None:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append(" okgit ", style="bold reverse")
+        t.append("  starting: loading the op file and running its reference (Ctrl-C stops, q hides this view)  ")
+        t.append("starting", style="bold cyan")
+        self.update(t)
+
     def show(self, view: RunView, now: float | None = None) -> None:
         now = time.time() if now is None else now
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(f" {view.run} ", style="bold reverse")
         name = (view.reference.get("hardware") or {}).get("device")
         device = f"{view.device} ({name})" if name and name != view.device else view.device or "?"
-        t.append(f" {view.op}  {device} · {view.backend or '?'} · {view.model or 'offline'}")
+        t.append(f" {view.op}  {device} · {view.backend or '?'} · {view.model or OFFLINE}")
         total = f"/{view.iterations}" if view.iterations else ""
         t.append(f"  iter {view.evaluated}{total}  ${view.cost_usd:.4f}  {fmt_duration(view.elapsed(now))}  ")
         t.append(view.status, style=RUN_STATUS_STYLE.get(view.status, "bold"))

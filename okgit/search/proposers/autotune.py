@@ -13,6 +13,10 @@ in shared memory are pruned, and a best already near its roofline floor is left 
 a variant becomes the new best, the neighbourhood of that one is explored next (hill climb).
 When a literal block size also appears in the launch's grid expression (`cdiv(n, 1024)`),
 both change together so the grid stays derived from the block.
+
+Where nothing is timed (a CPU, Triton's interpreter) a launch setting cannot change the
+result, only the speed nobody measures there: the phase proposes nothing and says so once in
+the journal, leaving the iterations to proposers whose candidates can still differ.
 """
 
 from __future__ import annotations
@@ -235,8 +239,15 @@ class AutotuneProposer:
         self._bases: set[str] = set()
         self._proposed: set[str] = set()
         self._extent: tuple[int, int] | None = None
+        self._untimed_noted = False
 
     def propose(self, ctx: Context) -> Proposal | None:
+        if not ctx.reference.timed:
+            if not self._untimed_noted:
+                self._untimed_noted = True
+                ctx.log("note", message=f"autotune: skipped on {ctx.device}: launch settings change only the speed, "
+                                        "which is not timed there")
+            return None
         best = ctx.best
         profile = best.result.profile if best else None
         if profile is not None and (profile.roofline_position or 0.0) >= ROOFLINE_DONE:

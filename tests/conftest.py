@@ -195,7 +195,7 @@ def evaluator():
 SLOW_MODULES = {
     "test_optimize", "test_verify", "test_ci_steps", "test_llm_cli", "test_llm_e2e", "test_examples",
     "test_columns", "test_conv_layout", "test_eval_cases", "test_eval_local", "test_pool",
-    "test_kernelbench_e2e", "test_bench_smoke", "test_templates", "test_replay", "test_modal",
+    "test_kernelbench_e2e", "test_bench_smoke", "test_templates", "test_replay", "test_modal", "test_eval_bounded",
 }
 
 

@@ -148,6 +148,25 @@ def table(rows: list[dict], gpu: bool) -> str:
     return "\n".join(lines)
 
 
+def summary(rows: list[dict]) -> str:
+    """Medians per level, the worst ratios against the done-when figures."""
+    import statistics
+
+    out = []
+    for level in sorted({r["problem"].split("/")[0] for r in rows}):
+        done = [r for r in rows if r["problem"].startswith(level + "/") and "fast_s" in r]
+        if not done:
+            continue
+        fast = statistics.median(r["fast_s"] for r in done)
+        worst = max(r["thorough_s"] / r["fast_s"] for r in done)
+        peak = max(max(r["judge_host_peak"], r["worker_host_peak"], r["parent_host_peak"]) for r in done)
+        prep = statistics.median(r["prepare_fast_s"] for r in done)
+        out.append(f"{level}: {len(done)} problems, median warm fast {fast:.1f} s, thorough at most {worst:.2f}x its "
+                   f"fast, median reference preparation {prep:.1f} s, largest process peak {peak / GiB:.2f} GiB, "
+                   f"{sum('error' in r for r in rows if r['problem'].startswith(level + '/'))} errors")
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--kb", type=Path, default=ROOT.parent / "shared" / "kernelbench")
@@ -157,7 +176,13 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=540.0, help="stop starting problems after this")
     parser.add_argument("--per-problem", type=float, default=240.0)
     parser.add_argument("--smoke", action="store_true", help="CPU, two small problems, no GPU figures")
+    parser.add_argument("--table", type=Path, nargs="+", help="print the table of these result files and stop")
     args = parser.parse_args()
+    if args.table:
+        rows = [r for path in args.table for r in json.loads(path.read_text())]
+        print(table(rows, gpu=True))
+        print(summary(rows))
+        return
     out = Path(os.environ.get("OUT", "/tmp")) / "realsize.json"
     rows = json.loads(args.resume.read_text()) if args.resume and args.resume.exists() else []
     done = {r["problem"] for r in rows if "error" not in r}

@@ -26,8 +26,17 @@ from typing import Any
 
 from okgit.eval import calls
 from okgit.eval.channel import READY, Channel
-from okgit.eval.compare import (LeafTolerance, OutputSummary, check_leaf, degenerate_reason, fingerprint,
-                                magnitude, reference_error, summarize_outputs, tolerance_from)
+from okgit.eval.compare import (
+    LeafTolerance,
+    OutputSummary,
+    check_leaf,
+    degenerate_reason,
+    fingerprint,
+    magnitude,
+    reference_error,
+    summarize_outputs,
+    tolerance_from,
+)
 from okgit.eval.jobs import Case, Job, flatten, perturb_floats
 
 GiB = 2**30
@@ -169,7 +178,7 @@ class Judge:
             prep.arms[case.id] = self.arm(case.id, prep.shapes[0], perturbed)
             prep.cases[case.id] = case
             run_case(case)
-        except Exception as e:  # noqa: BLE001 - the reference cannot run them: dropped
+        except Exception as e:
             if calls.out_of_memory(e):
                 raise
             dropped.append(f"init_inputs: the reference raises with {', '.join(changes)}: "
@@ -189,7 +198,7 @@ class Judge:
                 prep.shapes.append(knobs)
                 prep.cases[case.id] = case
                 run_case(case)
-            except Exception as e:  # noqa: BLE001 - a variant the reference cannot run is dropped
+            except Exception as e:
                 if calls.out_of_memory(e):
                     raise
                 dropped.append(f"{knobs}: {calls.describe(e).splitlines()[-1]}")

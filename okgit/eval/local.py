@@ -24,15 +24,15 @@ from typing import Any
 
 from okgit.errors import OkgitError
 from okgit.eval import budget, roofline
+from okgit.eval.devices import device_lock, physical_name
 from okgit.eval.final_gate import summarize
 from okgit.eval.gates import static_findings
 from okgit.eval.jobs import PINNED_FLAGS, Job, Timing
-from okgit.eval.devices import device_lock, physical_name
 from okgit.eval.profile import profile_data
 from okgit.eval.reference import PreparedReference, from_judge
 from okgit.eval.sandbox import Outcome, WorkerPool, WorkerProcess, default_memory_limit, read_result
-from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode, Reference, Status
 from okgit.eval.timing import median
+from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode, Reference, Status
 from okgit.eval.verdict import allowed_matmul_rate, base_fields, crashed, judge
 from okgit.problem import Problem, load_problem
 

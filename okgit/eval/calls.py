@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from okgit.eval.compare import bitwise_equal
 from okgit.eval.jobs import MODEL_SEED, PINNED_FLAGS, Case, flatten, tree_spec
 from okgit.problem import with_knobs
 
@@ -115,7 +116,7 @@ def call(torch: Any, model: Any, inputs: list[Any], device: str, *, label: str, 
         facts["kernels"] = sorted(set(triton_counter.counts) | set(cuda_counter.counts))
     if pristine is not None:
         facts["inputs_changed"] = [i for i, (a, b) in enumerate(zip(inputs, pristine))
-                                   if isinstance(a, torch.Tensor) and not same(a, b)]
+                                   if isinstance(a, torch.Tensor) and not bitwise_equal(a, b)]
     return Called(out, leaves, facts)
 
 
@@ -143,12 +144,6 @@ def leaf_facts(t: Any, inputs: list[Any]) -> dict[str, Any]:
 def _span(t: Any) -> tuple[int, int]:
     storage = t.untyped_storage()
     return storage.data_ptr(), storage.data_ptr() + max(1, storage.nbytes())
-
-
-def same(a: Any, b: Any) -> bool:
-    from okgit.eval.compare import bitwise_equal
-
-    return bitwise_equal(a, b)
 
 
 def pin_flags(torch: Any) -> None:

@@ -29,6 +29,7 @@ from okgit.eval.channel import READY, Channel
 from okgit.eval.compare import (
     LeafTolerance,
     OutputSummary,
+    bitwise_equal,
     check_leaf,
     degenerate_reason,
     fingerprint,
@@ -123,7 +124,7 @@ class Judge:
             self.keep(case, native, f64)
 
         with calls.poisoned(torch):
-            prep.arms[0] = self.arm(0, main)
+            prep.arms[0] = self.arm(job, 0, main)
             main_cases = [Case(id=f"s{i}", kind="seed", shape=0, seed=s) for i, s in enumerate(seeds)]
             main_cases.append(Case(id="signed", kind="distribution", shape=0, seed=seeds[0], signed=True))
             for case in main_cases:
@@ -136,7 +137,7 @@ class Judge:
                                                                      self.device), self.device,
                                label="s0#again", gate="reference: determinism", check_inputs=False)
             deterministic = len(again.leaves) == len(first) and all(
-                calls.same(a, b) for a, b in zip(again.leaves, first))
+                bitwise_equal(a, b) for a, b in zip(again.leaves, first))
             del again, again_model
             self.init_case(prep, run_case, dropped)
             self.extra_shapes(prep, main, run_case, dropped)
@@ -157,11 +158,10 @@ class Judge:
             torch.cuda.empty_cache()
         return result
 
-    def arm(self, key: int | str, knobs: dict[str, int], perturbed: list[Any] | None = None) -> Arm:
+    def arm(self, job: Job, key: int | str, knobs: dict[str, int], perturbed: list[Any] | None = None) -> Arm:
         torch = self.torch
-        module = calls.load_op(self.prep.job.source_path if self.prep else "", f"okgit_reference_{key}", knobs)
-        init = perturbed if perturbed is not None else calls.init_args(torch, module, self.prep.job.init_seed,
-                                                                       self.device)
+        module = calls.load_op(job.source_path, f"okgit_reference_{key}", knobs)
+        init = perturbed if perturbed is not None else calls.init_args(torch, module, job.init_seed, self.device)
         model, _ = calls.build(torch, module.Model, init, self.device)
         return Arm(module, model, self.double_model(module, init), init)
 
@@ -175,7 +175,7 @@ class Judge:
         case = Case(id="i0", kind="init_inputs", shape=0, seed=prep.job.seeds[0],
                     note="built with constructor arguments " + ", ".join(changes))
         try:
-            prep.arms[case.id] = self.arm(case.id, prep.shapes[0], perturbed)
+            prep.arms[case.id] = self.arm(prep.job, case.id, prep.shapes[0], perturbed)
             prep.cases[case.id] = case
             run_case(case)
         except Exception as e:
@@ -194,7 +194,7 @@ class Judge:
             idx = len(prep.shapes)
             case = Case(id=f"x{idx}", kind="extra_shape", shape=idx, seed=job.seeds[1 % len(job.seeds)])
             try:
-                prep.arms[idx] = self.arm(idx, knobs)
+                prep.arms[idx] = self.arm(job, idx, knobs)
                 prep.shapes.append(knobs)
                 prep.cases[case.id] = case
                 run_case(case)

@@ -29,7 +29,7 @@ from typing import Any
 from okgit.eval import calls
 from okgit.eval.calls import CallFailed
 from okgit.eval.channel import READY, Channel
-from okgit.eval.jobs import CASE_GATES, Case, Job, perturb_floats
+from okgit.eval.jobs import CASE_GATES, Case, Job, flatten, perturb_floats, tree_spec
 
 RESULT_FILE = "result.json"
 PHASE_FILE = "phase"
@@ -166,8 +166,6 @@ class Worker:
             self.result.update(measured)
             if job.check:
                 for case_id, out in spot.items():  # timed outputs must still be right
-                    from okgit.eval.jobs import flatten, tree_spec
-
                     case = next(c for c in seeds if c.id == case_id)
                     leaves = flatten(out)
                     facts = {"spec": tree_spec(out), "leaves": [calls.leaf_facts(t, []) for t in leaves]}

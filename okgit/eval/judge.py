@@ -158,8 +158,9 @@ class Judge:
         return result
 
     def arm(self, key: int | str, knobs: dict[str, int], perturbed: list[Any] | None = None) -> Arm:
+        assert self.prep is not None  # arms are built by prepare(), after it set self.prep
         torch = self.torch
-        module = calls.load_op(self.prep.job.source_path if self.prep else "", f"okgit_reference_{key}", knobs)
+        module = calls.load_op(self.prep.job.source_path, f"okgit_reference_{key}", knobs)
         init = perturbed if perturbed is not None else calls.init_args(torch, module, self.prep.job.init_seed,
                                                                        self.device)
         model, _ = calls.build(torch, module.Model, init, self.device)

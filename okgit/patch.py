@@ -145,8 +145,8 @@ def revert(repo: Repo, ref: str) -> list[str]:
     ref = resolve_ref(repo, ref)
     diff, found = _load(repo, ref)
     record = _record_path(repo, diff)
-    comparable = [c for c in found if c.source and c.pre]
-    if comparable and all(_same(repo.blob_of(c.source), c.pre) for c in comparable):
+    comparable = [(c.source, c.pre) for c in found if c.source and c.pre]
+    if comparable and all(_same(repo.blob_of(source), pre) for source, pre in comparable):
         record.unlink(missing_ok=True)  # never applied, or undone by hand since
         raise OkgitError(f"{ref} is not applied in the working tree")
     try:

@@ -49,7 +49,12 @@ def top_level_names(source: str, path: str = "<op>") -> set[str]:
 
 def shape_knobs(source: str, path: str = "<op>") -> dict[str, int]:
     """Module-level `name = <int>` assignments: the knobs that set the problem's shapes."""
-    return {name: node.value.value for name, node in _knob_assignments(_parse(source, path))}
+    knobs: dict[str, int] = {}
+    for name, node in _knob_assignments(_parse(source, path)):
+        value = node.value  # _knob_assignments keeps integer constants only
+        assert isinstance(value, ast.Constant) and isinstance(value.value, int)
+        knobs[name] = value.value
+    return knobs
 
 
 def with_knobs(source: str, path: str, knobs: dict[str, int]) -> ast.Module:

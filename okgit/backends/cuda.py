@@ -115,7 +115,11 @@ def _first_errors(log: str, limit: int = 12) -> str:
 def _as_list(sources: Any) -> list[str]:
     if sources is None:
         return []
-    return [sources] if isinstance(sources, (str, os.PathLike)) else [str(s) for s in sources]
+    if isinstance(sources, str):
+        return [sources]
+    if isinstance(sources, os.PathLike):
+        return [os.fspath(sources)]
+    return [str(s) for s in sources]
 
 
 class _CountingModule:

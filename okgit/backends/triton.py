@@ -16,6 +16,7 @@ way; failures inside Triton's own autotuner (configurations it prunes) are not f
 from __future__ import annotations
 
 from collections import Counter
+from types import FrameType
 from typing import Any, Callable
 
 
@@ -50,7 +51,7 @@ def install_launch_counter() -> LaunchCounter:
     from triton.runtime import jit as triton_jit
 
     counter = LaunchCounter()
-    classes: list[type] = [triton_jit.JITFunction]
+    classes: list[Any] = [triton_jit.JITFunction]  # triton's classes: `run` is replaced below
     try:
         from triton.runtime.interpreter import InterpretedFunction
 
@@ -58,7 +59,7 @@ def install_launch_counter() -> LaunchCounter:
     except ImportError:  # a triton without the interpreter: compiled launches only
         pass
     for cls in classes:
-        cls.run = _counting(cls.run, counter)  # type: ignore[method-assign]
+        cls.run = _counting(cls.run, counter)
     return counter
 
 
@@ -73,14 +74,17 @@ def _counting(run: Callable[..., Any], counter: LaunchCounter) -> Callable[..., 
 
 def _kernel_name(fn: Any) -> str:
     inner = getattr(fn, "fn", None)
-    return getattr(inner, "__name__", None) or getattr(fn, "__name__", "triton_kernel")
+    inner_name = getattr(inner, "__name__", None)
+    if inner_name:
+        return inner_name
+    return getattr(fn, "__name__", "triton_kernel")
 
 
 def _inside_autotuner() -> bool:
     """Whether Triton's autotuner is benchmarking this launch (it drops configurations that fail)."""
     import sys
 
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         if frame.f_code.co_filename.replace("\\", "/").endswith("triton/runtime/autotuner.py"):
             return True

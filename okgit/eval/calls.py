@@ -184,7 +184,8 @@ class poisoned:
 
         warnings.filterwarnings("ignore", message=".*does not have a deterministic implementation.*")
         self.torch.use_deterministic_algorithms(True, warn_only=True)
-        det.fill_uninitialized_memory = True
+        # a property of torch's module subclass (_Deterministic), which the module's type does not show
+        det.fill_uninitialized_memory = True  # type: ignore[attr-defined]
 
     def __exit__(self, *exc: Any) -> None:
         self.torch.use_deterministic_algorithms(False)

@@ -77,9 +77,9 @@ def static_findings(tree: ast.Module) -> list[StaticFinding]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for mod in _modules_of(node):
-                root = mod.split(".")[0]
-                if root in FORBIDDEN_MODULES:
-                    add(node, f"imports {mod}: {FORBIDDEN_MODULES[root]}")
+                top = mod.split(".")[0]
+                if top in FORBIDDEN_MODULES:
+                    add(node, f"imports {mod}: {FORBIDDEN_MODULES[top]}")
                 elif mod.startswith("torch.utils._python_dispatch") or mod == "torch.overrides":
                     add(node, f"imports {mod}: overrides torch dispatch")
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):

@@ -26,7 +26,7 @@ def profile_calls(fn: Callable[[], Any], calls: int = 3) -> dict[str, Any]:
     for evt in prof.events():
         if not str(getattr(evt, "device_type", "")).endswith("CUDA"):
             continue
-        t = getattr(evt, "device_time", None)
+        t: Any = getattr(evt, "device_time", None)
         if t is None:
             t = getattr(evt, "cuda_time", 0.0)
         k = kernels.setdefault(evt.name, {"time_us": 0.0, "calls": 0})

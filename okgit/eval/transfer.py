@@ -63,7 +63,7 @@ def open_exported(descriptors: list[dict[str, Any] | None], device: str, job_dir
 
     if device != "cuda":
         loaded: dict[str, list[Any]] = {}
-        out = []
+        out: list[Any] = []
         for d in descriptors:
             if d is None:
                 out.append(None)

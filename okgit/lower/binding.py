@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -85,7 +86,7 @@ def _constants(graph: Graph) -> tuple[list, dict[tuple, float]]:
             return "float"
         return repr(x)
 
-    skeleton = [
+    skeleton: list[tuple[Any, ...]] = [
         (n.kind, n.op, len(n.shape), str(n.dtype), n.dims, n.keepdim, walk(n.args, (i, "args")), walk(n.kwargs, (i, "kwargs")))
         for i, n in enumerate(graph.nodes)
     ]

@@ -218,7 +218,7 @@ class _Partitioner:
             xm = tuple(i if s != 1 else None for i, s in enumerate(x.shape))
         else:
             return False
-        red = tuple(sorted(xm[d] for d in n.dims if xm[d] is not None))
+        red = tuple(sorted(i for i in (xm[d] for d in n.dims) if i is not None))
         if not red or (g.red and red != g.red):
             return False
         self._claim(g, x, xm)

@@ -368,6 +368,7 @@ def store_outputs(code: KernelCode, g: Group, full: Scope, row: Scope | None, ou
         if only is not None and where != only:
             continue
         scope = full if where == "full" else row
+        assert scope is not None  # per-row outputs come only from kinds that pass a row scope
         v = code.value(n, scope)
         if where == "full":
             scope.lines.append(f"tl.store({o}_ptr + {scope.flat}, {v}, mask={scope.mask})")

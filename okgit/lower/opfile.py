@@ -264,7 +264,7 @@ def render_file(source: str, graph: Graph, items: list, turned_on: tuple[Templat
     if re.search(r"\bmath\.", forward):  # an attribute constant recomputed with math.log, math.sqrt, ...
         wanted.insert(0, ("import math", "math"))
     missing = [line for line, name in wanted if name not in names]
-    after = max((n.end_lineno for n in imported if n.end_lineno <= first), default=0)
+    after = max((end for end in (n.end_lineno for n in imported) if end is not None and end <= first), default=0)
     lines[after:after] = missing
     return "\n".join(lines) + "\n", low
 

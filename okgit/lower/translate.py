@@ -84,7 +84,7 @@ def _bind(target, args, kwargs) -> dict[str, Any]:
     return out
 
 
-def call(b: Builder, target, args, kwargs, val) -> Node | tuple:
+def call(b: Builder, target, args, kwargs, val) -> Node | tuple | None:
     """One exported call as primitives: its handler's, or an extern node when no handler takes it."""
     if target is operator.getitem:
         container, i = args
@@ -105,7 +105,7 @@ def call(b: Builder, target, args, kwargs, val) -> Node | tuple:
             return out
     return _extern(b, target, args, kwargs, val, gemm=name in GEMM_OPS)
 
-def _extern(b: Builder, target, args, kwargs, val, gemm: bool = False) -> Node | tuple:
+def _extern(b: Builder, target, args, kwargs, val, gemm: bool = False) -> Node | tuple | None:
     if target is torch.ops.aten._assert_tensor_metadata.default:
         return None  # a check export adds; nothing to compute
     flat = [a for a in _flatten(args) if isinstance(a, Node)]

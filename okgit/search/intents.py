@@ -27,6 +27,7 @@ from okgit.eval.types import EvalResult
 from okgit.search.extract import extract_json
 
 IntentStatus = Literal["open", "active", "done", "pruned"]
+IntentOrigin = Literal["model", "skill", "seed"]
 LIVE = ("open", "active")
 
 SEEDS = {
@@ -57,7 +58,7 @@ class Intent(BaseModel):
     best_speedup: float | None = None
     first_correct_at: int | None = None  # its attempt count at its first correct candidate
     profile: str = ""  # profiler summary of its best candidate
-    origin: Literal["model", "skill", "seed"] = "model"
+    origin: IntentOrigin = "model"
 
     @property
     def live(self) -> bool:
@@ -97,7 +98,7 @@ class IntentTree:
             status=node.status, attempts=node.attempts, best_speedup=node.best_speedup, **extra,
         )
 
-    def insert(self, description: str, *, parent: str | None = None, priority: float = 0.5, origin: str = "model") -> Intent | None:
+    def insert(self, description: str, *, parent: str | None = None, priority: float = 0.5, origin: IntentOrigin = "model") -> Intent | None:
         """Add an intent; None when the same idea is already in the tree (in any status)."""
         description = " ".join(description.split())
         if not description or any(_norm(n.description) == _norm(description) for n in self.nodes.values()):

@@ -81,8 +81,12 @@ class _Offsets:
         line = self.lines[lineno - 1]
         return self.starts[lineno - 1] + len(line.encode()[:col].decode(errors="ignore"))
 
-    def span(self, node: ast.AST) -> tuple[int, int]:
-        return self(node.lineno, node.col_offset), self(node.end_lineno, node.end_col_offset)
+    def span(self, node: ast.expr) -> tuple[int, int]:
+        return self(node.lineno, node.col_offset), self.end(node)
+
+    def end(self, node: ast.expr) -> int:
+        assert node.end_lineno is not None and node.end_col_offset is not None  # ast.parse sets both
+        return self(node.end_lineno, node.end_col_offset)
 
 
 def _is_jit(fn: ast.FunctionDef) -> bool:
@@ -117,6 +121,7 @@ def find_sites(source: str) -> list[Site]:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name):
             value, kind = _int(node.value), _kind(target.id)
             if value is not None and kind is not None and value > 0:
+                assert node.value is not None  # _int found an integer there
                 sites.append(Site(target.id, kind, value, [at.span(node.value)]))
     kernels = {fn.name: fn for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and _is_jit(fn) and not _is_autotuned(fn)}
     seen: dict[str, int] = {}
@@ -143,22 +148,22 @@ def find_sites(source: str) -> list[Site]:
                     continue
                 spans = [at.span(kw.value)]
                 if kind == "block":  # the same literal in the grid moves with it
-                    spans += [at.span(c) for g in grid for c in ast.walk(g) if _int(c) == value]
+                    spans += [at.span(c) for g in grid for c in ast.walk(g) if isinstance(c, ast.Constant) and _int(c) == value]
                 sites.append(Site(f"{label}.{kw.arg}", kind, value, spans, kernel=kernel))
             last = (call.keywords[-1].value if call.keywords else call.args[-1]) if (call.keywords or call.args) else None
             if last is not None:
-                end = at(last.end_lineno, last.end_col_offset)
+                end = at.end(last)
                 pipelined = any(isinstance(n, ast.For) for n in ast.walk(kernels[kernel]))
-                for kw, kind, default in (("num_warps", "warps", 4), ("num_stages", "stages", 3)):
-                    if kw not in present and (kind == "warps" or pipelined):
-                        sites.append(Site(f"{label}.{kw}", kind, default, [], insert_at=end, keyword=kw, kernel=kernel))
+                for setting, kind, default in (("num_warps", "warps", 4), ("num_stages", "stages", 3)):
+                    if setting not in present and (kind == "warps" or pipelined):
+                        sites.append(Site(f"{label}.{setting}", kind, default, [], insert_at=end, keyword=setting, kernel=kernel))
     return sites
 
 
 def _grid_exprs(fn: ast.FunctionDef, grid: ast.AST, call: ast.Call) -> list[ast.AST]:
     """The grid expression of a launch, following a local name to its last assignment."""
     if isinstance(grid, ast.Name):
-        assigns = [
+        assigns: list[ast.AST] = [
             n.value for n in ast.walk(fn)
             if isinstance(n, ast.Assign) and n.lineno < call.lineno and any(isinstance(t, ast.Name) and t.id == grid.id for t in n.targets)
         ]
@@ -168,6 +173,7 @@ def _grid_exprs(fn: ast.FunctionDef, grid: ast.AST, call: ast.Call) -> list[ast.
 
 def _candidates(site: Site, cap_numel: int, cap_dim: int) -> list[int]:
     v = site.value
+    pool: tuple[float, ...]
     if site.kind == "warps":
         pool = WARPS
     elif site.kind == "stages":
@@ -200,7 +206,7 @@ def _fits(sites: list[Site], changed: Site, value: int) -> bool:
     cur = {s.name: s.value for s in sites if s.name.startswith(prefix)}
     cur[changed.name] = value
     bm, bn, bk = (cur.get(f"{prefix}_BLOCK_{d}") for d in "MNK")
-    if None in (bm, bn, bk):
+    if bm is None or bn is None or bk is None:
         return True
     stages = cur.get(f"{prefix}_NUM_STAGES", 2)
     return (bm * bk + bk * bn) * 4 * max(stages, 1) <= SHARED_BYTES

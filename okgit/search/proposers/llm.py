@@ -276,6 +276,7 @@ class LLMProposer:
         return ctx.problem.source, "Current version: the reference itself (nothing faster found yet)", None
 
     def _candidate(self, text: str, base: str, ctx: Context) -> tuple[str | None, str]:
+        source: str | None
         if self.config.edit_mode == "patch":
             diff = extract_patch(text)
             if diff is None:

@@ -66,7 +66,7 @@ def _python() -> Check:
 def _torch() -> list[Check]:
     try:
         import torch
-    except Exception as e:  # broken installs raise more than ImportError
+    except Exception as e:  # noqa: BLE001 - broken installs raise more than ImportError
         return [Check(name="torch", ok=False, detail=f"not importable: {e}"),
                 Check(name="cuda gpu", ok=False, detail="needs torch")]
     if torch.cuda.is_available():
@@ -138,6 +138,6 @@ def _ping(model: str, api_base: str | None) -> Check:
     name = f"model {model}"
     try:
         reply = ping(model, api_base=api_base)
-    except Exception as e:  # any provider error is a finding, not a crash
+    except Exception as e:  # noqa: BLE001 - any provider error is a finding, not a crash
         return Check(name=name, ok=False, detail=" ".join(str(e).split())[:200] or type(e).__name__)
     return Check(name=name, ok=True, detail=str(reply) if reply else "answered")

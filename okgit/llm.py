@@ -74,7 +74,7 @@ def resolve_model(model: str, api_base: str | None) -> str:
     try:
         _litellm().get_llm_provider(model)
         return model
-    except Exception:  # litellm raises BadRequestError for a name without a provider
+    except Exception:  # noqa: BLE001 - litellm raises BadRequestError for a name without a provider
         return f"openai/{model}"
 
 
@@ -149,7 +149,7 @@ def _cost(response: Any, model: str, resolved: str, prices: dict[str, dict[str, 
             return prompt * p.get("input", 0.0) + completion * p.get("output", 0.0), True
     try:
         return float(_litellm().completion_cost(completion_response=response, model=resolved)), True
-    except Exception:  # an unknown model: litellm raises rather than guess
+    except Exception:  # noqa: BLE001 - an unknown model: litellm raises rather than guess
         return 0.0, False
 
 
@@ -185,7 +185,7 @@ def complete(
         started = time.monotonic()
         try:
             response = lt.completion(**kwargs)
-        except Exception as e:  # litellm maps every provider's errors onto its own types
+        except Exception as e:  # noqa: BLE001 - litellm maps every provider's errors onto its own types
             last = _redact(f"{type(e).__name__}: {e}", key)
             if isinstance(e, (lt.AuthenticationError, lt.PermissionDeniedError)) or _NO_KEY.search(str(e)):
                 wanted = " or ".join(missing_keys(model, api_base) or ["the provider's key"])

@@ -126,7 +126,7 @@ def measure(ref_source: str, winner_source: str | None, device: str = "cuda:0") 
                 with torch.no_grad():
                     compiled(*input_sets[0])
                 arms["compile"] = compiled
-            except Exception as e:  # an op torch.compile cannot handle: that baseline is missing, not zero
+            except Exception as e:  # noqa: BLE001 - an op torch.compile cannot handle: that baseline is missing, not zero
                 result.errors["compile"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
             times = _time_arms(arms, input_sets, device)
     result.eager_us = times.get("eager")

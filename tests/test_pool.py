@@ -15,9 +15,9 @@ from typing import ClassVar
 
 import pytest
 
-from okgit.eval import pool
+from okgit.eval import device_pool as pool
 from okgit.eval.devices import device_lock, lock_path, physical_id, physical_name
-from okgit.eval.pool import Pool, Slot
+from okgit.eval.device_pool import DevicePool, Slot
 from okgit.eval.types import EvalResult, Status
 from okgit.problem import Problem
 
@@ -32,7 +32,7 @@ def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 
 def test_jobs_run_concurrently_one_per_slot_and_name_their_slot():
-    p = Pool([f"cpu:{i}" for i in range(3)])
+    p = DevicePool([f"cpu:{i}" for i in range(3)])
     spans: list[tuple[str, float, float]] = []
     lock = threading.Lock()
 
@@ -55,23 +55,23 @@ def test_jobs_run_concurrently_one_per_slot_and_name_their_slot():
 
 
 def test_more_slots_than_devices_are_dealt_round_robin():
-    p = Pool(["cuda:0", "cuda:1"], slots=5)
+    p = DevicePool(["cuda:0", "cuda:1"], slots=5)
     assert [s.device for s in p.slots] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0"]
-    assert Pool(["cpu:0"]).slots == [Slot(0, "cpu:0")]
+    assert DevicePool(["cpu:0"]).slots == [Slot(0, "cpu:0")]
     with pytest.raises(ValueError):
-        Pool([])
+        DevicePool([])
 
 
 def test_local_pool_without_gpus_is_cpu_slots(monkeypatch):
     monkeypatch.setattr(pool, "visible_gpus", list)
-    assert Pool.local(3).devices == ["cpu:0", "cpu:1", "cpu:2"]
+    assert DevicePool.local(3).devices == ["cpu:0", "cpu:1", "cpu:2"]
     monkeypatch.setattr(pool, "visible_gpus", lambda: ["cuda:0", "cuda:1"])
-    assert [s.device for s in Pool.local(4).slots] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
-    assert Pool.local(2, device="cpu").devices == ["cpu:0", "cpu:1"]
+    assert [s.device for s in DevicePool.local(4).slots] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert DevicePool.local(2, device="cpu").devices == ["cpu:0", "cpu:1"]
 
 
 def test_a_failing_job_stops_new_ones_and_is_raised():
-    p = Pool(["cpu:0"])
+    p = DevicePool(["cpu:0"])
     ran: list[int] = []
 
     def job(n: int, slot: Slot) -> int:
@@ -100,7 +100,7 @@ def test_physical_ids_follow_cuda_visible_devices(monkeypatch):
 _LOCKING_PROCESS = textwrap.dedent("""
     import json, os, sys, time
     from okgit.eval.devices import device_lock
-    from okgit.eval.pool import Pool
+    from okgit.eval.device_pool import DevicePool
 
     out, go = sys.argv[1], sys.argv[2]
     while not os.path.exists(go):  # both processes start their jobs together
@@ -114,7 +114,7 @@ _LOCKING_PROCESS = textwrap.dedent("""
         with open(out, "a") as f:
             f.write(json.dumps([slot.device, start, end, waited]) + "\\n")
 
-    Pool(["cpu:0", "cpu:1"]).map(job, range(4))
+    DevicePool(["cpu:0", "cpu:1"]).map(job, range(4))
 """)
 
 
@@ -161,7 +161,7 @@ class SlotEvaluator:
 def test_pool_evaluate_names_each_result_by_its_slot():
     SlotEvaluator.built = []
     problem = Problem(path="op.py", source="")
-    results = Pool(["cpu:0", "cpu:1"]).evaluate(problem, ["a", "b", "c", "d"], evaluator=SlotEvaluator)
+    results = DevicePool(["cpu:0", "cpu:1"]).evaluate(problem, ["a", "b", "c", "d"], evaluator=SlotEvaluator)
     assert all(r.correct for r in results)
     assert {r.device for r in results} == {"cpu:0", "cpu:1"}
     assert sorted(SlotEvaluator.built) == ["cpu:0", "cpu:1"]  # one evaluator per slot, reused
@@ -174,7 +174,7 @@ def test_pool_evaluate_with_the_local_evaluator_on_cpu_slots():
     source = (fixture / "KernelBench/level1/1_ScaledRelu.py").read_text()
     problem = Problem(path="1_ScaledRelu.py", source=source, root=None)
     wrong = candidate.replace("* 2.0", "* 3.0")
-    results = Pool(["cpu:0", "cpu:1"]).evaluate(problem, [candidate, wrong])
+    results = DevicePool(["cpu:0", "cpu:1"]).evaluate(problem, [candidate, wrong])
     assert all(r.device in ("cpu:0", "cpu:1") for r in results)
     assert results[0].status is Status.correct, results[0].error
     assert results[1].status is Status.incorrect

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from okgit.errors import OkgitError, UsageError
-from okgit.eval.pool import Pool, Slot
+from okgit.eval.device_pool import DevicePool, Slot
 from okgit.kernelbench import crosscheck
 from okgit.kernelbench.baselines import BaselineTimes
 from okgit.kernelbench.reader import KBProblem, find_problems
@@ -71,7 +71,7 @@ def run_sweep(
     say(f"sweep state in {out_dir} (rerun with --out {out_dir} to resume)")
 
     modal = config.eval == "modal"
-    pool = Pool.local(parallel, device="cpu" if modal or config.device == "cpu" else None)
+    pool = DevicePool.local(parallel, device="cpu" if modal or config.device == "cpu" else None)
     gpu = any(d.startswith("cuda") for d in pool.devices)
     timer: Callable[[str, str], BaselineTimes] | None = None
     extra_env: dict[str, str] = {}

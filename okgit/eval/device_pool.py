@@ -52,7 +52,7 @@ class Slot:
         return {"CUDA_VISIBLE_DEVICES": ""}  # a CPU slot: hide GPUs so nothing lands on one
 
 
-class Pool:
+class DevicePool:
     """Run jobs concurrently over `slots` slots dealt round-robin over `devices`."""
 
     def __init__(self, devices: list[str], slots: int | None = None) -> None:
@@ -65,7 +65,7 @@ class Pool:
         self.slots = [Slot(index=i, device=devices[i % len(devices)]) for i in range(n)]
 
     @classmethod
-    def local(cls, parallel: int = 1, device: str | None = None) -> Pool:
+    def local(cls, parallel: int = 1, device: str | None = None) -> DevicePool:
         """GPUs when there are some (and device is not "cpu"), else `parallel` CPU slots."""
         gpus = [] if device == "cpu" else visible_gpus()
         if gpus:

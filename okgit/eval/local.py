@@ -24,6 +24,7 @@ from typing import Any
 
 from okgit.errors import OkgitError
 from okgit.eval import budget, roofline
+from okgit.eval.base import EvaluatorBase
 from okgit.eval.final_gate import summarize
 from okgit.eval.gates import static_findings
 from okgit.eval.jobs import PINNED_FLAGS, Job, Timing
@@ -52,10 +53,14 @@ STARTUP_TIMEOUT_S = 300.0
 MAX_IDLE = 10  # pre-started workers at most: each holds torch and a CUDA context (~1 GB of host memory)
 
 
-class LocalEvaluator:
+class LocalEvaluator(EvaluatorBase):
+    """One device's evaluator: one candidate at a time (`evaluate_many` runs a batch in turn; a
+    PoolEvaluator of okgit.eval.device_pool runs one LocalEvaluator per device at once).
+    `host_share`: how many evaluators of this process share the host's memory (a pool's slots)."""
+
     def __init__(self, device: str | None = None, timeout_s: float | None = None,
                  memory_limit_bytes: int | None = None, prestart: bool = True, idle_workers: int | None = None,
-                 judge_cache_bytes: int | None = None) -> None:
+                 judge_cache_bytes: int | None = None, host_share: int = 1) -> None:
         if device is None:
             import torch
 
@@ -80,6 +85,7 @@ class LocalEvaluator:
                                idle=idle_workers or (3 if self._kind == "cuda" else 1))
         self.prestart = prestart
         self.judge_cache_bytes = judge_cache_bytes  # None: okgit.eval.budget's rule
+        self.host_share = max(1, host_share)
         self._prepared: dict[str, PreparedReference] = {}
         self._spare_judge: WorkerProcess | None = None  # started ahead: a preparation pays no process start
         if prestart:
@@ -144,6 +150,7 @@ class LocalEvaluator:
         return self.pool.wait_warm(self._torch, timeout_s)
 
     def close(self) -> None:
+        atexit.unregister(self.close)
         self.pool.close()
         if self._spare_judge is not None:
             self._spare_judge.close()
@@ -226,7 +233,7 @@ class LocalEvaluator:
         prep = from_judge(judge_process, str(reference_path), reply, seeds[0])
         try:
             refusal = budget.refusal(prep.case_bytes, self.pool.idle_count + self.prestart, self._kind, budget.host_available(),
-                                     budget.parallel())
+                                     budget.parallel() * self.host_share)
         except ValueError as e:
             prep.close()
             raise OkgitError(str(e)) from None
@@ -371,11 +378,8 @@ def evaluate_file(cand: str | Path, ref: str | Path, device: str | None = None, 
     if not cand_path.is_file():
         raise OkgitError(f"{cand}: no such file")
     problem = load_problem(ref_path, root=str(ref_path.parent))
-    evaluator = LocalEvaluator(device=device, prestart=False)
-    try:
+    with LocalEvaluator(device=device, prestart=False) as evaluator:
         return evaluator.evaluate(problem, cand_path.read_text(), mode=mode, backend=backend or "triton")
-    finally:
-        evaluator.close()
 
 
 def _early(status: Status, gate: str, message: str, base: dict[str, Any]) -> EvalResult:

@@ -161,7 +161,7 @@ class SlotEvaluator:
 def test_pool_evaluate_names_each_result_by_its_slot():
     SlotEvaluator.built = []
     problem = Problem(path="op.py", source="")
-    results = DevicePool(["cpu:0", "cpu:1"]).evaluate(problem, ["a", "b", "c", "d"], evaluator=SlotEvaluator)
+    results = DevicePool(["cpu:0", "cpu:1"]).evaluator(SlotEvaluator).evaluate_many(problem, ["a", "b", "c", "d"])
     assert all(r.correct for r in results)
     assert {r.device for r in results} == {"cpu:0", "cpu:1"}
     assert sorted(SlotEvaluator.built) == ["cpu:0", "cpu:1"]  # one evaluator per slot, reused
@@ -174,7 +174,8 @@ def test_pool_evaluate_with_the_local_evaluator_on_cpu_slots():
     source = (fixture / "KernelBench/level1/1_ScaledRelu.py").read_text()
     problem = Problem(path="1_ScaledRelu.py", source=source, root=None)
     wrong = candidate.replace("* 2.0", "* 3.0")
-    results = DevicePool(["cpu:0", "cpu:1"]).evaluate(problem, [candidate, wrong])
+    with DevicePool(["cpu:0", "cpu:1"]).evaluator() as evaluator:
+        results = evaluator.evaluate_many(problem, [candidate, wrong])
     assert all(r.device in ("cpu:0", "cpu:1") for r in results)
     assert results[0].status is Status.correct, results[0].error
     assert results[1].status is Status.incorrect

@@ -179,3 +179,75 @@ def test_pool_evaluate_with_the_local_evaluator_on_cpu_slots():
     assert all(r.device in ("cpu:0", "cpu:1") for r in results)
     assert results[0].status is Status.correct, results[0].error
     assert results[1].status is Status.incorrect
+
+
+class TimedSlot:
+    """One slot's real LocalEvaluator, recording when each of its evaluations ran."""
+
+    spans: ClassVar[list[tuple[str, float, float]]] = []  # (slot device, start, end)
+
+    def __init__(self, device: str) -> None:
+        from okgit.eval.local import LocalEvaluator
+
+        self.slot = device
+        self.inner = LocalEvaluator(device="cpu")
+        self.device = self.inner.device
+
+    def reference(self, problem):
+        return self.inner.reference(problem)
+
+    def evaluate(self, problem, source, *, mode="fast", backend="triton") -> EvalResult:
+        start = time.monotonic()
+        try:
+            return self.inner.evaluate(problem, source, mode=mode, backend=backend)
+        finally:
+            TimedSlot.spans.append((self.slot, start, time.monotonic()))
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_optimize_evaluates_a_batch_on_two_cpu_workers_at_once(git_repo: Path):
+    """Two template kernels (real Triton, under the interpreter) proposed together run at the
+    same time, each in its own slot's worker; the journal has them in proposal order."""
+    from conftest import OP, OP_SOURCE
+
+    from okgit.eval.types import Reference
+    from okgit.journal import read_jsonl
+    from okgit.run import optimize
+    from okgit.search.proposers.templates import plan
+    from okgit.search.types import Context, Proposal, propose_several
+
+    problem = Problem(path=OP, source=OP_SOURCE)
+    kernel = plan(Context(problem=problem, reference=Reference(device="cpu", timed=False), backend="triton",
+                          device="cpu"))[0].source
+    assert "@triton.jit" in kernel and "tl.maximum(v0, 0.0)" in kernel
+    wrong = kernel.replace("tl.maximum(v0, 0.0)", "tl.maximum(v0, 0.5)")
+
+    class Together:
+        name = "together"
+
+        def __init__(self) -> None:
+            self.queue = [Proposal(source=kernel, origin="template:relu"), Proposal(source=wrong, origin="template:off")]
+
+        def propose(self, ctx):
+            return self.queue.pop(0) if self.queue else None
+
+        def propose_batch(self, ctx, limit):
+            return propose_several(self, ctx, limit)
+
+    TimedSlot.spans = []
+    with DevicePool(["cpu:0", "cpu:1"]).evaluator(TimedSlot) as evaluator:
+        result = optimize(git_repo / OP, flags={"device": "cpu", "iterations": 4}, cwd=git_repo,
+                          evaluator=evaluator, proposers=[Together()])
+    assert result.status == "unverified" and result.candidates == 2
+    assert len(TimedSlot.spans) == 2 and {s[0] for s in TimedSlot.spans} == {"cpu:0", "cpu:1"}
+    (_, start_a, end_a), (_, start_b, end_b) = TimedSlot.spans
+    assert overlaps((start_a, end_a), (start_b, end_b)), TimedSlot.spans  # evaluated at the same time
+    events = read_jsonl(Path(result.report).parent / "journal.jsonl")[0]
+    assert [(e["type"], e["cand"]) for e in events if e["type"] in ("proposal", "evaluated", "accepted")] == [
+        ("proposal", "c001"), ("evaluated", "c001"), ("accepted", "c001"), ("proposal", "c002"), ("evaluated", "c002")]
+    evaluated = {e["cand"]: e for e in events if e["type"] == "evaluated"}
+    assert evaluated["c001"]["status"] == "correct" and evaluated["c002"]["status"] == "incorrect"
+    traces = [r for r in read_jsonl(Path(result.report).parent / "traces.jsonl")[0] if r["type"] == "candidate"]
+    assert {r["result"]["device"] for r in traces} == {"cpu:0", "cpu:1"}  # each names the slot it ran on

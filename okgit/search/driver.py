@@ -127,7 +127,7 @@ class Search:
                    self.budget.patience - self.since_best)
         propose_batch = getattr(proposer, "propose_batch", None)
         if room > 1 and propose_batch is not None:
-            return propose_batch(self.ctx, room) or None
+            return propose_batch(self.ctx, room)[:room] or None
         proposal = proposer.propose(self.ctx)
         return None if proposal is None else [proposal]
 

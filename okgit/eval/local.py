@@ -15,8 +15,10 @@ from __future__ import annotations
 import ast
 import atexit
 import contextlib
+import functools
 import hashlib
 import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,16 @@ from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode
 from okgit.eval.timing import median
 from okgit.eval.verdict import allowed_matmul_rate, base_fields, crashed, judge
 from okgit.problem import Problem, load_problem
+
+
+def _one_at_a_time(method):
+    """Calls of one LocalEvaluator from several threads take turns (a pool gives each device its own)."""
+    @functools.wraps(method)
+    def serialized(self, *args, **kwargs):
+        with self._busy:
+            return method(self, *args, **kwargs)
+
+    return serialized
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,7 @@ class LocalEvaluator(EvaluatorBase):
         self.prestart = prestart
         self.judge_cache_bytes = judge_cache_bytes  # None: okgit.eval.budget's rule
         self.host_share = max(1, host_share)
+        self._busy = threading.RLock()  # one call at a time: its caches, workers and judge are not shared
         self._prepared: dict[str, PreparedReference] = {}
         self._spare_judge: WorkerProcess | None = None  # started ahead: a preparation pays no process start
         if prestart:
@@ -94,6 +107,7 @@ class LocalEvaluator(EvaluatorBase):
         atexit.register(self.close)
 
     # ---- the Evaluator protocol -----------------------------------------------------------------
+    @_one_at_a_time
     def reference(self, problem: Problem) -> Reference:
         prep = self._prepare(problem, "fast")
         timing = prep.timing
@@ -116,12 +130,14 @@ class LocalEvaluator(EvaluatorBase):
             hardware=prep.peaks or {"device": self.device},
         )
 
+    @_one_at_a_time
     def evaluate(self, problem: Problem, source: str, *, mode: Mode = "fast", backend: str = "triton") -> EvalResult:
         t0 = time.monotonic()
         result = self._evaluate(problem, source, mode=mode, backend=backend)
         result.wall_s = time.monotonic() - t0
         return result
 
+    @_one_at_a_time
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
         if self._kind != "cuda":
             raise OkgitError("compare needs a GPU: no timing is claimed on a CPU")

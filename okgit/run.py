@@ -6,6 +6,7 @@ before anything is created, so a refused run leaves no trace in the repository.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import statistics
 import threading
@@ -61,9 +62,9 @@ def make_evaluator(config: Config) -> Evaluator:
         from okgit.eval.modal import ModalEvaluator
 
         return ModalEvaluator(gpu=config.modal_gpu)
-    from okgit.eval.local import LocalEvaluator
+    from okgit.eval.device_pool import local_evaluator
 
-    return LocalEvaluator(device=config.device)
+    return local_evaluator(config.device)  # every visible GPU when there are several
 
 
 def make_proposers(config: Config) -> list[Proposer]:
@@ -126,14 +127,16 @@ def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watch
         rel = workspace.check_op(repo, op_path)
         problem = load_problem(rel, source=op_path.read_text(), root=str(op_path.parent))
     problem = replace(problem, **config.problem_settings(problem.path))
-    evaluator = evaluator or make_evaluator(config)
-    reference = evaluator.reference(problem)
-    if reference.degenerate:
-        raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
-    proposers = proposers if proposers is not None else make_proposers(config)
-    if not resume:
-        space = workspace.start_run(repo, op_path)
-    return _run(space, config, problem, reference, evaluator, proposers, on_event, resumed=bool(resume), watcher=watcher)
+    with contextlib.ExitStack() as owned:  # an evaluator made here is closed here; a given one is the caller's
+        evaluator = evaluator or owned.enter_context(make_evaluator(config))
+        reference = evaluator.reference(problem)
+        if reference.degenerate:
+            raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
+        proposers = proposers if proposers is not None else make_proposers(config)
+        if not resume:
+            space = workspace.start_run(repo, op_path)
+        return _run(space, config, problem, reference, evaluator, proposers, on_event, resumed=bool(resume),
+                    watcher=watcher)
 
 
 def _finished_result(repo: Repo, run_id: str) -> RunResult:

@@ -83,11 +83,10 @@ def verify(repo: Repo, ref: str, *, eval: str | None = None, device: str | None 
         raise OkgitError(f"{ref}: {e}") from None
     head = repo.head()
     config = load_config(repo.root, {"eval": eval, "device": device})
-    evaluator = make_evaluator(config)
     verdicts, skipped = [], []
     # The reference imports its siblings from HEAD, the candidate from the patched tree, so a
     # diff that also changes a helper module cannot change the reference with it.
-    with scratch_worktree(repo) as base, scratch_worktree(repo) as tree:
+    with make_evaluator(config) as evaluator, scratch_worktree(repo) as base, scratch_worktree(repo) as tree:
         try:
             repo.git("apply", "--whitespace=nowarn", "-", cwd=tree, input=diff)
         except OkgitError as e:

@@ -440,3 +440,57 @@ def test_a_winner_failing_its_check_there_is_untimed_or_incorrect(credentials, f
     raising = TRITON_RELU2.replace("def forward(self, x):", "def forward(self, x):\n        raise RuntimeError('boom')", 1)
     times = om.remote_baselines(relu_problem.source, raising, "cpu")
     assert "RuntimeError: boom" in times.disagreement and "\n" not in times.disagreement
+
+
+class MappedLocally:
+    """Modal's `.map` without a network: each input through the real modal Function's body
+    (`Function.local`, as a container runs it), outputs given back in completion order,
+    reversed here (the last input's first) so that only the echoed index can put them back."""
+
+    def __init__(self, fn, lose: set[str] = frozenset()) -> None:
+        self.fn = fn
+        self.lose = lose  # sources whose container is lost: an exception comes back, no index
+        self.calls: list[dict] = []
+
+    def map(self, payloads, return_exceptions=False, order_outputs=True):
+        payloads = list(payloads)
+        self.calls.append({"sources": [p["source"] for p in payloads], "order_outputs": order_outputs,
+                           "return_exceptions": return_exceptions})
+        outs = [RuntimeError("container lost") if p["source"] in self.lose else self.fn.local({**p, "device": "cpu"})
+                for p in payloads]
+        yield from reversed(outs)
+
+
+def test_a_batch_goes_through_one_map_and_comes_back_in_proposal_order(credentials, relu_problem, monkeypatch):
+    pytest.importorskip("modal")
+    from okgit.search.driver import Budget, Search
+    from okgit.search.types import Context, Proposal, propose_several
+
+    wrong, lost = TRITON_RELU2.replace("* 2.0", "* 3.0"), TRITON_RELU2.replace("* 2.0", "* 2.0 + 0.0")
+    ev = om.ModalEvaluator(gpu="H100", max_containers=3)
+    mapped = MappedLocally(om.build_app("H100")[1], lose={lost})
+    monkeypatch.setattr(ev, "_function", lambda: mapped)
+    assert ev.width == 3  # the container limit is the widest batch
+
+    class Three:
+        name = "three"
+        queue = [Proposal(source=s, origin="test") for s in (TRITON_RELU2, wrong, lost)]
+
+        def propose(self, ctx):
+            return self.queue.pop(0) if self.queue else None
+
+        def propose_batch(self, ctx, limit):
+            return propose_several(self, ctx, limit)
+
+    events: list[dict] = []
+    ctx = Context(problem=relu_problem, reference=Reference(device=ev.device, timed=False), backend="triton",
+                  device=ev.device, log=lambda type, **fields: events.append({"type": type, **fields}))
+    with ev:
+        Search(ctx, ev, Budget(iterations=5), accept=lambda a: None).run([Three()])
+    assert mapped.calls == [{"sources": [TRITON_RELU2, wrong, lost], "order_outputs": False, "return_exceptions": True}]
+    assert [a.result.status for a in ctx.attempts] == [Status.correct, Status.incorrect, Status.error]
+    assert "container lost" in ctx.attempts[2].result.error.message and ctx.attempts[2].result.error.gate == "modal"
+    assert [(e["type"], e["cand"]) for e in events if e["type"] in ("proposal", "evaluated")] == [
+        ("proposal", "c001"), ("evaluated", "c001"), ("proposal", "c002"), ("evaluated", "c002"),
+        ("proposal", "c003"), ("evaluated", "c003")]
+    assert all(a.result.device == "modal:H100" and a.result.queue_s is not None for a in ctx.attempts)

@@ -15,9 +15,9 @@ from typing import ClassVar
 
 import pytest
 
-from okgit.eval import pool
+from okgit.eval import device_pool as pool
 from okgit.eval.devices import device_lock, lock_path, physical_id, physical_name
-from okgit.eval.pool import Pool, Slot
+from okgit.eval.device_pool import DevicePool, Slot
 from okgit.eval.types import EvalResult, Status
 from okgit.problem import Problem
 
@@ -32,7 +32,7 @@ def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 
 def test_jobs_run_concurrently_one_per_slot_and_name_their_slot():
-    p = Pool([f"cpu:{i}" for i in range(3)])
+    p = DevicePool([f"cpu:{i}" for i in range(3)])
     spans: list[tuple[str, float, float]] = []
     lock = threading.Lock()
 
@@ -55,23 +55,23 @@ def test_jobs_run_concurrently_one_per_slot_and_name_their_slot():
 
 
 def test_more_slots_than_devices_are_dealt_round_robin():
-    p = Pool(["cuda:0", "cuda:1"], slots=5)
+    p = DevicePool(["cuda:0", "cuda:1"], slots=5)
     assert [s.device for s in p.slots] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0"]
-    assert Pool(["cpu:0"]).slots == [Slot(0, "cpu:0")]
+    assert DevicePool(["cpu:0"]).slots == [Slot(0, "cpu:0")]
     with pytest.raises(ValueError):
-        Pool([])
+        DevicePool([])
 
 
 def test_local_pool_without_gpus_is_cpu_slots(monkeypatch):
     monkeypatch.setattr(pool, "visible_gpus", list)
-    assert Pool.local(3).devices == ["cpu:0", "cpu:1", "cpu:2"]
+    assert DevicePool.local(3).devices == ["cpu:0", "cpu:1", "cpu:2"]
     monkeypatch.setattr(pool, "visible_gpus", lambda: ["cuda:0", "cuda:1"])
-    assert [s.device for s in Pool.local(4).slots] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
-    assert Pool.local(2, device="cpu").devices == ["cpu:0", "cpu:1"]
+    assert [s.device for s in DevicePool.local(4).slots] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert DevicePool.local(2, device="cpu").devices == ["cpu:0", "cpu:1"]
 
 
 def test_a_failing_job_stops_new_ones_and_is_raised():
-    p = Pool(["cpu:0"])
+    p = DevicePool(["cpu:0"])
     ran: list[int] = []
 
     def job(n: int, slot: Slot) -> int:
@@ -100,7 +100,7 @@ def test_physical_ids_follow_cuda_visible_devices(monkeypatch):
 _LOCKING_PROCESS = textwrap.dedent("""
     import json, os, sys, time
     from okgit.eval.devices import device_lock
-    from okgit.eval.pool import Pool
+    from okgit.eval.device_pool import DevicePool
 
     out, go = sys.argv[1], sys.argv[2]
     while not os.path.exists(go):  # both processes start their jobs together
@@ -114,7 +114,7 @@ _LOCKING_PROCESS = textwrap.dedent("""
         with open(out, "a") as f:
             f.write(json.dumps([slot.device, start, end, waited]) + "\\n")
 
-    Pool(["cpu:0", "cpu:1"]).map(job, range(4))
+    DevicePool(["cpu:0", "cpu:1"]).map(job, range(4))
 """)
 
 
@@ -161,7 +161,7 @@ class SlotEvaluator:
 def test_pool_evaluate_names_each_result_by_its_slot():
     SlotEvaluator.built = []
     problem = Problem(path="op.py", source="")
-    results = Pool(["cpu:0", "cpu:1"]).evaluate(problem, ["a", "b", "c", "d"], evaluator=SlotEvaluator)
+    results = DevicePool(["cpu:0", "cpu:1"]).evaluator(SlotEvaluator).evaluate_many(problem, ["a", "b", "c", "d"])
     assert all(r.correct for r in results)
     assert {r.device for r in results} == {"cpu:0", "cpu:1"}
     assert sorted(SlotEvaluator.built) == ["cpu:0", "cpu:1"]  # one evaluator per slot, reused
@@ -174,7 +174,80 @@ def test_pool_evaluate_with_the_local_evaluator_on_cpu_slots():
     source = (fixture / "KernelBench/level1/1_ScaledRelu.py").read_text()
     problem = Problem(path="1_ScaledRelu.py", source=source, root=None)
     wrong = candidate.replace("* 2.0", "* 3.0")
-    results = Pool(["cpu:0", "cpu:1"]).evaluate(problem, [candidate, wrong])
+    with DevicePool(["cpu:0", "cpu:1"]).evaluator() as evaluator:
+        results = evaluator.evaluate_many(problem, [candidate, wrong])
     assert all(r.device in ("cpu:0", "cpu:1") for r in results)
     assert results[0].status is Status.correct, results[0].error
     assert results[1].status is Status.incorrect
+
+
+class TimedSlot:
+    """One slot's real LocalEvaluator, recording when each of its evaluations ran."""
+
+    spans: ClassVar[list[tuple[str, float, float]]] = []  # (slot device, start, end)
+
+    def __init__(self, device: str) -> None:
+        from okgit.eval.local import LocalEvaluator
+
+        self.slot = device
+        self.inner = LocalEvaluator(device="cpu")
+        self.device = self.inner.device
+
+    def reference(self, problem):
+        return self.inner.reference(problem)
+
+    def evaluate(self, problem, source, *, mode="fast", backend="triton") -> EvalResult:
+        start = time.monotonic()
+        try:
+            return self.inner.evaluate(problem, source, mode=mode, backend=backend)
+        finally:
+            TimedSlot.spans.append((self.slot, start, time.monotonic()))
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_optimize_evaluates_a_batch_on_two_cpu_workers_at_once(git_repo: Path):
+    """Two template kernels (real Triton, under the interpreter) proposed together run at the
+    same time, each in its own slot's worker; the journal has them in proposal order."""
+    from conftest import OP, OP_SOURCE
+
+    from okgit.eval.types import Reference
+    from okgit.journal import read_jsonl
+    from okgit.run import optimize
+    from okgit.search.proposers.templates import plan
+    from okgit.search.types import Context, Proposal, propose_several
+
+    problem = Problem(path=OP, source=OP_SOURCE)
+    kernel = plan(Context(problem=problem, reference=Reference(device="cpu", timed=False), backend="triton",
+                          device="cpu"))[0].source
+    assert "@triton.jit" in kernel and "tl.maximum(v0, 0.0)" in kernel
+    wrong = kernel.replace("tl.maximum(v0, 0.0)", "tl.maximum(v0, 0.5)")
+
+    class Together:
+        name = "together"
+
+        def __init__(self) -> None:
+            self.queue = [Proposal(source=kernel, origin="template:relu"), Proposal(source=wrong, origin="template:off")]
+
+        def propose(self, ctx):
+            return self.queue.pop(0) if self.queue else None
+
+        def propose_batch(self, ctx, limit):
+            return propose_several(self, ctx, limit)
+
+    TimedSlot.spans = []
+    with DevicePool(["cpu:0", "cpu:1"]).evaluator(TimedSlot) as evaluator:
+        result = optimize(git_repo / OP, flags={"device": "cpu", "iterations": 4}, cwd=git_repo,
+                          evaluator=evaluator, proposers=[Together()])
+    assert result.status == "unverified" and result.candidates == 2
+    assert len(TimedSlot.spans) == 2 and {s[0] for s in TimedSlot.spans} == {"cpu:0", "cpu:1"}
+    (_, start_a, end_a), (_, start_b, end_b) = TimedSlot.spans
+    assert overlaps((start_a, end_a), (start_b, end_b)), TimedSlot.spans  # evaluated at the same time
+    events = read_jsonl(Path(result.report).parent / "journal.jsonl")[0]
+    assert [(e["type"], e["cand"]) for e in events if e["type"] in ("proposal", "evaluated", "accepted")] == [
+        ("proposal", "c001"), ("evaluated", "c001"), ("accepted", "c001"), ("proposal", "c002"), ("evaluated", "c002")]
+    evaluated = {e["cand"]: e for e in events if e["type"] == "evaluated"}
+    assert evaluated["c001"]["status"] == "correct" and evaluated["c002"]["status"] == "incorrect"
+    traces = [r for r in read_jsonl(Path(result.report).parent / "traces.jsonl")[0] if r["type"] == "candidate"]
+    assert {r["result"]["device"] for r in traces} == {"cpu:0", "cpu:1"}  # each names the slot it ran on

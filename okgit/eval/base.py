@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Callable, Protocol, TypeVar
 
 from okgit.eval.types import Comparison, EvalResult, Mode, Reference, Status
 from okgit.problem import Problem
 
+E = TypeVar("E", bound="EvaluatorBase")
+
 
 class Evaluator(Protocol):
-    """Judges candidates against a problem's reference. Implementations: local, modal, in-memory."""
+    """Judges candidates against a problem's reference. Implementations: local (one device, or a
+    pool of devices), modal, in-memory. Closed when done (`with evaluator: ...`): its processes,
+    containers or app stop there."""
 
     device: str
+    width: int  # how many candidates it evaluates at once: the driver's largest batch
 
     def reference(self, problem: Problem) -> Reference:
         """Validate and measure the reference. Raises OkgitError when the op file cannot run."""
@@ -19,16 +24,51 @@ class Evaluator(Protocol):
     def evaluate(self, problem: Problem, source: str, *, mode: Mode = "fast", backend: str = "triton") -> EvalResult:
         """Every correctness gate, then timing where the device allows it."""
 
+    def evaluate_many(self, problem: Problem, sources: list[str], *, mode: Mode = "fast",
+                      backend: str = "triton") -> list[EvalResult]:
+        """`evaluate` of each source, up to `width` at once; results in the order of `sources`."""
+
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
         """The final gate: interleaved rounds of reference and candidate in fresh processes."""
 
+    def close(self) -> None:
+        """Stop what it started (idle workers, judges, a Modal app); idempotent."""
 
-class InMemoryEvaluator:
-    """Judges by a function of the source, without running anything. For tests of the search only."""
+    def __enter__(self) -> Evaluator: ...
 
-    def __init__(self, judge: Callable[[str], EvalResult], device: str = "cpu") -> None:
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class EvaluatorBase:
+    """What every evaluator shares: one candidate at a time, and `with` closing it."""
+
+    width = 1
+
+    def evaluate(self, problem: Problem, source: str, *, mode: Mode = "fast", backend: str = "triton") -> EvalResult:
+        raise NotImplementedError
+
+    def evaluate_many(self, problem: Problem, sources: list[str], *, mode: Mode = "fast",
+                      backend: str = "triton") -> list[EvalResult]:
+        return [self.evaluate(problem, s, mode=mode, backend=backend) for s in sources]
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self: E) -> E:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class InMemoryEvaluator(EvaluatorBase):
+    """Judges by a function of the source, without running anything. For tests of the search only.
+    `width`: the batch the driver may hand it (evaluated one after another all the same)."""
+
+    def __init__(self, judge: Callable[[str], EvalResult], device: str = "cpu", width: int = 1) -> None:
         self.judge = judge
         self.device = device
+        self.width = width
         self.calls: list[str] = []
 
     def reference(self, problem: Problem) -> Reference:

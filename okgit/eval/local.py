@@ -15,8 +15,10 @@ from __future__ import annotations
 import ast
 import atexit
 import contextlib
+import functools
 import hashlib
 import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Any
 
 from okgit.errors import OkgitError
 from okgit.eval import budget, roofline
+from okgit.eval.base import EvaluatorBase
 from okgit.eval.devices import device_lock, physical_name
 from okgit.eval.final_gate import summarize
 from okgit.eval.gates import static_findings
@@ -35,6 +38,16 @@ from okgit.eval.timing import median
 from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode, Reference, Status
 from okgit.eval.verdict import allowed_matmul_rate, base_fields, crashed, judge
 from okgit.problem import Problem, load_problem
+
+
+def _one_at_a_time(method):
+    """Calls of one LocalEvaluator from several threads take turns (a pool gives each device its own)."""
+    @functools.wraps(method)
+    def serialized(self, *args, **kwargs):
+        with self._busy:
+            return method(self, *args, **kwargs)
+
+    return serialized
 
 
 @dataclass(frozen=True)
@@ -52,10 +65,14 @@ STARTUP_TIMEOUT_S = 300.0
 MAX_IDLE = 10  # pre-started workers at most: each holds torch and a CUDA context (~1 GB of host memory)
 
 
-class LocalEvaluator:
+class LocalEvaluator(EvaluatorBase):
+    """One device's evaluator: one candidate at a time (`evaluate_many` runs a batch in turn; a
+    PoolEvaluator of okgit.eval.device_pool runs one LocalEvaluator per device at once).
+    `host_share`: how many evaluators of this process share the host's memory (a pool's slots)."""
+
     def __init__(self, device: str | None = None, timeout_s: float | None = None,
                  memory_limit_bytes: int | None = None, prestart: bool = True, idle_workers: int | None = None,
-                 judge_cache_bytes: int | None = None) -> None:
+                 judge_cache_bytes: int | None = None, host_share: int = 1) -> None:
         if device is None:
             import torch
 
@@ -80,6 +97,8 @@ class LocalEvaluator:
                                idle=idle_workers or (3 if self._kind == "cuda" else 1))
         self.prestart = prestart
         self.judge_cache_bytes = judge_cache_bytes  # None: okgit.eval.budget's rule
+        self.host_share = max(1, host_share)
+        self._busy = threading.RLock()  # one call at a time: its caches, workers and judge are not shared
         self._prepared: dict[str, PreparedReference] = {}
         self._spare_judge: WorkerProcess | None = None  # started ahead: a preparation pays no process start
         if prestart:
@@ -88,6 +107,7 @@ class LocalEvaluator:
         atexit.register(self.close)
 
     # ---- the Evaluator protocol -----------------------------------------------------------------
+    @_one_at_a_time
     def reference(self, problem: Problem) -> Reference:
         prep = self._prepare(problem, "fast")
         timing = prep.timing
@@ -110,12 +130,14 @@ class LocalEvaluator:
             hardware=prep.peaks or {"device": self.device},
         )
 
+    @_one_at_a_time
     def evaluate(self, problem: Problem, source: str, *, mode: Mode = "fast", backend: str = "triton") -> EvalResult:
         t0 = time.monotonic()
         result = self._evaluate(problem, source, mode=mode, backend=backend)
         result.wall_s = time.monotonic() - t0
         return result
 
+    @_one_at_a_time
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
         if self._kind != "cuda":
             raise OkgitError("compare needs a GPU: no timing is claimed on a CPU")
@@ -144,6 +166,7 @@ class LocalEvaluator:
         return self.pool.wait_warm(self._torch, timeout_s)
 
     def close(self) -> None:
+        atexit.unregister(self.close)
         self.pool.close()
         if self._spare_judge is not None:
             self._spare_judge.close()
@@ -226,7 +249,7 @@ class LocalEvaluator:
         prep = from_judge(judge_process, str(reference_path), reply, seeds[0])
         try:
             refusal = budget.refusal(prep.case_bytes, self.pool.idle_count + self.prestart, self._kind, budget.host_available(),
-                                     budget.parallel())
+                                     budget.parallel() * self.host_share)
         except ValueError as e:
             prep.close()
             raise OkgitError(str(e)) from None
@@ -371,11 +394,8 @@ def evaluate_file(cand: str | Path, ref: str | Path, device: str | None = None, 
     if not cand_path.is_file():
         raise OkgitError(f"{cand}: no such file")
     problem = load_problem(ref_path, root=str(ref_path.parent))
-    evaluator = LocalEvaluator(device=device, prestart=False)
-    try:
+    with LocalEvaluator(device=device, prestart=False) as evaluator:
         return evaluator.evaluate(problem, cand_path.read_text(), mode=mode, backend=backend or "triton")
-    finally:
-        evaluator.close()
 
 
 def _early(status: Status, gate: str, message: str, base: dict[str, Any]) -> EvalResult:

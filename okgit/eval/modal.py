@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from okgit.errors import OkgitError
+from okgit.eval.base import EvaluatorBase
 from okgit.eval.types import Comparison, EvalError, EvalResult, Mode, Reference, Status
 from okgit.problem import Problem, load_problem
 
@@ -381,7 +382,8 @@ def remote_job(payload: dict[str, Any]) -> dict[str, Any]:
             _STUCK = True
             _stop_container()
             out = {"failed": f"the {kind} job ran past its {limit:.0f} s limit"}
-    return {**out, "job_s": round(time.monotonic() - started, 3), "cold_start": cold}
+    return {**out, "job_s": round(time.monotonic() - started, 3), "cold_start": cold,
+            **({"index": payload["index"]} if "index" in payload else {})}  # where a batch's output goes
 
 
 def _job(payload: dict[str, Any]) -> dict[str, Any]:
@@ -493,8 +495,9 @@ def remote_baselines(ref_source: str, winner_source: str | None, device: str = "
 # --- the evaluator ---------------------------------------------------------------------------------
 
 
-class ModalEvaluator:
-    """The Evaluator protocol on a Modal GPU; candidates fan out with `.map` in `evaluate_many`."""
+class ModalEvaluator(EvaluatorBase):
+    """The Evaluator protocol on a Modal GPU; a batch's candidates fan out with `.map` in
+    `evaluate_many`, up to `width` (the container limit) at once."""
 
     def __init__(self, gpu: str = "H100", *, cuda_image: str | None = None, timeout_s: int = TIMEOUT_S,
                  retries: int = RETRIES, max_containers: int | None = None) -> None:
@@ -503,6 +506,7 @@ class ModalEvaluator:
         self.device = f"modal:{gpu}"  # every result's device, failed ones included
         self._options = {"cuda_image": cuda_image, "timeout_s": timeout_s, "retries": retries,
                          "max_containers": max_containers or max_containers_setting()}
+        self.width = self._options["max_containers"]
         self._lock = threading.Lock()
         self._fn = None
         self._running = None  # the ephemeral app's context, when no deployed function matches
@@ -525,17 +529,41 @@ class ModalEvaluator:
 
     def evaluate_many(self, problem: Problem, sources: list[str], *, mode: Mode = "fast",
                       backend: str = "triton") -> list[EvalResult]:
-        """Every candidate in its own container call, concurrently; results in input order."""
+        """Every candidate in its own call of one `.map`, at most `width` containers at once (the
+        function's `max_containers`; Modal queues the rest); results in the order of `sources`.
+
+        Outputs are read as they arrive (`order_outputs=False`), so each candidate's `queue_s`
+        is its own wait, not the wait for the candidates before it; the echoed `index` puts
+        each back in place. A call that never returned (its container lost after the retry)
+        comes back as an exception without an index: it is the error of an input left
+        unanswered, in input order.
+        """
         data = problem_payload(problem)
-        payloads = [{"kind": "evaluate", "problem": data, "source": s, "mode": mode, "backend": backend} for s in sources]
+        payloads = [{"kind": "evaluate", "problem": data, "source": s, "mode": mode, "backend": backend, "index": i}
+                    for i, s in enumerate(sources)]
+        if not payloads:
+            return []
         fn = self._function()
         submitted = time.monotonic()
+        answered: dict[int, tuple[dict[str, Any], float]] = {}
+        lost: list[tuple[BaseException, float]] = []
         try:
-            outs = [(out, time.monotonic() - submitted)
-                    for out in fn.map(payloads, return_exceptions=True, order_outputs=True)]
+            for out in fn.map(payloads, return_exceptions=True, order_outputs=False):
+                elapsed = time.monotonic() - submitted
+                if isinstance(out, dict) and isinstance(out.get("index"), int) and 0 <= out["index"] < len(payloads):
+                    answered[out["index"]] = (out, elapsed)
+                else:
+                    lost.append((out if isinstance(out, BaseException) else RuntimeError(f"no index in {out!r:.80}"),
+                                 elapsed))
         except Exception as e:  # raised, not returned: the service failed (auth, connection), not a candidate
             raise OkgitError(f"Modal: {type(e).__name__}: {_first_line(e)}") from None
-        return [self._eval_result(out, mode, elapsed) for out, elapsed in outs]
+        unanswered = iter(lost)
+        missing = (RuntimeError("no output came back"), time.monotonic() - submitted)
+        results = []
+        for i in range(len(payloads)):
+            out, elapsed = answered.get(i) or next(unanswered, missing)
+            results.append(self._eval_result(out, mode, elapsed))
+        return results
 
     def time_baselines(self, ref_source: str, winner_source: str | None, *, backend: str = "triton"):
         """Eager, torch.compile and the winner (if any) timed in one container (for `okgit bench

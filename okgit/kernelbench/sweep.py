@@ -13,6 +13,7 @@ report.json / report.md.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from okgit.errors import OkgitError, UsageError
-from okgit.eval.pool import Pool, Slot
+from okgit.eval.device_pool import DevicePool, Slot
 from okgit.kernelbench import crosscheck
 from okgit.kernelbench.baselines import BaselineTimes
 from okgit.kernelbench.reader import KBProblem, find_problems
@@ -71,10 +72,11 @@ def run_sweep(
     say(f"sweep state in {out_dir} (rerun with --out {out_dir} to resume)")
 
     modal = config.eval == "modal"
-    pool = Pool.local(parallel, device="cpu" if modal or config.device == "cpu" else None)
+    pool = DevicePool.local(parallel, device="cpu" if modal or config.device == "cpu" else None)
     gpu = any(d.startswith("cuda") for d in pool.devices)
     timer: Callable[[str, str], BaselineTimes] | None = None
     extra_env: dict[str, str] = {}
+    owned = contextlib.ExitStack()  # the evaluator made here, closed when the sweep ends
     if modal:
         from okgit.eval.modal import MAX_CONTAINERS_ENV, ModalEvaluator, max_containers_setting
 
@@ -82,8 +84,8 @@ def run_sweep(
         # timed after it in the same slot, get an equal share of it (at least one each).
         share = max(1, max_containers_setting() // parallel)
         extra_env[MAX_CONTAINERS_ENV] = str(share)
-        timer = functools.partial(ModalEvaluator(gpu=config.modal_gpu, max_containers=share).time_baselines,
-                                  backend=flags.get("backend") or "triton")
+        baselines = owned.enter_context(ModalEvaluator(gpu=config.modal_gpu, max_containers=share))
+        timer = functools.partial(baselines.time_baselines, backend=flags.get("backend") or "triton")
     check_note, checking = _cross_check_plan(cross_check, gpu=gpu, modal=modal)
 
     done = {r.key: r for r in (_load_state(out_dir, p) for p in selected) if r is not None}
@@ -106,11 +108,12 @@ def run_sweep(
             f"({result.wall_s:.0f} s on {result.device})")
         return result
 
-    try:
-        for r in pool.map(job, pending):
-            done[r.key] = r
-    except _Interrupted:
-        raise KeyboardInterrupt from None
+    with owned:
+        try:
+            for r in pool.map(job, pending):
+                done[r.key] = r
+        except _Interrupted:
+            raise KeyboardInterrupt from None
     report = SweepReport(
         dir=str(Path(dir).resolve()), out=str(out_dir),
         device="modal" if modal else ("cuda" if gpu else "cpu"),

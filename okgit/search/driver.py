@@ -1,7 +1,9 @@
 """The one search loop: every proposer (templates, autotune, llm, replay) runs through it.
 
 The driver owns numbering, evaluation, acceptance and the budgets; proposers only propose
-and read back what happened from `ctx.attempts`.
+and read back what happened from `ctx.attempts`. A proposer with `propose_batch(ctx, n)`
+hands over up to n candidates at once, evaluated at once (`Evaluator.evaluate_many`) when the
+evaluator runs several at a time (`width`); they are recorded in proposal order.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from okgit.eval.base import Evaluator
-from okgit.eval.types import Mode
-from okgit.search.types import Attempt, Context, Proposer
+from okgit.eval.types import EvalResult, Mode
+from okgit.search.types import Attempt, Context, Proposal, Proposer
 
 # A proposer that keeps proposing what was already evaluated has nothing new to say.
 MAX_DUPLICATES = 3
@@ -92,18 +94,22 @@ class Search:
         for proposer in proposers:
             duplicates = 0
             while not self.should_stop():
-                proposal = proposer.propose(self.ctx)
-                if proposal is None:
+                batch = self._propose(proposer)
+                if batch is None:
                     break
-                key = source_key(proposal.source)
-                if key in self.seen:
-                    duplicates += 1
-                    if duplicates >= MAX_DUPLICATES:
-                        break
-                    continue
-                duplicates = 0
-                self.seen.add(key)
-                self.step(proposal)
+                fresh = []
+                for proposal in batch:
+                    key = source_key(proposal.source)
+                    if key in self.seen:
+                        duplicates += 1
+                        continue
+                    duplicates = 0
+                    self.seen.add(key)
+                    fresh.append(proposal)
+                if fresh:
+                    self.step_many(fresh)
+                elif duplicates >= MAX_DUPLICATES:
+                    break
             # A proposer may return None because a budget ran out inside its own call.
             if self.stop_reason or self.should_stop():
                 break
@@ -113,11 +119,56 @@ class Search:
                 finish(self.ctx)
         return self.stop_reason or "proposers exhausted"
 
-    def step(self, proposal) -> Attempt:
+    def _propose(self, proposer: Proposer) -> list[Proposal] | None:
+        """What the proposer has at once, at most what the evaluator runs at once and what the
+        iteration and patience budgets leave (never a candidate a one-at-a-time search would
+        not have reached); None when it has nothing more."""
+        room = min(getattr(self.evaluator, "width", 1), self.budget.iterations - self.evaluated,
+                   self.budget.patience - self.since_best)
+        propose_batch = getattr(proposer, "propose_batch", None)
+        if room > 1 and propose_batch is not None:
+            return propose_batch(self.ctx, room)[:room] or None
+        proposal = proposer.propose(self.ctx)
+        return None if proposal is None else [proposal]
+
+    def step(self, proposal: Proposal) -> Attempt:
+        return self.step_many([proposal])[0]
+
+    def step_many(self, proposals: list[Proposal]) -> list[Attempt]:
+        """Evaluate a batch at once (grouped by backend), then record each candidate in proposal
+        order, whatever order its results came in: its `proposal` and `evaluated` events, trace,
+        acceptance and standing, one candidate after another, so every reader of the journal
+        (progress lines, watch, history) sees what a one-at-a-time search writes. A lone
+        candidate's `proposal` is written before it is evaluated (shown running meanwhile)."""
+        first = len(self.ctx.attempts) + 1
+        cands = [f"c{first + i:03d}" for i in range(len(proposals))]
+        if len(proposals) == 1:
+            self._announce(cands[0], proposals[0])
+        results = self._evaluate(proposals)
+        attempts = []
+        for cand, proposal, result in zip(cands, proposals, results):
+            if len(proposals) > 1:
+                self._announce(cand, proposal)
+            attempts.append(self._record(cand, proposal, result))
+        return attempts
+
+    def _announce(self, cand: str, proposal: Proposal) -> None:
+        self.ctx.log("proposal", cand=cand, origin=proposal.origin, intent=proposal.intent, parent=proposal.parent,
+                     backend=proposal.backend)
+
+    def _evaluate(self, proposals: list[Proposal]) -> list[EvalResult]:
+        problem, results = self.ctx.problem, {}
+        for backend in dict.fromkeys(p.backend for p in proposals):
+            mine = [i for i, p in enumerate(proposals) if p.backend == backend]
+            sources = [proposals[i].source for i in mine]
+            evaluate_many = getattr(self.evaluator, "evaluate_many", None)
+            out = (evaluate_many(problem, sources, mode=self.mode, backend=backend) if evaluate_many else
+                   [self.evaluator.evaluate(problem, s, mode=self.mode, backend=backend) for s in sources])
+            results.update(zip(mine, out))
+        return [results[i] for i in range(len(proposals))]
+
+    def _record(self, cand: str, proposal: Proposal, result: EvalResult) -> Attempt:
         ctx = self.ctx
-        cand = f"c{len(ctx.attempts) + 1:03d}"
-        ctx.log("proposal", cand=cand, origin=proposal.origin, intent=proposal.intent, parent=proposal.parent, backend=proposal.backend)
-        result = self.evaluator.evaluate(ctx.problem, proposal.source, mode=self.mode, backend=proposal.backend)
         ctx.log(
             "evaluated",
             cand=cand,

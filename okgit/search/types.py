@@ -55,8 +55,25 @@ class Context:
 
 
 class Proposer(Protocol):
-    """Proposes candidates one at a time; returns None when it has nothing more to try."""
+    """Proposes candidates one at a time; returns None when it has nothing more to try.
+
+    A proposer whose next candidates do not depend on how the previous ones fared may also
+    define `propose_batch(ctx, limit) -> list[Proposal]`: up to `limit` at once ([] when it has
+    nothing more), which the driver evaluates at once where the evaluator runs several.
+    """
 
     name: str
 
     def propose(self, ctx: Context) -> Proposal | None: ...
+
+
+def propose_several(proposer: Proposer, ctx: Context, limit: int) -> list[Proposal]:
+    """`propose_batch` of a proposer whose `propose` may be called again before the driver
+    evaluates what it returned: its next `limit` proposals, fewer when it runs out."""
+    batch: list[Proposal] = []
+    while len(batch) < limit:
+        proposal = proposer.propose(ctx)
+        if proposal is None:
+            break
+        batch.append(proposal)
+    return batch

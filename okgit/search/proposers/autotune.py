@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from okgit.lower.graph import Unsupported
 from okgit.lower.trace import input_extent
-from okgit.search.types import Context, Proposal
+from okgit.search.types import Context, Proposal, propose_several
 
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)
@@ -277,6 +277,11 @@ class AutotuneProposer:
                 meta={"setting": site.name, "value": value, "previous": site.value, "kind": site.kind, "kernel": site.kernel},
             )
         return None
+
+    def propose_batch(self, ctx: Context, limit: int) -> list[Proposal]:
+        """The next `limit` variants around the current best at once (a phase of the tuning):
+        the neighbourhood of a new best found among them is queued after the batch."""
+        return propose_several(self, ctx, limit)
 
     def _refill(self, ctx: Context, source: str, parent: str | None) -> None:
         key = _key(source)

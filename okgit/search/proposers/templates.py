@@ -16,7 +16,7 @@ from okgit.lower.graph import Graph, Node, Unsupported
 from okgit.lower.kinds import KINDS
 from okgit.lower.kinds.base import Rendered, TemplateKind
 from okgit.lower.opfile import public_name, render_file
-from okgit.search.types import Context, Proposal
+from okgit.search.types import Context, Proposal, propose_several
 
 
 def candidates(graph: Graph) -> list[tuple[TemplateKind, ...]]:
@@ -67,6 +67,10 @@ class TemplatesProposer:
             self._source = ctx.problem.source
             self._queue = plan(ctx)
         return self._queue.pop(0) if self._queue else None
+
+    def propose_batch(self, ctx: Context, limit: int) -> list[Proposal]:
+        """The next `limit` template candidates at once: none depends on how another fared."""
+        return propose_several(self, ctx, limit)
 
 
 def plan(ctx: Context) -> list[Proposal]:

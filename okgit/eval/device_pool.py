@@ -17,6 +17,7 @@ kind, which is how the scheduling is tested on machines without GPUs.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -24,11 +25,12 @@ from dataclasses import dataclass
 from queue import Queue
 from typing import TYPE_CHECKING, TypeVar
 
+from okgit.eval.base import EvaluatorBase
 from okgit.eval.devices import physical_id, physical_name, visible_gpus
 
 if TYPE_CHECKING:
     from okgit.eval.base import Evaluator
-    from okgit.eval.types import EvalResult, Mode
+    from okgit.eval.types import Comparison, EvalResult, Mode, Reference
     from okgit.problem import Problem
 
 T = TypeVar("T")
@@ -52,7 +54,7 @@ class Slot:
         return {"CUDA_VISIBLE_DEVICES": ""}  # a CPU slot: hide GPUs so nothing lands on one
 
 
-class Pool:
+class DevicePool:
     """Run jobs concurrently over `slots` slots dealt round-robin over `devices`."""
 
     def __init__(self, devices: list[str], slots: int | None = None) -> None:
@@ -65,7 +67,7 @@ class Pool:
         self.slots = [Slot(index=i, device=devices[i % len(devices)]) for i in range(n)]
 
     @classmethod
-    def local(cls, parallel: int = 1, device: str | None = None) -> Pool:
+    def local(cls, parallel: int = 1, device: str | None = None) -> DevicePool:
         """GPUs when there are some (and device is not "cpu"), else `parallel` CPU slots."""
         gpus = [] if device == "cpu" else visible_gpus()
         if gpus:
@@ -111,29 +113,75 @@ class Pool:
                 raise error
         return [f.result() for f in futures]
 
-    def evaluate(self, problem: Problem, sources: list[str], *, mode: Mode = "fast", backend: str = "triton",
-                 evaluator: Callable[[str], Evaluator] | None = None) -> list[EvalResult]:
-        """Evaluate candidates concurrently, one per slot; each result names its physical device.
-
-        `evaluator(device)` builds the evaluator of one slot (default: the local evaluator on
-        that device, which holds `device_lock` while its worker uses the GPU).
-        """
-        make = evaluator or _local_evaluator
-        evaluators: dict[int, Evaluator] = {}
-
-        def job(source: str, slot: Slot) -> EvalResult:
-            ev = evaluators.get(slot.index) or evaluators.setdefault(slot.index, make(slot.device))
-            result = ev.evaluate(problem, source, mode=mode, backend=backend)
-            return result.model_copy(update={"device": slot.name})
-
-        return self.map(job, sources)
+    def evaluator(self, make: Callable[[str], Evaluator] | None = None) -> PoolEvaluator:
+        """The Evaluator over this pool's slots (`make(device)` builds one slot's evaluator)."""
+        return PoolEvaluator(self, make)
 
 
 class _Cancelled(Exception):
     """A job not started because an earlier one failed."""
 
 
-def _local_evaluator(device: str) -> Evaluator:
+class PoolEvaluator(EvaluatorBase):
+    """The Evaluator over a pool: a batch's candidates run concurrently, one per slot.
+
+    Each slot has its own evaluator, sharing nothing with the others (`make(device)`, default:
+    the local evaluator on that device, with its own judge, idle workers and prepared
+    reference), and a slot runs one job at a time, so no evaluator is used by two threads: a
+    candidate's speedup is against the reference timed on its own GPU, and the judge that
+    answers its checks sits on that GPU, under that GPU's lock. Everything but a batch (the
+    reference, one candidate, the final gate's interleaved rounds) runs on the first slot.
+    Each result names its slot's physical device.
+    """
+
+    def __init__(self, pool: DevicePool, make: Callable[[str], Evaluator] | None = None) -> None:
+        self.pool = pool
+        self.width = len(pool.slots)
+        self.device = pool.slots[0].name
+        build = make or functools.partial(_local_evaluator, host_share=len(pool.slots))
+        self.evaluators: list[Evaluator] = []
+        try:
+            self.evaluators += [build(slot.device) for slot in pool.slots]
+        except BaseException:
+            self.close()
+            raise
+
+    def reference(self, problem: Problem) -> Reference:
+        return self.evaluators[0].reference(problem).model_copy(update={"device": self.device})
+
+    def evaluate(self, problem: Problem, source: str, *, mode: Mode = "fast", backend: str = "triton") -> EvalResult:
+        result = self.evaluators[0].evaluate(problem, source, mode=mode, backend=backend)
+        return result.model_copy(update={"device": self.device})
+
+    def evaluate_many(self, problem: Problem, sources: list[str], *, mode: Mode = "fast",
+                      backend: str = "triton") -> list[EvalResult]:
+        def job(source: str, slot: Slot) -> EvalResult:
+            result = self.evaluators[slot.index].evaluate(problem, source, mode=mode, backend=backend)
+            return result.model_copy(update={"device": slot.name})
+
+        return self.pool.map(job, sources)
+
+    def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
+        return self.evaluators[0].compare(problem, source, rounds=rounds, backend=backend)
+
+    def close(self) -> None:
+        for ev in self.evaluators:
+            close = getattr(ev, "close", None)
+            if close is not None:
+                close()
+
+
+def local_evaluator(device: str | None = None) -> Evaluator:
+    """`okgit optimize`'s local evaluator: over every visible GPU when there are several (and
+    `device` is not "cpu"), else a LocalEvaluator on its one device."""
+    gpus = [] if device == "cpu" else visible_gpus()
+    if len(gpus) > 1:
+        return DevicePool(gpus).evaluator()
+    return _local_evaluator(device)
+
+
+def _local_evaluator(device: str | None, host_share: int = 1) -> Evaluator:
     from okgit.eval.local import LocalEvaluator
 
-    return LocalEvaluator(device="cpu" if device.startswith("cpu") else device)  # cuda:N: one GPU of several
+    # "cuda:N": one GPU of several; a CPU slot ("cpu:1") is the CPU; the slots share the host's memory
+    return LocalEvaluator(device="cpu" if device and device.startswith("cpu") else device, host_share=host_share)

@@ -18,10 +18,12 @@ from pydantic import BaseModel, PrivateAttr
 from okgit.config import Config, load_config
 from okgit.errors import OkgitError
 from okgit.eval.base import Evaluator
+from okgit.eval.registry import make_evaluator
 from okgit.eval.types import Comparison, EvalResult, Reference
 from okgit.problem import Problem, load_problem
 from okgit.repo import Repo
 from okgit.search.driver import Budget, Search, is_better
+from okgit.search.registry import make_proposers
 from okgit.search.types import Attempt, Context, Proposal, Proposer
 
 
@@ -54,30 +56,6 @@ class RunResult(BaseModel):
         lines.append(f"  report: {self.report}")
         lines.append(f"  diff:   {self.diff}")
         return "\n".join(lines)
-
-
-def make_evaluator(config: Config) -> Evaluator:
-    if config.eval == "modal":
-        from okgit.eval.modal import ModalEvaluator
-
-        return ModalEvaluator(gpu=config.modal_gpu)
-    from okgit.eval.local import LocalEvaluator
-
-    return LocalEvaluator(device=config.device)
-
-
-def make_proposers(config: Config) -> list[Proposer]:
-    """Templates seed the search; a model, when given, continues from their best; autotune
-    then tunes the launch settings of whatever is best by then."""
-    from okgit.search.proposers.autotune import AutotuneProposer
-    from okgit.search.proposers.templates import TemplatesProposer
-
-    proposers: list[Proposer] = [TemplatesProposer()]
-    if config.model:
-        from okgit.search.proposers.llm import proposer_for_model
-
-        proposers.append(proposer_for_model(config))
-    return [*proposers, AutotuneProposer()]
 
 
 def optimize(

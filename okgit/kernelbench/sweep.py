@@ -38,10 +38,6 @@ HELPER_TIMEOUT_S = 1200.0  # baseline timing or cross-check of one winner
 CORRECT_STATUSES = ("optimized", "matched", "unverified")
 SETTINGS_FILE = "sweep.json"
 
-# Flags of `okgit optimize` as the CLI collects them (cli._flags), and how to pass them on.
-_FLAG_NAMES = ("backend", "model", "api_base", "mode", "iterations", "budget_usd", "eval", "device", "edit_mode")
-
-
 class _Interrupted(Exception):
     """A problem's okgit run was interrupted: it is not finished, so no state is written."""
 
@@ -61,8 +57,9 @@ def run_sweep(
     if parallel < 1:
         raise UsageError("--parallel must be at least 1")
     selected = find_problems(Path(dir), level, problems)
-    flags = {k: v for k, v in (flags or {}).items() if k in _FLAG_NAMES and v is not None}
-    from okgit.config import load_config
+    from okgit.config import RUN_FLAGS, load_config
+
+    flags = {k: v for k, v in (flags or {}).items() if k in RUN_FLAGS and v is not None}
 
     config = load_config(None, flags)  # bad flags fail here, before any problem starts
     out_dir = _out_dir(out)
@@ -76,13 +73,14 @@ def run_sweep(
     timer: Callable[[str, str], BaselineTimes] | None = None
     extra_env: dict[str, str] = {}
     if modal:
-        from okgit.eval.modal import MAX_CONTAINERS_ENV, ModalEvaluator, max_containers_setting
+        from okgit.eval.modal import MAX_CONTAINERS_ENV, max_containers_setting
+        from okgit.eval.registry import make_evaluator
 
         # One container limit for the whole sweep: each problem's process, and the baselines
         # timed after it in the same slot, get an equal share of it (at least one each).
         share = max(1, max_containers_setting() // parallel)
         extra_env[MAX_CONTAINERS_ENV] = str(share)
-        timer = functools.partial(ModalEvaluator(gpu=config.modal_gpu, max_containers=share).time_baselines,
+        timer = functools.partial(make_evaluator(config, max_containers=share).time_baselines,
                                   backend=flags.get("backend") or "triton")
     check_note, checking = _cross_check_plan(cross_check, gpu=gpu, modal=modal)
 

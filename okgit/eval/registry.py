@@ -1,0 +1,36 @@
+"""Where candidates run: the evaluators `--eval` chooses from, and the one place that builds one.
+
+`optimize`, `verify` and the KernelBench sweep all get their evaluator here. A factory takes
+the run's `Config` and options of its own kind (the sweep's share of Modal containers).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from okgit.registry import Registry
+
+if TYPE_CHECKING:
+    from okgit.config import Config
+    from okgit.eval.base import Evaluator
+
+EVALUATORS: Registry[Callable[..., "Evaluator"]] = Registry("evaluator", "okgit.evaluators")
+evaluator = EVALUATORS.register
+
+
+@evaluator("local", order=0, help="worker processes on this machine (default)")
+def _local(config: Config, **options: Any) -> Evaluator:
+    from okgit.eval.local import LocalEvaluator
+
+    return LocalEvaluator(device=config.device, **options)
+
+
+@evaluator("modal", order=1, help="the same workers in a Modal GPU function")
+def _modal(config: Config, **options: Any) -> Evaluator:
+    from okgit.eval.modal import ModalEvaluator
+
+    return ModalEvaluator(gpu=config.modal_gpu, **options)
+
+
+def make_evaluator(config: Config, **options: Any) -> Evaluator:
+    return EVALUATORS.get(config.eval).factory(config, **options)

@@ -59,16 +59,19 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from okgit.run import optimize
     from okgit.progress import printer
+    from okgit.run import optimize
 
-    result = optimize(
-        Path(args.path),
-        flags=_flags(args),
-        resume=args.resume,
-        on_event=None if args.json else printer(sys.stdout, args.path),
-        watch=args.watch,
-    )
+    progress = None if args.json else printer(sys.stdout, args.path)
+    watcher = None
+    if args.watch:
+        from okgit.repo import Repo
+        from okgit.tui.launch import WatchProcess
+
+        watcher = WatchProcess(Repo.find(Path.cwd()).root)  # outside a repository: one line, no view
+        if progress:
+            watcher.mute(progress)
+    result = optimize(Path(args.path), flags=_flags(args), resume=args.resume, on_event=progress, watcher=watcher)
     _emit(args, result.model_dump(mode="json"), result.summary())
     return 0
 
@@ -146,7 +149,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from okgit.repo import Repo
     from okgit.tui.app import watch
 
     if args.attach is not None:  # started by optimize --watch, before its run has a directory
@@ -194,6 +196,7 @@ def cmd_bench_kernelbench(args: argparse.Namespace) -> int:
     report = run_sweep(
         Path(args.dir), level=args.level, problems=args.problems, parallel=args.parallel,
         flags=_flags(args), cross_check=args.cross_check, out=args.out,
+        progress=lambda line: print(f"okgit bench: {line}", file=sys.stderr, flush=True),
     )
     _emit(args, report.model_dump(mode="json"), report.markdown())
     return 0

@@ -13,7 +13,7 @@ from typing import IO, Any
 
 from rich.text import Text
 
-from okgit.tui.state import RunView, fmt_error, fmt_speed, fmt_us, plain
+from okgit.runview import RunView, fmt_error, fmt_speed, fmt_us, plain
 
 STATUS_STYLE = {"correct": "green", "incorrect": "red", "compile_error": "magenta", "rejected": "yellow", "error": "red"}
 INDENT = "        "  # result lines sit under their "[k/N] cand" line

@@ -11,7 +11,7 @@ import statistics
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from pydantic import BaseModel, PrivateAttr
 
@@ -64,22 +64,32 @@ def optimize(
     flags: dict[str, Any] | None = None,
     resume: str | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
-    watch: bool = False,
+    watcher: Watcher | None = None,
     cwd: Path | None = None,
     evaluator: Evaluator | None = None,
     proposers: list[Proposer] | None = None,
 ) -> RunResult:
+    """`watcher`: a live view already started (`optimize --watch`), told the run's directory."""
     repo = Repo.find(cwd or Path.cwd())
-    watcher = _Watcher(repo) if watch else None
     try:
         return _optimize(repo, path, flags, resume, on_event, watcher, cwd, evaluator, proposers)
     except BaseException:
-        if watcher and watcher.open():
+        if watcher:
             watcher.abort()  # refused or interrupted before the run began: give the terminal back
         raise
 
 
-def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watcher: _Watcher | None, cwd: Path | None,
+class Watcher(Protocol):
+    """A live view of the run in another process (okgit.tui.launch.WatchProcess)."""
+
+    def attach(self, run_dir: Path) -> None: ...  # the run exists: show it
+
+    def abort(self) -> None: ...  # the run was refused: close the view, if it is still open
+
+    def wait(self) -> None: ...  # the run is over: hand the terminal back when the view closes
+
+
+def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watcher: Watcher | None, cwd: Path | None,
               evaluator: Evaluator | None, proposers: list[Proposer] | None) -> RunResult:
     from okgit import workspace
 
@@ -136,7 +146,7 @@ class _Interrupted(KeyboardInterrupt):
 
 
 def _run(space, config: Config, problem: Problem, reference: Reference, evaluator: Evaluator,
-         proposers: list[Proposer], on_event, resumed: bool, watcher: _Watcher | None) -> RunResult:
+         proposers: list[Proposer], on_event, resumed: bool, watcher: Watcher | None) -> RunResult:
     signals: list[str] = []  # received and not yet acted on
 
     def on_signal(signum, frame):
@@ -156,9 +166,6 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
 
     if watcher:
         watcher.attach(space.run_dir)
-        if hasattr(on_event, "muted"):
-            on_event.muted = watcher.open  # plain progress once the view is closed
-            threading.Thread(target=lambda: (watcher.proc.wait(), on_event.view_closed()), daemon=True).start()
     if resumed:
         preload = getattr(on_event, "preload", None)
         if preload:  # progress counts on from where the run stopped
@@ -218,61 +225,6 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
             signal.signal(sig, handler)
         if watcher:
             watcher.wait()
-
-
-class _Watcher:
-    """The live view of `optimize --watch`: `okgit watch` in its own process on the terminal,
-    started before the run has a directory (it shows a starting state) and told it through
-    a pipe. Ctrl-C in the view signals this process, so the run stops as in plain mode."""
-
-    def __init__(self, repo: Repo) -> None:
-        import os
-        import subprocess
-        import sys
-
-        read_fd, self._fd = os.pipe()
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "okgit", "watch", "--attach", str(read_fd), "--run-pid", str(os.getpid())],
-                cwd=repo.root, pass_fds=(read_fd,))
-        finally:
-            os.close(read_fd)
-
-    def attach(self, run_dir: Path) -> None:
-        self._say(f"run {run_dir}")
-
-    def open(self, event: dict[str, Any] | None = None) -> bool:
-        """Whether the view still holds the terminal (plain progress waits until it does not)."""
-        import subprocess
-
-        if event and event.get("type") == "interrupted" and self.proc.poll() is None:
-            try:  # Ctrl-C in the view: it signals us as it exits; let it give the terminal back
-                self.proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                pass
-        return self.proc.poll() is None
-
-    def abort(self) -> None:
-        """The run was refused before it began: close the view at once."""
-        self._say("quit")
-        self.proc.wait()
-
-    def wait(self) -> None:
-        self._say(None)
-        self.proc.wait()
-
-    def _say(self, line: str | None) -> None:
-        import os
-
-        if self._fd is None:
-            return
-        try:
-            if line is not None:
-                os.write(self._fd, f"{line}\n".encode())
-        except OSError:  # the view is gone already
-            pass
-        os.close(self._fd)
-        self._fd = None  # one message, then end of file: the view reads no more
 
 
 def _restore(space, ctx: Context) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from okgit.eval.roofline import data_dir  # okgit's per-user cache (OKGIT_DATA_DIR or ~/.cache/okgit)
+from okgit.paths import data_dir
 
 
 def visible_gpus() -> list[str]:

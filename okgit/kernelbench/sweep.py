@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from okgit.errors import OkgitError, UsageError
 from okgit.eval.pool import Pool, Slot
@@ -52,8 +52,9 @@ def run_sweep(
     cross_check: bool = False,
     out: Path | str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    progress: TextIO | None = sys.stderr,
+    progress: Callable[[str], None] | None = None,
 ) -> SweepReport:
+    """`progress` is told one line per stage (the CLI prints them to stderr); None: silent."""
     if parallel < 1:
         raise UsageError("--parallel must be at least 1")
     selected = find_problems(Path(dir), level, problems)
@@ -64,7 +65,7 @@ def run_sweep(
     config = load_config(None, flags)  # bad flags fail here, before any problem starts
     out_dir = _out_dir(out)
     _check_settings(out_dir, flags)
-    say = _printer(progress)
+    say = progress or (lambda line: None)
     say(f"sweep state in {out_dir} (rerun with --out {out_dir} to resume)")
 
     modal = config.eval == "modal"
@@ -195,14 +196,6 @@ def _cross_check_plan(wanted: bool, *, gpu: bool, modal: bool) -> tuple[str | No
     if not gpu:
         return "not run: KernelBench's evaluation needs a GPU", False
     return "KernelBench's eval_kernel_against_ref on each correct winner, same device", True
-
-
-def _printer(stream: TextIO | None) -> Callable[[str], None]:
-    def say(line: str) -> None:
-        if stream is not None:
-            print(f"okgit bench: {line}", file=stream, flush=True)
-
-    return say
 
 
 # --- one problem -------------------------------------------------------------------------------

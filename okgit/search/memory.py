@@ -6,7 +6,7 @@ it was tried on, and one-line lessons. Strategies on the Pareto frontier of (spe
 correctness rate, iterations to converge) rank first. At the end of a run a reflection step
 (the reflection prompt, or a deterministic summary without a model) turns the run's intents
 into strategy updates. The library is one JSON file: Config.skills_path, else
-$OKGIT_DATA_DIR/skills.json, else $XDG_DATA_HOME/okgit/skills.json (~/.local/share).
+$OKGIT_DATA_DIR/skills.json, else $XDG_DATA_HOME/okgit/skills.json (okgit.paths.skills_path).
 """
 
 from __future__ import annotations
@@ -140,15 +140,6 @@ def _tokens(text: str) -> set[str]:
 def _same(a: str, b: str) -> bool:
     ta, tb = _tokens(a), _tokens(b)
     return bool(ta and tb) and len(ta & tb) / len(ta | tb) >= 0.7
-
-
-def default_path(skills_path: str | None = None) -> Path:
-    if skills_path:
-        return Path(skills_path).expanduser()
-    if os.environ.get("OKGIT_DATA_DIR"):
-        return Path(os.environ["OKGIT_DATA_DIR"]).expanduser() / "skills.json"
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "okgit" / "skills.json"
 
 
 class SkillLibrary:

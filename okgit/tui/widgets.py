@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.widgets import DataTable, Log, Static, Tree
 
 from okgit.history import OFFLINE
-from okgit.tui.state import (
+from okgit.runview import (
     RUNNING,
     Candidate,
     RunView,

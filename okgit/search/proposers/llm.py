@@ -29,6 +29,7 @@ from okgit.errors import OkgitError
 from okgit.eval.types import Status
 from okgit.llm import Completion, Message, render
 from okgit.problem import top_level_names
+from okgit.paths import skills_path
 from okgit.search import critic, memory
 from okgit.search.critic import Diagnosis, describe_hardware, describe_reference, describe_result
 from okgit.search.driver import source_key
@@ -70,7 +71,7 @@ class LLMProposer:
         self.config = config
         self.model = config.model
         self.complete = complete
-        self.library = library or memory.SkillLibrary.load(memory.default_path(config.skills_path))
+        self.library = library or memory.SkillLibrary.load(skills_path(config.skills_path))
         self.tree = IntentTree(max_attempts=attempts_per_intent, max_buggy=max_buggy)
         self.intent_rounds = intent_rounds
         self.intents_per_round = intents_per_round

@@ -1,7 +1,8 @@
-"""The watch view's model: journal events folded into plain data, with no textual in sight.
+"""A run as its journal tells it: events folded into plain data, with no terminal in sight.
 
-Everything the screen shows is derived here, so it can be tested (and reused by figures.py)
-without a terminal. Folding is tolerant: unknown event types and missing fields are skipped,
+The watch view (okgit.tui), the plain progress lines (okgit.progress) and the report's
+figures (okgit.figures) all read a run through this one model, so they agree and it can be
+tested without a terminal. Folding is tolerant: unknown event types and missing fields are skipped,
 because a view may read a journal written by another okgit version on another machine.
 """
 

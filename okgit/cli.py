@@ -80,7 +80,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from okgit.eval.local import evaluate_file
 
     result = evaluate_file(Path(args.candidate), Path(args.ref), device=args.device, mode=args.mode or "fast", backend=args.backend)
-    from okgit.render import eval_text
+    from okgit.result_text import eval_text
 
     _emit(args, result.model_dump(mode="json"), eval_text(result))
     return 0

@@ -7,13 +7,14 @@ from pathlib import Path
 from okgit.eval.types import Comparison
 from okgit.journal import read_jsonl
 from okgit.search.types import Attempt, Context
+from okgit.status import RunStatus
 
 STATUS_MEANING = {
-    "optimized": "beats the baseline past the noise on every round, correct and plausible",
-    "matched": "a correct kernel was found, but it is not faster than the baseline past the noise",
-    "fallback": "no candidate passed every gate; the baseline is kept",
-    "unverified": "a correct kernel was found; this device cannot time it (no speedup is claimed)",
-    "interrupted": "the run was interrupted; what it had found so far is below",
+    RunStatus.optimized: "beats the baseline past the noise on every round, correct and plausible",
+    RunStatus.matched: "a correct kernel was found, but it is not faster than the baseline past the noise",
+    RunStatus.fallback: "no candidate passed every gate; the baseline is kept",
+    RunStatus.unverified: "a correct kernel was found; this device cannot time it (no speedup is claimed)",
+    RunStatus.interrupted: "the run was interrupted; what it had found so far is below",
 }
 
 

@@ -25,13 +25,14 @@ from okgit.repo import Repo
 from okgit.search.driver import Budget, Search, is_better
 from okgit.search.registry import make_proposers
 from okgit.search.types import Attempt, Context, Proposal, Proposer
+from okgit.status import RunStatus
 
 
 class RunResult(BaseModel):
     """What `okgit optimize --json` prints (a stable contract: see docs/json.md)."""
 
     run_id: str
-    status: str  # optimized | matched | fallback | unverified | interrupted
+    status: RunStatus
     speedup: float | None = None
     baseline_us: float | None = None
     best_us: float | None = None
@@ -49,7 +50,7 @@ class RunResult(BaseModel):
         lines = [f"run {self.run_id}: {self.status}" + (" (already finished; nothing to resume)" if self._finished_before else "")]
         if self.speedup is not None:
             lines.append(f"  speedup {self.speedup:.2f}x ({self.baseline_us:.1f} us -> {self.best_us:.1f} us on {self.device})")
-        elif self.status == "unverified":
+        elif self.status == RunStatus.unverified:
             lines.append(f"  a correct kernel was found on {self.device}; no timing is claimed there")
         if self.best_tag:
             lines.append(f"  best: {self.best_tag}")
@@ -212,13 +213,13 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
         reason = signals[0] if signals else "Ctrl-C"
         signals.clear()
         log("interrupted", reason=reason)
-        _finish(space, ctx, "interrupted", ctx.best, None, "interrupted", search.spent_usd, log)
+        _finish(space, ctx, RunStatus.interrupted, ctx.best, None, "interrupted", search.spent_usd, log)
         raise KeyboardInterrupt from None
     except Exception as e:
         # Still write what the run has and leave the repository consistent, then report.
         signals.clear()
         log("interrupted", reason=f"error: {type(e).__name__}: {e}")
-        _finish(space, ctx, "interrupted", ctx.best, None, f"error: {e}", search.spent_usd, log)
+        _finish(space, ctx, RunStatus.interrupted, ctx.best, None, f"error: {e}", search.spent_usd, log)
         raise
     finally:
         for sig, handler in previous.items():
@@ -245,13 +246,13 @@ def _restore(space, ctx: Context) -> None:
             ctx.best = attempt
 
 
-def _final_gate(ctx: Context, evaluator: Evaluator, config: Config, log) -> tuple[str, Attempt | None, Comparison | None]:
+def _final_gate(ctx: Context, evaluator: Evaluator, config: Config, log) -> tuple[RunStatus, Attempt | None, Comparison | None]:
     """Decide the run's status. A timed winner must hold a thorough re-check and win every round."""
     correct = [a for a in ctx.attempts if a.result.correct and a.tag]
     if not correct:
-        return "fallback", None, None
+        return RunStatus.fallback, None, None
     if not ctx.reference.timed or not any(a.result.timed for a in correct):
-        return "unverified", ctx.best or correct[0], None
+        return RunStatus.unverified, ctx.best or correct[0], None
     ranked = sorted((a for a in correct if a.result.timed), key=lambda a: -(a.result.speedup or 0.0))
     for attempt in ranked[:3]:
         check = evaluator.evaluate(ctx.problem, attempt.proposal.source, mode="thorough", backend=attempt.proposal.backend)
@@ -264,12 +265,12 @@ def _final_gate(ctx: Context, evaluator: Evaluator, config: Config, log) -> tupl
         log("gate", name="interleaved", cand=attempt.cand, passed=comparison.optimized, detail=comparison.detail,
             **comparison.model_dump(exclude={"detail"}))
         if comparison.optimized:
-            return "optimized", attempt, comparison
-        return "matched", attempt, comparison
-    return "fallback", None, None
+            return RunStatus.optimized, attempt, comparison
+        return RunStatus.matched, attempt, comparison
+    return RunStatus.fallback, None, None
 
 
-def _finish(space, ctx: Context, status: str, winner: Attempt | None, comparison: Comparison | None,
+def _finish(space, ctx: Context, status: RunStatus, winner: Attempt | None, comparison: Comparison | None,
             stop_reason: str, cost_usd: float, log) -> RunResult:
     from okgit import patch
     from okgit.report import write_report
@@ -295,5 +296,5 @@ def _finish(space, ctx: Context, status: str, winner: Attempt | None, comparison
         iterations=len(ctx.attempts), cost_usd=result.cost_usd)
     # An interrupted run keeps its branch whatever it has, so --resume can rebuild the worktree.
     space.close(winner_commit=winner.tag if winner and winner.tag else None,
-                accepted=status == "interrupted" or any(a.tag for a in ctx.attempts))
+                accepted=status == RunStatus.interrupted or any(a.tag for a in ctx.attempts))
     return result

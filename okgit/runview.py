@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from okgit.eval.types import Status
+
 Event = dict[str, Any]
 
 # A candidate is "running" from its `proposal` until its `evaluated` event arrives.
@@ -39,7 +41,7 @@ class Candidate:
 
     @property
     def failed(self) -> bool:
-        return self.status not in (RUNNING, "correct")
+        return self.status not in (RUNNING, Status.correct)
 
 
 @dataclass

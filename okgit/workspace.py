@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from okgit.errors import OkgitError
 from okgit.journal import JsonlWriter, read_jsonl
 from okgit.repo import Repo
+from okgit.status import RunStatus
 
 # Environment for okgit's own commits: the identity variables win over any user config or
 # GIT_AUTHOR_* of the caller; automatic gc stays off so a commit never repacks the user's repo.
@@ -340,7 +341,7 @@ def resumable(repo: Repo, run_id: str) -> bool:
             status = e.get("status")
         elif e.get("type") == "resumed":
             status = None
-    return status in (None, "interrupted")
+    return status in (None, RunStatus.interrupted)
 
 
 def _op(repo: Repo, run_id: str) -> str:

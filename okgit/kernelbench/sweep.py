@@ -32,10 +32,10 @@ from okgit.kernelbench.baselines import BaselineTimes
 from okgit.kernelbench.reader import KBProblem, find_problems
 from okgit.kernelbench.scoring import CrossCheck, ProblemResult, SweepReport, summarize
 from okgit.repo import Repo, git
+from okgit.status import CORRECT, RunStatus
 
 DEFAULT_TIMEOUT_S = 3600.0  # one problem's whole okgit run; a hang past it is recorded as `timeout`
 HELPER_TIMEOUT_S = 1200.0  # baseline timing or cross-check of one winner
-CORRECT_STATUSES = ("optimized", "matched", "unverified")
 SETTINGS_FILE = "sweep.json"
 
 class _Interrupted(Exception):
@@ -229,7 +229,7 @@ def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path,
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         reason = lines[-1] if lines else f"exit status {proc.returncode}"
         return result.model_copy(update={"wall_s": round(time.monotonic() - started, 1), "error": reason[:500]})
-    if run.get("status") == "interrupted":
+    if run.get("status") == RunStatus.interrupted:
         raise _Interrupted()
 
     events = _journal(work, run.get("run_id", ""))
@@ -237,7 +237,7 @@ def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path,
     finished = next((e for e in reversed(events) if e.get("type") == "run_finished"), {})
     best_cand = finished.get("best_cand")
     best_tag = run.get("best_tag")
-    correct = run.get("status") in CORRECT_STATUSES and bool(best_tag)
+    correct = run.get("status") in CORRECT and bool(best_tag)
     update: dict[str, Any] = {
         "status": run.get("status", "error"), "correct": correct, "run_id": run.get("run_id"), "best_tag": best_tag,
         "gpu_s": round(sum(float(e.get("wall_s") or 0.0) for e in evaluated), 3),

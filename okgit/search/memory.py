@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from okgit.eval.types import Reference
-from okgit.llm import render
+from okgit.llm import prompt_messages
 from okgit.problem import Problem
 from okgit.search.critic import Ask
 from okgit.search.extract import extract_json
@@ -243,7 +243,7 @@ def reflect(ask: Ask | None, tree: IntentTree, problem_summary: str) -> list[Out
         + (f", best {n.best_speedup:.2f}x" if n.best_speedup else "") + (f" | profile: {n.profile}" if n.profile else "")
         for n in tried
     ]
-    messages = render("reflection.v1", problem_summary=problem_summary, outcomes="\n".join(lines))
+    messages = prompt_messages("reflection.v1", problem_summary=problem_summary, outcomes="\n".join(lines))
     _, items = ask("reflection", messages, None, _parse_reflection)
     for item in items or []:
         o = outcomes.get(str(item.get("intent", "")))

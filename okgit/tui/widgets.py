@@ -9,7 +9,9 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable, Log, Static, Tree
 
+from okgit.eval.types import Status
 from okgit.history import OFFLINE
+from okgit.status import RunStatus
 from okgit.runview import (
     RUNNING,
     Candidate,
@@ -21,20 +23,20 @@ from okgit.runview import (
 )
 
 STATUS_STYLE = {
-    "correct": "bold green",
-    "incorrect": "bold red",
-    "compile_error": "magenta",
-    "rejected": "yellow",
-    "error": "bold red",
+    Status.correct: "bold green",
+    Status.incorrect: "bold red",
+    Status.compile_error: "magenta",
+    Status.rejected: "yellow",
+    Status.error: "bold red",
     RUNNING: "cyan",
 }
 
 RUN_STATUS_STYLE = {
-    "optimized": "bold green",
-    "matched": "yellow",
-    "unverified": "cyan",
-    "fallback": "red",
-    "interrupted": "bold red",
+    RunStatus.optimized: "bold green",
+    RunStatus.matched: "yellow",
+    RunStatus.unverified: "cyan",
+    RunStatus.fallback: "red",
+    RunStatus.interrupted: "bold red",
     RUNNING: "bold cyan",
 }
 

@@ -27,7 +27,7 @@ from okgit import llm
 from okgit.config import Config
 from okgit.errors import OkgitError
 from okgit.eval.types import Status
-from okgit.llm import Completion, Message, render
+from okgit.llm import Completion, Message, prompt_messages
 from okgit.problem import top_level_names
 from okgit.paths import skills_path
 from okgit.search import critic, memory
@@ -153,7 +153,7 @@ class LLMProposer:
         if self.intent_rounds <= 0:
             return 0
         self.intent_rounds -= 1
-        messages = render(
+        messages = prompt_messages(
             "intents.v1",
             count=self.intents_per_round,
             op_name=ctx.problem.name,
@@ -238,7 +238,7 @@ class LLMProposer:
         }
         if backend == "cuda":
             fields["arch"] = self._arch(ctx)
-        messages = render(f"generator_{backend}.v1", **fields)
+        messages = prompt_messages(f"generator_{backend}.v1", **fields)
         problem: list[str] = []
         cand = f"c{len(ctx.attempts) + 1:03d}"  # the driver numbers candidates in order
 

@@ -146,7 +146,7 @@ def _span(t: Any) -> tuple[int, int]:
 
 
 def same(a: Any, b: Any) -> bool:
-    from okgit.eval.compare import bitwise_equal
+    from okgit.eval.tolerance import bitwise_equal
 
     return bitwise_equal(a, b)
 

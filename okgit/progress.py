@@ -14,7 +14,8 @@ from typing import IO, Any
 from rich.text import Text
 
 from okgit.eval.types import Status
-from okgit.runview import RunView, fmt_error, fmt_speed, fmt_us, plain
+from okgit.fmt import fmt_error, fmt_speed, fmt_us
+from okgit.runview import RunView, plain
 
 STATUS_STYLE = {Status.correct: "green", Status.incorrect: "red", Status.compile_error: "magenta", Status.rejected: "yellow",
                 Status.error: "red"}

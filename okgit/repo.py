@@ -8,7 +8,6 @@ branch, tag and worktree operations run none of the user's hooks.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from okgit.errors import OkgitError
+from okgit.locks import exclusive
 
 # Variables that would point git at another repository or index than the one we name.
 _LOCATION_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX")
@@ -119,14 +119,10 @@ class Repo:
     def lock(self) -> Iterator[None]:
         """Serialise okgit's own git operations (worktrees, refs) across processes.
 
-        Not reentrant (an flock per open file): never take it while holding it.
+        Not reentrant: never take it while holding it.
         """
-        with open(self.common_dir / "okgit.lock", "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        with exclusive(self.common_dir / "okgit.lock"):
+            yield
 
     # --- the user's files -----------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from okgit.errors import OkgitError
 from okgit.eval.base import Evaluator
 from okgit.eval.registry import make_evaluator
 from okgit.eval.types import Comparison, EvalResult, Reference
+from okgit.fmt import fmt_speed
 from okgit.problem import Problem, load_problem
 from okgit.repo import Repo
 from okgit.search.driver import Budget, Search, is_better
@@ -191,7 +192,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
 
     def accept(attempt: Attempt) -> str:
         r = attempt.result
-        speed = f"{r.speedup:.2f}x" if r.speedup is not None else "untimed"
+        speed = fmt_speed(r.speedup, missing="untimed")
         message = f"okgit {attempt.cand}: {attempt.proposal.intent or attempt.proposal.origin}\n\n" \
                   f"origin: {attempt.proposal.origin}\nstatus: {r.status.value}\nspeedup: {speed} on {r.device}\n"
         tag, commit = space.accept(attempt.cand, attempt.proposal.source, message)

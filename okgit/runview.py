@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from okgit.eval.types import Status
+from okgit.fmt import fmt_error, fmt_speed
 
 Event = dict[str, Any]
 
@@ -295,27 +296,3 @@ _HANDLERS = {
     "interrupted": _interrupted,
     "run_finished": _run_finished,
 }
-
-
-def fmt_speed(x: float | None) -> str:
-    return f"{x:.2f}x" if x is not None else "-"
-
-
-def fmt_us(x: float | None) -> str:
-    return f"{x:.1f}" if x is not None else "-"
-
-
-def fmt_error(error: dict[str, Any] | None, width: int = 80) -> str:
-    if not error:
-        return ""
-    text = f"{error.get('gate', '?')}: {error.get('message', '')}".replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def fmt_duration(seconds: float) -> str:
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"

@@ -1,7 +1,7 @@
 """`okgit bench kernelbench`: run okgit on every selected problem and score the sweep.
 
 Each problem runs in its own temporary git repository (the problem file copied in and
-committed) through `okgit optimize --json` as a subprocess, so one problem's crash cannot
+committed) through `okgit optimize` as a subprocess, whose result.json it reads, so one problem's crash cannot
 take the sweep down, and with --parallel N up to N run at once, each pinned to its own GPU
 (CUDA_VISIBLE_DEVICES) when there are GPUs. The eager and torch.compile baselines are
 timed live next to okgit's winner on the same device.
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from okgit.errors import OkgitError, UsageError
+from okgit.fmt import fmt_speed
 from okgit.eval.pool import Pool, Slot
 from okgit.kernelbench import crosscheck
 from okgit.kernelbench.baselines import BaselineTimes
@@ -100,7 +101,7 @@ def run_sweep(
             result = ProblemResult(key=problem.key, level=problem.level, id=problem.id, name=problem.name,
                                    status="error", device=device, error=str(e))
         _save_state(_state_path(out_dir, problem), result)
-        speed = f"{result.speedup_eager:.2f}x vs eager" if result.speedup_eager is not None else "untimed"
+        speed = f"{fmt_speed(result.speedup_eager)} vs eager" if result.speedup_eager is not None else "untimed"
         say(f"{result.key}: {result.status}, {'correct' if result.correct else 'not correct'}, {speed} "
             f"({result.wall_s:.0f} s on {result.device})")
         return result
@@ -224,7 +225,7 @@ def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path,
     (logs / f"{_slug(p)}.log").write_text(proc.stderr)
     if proc.returncode in (130, -2):
         raise _Interrupted()
-    run = _last_json(proc.stdout) if proc.returncode == 0 else None
+    run = _run_result(work) if proc.returncode == 0 else None
     if run is None:
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         reason = lines[-1] if lines else f"exit status {proc.returncode}"
@@ -278,7 +279,7 @@ def _flag_args(flags: dict[str, Any]) -> list[str]:
 
 
 def _last_json(stdout: str) -> dict[str, Any] | None:
-    """The JSON object `okgit optimize --json` printed, even if a library printed lines before it."""
+    """The JSON object a helper printed, even if a library printed lines before it."""
     starts = [i for i in range(len(stdout)) if stdout[i] == "{" and (i == 0 or stdout[i - 1] == "\n")]
     for i in reversed(starts):
         try:
@@ -288,6 +289,18 @@ def _last_json(stdout: str) -> dict[str, Any] | None:
         if isinstance(value, dict):
             return value
     return None
+
+
+def _run_result(work: Path) -> dict[str, Any] | None:
+    """The run's result.json (what `--json` printed); the problem's repository holds this one run."""
+    found = list((work / ".okgit" / "runs").glob("*/result.json"))
+    if len(found) != 1:
+        return None
+    try:
+        value = json.loads(found[0].read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _journal(work: Path, run_id: str) -> list[dict[str, Any]]:

@@ -12,15 +12,8 @@ from textual.widgets import DataTable, Log, Static, Tree
 from okgit.eval.types import Status
 from okgit.history import OFFLINE
 from okgit.status import RunStatus
-from okgit.runview import (
-    RUNNING,
-    Candidate,
-    RunView,
-    fmt_duration,
-    fmt_error,
-    fmt_speed,
-    fmt_us,
-)
+from okgit.fmt import fmt_duration, fmt_error, fmt_speed, fmt_us
+from okgit.runview import RUNNING, Candidate, RunView
 
 STATUS_STYLE = {
     Status.correct: "bold green",

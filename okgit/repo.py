@@ -1,9 +1,11 @@
 """The user's git repository, seen through the git CLI (the stable interface; no gitpython).
 
 Promise kept here: okgit never writes the user's index, refs, working tree or hooks. Every
-git call goes through `Repo.git`, which passes `--no-optional-locks` (so reads such as
-`git status` do not refresh the index's stat data) and disables hooks, so that okgit's own
-branch, tag and worktree operations run none of the user's hooks.
+git call on the user's repository goes through `Repo.git`, which passes
+`--no-optional-locks` (so reads such as `git status` do not refresh the index's stat data)
+and disables hooks, so that okgit's own branch, tag and worktree operations run none of the
+user's hooks. The bare `git` below serves only `Repo.find` (before there is a Repo) and
+repositories okgit creates itself (the KernelBench sweep's, one per problem).
 """
 
 from __future__ import annotations

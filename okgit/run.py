@@ -138,9 +138,7 @@ def _finished_result(repo: Repo, run_id: str) -> RunResult:
 
 
 def _base_source(space) -> str:
-    from okgit.repo import git
-
-    return git("show", f"{space.base_commit}:{space.op}", cwd=space.worktree)
+    return space.repo.git("show", f"{space.base_commit}:{space.op}", cwd=space.worktree)
 
 
 class _Interrupted(KeyboardInterrupt):

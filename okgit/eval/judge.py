@@ -27,7 +27,7 @@ from typing import Any
 from okgit.eval import calls
 from okgit.eval.channel import READY, Channel
 from okgit.eval.tolerance import (LeafTolerance, OutputSummary, check_leaf, degenerate_reason, fingerprint,
-                                magnitude, reference_error, summarize_outputs, tolerance_from)
+                                  magnitude, reference_error, summarize_outputs, tolerance_from)
 from okgit.eval.jobs import Case, Job, flatten, perturb_floats
 
 GiB = 2**30

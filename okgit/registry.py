@@ -24,7 +24,6 @@ class Entry(Generic[F]):
     name: str
     factory: F
     order: int  # where it stands among its kind (proposers run in this order)
-    help: str
 
 
 class Registry(Generic[F]):
@@ -34,9 +33,9 @@ class Registry(Generic[F]):
         self._entries: dict[str, Entry[F]] = {}
         self._plugins_loaded = False
 
-    def register(self, name: str, *, order: int = 0, help: str = "") -> Callable[[F], F]:
+    def register(self, name: str, *, order: int = 0) -> Callable[[F], F]:
         def add(factory: F) -> F:
-            self._entries[name] = Entry(name, factory, order, help)
+            self._entries[name] = Entry(name, factory, order)
             return factory
 
         return add

@@ -18,15 +18,17 @@ EVALUATORS: Registry[Callable[..., "Evaluator"]] = Registry("evaluator", "okgit.
 evaluator = EVALUATORS.register
 
 
-@evaluator("local", order=0, help="worker processes on this machine (default)")
+@evaluator("local", order=0)
 def _local(config: Config, **options: Any) -> Evaluator:
+    """Worker processes on this machine: its GPUs, or its CPU through the Triton interpreter."""
     from okgit.eval.local import LocalEvaluator
 
     return LocalEvaluator(device=config.device, **options)
 
 
-@evaluator("modal", order=1, help="the same workers in a Modal GPU function")
+@evaluator("modal", order=1)
 def _modal(config: Config, **options: Any) -> Evaluator:
+    """The same judge and workers in a Modal GPU function."""
     from okgit.eval.modal import ModalEvaluator
 
     return ModalEvaluator(gpu=config.modal_gpu, **options)

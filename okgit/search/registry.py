@@ -19,15 +19,17 @@ PROPOSERS: Registry[Callable[["Config"], "Proposer | None"]] = Registry("propose
 proposer = PROPOSERS.register
 
 
-@proposer("templates", order=0, help="kernel templates recognised on the reference's graph (offline)")
+@proposer("templates", order=0)
 def _templates(config: Config) -> Proposer:
+    """Kernel templates recognised on the reference's graph (offline)."""
     from okgit.search.proposers.templates import TemplatesProposer
 
     return TemplatesProposer()
 
 
-@proposer("model", order=10, help="--model: a generator and a critic through litellm, or replay:TRACES.jsonl")
+@proposer("model", order=10)
 def _model(config: Config) -> Proposer | None:
+    """--model: a generator and a critic through litellm, or replay:TRACES.jsonl."""
     if not config.model:
         return None
     from okgit.search.proposers.llm import proposer_for_model
@@ -35,8 +37,9 @@ def _model(config: Config) -> Proposer | None:
     return proposer_for_model(config)
 
 
-@proposer("autotune", order=20, help="launch-setting variants of the best file's Triton kernels")
+@proposer("autotune", order=20)
 def _autotune(config: Config) -> Proposer:
+    """Launch-setting variants of the Triton kernels in the best file so far."""
     from okgit.search.proposers.autotune import AutotuneProposer
 
     return AutotuneProposer()

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from okgit.config import BACKENDS, DEVICES, EDIT_MODES, MODES, RUN_FLAGS
 from okgit.errors import OkgitError, UsageError
 
 
@@ -30,39 +31,47 @@ def _default(name: str) -> Any:
     return Config.model_fields[name].default
 
 
+def _evaluators() -> tuple[str, ...]:
+    from okgit.eval.registry import EVALUATORS
+
+    return EVALUATORS.names()
+
+
 def _optimize_flags(p: argparse.ArgumentParser) -> None:
-    """The run settings; each overrides okgit.toml / [tool.okgit] and OKGIT_* variables."""
-    p.add_argument("--backend", choices=["triton", "cuda"], help=f"kernel language (default: {_default('backend')})")
+    """The run settings (config.RUN_FLAGS); each overrides okgit.toml / [tool.okgit] and OKGIT_* variables."""
+    p.add_argument("--backend", choices=BACKENDS, help=f"kernel language (default: {_default('backend')})")
     p.add_argument("--model", help="litellm model string, or replay:TRACES.jsonl "
                                    "(default: none, the offline search: kernel templates, then autotune)")
     p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible endpoint for --model, e.g. a local vLLM (default: the provider's)")
-    p.add_argument("--mode", choices=["fast", "thorough"],
+    p.add_argument("--mode", choices=MODES,
                    help=f"thorough: more interleaved rounds in the final gate (default: {_default('mode')})")
     p.add_argument("--iterations", type=int, metavar="N",
                    help=f"candidates to evaluate, all proposers together (default: {_default('iterations')})")
     p.add_argument("--budget-usd", type=float, metavar="X", help="stop once model calls cost this much (default: no limit)")
-    p.add_argument("--eval", choices=["local", "modal"], help=f"where candidates run (default: {_default('eval')})")
-    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is visible, else cpu (Triton's interpreter, untimed)")
-    p.add_argument("--edit-mode", choices=["whole", "patch"],
+    p.add_argument("--eval", choices=_evaluators(), help=f"where candidates run (default: {_default('eval')})")
+    p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu (Triton's interpreter, untimed)")
+    p.add_argument("--edit-mode", choices=EDIT_MODES,
                    help=f"how a model writes candidates: whole files or patches (default: {_default('edit_mode')})")
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
-    keys = ("backend", "model", "api_base", "mode", "iterations", "budget_usd", "eval", "device", "edit_mode")
-    return {k: getattr(args, k, None) for k in keys}
+    return {k: getattr(args, k, None) for k in RUN_FLAGS}
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from okgit.run import optimize
     from okgit.progress import printer
+    from okgit.run import optimize
 
-    result = optimize(
-        Path(args.path),
-        flags=_flags(args),
-        resume=args.resume,
-        on_event=None if args.json else printer(sys.stdout, args.path),
-        watch=args.watch,
-    )
+    progress = None if args.json else printer(sys.stdout, args.path)
+    watcher = None
+    if args.watch:
+        from okgit.repo import Repo
+        from okgit.tui.launch import WatchProcess
+
+        watcher = WatchProcess(Repo.find(Path.cwd()).root)  # outside a repository: one line, no view
+        if progress:
+            watcher.mute(progress)
+    result = optimize(Path(args.path), flags=_flags(args), resume=args.resume, on_event=progress, watcher=watcher)
     _emit(args, result.model_dump(mode="json"), result.summary())
     return 0
 
@@ -71,7 +80,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from okgit.eval.local import evaluate_file
 
     result = evaluate_file(Path(args.candidate), Path(args.ref), device=args.device, mode=args.mode or "fast", backend=args.backend)
-    from okgit.render import eval_text
+    from okgit.result_text import eval_text
 
     _emit(args, result.model_dump(mode="json"), eval_text(result))
     return 0
@@ -140,7 +149,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from okgit.repo import Repo
     from okgit.tui.app import watch
 
     if args.attach is not None:  # started by optimize --watch, before its run has a directory
@@ -188,6 +196,7 @@ def cmd_bench_kernelbench(args: argparse.Namespace) -> int:
     report = run_sweep(
         Path(args.dir), level=args.level, problems=args.problems, parallel=args.parallel,
         flags=_flags(args), cross_check=args.cross_check, out=args.out,
+        progress=lambda line: print(f"okgit bench: {line}", file=sys.stderr, flush=True),
     )
     _emit(args, report.model_dump(mode="json"), report.markdown())
     return 0
@@ -238,9 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("eval", cmd_eval, "evaluate one candidate file against a reference file (no git)")
     p.add_argument("candidate", help="the candidate op file (defines ModelNew or Model)")
     p.add_argument("--ref", required=True, help="the reference op file")
-    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is visible, else cpu")
-    p.add_argument("--mode", choices=["fast", "thorough"], help="thorough: every gate at more seeds and shapes (default: fast)")
-    p.add_argument("--backend", choices=["triton", "cuda"], default="triton", help="the candidate's kernel language (default: triton)")
+    p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu")
+    p.add_argument("--mode", choices=MODES, help="thorough: every gate at more seeds and shapes (default: fast)")
+    p.add_argument("--backend", choices=BACKENDS, default="triton", help="the candidate's kernel language (default: triton)")
 
     p = command("history", cmd_history, "list runs, or one run's candidates")
     p.add_argument("run", nargs="?", metavar="RUN", help=f"show this run's candidates ({RUN_HELP}; default: list every run)")
@@ -257,9 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("verify", cmd_verify, "re-run every gate on a diff against the current HEAD (for CI)")
     p.add_argument("ref", metavar="PATCH_OR_REF", help="a .diff file, a run or a tag okgit/<run>/<cand>")
-    p.add_argument("--eval", choices=["local", "modal"], help="where the candidate runs (default: local, or okgit.toml's)")
-    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when a GPU is visible, else cpu (correctness only)")
-    p.add_argument("--mode", choices=["fast", "thorough"], help="default: thorough")
+    p.add_argument("--eval", choices=_evaluators(), help=f"where the candidate runs (default: {_default('eval')}, or okgit.toml's)")
+    p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu (correctness only)")
+    p.add_argument("--mode", choices=MODES, help="default: thorough")
     p.add_argument("--require-speedup", type=float, metavar="X", help="also fail unless the diff is X times faster (default: not required)")
 
     p = command("watch", cmd_watch, "live terminal view of a run", json_flag=False)

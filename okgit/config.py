@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from okgit.errors import OkgitError, UsageError
 
@@ -18,6 +19,15 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+
+# The choices of the run settings, read by the CLI's flags too (one list each).
+BACKENDS = ("triton", "cuda")
+MODES = ("fast", "thorough")
+DEVICES = ("cuda", "cpu")
+EDIT_MODES = ("whole", "patch")
+# The settings `okgit optimize` takes as flags; `okgit bench kernelbench` passes them through.
+RUN_FLAGS = ("backend", "model", "api_base", "mode", "iterations", "budget_usd", "eval", "device", "edit_mode")
 
 
 class OpConfig(BaseModel):
@@ -37,24 +47,34 @@ class OpConfig(BaseModel):
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["triton", "cuda"] = "triton"
+    backend: Literal[BACKENDS] = "triton"  # type: ignore[valid-type]
     model: str | None = None  # a litellm model string, or replay:PATH; None = offline templates
     api_base: str | None = None
-    mode: Literal["fast", "thorough"] = "fast"
+    mode: Literal[MODES] = "fast"  # type: ignore[valid-type]
     iterations: int = Field(default=12, ge=1)
     budget_usd: float | None = Field(default=None, ge=0)
     time_budget_s: float | None = Field(default=None, gt=0)
     patience: int = Field(default=6, ge=1)  # iterations without improvement before stopping
     target_speedup: float | None = Field(default=None, gt=0)
-    eval: Literal["local", "modal"] = "local"
-    device: Literal["cuda", "cpu"] | None = None  # None: cuda when a GPU is visible
-    edit_mode: Literal["whole", "patch"] = "whole"
+    eval: str = "local"  # a name in okgit.eval.registry.EVALUATORS
+    device: Literal[DEVICES] | None = None  # type: ignore[valid-type]  # None: cuda when a GPU is visible
+    edit_mode: Literal[EDIT_MODES] = "whole"  # type: ignore[valid-type]
     modal_gpu: str = "H100"
     skills_path: str | None = None
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)  # model -> input/output $ per token
     op: list[OpConfig] = Field(default_factory=list)
 
+    @field_validator("eval")
+    @classmethod
+    def _known_evaluator(cls, value: str) -> str:
+        # Checked against the registry when validated, so an evaluator a plugin registers counts.
+        from okgit.eval.registry import EVALUATORS
 
+        names = EVALUATORS.names()
+        if value not in names:
+            expected = " or ".join(filter(None, (", ".join(map(repr, names[:-1])), repr(names[-1]))))
+            raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+        return value
     def problem_settings(self, rel: str) -> dict[str, Any]:
         """Problem fields (tolerances, extra shapes) that okgit.toml sets for the op at `rel`."""
         for op in self.op:

@@ -13,7 +13,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from okgit.tui.state import RUNNING, Event, RunView
+from okgit.runview import RUNNING, Event, RunView
 
 
 def write_figures(run_dir: Path, events: list[Event], winner: str | None = None) -> list[Path]:

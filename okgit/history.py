@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from okgit.fmt import fmt_speed
 from okgit.journal import read_jsonl
 from okgit.repo import Repo
 from okgit.workspace import is_live, run_id_time, run_ids
@@ -109,7 +110,7 @@ def runs_text(runs: list[RunSummary]) -> str:
     if not runs:
         return "no runs yet (start one with: okgit optimize PATH)"
     rows = [
-        [r.run_id, _when(r.started), r.status, _x(r.speedup), str(r.candidates), r.op or "-",
+        [r.run_id, _when(r.started), r.status, fmt_speed(r.speedup), str(r.candidates), r.op or "-",
          r.backend or "-", r.device or "-", r.model or OFFLINE, r.best_tag or "-"]
         for r in runs
     ]
@@ -118,12 +119,12 @@ def runs_text(runs: list[RunSummary]) -> str:
 
 def detail_text(detail: RunDetail) -> str:
     s = detail.summary
-    head = (f"run {s.run_id}  {s.status}  speedup {_x(s.speedup)}  op {s.op or '-'}  "
+    head = (f"run {s.run_id}  {s.status}  speedup {fmt_speed(s.speedup)}  op {s.op or '-'}  "
             f"{s.backend or '-'}/{s.device or '-'}  model {s.model or OFFLINE}  started {_when(s.started)} UTC")
     if not detail.candidates:
         return head + "\nno candidates yet"
     rows = [
-        [c.cand, c.tag or "-", c.parent or "-", c.status or "pending", _x(c.speedup),
+        [c.cand, c.tag or "-", c.parent or "-", c.status or "pending", fmt_speed(c.speedup),
          "-" if c.runtime_us is None else f"{c.runtime_us:.1f}", c.origin or "-", _clip(c.intent or "", 60)]
         for c in detail.candidates
     ]
@@ -131,13 +132,21 @@ def detail_text(detail: RunDetail) -> str:
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(x) for x in col) for col in zip(headers, *rows, strict=True)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in [headers, *rows]]
-    return "\n".join(lines)
+    """Columns two spaces apart, never wrapped: a pipe (`| grep`) gets whole rows."""
+    import io
 
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
-def _x(speedup: float | None) -> str:
-    return "-" if speedup is None else f"{speedup:.2f}x"
+    t = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False, header_style="")
+    for h in headers:
+        t.add_column(Text(h), no_wrap=True)
+    for row in rows:
+        t.add_row(*(Text(cell) for cell in row))  # Text: an intent's "[...]" is not markup
+    out = io.StringIO()
+    Console(file=out, width=1_000_000, color_system=None, highlight=False).print(t)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
 
 
 def _when(t: datetime | None) -> str:

@@ -6,7 +6,7 @@ nothing it prints corrupts the terminal view. Its retries are off: okgit retries
 failures itself (timeouts, rate limits, 5xx) with backoff, and turns everything else into a
 one-line OkgitError.
 
-Prompts are versioned text files in okgit/prompts; `render` fills one into chat messages.
+Prompts are versioned text files in okgit/prompts; `prompt_messages` fills one into chat messages.
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ def prompt_text(name: str) -> str:
         raise OkgitError(f"no prompt named {name} in okgit/prompts") from None
 
 
-def render(name: str, **fields: Any) -> list[Message]:
+def prompt_messages(name: str, **fields: Any) -> list[Message]:
     """Fill a prompt's $placeholders; the part above the '=== user ===' line is the system message.
 
     An empty field reads "(none)" so that every section of a prompt stays in place.

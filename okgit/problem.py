@@ -1,4 +1,4 @@
-"""The op-file contract (DESIGN.md section 3), checked statically; nothing here runs user code.
+"""The op-file contract (docs/design.md, "The op file"), checked statically; nothing here runs user code.
 
 An op file is a KernelBench-style module: `Model(nn.Module)`, `get_inputs()`,
 `get_init_inputs()`. If it also defines `ModelNew`, that is the implementation under

@@ -13,9 +13,12 @@ from typing import IO, Any
 
 from rich.text import Text
 
-from okgit.tui.state import RunView, fmt_error, fmt_speed, fmt_us, plain
+from okgit.eval.types import Status
+from okgit.fmt import fmt_error, fmt_speed, fmt_us
+from okgit.runview import RunView, plain
 
-STATUS_STYLE = {"correct": "green", "incorrect": "red", "compile_error": "magenta", "rejected": "yellow", "error": "red"}
+STATUS_STYLE = {Status.correct: "green", Status.incorrect: "red", Status.compile_error: "magenta", Status.rejected: "yellow",
+                Status.error: "red"}
 INDENT = "        "  # result lines sit under their "[k/N] cand" line
 
 

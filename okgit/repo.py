@@ -1,14 +1,15 @@
 """The user's git repository, seen through the git CLI (the stable interface; no gitpython).
 
 Promise kept here: okgit never writes the user's index, refs, working tree or hooks. Every
-git call goes through `Repo.git`, which passes `--no-optional-locks` (so reads such as
-`git status` do not refresh the index's stat data) and disables hooks, so that okgit's own
-branch, tag and worktree operations run none of the user's hooks.
+git call on the user's repository goes through `Repo.git`, which passes
+`--no-optional-locks` (so reads such as `git status` do not refresh the index's stat data)
+and disables hooks, so that okgit's own branch, tag and worktree operations run none of the
+user's hooks. The bare `git` below serves only `Repo.find` (before there is a Repo) and
+repositories okgit creates itself (the KernelBench sweep's, one per problem).
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from okgit.errors import OkgitError
+from okgit.locks import exclusive
 
 # Variables that would point git at another repository or index than the one we name.
 _LOCATION_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX")
@@ -119,14 +121,10 @@ class Repo:
     def lock(self) -> Iterator[None]:
         """Serialise okgit's own git operations (worktrees, refs) across processes.
 
-        Not reentrant (an flock per open file): never take it while holding it.
+        Not reentrant: never take it while holding it.
         """
-        with open(self.common_dir / "okgit.lock", "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        with exclusive(self.common_dir / "okgit.lock"):
+            yield
 
     # --- the user's files -----------------------------------------------------------------
 

@@ -5,24 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from okgit.eval.types import Comparison
+from okgit.fmt import fmt_speed, fmt_us
 from okgit.journal import read_jsonl
 from okgit.search.types import Attempt, Context
+from okgit.status import RunStatus
 
 STATUS_MEANING = {
-    "optimized": "beats the baseline past the noise on every round, correct and plausible",
-    "matched": "a correct kernel was found, but it is not faster than the baseline past the noise",
-    "fallback": "no candidate passed every gate; the baseline is kept",
-    "unverified": "a correct kernel was found; this device cannot time it (no speedup is claimed)",
-    "interrupted": "the run was interrupted; what it had found so far is below",
+    RunStatus.optimized: "beats the baseline past the noise on every round, correct and plausible",
+    RunStatus.matched: "a correct kernel was found, but it is not faster than the baseline past the noise",
+    RunStatus.fallback: "no candidate passed every gate; the baseline is kept",
+    RunStatus.unverified: "a correct kernel was found; this device cannot time it (no speedup is claimed)",
+    RunStatus.interrupted: "the run was interrupted; what it had found so far is below",
 }
-
-
-def _us(x: float | None) -> str:
-    return f"{x:.1f}" if x is not None else "-"
-
-
-def _speed(x: float | None) -> str:
-    return f"{x:.2f}x" if x is not None else "-"
 
 
 def _figures(run_dir: Path, winner: str | None) -> list[str]:
@@ -53,7 +47,7 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
         f"| shape knobs | {knobs} |",
         f"| device | {ctx.device} |",
         f"| backend | {ctx.backend} |",
-        f"| reference | {_us(ref.runtime_us)} us{' (not timed on this device)' if not ref.timed else ''} |",
+        f"| reference | {fmt_us(ref.runtime_us)} us{' (not timed on this device)' if not ref.timed else ''} |",
         f"| candidates evaluated | {result.candidates} |",
         f"| search ended | {result.stop_reason} |",
         f"| LLM cost | ${result.cost_usd:.4f} |",
@@ -69,9 +63,9 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
             lines += [
                 "| final gate | value |",
                 "|---|---|",
-                f"| baseline, median of rounds | {_us(result.baseline_us)} us |",
-                f"| candidate, median of rounds | {_us(result.best_us)} us |",
-                f"| speedup | {_speed(comparison.speedup)} |",
+                f"| baseline, median of rounds | {fmt_us(result.baseline_us)} us |",
+                f"| candidate, median of rounds | {fmt_us(result.best_us)} us |",
+                f"| speedup | {fmt_speed(comparison.speedup)} |",
                 f"| rounds won | {comparison.wins} of {comparison.rounds} |",
                 f"| A/A noise | {comparison.noise * 100:.2f}% |",
                 f"| sign test p | {comparison.sign_test_p:.4f} |",
@@ -92,7 +86,7 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
     for a in ctx.attempts:
         note = f"{a.result.error.gate}: {a.result.error.message}" if a.result.error else (a.tag or "")
         note = note.replace("|", "\\|").replace("\n", " ")[:160]
-        lines.append(f"| {a.cand} | {a.proposal.origin} | {a.result.status.value} | {_speed(a.result.speedup)} | {_us(a.result.runtime_us)} | {note} |")
+        lines.append(f"| {a.cand} | {a.proposal.origin} | {a.result.status.value} | {fmt_speed(a.result.speedup)} | {fmt_us(a.result.runtime_us)} | {note} |")
     lines += _figures(space.run_dir, winner.cand if winner else None)
     if diff:
         lines += [

@@ -12,25 +12,29 @@ import statistics
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from pydantic import BaseModel, PrivateAttr
 
 from okgit.config import Config, load_config
 from okgit.errors import OkgitError
 from okgit.eval.base import Evaluator
+from okgit.eval.registry import make_evaluator
 from okgit.eval.types import Comparison, EvalResult, Reference
+from okgit.fmt import fmt_speed
 from okgit.problem import Problem, load_problem
 from okgit.repo import Repo
 from okgit.search.driver import Budget, Search, is_better
+from okgit.search.registry import make_proposers
 from okgit.search.types import Attempt, Context, Proposal, Proposer
+from okgit.status import RunStatus
 
 
 class RunResult(BaseModel):
     """What `okgit optimize --json` prints (a stable contract: see docs/json.md)."""
 
     run_id: str
-    status: str  # optimized | matched | fallback | unverified | interrupted
+    status: RunStatus
     speedup: float | None = None
     baseline_us: float | None = None
     best_us: float | None = None
@@ -48,7 +52,7 @@ class RunResult(BaseModel):
         lines = [f"run {self.run_id}: {self.status}" + (" (already finished; nothing to resume)" if self._finished_before else "")]
         if self.speedup is not None:
             lines.append(f"  speedup {self.speedup:.2f}x ({self.baseline_us:.1f} us -> {self.best_us:.1f} us on {self.device})")
-        elif self.status == "unverified":
+        elif self.status == RunStatus.unverified:
             lines.append(f"  a correct kernel was found on {self.device}; no timing is claimed there")
         if self.best_tag:
             lines.append(f"  best: {self.best_tag}")
@@ -57,52 +61,38 @@ class RunResult(BaseModel):
         return "\n".join(lines)
 
 
-def make_evaluator(config: Config) -> Evaluator:
-    if config.eval == "modal":
-        from okgit.eval.modal import ModalEvaluator
-
-        return ModalEvaluator(gpu=config.modal_gpu)
-    from okgit.eval.device_pool import local_evaluator
-
-    return local_evaluator(config.device)  # every visible GPU when there are several
-
-
-def make_proposers(config: Config) -> list[Proposer]:
-    """Templates seed the search; a model, when given, continues from their best; autotune
-    then tunes the launch settings of whatever is best by then."""
-    from okgit.search.proposers.autotune import AutotuneProposer
-    from okgit.search.proposers.templates import TemplatesProposer
-
-    proposers: list[Proposer] = [TemplatesProposer()]
-    if config.model:
-        from okgit.search.proposers.llm import proposer_for_model
-
-        proposers.append(proposer_for_model(config))
-    return [*proposers, AutotuneProposer()]
-
-
 def optimize(
     path: Path,
     *,
     flags: dict[str, Any] | None = None,
     resume: str | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
-    watch: bool = False,
+    watcher: Watcher | None = None,
     cwd: Path | None = None,
     evaluator: Evaluator | None = None,
     proposers: list[Proposer] | None = None,
 ) -> RunResult:
+    """`watcher`: a live view already started (`optimize --watch`), told the run's directory."""
     repo = Repo.find(cwd or Path.cwd())
-    watcher = _Watcher(repo) if watch else None
     try:
         return _optimize(repo, path, flags, resume, on_event, watcher, cwd, evaluator, proposers)
     except BaseException:
-        if watcher and watcher.open():
+        if watcher:
             watcher.abort()  # refused or interrupted before the run began: give the terminal back
         raise
 
 
-def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watcher: _Watcher | None, cwd: Path | None,
+class Watcher(Protocol):
+    """A live view of the run in another process (okgit.tui.launch.WatchProcess)."""
+
+    def attach(self, run_dir: Path) -> None: ...  # the run exists: show it
+
+    def abort(self) -> None: ...  # the run was refused: close the view, if it is still open
+
+    def wait(self) -> None: ...  # the run is over: hand the terminal back when the view closes
+
+
+def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watcher: Watcher | None, cwd: Path | None,
               evaluator: Evaluator | None, proposers: list[Proposer] | None) -> RunResult:
     from okgit import workspace
 
@@ -151,9 +141,7 @@ def _finished_result(repo: Repo, run_id: str) -> RunResult:
 
 
 def _base_source(space) -> str:
-    from okgit.repo import git
-
-    return git("show", f"{space.base_commit}:{space.op}", cwd=space.worktree)
+    return space.repo.git("show", f"{space.base_commit}:{space.op}", cwd=space.worktree)
 
 
 class _Interrupted(KeyboardInterrupt):
@@ -161,7 +149,7 @@ class _Interrupted(KeyboardInterrupt):
 
 
 def _run(space, config: Config, problem: Problem, reference: Reference, evaluator: Evaluator,
-         proposers: list[Proposer], on_event, resumed: bool, watcher: _Watcher | None) -> RunResult:
+         proposers: list[Proposer], on_event, resumed: bool, watcher: Watcher | None) -> RunResult:
     signals: list[str] = []  # received and not yet acted on
 
     def on_signal(signum, frame):
@@ -181,9 +169,6 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
 
     if watcher:
         watcher.attach(space.run_dir)
-        if hasattr(on_event, "muted"):
-            on_event.muted = watcher.open  # plain progress once the view is closed
-            threading.Thread(target=lambda: (watcher.proc.wait(), on_event.view_closed()), daemon=True).start()
     if resumed:
         preload = getattr(on_event, "preload", None)
         if preload:  # progress counts on from where the run stopped
@@ -208,7 +193,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
 
     def accept(attempt: Attempt) -> str:
         r = attempt.result
-        speed = f"{r.speedup:.2f}x" if r.speedup is not None else "untimed"
+        speed = fmt_speed(r.speedup, missing="untimed")
         message = f"okgit {attempt.cand}: {attempt.proposal.intent or attempt.proposal.origin}\n\n" \
                   f"origin: {attempt.proposal.origin}\nstatus: {r.status.value}\nspeedup: {speed} on {r.device}\n"
         tag, commit = space.accept(attempt.cand, attempt.proposal.source, message)
@@ -230,74 +215,19 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
         reason = signals[0] if signals else "Ctrl-C"
         signals.clear()
         log("interrupted", reason=reason)
-        _finish(space, ctx, "interrupted", ctx.best, None, "interrupted", search.spent_usd, log)
+        _finish(space, ctx, RunStatus.interrupted, ctx.best, None, "interrupted", search.spent_usd, log)
         raise KeyboardInterrupt from None
     except Exception as e:
         # Still write what the run has and leave the repository consistent, then report.
         signals.clear()
         log("interrupted", reason=f"error: {type(e).__name__}: {e}")
-        _finish(space, ctx, "interrupted", ctx.best, None, f"error: {e}", search.spent_usd, log)
+        _finish(space, ctx, RunStatus.interrupted, ctx.best, None, f"error: {e}", search.spent_usd, log)
         raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if watcher:
             watcher.wait()
-
-
-class _Watcher:
-    """The live view of `optimize --watch`: `okgit watch` in its own process on the terminal,
-    started before the run has a directory (it shows a starting state) and told it through
-    a pipe. Ctrl-C in the view signals this process, so the run stops as in plain mode."""
-
-    def __init__(self, repo: Repo) -> None:
-        import os
-        import subprocess
-        import sys
-
-        read_fd, self._fd = os.pipe()
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "okgit", "watch", "--attach", str(read_fd), "--run-pid", str(os.getpid())],
-                cwd=repo.root, pass_fds=(read_fd,))
-        finally:
-            os.close(read_fd)
-
-    def attach(self, run_dir: Path) -> None:
-        self._say(f"run {run_dir}")
-
-    def open(self, event: dict[str, Any] | None = None) -> bool:
-        """Whether the view still holds the terminal (plain progress waits until it does not)."""
-        import subprocess
-
-        if event and event.get("type") == "interrupted" and self.proc.poll() is None:
-            try:  # Ctrl-C in the view: it signals us as it exits; let it give the terminal back
-                self.proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                pass
-        return self.proc.poll() is None
-
-    def abort(self) -> None:
-        """The run was refused before it began: close the view at once."""
-        self._say("quit")
-        self.proc.wait()
-
-    def wait(self) -> None:
-        self._say(None)
-        self.proc.wait()
-
-    def _say(self, line: str | None) -> None:
-        import os
-
-        if self._fd is None:
-            return
-        try:
-            if line is not None:
-                os.write(self._fd, f"{line}\n".encode())
-        except OSError:  # the view is gone already
-            pass
-        os.close(self._fd)
-        self._fd = None  # one message, then end of file: the view reads no more
 
 
 def _restore(space, ctx: Context) -> None:
@@ -318,13 +248,13 @@ def _restore(space, ctx: Context) -> None:
             ctx.best = attempt
 
 
-def _final_gate(ctx: Context, evaluator: Evaluator, config: Config, log) -> tuple[str, Attempt | None, Comparison | None]:
+def _final_gate(ctx: Context, evaluator: Evaluator, config: Config, log) -> tuple[RunStatus, Attempt | None, Comparison | None]:
     """Decide the run's status. A timed winner must hold a thorough re-check and win every round."""
     correct = [a for a in ctx.attempts if a.result.correct and a.tag]
     if not correct:
-        return "fallback", None, None
+        return RunStatus.fallback, None, None
     if not ctx.reference.timed or not any(a.result.timed for a in correct):
-        return "unverified", ctx.best or correct[0], None
+        return RunStatus.unverified, ctx.best or correct[0], None
     ranked = sorted((a for a in correct if a.result.timed), key=lambda a: -(a.result.speedup or 0.0))
     for attempt in ranked[:3]:
         check = evaluator.evaluate(ctx.problem, attempt.proposal.source, mode="thorough", backend=attempt.proposal.backend)
@@ -337,12 +267,12 @@ def _final_gate(ctx: Context, evaluator: Evaluator, config: Config, log) -> tupl
         log("gate", name="interleaved", cand=attempt.cand, passed=comparison.optimized, detail=comparison.detail,
             **comparison.model_dump(exclude={"detail"}))
         if comparison.optimized:
-            return "optimized", attempt, comparison
-        return "matched", attempt, comparison
-    return "fallback", None, None
+            return RunStatus.optimized, attempt, comparison
+        return RunStatus.matched, attempt, comparison
+    return RunStatus.fallback, None, None
 
 
-def _finish(space, ctx: Context, status: str, winner: Attempt | None, comparison: Comparison | None,
+def _finish(space, ctx: Context, status: RunStatus, winner: Attempt | None, comparison: Comparison | None,
             stop_reason: str, cost_usd: float, log) -> RunResult:
     from okgit import patch
     from okgit.report import write_report
@@ -368,5 +298,5 @@ def _finish(space, ctx: Context, status: str, winner: Attempt | None, comparison
         iterations=len(ctx.attempts), cost_usd=result.cost_usd)
     # An interrupted run keeps its branch whatever it has, so --resume can rebuild the worktree.
     space.close(winner_commit=winner.tag if winner and winner.tag else None,
-                accepted=status == "interrupted" or any(a.tag for a in ctx.attempts))
+                accepted=status == RunStatus.interrupted or any(a.tag for a in ctx.attempts))
     return result

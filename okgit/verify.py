@@ -74,7 +74,7 @@ def verify(repo: Repo, ref: str, *, eval: str | None = None, device: str | None 
     then the arguments given here (None: not given)."""
     from okgit import patch
     from okgit.config import load_config
-    from okgit.run import make_evaluator
+    from okgit.eval.registry import make_evaluator
 
     diff = patch.resolve_diff(repo, ref)
     try:

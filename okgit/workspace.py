@@ -7,28 +7,29 @@ after the worktree is removed. Nothing of the user's (HEAD, branch, index, worki
 stash, hooks) is touched: the worktree has its own index and HEAD, and every commit is made
 with okgit's identity and no hooks.
 
-A live run holds an flock on `<run dir>/.lock` for the life of its process, so `gc` and
+A live run holds the lock `<run dir>/.lock` (okgit.locks) for the life of its process, so `gc` and
 `history` can tell a live run from one that died.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import re
 import secrets
 import shutil
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from filelock import FileLock
 from pydantic import BaseModel
 
 from okgit.errors import OkgitError
 from okgit.journal import JsonlWriter, read_jsonl
+from okgit.locks import is_held, try_hold
 from okgit.repo import Repo
+from okgit.status import RunStatus
 
 # Environment for okgit's own commits: the identity variables win over any user config or
 # GIT_AUTHOR_* of the caller; automatic gc stays off so a commit never repacks the user's repo.
@@ -63,7 +64,7 @@ class RunSpace:
     base_dirty: bool  # the base is the user's uncommitted working-tree version of the op
     journal: JsonlWriter
     traces: JsonlWriter
-    _holder: IO[str] | None = field(default=None, repr=False, compare=False)
+    _holder: FileLock | None = field(default=None, repr=False, compare=False)
 
     def started_fields(self) -> dict[str, Any]:
         """The workspace's part of the `run_started` event; `resume` reads it back."""
@@ -79,18 +80,9 @@ class RunSpace:
         """Mark this run live for as long as this process lives (or until `close`)."""
         if self._holder is not None:
             return
-        f = open(self.run_dir / ".lock", "a")
-        # A gc or history probe holds the lock for an instant; only a lasting holder is a
-        # second process working on this run.
-        for _ in range(10):
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._holder = f
-                return
-            except BlockingIOError:
-                time.sleep(0.05)
-        f.close()
-        raise OkgitError(f"run {self.run_id} is in use by another okgit process")
+        self._holder = try_hold(self.run_dir / ".lock")
+        if self._holder is None:
+            raise OkgitError(f"run {self.run_id} is in use by another okgit process")
 
     def accept(self, cand: str, source: str, message: str) -> tuple[str, str]:
         """Commit `source` as the op file on the run's branch and tag it; (tag, commit)."""
@@ -121,7 +113,7 @@ class RunSpace:
 
     def _release(self) -> None:
         if self._holder is not None:
-            self._holder.close()  # closing the file releases the flock
+            self._holder.release()
             self._holder = None
 
     def _commit(self, message: str) -> str:
@@ -266,16 +258,7 @@ def resolve_run(repo: Repo, ref: str) -> str:
 
 def is_live(run_dir: Path) -> bool:
     """Whether a process holds the run (see RunSpace.hold)."""
-    lock = run_dir / ".lock"
-    if not lock.exists():
-        return False
-    with open(lock, "a") as f:
-        try:  # shared: two probes (gc, history) never mistake each other for a holder
-            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return False
+    return is_held(run_dir / ".lock")
 
 
 class GcReport(BaseModel):
@@ -340,7 +323,7 @@ def resumable(repo: Repo, run_id: str) -> bool:
             status = e.get("status")
         elif e.get("type") == "resumed":
             status = None
-    return status in (None, "interrupted")
+    return status in (None, RunStatus.interrupted)
 
 
 def _op(repo: Repo, run_id: str) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 SCRIPT = r'''
 import json, sys, types, torch
+from okgit.eval.jobs import INIT_FLOAT_FACTOR  # the evaluator's own init_inputs case
 
 def load(path, knobs):
     mod = types.ModuleType("op")
@@ -38,7 +39,7 @@ def scale_floats(v, factor):
 
 def check(ref_path, cand_path, knobs):
     maxes = []
-    for scale in (None, 1.5):
+    for scale in (None, INIT_FLOAT_FACTOR):
         try:
             r = compare(ref_path, cand_path, knobs, scale)
         except Exception as e:
@@ -48,7 +49,7 @@ def check(ref_path, cand_path, knobs):
             break  # no float constructor argument to scale
         if not r["ok"]:
             if scale is not None:
-                r["why"] = "with the constructor's floats x1.5: " + r["why"]
+                r["why"] = f"with the constructor's floats x{scale}: " + r["why"]
             return r
         maxes.append(r["max_abs"])
     return {"ok": True, "max_abs": max(maxes), "why": ""}

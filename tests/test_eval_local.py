@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from okgit.errors import OkgitError
-from okgit.eval.compare import check_leaf, degenerate_reason, leaf_tolerance, summarize_outputs
-from okgit.eval.final_gate import sign_test_p, summarize
+from okgit.eval.tolerance import check_leaf, degenerate_reason, leaf_tolerance, summarize_outputs
+from okgit.eval.rounds import sign_test_p, summarize
 from okgit.eval.gates import static_findings
 from okgit.eval.local import LocalEvaluator
 from okgit.eval.sandbox import worker_env
 from okgit.eval.types import Status
 from okgit.problem import load_problem
-from okgit.render import eval_text
+from okgit.result_text import eval_text
 
 OPS = Path(__file__).parent / "ops"
 

@@ -89,17 +89,17 @@ def test_bad_request_is_one_line_error():
 @pytest.mark.parametrize("name", ["generator_triton.v1", "generator_cuda.v1", "critic.v1", "intents.v1", "reflection.v1"])
 def test_every_prompt_renders_with_its_fields(name):
     fields = set(re.findall(r"\$(\w+)", llm.prompt_text(name)))
-    messages = llm.render(name, **{f: f"<{f}>" for f in fields})
+    messages = llm.prompt_messages(name, **{f: f"<{f}>" for f in fields})
     assert [m["role"] for m in messages] == ["system", "user"]
     text = "".join(m["content"] for m in messages)
     assert all(f"<{f}>" in text for f in fields) and "$" not in text
 
 
 def test_render_marks_empty_sections_and_names_missing_fields():
-    messages = llm.render("reflection.v1", problem_summary="", outcomes=None)
+    messages = llm.prompt_messages("reflection.v1", problem_summary="", outcomes=None)
     assert "(none)" in messages[1]["content"]
     with pytest.raises(OkgitError, match="no value for \\$outcomes"):
-        llm.render("reflection.v1", problem_summary="x")
+        llm.prompt_messages("reflection.v1", problem_summary="x")
 
 
 def test_recommended_models_are_well_formed():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from okgit.eval.types import EvalResult, ProfileData, Reference, Status
 from okgit.problem import load_problem
+from okgit.paths import skills_path
 from okgit.search import memory
 from okgit.search.intents import IntentTree
 from okgit.search.memory import Outcome, Signature, SkillLibrary, signature, similarity
@@ -86,11 +87,11 @@ def test_save_load_and_damaged_file(tmp_path):
 
 def test_default_path_order(monkeypatch, tmp_path):
     monkeypatch.setenv("OKGIT_DATA_DIR", str(tmp_path / "d"))
-    assert memory.default_path() == tmp_path / "d" / "skills.json"
-    assert memory.default_path(str(tmp_path / "x.json")) == tmp_path / "x.json"
+    assert skills_path() == tmp_path / "d" / "skills.json"
+    assert skills_path(str(tmp_path / "x.json")) == tmp_path / "x.json"
     monkeypatch.delenv("OKGIT_DATA_DIR")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    assert memory.default_path() == tmp_path / "xdg" / "okgit" / "skills.json"
+    assert skills_path() == tmp_path / "xdg" / "okgit" / "skills.json"
 
 
 def test_reflection_without_a_model_is_a_deterministic_summary():

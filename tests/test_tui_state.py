@@ -7,7 +7,7 @@ from pathlib import Path
 
 from okgit.journal import iter_events
 from okgit.tui.sources import Sources, Tail
-from okgit.tui.state import RUNNING, RunView
+from okgit.runview import RUNNING, RunView
 
 JOURNALS = Path(__file__).parent / "journals"
 

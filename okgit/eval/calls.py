@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from okgit.eval.compare import bitwise_equal
+from okgit.eval.tolerance import bitwise_equal
 from okgit.eval.jobs import MODEL_SEED, PINNED_FLAGS, Case, flatten, tree_spec
 from okgit.problem import with_knobs
 

@@ -7,15 +7,14 @@ timings never share a GPU across every okgit process of the user; a process pinn
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from okgit.eval.roofline import data_dir  # okgit's per-user cache (OKGIT_DATA_DIR or ~/.cache/okgit)
+from okgit.locks import exclusive
+from okgit.paths import data_dir
 
 
 def visible_gpus() -> list[str]:
@@ -58,15 +57,8 @@ def lock_path(device: str) -> Path:
 def device_lock(device: str) -> Iterator[float]:
     """Hold `device` exclusively across processes; yields the seconds spent waiting for it.
 
-    Not reentrant within one process (an flock per open file): a job takes it once, around
-    its work on the GPU. The lock dies with its holder, so a killed worker never leaves it held.
+    Not reentrant within one process: a job takes it once, around its work on the GPU. The
+    lock dies with its holder, so a killed worker never leaves it held.
     """
-    path = lock_path(device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        start = time.monotonic()
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield time.monotonic() - start
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with exclusive(lock_path(device)) as waited:
+        yield waited

@@ -24,7 +24,7 @@ INIT_FLOAT_FACTOR = 1.5  # the init_inputs case: every float constructor argumen
 
 MODEL_SEED = 12345  # set before every model construction, in both arms
 PINNED_FLAGS: dict[str, Any] = {
-    # PyTorch's defaults, pinned so that both arms run the library exactly alike (DESIGN.md 4).
+    # PyTorch's defaults, pinned so that both arms run the library exactly alike (docs/design.md, "Evaluation").
     "torch.backends.cuda.matmul.allow_tf32": False,
     "torch.backends.cudnn.allow_tf32": True,
     "torch.backends.cudnn.benchmark": False,

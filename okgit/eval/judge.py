@@ -26,7 +26,7 @@ from typing import Any
 
 from okgit.eval import calls
 from okgit.eval.channel import READY, Channel
-from okgit.eval.compare import (
+from okgit.eval.tolerance import (
     LeafTolerance,
     OutputSummary,
     bitwise_equal,

@@ -28,7 +28,7 @@ from okgit.errors import OkgitError
 from okgit.eval import budget, roofline
 from okgit.eval.base import EvaluatorBase
 from okgit.eval.devices import device_lock, physical_name
-from okgit.eval.final_gate import summarize
+from okgit.eval.rounds import summarize
 from okgit.eval.gates import static_findings
 from okgit.eval.jobs import PINNED_FLAGS, Job, Timing
 from okgit.eval.profile import profile_data

@@ -671,7 +671,7 @@ class ModalEvaluator(EvaluatorBase):
 
 def _build_stamp(name: str) -> Path:
     """Marks an image this machine has seen built (its first build is shown in full)."""
-    from okgit.eval.roofline import data_dir
+    from okgit.paths import data_dir
 
     return data_dir() / "modal" / f"{name}.built"
 
@@ -681,7 +681,7 @@ def _start_error(e: BaseException) -> str:
     text = str(e).strip() or type(e).__name__
     if type(e).__name__ != "ImageBuildError":
         return f"Modal: could not start the app: {type(e).__name__}: {_first_line(e)}"
-    from okgit.eval.roofline import data_dir
+    from okgit.paths import data_dir
 
     log = data_dir() / "modal" / "image-build-error.log"
     log.parent.mkdir(parents=True, exist_ok=True)

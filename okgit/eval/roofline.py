@@ -10,18 +10,14 @@ time well below it means the candidate did less work than the problem needs.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from okgit.paths import data_dir
 
 # Unit roundoff of each matmul precision, to decide which rates a tolerance allows.
 UNIT_ROUNDOFF = {"fp32": 2.0**-24, "tf32": 2.0**-11, "fp16": 2.0**-11, "bf16": 2.0**-8}
 PLAUSIBLE_FRACTION = 0.9  # a time below 0.9x the floor is rejected
-
-
-def data_dir() -> Path:
-    root = os.environ.get("OKGIT_DATA_DIR")
-    return Path(root) if root else Path.home() / ".cache" / "okgit"
 
 
 def peaks_path(device_name: str) -> Path:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from okgit.eval import roofline
-from okgit.eval.compare import LeafCheck
+from okgit.eval.tolerance import LeafCheck
 from okgit.eval.jobs import CASE_GATES, PINNED_FLAGS, Case
 from okgit.eval.profile import profile_data
 from okgit.eval.reference import PreparedReference

@@ -141,7 +141,7 @@ def _disagreement(eager: Any, fast: Any, inputs: list) -> str | None:
 
     import torch
 
-    from okgit.eval.compare import check_leaf, leaf_tolerance, reference_error
+    from okgit.eval.tolerance import check_leaf, leaf_tolerance, reference_error
     from okgit.eval.jobs import flatten
 
     native = flatten(eager(*inputs))

@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from okgit.fmt import fmt_speed, fmt_us
+
 THRESHOLDS = (0.0, 1.0, 1.5, 2.0)
 BASELINES = ("eager", "torch.compile")
 
@@ -146,8 +148,8 @@ class SweepReport(BaseModel):
         ]
         for r in self.problems:
             lines.append(
-                f"| {r.key} | {r.status} | {'yes' if r.correct else 'no'} | {_num(r.eager_us)} | {_num(r.compile_us)} "
-                f"| {_num(r.okgit_us)} | {_x(r.speedup_eager, r)} | {_x(r.speedup_compile, r)} | {r.gpu_s:.1f} "
+                f"| {r.key} | {r.status} | {'yes' if r.correct else 'no'} | {fmt_us(r.eager_us)} | {fmt_us(r.compile_us)} "
+                f"| {fmt_us(r.okgit_us)} | {_x(r.speedup_eager, r)} | {_x(r.speedup_compile, r)} | {r.gpu_s:.1f} "
                 f"| {r.llm_usd:.4f} | {r.best_iteration if r.best_iteration is not None else '-'}/{r.iterations} |"
             )
         s = self.summary
@@ -185,14 +187,8 @@ class SweepReport(BaseModel):
         return "\n".join(lines) + "\n"
 
 
-def _num(v: float | None) -> str:
-    return f"{v:.1f}" if v is not None else "-"
-
-
 def _x(v: float | None, r: ProblemResult) -> str:
-    if v is not None:
-        return f"{v:.2f}x"
-    return "untimed" if r.correct else "-"
+    return fmt_speed(v, missing="untimed" if r.correct else "-")
 
 
 def _share(v: float | None) -> str:

@@ -1,7 +1,7 @@
 """`okgit bench kernelbench`: run okgit on every selected problem and score the sweep.
 
 Each problem runs in its own temporary git repository (the problem file copied in and
-committed) through `okgit optimize --json` as a subprocess, so one problem's crash cannot
+committed) through `okgit optimize` as a subprocess, whose result.json it reads, so one problem's crash cannot
 take the sweep down, and with --parallel N up to N run at once, each pinned to its own GPU
 (CUDA_VISIBLE_DEVICES) when there are GPUs. The eager and torch.compile baselines are
 timed live next to okgit's winner on the same device.
@@ -24,24 +24,21 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from okgit.errors import OkgitError, UsageError
 from okgit.eval.device_pool import DevicePool, Slot
+from okgit.fmt import fmt_speed
 from okgit.kernelbench import crosscheck
 from okgit.kernelbench.baselines import BaselineTimes
 from okgit.kernelbench.reader import KBProblem, find_problems
 from okgit.kernelbench.scoring import CrossCheck, ProblemResult, SweepReport, summarize
 from okgit.repo import Repo, git
+from okgit.status import CORRECT, RunStatus
 
 DEFAULT_TIMEOUT_S = 3600.0  # one problem's whole okgit run; a hang past it is recorded as `timeout`
 HELPER_TIMEOUT_S = 1200.0  # baseline timing or cross-check of one winner
-CORRECT_STATUSES = ("optimized", "matched", "unverified")
 SETTINGS_FILE = "sweep.json"
-
-# Flags of `okgit optimize` as the CLI collects them (cli._flags), and how to pass them on.
-_FLAG_NAMES = ("backend", "model", "api_base", "mode", "iterations", "budget_usd", "eval", "device", "edit_mode")
-
 
 class _Interrupted(Exception):
     """A problem's okgit run was interrupted: it is not finished, so no state is written."""
@@ -57,18 +54,20 @@ def run_sweep(
     cross_check: bool = False,
     out: Path | str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    progress: TextIO | None = sys.stderr,
+    progress: Callable[[str], None] | None = None,
 ) -> SweepReport:
+    """`progress` is told one line per stage (the CLI prints them to stderr); None: silent."""
     if parallel < 1:
         raise UsageError("--parallel must be at least 1")
     selected = find_problems(Path(dir), level, problems)
-    flags = {k: v for k, v in (flags or {}).items() if k in _FLAG_NAMES and v is not None}
-    from okgit.config import load_config
+    from okgit.config import RUN_FLAGS, load_config
+
+    flags = {k: v for k, v in (flags or {}).items() if k in RUN_FLAGS and v is not None}
 
     config = load_config(None, flags)  # bad flags fail here, before any problem starts
     out_dir = _out_dir(out)
     _check_settings(out_dir, flags)
-    say = _printer(progress)
+    say = progress or (lambda line: None)
     say(f"sweep state in {out_dir} (rerun with --out {out_dir} to resume)")
 
     modal = config.eval == "modal"
@@ -78,13 +77,14 @@ def run_sweep(
     extra_env: dict[str, str] = {}
     owned = contextlib.ExitStack()  # the evaluator made here, closed when the sweep ends
     if modal:
-        from okgit.eval.modal import MAX_CONTAINERS_ENV, ModalEvaluator, max_containers_setting
+        from okgit.eval.modal import MAX_CONTAINERS_ENV, max_containers_setting
+        from okgit.eval.registry import make_evaluator
 
         # One container limit for the whole sweep: each problem's process, and the baselines
         # timed after it in the same slot, get an equal share of it (at least one each).
         share = max(1, max_containers_setting() // parallel)
         extra_env[MAX_CONTAINERS_ENV] = str(share)
-        baselines = owned.enter_context(ModalEvaluator(gpu=config.modal_gpu, max_containers=share))
+        baselines = owned.enter_context(make_evaluator(config, max_containers=share))
         timer = functools.partial(baselines.time_baselines, backend=flags.get("backend") or "triton")
     check_note, checking = _cross_check_plan(cross_check, gpu=gpu, modal=modal)
 
@@ -103,7 +103,7 @@ def run_sweep(
             result = ProblemResult(key=problem.key, level=problem.level, id=problem.id, name=problem.name,
                                    status="error", device=device, error=str(e))
         _save_state(_state_path(out_dir, problem), result)
-        speed = f"{result.speedup_eager:.2f}x vs eager" if result.speedup_eager is not None else "untimed"
+        speed = f"{fmt_speed(result.speedup_eager)} vs eager" if result.speedup_eager is not None else "untimed"
         say(f"{result.key}: {result.status}, {'correct' if result.correct else 'not correct'}, {speed} "
             f"({result.wall_s:.0f} s on {result.device})")
         return result
@@ -202,14 +202,6 @@ def _cross_check_plan(wanted: bool, *, gpu: bool, modal: bool) -> tuple[str | No
     return "KernelBench's eval_kernel_against_ref on each correct winner, same device", True
 
 
-def _printer(stream: TextIO | None) -> Callable[[str], None]:
-    def say(line: str) -> None:
-        if stream is not None:
-            print(f"okgit bench: {line}", file=stream, flush=True)
-
-    return say
-
-
 # --- one problem -------------------------------------------------------------------------------
 
 
@@ -236,12 +228,12 @@ def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path,
     (logs / f"{_slug(p)}.log").write_text(proc.stderr)
     if proc.returncode in (130, -2):
         raise _Interrupted()
-    run = _last_json(proc.stdout) if proc.returncode == 0 else None
+    run = _run_result(work) if proc.returncode == 0 else None
     if run is None:
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         reason = lines[-1] if lines else f"exit status {proc.returncode}"
         return result.model_copy(update={"wall_s": round(time.monotonic() - started, 1), "error": reason[:500]})
-    if run.get("status") == "interrupted":
+    if run.get("status") == RunStatus.interrupted:
         raise _Interrupted()
 
     events = _journal(work, run.get("run_id", ""))
@@ -249,7 +241,7 @@ def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path,
     finished = next((e for e in reversed(events) if e.get("type") == "run_finished"), {})
     best_cand = finished.get("best_cand")
     best_tag = run.get("best_tag")
-    correct = run.get("status") in CORRECT_STATUSES and bool(best_tag)
+    correct = run.get("status") in CORRECT and bool(best_tag)
     update: dict[str, Any] = {
         "status": run.get("status", "error"), "correct": correct, "run_id": run.get("run_id"), "best_tag": best_tag,
         "gpu_s": round(sum(float(e.get("wall_s") or 0.0) for e in evaluated), 3),
@@ -290,7 +282,7 @@ def _flag_args(flags: dict[str, Any]) -> list[str]:
 
 
 def _last_json(stdout: str) -> dict[str, Any] | None:
-    """The JSON object `okgit optimize --json` printed, even if a library printed lines before it."""
+    """The JSON object a helper printed, even if a library printed lines before it."""
     starts = [i for i in range(len(stdout)) if stdout[i] == "{" and (i == 0 or stdout[i - 1] == "\n")]
     for i in reversed(starts):
         try:
@@ -300,6 +292,18 @@ def _last_json(stdout: str) -> dict[str, Any] | None:
         if isinstance(value, dict):
             return value
     return None
+
+
+def _run_result(work: Path) -> dict[str, Any] | None:
+    """The run's result.json (what `--json` printed); the problem's repository holds this one run."""
+    found = list((work / ".okgit" / "runs").glob("*/result.json"))
+    if len(found) != 1:
+        return None
+    try:
+        value = json.loads(found[0].read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _journal(work: Path, run_id: str) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ def template(package: str, name: str) -> Traversable:
     return resources.files(package) / name
 
 
-def render(text: Traversable, **params: str) -> str:
+def fill(text: Traversable, **params: str) -> str:
     """A template with its $params; a placeholder alone on a line takes a block, indented."""
     out: list[str] = []
     for line in text.read_text().splitlines():

@@ -13,7 +13,7 @@ from typing import Any, Callable, Literal, Optional, TypeVar
 from pydantic import BaseModel, ValidationError, field_validator
 
 from okgit.eval.types import EvalResult, ProfileData
-from okgit.llm import Completion, Message, render
+from okgit.llm import Completion, Message, prompt_messages
 from okgit.search.extract import extract_json
 from okgit.search.types import Attempt, Context
 
@@ -95,7 +95,7 @@ REASK = (
 
 def diagnose(ask: Ask, ctx: Context, attempt: Attempt, hardware: str) -> Diagnosis | None:
     """Ask the critic about a correct candidate; re-ask once on a malformed reply, then give up."""
-    messages = render(
+    messages = prompt_messages(
         "critic.v1",
         op_name=ctx.problem.name,
         reference_source=ctx.problem.source,

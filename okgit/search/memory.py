@@ -6,7 +6,7 @@ it was tried on, and one-line lessons. Strategies on the Pareto frontier of (spe
 correctness rate, iterations to converge) rank first. At the end of a run a reflection step
 (the reflection prompt, or a deterministic summary without a model) turns the run's intents
 into strategy updates. The library is one JSON file: Config.skills_path, else
-$OKGIT_DATA_DIR/skills.json, else $XDG_DATA_HOME/okgit/skills.json (~/.local/share).
+$OKGIT_DATA_DIR/skills.json, else $XDG_DATA_HOME/okgit/skills.json (okgit.paths.skills_path).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from okgit.eval.types import Reference
-from okgit.llm import render
+from okgit.llm import prompt_messages
 from okgit.problem import Problem
 from okgit.search.critic import Ask
 from okgit.search.extract import extract_json
@@ -142,15 +142,6 @@ def _same(a: str, b: str) -> bool:
     return bool(ta and tb) and len(ta & tb) / len(ta | tb) >= 0.7
 
 
-def default_path(skills_path: str | None = None) -> Path:
-    if skills_path:
-        return Path(skills_path).expanduser()
-    if os.environ.get("OKGIT_DATA_DIR"):
-        return Path(os.environ["OKGIT_DATA_DIR"]).expanduser() / "skills.json"
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "okgit" / "skills.json"
-
-
 class SkillLibrary:
     def __init__(self, path: Path, strategies: list[Strategy] | None = None, load_error: str | None = None) -> None:
         self.path = Path(path)
@@ -252,7 +243,7 @@ def reflect(ask: Ask | None, tree: IntentTree, problem_summary: str) -> list[Out
         + (f", best {n.best_speedup:.2f}x" if n.best_speedup else "") + (f" | profile: {n.profile}" if n.profile else "")
         for n in tried
     ]
-    messages = render("reflection.v1", problem_summary=problem_summary, outcomes="\n".join(lines))
+    messages = prompt_messages("reflection.v1", problem_summary=problem_summary, outcomes="\n".join(lines))
     _, items = ask("reflection", messages, None, _parse_reflection)
     for item in items or []:
         o = outcomes.get(str(item.get("intent", "")))

@@ -23,7 +23,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Sparkline
 
 from okgit.tui.sources import Sources, Tail
-from okgit.tui.state import RunView, fmt_speed
+from okgit.fmt import fmt_speed
+from okgit.runview import RunView
 from okgit.tui.widgets import (
     AgentLog,
     DiffView,

@@ -11,7 +11,7 @@ import difflib
 from pathlib import Path
 
 from okgit.journal import read_jsonl
-from okgit.tui.state import Event
+from okgit.runview import Event
 
 
 class Tail:

@@ -9,32 +9,27 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable, Log, Static, Tree
 
+from okgit.eval.types import Status
 from okgit.history import OFFLINE
-from okgit.tui.state import (
-    RUNNING,
-    Candidate,
-    RunView,
-    fmt_duration,
-    fmt_error,
-    fmt_speed,
-    fmt_us,
-)
+from okgit.status import RunStatus
+from okgit.fmt import fmt_duration, fmt_error, fmt_speed, fmt_us
+from okgit.runview import RUNNING, Candidate, RunView
 
 STATUS_STYLE = {
-    "correct": "bold green",
-    "incorrect": "bold red",
-    "compile_error": "magenta",
-    "rejected": "yellow",
-    "error": "bold red",
+    Status.correct: "bold green",
+    Status.incorrect: "bold red",
+    Status.compile_error: "magenta",
+    Status.rejected: "yellow",
+    Status.error: "bold red",
     RUNNING: "cyan",
 }
 
 RUN_STATUS_STYLE = {
-    "optimized": "bold green",
-    "matched": "yellow",
-    "unverified": "cyan",
-    "fallback": "red",
-    "interrupted": "bold red",
+    RunStatus.optimized: "bold green",
+    RunStatus.matched: "yellow",
+    RunStatus.unverified: "cyan",
+    RunStatus.fallback: "red",
+    RunStatus.interrupted: "bold red",
     RUNNING: "bold cyan",
 }
 

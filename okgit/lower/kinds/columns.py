@@ -23,7 +23,7 @@ from okgit.lower.kinds.base import (
     first_leaf_device,
     output_names,
 )
-from okgit.lower.template import render, template
+from okgit.lower.template import fill, template
 
 TEMPLATE = template(__package__, "columns.py.tmpl")
 COLUMN_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_J]", 0)  # the contiguous inner axis along axis 1
@@ -66,7 +66,7 @@ class Columns(TemplateKind):
         body = stream_rows(code, g, root, output_names(g), COLUMN_WALK)
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, first_leaf_device(leaves))
         NAME = name.upper()
-        src = render(
+        src = fill(
             TEMPLATE, name=name, NAME=NAME, params=sig, base=base, prologue="\n".join(root.lines),
             body="\n".join(body.lines), args=largs, doc=self.describe(g), prepare="\n".join(prep),
             n_outer=prod([code.dom[d] for d in outer]), n_inner=prod([code.dom[d] for d in inner]),

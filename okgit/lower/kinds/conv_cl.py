@@ -23,7 +23,7 @@ from okgit.lower.kernelcode import (
     widest_block,
 )
 from okgit.lower.kinds.base import Rendered, TemplateKind, output_names
-from okgit.lower.template import render, template
+from okgit.lower.template import fill, template
 
 POINTWISE_TEMPLATE = template(__package__, "conv_cl_pointwise.py.tmpl")
 ROWS_TEMPLATE = template(__package__, "conv_cl_rows.py.tmpl")
@@ -155,7 +155,7 @@ class ConvChannelsLast(TemplateKind):
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, f"{conv.arg}.device")
         shape = [f"{conv.arg}.shape[{d}]" for d in range(4)]
         NAME = name.upper()
-        src = render(
+        src = fill(
             POINTWISE_TEMPLATE, name=name, NAME=NAME, params=sig, body="\n".join(body.lines), args=largs,
             doc=self.describe(g), prepare="\n".join(prep), n_rows=f"{shape[0]} * {shape[1]}",
             n_cols=f"{shape[2]} * {shape[3]}", n_chan=shape[1], call_args=call, returns=returns,
@@ -170,7 +170,7 @@ class ConvChannelsLast(TemplateKind):
         body = stream_rows(code, g, root, output_names(g), CL_WALK)
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, f"{conv.arg}.device")
         NAME = name.upper()
-        src = render(
+        src = fill(
             ROWS_TEMPLATE, name=name, NAME=NAME, params=sig, prologue="\n".join(root.lines),
             body="\n".join(body.lines), args=largs, doc=self.describe(g), prepare="\n".join(prep),
             n_batch=f"{conv.arg}.shape[0]", n_chan=f"{conv.arg}.shape[1]", n_red=f"{conv.arg}.shape[2] * {conv.arg}.shape[3]",

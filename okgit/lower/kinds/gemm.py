@@ -8,7 +8,7 @@ from __future__ import annotations
 from okgit.lower.graph import Bound, Node, Unsupported
 from okgit.lower.kernelcode import KernelCode, Leaf, Scope, store_outputs
 from okgit.lower.kinds.base import Rendered, TemplateKind, output_names
-from okgit.lower.template import render, template
+from okgit.lower.template import fill, template
 
 TEMPLATE = template(__package__, "gemm.py.tmpl")
 
@@ -54,7 +54,7 @@ class Gemm(TemplateKind):
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, "a.device")
         a_expr = low.tensor(a)
         b_expr = low.tensor(b) + (".t()" if mm.op.startswith("aten.linear") else "")
-        src = render(
+        src = fill(
             TEMPLATE, name=name, NAME=name.upper(), params=sig, body="\n".join(body.lines),
             args=", ".join(["a", "b"] + ([largs] if largs else [])), doc=self.describe(g), prepare="\n".join(prep),
             call_args=call, returns=returns,

@@ -12,7 +12,7 @@ from okgit.lower.kinds.base import (
     first_leaf_device,
     output_names,
 )
-from okgit.lower.template import render, template
+from okgit.lower.template import fill, template
 
 TEMPLATE = template(__package__, "pointwise.py.tmpl")
 
@@ -33,7 +33,7 @@ class Pointwise(TemplateKind):
         body = Scope(None, "flat", "mask")
         store_outputs(code, g, body, None, output_names(g))
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, first_leaf_device(leaves))
-        src = render(
+        src = fill(
             TEMPLATE, name=name, NAME=name.upper(), params=sig, body="\n".join(body.lines),
             args=largs, doc=self.describe(g), prepare="\n".join(prep), numel=prod(code.dom) if any(d != "1" for d in code.dom) else "1",
             call_args=call, returns=returns,

@@ -20,7 +20,7 @@ from okgit.lower.kinds.base import (
     first_leaf_device,
     output_names,
 )
-from okgit.lower.template import render, template
+from okgit.lower.template import fill, template
 
 TEMPLATE = template(__package__, "rows.py.tmpl")
 ROW_WALK = Walk("BLOCK_N", "[BLOCK_M, BLOCK_N]", 1)  # rows along axis 0, a row's elements along axis 1
@@ -60,7 +60,7 @@ class Rows(TemplateKind):
         # several passes: the row streamed in chunks
         multi = stream_rows(code, g, root, outs, ROW_WALK)
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, first_leaf_device(leaves))
-        src = render(
+        src = fill(
             TEMPLATE, name=name, NAME=name.upper(), params=sig, row_offset=row_offset,
             prologue="\n".join(root.lines), col_offset=col_offset, one_pass="\n".join(one.lines),
             multi_pass="\n".join(multi.lines) or "pass", args=largs, doc=self.describe(g), prepare="\n".join(prep),

@@ -14,7 +14,7 @@ from okgit.lower.kinds.base import (
     first_leaf_device,
     output_names,
 )
-from okgit.lower.template import render, template
+from okgit.lower.template import fill, template
 
 LAUNCHER = template(__package__, "scalar.py.tmpl")
 PARTIAL = template(__package__, "scalar_partial.py.tmpl")
@@ -77,17 +77,17 @@ class Scalar(TemplateKind):
         NAME = name.upper()
         kernels, launches = [], []
         for p, (prologue, body, stores, fin) in enumerate(passes):
-            kernels.append(render(PARTIAL, name=f"{name}_p{p}", params=sig, npass=str(p), prologue="\n".join(prologue), body="\n".join(body), store="\n".join(stores)))
-            kernels.append(render(FINAL, name=f"{name}_f{p}", params=sig, npass=str(p), body="\n".join(fin.lines)))
+            kernels.append(fill(PARTIAL, name=f"{name}_p{p}", params=sig, npass=str(p), prologue="\n".join(prologue), body="\n".join(body), store="\n".join(stores)))
+            kernels.append(fill(FINAL, name=f"{name}_f{p}", params=sig, npass=str(p), body="\n".join(fin.lines)))
             launches.append(f"{name}_p{p}_kernel[(programs,)]({call} stats, partials, n_red, float(n_red), programs, BLOCK={NAME}_BLOCK, num_warps={NAME}_NUM_WARPS)")
             launches.append(f"{name}_f{p}_kernel[(1,)]({call} stats, partials, float(n_red), programs, BLOCK_P=block_p)")
         if apply is not None:
-            kernels.append(render(APPLY, name=f"{name}_apply", params=sig, body="\n".join(apply.lines)))
+            kernels.append(fill(APPLY, name=f"{name}_apply", params=sig, body="\n".join(apply.lines)))
             launches.append(
                 f"{name}_apply_kernel[(triton.cdiv(n_red, {NAME}_BLOCK),)]({call} stats, n_red, float(n_red), "
                 f"BLOCK={NAME}_BLOCK, WIDE=n_red >= 2**31, num_warps={NAME}_NUM_WARPS)"
             )
-        src = render(
+        src = fill(
             LAUNCHER, name=name, NAME=NAME, kernels="\n\n\n".join(kernels), args=largs, doc=self.describe(g),
             prepare="\n".join(prep), n_red=prod([code.dom[d] for d in code.covered if d in g.red]), device=device,
             n_stats=str(len(reduces)), n_partials=str(max(sum(g.level(r.args[0]) == lv for r in reduces) for lv in levels)),

@@ -27,8 +27,9 @@ from okgit import llm
 from okgit.config import Config
 from okgit.errors import OkgitError
 from okgit.eval.types import Status
-from okgit.llm import Completion, Message, render
+from okgit.llm import Completion, Message, prompt_messages
 from okgit.problem import top_level_names
+from okgit.paths import skills_path
 from okgit.search import critic, memory
 from okgit.search.critic import Diagnosis, describe_hardware, describe_reference, describe_result
 from okgit.search.driver import source_key
@@ -70,7 +71,7 @@ class LLMProposer:
         self.config = config
         self.model = config.model
         self.complete = complete
-        self.library = library or memory.SkillLibrary.load(memory.default_path(config.skills_path))
+        self.library = library or memory.SkillLibrary.load(skills_path(config.skills_path))
         self.tree = IntentTree(max_attempts=attempts_per_intent, max_buggy=max_buggy)
         self.intent_rounds = intent_rounds
         self.intents_per_round = intents_per_round
@@ -152,7 +153,7 @@ class LLMProposer:
         if self.intent_rounds <= 0:
             return 0
         self.intent_rounds -= 1
-        messages = render(
+        messages = prompt_messages(
             "intents.v1",
             count=self.intents_per_round,
             op_name=ctx.problem.name,
@@ -237,7 +238,7 @@ class LLMProposer:
         }
         if backend == "cuda":
             fields["arch"] = self._arch(ctx)
-        messages = render(f"generator_{backend}.v1", **fields)
+        messages = prompt_messages(f"generator_{backend}.v1", **fields)
         problem: list[str] = []
         cand = f"c{len(ctx.attempts) + 1:03d}"  # the driver numbers candidates in order
 

@@ -15,7 +15,7 @@ from okgit.lower.fusion import partition
 from okgit.lower.graph import Graph, Node, Unsupported
 from okgit.lower.kinds import KINDS
 from okgit.lower.kinds.base import Rendered, TemplateKind
-from okgit.lower.opfile import public_name, render_file
+from okgit.lower.opfile import lowered_file, public_name
 from okgit.search.types import Context, Proposal, propose_several
 
 
@@ -86,7 +86,7 @@ def plan(ctx: Context) -> list[Proposal]:
             items = partition(graph, fuse_gemm=any(k.fuses_gemm for k in turned_on))
             if not all(k.changes(items) for k in turned_on):
                 continue  # the candidate without that kind is the same file
-            source, low = render_file(ctx.problem.source, graph, items, turned_on)
+            source, low = lowered_file(ctx.problem.source, graph, items, turned_on)
         except Unsupported as e:
             what = label(graph, turned_on)
             ctx.log("note", message=f"templates{f' ({what})' if what else ''}: {e}")

@@ -1,7 +1,8 @@
-"""The watch view's model: journal events folded into plain data, with no textual in sight.
+"""A run as its journal tells it: events folded into plain data, with no terminal in sight.
 
-Everything the screen shows is derived here, so it can be tested (and reused by figures.py)
-without a terminal. Folding is tolerant: unknown event types and missing fields are skipped,
+The watch view (okgit.tui), the plain progress lines (okgit.progress) and the report's
+figures (okgit.figures) all read a run through this one model, so they agree and it can be
+tested without a terminal. Folding is tolerant: unknown event types and missing fields are skipped,
 because a view may read a journal written by another okgit version on another machine.
 """
 
@@ -11,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
+
+from okgit.eval.types import Status
+from okgit.fmt import fmt_error, fmt_speed
 
 Event = dict[str, Any]
 
@@ -38,7 +42,7 @@ class Candidate:
 
     @property
     def failed(self) -> bool:
-        return self.status not in (RUNNING, "correct")
+        return self.status not in (RUNNING, Status.correct)
 
 
 @dataclass
@@ -292,27 +296,3 @@ _HANDLERS = {
     "interrupted": _interrupted,
     "run_finished": _run_finished,
 }
-
-
-def fmt_speed(x: float | None) -> str:
-    return f"{x:.2f}x" if x is not None else "-"
-
-
-def fmt_us(x: float | None) -> str:
-    return f"{x:.1f}" if x is not None else "-"
-
-
-def fmt_error(error: dict[str, Any] | None, width: int = 80) -> str:
-    if not error:
-        return ""
-    text = f"{error.get('gate', '?')}: {error.get('message', '')}".replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def fmt_duration(seconds: float) -> str:
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"

@@ -1,0 +1,39 @@
+"""Where candidates run: the evaluators `--eval` chooses from, and the one place that builds one.
+
+`optimize`, `verify` and the KernelBench sweep all get their evaluator here. A factory takes
+the run's `Config` and options of its own kind (the sweep's share of Modal containers).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from okgit.registry import Registry
+
+if TYPE_CHECKING:
+    from okgit.config import Config
+    from okgit.eval.base import Evaluator
+
+EVALUATORS: Registry[Callable[..., "Evaluator"]] = Registry("evaluator", "okgit.evaluators")
+evaluator = EVALUATORS.register
+
+
+@evaluator("local", order=0)
+def _local(config: Config) -> Evaluator:
+    """Worker processes on this machine: its GPUs (every visible one when there are several), or
+    its CPU through the Triton interpreter."""
+    from okgit.eval.device_pool import local_evaluator
+
+    return local_evaluator(config.device)
+
+
+@evaluator("modal", order=1)
+def _modal(config: Config, **options: Any) -> Evaluator:
+    """The same judge and workers in a Modal GPU function."""
+    from okgit.eval.modal import ModalEvaluator
+
+    return ModalEvaluator(gpu=config.modal_gpu, **options)
+
+
+def make_evaluator(config: Config, **options: Any) -> Evaluator:
+    return EVALUATORS.get(config.eval).factory(config, **options)

@@ -1,0 +1,31 @@
+"""How numbers read in okgit's text outputs (history, progress, watch, report, sweep), so
+the same figure looks the same everywhere."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def fmt_speed(x: float | None, missing: str = "-") -> str:
+    """A speedup as every output states it: `1.23x`."""
+    return f"{x:.2f}x" if x is not None else missing
+
+
+def fmt_us(x: float | None) -> str:
+    return f"{x:.1f}" if x is not None else "-"
+
+
+def fmt_error(error: dict[str, Any] | None, width: int = 80) -> str:
+    if not error:
+        return ""
+    text = f"{error.get('gate', '?')}: {error.get('message', '')}".replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def fmt_duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"

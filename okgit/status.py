@@ -1,0 +1,25 @@
+"""A run's final status: part of the contract (`--json`'s `status`, run_finished, result.json).
+
+A candidate's status is `okgit.eval.types.Status`. Both are str enums, so a value read back
+from a journal or result.json compares equal to its member.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class RunStatus(str, Enum):
+    optimized = "optimized"  # beats the baseline past the noise on every round, correct, plausible
+    matched = "matched"  # correct, not faster
+    fallback = "fallback"  # nothing passed; the baseline is kept
+    unverified = "unverified"  # correct, but this device cannot time it
+    interrupted = "interrupted"  # Ctrl-C, SIGTERM or an error: what it had is written, it can resume
+
+    def __str__(self) -> str:  # the value in f-strings and messages on every Python version
+        return self.value
+
+    __format__ = str.__format__
+
+
+CORRECT = (RunStatus.optimized, RunStatus.matched, RunStatus.unverified)  # a correct kernel was found

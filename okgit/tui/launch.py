@@ -1,0 +1,67 @@
+"""`optimize --watch`: the CLI starts `okgit watch` in its own process on the terminal.
+
+It starts before the run has a directory (the view shows a starting state) and is told it
+through a pipe. Ctrl-C in the view signals the optimize process, so the run stops as in
+plain mode; `q` closes only the view, and plain progress takes the terminal back.
+No textual here: the view's process imports it, not the run's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from okgit.progress import Printer
+
+
+class WatchProcess:
+    def __init__(self, root: Path) -> None:
+        read_fd, self._fd = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "okgit", "watch", "--attach", str(read_fd), "--run-pid", str(os.getpid())],
+                cwd=root, pass_fds=(read_fd,))
+        finally:
+            os.close(read_fd)
+
+    def mute(self, printer: Printer) -> None:
+        """Plain progress is held while the view is open and catches up once it closes."""
+        printer.muted = self.open
+        threading.Thread(target=lambda: (self.proc.wait(), printer.view_closed()), daemon=True).start()
+
+    def attach(self, run_dir: Path) -> None:
+        self._say(f"run {run_dir}")
+
+    def open(self, event: dict[str, Any] | None = None) -> bool:
+        """Whether the view still holds the terminal (plain progress waits until it does not)."""
+        if event and event.get("type") == "interrupted" and self.proc.poll() is None:
+            try:  # Ctrl-C in the view: it signals us as it exits; let it give the terminal back
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                pass
+        return self.proc.poll() is None
+
+    def abort(self) -> None:
+        """The run was refused before it began: close the view at once."""
+        if self.open():
+            self._say("quit")
+            self.proc.wait()
+
+    def wait(self) -> None:
+        self._say(None)
+        self.proc.wait()
+
+    def _say(self, line: str | None) -> None:
+        if self._fd is None:
+            return
+        try:
+            if line is not None:
+                os.write(self._fd, f"{line}\n".encode())
+        except OSError:  # the view is gone already
+            pass
+        os.close(self._fd)
+        self._fd = None  # one message, then end of file: the view reads no more

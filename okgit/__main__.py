@@ -1,4 +1,5 @@
-from okgit.cli import main
 import sys
+
+from okgit.cli import main
 
 sys.exit(main())

@@ -137,10 +137,9 @@ def cmd_revert(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from okgit.patch import resolve_ref
     from okgit.repo import Repo
     from okgit.verify import verify
-
-    from okgit.patch import resolve_ref
 
     repo = Repo.find(Path.cwd())
     report = verify(repo, resolve_ref(repo, args.ref), eval=args.eval, device=args.device, mode=args.mode or "thorough", require_speedup=args.require_speedup)

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import OP, OP_SOURCE, okgit, sh
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "ci.md"

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from okgit.errors import OkgitError
-from okgit.eval.tolerance import check_leaf, degenerate_reason, leaf_tolerance, summarize_outputs
-from okgit.eval.rounds import sign_test_p, summarize
 from okgit.eval.gates import static_findings
 from okgit.eval.local import LocalEvaluator
+from okgit.eval.rounds import sign_test_p, summarize
 from okgit.eval.sandbox import worker_env
+from okgit.eval.tolerance import check_leaf, degenerate_reason, leaf_tolerance, summarize_outputs
 from okgit.eval.types import Status
 from okgit.problem import load_problem
 from okgit.result_text import eval_text

@@ -10,9 +10,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-import threading
 from pathlib import Path
 
 import pytest
@@ -51,7 +51,7 @@ class _Refusing:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 server.calls += 1
                 self.rfile.read(int(self.headers["content-length"]))
                 body = json.dumps({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}).encode()

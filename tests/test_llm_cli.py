@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import sh
 from test_llm_e2e import BUGGY, GOOD, OP, SECRET, WRONG, ScriptedServer
 

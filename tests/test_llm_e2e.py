@@ -124,7 +124,7 @@ class ScriptedServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server's naming)
+            def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 role = role_of(body["messages"])
                 server.requests.append({"path": self.path, "role": role, "auth": self.headers.get("authorization"),

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from okgit.eval.types import EvalResult, ProfileData, Reference, Status
-from okgit.problem import load_problem
 from okgit.paths import skills_path
+from okgit.problem import load_problem
 from okgit.search import memory
 from okgit.search.intents import IntentTree
 from okgit.search.memory import Outcome, Signature, SkillLibrary, signature, similarity

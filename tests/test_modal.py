@@ -227,7 +227,7 @@ def test_modal_deploy_finds_the_app_attribute(credentials, monkeypatch):
     app = om.app
     assert isinstance(app, modal.App) and app.name == om.APP_NAME
     with pytest.raises(AttributeError):
-        om.not_a_thing  # noqa: B018
+        om.not_a_thing
 
 
 # --- the function's body, in-process ---------------------------------------------------------------

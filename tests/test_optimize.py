@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import OP, okgit, sh, snapshot
 
 POINTWISE = '''import torch

@@ -16,8 +16,8 @@ from typing import ClassVar
 import pytest
 
 from okgit.eval import device_pool as pool
-from okgit.eval.devices import device_lock, lock_path, physical_id, physical_name
 from okgit.eval.device_pool import DevicePool, Slot
+from okgit.eval.devices import device_lock, lock_path, physical_id, physical_name
 from okgit.eval.types import EvalResult, Status
 from okgit.problem import Problem
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from okgit.journal import iter_events
-from okgit.tui.sources import Sources, Tail
 from okgit.runview import RUNNING, RunView
+from okgit.tui.sources import Sources, Tail
 
 JOURNALS = Path(__file__).parent / "journals"
 

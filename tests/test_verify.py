@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import OP, OP_SOURCE, USER, make_hostile, okgit, sh, snapshot
 
 # The fields docs/json.md promises for `okgit verify --json`.

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from okgit.eval.tolerance import bitwise_equal
 from okgit.eval.jobs import MODEL_SEED, PINNED_FLAGS, Case, flatten, tree_spec
+from okgit.eval.tolerance import bitwise_equal
 from okgit.problem import with_knobs
 
 

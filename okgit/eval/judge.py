@@ -26,6 +26,7 @@ from typing import Any
 
 from okgit.eval import calls
 from okgit.eval.channel import READY, Channel
+from okgit.eval.jobs import Case, Job, flatten, perturb_floats
 from okgit.eval.tolerance import (
     LeafTolerance,
     OutputSummary,
@@ -38,7 +39,6 @@ from okgit.eval.tolerance import (
     summarize_outputs,
     tolerance_from,
 )
-from okgit.eval.jobs import Case, Job, flatten, perturb_floats
 
 GiB = 2**30
 

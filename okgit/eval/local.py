@@ -28,11 +28,11 @@ from okgit.errors import OkgitError
 from okgit.eval import budget, roofline
 from okgit.eval.base import EvaluatorBase
 from okgit.eval.devices import device_lock, physical_name
-from okgit.eval.rounds import summarize
 from okgit.eval.gates import static_findings
 from okgit.eval.jobs import PINNED_FLAGS, Job, Timing
 from okgit.eval.profile import profile_data
 from okgit.eval.reference import PreparedReference, from_judge
+from okgit.eval.rounds import summarize
 from okgit.eval.sandbox import Outcome, WorkerPool, WorkerProcess, default_memory_limit, read_result
 from okgit.eval.timing import median
 from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode, Reference, Status

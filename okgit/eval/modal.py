@@ -555,7 +555,7 @@ class ModalEvaluator(EvaluatorBase):
                 else:
                     lost.append((out if isinstance(out, BaseException) else RuntimeError(f"no index in {out!r:.80}"),
                                  elapsed))
-        except Exception as e:  # raised, not returned: the service failed (auth, connection), not a candidate
+        except Exception as e:  # noqa: BLE001 - raised, not returned: the service failed (auth, connection), not a candidate
             raise OkgitError(f"Modal: {type(e).__name__}: {_first_line(e)}") from None
         unanswered = iter(lost)
         missing = (RuntimeError("no output came back"), time.monotonic() - submitted)
@@ -604,7 +604,7 @@ class ModalEvaluator(EvaluatorBase):
             fn.hydrate()
         except modal.exception.NotFoundError:
             return None
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any failure of Modal's client is said in one line
             raise OkgitError(f"Modal: {type(e).__name__}: {_first_line(e)}") from None
         return fn.with_options(gpu=self.gpu)
 
@@ -616,7 +616,7 @@ class ModalEvaluator(EvaluatorBase):
             stamp = _build_stamp(function_name(self._options["cuda_image"], stack))
         except OkgitError:
             raise
-        except Exception as e:  # e.g. no triton or torch to read versions from: one line, not a traceback
+        except Exception as e:  # noqa: BLE001 - e.g. no triton or torch to read versions from: one line, not a traceback
             raise OkgitError(f"Modal: could not define the app: {type(e).__name__}: {_first_line(e)}") from None
         first = not stamp.exists()
         print(f"okgit: starting a Modal app on {self.gpu}"
@@ -628,7 +628,7 @@ class ModalEvaluator(EvaluatorBase):
                     running.__enter__()
             else:
                 running.__enter__()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any failure of Modal's client is said in one line
             raise OkgitError(_start_error(e)) from None
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.touch()
@@ -642,7 +642,7 @@ class ModalEvaluator(EvaluatorBase):
             out = self._function().remote(payload)
         except OkgitError:
             raise
-        except Exception as e:  # after Modal's retries: the service, not the op, failed
+        except Exception as e:  # noqa: BLE001 - after Modal's retries: the service, not the op, failed
             raise OkgitError(f"Modal: {type(e).__name__}: {_first_line(e)}") from None
         return {**out, "round_trip_s": time.monotonic() - submitted}
 

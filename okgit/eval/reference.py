@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from okgit.eval.tolerance import LeafTolerance
 from okgit.eval.jobs import Case
 from okgit.eval.sandbox import WorkerProcess
+from okgit.eval.tolerance import LeafTolerance
 
 
 @dataclass

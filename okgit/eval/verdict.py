@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from okgit.eval import roofline
-from okgit.eval.tolerance import LeafCheck
 from okgit.eval.jobs import CASE_GATES, PINNED_FLAGS, Case
 from okgit.eval.profile import profile_data
 from okgit.eval.reference import PreparedReference
 from okgit.eval.sandbox import Outcome
 from okgit.eval.timing import median
+from okgit.eval.tolerance import LeafCheck
 from okgit.eval.types import EvalError, EvalResult, GateResult, Mode, ProfileData, Status
 
 GATES = [

@@ -97,8 +97,8 @@ def measure(ref_source: str, winner_source: str | None, device: str = "cuda:0") 
 
     if not device.startswith("cuda") or not torch.cuda.is_available():
         return BaselineTimes(device=device, timed=False, errors={"all": "no GPU: timing is not claimed"})
-    from okgit.eval.jobs import MODEL_SEED
     from okgit.eval.devices import device_lock, physical_name
+    from okgit.eval.jobs import MODEL_SEED
 
     result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags())
     with tempfile.TemporaryDirectory(prefix="okgit-baselines-") as tmp:
@@ -141,8 +141,8 @@ def _disagreement(eager: Any, fast: Any, inputs: list) -> str | None:
 
     import torch
 
-    from okgit.eval.tolerance import check_leaf, leaf_tolerance, reference_error
     from okgit.eval.jobs import flatten
+    from okgit.eval.tolerance import check_leaf, leaf_tolerance, reference_error
 
     native = flatten(eager(*inputs))
     try:  # the float64 run; an op that has no float64 kernel is checked against eager as it runs

@@ -22,9 +22,9 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Sparkline
 
-from okgit.tui.sources import Sources, Tail
 from okgit.fmt import fmt_speed
 from okgit.runview import RunView
+from okgit.tui.sources import Sources, Tail
 from okgit.tui.widgets import (
     AgentLog,
     DiffView,

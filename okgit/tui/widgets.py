@@ -10,10 +10,10 @@ from rich.text import Text
 from textual.widgets import DataTable, Log, Static, Tree
 
 from okgit.eval.types import Status
-from okgit.history import OFFLINE
-from okgit.status import RunStatus
 from okgit.fmt import fmt_duration, fmt_error, fmt_speed, fmt_us
+from okgit.history import OFFLINE
 from okgit.runview import RUNNING, Candidate, RunView
+from okgit.status import RunStatus
 
 STATUS_STYLE = {
     Status.correct: "bold green",

@@ -28,8 +28,8 @@ from okgit.config import Config
 from okgit.errors import OkgitError
 from okgit.eval.types import Status
 from okgit.llm import Completion, Message, prompt_messages
-from okgit.problem import top_level_names
 from okgit.paths import skills_path
+from okgit.problem import top_level_names
 from okgit.search import critic, memory
 from okgit.search.critic import Diagnosis, describe_hardware, describe_reference, describe_result
 from okgit.search.driver import source_key

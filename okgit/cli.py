@@ -218,6 +218,7 @@ class _CommandParser(argparse.ArgumentParser):
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         namespace, extras = super().parse_known_args(args, namespace)
+        assert namespace is not None  # argparse makes one when none is given
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return namespace, extras

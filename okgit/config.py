@@ -106,9 +106,9 @@ def file_settings(root: Path) -> tuple[dict[str, Any], str | None]:
 
 
 def env_settings(environ: dict[str, str] | None = None) -> dict[str, Any]:
-    environ = os.environ if environ is None else environ
+    source = os.environ if environ is None else environ
     out: dict[str, Any] = {}
-    for key, value in environ.items():
+    for key, value in source.items():
         if key.startswith(ENV_PREFIX) and key not in _ENV_SKIP:
             out[key[len(ENV_PREFIX):].lower()] = value
     return out

@@ -53,7 +53,7 @@ def describe(event: dict[str, Any], view: RunView, path: str | None = None) -> T
     if t == "evaluated":
         c = view.candidates[str(event.get("cand"))]
         line = Text(INDENT)
-        line.append(c.status, style=STATUS_STYLE.get(c.status, ""))
+        line.append(c.status, style=STATUS_STYLE.get(Status(c.status), "") if c.status in Status.__members__ else "")
         if c.timed and c.speedup is not None:
             line.append(f" {fmt_speed(c.speedup)} ({fmt_us(c.runtime_us)} us)")
         if c.error:

@@ -156,7 +156,7 @@ def fold(view: RunView, e: Event) -> None:
     if isinstance(ts, (int, float)):
         view.last_ts = ts if view.last_ts is None else max(view.last_ts, ts)
     view.version += 1
-    handler = _HANDLERS.get(t)
+    handler = _HANDLERS.get(str(t))
     if handler:
         handler(view, e)
 

@@ -19,7 +19,7 @@ class RunStatus(str, Enum):
     def __str__(self) -> str:  # the value in f-strings and messages on every Python version
         return self.value
 
-    __format__ = str.__format__
+    __format__ = str.__format__  # type: ignore[assignment]  # str's formatting, not Enum's name
 
 
 CORRECT = (RunStatus.optimized, RunStatus.matched, RunStatus.unverified)  # a correct kernel was found

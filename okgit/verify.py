@@ -95,7 +95,7 @@ def verify(repo: Repo, ref: str, *, eval: str | None = None, device: str | None 
             # The op as HEAD has it is the reference; the diff's version of it (renamed or not)
             # the candidate. New and deleted files are listed as not evaluated.
             base_source = _op_source(repo, c.source) if c.source and c.target else None
-            if base_source is None:
+            if base_source is None or not (c.source and c.target):
                 skipped += [p for p in (c.source, c.target) if p and p not in skipped]
                 continue
             problem = load_problem(c.source, source=base_source, root=str((base / c.source).parent))

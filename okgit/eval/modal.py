@@ -504,9 +504,9 @@ class ModalEvaluator(EvaluatorBase):
         require_modal()  # fail before any run starts, in one line
         self.gpu = gpu
         self.device = f"modal:{gpu}"  # every result's device, failed ones included
+        self.width = max_containers or max_containers_setting()
         self._options = {"cuda_image": cuda_image, "timeout_s": timeout_s, "retries": retries,
-                         "max_containers": max_containers or max_containers_setting()}
-        self.width = self._options["max_containers"]
+                         "max_containers": self.width}
         self._lock = threading.Lock()
         self._fn = None
         self._running = None  # the ephemeral app's context, when no deployed function matches

@@ -73,11 +73,11 @@ def run_sweep(
     modal = config.eval == "modal"
     pool = DevicePool.local(parallel, device="cpu" if modal or config.device == "cpu" else None)
     gpu = any(d.startswith("cuda") for d in pool.devices)
-    timer: Callable[[str, str], BaselineTimes] | None = None
+    timer: Callable[[str, str | None], BaselineTimes] | None = None
     extra_env: dict[str, str] = {}
     owned = contextlib.ExitStack()  # the evaluator made here, closed when the sweep ends
     if modal:
-        from okgit.eval.modal import MAX_CONTAINERS_ENV, max_containers_setting
+        from okgit.eval.modal import MAX_CONTAINERS_ENV, ModalEvaluator, max_containers_setting
         from okgit.eval.registry import make_evaluator
 
         # One container limit for the whole sweep: each problem's process, and the baselines
@@ -85,6 +85,7 @@ def run_sweep(
         share = max(1, max_containers_setting() // parallel)
         extra_env[MAX_CONTAINERS_ENV] = str(share)
         baselines = owned.enter_context(make_evaluator(config, max_containers=share))
+        assert isinstance(baselines, ModalEvaluator)  # config.eval is "modal" here
         timer = functools.partial(baselines.time_baselines, backend=flags.get("backend") or "triton")
     check_note, checking = _cross_check_plan(cross_check, gpu=gpu, modal=modal)
 
@@ -206,7 +207,7 @@ def _cross_check_plan(wanted: bool, *, gpu: bool, modal: bool) -> tuple[str | No
 
 
 def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, timeout_s: float, *,
-                 timer: Callable[[str, str], BaselineTimes] | None, gpu: bool, cross_check: bool,
+                 timer: Callable[[str, str | None], BaselineTimes] | None, gpu: bool, cross_check: bool,
                  device: str, extra_env: dict[str, str] | None = None) -> ProblemResult:
     started = time.monotonic()
     result = ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, status="error", device=device)
@@ -238,7 +239,7 @@ def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path,
 
     events = _journal(work, run.get("run_id", ""))
     evaluated = [e for e in events if e.get("type") == "evaluated"]
-    finished = next((e for e in reversed(events) if e.get("type") == "run_finished"), {})
+    finished: dict[str, Any] = next((e for e in reversed(events) if e.get("type") == "run_finished"), {})
     best_cand = finished.get("best_cand")
     best_tag = run.get("best_tag")
     correct = run.get("status") in CORRECT and bool(best_tag)

@@ -157,7 +157,7 @@ class Search:
                      backend=proposal.backend)
 
     def _evaluate(self, proposals: list[Proposal]) -> list[EvalResult]:
-        problem, results = self.ctx.problem, {}
+        problem, results = self.ctx.problem, dict[int, EvalResult]()
         for backend in dict.fromkeys(p.backend for p in proposals):
             mine = [i for i, p in enumerate(proposals) if p.backend == backend]
             sources = [proposals[i].source for i in mine]

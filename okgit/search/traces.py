@@ -27,7 +27,8 @@ from okgit.search.driver import source_key
 class RunStore(Protocol):
     """What export needs of okgit.repo.Repo."""
 
-    runs_dir: Path
+    @property
+    def runs_dir(self) -> Path: ...
 
     def run_dir(self, run_id: str) -> Path: ...
 

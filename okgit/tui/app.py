@@ -165,7 +165,7 @@ class WatchApp(App[None]):
         c = self.view.candidates.get(cand) if cand else None
         self.profile.show(c, self.view)
         self.profile.border_title = f"profile of {cand}" if c else "profile"
-        self.diff.show(self.sources.diff(cand) if c else "")
+        self.diff.show(self.sources.diff(cand) if c and cand else "")
 
     def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
         self.selected = str(message.row_key.value)

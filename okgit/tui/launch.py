@@ -20,7 +20,8 @@ from okgit.progress import Printer
 
 class WatchProcess:
     def __init__(self, root: Path) -> None:
-        read_fd, self._fd = os.pipe()
+        read_fd, write_fd = os.pipe()
+        self._fd: int | None = write_fd
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "okgit", "watch", "--attach", str(read_fd), "--run-pid", str(os.getpid())],
@@ -31,7 +32,12 @@ class WatchProcess:
     def mute(self, printer: Printer) -> None:
         """Plain progress is held while the view is open and catches up once it closes."""
         printer.muted = self.open
-        threading.Thread(target=lambda: (self.proc.wait(), printer.view_closed()), daemon=True).start()
+
+        def closed() -> None:
+            self.proc.wait()
+            printer.view_closed()
+
+        threading.Thread(target=closed, daemon=True).start()
 
     def attach(self, run_dir: Path) -> None:
         self._say(f"run {run_dir}")

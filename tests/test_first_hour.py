@@ -172,9 +172,14 @@ def _drive(app: WatchApp, steps) -> None:
     asyncio.run(main())
 
 
-def _a_run(tmp_path: Path) -> Path:
+def _a_run(tmp_path: Path, finished: bool = True) -> Path:
     run = next(d for d in sorted(JOURNALS.iterdir()) if d.is_dir())
-    return Path(shutil.copytree(run, tmp_path / run.name))
+    copy = Path(shutil.copytree(run, tmp_path / run.name))
+    if not finished:  # the run as it was before its last event
+        journal = copy / "journal.jsonl"
+        lines = journal.read_text().splitlines(keepends=True)
+        journal.write_text("".join(line for line in lines if '"run_finished"' not in line))
+    return copy
 
 
 def test_ctrl_c_quits_watch(tmp_path: Path) -> None:
@@ -187,7 +192,7 @@ def test_ctrl_c_quits_watch(tmp_path: Path) -> None:
 
 
 def test_the_view_starts_before_the_run_and_ctrl_c_stops_the_run(tmp_path: Path) -> None:
-    run_dir = _a_run(tmp_path)
+    run_dir = _a_run(tmp_path, finished=False)
     read_fd, write_fd = os.pipe()
     os.set_blocking(read_fd, False)
 
@@ -204,6 +209,18 @@ def test_the_view_starts_before_the_run_and_ctrl_c_stops_the_run(tmp_path: Path)
 
     _drive(WatchApp(None, poll_s=0.05, attach=read_fd, run_pid=os.getpid()), steps)
     os.close(read_fd)
+
+
+def test_ctrl_c_after_the_run_finished_only_closes_the_view(tmp_path: Path) -> None:
+    """Under `optimize --watch`, a run that has finished is not reported as interrupted."""
+    async def steps(app: WatchApp, pilot) -> None:
+        await pilot.pause(0.2)
+        assert app.view.finished is not None
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert not app.is_running and not app.interrupt_run
+
+    _drive(WatchApp(_a_run(tmp_path), poll_s=0.05, run_pid=os.getpid()), steps)
 
 
 def test_a_refused_run_closes_the_starting_view(tmp_path: Path) -> None:

@@ -185,8 +185,9 @@ class WatchApp(App[None]):
             self.table.border_title = "experiments: failures only: no candidate has failed (f: all)"
 
     def action_interrupt(self) -> None:
-        """Ctrl-C: quit the view; under `optimize --watch`, stop the run too."""
-        self.interrupt_run = self.run_pid is not None
+        """Ctrl-C: quit the view; under `optimize --watch`, stop the run too, unless it has
+        finished already (then there is nothing to stop, and its result stands)."""
+        self.interrupt_run = self.run_pid is not None and self.view.finished is None
         self.exit()
 
     def action_cursor(self, step: int) -> None:

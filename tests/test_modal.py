@@ -495,3 +495,11 @@ def test_a_batch_goes_through_one_map_and_comes_back_in_proposal_order(credentia
         ("proposal", "c001"), ("evaluated", "c001"), ("proposal", "c002"), ("evaluated", "c002"),
         ("proposal", "c003"), ("evaluated", "c003")]
     assert all(a.result.device == "modal:H100" and a.result.queue_s is not None for a in ctx.attempts)
+
+
+def test_the_remote_side_imports_neither_the_client_nor_kernelbench():
+    code = ("import sys, okgit.eval.modal_remote\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('okgit.kernelbench', 'okgit.eval.modal_image'))"
+            " or m == 'okgit.eval.modal'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.strip() == "[]"

@@ -13,6 +13,7 @@ import pytest
 
 from okgit.errors import OkgitError
 from okgit.eval import modal as om
+from okgit.eval import modal_remote as remote
 from okgit.eval.types import Comparison, EvalResult, Reference, Status
 from okgit.problem import Problem, load_problem
 
@@ -202,7 +203,7 @@ def test_the_gpu_function_is_defined_with_isolation_and_bounded_cost(credentials
     assert isinstance(app, modal.App) and isinstance(fn, modal.Function)
     assert fn._spec_.gpus == "L40S"  # the GPU is the user's choice
     body = fn._raw_f_  # the plain function the container runs (pickled by reference to okgit)
-    assert (body.__module__, body.__qualname__) == ("okgit.eval.modal", "remote_job")
+    assert (body.__module__, body.__qualname__) == ("okgit.eval.modal_remote", "remote_job")
     assert om.function_name().startswith("evaluate-")
 
 
@@ -243,7 +244,7 @@ def test_problem_payload_round_trips_with_sibling_files(tmp_path):
     assert set(data["files"]) == {"helper.py", "op.py"}
     remote_root = tmp_path / "remote"
     remote_root.mkdir()
-    again = om._problem_from(data, remote_root)
+    again = remote._problem_from(data, remote_root)
     assert again.path == problem.path and again.source == problem.source and again.knobs == problem.knobs
     assert again.extra_shapes == problem.extra_shapes and again.atol == 1e-3
     assert (remote_root / "helper.py").read_text() == "SCALE = 3\n"
@@ -368,8 +369,8 @@ class _Hanging:
                                               (_Hanging(), "ran past its 1 s limit")], ids=["raises", "hangs"])
 def test_remote_job_returns_failures_as_data(relu_problem, monkeypatch, evaluator, expect):
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    monkeypatch.setattr(om, "_evaluator", lambda device: evaluator)
-    monkeypatch.setattr(om, "_STUCK", False)
+    monkeypatch.setattr(remote, "_evaluator", lambda device: evaluator)
+    monkeypatch.setattr(remote, "_STUCK", False)
     out = om.remote_job({"kind": "reference", "problem": om.problem_payload(relu_problem), "device": "cpu",
                          "limit_s": 1})
     assert expect in out["failed"] and "\n" not in out["failed"]
@@ -388,9 +389,9 @@ def test_remote_job_never_raises_on_bad_payloads(monkeypatch):
 def fresh_evaluators(monkeypatch):
     """A fresh container: no evaluator (nor pre-started worker) from an earlier test."""
     monkeypatch.delenv("PYTHONPATH", raising=False)  # restored after: remote_job sets it
-    monkeypatch.setattr(om, "_EVALUATORS", {})
+    monkeypatch.setattr(remote, "_EVALUATORS", {})
     yield
-    for ev in om._EVALUATORS.values():
+    for ev in remote._EVALUATORS.values():
         ev.close()
 
 
@@ -494,3 +495,11 @@ def test_a_batch_goes_through_one_map_and_comes_back_in_proposal_order(credentia
         ("proposal", "c001"), ("evaluated", "c001"), ("proposal", "c002"), ("evaluated", "c002"),
         ("proposal", "c003"), ("evaluated", "c003")]
     assert all(a.result.device == "modal:H100" and a.result.queue_s is not None for a in ctx.attempts)
+
+
+def test_the_remote_side_imports_neither_the_client_nor_kernelbench():
+    code = ("import sys, okgit.eval.modal_remote\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('okgit.kernelbench', 'okgit.eval.modal_image'))"
+            " or m == 'okgit.eval.modal'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.strip() == "[]"

@@ -13,35 +13,71 @@ so only the first run builds it. `modal deploy -m okgit.eval.modal` deploys the 
 function under a name that fingerprints okgit's source and the versions, and okgit uses a
 deployed function only when its fingerprint matches the local one (never stale code).
 
+This module is the client: ModalEvaluator, the function's settings and the app. The image and
+the versions it installs are okgit.eval.modal_image; what runs in the container (remote_job
+and its handlers) is okgit.eval.modal_remote, which imports neither of the other two.
+
 `modal` is an optional extra (`pip install 'okgit[modal]'`), imported only when used.
 """
 
 from __future__ import annotations
 
 import atexit
-import hashlib
-import json
 import os
 import re
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from okgit.errors import OkgitError
 from okgit.eval.base import EvaluatorBase
+from okgit.eval.modal_image import (
+    MIN_MODAL,
+    MIN_PYTHON,
+    MISSING_AUTH,
+    MISSING_MODAL,
+    Stack,
+    build_image,
+    cuda_image_tag,
+    fingerprint,
+    function_name,
+    has_credentials,
+    image_stack,
+    local_stack,
+    require_modal,
+    requirement_version,
+    torch_cuda,
+)
+from okgit.eval.modal_remote import (
+    KIND_TIMEOUT_S,
+    BaselineArms,
+    _first_line,
+    problem_payload,
+    remote_baselines,
+    remote_job,
+)
 from okgit.eval.types import Comparison, EvalError, EvalResult, Mode, Reference, Status
-from okgit.problem import Problem, load_problem
+from okgit.problem import Problem
+
+# Names other modules, the tests and the docs reach through okgit.eval.modal, wherever they live.
+__all__ = [
+    "APP_NAME", "CPU", "KIND_TIMEOUT_S", "MAX_CONTAINERS", "MAX_CONTAINERS_ENV", "MEMORY_MIB", "MIN_MODAL",
+    "MIN_PYTHON", "MISSING_AUTH", "MISSING_MODAL", "RETRIES", "SCALEDOWN_S", "STARTUP_TIMEOUT_S", "TIMEOUT_S",
+    "BaselineArms", "ModalEvaluator", "Stack", "build_app", "build_image", "cuda_image_tag", "fingerprint",
+    "function_name", "function_options", "has_credentials", "image_stack", "local_stack", "max_containers_setting",
+    "problem_payload", "remote_baselines", "remote_job", "require_modal", "requirement_version", "torch_cuda",
+    "worst_case_call_s",
+]
 
 APP_NAME = "okgit-eval"
 # What one call may cost, bounded (docs/modal.md, "What it costs"). remote_job returns every failure
 # as data, so Modal retries only what never returned: a lost container or a call past TIMEOUT_S.
-KIND_TIMEOUT_S = {"reference": 900, "evaluate": 900, "compare": 1500, "baselines": 1500}  # in the container
-TIMEOUT_S = max(KIND_TIMEOUT_S.values()) + 60  # Modal's own limit per attempt: the backstop of the above
+# The in-container limit of each job kind is modal_remote.KIND_TIMEOUT_S.
+TIMEOUT_S = max(KIND_TIMEOUT_S.values()) + 60  # Modal's own limit per attempt: the backstop of those
 STARTUP_TIMEOUT_S = 600  # a container's start (image pull, Python, imports), billed apart from TIMEOUT_S
 RETRIES = 1  # attempts after the first, for lost containers (preemption, a crashed host) only
 SCALEDOWN_S = 60  # an idle container is kept (and billed) this long for the next call
@@ -49,199 +85,6 @@ CPU = 4.0  # cores: the evaluator, its pre-started workers and torch.compile's c
 MEMORY_MIB = 16384  # each worker holds torch and a CUDA context (~1 GiB); Modal's default is 128 MiB
 MAX_CONTAINERS = 8  # one process's (or, divided, one sweep's) widest fan-out: OKGIT_MODAL_MAX_CONTAINERS
 MAX_CONTAINERS_ENV = "OKGIT_MODAL_MAX_CONTAINERS"
-MIN_PYTHON = (3, 11)  # Modal's current image builder (2026.10) has no Python 3.10
-MIN_MODAL = (1, 0)
-# A CUDA toolkit image tag on Docker Hub per CUDA major.minor; a minor missing here takes <minor>.0,
-# the first release of that minor: never another major's toolkit (torch's extension builder refuses it).
-CUDA_TAGS = {"11.8": "11.8.0", "12.1": "12.1.1", "12.4": "12.4.1", "12.6": "12.6.3", "12.8": "12.8.1",
-             "12.9": "12.9.1", "13.0": "13.0.1"}
-# A CPU-only local torch has no CUDA of its own: the image installs the same version's build for this
-# CUDA from the PyTorch index (one that exists for that release), and the toolkit of the same CUDA.
-CPU_TORCH_CUDA = {"2.4": "12.4", "2.5": "12.4", "2.6": "12.6", "2.7": "12.8", "2.8": "12.8"}
-NEWEST_TORCH_CUDA = "13.0"  # torch 2.9 and later
-TORCH_INDEX = "https://download.pytorch.org/whl"
-MAX_PROBLEM_FILES_BYTES = 4 << 20  # the op's sibling modules shipped along with it
-
-MISSING_MODAL = "--eval modal needs the modal package: pip install 'okgit[modal]'"
-MISSING_AUTH = ("Modal is not authenticated: run `modal setup` (it writes ~/.modal.toml) "
-                "or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET")
-
-
-# --- authentication, where the modal client looks for it -------------------------------------------
-
-
-def has_credentials(environ: Mapping[str, str] | None = None) -> bool:
-    """A token pair or an OAuth login, from MODAL_* variables or the chosen profile of ~/.modal.toml.
-
-    The profile is MODAL_PROFILE, else the one marked `active = true`, else "default": the
-    client's own rules, read here without importing modal or touching the network. An OAuth
-    login (`modal setup` with OAuth) is a refresh token, a client id and one client secret or
-    JWT key.
-    """
-    env = os.environ if environ is None else environ
-    home = env.get("HOME") or os.path.expanduser("~")
-    path = Path(env.get("MODAL_CONFIG_PATH") or Path(home) / ".modal.toml")
-    try:
-        import tomllib
-
-        profiles = tomllib.loads(path.read_text())
-    except (OSError, ValueError):
-        profiles = {}
-    active = [name for name, values in profiles.items() if isinstance(values, dict) and values.get("active") is True]
-    profile = profiles.get(env.get("MODAL_PROFILE") or (active[0] if active else "default"), {})
-    profile = profile if isinstance(profile, dict) else {}
-
-    def setting(key: str) -> Any:
-        return env.get(f"MODAL_{key.upper()}") or profile.get(key)
-
-    if setting("token_id") and setting("token_secret"):
-        return True
-    oauth_secret = bool(setting("oauth_client_secret")) != bool(setting("oauth_jwt_key"))
-    return bool(setting("oauth_refresh_token") and setting("oauth_client_id") and oauth_secret)
-
-
-def require_modal():
-    """The modal module, or one clear OkgitError naming what is missing."""
-    if sys.version_info[:2] < MIN_PYTHON:
-        raise OkgitError(f"--eval modal needs Python {'.'.join(map(str, MIN_PYTHON))} or newer (this is "
-                         f"{sys.version_info.major}.{sys.version_info.minor}): Modal's image builder has no "
-                         "older Python, and the container runs the same Python as okgit")
-    try:
-        import modal
-    except ImportError:
-        raise OkgitError(MISSING_MODAL) from None
-    if _version_tuple(getattr(modal, "__version__", "0")) < MIN_MODAL:
-        raise OkgitError(f"--eval modal needs modal 1.0 or newer (this is {modal.__version__}): "
-                         "pip install -U 'okgit[modal]'")
-    if not has_credentials():
-        raise OkgitError(MISSING_AUTH)
-    return modal
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:2])
-
-
-# --- the versions the image installs ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Stack:
-    """What the image installs: Python, a CUDA toolkit, torch (with triton: its own layer) and the rest."""
-
-    python: str
-    cuda: str  # major.minor of the toolkit, the CUDA torch is built for
-    torch: tuple[str, ...]  # the torch layer: torch, and triton when pinned
-    index: str | None  # the PyTorch index serving that torch build
-    rest: tuple[str, ...]  # pydantic, numpy: a layer of their own, so a change there keeps torch's
-
-
-def requirement_version(requires: list[str], names: tuple[str, ...]) -> tuple[str, str] | None:
-    """(name, version) of the first `name==version` requirement among `names` (Linux markers or none)."""
-    for req in requires:
-        spec, _, marker = req.partition(";")
-        if "extra ==" in marker or ("platform_system" in marker and "Linux" not in marker):
-            continue
-        m = re.match(r"\s*([A-Za-z0-9_.-]+)\s*(?:\[[^\]]*\])?\s*==\s*([^\s,;]+)\s*$", spec)
-        if m and m.group(1).lower().replace("_", "-") in names:
-            return m.group(1), m.group(2)
-    return None
-
-
-def torch_cuda(torch_version: str, built_cuda: str | None, requires: list[str]) -> str:
-    """The CUDA major.minor of the torch the image installs.
-
-    A CUDA build: its CUDA requirement (nvidia-cuda-runtime-cuXX / cuda-toolkit ==X.Y.Z), else the
-    CUDA it was built with. A CPU build: the CUDA whose build of that version the image installs.
-    """
-    if built_cuda:
-        found = requirement_version(requires, ("cuda-toolkit", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu11",
-                                               "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13"))
-        version = found[1] if found and found[1].split(".")[0] == built_cuda.split(".")[0] else built_cuda
-        return ".".join(version.split(".")[:2])
-    minor = ".".join(torch_version.split("+")[0].split(".")[:2])
-    return CPU_TORCH_CUDA.get(minor, NEWEST_TORCH_CUDA)
-
-
-def image_stack(torch_version: str, built_cuda: str | None, requires: list[str], local_triton: str | None,
-                others: Mapping[str, str], python: str) -> Stack:
-    """The pins for a user's environment (pure: tests give it CUDA 12, CUDA 13 and CPU torches).
-
-    triton follows torch's own requirement: the installed metadata of a CUDA build; for a CPU build
-    (whose metadata pins no triton, and whose local triton is only what pip picked for it) triton is
-    left to pip, which takes it from the metadata of the CUDA build installed in the image.
-    """
-    cuda = torch_cuda(torch_version, built_cuda, requires)
-    base, _, local = torch_version.partition("+")
-    variant = "cu" + cuda.replace(".", "")
-    if built_cuda:
-        triton = requirement_version(requires, ("triton", "pytorch-triton"))
-        pins = [f"torch=={torch_version}"] + ([f"{triton[0]}=={triton[1]}"] if triton
-                                              else [f"triton=={local_triton}"] if local_triton else [])
-        index = f"{TORCH_INDEX}/{local}" if local else None  # a plain version: PyPI's wheel is that build
-    else:
-        pins, index = [f"torch=={base}+{variant}"], f"{TORCH_INDEX}/{variant}"
-    return Stack(python=python, cuda=cuda, torch=tuple(pins), index=index,
-                 rest=tuple(f"{name}=={version}" for name, version in sorted(others.items())))
-
-
-def local_stack() -> Stack:
-    """image_stack() of this environment."""
-    from importlib import metadata
-
-    import numpy
-    import pydantic
-    import torch
-
-    try:
-        requires = metadata.requires("torch") or []
-    except metadata.PackageNotFoundError:
-        requires = []
-    try:
-        import triton
-
-        local_triton = triton.__version__
-    except ImportError:
-        local_triton = None
-    return image_stack(torch.__version__, torch.version.cuda, requires, local_triton,
-                       {"numpy": numpy.__version__, "pydantic": pydantic.VERSION},
-                       f"{sys.version_info.major}.{sys.version_info.minor}")
-
-
-def cuda_image_tag(cuda: str) -> str:
-    major_minor = ".".join(cuda.split(".")[:2])
-    return f"nvidia/cuda:{CUDA_TAGS.get(major_minor, major_minor + '.0')}-devel-ubuntu22.04"
-
-
-# --- the image and the app -------------------------------------------------------------------------
-
-
-def build_image(cuda_image: str | None = None, stack: Stack | None = None):
-    modal = require_modal()
-    stack = stack or local_stack()
-    # the same Python (a serialized function needs it); nvcc of torch's CUDA for the CUDA backend
-    image = modal.Image.from_registry(cuda_image or cuda_image_tag(stack.cuda), add_python=stack.python)
-    image = image.pip_install(*stack.torch, extra_index_url=stack.index)  # the big layer, cached on its own
-    image = image.pip_install(*stack.rest)
-    image = image.env({"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"})
-    # okgit's package data (prompts, templates, data) travels too, not only its .py files.
-    return image.add_local_python_source("okgit", ignore=["**/__pycache__/**", "**/*.pyc"])
-
-
-def fingerprint(cuda_image: str | None = None, stack: Stack | None = None) -> str:
-    """What the remote code depends on: okgit's source, the pinned versions, Python, the CUDA image."""
-    stack = stack or local_stack()
-    h = hashlib.sha256()
-    root = Path(__file__).resolve().parents[1]
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    h.update(repr((stack, cuda_image or cuda_image_tag(stack.cuda))).encode())
-    return h.hexdigest()[:12]
-
-
-def function_name(cuda_image: str | None = None, stack: Stack | None = None) -> str:
-    return f"evaluate-{fingerprint(cuda_image, stack)}"
 
 
 def max_containers_setting(environ: Mapping[str, str] | None = None) -> int:
@@ -258,6 +101,9 @@ def worst_case_call_s(timeout_s: int = TIMEOUT_S, retries: int = RETRIES) -> int
     """The most container seconds one call can bill: every attempt starting as slowly as allowed and
     running to Modal's limit, then idling SCALEDOWN_S (docs/modal.md, "What it costs")."""
     return (STARTUP_TIMEOUT_S + timeout_s) * (1 + retries) + SCALEDOWN_S
+
+
+# --- the app ---------------------------------------------------------------------------------------
 
 
 def function_options(gpu: str, *, timeout_s: int = TIMEOUT_S, retries: int = RETRIES,
@@ -297,199 +143,6 @@ def __getattr__(name: str):
 
         return build_app(load_config(None).modal_gpu)[0]
     raise AttributeError(name)
-
-
-# --- the GPU function's body: plain data in, plain data out ----------------------------------------
-
-
-def problem_payload(problem: Problem) -> dict[str, Any]:
-    """The problem as plain data, with the op's sibling .py files (its own imports) beside it."""
-    files: dict[str, str] = {}
-    total = 0
-    if problem.root and Path(problem.root).is_dir():
-        for path in sorted(Path(problem.root).glob("*.py")):
-            size = path.stat().st_size
-            if total + size > MAX_PROBLEM_FILES_BYTES:
-                break
-            files[path.name] = path.read_text(errors="replace")
-            total += size
-    return {
-        "path": problem.path, "source": problem.source, "knobs": dict(problem.knobs),
-        "atol": problem.atol, "rtol": problem.rtol,
-        "extra_shapes": [list(map(list, shape)) for shape in problem.extra_shapes] if problem.extra_shapes else None,
-        "files": files,
-    }
-
-
-def _problem_from(data: dict[str, Any], root: Path) -> Problem:
-    for name, text in data.get("files", {}).items():
-        (root / Path(name).name).write_text(text)
-    shapes = data.get("extra_shapes")
-    return Problem(
-        path=data["path"], source=data["source"], root=str(root), knobs=dict(data.get("knobs") or {}),
-        atol=data.get("atol"), rtol=data.get("rtol"),
-        extra_shapes=tuple(tuple((k, int(v)) for k, v in shape) for shape in shapes) if shapes else None,
-    )
-
-
-_EVALUATORS: dict[str, Any] = {}  # per device, kept while the container stays warm
-_JOBS_RUN = 0  # in this container: the first job is the one that started it
-_STUCK = False  # a job ran past its kind's limit here: this container takes no more
-
-
-def _evaluator(device: str):
-    """One LocalEvaluator per container and device: a warm container keeps its prepared
-    references, so a problem's reference runs once rather than once per candidate. Candidates
-    still each get a fresh worker process, as locally."""
-    from okgit.eval.local import LocalEvaluator
-
-    _make_importable()  # before any worker starts, pre-started ones included
-    if device not in _EVALUATORS:
-        _EVALUATORS[device] = LocalEvaluator(device=device)
-    return _EVALUATORS[device]
-
-
-def _make_importable() -> None:
-    """Workers start in a temporary directory with a scrubbed environment that keeps PYTHONPATH:
-    put okgit's directory (/root in the image) on it, or they could not import okgit."""
-    root = str(Path(__file__).resolve().parents[2])
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
-
-
-def remote_job(payload: dict[str, Any]) -> dict[str, Any]:
-    """One evaluator call on this machine's GPU; never raises, so Modal never retries a job's failure.
-
-    Returns {"result": ...}, {"okgit_error": message} (the user's error, e.g. a reference that does
-    not run) or {"failed": message} (anything else, a job past its kind's limit included), with
-    "job_s" (its seconds here) and "cold_start" (whether it was this container's first job).
-    Runs in the Modal container; tests call it in-process (with payload["device"] = "cpu").
-    """
-    global _JOBS_RUN, _STUCK
-    started = time.monotonic()
-    cold, _JOBS_RUN = _JOBS_RUN == 0, _JOBS_RUN + 1
-    kind = payload.get("kind")
-    limit = float(payload.get("limit_s") or KIND_TIMEOUT_S.get(str(kind), min(KIND_TIMEOUT_S.values())))
-    out: dict[str, Any] = {}
-    if _STUCK:
-        out = {"failed": "this container's evaluator is stuck on an earlier job"}
-    else:
-        thread = threading.Thread(target=lambda: out.update(_job(payload)), daemon=True)
-        thread.start()
-        thread.join(limit)
-        if thread.is_alive():  # the evaluator hangs beyond its own worker limits: give the GPU back
-            _STUCK = True
-            _stop_container()
-            out = {"failed": f"the {kind} job ran past its {limit:.0f} s limit"}
-    return {**out, "job_s": round(time.monotonic() - started, 3), "cold_start": cold,
-            **({"index": payload["index"]} if "index" in payload else {})}  # where a batch's output goes
-
-
-def _job(payload: dict[str, Any]) -> dict[str, Any]:
-    try:
-        kind = payload["kind"]
-        device = payload.get("device", "cuda")
-        if kind == "baselines":
-            return {"result": remote_baselines(payload["ref_source"], payload.get("source"), device,
-                                               backend=payload.get("backend") or "triton").model_dump(mode="json")}
-        problem = _problem_from(payload["problem"], _problem_dir(payload["problem"]))
-        evaluator = _evaluator(device)
-        if kind == "reference":
-            result: Any = evaluator.reference(problem)
-        elif kind == "evaluate":
-            result = evaluator.evaluate(problem, payload["source"], mode=payload["mode"], backend=payload["backend"])
-        elif kind == "compare":
-            result = evaluator.compare(problem, payload["source"], rounds=payload["rounds"], backend=payload["backend"])
-        else:
-            raise OkgitError(f"unknown job kind {kind!r}")
-        return {"result": result.model_dump(mode="json")}
-    except OkgitError as e:  # e.g. the reference itself does not run: the user's error, said once
-        return {"okgit_error": str(e)}
-    except BaseException as e:  # noqa: BLE001 - returned, not raised: Modal must not retry it
-        return {"failed": f"{type(e).__name__}: {_first_line(e)}"}
-
-
-def _problem_dir(data: dict[str, Any]) -> Path:
-    """One directory per problem, named by its content, kept while the container lives: the
-    local evaluator's prepared reference is keyed by (source, root, ...) and is reused."""
-    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-    root = Path(tempfile.gettempdir()) / f"okgit-modal-{digest}"
-    root.mkdir(exist_ok=True)
-    return root
-
-
-def _stop_container() -> None:
-    """Ask Modal for no more inputs in this container (it exits after this one); nothing locally."""
-    try:
-        import modal
-
-        if not modal.is_local():
-            modal.experimental.stop_fetching_inputs()
-    except Exception:  # noqa: BLE001 - the per-call TIMEOUT_S still ends it
-        pass
-
-
-# --- the sweep's baselines, through the sandboxed worker -------------------------------------------
-
-COMPILE_ARM = '''
-
-# okgit bench: the torch.compile baseline, the reference compiled in place
-class ModelNew(Model):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.compile()
-'''
-BASELINE_ROUNDS = 3  # interleaved, each arm in a fresh worker per round
-
-
-def remote_baselines(ref_source: str, winner_source: str | None, device: str = "cuda", *,
-                     backend: str = "triton"):
-    """Eager, torch.compile and the winner timed as candidates are: each arm in the evaluator's
-    sandboxed worker (scrubbed environment, its own process, time-limited), never in this
-    process. The winner is checked again by the evaluator first. A failure is an arm's missing
-    time (`errors`), as `okgit.kernelbench.baselines` reports it locally."""
-    from okgit.kernelbench.baselines import BaselineTimes
-
-    root = _problem_dir({"baselines": ref_source})
-    (root / "reference.py").write_text(ref_source)
-    evaluator = _evaluator(device)
-    result = BaselineTimes(device=evaluator.device, timed=False)
-    try:
-        problem = load_problem("reference.py", source=ref_source, root=str(root))
-        prep = evaluator.prepared(problem, "fast")
-    except OkgitError as e:
-        result.errors["all"] = str(e)
-        return result
-    arms = {"eager": (ref_source, "torch"), "compile": (ref_source + COMPILE_ARM, "torch")}
-    if winner_source is not None:
-        check = evaluator.evaluate(problem, winner_source, mode="fast", backend=backend)
-        why = f"{check.error.gate}: {_one_line(check.error.message)}" if check.error else check.status.value
-        if check.status is Status.incorrect:  # a wrong answer here: never scored as a correct kernel
-            result.disagreement = why[:300]
-        elif check.status is not Status.correct:  # rejected, or the worker died: no figure for it
-            result.errors["okgit"] = f"the winner's check here ended {check.status.value}: {why}"[:300]
-        arms["okgit"] = (winner_source, backend)
-    if device == "cpu":
-        result.errors["all"] = "no GPU: timing is not claimed"
-        return result
-    from okgit.eval.jobs import PINNED_FLAGS
-
-    result.timed, result.flags = True, dict(PINNED_FLAGS)
-    samples: dict[str, list[float]] = {arm: [] for arm in arms if arm not in result.errors}
-    for _ in range(BASELINE_ROUNDS):
-        for arm in list(samples):
-            source, arm_backend = arms[arm]
-            try:
-                samples[arm].append(evaluator.time_once(problem, prep, source, arm_backend, root=str(root)))
-            except OkgitError as e:  # that baseline is missing, not zero
-                result.errors[arm] = _first_line(e)[:300]
-                del samples[arm]
-    import statistics
-
-    times = {arm: statistics.median(ts) for arm, ts in samples.items() if ts}
-    result.eager_us, result.compile_us, result.okgit_us = times.get("eager"), times.get("compile"), times.get("okgit")
-    return result
 
 
 # --- the evaluator ---------------------------------------------------------------------------------
@@ -565,19 +218,18 @@ class ModalEvaluator(EvaluatorBase):
             results.append(self._eval_result(out, mode, elapsed))
         return results
 
-    def time_baselines(self, ref_source: str, winner_source: str | None, *, backend: str = "triton"):
+    def time_baselines(self, ref_source: str, winner_source: str | None, *, backend: str = "triton") -> BaselineArms:
         """Eager, torch.compile and the winner (if any) timed in one container (for `okgit bench
         kernelbench`), each arm in a sandboxed worker there. Any failure, Modal's included, leaves
-        the times out with the reason (the sweep's `untimed_reason`), never the problem's result."""
-        from okgit.kernelbench.baselines import BaselineTimes
-
+        the times out with the reason (the sweep's `untimed_reason`), never the problem's result.
+        Plain data: the sweep reads it into its BaselineTimes."""
         payload = {"kind": "baselines", "ref_source": ref_source, "source": winner_source, "backend": backend}
         try:
             out = self._call(payload)
-            times = BaselineTimes.model_validate(self._result(out, "baselines"))
+            times = BaselineArms(**self._result(out, "baselines"))
         except OkgitError as e:
-            return BaselineTimes(device=self.device, timed=False, errors={"all": str(e)})
-        return times.model_copy(update={"device": self.device})
+            return BaselineArms(device=self.device, timed=False, errors={"all": str(e)})
+        return replace(times, device=self.device)
 
     def close(self) -> None:
         with self._lock:
@@ -690,13 +342,3 @@ def _start_error(e: BaseException) -> str:
     hint = f"`modal image logs {image.group(0)}`" if image else "`modal image logs <image id>`"
     return f"Modal: the image build failed: {_first_line(e)} (whole error in {log}; build log: {hint})"
 
-
-def _one_line(text: str) -> str:
-    """A message on one line: its first line, and its last (a traceback's exception) when they differ."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else "no message"
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else "no message"

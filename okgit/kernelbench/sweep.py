@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from okgit.errors import OkgitError, UsageError
 from okgit.eval.device_pool import DevicePool, Slot
@@ -35,6 +35,13 @@ from okgit.kernelbench.reader import KBProblem, find_problems
 from okgit.kernelbench.scoring import CrossCheck, ProblemResult, SweepReport, summarize
 from okgit.repo import Repo, git
 from okgit.status import CORRECT, RunStatus
+
+if TYPE_CHECKING:
+    from okgit.eval.modal_remote import BaselineArms
+
+# Times the baselines of (reference source, winner source or None) elsewhere: Modal's evaluator gives
+# the eval side's plain BaselineArms, which _baselines reads into BaselineTimes.
+Timer = Callable[[str, str | None], "BaselineTimes | BaselineArms"]
 
 DEFAULT_TIMEOUT_S = 3600.0  # one problem's whole okgit run; a hang past it is recorded as `timeout`
 HELPER_TIMEOUT_S = 1200.0  # baseline timing or cross-check of one winner
@@ -73,7 +80,7 @@ def run_sweep(
     modal = config.eval == "modal"
     pool = DevicePool.local(parallel, device="cpu" if modal or config.device == "cpu" else None)
     gpu = any(d.startswith("cuda") for d in pool.devices)
-    timer: Callable[[str, str | None], BaselineTimes] | None = None
+    timer: Timer | None = None
     extra_env: dict[str, str] = {}
     owned = contextlib.ExitStack()  # the evaluator made here, closed when the sweep ends
     if modal:
@@ -207,7 +214,7 @@ def _cross_check_plan(wanted: bool, *, gpu: bool, modal: bool) -> tuple[str | No
 
 
 def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, timeout_s: float, *,
-                 timer: Callable[[str, str | None], BaselineTimes] | None, gpu: bool, cross_check: bool,
+                 timer: Timer | None, gpu: bool, cross_check: bool,
                  device: str, extra_env: dict[str, str] | None = None) -> ProblemResult:
     started = time.monotonic()
     result = ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, status="error", device=device)
@@ -316,10 +323,11 @@ def _journal(work: Path, run_id: str) -> list[dict[str, Any]]:
 
 
 def _baselines(ref: Path, winner: Path | None, env: dict[str, str], *,
-               timer: Callable[[str, str | None], BaselineTimes] | None, gpu: bool) -> dict[str, Any]:
+               timer: Timer | None, gpu: bool) -> dict[str, Any]:
     """Eager, torch.compile and the winner's times (no winner: the first two only)."""
     if timer is not None:
-        times = timer(ref.read_text(), winner.read_text() if winner else None)
+        times = BaselineTimes.model_validate(timer(ref.read_text(), winner.read_text() if winner else None),
+                                             from_attributes=True)
     elif gpu:
         data = _helper("baselines", ref, winner, env)
         if isinstance(data, str):  # the helper itself failed: no figures, and why

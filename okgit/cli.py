@@ -65,7 +65,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     progress = None if args.json else printer(sys.stdout, args.path)
     watcher = None
     if args.watch:
-        from okgit.repo import Repo
+        from okgit.git.repo import Repo
         from okgit.tui.launch import WatchProcess
 
         watcher = WatchProcess(Repo.find(Path.cwd()).root)  # outside a repository: one line, no view
@@ -87,12 +87,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from okgit import history
-    from okgit.repo import Repo
+    from okgit.git import history
+    from okgit.git.repo import Repo
 
     repo = Repo.find(Path.cwd())
     if args.run:
-        from okgit.workspace import resolve_run
+        from okgit.git.workspace import resolve_run
 
         detail = history.run_detail(repo, resolve_run(repo, args.run))
         _emit(args, detail.model_dump(mode="json"), history.detail_text(detail))
@@ -103,8 +103,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from okgit import patch
-    from okgit.repo import Repo
+    from okgit.git import patch
+    from okgit.git.repo import Repo
 
     repo = Repo.find(Path.cwd())
     ref = patch.resolve_ref(repo, args.ref)
@@ -114,8 +114,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from okgit import patch
-    from okgit.repo import Repo
+    from okgit.git import patch
+    from okgit.git.repo import Repo
 
     repo = Repo.find(Path.cwd())
     ref = patch.resolve_ref(repo, args.ref)
@@ -126,8 +126,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_revert(args: argparse.Namespace) -> int:
-    from okgit import patch
-    from okgit.repo import Repo
+    from okgit.git import patch
+    from okgit.git.repo import Repo
 
     repo = Repo.find(Path.cwd())
     ref = patch.resolve_ref(repo, args.ref)
@@ -137,8 +137,8 @@ def cmd_revert(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from okgit.patch import resolve_ref
-    from okgit.repo import Repo
+    from okgit.git.patch import resolve_ref
+    from okgit.git.repo import Repo
     from okgit.verify import verify
 
     repo = Repo.find(Path.cwd())
@@ -162,17 +162,17 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def _run_dir(ref: str) -> Path:
-    from okgit.repo import Repo
-    from okgit.workspace import resolve_run
+    from okgit.git.repo import Repo
+    from okgit.git.workspace import resolve_run
 
     repo = Repo.find(Path.cwd())
     return repo.run_dir(resolve_run(repo, ref))
 
 
 def cmd_traces_export(args: argparse.Namespace) -> int:
-    from okgit.repo import Repo
+    from okgit.git.repo import Repo
+    from okgit.git.workspace import resolve_run
     from okgit.search.traces import export
-    from okgit.workspace import resolve_run
 
     repo = Repo.find(Path.cwd())
     done = export(repo, resolve_run(repo, args.run) if args.run else None, fmt=args.format, out=args.out)
@@ -181,8 +181,8 @@ def cmd_traces_export(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from okgit.repo import Repo
-    from okgit.workspace import gc
+    from okgit.git.repo import Repo
+    from okgit.git.workspace import gc
 
     report = gc(Repo.find(Path.cwd()), keep=args.keep, runs=args.runs)
     _emit(args, report.model_dump(mode="json"), report.text())

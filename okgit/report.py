@@ -6,7 +6,7 @@ from pathlib import Path
 
 from okgit.eval.types import Comparison
 from okgit.fmt import fmt_speed, fmt_us
-from okgit.journal import read_jsonl
+from okgit.git.journal import read_jsonl
 from okgit.search.types import Attempt, Context
 from okgit.status import RunStatus
 
@@ -22,7 +22,7 @@ STATUS_MEANING = {
 def _figures(run_dir: Path, winner: str | None) -> list[str]:
     """The figures section: PNGs beside report.md, drawn from the journal by okgit.figures."""
     from okgit.figures import write_figures
-    from okgit.journal import iter_events
+    from okgit.git.journal import iter_events
 
     try:
         paths = write_figures(run_dir, list(iter_events(run_dir / "journal.jsonl")), winner=winner)

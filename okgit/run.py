@@ -22,8 +22,8 @@ from okgit.eval.base import Evaluator
 from okgit.eval.registry import make_evaluator
 from okgit.eval.types import Comparison, EvalResult, Reference
 from okgit.fmt import fmt_speed
+from okgit.git.repo import Repo
 from okgit.problem import Problem, load_problem
-from okgit.repo import Repo
 from okgit.search.driver import Budget, Search, is_better
 from okgit.search.registry import make_proposers
 from okgit.search.types import Attempt, Context, Proposal, Proposer
@@ -94,7 +94,7 @@ class Watcher(Protocol):
 
 def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watcher: Watcher | None, cwd: Path | None,
               evaluator: Evaluator | None, proposers: list[Proposer] | None) -> RunResult:
-    from okgit import workspace
+    from okgit.git import workspace
 
     config = load_config(repo.root, flags)
     if config.model and not config.model.startswith("replay:") and proposers is None:
@@ -172,7 +172,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
     if resumed:
         preload = getattr(on_event, "preload", None)
         if preload:  # progress counts on from where the run stopped
-            from okgit.journal import read_jsonl
+            from okgit.git.journal import read_jsonl
 
             preload(read_jsonl(space.run_dir / "journal.jsonl")[0])
         log("resumed", message=f"resumed run {space.run_id}")
@@ -233,7 +233,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
 def _restore(space, ctx: Context) -> None:
     """Rebuild the attempts of an interrupted run from its traces, and what its model calls
     cost from its journal, so the search continues within the same budgets."""
-    from okgit.journal import read_jsonl
+    from okgit.git.journal import read_jsonl
 
     events = read_jsonl(space.run_dir / "journal.jsonl")[0]
     tags = {e["cand"]: e["tag"] for e in events if e["type"] == "accepted"}
@@ -274,7 +274,7 @@ def _final_gate(ctx: Context, evaluator: Evaluator, config: Config, log) -> tupl
 
 def _finish(space, ctx: Context, status: RunStatus, winner: Attempt | None, comparison: Comparison | None,
             stop_reason: str, cost_usd: float, log) -> RunResult:
-    from okgit import patch
+    from okgit.git import patch
     from okgit.report import write_report
 
     diff = space.diff(winner.tag) if winner and winner.tag else ""

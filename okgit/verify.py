@@ -18,8 +18,8 @@ from pydantic import BaseModel
 
 from okgit.errors import OkgitError
 from okgit.eval.types import Comparison, EvalResult
+from okgit.git.repo import Repo
 from okgit.problem import REQUIRED, load_problem, top_level_names
-from okgit.repo import Repo
 
 
 class OpVerdict(BaseModel):
@@ -72,9 +72,9 @@ def verify(repo: Repo, ref: str, *, eval: str | None = None, device: str | None 
            require_speedup: float | None = None) -> VerifyReport:
     """Settings come as for `optimize`: okgit.toml, then OKGIT_* (e.g. OKGIT_DEVICE=cpu in CI),
     then the arguments given here (None: not given)."""
-    from okgit import patch
     from okgit.config import load_config
     from okgit.eval.registry import make_evaluator
+    from okgit.git import patch
 
     diff = patch.resolve_diff(repo, ref)
     try:

@@ -134,9 +134,9 @@ def record_run(root: Path, candidates: list[tuple[str, str]], finish: str | None
     1.2, ...; the last one wins. `finish`: the final status, or None to leave the run open.
     Returns the RunSpace and the tags.
     """
-    from okgit.patch import validate
-    from okgit.repo import Repo
-    from okgit.workspace import start_run
+    from okgit.git.patch import validate
+    from okgit.git.repo import Repo
+    from okgit.git.workspace import start_run
 
     repo = Repo.find(root)
     space = start_run(repo, root / OP)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from okgit.figures import write_figures
-from okgit.journal import iter_events
+from okgit.git.journal import iter_events
 from okgit.report import _figures
 
 JOURNALS = Path(__file__).parent / "journals"

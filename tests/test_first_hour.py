@@ -155,8 +155,8 @@ def test_gc_drops_a_stale_applied_record_and_says_what_it_keeps(git_repo: Path) 
 
 
 def test_a_fallback_run_leaves_no_branch(git_repo: Path) -> None:
-    from okgit.repo import Repo
-    from okgit.workspace import start_run
+    from okgit.git.repo import Repo
+    from okgit.git.workspace import start_run
 
     space = start_run(Repo.find(git_repo), git_repo / OP)
     space.close(accepted=False)

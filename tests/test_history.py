@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from conftest import OP, crashed_run, record_run
 
-from okgit import history
 from okgit.errors import OkgitError
-from okgit.journal import JsonlWriter
-from okgit.repo import Repo
+from okgit.git import history
+from okgit.git.journal import JsonlWriter
+from okgit.git.repo import Repo
 
 
 def test_runs_newest_first_with_their_status(git_repo: Path) -> None:

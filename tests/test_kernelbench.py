@@ -229,7 +229,7 @@ def test_helpers_of_one_problem(tmp_path):
     problem = find_problems(FIXTURE, level=2)[0]
     work = tmp_path / "repo"
     sweep._init_repo(work, problem.file_name, problem.path.read_text())
-    from okgit.repo import git
+    from okgit.git.repo import git
 
     assert git("ls-files", cwd=work).split() == ["1_ScaleShift.py"]
     assert git("status", "--porcelain", cwd=work) == ""
@@ -267,7 +267,7 @@ def test_cross_check_plan_says_why_it_does_not_run(monkeypatch):
 
 
 def test_default_out_is_under_the_repository_okgit_dir(tmp_path, monkeypatch):
-    from okgit.repo import git
+    from okgit.git.repo import git
 
     git("init", "-q", cwd=tmp_path)
     monkeypatch.chdir(tmp_path)

@@ -79,7 +79,7 @@ def test_missing_modal_package_is_one_clear_error(credentials, monkeypatch):
 
 def test_cli_without_credentials_exits_1_with_one_line(no_credentials, tmp_path):
     pytest.importorskip("modal")
-    from okgit.repo import git
+    from okgit.git.repo import git
 
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from conftest import OP, OP_SOURCE, record_run, sh, snapshot, variant
 
-from okgit import patch
 from okgit.errors import OkgitError
-from okgit.repo import Repo
-from okgit.workspace import start_run
+from okgit.git import patch
+from okgit.git.repo import Repo
+from okgit.git.workspace import start_run
 
 
 def _user_commit(root: Path, source: str) -> None:

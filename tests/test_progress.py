@@ -6,7 +6,7 @@ import io
 import re
 from pathlib import Path
 
-from okgit.journal import iter_events
+from okgit.git.journal import iter_events
 from okgit.progress import printer
 
 JOURNALS = Path(__file__).parent / "journals"

@@ -10,7 +10,7 @@ import pytest
 from conftest import OP, sh
 
 from okgit.errors import OkgitError
-from okgit.repo import Repo, git
+from okgit.git.repo import Repo, git
 
 
 def test_find_from_a_subdirectory(git_repo: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from okgit.journal import iter_events
+from okgit.git.journal import iter_events
 from okgit.runview import RUNNING, RunView
 from okgit.tui.sources import Sources, Tail
 

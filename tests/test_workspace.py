@@ -11,8 +11,8 @@ import pytest
 from conftest import OP, OP_SOURCE, crashed_run, record_run, sh, snapshot, variant
 
 from okgit.errors import OkgitError
-from okgit.repo import Repo
-from okgit.workspace import gc, is_live, new_run_id, resume, start_run
+from okgit.git.repo import Repo
+from okgit.git.workspace import gc, is_live, new_run_id, resume, start_run
 
 
 def test_run_id_sorts_by_time() -> None:
@@ -23,7 +23,7 @@ def test_run_id_sorts_by_time() -> None:
 
 def test_runs_started_in_one_second_get_distinct_ids(git_repo: Path, monkeypatch) -> None:
     """4 random hex digits collide now and then within a second: start_run draws again."""
-    import okgit.workspace as ws
+    import okgit.git.workspace as ws
 
     draws = iter(["aaaa", "aaaa", "aaaa", "bbbb"])
     monkeypatch.setattr(ws.secrets, "token_hex", lambda n: next(draws))
@@ -159,8 +159,8 @@ def test_gc_removes_old_runs_with_their_refs(git_repo: Path) -> None:
 _WORKER = textwrap.dedent(
     """
     import sys
-    from okgit.repo import Repo
-    from okgit.workspace import start_run
+    from okgit.git.repo import Repo
+    from okgit.git.workspace import start_run
     sys.path.insert(0, sys.argv[2])
     from conftest import variant
     space = start_run(Repo.find(sys.argv[1]), sys.argv[1] + "/ops/relu.py")

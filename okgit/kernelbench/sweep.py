@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 from okgit.errors import OkgitError, UsageError
 from okgit.eval.device_pool import DevicePool, Slot
 from okgit.fmt import fmt_speed
+from okgit.git.repo import Repo, git
 from okgit.kernelbench import crosscheck
 from okgit.kernelbench.baselines import BaselineTimes
 from okgit.kernelbench.reader import KBProblem, find_problems
 from okgit.kernelbench.scoring import CrossCheck, ProblemResult, SweepReport, summarize
-from okgit.repo import Repo, git
 from okgit.status import CORRECT, RunStatus
 
 if TYPE_CHECKING:
@@ -315,7 +315,7 @@ def _run_result(work: Path) -> dict[str, Any] | None:
 
 
 def _journal(work: Path, run_id: str) -> list[dict[str, Any]]:
-    from okgit.journal import read_jsonl
+    from okgit.git.journal import read_jsonl
 
     if not run_id or "/" in run_id:
         return []

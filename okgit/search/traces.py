@@ -20,12 +20,12 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from okgit.errors import OkgitError
-from okgit.journal import read_jsonl
+from okgit.git.journal import read_jsonl
 from okgit.search.driver import source_key
 
 
 class RunStore(Protocol):
-    """What export needs of okgit.repo.Repo."""
+    """What export needs of okgit.git.repo.Repo."""
 
     @property
     def runs_dir(self) -> Path: ...

@@ -1,7 +1,7 @@
 """Where the view's data comes from: the run's journal.jsonl and traces.jsonl, tailed.
 
 Both files are read by byte offset, so a poll costs only what was appended since the last
-one, and a half-written last line waits for the next poll (okgit.journal.read_jsonl).
+one, and a half-written last line waits for the next poll (okgit.git.journal.read_jsonl).
 Nothing here touches git: a run directory copied from another machine shows the same.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from okgit.journal import read_jsonl
+from okgit.git.journal import read_jsonl
 from okgit.runview import Event
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from okgit.errors import OkgitError
-from okgit.journal import read_jsonl
+from okgit.git.journal import read_jsonl
 from okgit.search.driver import source_key
 from okgit.search.types import Context, Proposal
 

@@ -20,8 +20,8 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from okgit.errors import OkgitError
-from okgit.repo import Repo
-from okgit.workspace import op_diff, resolve_run, started_event
+from okgit.git.repo import Repo
+from okgit.git.workspace import op_diff, resolve_run, started_event
 
 _TAG = re.compile(r"okgit/([^/]+)/([^/]+)")
 _INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)")

@@ -26,9 +26,9 @@ from filelock import FileLock
 from pydantic import BaseModel
 
 from okgit.errors import OkgitError
-from okgit.journal import JsonlWriter, read_jsonl
+from okgit.git.journal import JsonlWriter, read_jsonl
+from okgit.git.repo import Repo
 from okgit.locks import is_held, try_hold
-from okgit.repo import Repo
 from okgit.status import RunStatus
 
 # Environment for okgit's own commits: the identity variables win over any user config or
@@ -277,7 +277,7 @@ def gc(repo: Repo, keep: int = 20, runs: bool = False) -> GcReport:
     tags keep the candidates); with `runs`, also all but the newest `keep` finished runs
     (directory, tags, branch). Runs whose diff is applied to the working tree are kept, so
     `okgit revert` still works; interrupted runs keep their branch, so `--resume` does."""
-    from okgit.patch import applied
+    from okgit.git.patch import applied
 
     report = GcReport()
     with repo.lock():

@@ -8,9 +8,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from okgit.fmt import fmt_speed
-from okgit.journal import read_jsonl
-from okgit.repo import Repo
-from okgit.workspace import is_live, run_id_time, run_ids
+from okgit.git.journal import read_jsonl
+from okgit.git.repo import Repo
+from okgit.git.workspace import is_live, run_id_time, run_ids
 
 OFFLINE = "offline"  # the search without a model: kernel templates, then autotune
 

@@ -146,6 +146,14 @@ def _span(t: Any) -> tuple[int, int]:
     return storage.data_ptr(), storage.data_ptr() + max(1, storage.nbytes())
 
 
+def start(torch: Any, device: str) -> None:
+    """What both worker processes do first: the library flags pinned, CUDA up on a GPU."""
+    pin_flags(torch)
+    if device == "cuda":
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+
+
 def pin_flags(torch: Any) -> None:
     for dotted, value in PINNED_FLAGS.items():
         owner_path, attr = dotted.rsplit(".", 1)

@@ -82,10 +82,8 @@ class Judge:
 
         self.torch = torch
         self.device = device
-        calls.pin_flags(torch)
+        calls.start(torch, device)
         if device == "cuda":
-            torch.cuda.init()
-            torch.empty(1, device="cuda")
             from okgit.eval import timing
 
             timing.bind()

@@ -29,7 +29,6 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,20 +53,19 @@ from okgit.eval.modal_image import (
 )
 from okgit.eval.modal_remote import (
     KIND_TIMEOUT_S,
-    BaselineArms,
     _first_line,
     problem_payload,
     remote_baselines,
     remote_job,
 )
-from okgit.eval.types import Comparison, EvalError, EvalResult, Mode, Reference, Status
+from okgit.eval.types import BaselineTimes, Comparison, EvalError, EvalResult, Mode, Reference, Status
 from okgit.problem import Problem
 
 # Names other modules, the tests and the docs reach through okgit.eval.modal, wherever they live.
 __all__ = [
     "APP_NAME", "CPU", "KIND_TIMEOUT_S", "MAX_CONTAINERS", "MAX_CONTAINERS_ENV", "MEMORY_MIB", "MIN_MODAL",
     "MIN_PYTHON", "MISSING_AUTH", "MISSING_MODAL", "RETRIES", "SCALEDOWN_S", "STARTUP_TIMEOUT_S", "TIMEOUT_S",
-    "BaselineArms", "ModalEvaluator", "Stack", "build_app", "build_image", "cuda_image_tag", "fingerprint",
+    "ModalEvaluator", "Stack", "build_app", "build_image", "cuda_image_tag", "fingerprint",
     "function_name", "function_options", "has_credentials", "image_stack", "local_stack", "max_containers_setting",
     "problem_payload", "remote_baselines", "remote_job", "require_modal", "requirement_version", "torch_cuda",
     "worst_case_call_s",
@@ -218,18 +216,18 @@ class ModalEvaluator(EvaluatorBase):
             results.append(self._eval_result(out, mode, elapsed))
         return results
 
-    def time_baselines(self, ref_source: str, winner_source: str | None, *, backend: str = "triton") -> BaselineArms:
+    def time_baselines(self, ref_source: str, winner_source: str | None, *, backend: str = "triton") -> BaselineTimes:
         """Eager, torch.compile and the winner (if any) timed in one container (for `okgit bench
         kernelbench`), each arm in a sandboxed worker there. Any failure, Modal's included, leaves
         the times out with the reason (the sweep's `untimed_reason`), never the problem's result.
-        Plain data: the sweep reads it into its BaselineTimes."""
+        """
         payload = {"kind": "baselines", "ref_source": ref_source, "source": winner_source, "backend": backend}
         try:
             out = self._call(payload)
-            times = BaselineArms(**self._result(out, "baselines"))
+            times = BaselineTimes(**self._result(out, "baselines"))
         except OkgitError as e:
-            return BaselineArms(device=self.device, timed=False, errors={"all": str(e)})
-        return replace(times, device=self.device)
+            return BaselineTimes(device=self.device, timed=False, errors={"all": str(e)})
+        return times.model_copy(update={"device": self.device})
 
     def close(self) -> None:
         with self._lock:

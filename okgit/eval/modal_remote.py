@@ -4,8 +4,7 @@ Plain data in, plain data out: the problem travels as `problem_payload` (with th
 files) and each job kind's handler runs the local evaluator's own code on the container's GPU
 and returns plain data. The function is pickled by reference to this module, so the container
 imports this module and okgit.eval.local, never the client (okgit.eval.modal) nor
-okgit.kernelbench: the sweep's baselines come back as `BaselineArms`, which the sweep reads into
-its own BaselineTimes.
+okgit.kernelbench: the sweep's baselines come back as okgit.eval.types.BaselineTimes.
 """
 
 from __future__ import annotations
@@ -17,12 +16,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from okgit.errors import OkgitError
-from okgit.eval.types import Status
+from okgit.eval.types import BaselineTimes, Status
 from okgit.problem import Problem, load_problem
 
 # What one job may run in the container before it is given up (the client's TIMEOUT_S, Modal's own
@@ -182,8 +180,8 @@ def _compare(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _baselines(payload: dict[str, Any]) -> dict[str, Any]:
-    return asdict(remote_baselines(payload["ref_source"], payload.get("source"), _device(payload),
-                                   backend=payload.get("backend") or "triton"))
+    return remote_baselines(payload["ref_source"], payload.get("source"), _device(payload),
+                            backend=payload.get("backend") or "triton").model_dump(mode="json")
 
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
@@ -204,23 +202,8 @@ class ModelNew(Model):
 BASELINE_ROUNDS = 3  # interleaved, each arm in a fresh worker per round
 
 
-@dataclass
-class BaselineArms:
-    """The sweep's baselines as timed here, as plain data: the fields of okgit.kernelbench's
-    BaselineTimes, which the sweep reads them into (this side never imports okgit.kernelbench)."""
-
-    device: str
-    timed: bool
-    eager_us: float | None = None
-    compile_us: float | None = None
-    okgit_us: float | None = None
-    errors: dict[str, str] = field(default_factory=dict)  # arm -> why it has no time
-    disagreement: str | None = None  # why the winner's check here found a wrong answer, or None
-    flags: dict[str, Any] = field(default_factory=dict)  # the pinned library flags the arms ran under
-
-
 def remote_baselines(ref_source: str, winner_source: str | None, device: str = "cuda", *,
-                     backend: str = "triton") -> BaselineArms:
+                     backend: str = "triton") -> BaselineTimes:
     """Eager, torch.compile and the winner timed as candidates are: each arm in the evaluator's
     sandboxed worker (scrubbed environment, its own process, time-limited), never in this
     process. The winner is checked again by the evaluator first. A failure is an arm's missing
@@ -228,7 +211,7 @@ def remote_baselines(ref_source: str, winner_source: str | None, device: str = "
     root = _problem_dir({"baselines": ref_source})
     (root / "reference.py").write_text(ref_source)
     evaluator = _evaluator(device)
-    result = BaselineArms(device=evaluator.device, timed=False)
+    result = BaselineTimes(device=evaluator.device, timed=False)
     try:
         problem = load_problem("reference.py", source=ref_source, root=str(root))
         prep = evaluator.prepared(problem, "fast")

@@ -100,3 +100,19 @@ class Comparison(BaseModel):
     speedup: float  # median baseline / median candidate
     optimized: bool  # won every round by more than the noise
     detail: str = ""
+
+
+class BaselineTimes(BaseModel):
+    """The sweep's baselines of one problem: eager, torch.compile and okgit's winner, timed
+    alike (locally by okgit.kernelbench.baselines, on Modal by okgit.eval.modal_remote)."""
+
+    device: str
+    timed: bool
+    eager_us: float | None = None
+    compile_us: float | None = None
+    okgit_us: float | None = None
+    errors: dict[str, str] = Field(default_factory=dict)  # arm -> why it has no time
+    # okgit's winner against a float64 run of eager at the default shapes, checked apart from the
+    # evaluator: why they disagree, or None
+    disagreement: str | None = None
+    flags: dict[str, Any] = Field(default_factory=dict)  # the pinned library flags the arms ran under

@@ -47,10 +47,7 @@ class Worker:
         self.torch = torch
         self.device = device
         self.channel = channel
-        calls.pin_flags(torch)
-        if device == "cuda":
-            torch.cuda.init()
-            torch.empty(1, device="cuda")
+        calls.start(torch, device)
         self.triton_launches = triton_backend.install_launch_counter()
         self.cuda_launches = triton_backend.LaunchCounter()
         self.cuda_kernel_names: set[str] = set()

@@ -20,25 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from okgit.eval.types import BaselineTimes
 
 ROUNDS = 5
 SAMPLES_PER_ROUND = 20
 WARMUP = 10
 INPUT_SETS = 3
-
-
-class BaselineTimes(BaseModel):
-    device: str
-    timed: bool
-    eager_us: float | None = None
-    compile_us: float | None = None
-    okgit_us: float | None = None
-    errors: dict[str, str] = Field(default_factory=dict)  # arm -> why it has no time
-    # okgit's winner against a float64 run of eager at the default shapes, checked here, apart from the
-    # evaluator: why they disagree, or None
-    disagreement: str | None = None
-    flags: dict[str, Any] = Field(default_factory=dict)
 
 
 def _load(source: str, name: str, workdir: Path):
@@ -80,14 +67,10 @@ def _pin_flags() -> dict[str, Any]:
     """The evaluator's pinned library flags, so the baselines run torch as the evaluation did."""
     import torch
 
+    from okgit.eval.calls import pin_flags
     from okgit.eval.jobs import PINNED_FLAGS
 
-    for dotted, value in PINNED_FLAGS.items():
-        owner_path, attr = dotted.rsplit(".", 1)
-        owner = torch
-        for part in owner_path.split(".")[1:]:
-            owner = getattr(owner, part)
-        setattr(owner, attr, value)
+    pin_flags(torch)
     return dict(PINNED_FLAGS)
 
 

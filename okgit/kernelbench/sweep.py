@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from okgit.errors import OkgitError, UsageError
 from okgit.eval.device_pool import DevicePool, Slot
@@ -36,12 +36,8 @@ from okgit.kernelbench.reader import KBProblem, find_problems
 from okgit.kernelbench.scoring import CrossCheck, ProblemResult, SweepReport, summarize
 from okgit.status import CORRECT, RunStatus
 
-if TYPE_CHECKING:
-    from okgit.eval.modal_remote import BaselineArms
-
-# Times the baselines of (reference source, winner source or None) elsewhere: Modal's evaluator gives
-# the eval side's plain BaselineArms, which _baselines reads into BaselineTimes.
-Timer = Callable[[str, str | None], "BaselineTimes | BaselineArms"]
+# Times the baselines of (reference source, winner source or None) elsewhere (Modal's evaluator)
+Timer = Callable[[str, str | None], BaselineTimes]
 
 DEFAULT_TIMEOUT_S = 3600.0  # one problem's whole okgit run; a hang past it is recorded as `timeout`
 HELPER_TIMEOUT_S = 1200.0  # baseline timing or cross-check of one winner
@@ -326,8 +322,7 @@ def _baselines(ref: Path, winner: Path | None, env: dict[str, str], *,
                timer: Timer | None, gpu: bool) -> dict[str, Any]:
     """Eager, torch.compile and the winner's times (no winner: the first two only)."""
     if timer is not None:
-        times = BaselineTimes.model_validate(timer(ref.read_text(), winner.read_text() if winner else None),
-                                             from_attributes=True)
+        times = timer(ref.read_text(), winner.read_text() if winner else None)
     elif gpu:
         data = _helper("baselines", ref, winner, env)
         if isinstance(data, str):  # the helper itself failed: no figures, and why

@@ -42,7 +42,10 @@ def run_json(cmd: list[str], timeout: float) -> tuple[dict | None, str, float]:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, f"timeout after {timeout:.0f} s", time.monotonic() - t0
-    lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
+    try:  # okgit eval --json prints one indented object; the others one line
+        return json.loads(p.stdout), "", time.monotonic() - t0
+    except ValueError:
+        lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
     if not lines:
         return None, (p.stderr.strip().splitlines() or ["no output"])[-1][:300], time.monotonic() - t0
     return json.loads(lines[-1]), "", time.monotonic() - t0
@@ -125,13 +128,18 @@ def main() -> int:
             print(f"time limit: {key} not judged", flush=True)
             continue
         if "kernels" in row:
-            judge(row)
+            try:
+                judge(row)
+            except Exception as e:  # noqa: BLE001 - one problem's failure is its row, not the end of the call
+                row["judge_error"] = f"{type(e).__name__}: {e}"[:300]
         print(f"[{time.monotonic() - t0:.0f}s] {key}: {row.get('status')} {row.get('gate')} "
               f"eager {row.get('eager_us')} compile {row.get('compile_us')} seed {row.get('seed_us')}", flush=True)
         state[key] = row
         state_path.write_text(json.dumps(state, indent=1))
     with tarfile.open(out / "seeds.tar.gz", "w:gz") as tar:
         tar.add(seeds, arcname="seeds")
+    for f in seeds.iterdir():  # the tarball brings them back (a call returns at most 8 files)
+        f.unlink()
     (out / "inductor-seed.json").write_text(json.dumps(state, indent=1))
     print(table(list(state.values())))
     return 0

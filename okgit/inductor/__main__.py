@@ -1,4 +1,4 @@
-"""`python -m okgit.inductor REF.py DEVICE OUT.py`: the seed file of a reference, made in this
+"""`python -m okgit.inductor REF.py DEVICE OUT.py [MODE]`: the seed file of a reference, made in this
 process (a child of okgit's: it runs the reference and Inductor). Prints one JSON line:
 {"ok": true, "kernels": N, "modes": [...]} or {"ok": false, "why": "..."}."""
 
@@ -10,13 +10,14 @@ from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
-    ref, device, out = argv
+    ref, device, out, *rest = argv
+    mode = rest[0] if rest else "default"
     from okgit.inductor.capture import NotCaptured, capture
     from okgit.inductor.standalone import standalone_file
     from okgit.lower.graph import Unsupported
 
     try:
-        cap = capture(ref, {}, device)
+        cap = capture(ref, {}, device, mode)
         source = standalone_file(Path(ref).read_text(), cap, device)
     except (NotCaptured, Unsupported) as e:
         print(json.dumps({"ok": False, "why": str(e)}))

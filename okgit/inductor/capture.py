@@ -26,6 +26,7 @@ from typing import Any
 from okgit.eval.calls import build, init_args, load_op, pin_flags
 
 MODE_NAMES = {True: "train", False: "eval"}
+MAX_CONSTANT = 64  # elements of a constant tensor written into the file as a literal
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Kernel:
     num_warps: int
     num_stages: int
     grid: list[str]  # prefix lines, then "grid = (x, y, z)", in the kernel's size names
+    grid_args: list[str] = field(default_factory=list)  # launch arguments that are the grid, not the kernel's
 
 
 @dataclass
@@ -44,7 +46,7 @@ class Graph:
     mode: str  # "train", "eval", or "any" when both modes give the same graph
     body: str  # the wrapper's `call(args)` body, as written
     kernels: list[Kernel]
-    placeholders: list[dict[str, str]]  # {kind: parameter|buffer|input, target}
+    placeholders: list[dict[str, Any]]  # {kind: parameter|buffer|input|constant, target[, value, dtype, device]}
     mutations: list[str]  # buffers written back from leading outputs (BUFFER_MUTATION specs)
     specs: list[dict[str, Any]]  # per placeholder: shape, stride, dtype
 
@@ -61,7 +63,10 @@ class NotCaptured(Exception):
     """Inductor gave nothing okgit can make a standalone file of (the message says why)."""
 
 
-def capture(path: str, knobs: dict[str, int], device: str) -> dict[str, Any]:
+def capture(path: str, knobs: dict[str, int], device: str, mode: str = "default") -> dict[str, Any]:
+    """What Inductor makes of the reference in torch.compile's `mode` (default, or
+    max-autotune-no-cudagraphs: more configs tried, Triton GEMM and convolution templates
+    against the vendor's, coordinate descent on the launch settings)."""
     import inspect
 
     import torch
@@ -82,9 +87,11 @@ def capture(path: str, knobs: dict[str, int], device: str) -> dict[str, Any]:
     modes = {"any": exports["train"]} if same else exports
     externs: dict[str, str] = {}
     graphs = []
-    for mode, ep in modes.items():
-        model.train(mode != "eval")
-        graphs.append(_compile(torch, model, ep, inputs, device, mode, externs))
+    options = torch._inductor.list_mode_options(mode) if mode != "default" else {}
+    for module_mode, ep in modes.items():
+        model.train(module_mode != "eval")
+        with torch._inductor.config.patch(options):
+            graphs.append(_compile(torch, model, ep, inputs, device, module_mode, externs))
     model.train(True)
     result = Capture(graphs, externs, _attributes(torch, model), list(inspect.signature(model.forward).parameters))
     return asdict(result)
@@ -102,15 +109,22 @@ def _export(torch: Any, model: Any, inputs: tuple) -> Any:
         raise NotCaptured(f"torch.export failed: {type(e).__name__}: {first}") from None
 
 
-def _placeholders(torch: Any, model: Any, ep: Any, inputs: tuple) -> tuple[list[dict[str, str]], list[Any], list[str]]:
-    kinds = {"PARAMETER": "parameter", "BUFFER": "buffer", "USER_INPUT": "input"}
-    specs, flat = [], []
+def _placeholders(torch: Any, model: Any, ep: Any, inputs: tuple) -> tuple[list[dict[str, Any]], list[Any], list[str]]:
+    kinds = {"PARAMETER": "parameter", "BUFFER": "buffer", "USER_INPUT": "input", "CONSTANT_TENSOR": "constant"}
+    specs: list[dict[str, Any]] = []
+    flat = []
     user = iter(inputs)
     for spec in ep.graph_signature.input_specs:
         kind = kinds.get(spec.kind.name)
         if kind is None:
             raise NotCaptured(f"the exported graph takes a {spec.kind.name.lower()} ({spec.arg.name})")
-        if kind == "input":
+        if kind == "constant":  # a tensor the forward makes from constants (torch.tensor(self.value))
+            value = ep.constants[spec.target]
+            if value.numel() > MAX_CONSTANT:
+                raise NotCaptured(f"the forward makes a constant tensor of {value.numel()} elements")
+            specs.append({"kind": kind, "target": spec.target, "value": value.tolist(), "dtype": str(value.dtype),
+                          "device": value.device.type})
+        elif kind == "input":
             value = next(user)
             specs.append({"kind": kind, "target": spec.arg.name})
         else:
@@ -236,7 +250,8 @@ def _kernel(name: str, source: str, comment: str, chosen: Any) -> Kernel:
     grid = GridExpr.from_meta(autotuner.inductor_meta, config)
     lines = list(grid.prefix) + [f"grid = ({grid.x_grid}, {grid.y_grid}, {grid.z_grid})"]
     kwargs = {k: int(v) for k, v in config.kwargs.items()}
-    return Kernel(name, source, comment, kwargs, int(config.num_warps), int(config.num_stages), lines)
+    grid_args = list(autotuner.inductor_meta.get("extra_launcher_args", []))  # a FixedGrid's three sizes
+    return Kernel(name, source, comment, kwargs, int(config.num_warps), int(config.num_stages), lines, grid_args)
 
 
 def _load_kernel(name: str, source: str) -> Any:

@@ -151,13 +151,15 @@ def _kernel_text(k: dict[str, Any], suffix: str) -> str:
         parts.append("@triton.jit\n" + _rename(text, renames))
     params = [a.arg for a in next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name).args.args]
     positional = [p for p in params if p not in k["kwargs"]]
+    grid_args = k.get("grid_args", [])
     settings = ", ".join([f"{key}={v}" for key, v in k["kwargs"].items()] + [f"num_warps={k['num_warps']}", f"num_stages={k['num_stages']}"])
     # the grid inline in the launch when it is one expression, so autotune changes a block size
     # and the grid that derives from it together
     *prefix, last = k["grid"]
     grid = last.removeprefix("grid = ") if not prefix else "grid"
     body = "".join(f"    {line}\n" for line in (k["grid"] if prefix else []))
-    launcher = f"def launch_{new}({', '.join(positional)}):\n{body}    {new}[{grid}]({', '.join(positional)}, {settings})"
+    launcher = (f"def launch_{new}({', '.join(positional + grid_args)}):\n"
+                f"{body}    {new}[{grid}]({', '.join(positional)}, {settings})")
     comment = k["comment"] or f"# {name}"
     return comment + "\n" + "\n\n\n".join(parts + [launcher])
 
@@ -242,6 +244,8 @@ def _dispatch(graph: dict[str, Any], names: list[str]) -> list[str]:
             if p["target"] not in names:
                 raise Unsupported(f"the exported input {p['target']} is not a forward argument")
             args.append(p["target"])
+        elif p["kind"] == "constant":
+            args.append(f"torch.tensor({p['value']!r}, dtype={p['dtype']}, device={p['device']!r})")
         else:
             args.append(f"self.get_{p['kind']}({p['target']!r})")
     mode = graph["mode"]

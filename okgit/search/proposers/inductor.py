@@ -6,7 +6,7 @@ launches the same Triton kernels with the settings Inductor chose, without torch
 candidate is then judged like any other; the autotune phase tunes its launches where it is
 the best, and a model continues from it.
 
-On by default on a GPU. On a CPU (Triton's interpreter, nothing timed) it is off unless
+On by default on a GPU, where a second seed comes from max-autotune-no-cudagraphs. On a CPU (Triton's interpreter, nothing timed) it is off unless
 `inductor = true` in okgit.toml: the compile costs tens of seconds there for a candidate whose
 speed nobody can measure.
 """
@@ -26,24 +26,33 @@ TIME_LIMIT_S = 900  # the compile, Inductor's autotuning and one run of the refe
 
 
 class InductorProposer:
+    """One seed in torch.compile's default mode; on a GPU then one in max-autotune-no-cudagraphs
+    (more launch configs, coordinate descent, Triton GEMM and convolution templates against the
+    vendor's), which costs minutes of compilation and can find faster kernels."""
+
     name = "inductor"
 
     def __init__(self) -> None:
-        self._done: str | None = None  # the source it last proposed for
+        self._source: str | None = None
+        self._modes: list[str] = []
 
     def propose(self, ctx: Context) -> Proposal | None:
-        if self._done == ctx.problem.source:
-            return None
-        self._done = ctx.problem.source
-        source, why = seed_file(ctx.problem.source, ctx.problem.root, ctx.device)
-        if source is None:
-            ctx.log("note", message=f"inductor: {why}")
-            return None
-        return Proposal(source=source, origin="inductor", intent=why, parent=None,
-                        meta={"kernels": [], "tunables": {}})
+        if self._source != ctx.problem.source:
+            self._source = ctx.problem.source
+            self._modes = ["default", "max-autotune-no-cudagraphs"] if ctx.device.startswith("cuda") else ["default"]
+        while self._modes:
+            mode = self._modes.pop(0)
+            source, why = seed_file(ctx.problem.source, ctx.problem.root, ctx.device, mode)
+            if source is not None:
+                return Proposal(source=source, origin="inductor" if mode == "default" else f"inductor:{mode}",
+                                intent=why, parent=None, meta={"kernels": [], "tunables": {}})
+            ctx.log("note", message=f"inductor ({mode}): {why}")
+            if mode == "default":
+                self._modes = []  # what the default mode cannot take, max-autotune cannot either
+        return None
 
 
-def seed_file(reference: str, root: str | None, device: str) -> tuple[str | None, str]:
+def seed_file(reference: str, root: str | None, device: str, mode: str = "default") -> tuple[str | None, str]:
     """(the seed file, what it holds), or (None, why there is none)."""
     from okgit.eval.sandbox import worker_env
 
@@ -54,7 +63,7 @@ def seed_file(reference: str, root: str | None, device: str) -> tuple[str | None
         ref, out = Path(tmp) / "reference.py", Path(tmp) / "seed.py"
         ref.write_text(reference)
         try:
-            proc = subprocess.run([sys.executable, "-m", "okgit.inductor", str(ref), device.split(":")[0], str(out)],
+            proc = subprocess.run([sys.executable, "-m", "okgit.inductor", str(ref), device.split(":")[0], str(out), mode],
                                   cwd=tmp, env=env, capture_output=True, text=True, timeout=TIME_LIMIT_S)
         except subprocess.TimeoutExpired:
             return None, f"torch.compile of the reference took over {TIME_LIMIT_S} s"
@@ -66,6 +75,6 @@ def seed_file(reference: str, root: str | None, device: str) -> tuple[str | None
         if not answer.get("ok"):
             return None, str(answer.get("why"))
         modes = " and ".join(m for m in answer["modes"] if m != "any")
-        what = (f"torch.compile's {answer['kernels']} Triton kernel(s) (Inductor, default mode) launched from a "
+        what = (f"torch.compile's {answer['kernels']} Triton kernel(s) (Inductor, {mode} mode) launched from a "
                 f"standalone file{f', one graph each for {modes} mode' if modes else ''}")
         return out.read_text(), what

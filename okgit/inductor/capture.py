@@ -146,8 +146,8 @@ def _compile(torch: Any, model: Any, ep: Any, inputs: tuple, device: str, mode: 
 
     def codegen(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
-        code = result[0]
-        codes.append(getattr(code, "value", code))
+        code: Any = result[0]
+        codes.append(str(getattr(code, "value", code)))  # a ValueWithLineMap in newer versions
         if device == "cpu":
             raise _Generated()  # a CPU has no Triton backend to compile it with: the text is all we need
         return result
@@ -196,7 +196,7 @@ class _cpu_triton:
 
         self.saved = (config.cpu_backend, triton_utils.triton_hash_with_backend)
         config.cpu_backend = "triton"
-        triton_utils.triton_hash_with_backend = lambda: "0" * 64
+        triton_utils.triton_hash_with_backend = lambda: "0" * 64  # type: ignore[assignment]
 
     def __exit__(self, *exc: Any) -> None:
         if self.device != "cpu":

@@ -13,6 +13,7 @@ speed nobody can measure.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -54,6 +55,7 @@ class InductorProposer:
 
 def seed_file(reference: str, root: str | None, device: str, mode: str = "default") -> tuple[str | None, str]:
     """(the seed file, what it holds), or (None, why there is none)."""
+    from okgit.eval.devices import device_lock
     from okgit.eval.sandbox import worker_env
 
     env = worker_env(device)
@@ -62,9 +64,13 @@ def seed_file(reference: str, root: str | None, device: str, mode: str = "defaul
     with tempfile.TemporaryDirectory(prefix="okgit-inductor-") as tmp:
         ref, out = Path(tmp) / "reference.py", Path(tmp) / "seed.py"
         ref.write_text(reference)
+        # on a GPU under the device's lock: Inductor's autotuning times kernels, and would disturb
+        # (and be disturbed by) another problem's timing on the same device
+        lock = device_lock(device) if device.startswith("cuda") else contextlib.nullcontext()
         try:
-            proc = subprocess.run([sys.executable, "-m", "okgit.inductor", str(ref), device.split(":")[0], str(out), mode],
-                                  cwd=tmp, env=env, capture_output=True, text=True, timeout=TIME_LIMIT_S)
+            with lock:
+                proc = subprocess.run([sys.executable, "-m", "okgit.inductor", str(ref), device.split(":")[0], str(out), mode],
+                                      cwd=tmp, env=env, capture_output=True, text=True, timeout=TIME_LIMIT_S)
         except subprocess.TimeoutExpired:
             return None, f"torch.compile of the reference took over {TIME_LIMIT_S} s"
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]

@@ -29,7 +29,7 @@ from okgit.errors import OkgitError
 from okgit.git.journal import JsonlWriter, read_jsonl
 from okgit.git.repo import Repo
 from okgit.locks import is_held, try_hold
-from okgit.status import RunStatus
+from okgit.status import RESUMABLE
 
 # Environment for okgit's own commits: the identity variables win over any user config or
 # GIT_AUTHOR_* of the caller; automatic gc stays off so a commit never repacks the user's repo.
@@ -323,7 +323,7 @@ def resumable(repo: Repo, run_id: str) -> bool:
             status = e.get("status")
         elif e.get("type") == "resumed":
             status = None
-    return status in (None, RunStatus.interrupted)
+    return status is None or status in RESUMABLE
 
 
 def _op(repo: Repo, run_id: str) -> str:

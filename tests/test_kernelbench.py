@@ -278,20 +278,8 @@ def test_default_out_is_under_the_repository_okgit_dir(tmp_path, monkeypatch):
 
 
 def test_a_winner_that_disagrees_with_float64_eager_is_not_scored_correct(tmp_path):
-    """The baselines process checks the winner on its own, apart from the evaluator."""
-    import torch
-
-    from okgit.kernelbench.baselines import BaselineTimes, _disagreement
-
-    eager = torch.nn.Linear(64, 32)
-    inputs = [torch.randn(16, 64)]
-    honest = torch.nn.Linear(64, 32)
-    honest.load_state_dict(eager.state_dict())
-    with torch.no_grad():
-        assert _disagreement(eager, honest, inputs) is None
-        assert "mismatch" in _disagreement(eager, lambda x: honest(x) * 1.01, inputs)
-        assert "output_type" in _disagreement(eager, lambda x: honest(x)[:, :31], inputs)
-        assert "2 outputs" in _disagreement(eager, lambda x: (honest(x), x), inputs)
+    """The baselines process checks the winner again (tests/test_crosscheck.py: by the evaluator's code)."""
+    from okgit.kernelbench.baselines import BaselineTimes
 
     (tmp_path / "ref.py").write_text("ref")
     (tmp_path / "win.py").write_text("win")

@@ -345,8 +345,18 @@ class _Relay:
             return key
         if key == "fresh":
             return self.fresh_case
-        base = key.removesuffix("#repeat").removeprefix("timed:")
+        base = key.removesuffix("#repeat").removeprefix("timed:").split("~")[0]
         return base if base != key and base in self.case_ids else None
+
+    @staticmethod
+    def salt_of(key: str) -> int:
+        """A timed call's salt, from its key (`timed:s0~SALT`): the judge redraws those inputs."""
+        if not key.startswith("timed:") or "~" not in key:
+            return 0
+        try:
+            return int(key.rsplit("~", 1)[1])
+        except ValueError:
+            return 0
 
     def __call__(self, message: dict[str, Any]) -> dict[str, Any]:
         key = str(message.get("key", ""))
@@ -354,7 +364,7 @@ class _Relay:
         if message.get("op") != "check" or case is None or key in self.checks or self.judge_failure:
             return {"ok": False}
         t0 = time.monotonic()
-        answer = self.prep.judge.request({"op": "check", "case": case, "gate": message.get("gate"),
+        answer = self.prep.judge.request({"op": "check", "case": case, "salt": self.salt_of(key), "gate": message.get("gate"),
                                           "leaves": message.get("leaves"), "outputs": message.get("outputs"),
                                           "dir": str(self.job_dir)}, self.timeout_s)
         self.judge_s += time.monotonic() - t0
@@ -396,6 +406,25 @@ def evaluate_file(cand: str | Path, ref: str | Path, device: str | None = None, 
     problem = load_problem(ref_path, root=str(ref_path.parent))
     with LocalEvaluator(device=device, prestart=False) as evaluator:
         return evaluator.evaluate(problem, cand_path.read_text(), mode=mode, backend=backend or "triton")
+
+
+def check_winner(evaluator: Any, problem: Problem, source: str, backend: str = "triton") -> tuple[str | None, str | None]:
+    """The sweep's own check of a winner (okgit.kernelbench.baselines, and on Modal
+    okgit.eval.modal_remote): the evaluator's contract and code, so the two cannot disagree.
+    (disagreement: the winner gives a wrong answer, error: no verdict here); both None when it holds."""
+    check = evaluator.evaluate(problem, source, mode="fast", backend=backend)
+    why = f"{check.error.gate}: {_first_and_last_line(check.error.message)}" if check.error else check.status.value
+    if check.status is Status.incorrect:
+        return why[:300], None
+    if check.status is not Status.correct:  # rejected, or the worker died: no figure for it
+        return None, f"the winner's check here ended {check.status.value}: {why}"[:300]
+    return None, None
+
+
+def _first_and_last_line(text: str) -> str:
+    """A message on one line: its first line, and its last (a traceback's exception) when they differ."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else "no message"
 
 
 def _early(status: Status, gate: str, message: str, base: dict[str, Any]) -> EvalResult:

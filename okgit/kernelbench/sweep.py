@@ -256,7 +256,7 @@ def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path,
         winner_path = out_dir / "winners" / f"{_slug(p)}.py"
         winner_path.parent.mkdir(parents=True, exist_ok=True)
         winner_path.write_text(git("show", f"{best_tag}:{p.file_name}", cwd=work))
-        update.update(_baselines(p.path, winner_path, env, timer=timer, gpu=gpu))
+        update.update(_baselines(p.path, winner_path, env, timer=timer, gpu=gpu, backend=flags.get("backend") or "triton"))
         if cross_check:
             data = _helper("crosscheck", p.path, winner_path, env, extra=[flags.get("backend") or "triton"])
             update["cross_check"] = CrossCheck(error=data) if isinstance(data, str) else CrossCheck.model_validate(data)
@@ -319,12 +319,12 @@ def _journal(work: Path, run_id: str) -> list[dict[str, Any]]:
 
 
 def _baselines(ref: Path, winner: Path | None, env: dict[str, str], *,
-               timer: Timer | None, gpu: bool) -> dict[str, Any]:
+               timer: Timer | None, gpu: bool, backend: str = "triton") -> dict[str, Any]:
     """Eager, torch.compile and the winner's times (no winner: the first two only)."""
     if timer is not None:
         times = timer(ref.read_text(), winner.read_text() if winner else None)
     elif gpu:
-        data = _helper("baselines", ref, winner, env)
+        data = _helper("baselines", ref, winner, env, extra=[backend] if winner else None)
         if isinstance(data, str):  # the helper itself failed: no figures, and why
             return {"untimed_reason": data}
         times = BaselineTimes.model_validate(data)

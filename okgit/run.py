@@ -81,12 +81,49 @@ def optimize(
 ) -> RunResult:
     """`watcher`: a live view already started (`optimize --watch`), told the run's directory."""
     repo = Repo.find(cwd or Path.cwd())
+    # From the start: a signal while the reference is prepared must stop its judge too.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     try:
         return _optimize(repo, path, flags, resume, on_event, watcher, cwd, evaluator, proposers)
+    except KeyboardInterrupt as e:
+        if watcher:
+            watcher.abort()
+        reason, live = (e.reason, e.live) if isinstance(e, _Interrupted) else ("Ctrl-C", [])
+        from okgit.eval.sandbox import stop_all
+
+        stopped = sorted(set(live) | set(stop_all()), key=lambda n: int(n.split()[1]))  # with what no evaluator held
+        raise Interrupted(f"{reason}: stopped {_processes(stopped)}; their directories are removed") from None
     except BaseException:
         if watcher:
-            watcher.abort()  # refused or interrupted before the run began: give the terminal back
+            watcher.abort()  # refused before the run began: give the terminal back
         raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM ended `optimize`: `message` says what okgit stopped (the CLI prints it)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _processes(names: list[str]) -> str:
+    """'judge 12, worker 13 and worker 14' -> 'a judge and 2 workers (pids 12, 13, 14)'."""
+    if not names:
+        return "no process of okgit was running"
+    kinds = [n.split()[0] for n in names]
+    parts = [f"{kinds.count(k)} {k}s" if kinds.count(k) > 1 else f"a {k}" for k in sorted(set(kinds))]
+    return f"{' and '.join(parts)} (pids {', '.join(n.split()[1] for n in names)})"
+
+
+def _on_signal(signum, frame):
+    from okgit.eval.sandbox import live_processes
+
+    raise _Interrupted("Ctrl-C" if signum == signal.SIGINT else "SIGTERM", live_processes())
 
 
 class Watcher(Protocol):
@@ -152,7 +189,12 @@ def _base_source(space) -> str:
 
 
 class _Interrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM, turned into an exception so the run writes what it has."""
+    """Ctrl-C or SIGTERM, turned into an exception so the run writes what it has; `live`: the
+    processes okgit had running when it came."""
+
+    def __init__(self, reason: str = "Ctrl-C", live: list[str] | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.live = reason, live or []
 
 
 def _run(space, config: Config, problem: Problem, reference: Reference, evaluator: Evaluator,
@@ -161,11 +203,11 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
 
     def on_signal(signum, frame):
         signals.append("Ctrl-C" if signum == signal.SIGINT else "SIGTERM")
-        raise _Interrupted()
+        _on_signal(signum, frame)
 
     def log(type: str, **fields):
         if signals:  # a signal whose exception some library swallowed: honour it at the next event
-            raise _Interrupted()
+            raise _Interrupted(signals[0])
         event = space.journal.write(type, **fields)
         if on_event:
             on_event(event)
@@ -222,12 +264,13 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
             log("note", message=f"the run ends in error: {e}")
             return _finish(space, ctx, RunStatus.error, None, None, stop_reason, search.spent_usd, log, cause=str(e))
         return _finish(space, ctx, status, winner, comparison, stop_reason, search.spent_usd, log)
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM (_Interrupted)
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (_Interrupted)
         reason = signals[0] if signals else "Ctrl-C"
+        live = e.live if isinstance(e, _Interrupted) else []
         signals.clear()
         log("interrupted", reason=reason)
         _finish(space, ctx, RunStatus.interrupted, ctx.best, None, "interrupted", search.spent_usd, log)
-        raise KeyboardInterrupt from None
+        raise _Interrupted(reason, live) from None
     except Exception as e:
         # Still write what the run has and leave the repository consistent, then report.
         signals.clear()

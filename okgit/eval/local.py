@@ -62,6 +62,9 @@ MODES: dict[str, ModeSpec] = {"fast": ModeSpec(seeds=5, warmup=3, samples=10),
 SEED_BASE = 1000
 COMPARE_TIMING = Timing(warmup=5, samples=30)
 STARTUP_TIMEOUT_S = 300.0
+# The reference's own limit for its preparation (every case, float64, cost, timing): a forward
+# that hangs ends there, in one line. `reference_timeout_s` (okgit.toml, OKGIT_REFERENCE_TIMEOUT_S) sets it.
+REFERENCE_TIMEOUT_S = {"cpu": 600.0, "cuda": 360.0}
 MAX_IDLE = 10  # pre-started workers at most: each holds torch and a CUDA context (~1 GB of host memory)
 
 
@@ -72,7 +75,8 @@ class LocalEvaluator(EvaluatorBase):
 
     def __init__(self, device: str | None = None, timeout_s: float | None = None,
                  memory_limit_bytes: int | None = None, prestart: bool = True, idle_workers: int | None = None,
-                 judge_cache_bytes: int | None = None, host_share: int = 1) -> None:
+                 judge_cache_bytes: int | None = None, host_share: int = 1,
+                 reference_timeout_s: float | None = None) -> None:
         if device is None:
             import torch
 
@@ -92,6 +96,7 @@ class LocalEvaluator(EvaluatorBase):
         self.device = physical_name(device)  # how results name it, also under CUDA_VISIBLE_DEVICES
         # the interpreter is slow and a first Triton compile on a GPU takes seconds
         self.timeout_s = timeout_s or (300.0 if self._kind == "cpu" else 180.0)
+        self.reference_timeout_s = reference_timeout_s or REFERENCE_TIMEOUT_S[self._kind]
         # a GPU worker takes ~4 s to start (torch + CUDA), two warm evaluations ~2 s each: keep three waiting
         self.pool = WorkerPool(memory_limit_bytes or default_memory_limit(),
                                idle=idle_workers or (3 if self._kind == "cuda" else 1))
@@ -241,7 +246,13 @@ class LocalEvaluator(EvaluatorBase):
                   profile=self._kind == "cuda", peaks_path=str(peaks_file) if peaks_file else None)
         started = judge_process.wait_ready(STARTUP_TIMEOUT_S)
         with self._gpu():
-            reply = judge_process.request({"op": "prepare", "job": job.to_dict()}, 3 * self.timeout_s) if started else None
+            t0 = time.monotonic()
+            reply = judge_process.request({"op": "prepare", "job": job.to_dict()}, self.reference_timeout_s) if started else None
+        if reply is None and started and judge_process.alive() and time.monotonic() - t0 >= self.reference_timeout_s:
+            phase = (judge_process.dir / "phase").read_text() if (judge_process.dir / "phase").exists() else "preparing"
+            judge_process.close()
+            raise OkgitError(f"{problem.path}: the reference did not finish within its limit of "
+                             f"{self.reference_timeout_s:.0f} s ({phase}; reference_timeout_s sets the limit)")
         if reply is None or reply.get("failure"):
             why = _judge_failure(reply, judge_process, "the reference")
             judge_process.close()

@@ -10,6 +10,7 @@ gives `error`. Timing figures are taken from the raw samples here, not from the 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ GATES = [
 REJECTING = {"static", "entry_points", "aliasing", "remembered", "backend_kernel", "timed_outputs", "side_stream",
              "roofline"}
 SIDE_STREAM_MIN_US = 200.0
+NO_ROOFLINE = "OKGIT_TEST_NO_ROOFLINE"  # tests only: the roofline gate off, to show the other gates catch a cheat alone
 
 
 @dataclass
@@ -135,7 +137,7 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ch
         if residual > max(SIDE_STREAM_MIN_US, 0.1 * host):
             f.fail("side_stream", f"{residual:.0f} us of device work was still running after the timed stream "
                    f"finished: work escapes the timed stream")
-        if peaks and flops is not None and min_bytes is not None:
+        if peaks and flops is not None and min_bytes is not None and not os.environ.get(NO_ROOFLINE):
             floor = roofline.floor_us(flops, min_bytes, peaks, rate)
             ref_ok = ref_runtime is None or ref_runtime >= roofline.PLAUSIBLE_FRACTION * floor
             if not ref_ok:

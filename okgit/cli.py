@@ -184,7 +184,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from okgit.git.repo import Repo
     from okgit.git.workspace import gc
 
-    report = gc(Repo.find(Path.cwd()), keep=args.keep, runs=args.runs)
+    if args.names and not args.runs:
+        return _usage("naming runs needs --runs (gc --runs RUN... removes exactly those)")
+    report = gc(Repo.find(Path.cwd()), keep=args.keep, runs=args.runs, names=args.names, interrupted=args.interrupted)
     _emit(args, report.model_dump(mode="json"), report.text())
     return 0
 
@@ -289,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("gc", cmd_gc, "remove finished worktrees and old runs")
     p.add_argument("--keep", type=int, default=20, metavar="N", help="with --runs, keep this many newest finished runs (default: 20)")
     p.add_argument("--runs", action="store_true", help="also delete old run directories and their tags (default: only worktrees and finished runs' branches)")
+    p.add_argument("names", nargs="*", metavar="RUN", help="with --runs, remove exactly these runs, interrupted ones too")
+    p.add_argument("--interrupted", action="store_true", help="with --runs, also remove interrupted runs past --keep (they can no longer resume)")
 
     p = command("bench", lambda a: _usage("bench needs a suite: kernelbench"), "benchmark sweeps", json_flag=False)
     bsub = p.add_subparsers(dest="bench_command", metavar="SUITE")
@@ -334,8 +338,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.handler(args)
-    except KeyboardInterrupt:
-        print("okgit: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        stopped = getattr(e, "message", "")  # okgit.run.Interrupted: the signal and what it stopped
+        print(f"okgit: interrupted ({stopped})" if stopped else "okgit: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `okgit history | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit

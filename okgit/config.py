@@ -54,6 +54,7 @@ class Config(BaseModel):
     iterations: int = Field(default=12, ge=1)
     budget_usd: float | None = Field(default=None, ge=0)
     time_budget_s: float | None = Field(default=None, gt=0)
+    reference_timeout_s: float | None = Field(default=None, gt=0)  # the reference's preparation; None: 600 s CPU, 360 s GPU
     patience: int = Field(default=6, ge=1)  # iterations without improvement before stopping
     target_speedup: float | None = Field(default=None, gt=0)
     eval: str = "local"  # a name in okgit.eval.registry.EVALUATORS

@@ -19,7 +19,7 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -74,6 +74,7 @@ class Prepared:
     tolerances: dict[str, list[LeafTolerance]] = field(default_factory=dict)
     cache: dict[str, tuple[list[Any], list[Any] | None]] = field(default_factory=dict)
     cached_bytes: int = 0
+    parts: dict[str, list[list[str]]] = field(default_factory=dict)  # modes case: [gate, what] per output
 
 
 class Judge:
@@ -116,6 +117,8 @@ class Judge:
         def run_case(case: Case) -> None:
             native, f64, facts, inputs_bytes = self.compute(case, record=True)
             result["calls"][case.id] = facts
+            if "parts" in facts:
+                prep.parts[case.id] = facts["parts"]
             if not first:
                 first.extend(native)
             stats[case.id] = self.stats(native, f64, inputs_bytes, first if case.id != "s0" else None)
@@ -138,6 +141,7 @@ class Judge:
                 bitwise_equal(a, b) for a, b in zip(again.leaves, first))
             del again, again_model
             self.init_case(prep, run_case, dropped)
+            self.modes_case(prep, run_case)
             self.extra_shapes(prep, main, run_case, dropped)
         kept = self.drop_nonfinite(prep, stats, dropped)
         self.fix_tolerances(prep, stats, kept)
@@ -183,6 +187,21 @@ class Judge:
                            f"{calls.describe(e).splitlines()[-1]}")
             self.forget(prep, case)
 
+    def modes_case(self, prep: Prepared, run_case: Any) -> None:
+        """Where the reference's behaviour or state depends on its mode: one case that calls a fresh
+        model in training mode, reads its buffers, and calls it in eval mode (calls.mode_sequence)."""
+        base = prep.arms[0]
+        with open(prep.job.source_path) as f:
+            source = f.read()
+        if not calls.mode_dependent(self.torch, base.model, source):
+            return
+        seeds = prep.job.seeds
+        case = Case(id="m0", kind="modes", shape=0, seed=seeds[2 % len(seeds)],
+                    note="a fresh model: training mode, its buffers, then eval mode")
+        prep.arms[case.id] = Arm(base.module, None, None, base.init)
+        prep.cases[case.id] = case
+        run_case(case)
+
     def extra_shapes(self, prep: Prepared, main: dict[str, int], run_case: Any, dropped: list[str]) -> None:
         job = prep.job
         variants = [{**main, **s} for s in job.extra_shapes] if job.extra_shapes is not None else _variants(main)
@@ -224,15 +243,18 @@ class Judge:
 
     def fix_tolerances(self, prep: Prepared, stats: dict[str, CaseStats], kept: list[Case]) -> None:
         """The reference's own error, worst over the cases of the same shape: fixed per leaf up front."""
-        worst: dict[tuple[int, int], float] = {}
+        def key(case: Case) -> int | str:  # the modes case's outputs are its own: training, buffers, eval
+            return case.id if case.kind == "modes" else case.shape
+
+        worst: dict[tuple[int | str, int], float] = {}
         for case in kept:
             for j, err in enumerate(stats[case.id].ref_errors):
-                worst[(case.shape, j)] = max(worst.get((case.shape, j), 0.0), err)
+                worst[(key(case), j)] = max(worst.get((key(case), j), 0.0), err)
         job = prep.job
         for case in kept:
             s = stats[case.id]
             prep.tolerances[case.id] = [
-                tolerance_from(s.dtypes[j], s.scales[j], worst[(case.shape, j)], job.rtol, job.atol)
+                tolerance_from(s.dtypes[j], s.scales[j], worst[(key(case), j)], job.rtol, job.atol)
                 if s.dtypes[j] else LeafTolerance(0.0, 0.0, 0.0)
                 for j in range(len(s.dtypes))
             ]
@@ -244,6 +266,8 @@ class Judge:
         assert self.prep is not None
         arm = self.prep.arms[case.model]
         self.phase(f"reference: {case.id}")
+        if case.kind == "modes":
+            return self.compute_modes(case, arm)
         inputs = calls.draw_inputs(torch, arm.module, case, self.device)
         inputs_bytes = calls.nbytes(inputs)
         native = calls.call(torch, arm.model, inputs, self.device, label=case.id, gate=f"reference: {case.id}",
@@ -261,6 +285,26 @@ class Judge:
                 f64 = None
             del doubled
         return native.leaves, f64, native.facts, inputs_bytes
+
+    def compute_modes(self, case: Case, arm: Arm) -> tuple[list[Any], list[Any] | None, dict[str, Any], int]:
+        """The modes case on fresh reference models (native, and float64 where it has one): each
+        computation starts from the state the candidate's model starts from."""
+        torch = self.torch
+        model, _ = calls.build(torch, arm.module.Model, arm.init, self.device)
+        buffers = sorted(name for name, _ in model.named_buffers())
+        native = calls.mode_sequence(torch, model, arm.module, case, self.device, label=case.id, buffers=buffers)
+        f64 = None
+        double = self.double_model(arm.module, arm.init)
+        if double is not None:
+            def doubled(xs: list[Any]) -> list[Any]:
+                return [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
+
+            try:
+                f64 = calls.mode_sequence(torch, double, arm.module, case, self.device, label=case.id,
+                                          buffers=buffers, convert=doubled).leaves
+            except Exception:  # noqa: BLE001 - no float64 path, or it does not fit: the native outputs stand
+                f64 = None
+        return native.leaves, f64, native.facts, calls.nbytes(native.leaves)
 
     def stats(self, native: list[Any], f64: list[Any] | None, inputs_bytes: int, first: list[Any] | None) -> CaseStats:
         finite = all(not (t.is_floating_point() or t.is_complex()) or bool(self.torch.isfinite(t).all())
@@ -285,7 +329,7 @@ class Judge:
 
     def expected(self, case: Case) -> tuple[list[Any], list[Any] | None]:
         assert self.prep is not None
-        if case.id in self.prep.cache:
+        if case.id in self.prep.cache and not case.salt:
             return self.prep.cache[case.id]
         native, f64, _, _ = self.compute(case)
         return native, f64
@@ -296,16 +340,19 @@ class Judge:
 
         assert self.prep is not None
         case = self.prep.cases[str(message["case"])]
+        if message.get("salt"):  # a timed call's inputs: the case's, salted (okgit.eval.calls.salt_inputs)
+            case = replace(case, salt=int(message["salt"]))
         native, f64 = self.expected(case)
         outputs = open_exported(message["outputs"], self.device, Path(str(message["dir"])))
         leaves = message["leaves"]
         tolerances = self.prep.tolerances[case.id]
-        checks = [asdict(check_leaf(out, leaves[j], native[j], f64[j] if f64 else None, tolerances[j],
-                                    str(message["gate"])))
+        # the modes case names the gate of each output (training mode, a buffer, eval mode)
+        gates = [g for g, _ in self.prep.parts.get(case.id, [])] or [str(message["gate"])] * len(native)
+        checks = [asdict(check_leaf(out, leaves[j], native[j], f64[j] if f64 else None, tolerances[j], gates[j]))
                   for j, out in enumerate(outputs[: len(native)])]
         prints = [fingerprint(o) if o is not None else None for o in outputs]
         del outputs, native, f64
-        if self.device == "cuda" and case.id not in self.prep.cache:
+        if self.device == "cuda" and (case.salt or case.id not in self.prep.cache):
             self.torch.cuda.empty_cache()  # what a recomputed case held goes back to the candidate
         return {"checks": checks, "fingerprints": prints}
 

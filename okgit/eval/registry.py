@@ -24,7 +24,7 @@ def _local(config: Config) -> Evaluator:
     its CPU through the Triton interpreter."""
     from okgit.eval.device_pool import local_evaluator
 
-    return local_evaluator(config.device)
+    return local_evaluator(config.device, reference_timeout_s=config.reference_timeout_s)
 
 
 @evaluator("modal", order=1)

@@ -105,7 +105,7 @@ def resolve_diff(repo: Repo, ref: str) -> str:
                              f"pick a candidate tag from: okgit history {ref}")
         diff = report.read_text()
         if not diff.strip():
-            raise OkgitError(f"run {ref} has no winner (nothing passed every gate): its report.diff is empty")
+            raise OkgitError(f"run {ref} has no winner ({_no_winner(repo, ref)}): its report.diff is empty")
         return diff
     if Path(ref).is_file():
         try:
@@ -246,3 +246,16 @@ def _is_run(repo: Repo, ref: str) -> bool:
 def _strip(path: str) -> str:
     """`a/x.py` -> `x.py` (git's default prefixes; `git apply` strips one component too)."""
     return path.split("/", 1)[1] if "/" in path else path
+
+
+def _no_winner(repo: Repo, run_id: str) -> str:
+    """Why a finished run hands out nothing, from its result.json's status."""
+    try:
+        status = json.loads((repo.run_dir(run_id) / "result.json").read_text()).get("status")
+    except (OSError, ValueError):
+        status = None
+    if status == "slower":
+        return "its fastest correct candidate is slower than the baseline; the tag in okgit history keeps it"
+    if status == "error":
+        return "the final gate could not judge; okgit history says why"
+    return "nothing passed every gate"

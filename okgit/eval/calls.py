@@ -101,6 +101,38 @@ def build(torch: Any, cls: type, init: list[Any], device: str, state: dict[str, 
     return model, loaded
 
 
+def layout_twin(torch: Any, model: Any) -> Any:
+    """The reference model in channels_last memory format, where it holds a 4-D or 5-D floating
+    tensor (a convolution's weight), else None.
+
+    The layout is not the op's semantics, and it is the layout torch.compile runs convolutions
+    in; under PyTorch's default flags (cuDNN may use TF32) cuDNN can take TF32 kernels in one
+    layout and not in the other, so the reference's own error is measured in both."""
+    import copy
+
+    if not isinstance(model, torch.nn.Module):
+        return None
+    tensors = list(model.parameters()) + list(model.buffers())
+    if not any(t.is_floating_point() and t.dim() in (4, 5) for t in tensors):
+        return None
+    twin = copy.deepcopy(model)
+    for t in list(twin.parameters()) + list(twin.buffers()):
+        if t.dim() in (4, 5):
+            fmt = torch.channels_last if t.dim() == 4 else torch.channels_last_3d
+            t.data = t.data.contiguous(memory_format=fmt)
+    return twin
+
+
+def channels_last_inputs(torch: Any, inputs: list[Any]) -> list[Any]:
+    """The inputs with every 4-D and 5-D tensor in channels_last (copies; the originals stay)."""
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.dim() in (4, 5):
+            x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+        out.append(x)
+    return out
+
+
 def nbytes(values: list[Any]) -> int:
     import torch
 

@@ -51,6 +51,7 @@ class Arm:
     model: Any
     double: Any  # the float64 copy, None where the op has none or it does not fit
     init: list[Any]
+    channels_last: Any = None  # the same model in channels_last, where it has 4-D or 5-D tensors (calls.layout_twin)
 
 
 @dataclass
@@ -90,6 +91,7 @@ class Judge:
             timing.bind()
         calls.warm_up(torch, device)
         self.prep: Prepared | None = None
+        self.layout_outputs: dict[str, list[Any]] = {}  # case -> the channels_last reference's outputs, until its stats
         self.phase_file: Path | None = None
 
     def phase(self, gate: str) -> None:
@@ -121,7 +123,8 @@ class Judge:
                 prep.parts[case.id] = facts["parts"]
             if not first:
                 first.extend(native)
-            stats[case.id] = self.stats(native, f64, inputs_bytes, first if case.id != "s0" else None)
+            stats[case.id] = self.stats(native, f64, inputs_bytes, first if case.id != "s0" else None,
+                                        self.layout_outputs.pop(case.id, None))
             self.keep(case, native, f64)
 
         with calls.poisoned(torch):
@@ -165,7 +168,7 @@ class Judge:
         module = calls.load_op(job.source_path, f"okgit_reference_{key}", knobs)
         init = perturbed if perturbed is not None else calls.init_args(torch, module, job.init_seed, self.device)
         model, _ = calls.build(torch, module.Model, init, self.device)
-        return Arm(module, model, self.double_model(module, init), init)
+        return Arm(module, model, self.double_model(module, init), init, calls.layout_twin(torch, model))
 
     def init_case(self, prep: Prepared, run_case: Any, dropped: list[str]) -> None:
         """Constructor arguments baked into a kernel: the same model from perturbed floats, one seed."""
@@ -272,6 +275,10 @@ class Judge:
         inputs_bytes = calls.nbytes(inputs)
         native = calls.call(torch, arm.model, inputs, self.device, label=case.id, gate=f"reference: {case.id}",
                             check_inputs=record)
+        if record and arm.channels_last is not None:  # the same op in the other layout: part of its own error
+            self.layout_outputs[case.id] = calls.call(
+                torch, arm.channels_last, calls.channels_last_inputs(torch, inputs), self.device, label=case.id,
+                gate=f"reference: {case.id} (channels_last)", check_inputs=False).leaves
         f64 = None
         if arm.double is not None:
             doubled = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
@@ -306,13 +313,19 @@ class Judge:
                 f64 = None
         return native.leaves, f64, native.facts, calls.nbytes(native.leaves)
 
-    def stats(self, native: list[Any], f64: list[Any] | None, inputs_bytes: int, first: list[Any] | None) -> CaseStats:
+    def stats(self, native: list[Any], f64: list[Any] | None, inputs_bytes: int, first: list[Any] | None,
+              layout: list[Any] | None = None) -> CaseStats:
         finite = all(not (t.is_floating_point() or t.is_complex()) or bool(self.torch.isfinite(t).all())
                      for t in native)
         floats = [t.is_floating_point() or t.is_complex() for t in native]
+        # the reference's own error: the worse of its run as written and in channels_last, where
+        # the library flags let cuDNN take TF32 kernels for one layout and not the other
+        errors = [reference_error(t, f64[j] if f64 else None) for j, t in enumerate(native)]
+        if layout is not None and f64 and len(layout) == len(native):
+            errors = [max(e, reference_error(layout[j], f64[j]) if floats[j] else 0.0) for j, e in enumerate(errors)]
         return CaseStats(
             finite=finite,
-            ref_errors=[reference_error(t, f64[j] if f64 else None) for j, t in enumerate(native)],
+            ref_errors=errors,
             scales=[magnitude(t, f64[j] if f64 else None) if floats[j] else 0.0 for j, t in enumerate(native)],
             dtypes=[str(t.dtype).replace("torch.", "") if floats[j] else "" for j, t in enumerate(native)],
             summary=summarize_outputs(native, first),

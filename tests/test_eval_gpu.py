@@ -173,10 +173,10 @@ def test_a_channels_last_convolution_is_judged_by_what_the_flags_allow(evaluator
     kernels for the convolution in channels_last and not in NCHW: torch.compile's own kernels and
     okgit's channels-last template were both `incorrect` by the NCHW reference's error alone
     (6.3M of 528M elements, max 3.9e-4). The reference's error is now measured in both layouts;
-    an honest channels-last candidate passes and one 0.2% off still fails."""
+    an honest channels-last candidate passes and one 1% off still fails."""
     problem = load_problem(OPS / "conv_sub_mish.py", root=str(OPS))
     source = (OPS / "gpu" / "conv_channels_last.py").read_text()
     honest = evaluator.evaluate(problem, source)
     assert honest.status is Status.correct, honest.error
-    off = evaluator.evaluate(problem, source.replace("SCALE: float = 1.0", "SCALE: float = 1.002"))
+    off = evaluator.evaluate(problem, source.replace("SCALE: float = 1.0", "SCALE: float = 1.01"))
     assert off.status is Status.incorrect, off.status

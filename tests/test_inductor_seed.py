@@ -73,6 +73,7 @@ def test_a_capture_the_file_cannot_express_is_refused_in_words() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_fresh_seed_runs_under_the_interpreter_and_matches_in_both_modes(tmp_path: Path) -> None:
     out = tmp_path / "seed.py"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
@@ -110,6 +111,7 @@ print("ok")
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # Inductor's compile and the interpreter: minutes on a loaded 2-core machine
 def test_optimize_proposes_the_seed_tags_it_and_its_patch_applies(git_repo: Path) -> None:
     from conftest import okgit, sh
 

@@ -1,13 +1,13 @@
 """Trust under real use, on one GPU, in one device call (issue 20):
 
-    python3 bench/trust.py [--kb .kb/KernelBench] [--time-limit 540] [--resume FILE] [--smoke]
+    python3 bench/trust.py [--kb .kb] [--time-limit 540] [--resume FILE] [--smoke]
 
 Stages, each skipped when --resume's file (an earlier call's trust.json) already holds it:
   tests     the GPU tests of the contract: pytest -m gpu tests/test_eval_gpu.py -k remembered
             (the four remembered-output caches with the roofline gate off)
-  batchnorm the level-2 development problems with a batch norm (11, 15, 39) through
-            `okgit bench kernelbench --cross-check` (KernelBench's own evaluation, when installed)
-  parallel  PROBLEMS (8 development problems of level 2) at --parallel 6 on the one GPU
+  parallel  PROBLEMS (8 development problems of level 2, among them the three with a batch
+            norm: 11, 15, 39) at --parallel 6 on the one GPU, through `okgit bench kernelbench
+            --cross-check` (KernelBench's own evaluation of each winner, when installed)
   alone     the same problems one at a time
 Then one table: per problem the verdict at --parallel 6 and alone (status, correct) and
 whether they are the same, out-of-memory failures (any log or error that says so) and the
@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = "11,15,31,39,59,63,83,99"  # level 2: three batch norms (11, 15, 39), a dropout (83), GEMMs, convs
-BATCHNORM = "11,15,39"
+BATCHNORM = {"11", "15", "39"}
 OOM_SIGNS = ("out of memory", "OutOfMemoryError")
 
 
@@ -74,7 +74,6 @@ def gpu_tests(limit_s: float) -> dict:
 
 def table(state: dict) -> list[str]:
     par, alone = state.get("parallel", {}).get("problems", {}), state.get("alone", {}).get("problems", {})
-    bn = state.get("batchnorm", {}).get("problems", {})
     lines = [f"problem | parallel {state.get('parallel', {}).get('parallel', '-')} | alone | same | OOM | cross-check",
              "---|---|---|---|---|---"]
     same_n = oom_n = cc_bad = 0
@@ -85,18 +84,16 @@ def table(state: dict) -> list[str]:
         same_n += same
         oom = sum(bool(r and r["oom"]) for r in (p, a))
         oom_n += oom
-        cc = [r["cross_check"] for r in (p, a, bn.get(pid)) if r and r.get("cross_check") is not None]
+        cc = [r["cross_check"] for r in (p, a) if r and r.get("cross_check") is not None]
         cc_bad += sum(c is False for c in cc)
         name = (p or a or {}).get("name", "")
-        lines.append(f"{pid}_{name} | {verdict[0]} | {verdict[1]} | {'same' if same else 'DIFFERENT'} | {oom} | "
+        lines.append(f"{pid}_{name}{' (batch norm)' if pid in BATCHNORM and not state.get('smoke') else ''} | {verdict[0]} | {verdict[1]} | {'same' if same else 'DIFFERENT'} | {oom} | "
                      f"{'/'.join('ok' if c else 'INCORRECT' for c in cc) or '-'}")
-    for pid, r in sorted(bn.items(), key=lambda kv: int(kv[0])):
-        lines.append(f"batchnorm {pid}_{r['name']} | {r['status']}{' (correct)' if r['correct'] else ''} | - | - | "
-                     f"{int(r['oom'])} | {'-' if r['cross_check'] is None else 'ok' if r['cross_check'] else 'INCORRECT'}"
-                     f"{' (' + r['cross_check_error'][:60] + ')' if r.get('cross_check_error') else ''}")
-    oom_logs = sum(state.get(s, {}).get("oom_in_logs", 0) for s in ("parallel", "alone", "batchnorm"))
+    oom_logs = sum(state.get(s, {}).get("oom_in_logs", 0) for s in ("parallel", "alone"))
     lines.append(f"totals: {same_n}/{len(set(par) | set(alone))} verdicts the same; out-of-memory failures {oom_n} "
                  f"(mentions in logs: {oom_logs}); cross-check incorrect {cc_bad}")
+    notes = {state.get(s, {}).get("cross_check") for s in ("parallel",)} - {None}
+    lines += [f"cross-check: {n}" for n in notes]
     if "tests" in state:
         lines.append(f"GPU tests: {state['tests'].get('summary') or state['tests'].get('error')}")
     return lines
@@ -104,7 +101,7 @@ def table(state: dict) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kb", default=str(ROOT / ".kb" / "KernelBench"), help="a KernelBench checkout (default .kb/KernelBench)")
+    ap.add_argument("--kb", default=str(ROOT / ".kb"), help="a KernelBench checkout (default .kb, a copy of ../shared/kernelbench)")
     ap.add_argument("--time-limit", type=float, default=540.0, help="seconds for all stages (default 540)")
     ap.add_argument("--resume", help="an earlier call's trust.json: its stages are not run again")
     ap.add_argument("--iterations", type=int, default=2, help="okgit's iterations per problem (default 2: templates, no model)")
@@ -116,11 +113,11 @@ def main() -> int:
     state["smoke"] = args.smoke
     deadline = time.monotonic() + args.time_limit
     if args.smoke:
-        kb, level, problems, batchnorm, parallel = ROOT / "tests" / "kb_fixture", 1, "1", "", 2
+        kb, level, problems, parallel = ROOT / "tests" / "kb_fixture", 1, "1", 2
         flags = ["--device", "cpu", "--iterations", "1"]
-        state["skipped"] = ["tests: the GPU tests need a GPU", "batchnorm: no KernelBench development set on the CPU"]
+        state["skipped"] = ["tests: the GPU tests need a GPU"]
     else:
-        kb, level, problems, batchnorm, parallel = Path(args.kb), 2, PROBLEMS, BATCHNORM, 6
+        kb, level, problems, parallel = Path(args.kb), 2, PROBLEMS, 6
         flags = ["--iterations", str(args.iterations)]
     work = out_dir / "trust-sweeps"
 
@@ -128,11 +125,10 @@ def main() -> int:
         (out_dir / "trust.json").write_text(json.dumps(state, indent=1))
 
     stages = [("tests", lambda left: gpu_tests(left)),
-              ("batchnorm", lambda left: sweep(kb, level, batchnorm, 3, work / "batchnorm", flags + ["--cross-check"], left)),
               ("parallel", lambda left: sweep(kb, level, problems, parallel, work / "parallel", flags + ["--cross-check"], left)),
               ("alone", lambda left: sweep(kb, level, problems, 1, work / "alone", flags, left))]
     for name, run in stages:
-        if name in state or (args.smoke and name in ("tests", "batchnorm")):
+        if name in state or (args.smoke and name == "tests"):
             print(f"trust: {name}: {'from --resume' if name in state else 'skipped (smoke)'}", flush=True)
             continue
         left = deadline - time.monotonic()
@@ -145,7 +141,7 @@ def main() -> int:
     save()
     print("\n".join(table(state)))
     if args.smoke:
-        print("smoke run: no GPU figure; the GPU tests and the batch-norm problems were skipped")
+        print("smoke run: no GPU figure; the GPU tests were skipped")
     return 0
 
 

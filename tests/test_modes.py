@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from okgit.eval.local import LocalEvaluator
 from okgit.eval.types import Reference
 from okgit.problem import load_problem
 from okgit.search.proposers.templates import plan
@@ -18,13 +17,6 @@ from okgit.search.types import Context
 TESTS = Path(__file__).parent
 OPS = TESTS / "ops"
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def evaluator():
-    ev = LocalEvaluator(device="cpu")
-    yield ev
-    ev.close()
 
 
 def problem(op: str):

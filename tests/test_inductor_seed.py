@@ -115,12 +115,15 @@ print("ok")
 def test_optimize_proposes_the_seed_tags_it_and_its_patch_applies(git_repo: Path) -> None:
     from conftest import okgit, sh
 
+    # a pointwise chain at its real size: on a CPU the evaluator scales it down, and the seed is
+    # made at the shape the evaluator times
+    example = Path(__file__).resolve().parents[1] / "examples" / "01_relu_bias_scale.py"
     (git_repo / "ops").mkdir(exist_ok=True)
-    (git_repo / "ops" / "bn.py").write_text(OP.read_text())
+    (git_repo / "ops" / "relu_bias_scale.py").write_text(example.read_text())
     (git_repo / "okgit.toml").write_text("inductor = true\n")  # on a CPU the seed is opt-in
-    sh(git_repo, "add", "ops/bn.py", "okgit.toml")
+    sh(git_repo, "add", "ops/relu_bias_scale.py", "okgit.toml")
     sh(git_repo, "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "op")
-    proc = subprocess.run([sys.executable, "-m", "okgit", "optimize", "ops/bn.py", "--device", "cpu", "--iterations", "4",
+    proc = subprocess.run([sys.executable, "-m", "okgit", "optimize", "ops/relu_bias_scale.py", "--device", "cpu", "--iterations", "3",
                            "--json"], cwd=git_repo, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout)

@@ -1,4 +1,5 @@
-"""`python -m okgit.inductor REF.py DEVICE OUT.py [MODE]`: the seed file of a reference, made in this
+"""`python -m okgit.inductor REF.py DEVICE OUT.py [MODE [KNOBS_JSON]]`: the seed file of a reference at
+those shape knobs (default: the file's own), made in this
 process (a child of okgit's: it runs the reference and Inductor). Prints one JSON line:
 {"ok": true, "kernels": N, "modes": [...]} or {"ok": false, "why": "..."}."""
 
@@ -12,12 +13,13 @@ from pathlib import Path
 def main(argv: list[str]) -> int:
     ref, device, out, *rest = argv
     mode = rest[0] if rest else "default"
+    knobs = {str(k): int(v) for k, v in json.loads(rest[1]).items()} if len(rest) > 1 else {}
     from okgit.inductor.capture import NotCaptured, capture
     from okgit.inductor.standalone import standalone_file
     from okgit.lower.graph import Unsupported
 
     try:
-        cap = capture(ref, {}, device, mode)
+        cap = capture(ref, knobs, device, mode)
         source = standalone_file(Path(ref).read_text(), cap, device)
     except (NotCaptured, Unsupported) as e:
         print(json.dumps({"ok": False, "why": str(e)}))

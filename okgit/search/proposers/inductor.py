@@ -43,7 +43,9 @@ class InductorProposer:
             self._modes = ["default", "max-autotune-no-cudagraphs"] if ctx.device.startswith("cuda") else ["default"]
         while self._modes:
             mode = self._modes.pop(0)
-            source, why = seed_file(ctx.problem.source, ctx.problem.root, ctx.device, mode)
+            # at the shape the evaluator times (a CPU's is scaled down for the interpreter)
+            knobs = ctx.reference.shapes[0] if ctx.reference.shapes else {}
+            source, why = seed_file(ctx.problem.source, ctx.problem.root, ctx.device, mode, knobs)
             if source is not None:
                 return Proposal(source=source, origin="inductor" if mode == "default" else f"inductor:{mode}",
                                 intent=why, parent=None, meta={"kernels": [], "tunables": {}})
@@ -53,7 +55,8 @@ class InductorProposer:
         return None
 
 
-def seed_file(reference: str, root: str | None, device: str, mode: str = "default") -> tuple[str | None, str]:
+def seed_file(reference: str, root: str | None, device: str, mode: str = "default",
+              knobs: dict[str, int] | None = None) -> tuple[str | None, str]:
     """(the seed file, what it holds), or (None, why there is none)."""
     from okgit.eval.devices import device_lock
     from okgit.eval.sandbox import worker_env
@@ -69,7 +72,8 @@ def seed_file(reference: str, root: str | None, device: str, mode: str = "defaul
         lock = device_lock(device) if device.startswith("cuda") else contextlib.nullcontext()
         try:
             with lock:
-                proc = subprocess.run([sys.executable, "-m", "okgit.inductor", str(ref), device.split(":")[0], str(out), mode],
+                proc = subprocess.run([sys.executable, "-m", "okgit.inductor", str(ref), device.split(":")[0], str(out), mode,
+                                       json.dumps(knobs or {})],
                                       cwd=tmp, env=env, capture_output=True, text=True, timeout=TIME_LIMIT_S)
         except subprocess.TimeoutExpired:
             return None, f"torch.compile of the reference took over {TIME_LIMIT_S} s"

@@ -155,9 +155,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return 0
     if not args.run:
         raise UsageError("watch needs a RUN (a run id, a unique prefix of one, latest, or a run directory)")
+    from okgit.git.rundir import RunDir
+
     # A run directory copied from another machine is watched in place.
     given = Path(args.run)
-    watch(given if (given / "journal.jsonl").is_file() else _run_dir(args.run))
+    watch(given if RunDir(given).journal.is_file() else _run_dir(args.run))
     return 0
 
 

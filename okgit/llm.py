@@ -231,7 +231,7 @@ USER_MARK = "=== user ==="
 def prompt_text(name: str) -> str:
     """The text of okgit/prompts/<name>.txt, e.g. "generator_triton.v1"."""
     try:
-        return resources.files("okgit").joinpath("prompts", f"{name}.txt").read_text(encoding="utf-8")
+        return (resources.files("okgit") / "prompts" / f"{name}.txt").read_text(encoding="utf-8")
     except FileNotFoundError:
         raise OkgitError(f"no prompt named {name} in okgit/prompts") from None
 
@@ -254,5 +254,5 @@ def prompt_messages(name: str, **fields: Any) -> list[Message]:
 
 def recommended_models() -> list[dict[str, Any]]:
     """okgit/data/models.json: a few models worth starting with, their strengths and cost tier."""
-    text = resources.files("okgit").joinpath("data", "models.json").read_text(encoding="utf-8")
+    text = (resources.files("okgit") / "data" / "models.json").read_text(encoding="utf-8")
     return json.loads(text)["models"]

@@ -1,4 +1,4 @@
-"""The op-file contract (docs/design.md, "The op file"), checked statically; nothing here runs user code.
+"""The op-file contract (README.md, "The op file"), checked statically; nothing here runs user code.
 
 An op file is a KernelBench-style module: `Model(nn.Module)`, `get_inputs()`,
 `get_init_inputs()`. If it also defines `ModelNew`, that is the implementation under
@@ -9,12 +9,18 @@ when it defines one, else through `Model`; inputs always come from the reference
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from okgit.errors import OkgitError
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
+# A candidate must hold for every Model(...), not only the default one: the evaluator's
+# init_inputs case builds both models from constructor floats times this, and the lowering
+# checks that every constant it binds follows them (README.md, "The op file").
+INIT_FLOAT_FACTOR = 1.5
 
 
 @dataclass(frozen=True)
@@ -98,3 +104,31 @@ def _parse(source: str, path: str) -> ast.Module:
         return ast.parse(source, filename=path)
     except SyntaxError as e:
         raise OkgitError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+
+
+def perturb_floats(init: list[Any], names: list[str] | None = None) -> tuple[list[Any], list[str]]:
+    """The constructor arguments of the evaluator's init_inputs case, and the ones the lowering
+    checks its bindings against (okgit.lower.binding): every float (a Python float or a
+    subclass such as numpy.float64, top level and inside lists/tuples) times INIT_FLOAT_FACTOR;
+    ints, bools, tensors and strings unchanged (ints are usually sizes, which the shape knobs
+    already vary). Returns (new arguments, one line per
+    changed value, e.g. 'temperature=1.05 (was 0.7)'); no lines: nothing to perturb."""
+    changes: list[str] = []
+
+    def walk(obj: Any, where: str) -> Any:
+        if isinstance(obj, float):
+            new = obj * INIT_FLOAT_FACTOR
+            if math.isfinite(obj) and new != obj:  # 0.0, inf and nan stay what they are
+                changes.append(f"{where}={_short(new)} (was {_short(obj)})")
+            return new
+        if type(obj) in (list, tuple):  # not a namedtuple or other subclass: rebuilt as it was
+            return type(obj)(walk(o, f"{where}[{j}]") for j, o in enumerate(obj))
+        return obj
+
+    names = names or []
+    out = [walk(x, names[i] if i < len(names) else f"argument {i}") for i, x in enumerate(init)]
+    return out, changes
+
+
+def _short(x: float) -> str:
+    return repr(float(f"{x:.6g}"))

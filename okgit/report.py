@@ -6,7 +6,7 @@ from pathlib import Path
 
 from okgit.eval.types import Comparison
 from okgit.fmt import fmt_speed, fmt_us
-from okgit.git.journal import read_jsonl
+from okgit.git.rundir import RunDir
 from okgit.search.types import Attempt, Context
 from okgit.status import RunStatus
 
@@ -26,10 +26,9 @@ STATUS_MEANING = {
 def _figures(run_dir: Path, winner: str | None) -> list[str]:
     """The figures section: PNGs beside report.md, drawn from the journal by okgit.figures."""
     from okgit.figures import write_figures
-    from okgit.git.journal import iter_events
 
     try:
-        paths = write_figures(run_dir, list(iter_events(run_dir / "journal.jsonl")), winner=winner)
+        paths = write_figures(run_dir, RunDir(run_dir).events(), winner=winner)
     except Exception as e:  # noqa: BLE001 (a figure is never worth losing the report of a finished run)
         return ["", "## Figures", "", f"Figures could not be drawn: {type(e).__name__}: {e}"]
     if not paths:
@@ -84,7 +83,7 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
             lines.append(f"Correctness checked at: {'; '.join(', '.join(f'{k}={v}' for k, v in s.items()) for s in r.shapes)}.")
     if not ctx.attempts:
         lines += ["", "No candidate was proposed; the search's notes below say why."]
-    notes = [e.get("message", "") for e in read_jsonl(space.run_dir / "journal.jsonl")[0] if e["type"] == "note"]
+    notes = [e.get("message", "") for e in RunDir(space.run_dir).events() if e["type"] == "note"]
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     lines += ["", "## Candidates", "", "| cand | origin | status | speedup | runtime us | note |", "|---|---|---|---|---|---|"]
@@ -100,4 +99,4 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
             f"    okgit revert {result.run_id}     # undo",
             "", "## Diff", "", "```diff", diff.rstrip("\n"), "```",
         ]
-    (space.run_dir / "report.md").write_text("\n".join(lines) + "\n")
+    RunDir(space.run_dir).report.write_text("\n".join(lines) + "\n")

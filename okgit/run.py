@@ -24,6 +24,7 @@ from okgit.eval.registry import make_evaluator
 from okgit.eval.types import Comparison, EvalResult, Reference
 from okgit.fmt import fmt_speed
 from okgit.git.repo import Repo
+from okgit.git.rundir import RunDir
 from okgit.problem import Problem, load_problem
 from okgit.search.driver import Budget, Search, is_better
 from okgit.search.registry import make_proposers
@@ -175,7 +176,7 @@ def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watch
 
 def _finished_result(repo: Repo, run_id: str) -> RunResult:
     """What a finished run printed when it finished: resuming it has nothing left to do."""
-    path = repo.run_dir(run_id) / "result.json"
+    path = RunDir(repo.run_dir(run_id)).result
     try:
         result = RunResult.model_validate_json(path.read_text())
     except (OSError, ValueError):
@@ -221,9 +222,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
     if resumed:
         preload = getattr(on_event, "preload", None)
         if preload:  # progress counts on from where the run stopped
-            from okgit.git.journal import read_jsonl
-
-            preload(read_jsonl(space.run_dir / "journal.jsonl")[0])
+            preload(RunDir(space.run_dir).events())
         log("resumed", message=f"resumed run {space.run_id}")
     else:
         log("run_started", **space.started_fields(), backend=config.backend, device=evaluator.device,
@@ -289,10 +288,10 @@ def _restore(space, ctx: Context) -> None:
     cost from its journal, so the search continues within the same budgets."""
     from okgit.git.journal import read_jsonl
 
-    events = read_jsonl(space.run_dir / "journal.jsonl")[0]
+    events = RunDir(space.run_dir).events()
     tags = {e["cand"]: e["tag"] for e in events if e["type"] == "accepted"}
     ctx.spent_usd = sum(float(e.get("cost_usd") or 0.0) for e in events if e["type"] == "llm_call")
-    for rec in read_jsonl(space.run_dir / "traces.jsonl")[0]:
+    for rec in read_jsonl(RunDir(space.run_dir).traces)[0]:
         if rec["type"] != "candidate":
             continue
         proposal = Proposal(source=rec["source"], origin=rec["origin"], intent=rec.get("intent", ""), parent=rec.get("parent"))
@@ -378,7 +377,7 @@ def _finish(space, ctx: Context, status: RunStatus, winner: Attempt | None, comp
     diff = space.diff(winner.tag) if handed_out and winner and winner.tag else ""
     if diff:
         patch.validate(space.repo, diff, space.base_commit)
-    diff_path = space.run_dir / "report.diff"
+    diff_path = RunDir(space.run_dir).diff
     diff_path.write_text(diff)
     result = RunResult(
         run_id=space.run_id, status=status, op=space.op, device=ctx.device,
@@ -386,11 +385,11 @@ def _finish(space, ctx: Context, status: RunStatus, winner: Attempt | None, comp
         baseline_us=statistics.median(comparison.baseline_us) if comparison else None,
         best_us=statistics.median(comparison.candidate_us) if comparison else None,
         best_tag=winner.tag if winner else None,
-        report=str(space.run_dir / "report.md"), diff=str(diff_path),
+        report=str(RunDir(space.run_dir).report), diff=str(diff_path),
         candidates=len(ctx.attempts), stop_reason=stop_reason, cost_usd=round(cost_usd, 6), error=cause,
     )
     write_report(space, ctx, result, winner, comparison, diff)
-    (space.run_dir / "result.json").write_text(result.model_dump_json(indent=2) + "\n")
+    RunDir(space.run_dir).result.write_text(result.model_dump_json(indent=2) + "\n")
     log("run_finished", status=status, error=cause, speedup=result.speedup, baseline_us=result.baseline_us, best_us=result.best_us,
         best_tag=result.best_tag, best_cand=winner.cand if winner else None, report=result.report, diff=result.diff,
         iterations=len(ctx.attempts), cost_usd=result.cost_usd)

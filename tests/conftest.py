@@ -146,8 +146,8 @@ def record_run(root: Path, candidates: list[tuple[str, str]], finish: str | None
     for i, (expr, intent) in enumerate(candidates, 1):
         cand, speedup = f"c{i:03d}", round(1 + i / 10, 2)
         space.journal.write("proposal", cand=cand, origin="template:test", intent=intent, parent=parent, backend="triton")
-        space.journal.write("evaluated", cand=cand, status="correct", correct=True, timed=True,
-                            speedup=speedup, runtime_us=100 / speedup, ref_runtime_us=100.0)
+        space.journal.write("evaluated", cand=cand, status="correct", correct=True, timed=True, speedup=speedup,
+                            runtime_us=100 / speedup, ref_runtime_us=100.0, error=None, profile=None, wall_s=1.0)
         tag, commit = space.accept(cand, variant(expr), f"okgit: {cand} {intent} (correct, {speedup}x)")
         space.journal.write("accepted", cand=cand, tag=tag, commit=commit, speedup=speedup)
         space.journal.write("best", cand=cand, speedup=speedup)
@@ -159,8 +159,10 @@ def record_run(root: Path, candidates: list[tuple[str, str]], finish: str | None
             validate(repo, diff, space.base_commit)
             (space.run_dir / "report.diff").write_text(diff)
         space.close(winner_commit=commit if tags else None)
-        space.journal.write("run_finished", status=finish, speedup=round(1 + len(tags) / 10, 2),
-                            best_tag=tags[-1] if tags else None, report=None, diff="report.diff")
+        space.journal.write("run_finished", status=finish, speedup=round(1 + len(tags) / 10, 2), baseline_us=None,
+                            best_us=None, best_tag=tags[-1] if tags else None, best_cand=parent,
+                            report=str(space.run_dir / "report.md"), diff=str(space.run_dir / "report.diff"),
+                            iterations=len(tags), cost_usd=0.0)
     return space, tags
 
 

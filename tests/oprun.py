@@ -20,7 +20,7 @@ from pathlib import Path
 
 SCRIPT = r'''
 import json, sys, types, torch
-from okgit.eval.jobs import INIT_FLOAT_FACTOR  # the evaluator's own init_inputs case
+from okgit.problem import INIT_FLOAT_FACTOR, perturb_floats  # the evaluator's own init_inputs case
 
 def load(path, knobs):
     mod = types.ModuleType("op")
@@ -30,39 +30,31 @@ def load(path, knobs):
     mod.__dict__.update(knobs)
     return mod
 
-def scale_floats(v, factor):
-    if isinstance(v, float):
-        return v * factor
-    if type(v) in (list, tuple):
-        return type(v)(scale_floats(x, factor) for x in v)
-    return v
-
 def check(ref_path, cand_path, knobs):
     maxes = []
-    for scale in (None, INIT_FLOAT_FACTOR):
+    for perturbed in (False, True):
         try:
-            r = compare(ref_path, cand_path, knobs, scale)
+            r = compare(ref_path, cand_path, knobs, perturbed)
         except Exception as e:
             import traceback
             r = {"ok": False, "max_abs": None, "why": traceback.format_exc()[-3000:]}
         if r is None:
             break  # no float constructor argument to scale
         if not r["ok"]:
-            if scale is not None:
-                r["why"] = f"with the constructor's floats x{scale}: " + r["why"]
+            if perturbed:
+                r["why"] = f"with the constructor's floats x{INIT_FLOAT_FACTOR}: " + r["why"]
             return r
         maxes.append(r["max_abs"])
     return {"ok": True, "max_abs": max(maxes), "why": ""}
 
-def compare(ref_path, cand_path, knobs, scale=None):
+def compare(ref_path, cand_path, knobs, perturbed=False):
     ref, cand = load(ref_path, knobs), load(cand_path, knobs)
     torch.manual_seed(0)
     init = ref.get_init_inputs()
-    if scale is not None:
-        scaled = scale_floats(init, scale)
-        if scaled == init:
+    if perturbed:
+        init, changed = perturb_floats(list(init))
+        if not changed:
             return None
-        init = scaled
     torch.manual_seed(1)
     m_ref = ref.Model(*init)
     torch.manual_seed(1)

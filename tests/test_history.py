@@ -44,8 +44,9 @@ def test_runs_newest_first_with_their_status(git_repo: Path) -> None:
 def test_run_detail(git_repo: Path) -> None:
     space, tags = record_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp"), ("x.clamp(min=0)", "method clamp")])
     space.journal.write("proposal", cand="c003", origin="template:test", intent="broken", parent="c002", backend="triton")
-    space.journal.write("evaluated", cand="c003", status="compile_error", correct=False, timed=False,
-                        speedup=None, runtime_us=None)
+    space.journal.write("evaluated", cand="c003", status="compile_error", correct=False, timed=False, speedup=None,
+                        runtime_us=None, ref_runtime_us=None, error={"gate": "compile", "message": "x"}, profile=None,
+                        wall_s=1.0)
     detail = history.run_detail(Repo.find(git_repo), space.run_id)
     assert [c.model_dump() for c in detail.candidates] == [
         {"cand": "c001", "tag": tags[0], "parent": None, "origin": "template:test", "intent": "clamp",

@@ -12,8 +12,11 @@ from oprun import run_ops
 
 from okgit.eval.types import Reference
 from okgit.lower.capture import capture
-from okgit.lower.fusion import partition
+from okgit.lower.fusion import Group, partition
 from okgit.lower.graph import Bound, Unsupported
+from okgit.lower.kinds import base as kinds_base
+from okgit.lower.kinds.pointwise import Pointwise
+from okgit.lower.opfile import Lowering
 from okgit.problem import load_problem, shape_knobs
 from okgit.search.proposers.templates import TemplatesProposer, plan
 from okgit.search.types import Context
@@ -136,11 +139,34 @@ def test_groups_follow_the_graph(tmp_path):
     kinds = {}
     for name, body in (("chain", CHANNEL_CHAIN), ("rows", ROW_OPS), ("losses", LOSSES), ("modelnew", MODELNEW)):
         graph = capture(load_problem(op(tmp_path, name, body)))
-        kinds[name] = [it.kind if hasattr(it, "kind") and it.kind != "extern" else "torch" for it in partition(graph)]
+        items = partition(graph)
+        low = Lowering(graph, items)  # the kinds every candidate has
+        kinds[name] = [next(k.name for k in low.kinds if k.claims(it, low)) if isinstance(it, Group) else "torch" for it in items]
     assert kinds["chain"] == ["scalar"]  # y.mean() in two stages, then the elementwise output
     assert set(kinds["rows"]) == {"rows"}
     assert kinds["losses"][0] == "scalar"
     assert kinds["modelnew"] == ["torch", "pointwise"]  # vendor GEMM, fused epilogue
+
+
+def test_a_new_kind_joins_through_the_registry_alone(tmp_path, monkeypatch):
+    """Adding a kind is its module: registered with the decorator, it gets its candidate, in
+    registry order, without an edit to the lowering or the proposer."""
+    monkeypatch.setattr(kinds_base.KINDS, "_entries", dict(kinds_base.KINDS._entries))
+
+    @kinds_base.template_kind(order=25)
+    class Wide(Pointwise):
+        name = "wide"
+        optional = True
+        label = "wide blocks"
+
+        def tunables(self, NAME: str, numel: int) -> dict[str, int]:
+            return {f"{NAME}_BLOCK": 4096, f"{NAME}_NUM_WARPS": 8}
+
+    path = op(tmp_path, "chain", CHANNEL_CHAIN.replace("y.mean()", "y.abs()"))
+    proposals = plan(ctx_for(path))
+    assert [p.origin for p in proposals] == ["template:pointwise", "template:wide"]
+    assert "FUSED_WIDE_0_BLOCK: int = 4096" in proposals[1].source
+    assert "fused_pointwise_0" not in proposals[1].source
 
 
 def test_proposals_are_complete_reviewable_files(tmp_path):

@@ -10,21 +10,23 @@ gate in progress. Outputs never pass through the parent: okgit.eval.transfer.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+# the init_inputs case's perturbation is the op-file contract's, shared with the lowering
+from okgit.problem import INIT_FLOAT_FACTOR as INIT_FLOAT_FACTOR
+from okgit.problem import perturb_floats as perturb_floats
 
 Role = Literal["judge", "candidate"]
 CaseKind = Literal["seed", "distribution", "extra_shape", "init_inputs", "modes"]
 # the gate that judges each kind of case (the modes case names its gate per output: okgit.eval.calls.mode_sequence)
 CASE_GATES: dict[str, str] = {"seed": "seeds", "distribution": "distribution", "extra_shape": "extra_shapes",
                               "init_inputs": "init_inputs", "modes": "eval_mode"}
-INIT_FLOAT_FACTOR = 1.5  # the init_inputs case: every float constructor argument times this
 
 MODEL_SEED = 12345  # set before every model construction, in both arms
 PINNED_FLAGS: dict[str, Any] = {
-    # PyTorch's defaults, pinned so that both arms run the library exactly alike (docs/design.md, "Evaluation").
+    # PyTorch's defaults, pinned so that both arms run the library exactly alike (docs/evaluation.md).
     "torch.backends.cuda.matmul.allow_tf32": False,
     "torch.backends.cudnn.allow_tf32": True,
     "torch.backends.cudnn.benchmark": False,
@@ -117,29 +119,3 @@ def _is_tensor(obj: Any) -> bool:
     import torch
 
     return isinstance(obj, torch.Tensor)
-
-
-def perturb_floats(init: list[Any], names: list[str] | None = None) -> tuple[list[Any], list[str]]:
-    """The init_inputs case's constructor arguments: every Python float (top level and inside
-    lists/tuples) times INIT_FLOAT_FACTOR; ints, bools, tensors and strings unchanged (ints are
-    usually sizes, which the shape knobs already vary). Returns (new arguments, one line per
-    changed value, e.g. 'temperature=1.05 (was 0.7)'); no lines: nothing to perturb."""
-    changes: list[str] = []
-
-    def walk(obj: Any, where: str) -> Any:
-        if type(obj) is float:
-            new = obj * INIT_FLOAT_FACTOR
-            if math.isfinite(obj) and new != obj:  # 0.0, inf and nan stay what they are
-                changes.append(f"{where}={_short(new)} (was {_short(obj)})")
-            return new
-        if type(obj) in (list, tuple):  # not a namedtuple or other subclass: rebuilt as it was
-            return type(obj)(walk(o, f"{where}[{j}]") for j, o in enumerate(obj))
-        return obj
-
-    names = names or []
-    out = [walk(x, names[i] if i < len(names) else f"argument {i}") for i, x in enumerate(init)]
-    return out, changes
-
-
-def _short(x: float) -> str:
-    return repr(float(f"{x:.6g}"))

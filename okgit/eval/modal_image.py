@@ -50,7 +50,10 @@ def has_credentials(environ: Mapping[str, str] | None = None) -> bool:
     home = env.get("HOME") or os.path.expanduser("~")
     path = Path(env.get("MODAL_CONFIG_PATH") or Path(home) / ".modal.toml")
     try:
-        import tomllib
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:
+            import tomli as tomllib
 
         profiles = tomllib.loads(path.read_text())
     except (OSError, ValueError):

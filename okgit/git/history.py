@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from okgit.fmt import fmt_speed
-from okgit.git.journal import read_jsonl
 from okgit.git.repo import Repo
+from okgit.git.rundir import RunDir
 from okgit.git.workspace import is_live, run_id_time, run_ids
 
 OFFLINE = "offline"  # the search without a model: kernel templates, then autotune
@@ -52,7 +52,7 @@ def list_runs(repo: Repo) -> list[RunSummary]:
 
 def run_detail(repo: Repo, run_id: str) -> RunDetail:
     run_dir = repo.run_dir(run_id)
-    events, _ = read_jsonl(run_dir / "journal.jsonl")
+    events = RunDir(run_dir).events()
     return _fold(run_id, events, live=is_live(run_dir))
 
 

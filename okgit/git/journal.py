@@ -1,7 +1,8 @@
 """Append-only JSON-lines files: the run's journal (events) and traces (full records).
 
 The journal is the single source for `history`, `watch` and reports: each line is an object
-with `type`, `ts` (unix seconds), `run` and the event's fields, flushed as it is written.
+with `type`, `ts` (unix seconds), `run` and the event's fields, flushed as it is written;
+`Journal` checks each event against its model (okgit.events) before it writes it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pydantic import BaseModel
+
+from okgit.events import check_event
 
 
 def _default(obj: Any) -> Any:
@@ -38,6 +41,15 @@ class JsonlWriter:
             f.flush()
             os.fsync(f.fileno())
         return json.loads(line)  # what readers of the file see: plain JSON, no pydantic objects
+
+
+class Journal(JsonlWriter):
+    """journal.jsonl's writer: an event of an unknown type, or one whose fields its model does
+    not accept, is a bug in the writer and raises before anything is written."""
+
+    def write(self, type: str, **fields: Any) -> dict[str, Any]:
+        check_event(type, json.loads(json.dumps(fields, default=_default)))
+        return super().write(type, **fields)
 
 
 def read_jsonl(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:

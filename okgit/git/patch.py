@@ -21,6 +21,7 @@ from unidiff.errors import UnidiffParseError
 
 from okgit.errors import OkgitError
 from okgit.git.repo import Repo
+from okgit.git.rundir import RunDir
 from okgit.git.workspace import op_diff, resolve_run, started_event
 
 _TAG = re.compile(r"okgit/([^/]+)/([^/]+)")
@@ -99,7 +100,7 @@ def resolve_diff(repo: Repo, ref: str) -> str:
         started = started_event(repo, tag.group(1))
         return op_diff(repo, started["base"], f"refs/tags/{ref}", started["op"])
     if _is_run(repo, ref):
-        report = repo.run_dir(ref) / "report.diff"
+        report = RunDir(repo.run_dir(ref)).diff
         if not report.is_file():
             raise OkgitError(f"run {ref} has no report.diff (still running or interrupted); "
                              f"pick a candidate tag from: okgit history {ref}")

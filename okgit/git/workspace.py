@@ -26,8 +26,9 @@ from filelock import FileLock
 from pydantic import BaseModel
 
 from okgit.errors import OkgitError
-from okgit.git.journal import JsonlWriter, read_jsonl
+from okgit.git.journal import Journal, JsonlWriter
 from okgit.git.repo import Repo
+from okgit.git.rundir import RunDir
 from okgit.locks import is_held, try_hold
 from okgit.status import RESUMABLE
 
@@ -62,7 +63,7 @@ class RunSpace:
     branch: str
     base_commit: str
     base_dirty: bool  # the base is the user's uncommitted working-tree version of the op
-    journal: JsonlWriter
+    journal: Journal
     traces: JsonlWriter
     _holder: FileLock | None = field(default=None, repr=False, compare=False)
 
@@ -163,8 +164,8 @@ def start_run(repo: Repo, op_path: Path | str) -> RunSpace:
         space = RunSpace(
             run_id=run_id, repo=repo, op=rel, worktree=worktree, run_dir=run_dir, branch=branch,
             base_commit=head, base_dirty=dirty,
-            journal=JsonlWriter(run_dir / "journal.jsonl", run_id),
-            traces=JsonlWriter(run_dir / "traces.jsonl", run_id),
+            journal=Journal(RunDir(run_dir).journal, run_id),
+            traces=JsonlWriter(RunDir(run_dir).traces, run_id),
         )
         try:
             space.hold()
@@ -184,7 +185,7 @@ def start_run(repo: Repo, op_path: Path | str) -> RunSpace:
 
 def started_event(repo: Repo, run_id: str) -> dict[str, Any]:
     """The run's `run_started` journal event (the first one: a resume does not change it)."""
-    events, _ = read_jsonl(repo.run_dir(run_id) / "journal.jsonl")
+    events = RunDir(repo.run_dir(run_id)).events()
     for event in events:
         if event.get("type") == "run_started":
             return event
@@ -199,8 +200,8 @@ def resume(repo: Repo, run_id: str) -> RunSpace:
     space = RunSpace(
         run_id=run_id, repo=repo, op=started["op"], worktree=worktree, run_dir=run_dir,
         branch=started["branch"], base_commit=started["base"], base_dirty=bool(started["base_dirty"]),
-        journal=JsonlWriter(run_dir / "journal.jsonl", run_id),
-        traces=JsonlWriter(run_dir / "traces.jsonl", run_id),
+        journal=Journal(RunDir(run_dir).journal, run_id),
+        traces=JsonlWriter(RunDir(run_dir).traces, run_id),
     )
     with repo.lock():
         space.hold()
@@ -221,7 +222,7 @@ def run_ids(repo: Repo) -> list[str]:
 
     def started(run_dir: Path) -> tuple[float, str]:
         try:
-            with open(run_dir / "journal.jsonl", "rb") as f:
+            with open(RunDir(run_dir).journal, "rb") as f:
                 return float(json.loads(f.readline())["ts"]), run_dir.name
         except (OSError, ValueError, KeyError, TypeError):
             stamp = run_id_time(run_dir.name)
@@ -330,7 +331,7 @@ def gc(repo: Repo, keep: int = 20, runs: bool = False, names: list[str] | None =
 
 def resumable(repo: Repo, run_id: str) -> bool:
     """Whether a run can still go on: its journal ends without a final run_finished."""
-    events, _ = read_jsonl(repo.runs_dir / run_id / "journal.jsonl")
+    events = RunDir(repo.runs_dir / run_id).events()
     status = None
     for e in events:
         if e.get("type") == "run_finished":

@@ -325,7 +325,10 @@ def _last_json(stdout: str) -> dict[str, Any] | None:
 
 def _run_result(work: Path) -> dict[str, Any] | None:
     """The run's result.json (what `--json` printed); the problem's repository holds this one run."""
-    found = list((work / ".okgit" / "runs").glob("*/result.json"))
+    from okgit.git.rundir import RunDir
+
+    runs = work / ".okgit" / "runs"  # the problem's own repository, as Repo.runs_dir lays it out
+    found = [RunDir(d).result for d in runs.glob("*") if RunDir(d).result.is_file()]
     if len(found) != 1:
         return None
     try:
@@ -336,11 +339,13 @@ def _run_result(work: Path) -> dict[str, Any] | None:
 
 
 def _journal(work: Path, run_id: str) -> list[dict[str, Any]]:
-    from okgit.git.journal import read_jsonl
+    from okgit.git.repo import Repo
+    from okgit.git.rundir import RunDir
 
-    if not run_id or "/" in run_id:
+    try:
+        return RunDir(Repo.find(work).run_dir(run_id)).events()
+    except OkgitError:  # not a repository, or no such run
         return []
-    return read_jsonl(work / ".okgit" / "runs" / run_id / "journal.jsonl")[0]
 
 
 def _baselines(ref: Path, winner: Path | None, env: dict[str, str], *,

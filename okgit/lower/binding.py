@@ -8,8 +8,8 @@ fitted on two changed values, checked on a third) and become `Bound` constants, 
 lowering reads from `self` at run time. A constant that moves with a float the constructor's
 arguments set but matches no such expression, or a computation whose structure changes with
 it, is refused (a float the class fixes, `nn.Softplus()`'s beta, may stay baked). Last, the
-constructor's float arguments are all scaled by the evaluator's INIT_FLOAT_FACTOR (as its
-init_inputs check does) and every constant must follow its binding or stay put.
+constructor's float arguments are all perturbed as the evaluator's init_inputs check does
+(okgit.problem.perturb_floats) and every constant must follow its binding or stay put.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from okgit.eval.jobs import INIT_FLOAT_FACTOR
 from okgit.lower.graph import Bound, Graph, Node, Unsupported, module_expr
-from okgit.lower.trace import instantiate, scale_floats, trace
+from okgit.lower.trace import instantiate, trace
+from okgit.problem import perturb_floats
 
 
 @dataclass
@@ -199,7 +199,7 @@ def bind_attributes(source: str, graph: Graph) -> dict[tuple, str]:
     if len(attrs) > MAX_ATTRS:
         return {}
     try:
-        _, scaled, _ = instantiate(source, {}, init_scale=INIT_FLOAT_FACTOR)
+        _, scaled, _ = instantiate(source, {}, perturbed=True)
         after = {a.expr: a.value for a in _float_attrs(scaled)}
     except Unsupported:
         after = {}
@@ -256,18 +256,18 @@ def bind_attributes(source: str, graph: Graph) -> dict[tuple, str]:
 
 
 def check_scaled_init(source: str, graph: Graph) -> None:
-    """With the constructor's floats times INIT_FLOAT_FACTOR, each constant follows its binding or stays put."""
+    """With the constructor's floats perturbed, each constant follows its binding or stays put."""
     ns, _, _ = instantiate(source, {})
     try:
         with torch.device("meta"):
             init = ns["get_init_inputs"]()
     except Exception:  # noqa: BLE001 - instantiate built it already
         return
-    if scale_floats(init, INIT_FLOAT_FACTOR) == init:
-        return
+    if not perturb_floats(list(init))[1]:
+        return  # no float to perturb
     try:
-        _, model, _ = instantiate(source, {}, init_scale=INIT_FLOAT_FACTOR)
-        other = trace(source, {}, init_scale=INIT_FLOAT_FACTOR)
+        _, model, _ = instantiate(source, {}, perturbed=True)
+        other = trace(source, {}, perturbed=True)
     except Exception:  # noqa: BLE001
         return  # the scaled arguments are not valid for this op: nothing to compare
     skeleton, floats = _constants(graph)

@@ -1,16 +1,22 @@
 """Cut a captured graph (okgit.lower.graph) into fusion groups, one kernel each.
 
 A group is the nodes one Triton kernel computes over one iteration domain: an elementwise
-chain (pointwise), a reduction with what it feeds over the same rows (rows, scalar), or a
-matmul with its epilogue (gemm). What no group takes (convolutions, vendor GEMMs, unknown
-ops) stays a PyTorch call: `partition` returns groups and those nodes in execution order.
+chain, a reduction with what it feeds over the same rows, or, where a template kind turned on
+seeds groups from PyTorch calls (kinds/gemm.py: a matmul), that call with its elementwise
+epilogue. Which kind lowers a group is the kinds' business (okgit.lower.kinds): each claims
+groups by their shape here. What no group takes (convolutions, vendor GEMMs, unknown ops)
+stays a PyTorch call: `partition` returns groups and those nodes in execution order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from okgit.lower.graph import Graph, Node, Unsupported
+
+if TYPE_CHECKING:
+    from okgit.lower.kinds.base import TemplateKind
 
 
 @dataclass(eq=False)
@@ -23,20 +29,15 @@ class Group:
 
     shape: tuple[int, ...]
     red: tuple[int, ...] = ()
-    gemm: Node | None = None  # a matmul whose accumulator feeds the group (Triton GEMM)
+    seed: Node | None = None  # a PyTorch call the group computes itself, its epilogue after it (a Triton GEMM's matmul)
     nodes: list[Node] = field(default_factory=list)  # computed here, in order
     leaves: list[Node] = field(default_factory=list)  # read from memory
     outputs: list[Node] = field(default_factory=list)  # written to memory
     smap: dict[int, tuple[int | None, ...]] = field(default_factory=dict)
 
-    @property
-    def kind(self) -> str:
-        if self.gemm is not None:
-            return "gemm"
-        if not self.red:
-            return "pointwise"
-        spread = [d for d, s in enumerate(self.shape) if s != 1]
-        return "scalar" if all(d in self.red for d in spread) else "rows"
+    def folds_all(self) -> bool:
+        """Whether the folded dims are every dim of the domain that is not 1 (one value out)."""
+        return all(d in self.red for d, s in enumerate(self.shape) if s != 1)
 
     def has(self, n: Node) -> bool:
         return id(n) in self.smap
@@ -52,7 +53,7 @@ class Group:
         """The number of reduction passes that must finish before n can be computed."""
         memo = {} if memo is None else memo
         if id(n) not in memo:
-            if not self.computes(n) or n is self.gemm or n.kind == "iota":
+            if not self.computes(n) or n is self.seed or n.kind == "iota":
                 memo[id(n)] = 0
             else:
                 memo[id(n)] = max((self.level(a, memo) for a in n.inputs), default=0) + (n.kind == "reduce")
@@ -88,9 +89,9 @@ def _from_source(src: Node, src_map, view: Node) -> tuple:
 
 
 class _Partitioner:
-    def __init__(self, graph: Graph, fuse_gemm: bool) -> None:
+    def __init__(self, graph: Graph, seeding: tuple[TemplateKind, ...]) -> None:
         self.graph = graph
-        self.fuse_gemm = fuse_gemm
+        self.seeding = seeding
         users = graph.users()
         outs = {id(o) for o in graph.outputs}
         self.items: list[Group | Node] = []
@@ -113,8 +114,8 @@ class _Partitioner:
                 continue  # a view of a tensor in memory is read in place by its consumers
             if n.kind == "extern":
                 self._close()
-                if n.gemm and self.fuse_gemm and n.op != "getitem":
-                    self.group = Group(shape=n.shape, gemm=n)
+                if n.op != "getitem" and any(k.seeds(n) for k in self.seeding):
+                    self.group = Group(shape=n.shape, seed=n)
                     self.group.smap[id(n)] = tuple(range(len(n.shape)))
                 else:
                     self.items.append(n)
@@ -128,7 +129,7 @@ class _Partitioner:
         return self.items
 
     def _close(self) -> None:
-        if self.group is not None and (self.group.nodes or self.group.gemm is not None):
+        if self.group is not None and (self.group.nodes or self.group.seed is not None):
             self.items.append(self.group)
         self.group = None
 
@@ -155,8 +156,8 @@ class _Partitioner:
 
     # nodes -------------------------------------------------------------------------------
     def _add(self, g: Group, n: Node) -> bool:
-        if g.gemm is not None and n.kind not in ("op", "view"):
-            return False
+        if g.seed is not None and n.kind not in ("op", "view"):
+            return False  # a seeded group is its call and an elementwise epilogue
         if n.kind == "reduce":
             return self._add_reduce(g, n)
         if n.kind == "count":
@@ -236,14 +237,15 @@ def _misaligned(a: Node, amap, n: Node, out_map) -> bool:
     return any(s != 1 and amap[j] != out_map[off + j] for j, s in enumerate(a.shape))
 
 
-def partition(graph: Graph, fuse_gemm: bool = False) -> list[Group | Node]:
-    """Fusion groups and PyTorch ops in execution order, with each group's outputs."""
-    parts = _Partitioner(graph, fuse_gemm)
+def partition(graph: Graph, seeding: tuple[TemplateKind, ...] = ()) -> list[Group | Node]:
+    """Fusion groups and PyTorch ops in execution order, with each group's outputs; a PyTorch
+    call that one of the kinds `seeding` seeds from (TemplateKind.seeds) starts a group."""
+    parts = _Partitioner(graph, seeding)
     items = parts.run()
     users = graph.users()
     outs = {id(o) for o in graph.outputs}
     for g in (it for it in items if isinstance(it, Group)):
-        made = ([g.gemm] if g.gemm is not None else []) + [n for n in g.nodes if id(n) not in parts.inline]
+        made = ([g.seed] if g.seed is not None else []) + [n for n in g.nodes if id(n) not in parts.inline]
         for n in made:
             if id(n) in outs or any(not g.computes(u) for u in users[id(n)]):
                 g.outputs.append(n)

@@ -17,7 +17,7 @@ lowering sees one vocabulary.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
 import torch
 
@@ -48,7 +48,7 @@ class Bound(float):
 
     expr: str
 
-    def __new__(cls, value: float, expr: str) -> Self:
+    def __new__(cls, value: float, expr: str) -> Bound:
         obj = super().__new__(cls, value)
         obj.expr = expr
         return obj
@@ -68,7 +68,6 @@ class Node:
     keepdim: bool = False
     target: Any = None  # extern: the callable (OpOverload or operator.getitem)
     kwargs: dict = field(default_factory=dict)
-    gemm: bool = False  # extern matmul that a Triton GEMM may replace
 
     @property
     def is_leaf(self) -> bool:

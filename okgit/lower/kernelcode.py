@@ -104,7 +104,7 @@ class KernelCode:
         self.scalars: dict[str, str] = {}  # forward expression of an attribute constant -> kernel argument
         self.count = 0
         self.reduce_tile: str | None = None  # one-pass reductions: "axis=1, keep_dims=True" or "axis=0"
-        self.gemm_value = "acc"
+        self.seed_value: str | None = None  # the group's seed inside the kernel, as its kind computes it
 
     @property
     def covered(self) -> list[int]:
@@ -208,8 +208,10 @@ class KernelCode:
             leaf = self.leaves[id(n)]
             code = self.load(leaf, scope)
             return code if leaf.plus is None else f"{code} + {self.load(leaf.plus, scope)}"
-        if n is self.g.gemm:
-            return self.gemm_value
+        if n is self.g.seed:
+            if self.seed_value is None:
+                raise Unsupported(f"no kernel value for {n.op}")
+            return self.seed_value
         if n.kind == "iota":
             return self.index((n.dims[0],), scope.flat)
         if n.kind == "count":

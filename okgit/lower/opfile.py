@@ -23,7 +23,7 @@ import torch
 from okgit.lower.fusion import Group
 from okgit.lower.graph import Bound, Graph, ModeFlag, Node, Unsupported, module_expr
 from okgit.lower.kernelcode import HELPERS, KernelCode, Leaf, indent, literal
-from okgit.lower.kinds import KINDS
+from okgit.lower.kinds import kinds
 from okgit.lower.kinds.base import Rendered, TemplateKind
 from okgit.lower.template import fill
 from okgit.lower.translate import op_description
@@ -35,7 +35,7 @@ class Lowering:
     def __init__(self, graph: Graph, items: list, turned_on: tuple[TemplateKind, ...] = ()) -> None:
         self.graph, self.items = graph, items
         # a group goes to the first of these that claims it: the optional kinds turned on first
-        self.kinds = tuple(k for k in KINDS if not k.optional or k in turned_on)
+        self.kinds = tuple(k for k in kinds() if not k.optional or k in turned_on)
         self.chosen: dict[int, TemplateKind] = {}  # group -> the kind that lowered it
         self.helpers: set[str] = set()
         self.names: dict[int, str] = {}  # node -> forward expression
@@ -49,7 +49,7 @@ class Lowering:
                 self.names[id(n)] = n.op
             elif n.kind == "param":
                 self.names[id(n)] = module_expr(n.op)
-        self.state = {k: k.prepare(self) for k in self.kinds}  # what each kind set up for this candidate
+        self.state = {k: k.candidate_state(self) for k in self.kinds}  # what each kind set up for this candidate
 
     # forward ---------------------------------------------------------------------------------
     def fresh(self) -> str:
@@ -132,7 +132,8 @@ class Lowering:
 
     # groups ----------------------------------------------------------------------------------
     def group(self, g: Group, k: int) -> Rendered:
-        # pointwise, rows and scalar groups have kinds always on; a gemm group exists only with GEMM on
+        # every group has a kind that claims it: those that lower the unseeded shapes are always
+        # on, and a group is seeded only by a kind turned on
         kind = next(kd for kd in self.kinds if kd.claims(g, self))
         self.chosen[id(g)] = kind
         leaves: dict[int, Leaf] = {}
@@ -146,15 +147,16 @@ class Lowering:
             leaves[id(n)] = Leaf(n, base, bmap, arg, f"{arg}_ptr")
             args.append(self.tensor(base))
             params.append(f"{arg}_ptr")
-        dom = self.domain(g, leaves)
+        dom = self.domain(g, leaves, kind)
         code = KernelCode(g, leaves, dom, self.helpers)
         return kind.lower(self, g, kind.kernel_name(g, k), code, leaves, args, params)
 
-    def domain(self, g: Group, leaves: dict[int, Leaf]) -> list[str]:
-        """Each domain dim as a launcher variable taken from a leaf dim that spans it, or 1."""
+    def domain(self, g: Group, leaves: dict[int, Leaf], kind: TemplateKind) -> list[str]:
+        """Each domain dim as a launcher variable taken from the kind's own source or a leaf dim
+        that spans it, or 1."""
         dom, self._dom_src = [], []
         for d, size in enumerate(g.shape):
-            src = ("a.shape[0]", "b.shape[1]")[d] if g.gemm is not None else None
+            src = kind.domain_source(g, d)
             for leaf in leaves.values():
                 if src is None and d in leaf.bmap:
                     src = f"{leaf.arg}.shape[{leaf.bmap.index(d)}]"
@@ -165,7 +167,7 @@ class Lowering:
                 self._dom_src.append((f"d{d}", src))
         return dom
 
-    def prepare(self, leaves: dict[int, Leaf], outputs: list[Node], code: KernelCode, g: Group, device: str) -> tuple[list[str], list[str]]:
+    def launcher_prologue(self, leaves: dict[int, Leaf], outputs: list[Node], code: KernelCode, g: Group, device: str) -> tuple[list[str], list[str]]:
         """Launcher lines before the launch, and the output names."""
         lines = [
             f"{leaf.arg} = {leaf.arg}.contiguous({'memory_format=torch.channels_last' if leaf.channels_last else ''})"
@@ -184,7 +186,7 @@ class Lowering:
     def launcher_parts(self, g: Group, code: KernelCode, leaves: dict[int, Leaf], args: list[str], params: list[str], device: str):
         """(launcher lines before the launch, kernel parameters, launch arguments, launcher
         parameters, returned names); `args` gains the attribute constants' expressions."""
-        prep, outs = self.prepare(leaves, g.outputs, code, g, device)
+        prep, outs = self.launcher_prologue(leaves, g.outputs, code, g, device)
         ptrs = params + [f"{o}_ptr" for o in outs]
         scalars = list(code.scalars.values())
         sig = "\n".join(f"{p}," for p in ptrs + list(code.sizes.values()) + scalars)
@@ -201,7 +203,7 @@ class Lowering:
             if isinstance(it, Group):
                 parts.append(self.chosen[id(it)].origin(it))
             else:
-                parts += [p for p in (k.extern_origin(it, self) for k in KINDS) if p][:1]
+                parts += [p for p in (k.extern_origin(it, self) for k in kinds()) if p][:1]
         return "template:" + "+".join(dict.fromkeys(parts))
 
 
@@ -239,7 +241,7 @@ def lowered_file(source: str, graph: Graph, items: list, turned_on: tuple[Templa
     forward = low.forward(ast.unparse(fwd.args))
     if not low.rendered:
         raise Unsupported(nothing_to_lower(low))
-    texts = {**HELPERS, **{name: text for k in KINDS for name, text in k.helpers.items()}}
+    texts = {**HELPERS, **{name: text for k in kinds() for name, text in k.helpers.items()}}
     helpers = [fill(texts[h]) for h in sorted(low.helpers)]
     block = [
         "# Kernels generated by okgit's template proposer. The annotated constants are launch",
@@ -275,7 +277,7 @@ def nothing_to_lower(low: Lowering) -> str:
     """Why a partition gives no Triton kernel: the ops no template covers, each with its class
     ("no template covers aten.cumsum (scan)"), or else the vendor calls that are all there is."""
     calls = [n for n in low.items if isinstance(n, Node) and n.op != "getitem"]
-    uncovered = [n for n in calls if not any(k.extern_origin(n, low) for k in KINDS)]
+    uncovered = [n for n in calls if not any(k.extern_origin(n, low) for k in kinds())]
     if uncovered:
         return "no template covers " + ", ".join(dict.fromkeys(op_description(n) for n in uncovered))
     return "nothing for a Triton kernel beside " + ", ".join(dict.fromkeys(op_description(n) for n in calls))

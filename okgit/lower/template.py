@@ -8,9 +8,16 @@ an installed okgit and a Modal image carry it.
 from __future__ import annotations
 
 import re
+import sys
 from importlib import resources
-from importlib.resources.abc import Traversable
 from string import Template
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 
 def template(package: str, name: str) -> Traversable:

@@ -19,24 +19,16 @@ import torch
 
 from okgit.lower.graph import Graph, Unsupported
 from okgit.lower.translate import translate
-from okgit.problem import Problem
-
-
-def scale_floats(value, factor: float):
-    """`value` with every float (inside lists and tuples too) multiplied by `factor`."""
-    if isinstance(value, float):
-        return value * factor
-    if type(value) in (list, tuple):
-        return type(value)(scale_floats(v, factor) for v in value)
-    return value
+from okgit.problem import Problem, perturb_floats
 
 
 def instantiate(
-    source: str, knobs: dict[str, int], init_scale: float | None = None, tweak: Callable[[torch.nn.Module], None] | None = None
+    source: str, knobs: dict[str, int], perturbed: bool = False, tweak: Callable[[torch.nn.Module], None] | None = None
 ) -> tuple[dict[str, Any], torch.nn.Module, tuple]:
     """The op module, its reference Model and its inputs, on the meta device (shapes only).
 
-    `init_scale` multiplies every float of get_init_inputs; `tweak` edits the built model."""
+    `perturbed`: get_init_inputs' floats perturbed as the evaluator's init_inputs case does
+    (okgit.problem.perturb_floats); `tweak` edits the built model."""
     with tempfile.TemporaryDirectory() as tmp:
         # a real file: @triton.jit in the op file reads its own source
         path = Path(tmp) / "reference.py"
@@ -47,8 +39,8 @@ def instantiate(
             ns.update(knobs)
             with torch.device("meta"):
                 init = ns["get_init_inputs"]()
-                if init_scale is not None:
-                    init = scale_floats(init, init_scale)
+                if perturbed:
+                    init, _ = perturb_floats(list(init))
                 model = ns["Model"](*init)
                 if tweak is not None:
                     tweak(model)
@@ -69,9 +61,9 @@ def input_extent(problem: Problem) -> tuple[int, int]:
     return numel, dim
 
 
-def trace(source: str, knobs: dict[str, int], init_scale: float | None = None, tweak=None) -> Graph:
+def trace(source: str, knobs: dict[str, int], perturbed: bool = False, tweak=None) -> Graph:
     """The reference's graph with these knobs (and `instantiate`'s changes), nothing bound yet."""
-    ns, model, inputs = instantiate(source, knobs, init_scale, tweak)
+    ns, model, inputs = instantiate(source, knobs, perturbed, tweak)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

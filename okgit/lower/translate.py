@@ -15,8 +15,6 @@ from okgit.lower.aten import HANDLERS
 from okgit.lower.builder import Builder
 from okgit.lower.graph import Graph, ModeFlag, Node, Unsupported
 
-GEMM_OPS = {"linear", "mm", "addmm", "matmul"}  # externs a Triton GEMM may replace
-
 # The class of an ATen op no handler lowers, for the note that says why no template took it
 OP_CLASSES = {
     **dict.fromkeys(("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"), "scan"),
@@ -104,7 +102,7 @@ def call(b: Builder, target, args, kwargs, val) -> Node | tuple | None:
             out = None
         if out is not None:
             return out
-    return _extern(b, target, args, kwargs, val, gemm=name in GEMM_OPS)
+    return _extern(b, target, args, kwargs, val)
 
 def _mode_dynamic(name: str, args: list) -> tuple:
     """The reference is traced in training mode, and a few calls take that mode as a constant:
@@ -121,10 +119,9 @@ def _mode_dynamic(name: str, args: list) -> tuple:
     return tuple(args)
 
 
-def _extern(b: Builder, target, args, kwargs, val, gemm: bool = False) -> Node | tuple | None:
+def _extern(b: Builder, target, args, kwargs, val) -> Node | tuple | None:
     if target is torch.ops.aten._assert_tensor_metadata.default:
         return None  # a check export adds; nothing to compute
-    flat = [a for a in _flatten(args) if isinstance(a, Node)]
     if isinstance(val, (tuple, list)):
         n = b.add(Node("extern", str(target), tuple(args), (), torch.float32, target=target, kwargs=dict(kwargs)))
         outs = []
@@ -133,16 +130,7 @@ def _extern(b: Builder, target, args, kwargs, val, gemm: bool = False) -> Node |
         return tuple(outs)
     if not isinstance(val, torch.Tensor):
         raise Unsupported(f"{target} returns a non-tensor")
-    gemm = gemm and len(flat) >= 2 and all(len(a.shape) == 2 for a in flat[:2]) and val.dtype == torch.float32
-    return b.add(Node("extern", str(target), tuple(args), tuple(val.shape), val.dtype, target=target, kwargs=dict(kwargs), gemm=gemm))
-
-
-def _flatten(args):
-    for a in args:
-        if isinstance(a, (list, tuple)):
-            yield from _flatten(a)
-        else:
-            yield a
+    return b.add(Node("extern", str(target), tuple(args), tuple(val.shape), val.dtype, target=target, kwargs=dict(kwargs)))
 
 
 def op_description(n: Node) -> str:

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from okgit.errors import OkgitError
 from okgit.git.journal import read_jsonl
+from okgit.git.rundir import RunDir
 from okgit.search.driver import source_key
 
 
@@ -44,8 +45,8 @@ def reward(result: dict[str, Any] | None) -> float:
 
 def run_records(run_dir: Path) -> list[dict[str, Any]]:
     """The training records of one run directory."""
-    traces, _ = read_jsonl(run_dir / "traces.jsonl")
-    journal, _ = read_jsonl(run_dir / "journal.jsonl")
+    traces, _ = read_jsonl(RunDir(run_dir).traces)
+    journal = RunDir(run_dir).events()
     started = next((e for e in journal if e.get("type") == "run_started"), {})
     evaluated = {e.get("cand"): e for e in journal if e.get("type") == "evaluated"}
     by_key: dict[str, dict[str, Any]] = {}

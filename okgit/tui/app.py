@@ -23,6 +23,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Sparkline
 
 from okgit.fmt import fmt_speed
+from okgit.git.rundir import RunDir
 from okgit.runview import RunView
 from okgit.tui.sources import Sources, Tail
 from okgit.tui.widgets import (
@@ -79,8 +80,8 @@ class WatchApp(App[None]):
 
     def _open(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self.journal = Tail(run_dir / "journal.jsonl")
-        self.sources = Sources(run_dir / "traces.jsonl")
+        self.journal = Tail(RunDir(run_dir).journal)
+        self.sources = Sources(RunDir(run_dir).traces)
         self.view = RunView(run=run_dir.name)
 
     def compose(self) -> ComposeResult:

@@ -1,7 +1,8 @@
 """Writes the recorded runs the watch/progress/figures tests read: `python tests/journals/make.py`.
 
 Each run is a run directory (journal.jsonl + traces.jsonl) following docs/internals.md, with
-profiles and results built from okgit's own types so the recorded shapes match the real ones.
+profiles and results built from okgit's own types and every event checked against its model
+(okgit.events, as the run's own writer does), so the recorded shapes match the real ones.
   gpu-optimized: a timed triton run on a GPU that ends `optimized`, with an LLM, intents,
                  a critic's diagnosis and the final gate.
   cpu-failures:  an untimed run on a CPU with every failure status, ending `unverified`.
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from okgit.eval.types import EvalError, EvalResult, KernelTime, ProfileData, Status
+from okgit.events import check_event
 
 HERE = Path(__file__).parent
 T0 = 1_700_000_000.0
@@ -72,6 +74,7 @@ class Recorder:
 
     def log(self, type: str, dt: float = 1.0, **fields: Any) -> None:
         self.t += dt
+        check_event(type, json.loads(json.dumps(fields, default=lambda o: o.model_dump(mode="json"))))
         self.journal.append({"type": type, "ts": round(self.t, 3), "run": self.run, **fields})
 
     def trace(self, type: str, **fields: Any) -> None:
@@ -151,15 +154,18 @@ def gpu_optimized() -> Recorder:
           cost_usd=0.016, latency_s=10.1, ok=True)
     r.candidate("c003", "llm", "online softmax, one read (fixed)", candidate_source(4096, "online"), timed(2.1, 0.66), parent="c001")
     r.log("best", dt=0.1, cand="c003", speedup=2.1)
-    r.log("intent", op="update", id="i1", status="done", attempts=2, best_speedup=2.1)
+    r.log("intent", op="update", id="i1", description="fuse the row softmax into one kernel", parent=None, priority=0.9,
+          status="done", attempts=2, best_speedup=2.1)
     r.candidate("c004", "autotune", "BLOCK=8192", candidate_source(8192, "autotune"),
                 failed(Status.incorrect, "outputs", "max abs error 3.1e-01 at seed 2 (rtol 1e-4)"), parent="c003")
     r.candidate("c005", "autotune", "BLOCK=4096 num_warps=8", candidate_source(4096, "num_warps=8"), timed(2.3, 0.72), parent="c003")
     r.log("best", dt=0.1, cand="c005", speedup=2.3)
-    r.log("intent", op="update", id="i2", status="done", attempts=1, best_speedup=2.3)
+    r.log("intent", op="update", id="i2", description="vectorize loads, one read per element", parent="i1",
+          priority=0.7, status="done", attempts=1, best_speedup=2.3)
     r.candidate("c006", "llm", "skip the max subtraction", candidate_source(4096, "no max"),
                 failed(Status.rejected, "roofline", "21.0 us is below the roofline floor 22.4 us"), parent="c005")
-    r.log("intent", op="prune", id="i3")
+    r.log("intent", op="prune", id="i3", description="split rows across programs", parent=None, priority=0.3,
+          status="pruned", attempts=0, best_speedup=None, reason="no gain expected after the online softmax")
     r.log("note", message="search ended: iteration budget (6) reached")
     r.log("gate", dt=30.0, name="thorough", cand="c005", passed=True, detail="all correctness gates passed")
     r.log("gate", dt=40.0, name="interleaved", cand="c005", passed=True, detail="won 5 of 5 rounds by more than the noise",

@@ -2,10 +2,18 @@
 
 A kind lowers the fusion groups it claims into Triton kernels and one launcher each
 (`lower`), from its own template texts (beside its module), with its own launch settings
-(`tunables`), description (`what`) and part of the candidate's origin tag (`origin`). An
-optional kind is off unless a candidate turns it on: it is an alternative for groups another
-kind lowers too (the column layout for a strided row reduction) or changes what the
-partition makes (the Triton GEMM), and each such candidate is one more for the search to time.
+(`tunables`), description (`what`) and part of the candidate's origin tag (`origin`). A kind
+owns its recognition: which groups it lowers (`claims`, from the group's shape), which PyTorch
+calls start a group of its own (`seeds`: the Triton GEMM's matmul, whose value inside the
+kernel the kind sets as KernelCode.seed_value), where its domain's sizes come from when no
+operand of the group spans them (`domain_source`). An optional kind is off unless a candidate
+turns it on: it is an alternative for groups another kind lowers too (the column layout for a
+strided row reduction) or changes what the partition makes (the Triton GEMM), and each such
+candidate is one more for the search to time.
+
+The kinds are a registry (`KINDS`, entry-point group `okgit.template_kinds`): a kind's module
+registers its class with `@template_kind(order)`, built-ins and extensions alike; a group goes
+to the first kind in that order that is on and claims it (okgit.lower.kinds.kinds()).
 """
 
 from __future__ import annotations
@@ -15,12 +23,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from okgit.lower.fusion import Group
 from okgit.lower.graph import Graph, Node
+from okgit.registry import Registry
 
 if TYPE_CHECKING:
-    from importlib.resources.abc import Traversable
-
     from okgit.lower.kernelcode import KernelCode, Leaf
     from okgit.lower.opfile import Lowering
+    from okgit.lower.template import Traversable
 
 
 @dataclass
@@ -42,7 +50,6 @@ class TemplateKind:
     label_off = ""  # ... and turned off, where that is worth naming ("vendor GEMM")
     before_plain = False  # its candidate comes before the same candidate without it
     alone = False  # its candidate turns no other optional kind on (and comes after the others)
-    fuses_gemm = False  # the partition keeps matmuls for it to lower (fusion.partition's fuse_gemm)
     helpers: ClassVar[dict[str, Traversable]] = {}  # the Triton helpers its kernels or launch code may call
 
     def offered(self, graph: Graph) -> bool:
@@ -53,12 +60,21 @@ class TemplateKind:
         """Whether, on this partition, turning it on changes the candidate at all."""
         return True
 
-    def prepare(self, low: Lowering) -> Any:
+    def candidate_state(self, low: Lowering) -> Any:
         """Per-candidate state, once before any group is lowered (Lowering.state[kind])."""
         return None
 
+    def seeds(self, n: Node) -> bool:
+        """Whether the PyTorch call n starts a group this kind lowers, n computed in its kernel
+        (fusion.partition, with this kind turned on)."""
+        return False
+
     def claims(self, g: Group, low: Lowering) -> bool:
         raise NotImplementedError
+
+    def domain_source(self, g: Group, d: int) -> str | None:
+        """The launcher's expression for domain dim d where no operand of g spans it, if any."""
+        return None
 
     def kernel_name(self, g: Group, k: int) -> str:
         return f"fused_{self.name}_{k}"
@@ -87,6 +103,20 @@ class TemplateKind:
         """Kernels and launcher `name` for g; `args` (forward expressions) and `params` (kernel
         pointers) hold the leaves' already, a kind appends what else it reads."""
         raise NotImplementedError
+
+
+KINDS: Registry[type[TemplateKind]] = Registry("template kind", "okgit.template_kinds")
+
+
+def template_kind(order: int):
+    """Register a TemplateKind class under its `name`; groups go to the first kind that is on and
+    claims them, by `order` (optional kinds first: they are alternatives to the others)."""
+
+    def add(cls: type[TemplateKind]) -> type[TemplateKind]:
+        KINDS.register(cls.name, order=order)(cls)
+        return cls
+
+    return add
 
 
 def output_names(g: Group) -> list[str]:

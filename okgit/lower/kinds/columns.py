@@ -22,7 +22,9 @@ from okgit.lower.kinds.base import (
     TemplateKind,
     first_leaf_device,
     output_names,
+    template_kind,
 )
+from okgit.lower.kinds.rows import per_row
 from okgit.lower.template import fill, template
 
 TEMPLATE = template(__package__, "columns.py.tmpl")
@@ -32,9 +34,10 @@ COLUMN_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_J]", 0)  # the contiguous inner a
 def strided(g: Group) -> bool:
     """A row reduction whose folded dims are not the innermost: a row's elements lie a whole
     inner extent apart in memory, so the row layout's loads cannot coalesce."""
-    return g.kind == "rows" and any(s != 1 for s in g.shape[max(g.red) + 1 :])
+    return per_row(g) and any(s != 1 for s in g.shape[max(g.red) + 1 :])
 
 
+@template_kind(order=10)
 class Columns(TemplateKind):
     name = "columns"
     optional = True
@@ -74,6 +77,3 @@ class Columns(TemplateKind):
         )
         tunables = self.tunables(NAME, math.prod(g.shape[d] for d in outer), math.prod(g.shape[d] for d in inner))
         return Rendered(name, src, tunables, args, g.outputs, self.describe(g))
-
-
-COLUMNS = Columns()

@@ -8,8 +8,7 @@ over the spatial dims consecutive channels of one sample (conv_cl_rows.py.tmpl, 
 
 from __future__ import annotations
 
-from importlib.resources.abc import Traversable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from okgit.lower.fusion import Group
 from okgit.lower.graph import Graph, Node, Unsupported
@@ -22,8 +21,13 @@ from okgit.lower.kernelcode import (
     stream_rows,
     widest_block,
 )
-from okgit.lower.kinds.base import Rendered, TemplateKind, output_names
+from okgit.lower.kinds.base import Rendered, TemplateKind, output_names, template_kind
+from okgit.lower.kinds.pointwise import elementwise
+from okgit.lower.kinds.rows import per_row
 from okgit.lower.template import fill, template
+
+if TYPE_CHECKING:
+    from okgit.lower.template import Traversable
 
 POINTWISE_TEMPLATE = template(__package__, "conv_cl_pointwise.py.tmpl")
 ROWS_TEMPLATE = template(__package__, "conv_cl_rows.py.tmpl")
@@ -52,7 +56,7 @@ def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
             continue
         g = readers[0]
         identity = tuple(i if s != 1 else None for i, s in enumerate(n.shape))
-        if not (g.kind == "pointwise" or (g.kind == "rows" and g.red == (2, 3))) or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
+        if not (elementwise(g) or (per_row(g) and g.red == (2, 3))) or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
             continue
         if not all(g.computes(u) for u in users[id(n)]):
             continue
@@ -62,6 +66,12 @@ def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
     return out
 
 
+def _epilogue(g: Group) -> str:
+    """What the epilogue group is, in its kernel's name and origin tag: elementwise or per row."""
+    return "pointwise" if elementwise(g) else "rows"
+
+
+@template_kind(order=20)
 class ConvChannelsLast(TemplateKind):
     """The epilogues of channels-last convolutions; its state per candidate is
     `channels_last_convs`."""
@@ -75,7 +85,7 @@ class ConvChannelsLast(TemplateKind):
     def offered(self, graph: Graph) -> bool:
         return any(n.op in CL_CONV_OPS for n in graph.nodes)
 
-    def prepare(self, low) -> dict[int, Node | None]:
+    def candidate_state(self, low) -> dict[int, Node | None]:
         convs = channels_last_convs(low.graph, low.items)
         if not convs:
             raise Unsupported("no 2D convolution whose output only a pointwise or spatial-reduction kernel reads")
@@ -85,10 +95,10 @@ class ConvChannelsLast(TemplateKind):
         return any(id(n) in low.state[self] for n in g.leaves)
 
     def kernel_name(self, g: Group, k: int) -> str:
-        return f"fused_{g.kind}_cl_{k}"
+        return f"fused_{_epilogue(g)}_cl_{k}"
 
     def origin(self, g: Group) -> str:
-        return g.kind
+        return _epilogue(g)
 
     def extern_origin(self, n: Node, low) -> str | None:
         """vendor_conv_cl for a convolution run channels-last, vendor_conv for any other."""
@@ -110,12 +120,12 @@ class ConvChannelsLast(TemplateKind):
                 kwargs["bias"] = "None"
 
     def what(self, g: Group) -> str:
-        if g.kind == "pointwise":
+        if elementwise(g):
             return "one elementwise pass over 2D tiles, the convolution read channels-last, written NCHW"
         return f"one pass per row over dims {list(g.red)}, the convolution read channels-last, written NCHW"
 
     def tunables(self, NAME: str, g: Group) -> dict[str, int]:
-        if g.kind == "pointwise":
+        if elementwise(g):
             return {f"{NAME}_YBLOCK": 64, f"{NAME}_XBLOCK": 64, f"{NAME}_NUM_WARPS": 4}
         # channels per program: as many as still fill the GPU with (sample, channel block) programs
         return {f"{NAME}_BLOCK_C": widest_block(g.shape[0], g.shape[1], 64, 8), f"{NAME}_BLOCK_R": 64, f"{NAME}_NUM_WARPS": 4}
@@ -124,7 +134,7 @@ class ConvChannelsLast(TemplateKind):
         conv = next(leaf for leaf in leaves.values() if leaf.node is leaf.base and id(leaf.base) in low.state[self])
         conv.offset, conv.channels_last = "nhwc", True
         self._fold_bias(low, code, conv, leaves, args, params)
-        lowered = self._pointwise if g.kind == "pointwise" else self._rows
+        lowered = self._pointwise if elementwise(g) else self._rows
         return lowered(low, g, name, code, leaves, args, params, conv)
 
     def _fold_bias(self, low, code: KernelCode, conv: Leaf, leaves: dict, args: list[str], params: list[str]) -> None:
@@ -177,6 +187,3 @@ class ConvChannelsLast(TemplateKind):
             call_args=call, returns=returns,
         )
         return Rendered(name, src, self.tunables(NAME, g), args, g.outputs, self.describe(g))
-
-
-CONV_CL = ConvChannelsLast()

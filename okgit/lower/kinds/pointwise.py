@@ -5,23 +5,31 @@ from __future__ import annotations
 
 import math
 
+from okgit.lower.fusion import Group
 from okgit.lower.kernelcode import KernelCode, Scope, prod, store_outputs
 from okgit.lower.kinds.base import (
     Rendered,
     TemplateKind,
     first_leaf_device,
     output_names,
+    template_kind,
 )
 from okgit.lower.template import fill, template
 
 TEMPLATE = template(__package__, "pointwise.py.tmpl")
 
 
+def elementwise(g: Group) -> bool:
+    """A group that folds no dim and computes no PyTorch call of its own."""
+    return g.seed is None and not g.red
+
+
+@template_kind(order=30)
 class Pointwise(TemplateKind):
     name = "pointwise"
 
     def claims(self, g, low) -> bool:
-        return g.kind == "pointwise"
+        return elementwise(g)
 
     def what(self, g) -> str:
         return "one elementwise pass"
@@ -39,6 +47,3 @@ class Pointwise(TemplateKind):
             call_args=call, returns=returns,
         )
         return Rendered(name, src, self.tunables(name.upper(), math.prod(g.shape)), args, g.outputs, self.describe(g))
-
-
-POINTWISE = Pointwise()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from okgit.lower.fusion import Group
 from okgit.lower.kernelcode import (
     KernelCode,
     Scope,
@@ -19,6 +20,7 @@ from okgit.lower.kinds.base import (
     TemplateKind,
     first_leaf_device,
     output_names,
+    template_kind,
 )
 from okgit.lower.template import fill, template
 
@@ -26,11 +28,17 @@ TEMPLATE = template(__package__, "rows.py.tmpl")
 ROW_WALK = Walk("BLOCK_N", "[BLOCK_M, BLOCK_N]", 1)  # rows along axis 0, a row's elements along axis 1
 
 
+def per_row(g: Group) -> bool:
+    """A group that folds some dims and keeps others: one result per row."""
+    return g.seed is None and bool(g.red) and not g.folds_all()
+
+
+@template_kind(order=40)
 class Rows(TemplateKind):
     name = "rows"
 
     def claims(self, g, low) -> bool:
-        return g.kind == "rows"
+        return per_row(g)
 
     def what(self, g) -> str:
         return f"one pass per row over dims {list(g.red)}"
@@ -69,6 +77,3 @@ class Rows(TemplateKind):
         elementwise = any(code.placement(n) == "full" for n in g.outputs)
         tunables = self.tunables(name.upper(), math.prod(g.shape[d] for d in g.red), elementwise)
         return Rendered(name, src, tunables, args, g.outputs, self.describe(g))
-
-
-ROWS = Rows()

@@ -13,6 +13,7 @@ from okgit.lower.kinds.base import (
     TemplateKind,
     first_leaf_device,
     output_names,
+    template_kind,
 )
 from okgit.lower.template import fill, template
 
@@ -22,11 +23,12 @@ FINAL = template(__package__, "scalar_final.py.tmpl")
 APPLY = template(__package__, "scalar_apply.py.tmpl")
 
 
+@template_kind(order=50)
 class Scalar(TemplateKind):
     name = "scalar"
 
     def claims(self, g, low) -> bool:
-        return g.kind == "scalar"
+        return g.seed is None and bool(g.red) and g.folds_all()
 
     def what(self, g) -> str:
         return "a two-stage reduction to a scalar"

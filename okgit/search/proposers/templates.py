@@ -13,7 +13,7 @@ from __future__ import annotations
 from okgit.lower.capture import capture
 from okgit.lower.fusion import partition
 from okgit.lower.graph import Graph, Node, Unsupported
-from okgit.lower.kinds import KINDS
+from okgit.lower.kinds import kinds
 from okgit.lower.kinds.base import Rendered, TemplateKind
 from okgit.lower.opfile import lowered_file, public_name
 from okgit.search.types import Context, Proposal, propose_several
@@ -22,12 +22,12 @@ from okgit.search.types import Context, Proposal, propose_several
 def candidates(graph: Graph) -> list[tuple[TemplateKind, ...]]:
     """The optional kinds each candidate turns on, best expected first.
 
-    Over the kinds the graph offers, in KINDS order: every candidate so far, with and without
+    Over the kinds the graph offers, in the kinds' order: every candidate so far, with and without
     the kind, the one with it first where the kind is `before_plain` (the column layout before
     the row layout; the vendor GEMM before a Triton one). A kind `alone` (channels-last
     convolutions) gets one candidate of its own, after the others."""
     combos: list[tuple[TemplateKind, ...]] = [()]
-    offered = [k for k in KINDS if k.optional and k.offered(graph)]
+    offered = [k for k in kinds() if k.optional and k.offered(graph)]
     for kind in (k for k in offered if not k.alone):
         combos = [c for plain in combos for c in ((plain + (kind,), plain) if kind.before_plain else (plain, plain + (kind,)))]
     return combos + [(k,) for k in offered if k.alone]
@@ -36,7 +36,7 @@ def candidates(graph: Graph) -> list[tuple[TemplateKind, ...]]:
 def label(graph: Graph, turned_on: tuple[TemplateKind, ...]) -> str:
     """A candidate in a note: its optional kinds, and those off that the graph offers where
     their absence says something ("vendor GEMM, column layout")."""
-    named = [k.label if k in turned_on else k.label_off for k in KINDS if k.optional and (k in turned_on or k.offered(graph))]
+    named = [k.label if k in turned_on else k.label_off for k in kinds() if k.optional and (k in turned_on or k.offered(graph))]
     return ", ".join(n for n in named if n)
 
 
@@ -83,7 +83,7 @@ def plan(ctx: Context) -> list[Proposal]:
     out: list[Proposal] = []
     for turned_on in candidates(graph):
         try:
-            items = partition(graph, fuse_gemm=any(k.fuses_gemm for k in turned_on))
+            items = partition(graph, seeding=turned_on)
             if not all(k.changes(items) for k in turned_on):
                 continue  # the candidate without that kind is the same file
             source, low = lowered_file(ctx.problem.source, graph, items, turned_on)

@@ -178,7 +178,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
         log("resumed", message=f"resumed run {space.run_id}")
     else:
         log("run_started", **space.started_fields(), backend=config.backend, device=evaluator.device,
-            mode=config.mode, model=config.model, eval=config.eval, iterations=config.iterations)
+            mode=config.mode, model=config.model, eval=config.eval, iterations=config.iteration_budget)
         if space.base_dirty:
             log("note", message=f"{space.op} has uncommitted changes: its working-tree version is the base")
         trace("reference", path=problem.path, source=problem.source)
@@ -204,7 +204,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
     in_main = threading.current_thread() is threading.main_thread()
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     search = Search(ctx, evaluator, Budget(
-        iterations=config.iterations, patience=config.patience, time_s=config.time_budget_s,
+        iterations=config.iteration_budget, patience=config.patience, time_s=config.time_budget_s,
         usd=config.budget_usd, target_speedup=config.target_speedup), accept, mode="fast")
     try:
         stop_reason = search.run(proposers)
@@ -238,6 +238,7 @@ def _restore(space, ctx: Context) -> None:
     events = read_jsonl(space.run_dir / "journal.jsonl")[0]
     tags = {e["cand"]: e["tag"] for e in events if e["type"] == "accepted"}
     ctx.spent_usd = sum(float(e.get("cost_usd") or 0.0) for e in events if e["type"] == "llm_call")
+    ctx.earlier = events  # the model proposer rebuilds its intent tree and failures from them
     for rec in read_jsonl(space.run_dir / "traces.jsonl")[0]:
         if rec["type"] != "candidate":
             continue

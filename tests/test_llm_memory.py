@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from okgit.eval.types import EvalResult, ProfileData, Reference, Status
+from okgit.eval.types import ProfileData, Reference
 from okgit.paths import skills_path
 from okgit.problem import load_problem
 from okgit.search import memory
@@ -98,7 +98,8 @@ def test_reflection_without_a_model_is_a_deterministic_summary():
     tree = IntentTree()
     node = tree.insert("one kernel per row")
     tree.insert("never tried")
-    tree.record(node.id, EvalResult(status=Status.correct, correct=True, timed=True, speedup=1.3), improved=True)
+    tree.candidate(node.id, correct=True, speedup=1.3)
+    tree.end_attempt(node.id, "progress", base="c001")
     outcomes = memory.reflect(None, tree, "softmax")
     assert len(outcomes) == 1
     o = outcomes[0]

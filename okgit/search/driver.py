@@ -24,7 +24,10 @@ MAX_DUPLICATES = 3
 @dataclass
 class Budget:
     iterations: int = 12  # evaluated candidates, all proposers together
-    patience: int = 6  # evaluated candidates in a row without a new best
+    # Correct candidates in a row that set no new best. A failed candidate neither counts nor
+    # resets it: failures are bounded by the model's repair budgets and by the iterations, so a
+    # model repairing one idea three times is not mistaken for a search that stopped improving.
+    patience: int = 6
     time_s: float | None = None
     usd: float | None = None
     target_speedup: float | None = None
@@ -58,6 +61,8 @@ class Search:
         self.accept = accept
         self.mode = mode
         self.started = time.monotonic()
+        if budget.time_s is not None:  # proposers check it before each model call
+            ctx.deadline = self.started + budget.time_s
         self.since_best = 0
         self.evaluated = len(ctx.attempts)  # a resumed run's iteration budget counts what it did
         self.stop_reason = ""
@@ -195,6 +200,6 @@ class Search:
             ctx.best = attempt
             self.since_best = 0
             ctx.log("best", cand=cand, speedup=result.speedup)
-        else:
+        elif result.correct:
             self.since_best += 1
         return attempt

@@ -141,7 +141,9 @@ def missing_keys(model: str, api_base: str | None = None) -> list[str]:
 
 
 def check_credentials(model: str, api_base: str | None = None) -> None:
-    """Refuse at once, in one line naming the variable to set, a model whose key is not set."""
+    """Refuse at once, in one line naming the variable to set, a model whose key is not set
+    (and a model at all when litellm is not installed)."""
+    require()
     missing = missing_keys(model, api_base)
     if missing:
         raise LLMAuthError(f"model {model}: no API key: set {' or '.join(missing)} (or OKGIT_API_KEY)")

@@ -98,9 +98,10 @@ def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watch
 
     config = load_config(repo.root, flags)
     if config.model and not config.model.startswith("replay:") and proposers is None:
-        from okgit.llm import check_credentials
+        from okgit.llm import check_credentials, check_price
 
         check_credentials(config.model, config.api_base)  # a missing key: one line now, not a fallback later
+        check_price(config.model, config.api_base, config.prices, config.budget_usd)
     if resume:
         resume = workspace.resolve_run(repo, resume)
         op = workspace.started_event(repo, resume)["op"]

@@ -98,6 +98,7 @@ class Shown:
     role: str
     system: str
     sections: dict[str, str]
+    user: str = ""
     reply: str = ""
 
 
@@ -118,7 +119,7 @@ class ContentModel:
 
     def __call__(self, messages, **kwargs):
         role = role_of(messages)
-        shown = Shown(role, messages[0]["content"], sections(messages[-1]["content"]))
+        shown = Shown(role, messages[0]["content"], sections(messages[-1]["content"]), messages[-1]["content"])
         reply = getattr(self, role)(shown)
         shown.reply = reply
         self.shown.append(shown)

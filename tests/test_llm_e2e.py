@@ -130,12 +130,14 @@ class ScriptedServer:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 role = role_of(body["messages"])
                 server.requests.append({"path": self.path, "role": role, "auth": self.headers.get("authorization"),
-                                        "messages": body["messages"]})
+                                        "messages": body["messages"], "max_tokens": body.get("max_tokens")})
                 script = server.scripts.get(role) or ["(no more replies)"]
                 text = script.pop(0) if len(script) > 1 else script[0]
+                # A reply scripted as "CUT:<text>" stops at max_tokens, as a long file does
+                finish, text = ("length", text[4:]) if text.startswith("CUT:") else ("stop", text)
                 data = json.dumps({
                     "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
                     "usage": {"prompt_tokens": 1000, "completion_tokens": 200, "total_tokens": 1200},
                 }).encode()
                 self.send_response(200)

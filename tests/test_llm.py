@@ -86,7 +86,7 @@ def test_bad_request_is_one_line_error():
         llm.complete(MSG, model="gpt-4o", mock_response=lt.BadRequestError(message="bad\nrequest", llm_provider="openai", model="gpt-4o"))
 
 
-@pytest.mark.parametrize("name", ["generator_triton.v2", "generator_cuda.v2", "critic.v2", "intents.v2", "reflection.v1"])
+@pytest.mark.parametrize("name", ["generator_triton.v2", "generator_cuda.v2", "critic.v2", "intents.v2", "reflection.v2"])
 def test_every_prompt_renders_with_its_fields(name):
     fields = set(re.findall(r"\$(\w+)", llm.prompt_text(name)))
     messages = llm.prompt_messages(name, **{f: f"<{f}>" for f in fields})
@@ -96,10 +96,10 @@ def test_every_prompt_renders_with_its_fields(name):
 
 
 def test_render_marks_empty_sections_and_names_missing_fields():
-    messages = llm.prompt_messages("reflection.v1", problem_summary="", outcomes=None)
+    messages = llm.prompt_messages("reflection.v2", problem_summary="", outcomes=None, frontier="", count=3)
     assert "(none)" in messages[1]["content"]
-    with pytest.raises(OkgitError, match="no value for \\$outcomes"):
-        llm.prompt_messages("reflection.v1", problem_summary="x")
+    with pytest.raises(OkgitError, match="no value for \\$count"):
+        llm.prompt_messages("reflection.v2", problem_summary="x")
 
 
 def test_recommended_models_are_well_formed():

@@ -191,3 +191,20 @@ def test_an_unusable_plan_falls_back_to_fixed_arithmetic(tmp_path):
     assert rises[0] == pytest.approx(0.5)
     assert proposer.tree["i3"].priority == pytest.approx(0.3)  # not under i1: unchanged
     assert ctx.attempts[3].proposal.intent == CHILD
+
+
+def test_a_bred_strategy_is_retrieved_by_a_later_run(tmp_path):
+    reflection = ('{"lessons": [{"strategy": "fused elementwise", "intent": "i1", "lesson": "one pass pays"},'
+                  ' {"strategy": "wide vector loads", "intent": "i2", "lesson": "wider helps"}],'
+                  ' "new": [{"strategy": "fused wide elementwise", "description": "one fused pass with float4 vector loads",'
+                  ' "parents": ["fused elementwise", "wide vector loads"], "how": "crossover"}]}')
+    first = ContentModel(outcomes={A: ["1.5", "1.4", "1.3"], B: ["1.2", "1.1", "1.0"]}, plans=[plan(insert(A, 0.9), insert(B, 0.5))],
+                         reflection_reply=reflection)
+    run(tmp_path, first, iterations=6)
+    second = ContentModel(outcomes={}, plans=[plan()])
+    _, events, _, _ = run(tmp_path, second, iterations=1)
+    seeded = [e for e in events if e["type"] == "intent" and e["op"] == "insert" and e["origin"] == "skill"]
+    assert "one fused pass with float4 vector loads" in [e["description"] for e in seeded]
+    skills = second.prompts()[0].sections["Strategies that worked on similar problems"]
+    assert "fused wide elementwise (untried, a crossover of fused elementwise and wide vector loads)" in skills
+    assert "The code with which fused elementwise won" in skills  # its winning code came along as a template

@@ -42,6 +42,7 @@ from okgit.search.refine import Refine, failure_feedback, failure_kind
 from okgit.search.types import Attempt, Context, Proposal, Proposer
 
 MAX_FAILURES_SHOWN = 6
+TEMPLATE_SCORE = 0.8  # a retrieved strategy this close brings its winning code along
 GENERATOR, CRITIC, PLANNER = "generator_{backend}.v2", "critic.v2", "intents.v2"
 
 
@@ -112,16 +113,19 @@ class LLMProposer:
         self.pending = []
         ask = None if self.calls.stopped(ctx, quiet=True) else self.calls.asker(ctx)
         summary = f"{ctx.problem.name} ({ctx.backend}, {ctx.device}); ops: {', '.join(self.sig.ops) or 'unknown'}"
-        outcomes = memory.reflect(ask, self.tree, summary)
+        # An idea's best version is kept as a template when it beat the reference.
+        codes = {i: a.proposal.source for i, a in self.bases.items() if a.result.timed and (a.result.speedup or 0.0) > 1.0}
+        outcomes, offspring = memory.reflect(ask, self.tree, summary, self.library, codes)
         if not outcomes:
             return
-        self.library.record(self.sig, outcomes)
+        hardware = str({**ctx.reference.hardware, **ctx.hardware}.get("device") or ctx.device)
         try:
-            self.library.save()
+            self.library.update(self.sig, outcomes, offspring, hardware)
         except OSError as e:
             ctx.log("note", message=f"skill library not saved: {e}")
             return
-        ctx.log("note", message=f"skill library: {len(outcomes)} strategies updated in {self.library.path}")
+        bred = f", {len(offspring)} new ones bred" if offspring else ""
+        ctx.log("note", message=f"skill library: {len(outcomes)} strategies updated{bred} in {self.library.path}")
 
     # ---- the loops ---------------------------------------------------------------------
 
@@ -132,6 +136,10 @@ class LLMProposer:
         self.sig = memory.signature(ctx.problem, ctx.reference, ctx.backend)
         retrieved = self.library.retrieve(self.sig)
         self.skills_text = "\n".join(s.text() for s, _ in retrieved)
+        if retrieved and retrieved[0][1] >= TEMPLATE_SCORE and retrieved[0][0].template:
+            top = retrieved[0][0]
+            self.skills_text += (f"\nThe code with which {top.name} won on a very similar problem (a template to adapt, "
+                                 f"not to copy):\n```python\n{top.template}```")
         if any(e.get("type") == "intent" for e in ctx.earlier):
             self._resume(ctx)
             ctx.log("note", message=f"llm: resumed with {len(self.tree.live())} live intents of {len(self.tree.nodes)}")

@@ -53,6 +53,7 @@ def _optimize_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu (Triton's interpreter, untimed)")
     p.add_argument("--edit-mode", choices=EDIT_MODES,
                    help=f"how a model writes candidates: whole files or patches (default: {_default('edit_mode')})")
+    p.add_argument("--modal-gpu", metavar="GPU", help=f"the GPU of --eval modal, e.g. H100, H200, A100-80GB (default: {_default('modal_gpu')})")
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:

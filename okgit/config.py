@@ -27,7 +27,7 @@ MODES = ("fast", "thorough")
 DEVICES = ("cuda", "cpu")
 EDIT_MODES = ("whole", "patch")
 # The settings `okgit optimize` takes as flags; `okgit bench kernelbench` passes them through.
-RUN_FLAGS = ("backend", "model", "api_base", "mode", "iterations", "budget_usd", "eval", "device", "edit_mode")
+RUN_FLAGS = ("backend", "model", "api_base", "mode", "iterations", "budget_usd", "eval", "device", "edit_mode", "modal_gpu")
 
 
 class OpConfig(BaseModel):
@@ -84,6 +84,7 @@ class Config(BaseModel):
     device: Literal[DEVICES] | None = None  # type: ignore[valid-type]  # None: cuda when a GPU is visible
     edit_mode: Literal[EDIT_MODES] = "whole"  # type: ignore[valid-type]
     modal_gpu: str = "H100"
+    modal_usd_per_s: float | None = Field(default=None, ge=0)  # a GPU-second on Modal; None: okgit.eval.modal.GPU_USD_PER_S
     skills_path: str | None = None
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)  # model -> input/output $ per token
     search: SearchSettings = Field(default_factory=SearchSettings)

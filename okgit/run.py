@@ -238,7 +238,7 @@ def _restore(space, ctx: Context) -> None:
 
     events = read_jsonl(space.run_dir / "journal.jsonl")[0]
     tags = {e["cand"]: e["tag"] for e in events if e["type"] == "accepted"}
-    ctx.spent_usd = sum(float(e.get("cost_usd") or 0.0) for e in events if e["type"] == "llm_call")
+    ctx.spent_usd = sum(float(e.get("cost_usd") or 0.0) for e in events if e["type"] in ("llm_call", "evaluated"))
     ctx.earlier = events  # the model proposer rebuilds its intent tree and failures from them
     for rec in read_jsonl(space.run_dir / "traces.jsonl")[0]:
         if rec["type"] != "candidate":

@@ -70,7 +70,7 @@ class Search:
         log = ctx.log
 
         def counting_log(type: str, **fields):
-            if type == "llm_call":
+            if type in ("llm_call", "evaluated"):  # model calls and priced GPU-seconds share the dollar budget
                 ctx.spent_usd += float(fields.get("cost_usd") or 0.0)
             return log(type, **fields)
 
@@ -172,6 +172,15 @@ class Search:
             results.update(zip(mine, out))
         return [results[i] for i in range(len(proposals))]
 
+    def _gpu_usd(self, result: EvalResult) -> float | None:
+        """What an evaluation's GPU time cost, where the evaluator prices it (Modal: `usd_per_s`):
+        the job's seconds, and the container's start when it was a cold one."""
+        price = getattr(self.evaluator, "usd_per_s", None)
+        if not price or result.wall_s is None:
+            return None
+        billed = result.wall_s + ((result.queue_s or 0.0) if result.cold_start else 0.0)
+        return round(billed * price, 6)
+
     def _record(self, cand: str, proposal: Proposal, result: EvalResult) -> Attempt:
         ctx = self.ctx
         ctx.log(
@@ -186,6 +195,7 @@ class Search:
             error=result.error,
             profile=result.profile,
             wall_s=result.wall_s,
+            cost_usd=self._gpu_usd(result),
         )
         attempt = Attempt(cand=cand, proposal=proposal, result=result)
         ctx.trace(

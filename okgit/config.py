@@ -88,6 +88,9 @@ class Config(BaseModel):
     skills_path: str | None = None
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)  # model -> input/output $ per token
     search: SearchSettings = Field(default_factory=SearchSettings)
+    # Each model call's prompt and reply kept in the run's traces.jsonl (local, never sent anywhere);
+    # false keeps only its size, cost and outcome: nothing of the op's source or the model's code.
+    record_prompts: bool = True
     op: list[OpConfig] = Field(default_factory=list)
 
     @field_validator("eval")

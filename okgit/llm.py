@@ -182,6 +182,20 @@ def _cost(response: Any, model: str, resolved: str, prices: dict[str, dict[str, 
         return 0.0, False
 
 
+# Providers that cache a prompt's prefix only when asked (OpenAI, DeepSeek and Gemini cache on their own).
+_ASK_TO_CACHE = ("anthropic/", "claude", "bedrock/anthropic", "vertex_ai/claude")
+
+
+def cached(resolved: str, messages: list[Message]) -> list[Any]:
+    """The messages with the system prompt marked for the provider's prompt cache, where it needs
+    asking: the system prompt (rules, gates, format) is the same in every call of a role."""
+    if not resolved.startswith(_ASK_TO_CACHE) or not messages or messages[0]["role"] != "system":
+        return messages
+    system = {"role": "system", "content": [{"type": "text", "text": messages[0]["content"],
+                                             "cache_control": {"type": "ephemeral"}}]}
+    return [system, *messages[1:]]
+
+
 def complete(
     messages: list[Message],
     *,
@@ -208,7 +222,7 @@ def complete(
     lt = _litellm()
     resolved = resolve_model(model, api_base)
     key = _api_key(resolved, api_base, api_key)
-    kwargs: dict[str, Any] = {"model": resolved, "messages": messages, "timeout": timeout_s, "num_retries": 0}
+    kwargs: dict[str, Any] = {"model": resolved, "messages": cached(resolved, messages), "timeout": timeout_s, "num_retries": 0}
     for name, value in (("api_base", api_base), ("api_key", key), ("temperature", temperature),
                         ("max_tokens", max_tokens), ("mock_response", mock_response)):
         if value is not None:

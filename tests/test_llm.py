@@ -151,3 +151,15 @@ def test_a_dollar_budget_needs_a_price():
         llm.check_price("house-model", "http://127.0.0.1:9/v1", {}, 1.0)
     assert str(info.value) == ('--budget-usd needs a price for house-model, which litellm does not know: set '
                                '[prices."house-model"] input and output ($ per token) in okgit.toml')
+
+
+def test_the_system_prompt_is_marked_for_prompt_caching_where_the_provider_needs_asking(monkeypatch):
+    lt = llm._litellm()
+    sent = []
+    real = lt.completion
+    monkeypatch.setattr(lt, "completion", lambda **kw: sent.append(kw["messages"]) or real(**kw))
+    messages = [{"role": "system", "content": "rules"}, {"role": "user", "content": "task"}]
+    llm.complete(messages, model="anthropic/claude-sonnet-4-5", mock_response="ok")
+    llm.complete(messages, model="gpt-4o", mock_response="ok")
+    assert sent[0][0]["content"] == [{"type": "text", "text": "rules", "cache_control": {"type": "ephemeral"}}]
+    assert sent[1] == messages  # OpenAI caches long prefixes by itself

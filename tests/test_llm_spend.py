@@ -222,3 +222,17 @@ def test_budget_without_a_price_is_refused_in_one_line(git_repo: Path):
 
     config = load_config(git_repo, {"model": "house-model", "api_base": "http://127.0.0.1:9/v1", "budget_usd": 1.0})
     check_price(config.model, config.api_base, config.prices, config.budget_usd)  # a price given: accepted
+
+
+def test_record_prompts_off_keeps_no_prompt_or_reply(tmp_path):
+    model = ContentModel(outcomes={A: ["1.2"]}, plans=[PLAN])
+    events: list[dict] = []
+    records: list[dict] = []
+    ctx = context(events)
+    ctx.trace = lambda type, **f: records.append({"type": type, **f})
+    p = proposer(tmp_path, model, record_prompts=False)
+    Search(ctx, InMemoryEvaluator(judge, device="cuda"), Budget(iterations=1), accept=lambda a: None).run([p])
+    calls = [r for r in records if r["type"] == "llm"]
+    assert calls and all("messages" not in r and "reply" not in r for r in calls)
+    assert all(r["usage"]["prompt_tokens"] > 0 for r in calls)  # what it cost is still there
+    assert "torch.relu(x) * 2.0" not in str(calls)

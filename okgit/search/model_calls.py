@@ -98,9 +98,11 @@ class ModelCalls:
         usage = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens}
         ctx.log("llm_call", role=role, model=reply.model, **usage, cost_usd=reply.cost_usd, latency_s=reply.latency_s,
                 ok=parsed is not None, truncated=reply.truncated)
-        extra = {"source_key": source_key(parsed)} if isinstance(parsed, str) else {}
-        ctx.trace("llm", cand=cand, role=role, model=reply.model, messages=messages, reply=reply.text, usage=usage,
-                  cost_usd=reply.cost_usd, ok=parsed is not None, **extra)
+        extra: dict[str, Any] = {"source_key": source_key(parsed)} if isinstance(parsed, str) else {}
+        if self.config.record_prompts:  # off: the call's size, cost and outcome only (docs/models.md, "Privacy")
+            extra.update(messages=messages, reply=reply.text)
+        ctx.trace("llm", cand=cand, role=role, model=reply.model, usage=usage, cost_usd=reply.cost_usd,
+                  ok=parsed is not None, **extra)
         if not reply.cost_known and not self.price_noted:
             self.price_noted = True
             ctx.log("note", message=f"llm: no price known for {self.model}; its calls count as $0 (set [prices] in okgit.toml)")

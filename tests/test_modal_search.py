@@ -121,4 +121,5 @@ def test_the_gpu_and_its_price_come_from_flags_or_okgit_toml(credentials, tmp_pa
     config = load_config(tmp_path, {"modal_gpu": "H200"})
     ev = make_evaluator(config.model_copy(update={"eval": "modal"}))
     assert (ev.gpu, ev.usd_per_s) == ("H200", 0.0005)
-    assert make_evaluator(Config(eval="modal", modal_gpu="h200")).usd_per_s == om.GPU_USD_PER_S["H200"]
+    assert make_evaluator(Config(eval="modal", modal_gpu="h100")).usd_per_s == pytest.approx(3.95 / 3600)
+    assert make_evaluator(Config(eval="modal", modal_gpu="H200")).usd_per_s is None  # no listed price

@@ -80,9 +80,10 @@ STARTUP_TIMEOUT_S = 600  # a container's start (image pull, Python, imports), bi
 RETRIES = 1  # attempts after the first, for lost containers (preemption, a crashed host) only
 SERVICE_RETRIES = 2  # a call refused by a transient service error (connection, Modal's own failure) is retried
 SERVICE_BACKOFF_S = 1.0  # then 2 s: a blip, not an outage, is what these cover
-# Modal's list prices, $ per GPU-second (modal.com/pricing, 2026); `modal_usd_per_s` in okgit.toml overrides.
-GPU_USD_PER_S = {"B200": 0.001736, "H200": 0.001261, "H100": 0.001097, "A100-80GB": 0.000694, "A100": 0.000583,
-                 "L40S": 0.000542, "A10G": 0.000306, "L4": 0.000222, "T4": 0.000164}
+# $ per GPU-second, from the figures of docs/modal.md "What it costs" (leads, not quotes); a GPU
+# not listed is priced only by `modal_usd_per_s` in okgit.toml, else its seconds count $0.
+GPU_USD_PER_S = {"B200": 6.25 / 3600, "H100": 3.95 / 3600, "A100-80GB": 2.50 / 3600, "L40S": 1.95 / 3600,
+                 "L4": 0.80 / 3600, "T4": 0.59 / 3600}
 SCALEDOWN_S = 60  # an idle container is kept (and billed) this long for the next call
 CPU = 4.0  # cores: the evaluator, its pre-started workers and torch.compile's compile workers
 MEMORY_MIB = 16384  # each worker holds torch and a CUDA context (~1 GiB); Modal's default is 128 MiB

@@ -8,6 +8,7 @@ import json
 import re
 
 import pytest
+from scripted_model import OP
 
 from okgit import llm
 from okgit.config import Config, SearchSettings
@@ -18,26 +19,6 @@ from okgit.search.driver import Budget, Search
 from okgit.search.memory import SkillLibrary
 from okgit.search.proposers.llm import LLMProposer
 from okgit.search.types import Context
-
-OP = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x) * 2.0
-
-
-N = 64
-
-
-def get_inputs():
-    return [torch.randn(N)]
-
-
-def get_init_inputs():
-    return []
-'''
 
 serial = itertools.count()
 

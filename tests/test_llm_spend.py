@@ -144,7 +144,7 @@ def test_a_resumed_run_continues_its_tree(tmp_path):
     resumed.log = JsonlWriter(run_dir / "journal.jsonl", "r1").write
     _restore(type("Space", (), {"run_dir": run_dir})(), resumed)
     p = proposer(tmp_path, second)
-    Search(resumed, InMemoryEvaluator(judge, device="cuda"), Budget(iterations=10), accept=lambda a: None).run([p])
+    Search(resumed, InMemoryEvaluator(judge, device="cuda"), Budget(iterations=11), accept=lambda a: None).run([p])
     assert not second.prompts("intents")  # no new plan: the tree was there, with B live
     new = resumed.attempts[9:]
     assert new and all(a.proposal.intent == B for a in new[:1]) and A not in [a.proposal.intent for a in new]
@@ -152,6 +152,8 @@ def test_a_resumed_run_continues_its_tree(tmp_path):
     assert p.tree["i1"].status == "pruned" and p.calls.made > 9
     gen = second.prompts()[0]
     assert f"({A})" in gen.sections["Already tried and failed (do not repeat)"]  # run 1's failures
+    trajectory = second.prompts("critic")[0].sections["What this idea has tried so far (oldest first)"]
+    assert trajectory.startswith("- c009 ")  # and B's trajectory, run 1's part included
     events, _ = read_jsonl(run_dir / "journal.jsonl")
     assert any(e.get("message", "").startswith("llm: resumed with 1 live intents of 2") for e in events)
 

@@ -232,7 +232,9 @@ class LLMProposer:
         diagnosis = None
         # The critic reads measurements: without timing it has nothing to go on.
         if diagnose and result.timed and not self.calls.stopped(ctx, quiet=True):
-            trajectory = critic.describe_trajectory([a for a in ctx.attempts if a.proposal.meta.get("intent_id") == intent.id])
+            # By description too: a resumed run's earlier candidates carry no meta
+            trajectory = critic.describe_trajectory([a for a in ctx.attempts if a.proposal.meta.get("intent_id") == intent.id
+                                                     or (not a.proposal.meta and a.proposal.intent == intent.description)])
             diagnosis = critic.diagnose(self.calls.asker(ctx), ctx, attempt, describe_hardware(ctx), trajectory)
         if diagnosis:
             self.diagnoses[attempt.cand] = diagnosis

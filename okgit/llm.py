@@ -287,7 +287,7 @@ USER_MARK = "=== user ==="
 
 @lru_cache(maxsize=None)
 def prompt_text(name: str) -> str:
-    """The text of okgit/prompts/<name>.txt, e.g. "generator_triton.v1"."""
+    """The text of okgit/prompts/<name>.txt, e.g. "generator_triton.v2"."""
     try:
         return resources.files("okgit").joinpath("prompts", f"{name}.txt").read_text(encoding="utf-8")
     except FileNotFoundError:

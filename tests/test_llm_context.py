@@ -59,6 +59,10 @@ def test_every_role_is_shown_what_it_needs(tmp_path):
     assert statuses[:2] == ["compile_error", "incorrect"] and "rejected" in statuses
     assert [a.proposal.intent for a in ctx.attempts].count(CHILD) >= 1 and model.prompts("critic")
     assert proposer.tree["i3"].parent == "i1"
+    # c004 (1.2x) was correct but slower than c003 (1.5x): the next prompt says so, with the critic's word on c004
+    feedback = model.prompts()[4].sections["Result of your previous attempt"]
+    assert "c004 was correct but no faster (1.20x)" in feedback and "The critic on c004:" in feedback
+    assert "at 83.33 us, drop the extra pass" in feedback
 
 
 GENERATOR_FIELDS = ["reference_source", "current_source", "current_figures", "hardware", "reference_figures", "intent",

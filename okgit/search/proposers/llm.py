@@ -25,12 +25,12 @@ from __future__ import annotations
 import itertools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from okgit.config import Config
 from okgit.errors import OkgitError
 from okgit.eval.rules import rules_text
-from okgit.llm import Message, prompt_messages
+from okgit.llm import Completion, Message, prompt_messages
 from okgit.paths import skills_path
 from okgit.problem import top_level_names
 from okgit.search import critic, memory
@@ -57,7 +57,8 @@ class _Pending:
 class LLMProposer:
     name = "llm"
 
-    def __init__(self, config: Config, *, complete: Any = None, library: memory.SkillLibrary | None = None) -> None:
+    def __init__(self, config: Config, *, complete: Callable[..., Completion] | None = None,
+                 library: memory.SkillLibrary | None = None) -> None:
         if not config.model:
             raise OkgitError("the llm proposer needs --model")
         self.config = config

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from okgit.config import BACKENDS, DEVICES, EDIT_MODES, MODES, RUN_FLAGS
+from okgit.config import BACKENDS, DEFAULT_ITERATIONS, DEFAULT_MODEL_ITERATIONS, DEVICES, EDIT_MODES, MODES, RUN_FLAGS
 from okgit.errors import OkgitError, UsageError
 
 
@@ -46,12 +46,14 @@ def _optimize_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=MODES,
                    help=f"thorough: more interleaved rounds in the final gate (default: {_default('mode')})")
     p.add_argument("--iterations", type=int, metavar="N",
-                   help=f"candidates to evaluate, all proposers together (default: {_default('iterations')})")
+                   help="candidates to evaluate, all proposers together "
+                        f"(default: {DEFAULT_ITERATIONS}, {DEFAULT_MODEL_ITERATIONS} with --model)")
     p.add_argument("--budget-usd", type=float, metavar="X", help="stop once model calls cost this much (default: no limit)")
     p.add_argument("--eval", choices=_evaluators(), help=f"where candidates run (default: {_default('eval')})")
     p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu (Triton's interpreter, untimed)")
     p.add_argument("--edit-mode", choices=EDIT_MODES,
                    help=f"how a model writes candidates: whole files or patches (default: {_default('edit_mode')})")
+    p.add_argument("--modal-gpu", metavar="GPU", help=f"the GPU of --eval modal, e.g. H100, H200, A100-80GB (default: {_default('modal_gpu')})")
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:

@@ -143,9 +143,10 @@ def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watch
 
     config = load_config(repo.root, flags)
     if config.model and not config.model.startswith("replay:") and proposers is None:
-        from okgit.llm import check_credentials
+        from okgit.llm import check_credentials, check_price
 
         check_credentials(config.model, config.api_base)  # a missing key: one line now, not a fallback later
+        check_price(config.model, config.api_base, config.prices, config.budget_usd)
     if resume:
         resume = workspace.resolve_run(repo, resume)
         op = workspace.started_event(repo, resume)["op"]
@@ -226,7 +227,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
         log("resumed", message=f"resumed run {space.run_id}")
     else:
         log("run_started", **space.started_fields(), backend=config.backend, device=evaluator.device,
-            mode=config.mode, model=config.model, eval=config.eval, iterations=config.iterations)
+            mode=config.mode, model=config.model, eval=config.eval, iterations=config.iteration_budget)
         if space.base_dirty:
             log("note", message=f"{space.op} has uncommitted changes: its working-tree version is the base")
         trace("reference", path=problem.path, source=problem.source)
@@ -252,7 +253,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
     in_main = threading.current_thread() is threading.main_thread()
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     search = Search(ctx, evaluator, Budget(
-        iterations=config.iterations, patience=config.patience, time_s=config.time_budget_s,
+        iterations=config.iteration_budget, patience=config.patience, time_s=config.time_budget_s,
         usd=config.budget_usd, target_speedup=config.target_speedup), accept, mode="fast")
     try:
         stop_reason = search.run(proposers)
@@ -290,7 +291,8 @@ def _restore(space, ctx: Context) -> None:
 
     events = RunDir(space.run_dir).events()
     tags = {e["cand"]: e["tag"] for e in events if e["type"] == "accepted"}
-    ctx.spent_usd = sum(float(e.get("cost_usd") or 0.0) for e in events if e["type"] == "llm_call")
+    ctx.spent_usd = sum(float(e.get("cost_usd") or 0.0) for e in events if e["type"] in ("llm_call", "evaluated"))
+    ctx.earlier = events  # the model proposer rebuilds its intent tree and failures from them
     for rec in read_jsonl(RunDir(space.run_dir).traces)[0]:
         if rec["type"] != "candidate":
             continue

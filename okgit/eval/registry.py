@@ -32,7 +32,10 @@ def _modal(config: Config, **options: Any) -> Evaluator:
     """The same judge and workers in a Modal GPU function."""
     from okgit.eval.modal import ModalEvaluator
 
-    return ModalEvaluator(gpu=config.modal_gpu, **options)
+    evaluator = ModalEvaluator(gpu=config.modal_gpu, **options)
+    if config.modal_usd_per_s is not None:
+        evaluator.usd_per_s = config.modal_usd_per_s
+    return evaluator
 
 
 def make_evaluator(config: Config, **options: Any) -> Evaluator:

@@ -238,12 +238,16 @@ def resolve_run(repo: Repo, ref: str) -> str:
     """The run id a user means: the full id, `latest` (the newest run), `latest~N` (N runs
     before it), or a unique prefix of the id, with or without its date (`074318` names
     `20260101-074318-ab12`). Anything else is a one-line error."""
-    ids = run_ids(repo)
+    return resolve_among(run_ids(repo), ref, "run", "no runs yet (start one with: okgit optimize PATH)")
+
+
+def resolve_among(ids: list[str], ref: str, noun: str, none_yet: str) -> str:
+    """`ref` among `ids` (newest first) with the spellings of `resolve_run`; campaigns share them."""
     latest = _LATEST.fullmatch(ref)
     if latest:
         n = int(latest.group(1) or 0)
         if n >= len(ids):
-            raise OkgitError(f"{ref}: " + (f"there are only {len(ids)} runs" if ids else "no runs yet (start one with: okgit optimize PATH)"))
+            raise OkgitError(f"{ref}: " + (f"there are only {len(ids)} {noun}s" if ids else none_yet))
         return ids[n]
     if ref in ids:
         return ref
@@ -252,8 +256,8 @@ def resolve_run(repo: Repo, ref: str) -> str:
         return found[0]
     if found:
         shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
-        raise OkgitError(f"run {ref} is ambiguous: {len(found)} runs match ({shown}); type more of the id")
-    raise OkgitError(f"unknown run: {ref}")
+        raise OkgitError(f"{noun} {ref} is ambiguous: {len(found)} {noun}s match ({shown}); type more of the id")
+    raise OkgitError(f"unknown {noun}: {ref}")
 
 
 def is_live(run_dir: Path) -> bool:

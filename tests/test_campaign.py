@@ -1,0 +1,175 @@
+"""Campaigns over a directory of op files: the plan (pure), the refusals, and the whole flow as a
+user runs it (real repository, the CLI as a subprocess, real Triton kernels under the interpreter)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import okgit, sh, snapshot
+
+from okgit.campaign import plan
+from okgit.eval.types import ProfileData, Reference
+
+SMALL = '''import torch
+import torch.nn as nn
+
+batch_size = 16
+dim = 64
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x * 0.5) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+LARGE = '''import torch
+import torch.nn as nn
+
+batch_size = 64
+dim = 1024
+
+
+class Model(nn.Module):
+    def __init__(self, temperature):
+        super().__init__()
+        self.temperature = temperature
+
+    def forward(self, x):
+        return torch.softmax(x / self.temperature, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [0.7]
+'''
+
+
+def _screen(op: str, runtime_us: float | None, floor: float, timed: bool = True) -> plan.Screen:
+    return plan.Screen(op=op, timed=timed, runtime_us=runtime_us, floor_us=floor, flops=None, min_bytes=None)
+
+
+def test_budget_goes_by_time_times_headroom_and_nothing_to_a_problem_at_its_floor() -> None:
+    screens = [
+        _screen("small.py", 10.0, 5.0),  # gain 5 us
+        _screen("big.py", 100.0, 10.0),  # gain 90 us
+        _screen("done.py", 50.0, 45.0),  # at 90% of its floor
+    ]
+    allotted = plan.allot(screens, iterations=20, time_s=100.0, usd=1.0)
+    assert [a.screen.op for a in allotted] == ["big.py", "small.py", "done.py"]
+    big, small, done = allotted
+    assert (done.iterations, done.time_s, done.usd, done.share) == (0, None, None, 0.0) and done.screen.at_floor
+    assert big.iterations + small.iterations == 20 and small.iterations >= 1
+    # one each, then the 18 spare by largest remainder: 18 x 90/95 = 17.05, 18 x 5/95 = 0.95
+    assert (big.iterations, small.iterations) == (18, 2)
+    assert big.time_s == pytest.approx(100 * 90 / 95) and small.usd == pytest.approx(5 / 95)
+
+
+def test_untimed_problems_go_by_their_work_with_full_headroom() -> None:
+    costly = Reference(device="cpu", timed=False, profile=ProfileData(flops=1e9, min_bytes=1e6))
+    cheap = Reference(device="cpu", timed=False, profile=ProfileData(flops=1e3, min_bytes=1e4))
+    screens = [plan.screen("cheap.py", cheap), plan.screen("costly.py", costly)]
+    assert all(s.headroom is None and not s.at_floor for s in screens)
+    allotted = plan.allot(screens, iterations=6, time_s=None, usd=None)
+    assert [(a.screen.op, a.iterations) for a in allotted] == [("costly.py", 5), ("cheap.py", 1)]
+
+
+def test_every_problem_at_its_floor_gets_no_budget() -> None:
+    allotted = plan.allot([_screen("a.py", 10.0, 9.5)], iterations=12, time_s=None, usd=None)
+    assert [(a.iterations, a.share) for a in allotted] == [(0, 0.0)]
+
+
+@pytest.mark.slow
+def test_campaign_refusals_are_one_line(git_repo: Path) -> None:
+    (git_repo / "empty").mkdir()
+    (git_repo / "empty" / "notes.py").write_text("X = 1\n")
+    cases = [
+        (("optimize", "empty", "--device", "cpu"), "no op file found"),
+        (("optimize", "nowhere/", "--device", "cpu"), "nowhere: no such file"),
+        (("apply", "campaign:latest"), "no campaigns yet"),
+        (("verify", "campaign:nope"), "unknown campaign: nope"),
+        (("history", "campaign:x"), "unknown campaign: x"),
+    ]
+    for args, message in cases:
+        proc = okgit(*args, cwd=git_repo)
+        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+        assert message in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_directory_of_ops_is_one_campaign_with_one_patch(git_repo: Path) -> None:
+    kernels = git_repo / "kernels"
+    kernels.mkdir()
+    (kernels / "small.py").write_text(SMALL)
+    (kernels / "large.py").write_text(LARGE)
+    (kernels / "helpers.py").write_text("SCALE = 2\n")  # not an op file: not a problem
+    sh(git_repo, "add", "kernels")
+    sh(git_repo, "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "kernels")
+    (kernels / "draft.py").write_text(SMALL)  # an untracked op: skipped, said so
+    before = snapshot(git_repo)
+
+    proc = subprocess.run([sys.executable, "-m", "okgit", "optimize", "kernels/", "--device", "cpu", "--iterations", "2",
+                           "--json"], cwd=git_repo, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert snapshot(git_repo) == before  # nothing of the user's touched
+    assert result["kind"] == "ops" and result["status"] == "unverified" and result["device"] == "cpu"
+    assert "no timing on this device" in result["ordered_by"]
+    # the op with more work goes first and gets more of the 4 iterations
+    assert [(p["op"], p["iterations"]) for p in result["problems"]] == [("kernels/large.py", 3), ("kernels/small.py", 1)]
+    campaign_dir = git_repo / ".okgit" / "campaigns" / result["campaign_id"]
+    for p in result["problems"]:
+        assert p["status"] == "unverified" and p["best_tag"].startswith(f"okgit/{p['run_id']}/")
+        run = json.loads(okgit("history", p["run_id"], "--json", cwd=git_repo).stdout)
+        assert any(c["tag"] == p["best_tag"] for c in run["candidates"])  # a normal run, with its tags
+        assert Path(p["diff"]).parent == campaign_dir / "ops" and Path(p["diff"]).is_file()
+    journal = (campaign_dir / "journal.jsonl").read_text()
+    assert "skipped kernels/draft.py: not tracked by git" in journal
+    report = (campaign_dir / "report.md").read_text()
+    assert "`kernels/large.py`" in report and "okgit apply campaign:" in report
+    diff = (campaign_dir / "report.diff").read_text()
+    assert diff == "".join(Path(p["diff"]).read_text() for p in result["problems"])
+    assert "a/kernels/large.py" in diff and "a/kernels/small.py" in diff
+
+    listed = okgit("history", cwd=git_repo)
+    assert f"campaign:{result['campaign_id']}" in listed.stdout
+    runs = json.loads(okgit("history", "--json", cwd=git_repo).stdout)
+    assert {r["campaign"] for r in runs} == {result["campaign_id"]}
+    detail = json.loads(okgit("history", "campaign:latest", "--json", cwd=git_repo).stdout)
+    assert [p["status"] for p in detail["problems"]] == ["unverified", "unverified"] and detail["status"] == "unverified"
+
+    # The combined patch, as the user takes it: show, check, apply, verify, revert.
+    ref = f"campaign:{result['campaign_id'][9:]}"  # a prefix without the date, as for runs
+    assert okgit("show", ref, cwd=git_repo).stdout.strip() == diff.strip()
+    assert okgit("apply", ref, "--check", cwd=git_repo).returncode == 0
+    applied = okgit("apply", ref, cwd=git_repo)
+    assert applied.returncode == 0, applied.stderr
+    assert "@triton.jit" in (kernels / "large.py").read_text() and "@triton.jit" in (kernels / "small.py").read_text()
+    reverted = okgit("revert", ref, cwd=git_repo)
+    assert reverted.returncode == 0, reverted.stderr
+    assert (kernels / "large.py").read_text() == LARGE and (kernels / "small.py").read_text() == SMALL
+
+    env = {**os.environ, "OKGIT_DEVICE": "cpu"}
+    verified = subprocess.run([sys.executable, "-m", "okgit", "verify", "campaign:latest", "--mode", "fast", "--json"],
+                              cwd=git_repo, capture_output=True, text=True, timeout=600, env=env)
+    assert verified.returncode == 0, verified.stderr
+    report_json = json.loads(verified.stdout)
+    assert report_json["ok"] and {v["op"] for v in report_json["ops"]} == {"kernels/large.py", "kernels/small.py"}

@@ -173,3 +173,34 @@ def test_a_directory_of_ops_is_one_campaign_with_one_patch(git_repo: Path) -> No
     assert verified.returncode == 0, verified.stderr
     report_json = json.loads(verified.stdout)
     assert report_json["ok"] and {v["op"] for v in report_json["ops"]} == {"kernels/large.py", "kernels/small.py"}
+
+
+@pytest.mark.slow
+def test_watching_a_campaign_moves_to_each_problem_s_run_as_it_starts(tmp_path: Path) -> None:
+    import asyncio
+    import shutil
+
+    from okgit.tui.app import WatchApp
+
+    journals = Path(__file__).parent / "journals"
+    first = Path(shutil.copytree(journals / "cpu-failures", tmp_path / "cpu-failures"))
+    second = Path(shutil.copytree(journals / "gpu-optimized", tmp_path / "gpu-optimized"))
+    current: list[Path | None] = [None]
+    seen: list[str | None] = []
+
+    async def main() -> None:
+        app = WatchApp(None, poll_s=0.05, follow=lambda: current[0])
+        async with app.run_test(size=(150, 45)) as pilot:
+            await pilot.pause(0.2)
+            seen.append(app.run_dir.name if app.run_dir else None)  # no problem started yet: waiting
+            current[0] = first
+            await pilot.pause(0.3)
+            seen.append(app.run_dir.name if app.run_dir else None)
+            assert app.view.candidates  # the first run's candidates are on screen
+            current[0] = second
+            await pilot.pause(0.3)
+            seen.append(app.run_dir.name if app.run_dir else None)
+            assert app.view.run == "gpu-optimized" and app.view.finished is not None
+
+    asyncio.run(main())
+    assert seen == [None, "cpu-failures", "gpu-optimized"]

@@ -238,7 +238,7 @@ def _leaf_info(torch: Any, name: str, leaf: Any, call: dict[str, Any] | None, de
     cls = type(leaf)
     info: dict[str, Any] = {"path": name, "type": f"{cls.__module__}.{cls.__qualname__}", "class": cls.__name__,
                             "ctor": None, "ctor_names": None, "param_dtype": None, "inputs": None,
-                            "flops": None, "min_bytes": None, "refused": None}
+                            "shapes": {}, "flops": None, "min_bytes": None, "refused": None}
     if call is None:
         info["refused"] = "never called in a forward pass"
         return info
@@ -248,8 +248,9 @@ def _leaf_info(torch: Any, name: str, leaf: Any, call: dict[str, Any] | None, de
         info["refused"] = str(e)
     if call["kwargs"]:
         info["refused"] = f"called with keyword arguments ({', '.join(call['kwargs'])})"
-    params = list(leaf.parameters()) + list(leaf.buffers())
-    info["param_dtype"] = str(params[0].dtype).replace("torch.", "") if params else None
+    state = leaf.state_dict()
+    info["shapes"] = {k: list(v.shape) for k, v in state.items()}  # what swap_in checks before swapping
+    info["param_dtype"] = str(next(iter(state.values())).dtype).replace("torch.", "") if state else None
     info["flops"], info["min_bytes"] = _cost(torch, leaf, call)
     if info["refused"] is None:
         try:
@@ -292,7 +293,9 @@ def _rebuild(torch: Any, leaf: Any, call: dict[str, Any], device: str) -> tuple[
     if not cls.__module__.startswith("torch.nn"):
         raise ValueError(f"{cls.__name__} is the model's own class, not a torch.nn module: okgit rebuilds only "
                          "torch.nn leaves (their constructor arguments are known)")
-    if not isinstance(leaf, torch.nn.Module) or "Dropout" in cls.__name__:
+    if getattr(torch.nn, cls.__name__, None) is not cls:
+        raise ValueError(f"{cls.__module__}.{cls.__name__} is not torch.nn.{cls.__name__}")
+    if "Dropout" in cls.__name__:
         raise ValueError(f"{cls.__name__} draws random numbers: nothing to check a kernel against")
     names, values = [], []
     for pname, p in list(inspect.signature(cls.__init__).parameters.items())[1:]:

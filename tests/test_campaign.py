@@ -10,33 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import okgit, sh, snapshot
+from conftest import okgit, sh, snapshot, variant
 
 from okgit.campaign import plan
 from okgit.eval.types import ProfileData, Reference
 
-SMALL = '''import torch
-import torch.nn as nn
-
-batch_size = 16
-dim = 64
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x * 0.5) * 2.0
-
-
-def get_inputs():
-    return [torch.randn(batch_size, dim)]
-
-
-def get_init_inputs():
-    return []
-'''
+SMALL = variant("torch.relu(x * 0.5) * 2.0")  # 16 x 64: little work
 
 LARGE = '''import torch
 import torch.nn as nn
@@ -61,6 +40,18 @@ def get_inputs():
 def get_init_inputs():
     return [0.7]
 '''
+
+
+def commit_kernels(root: Path) -> Path:
+    """kernels/ with two op files of unequal work and a helper module, committed."""
+    kernels = root / "kernels"
+    kernels.mkdir()
+    (kernels / "small.py").write_text(SMALL)
+    (kernels / "large.py").write_text(LARGE)
+    (kernels / "helpers.py").write_text("SCALE = 2\n")  # not an op file: not a problem
+    sh(root, "add", "kernels")
+    sh(root, "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "kernels")
+    return kernels
 
 
 def _screen(op: str, runtime_us: float | None, floor: float, timed: bool = True) -> plan.Screen:
@@ -116,13 +107,7 @@ def test_campaign_refusals_are_one_line(git_repo: Path) -> None:
 
 @pytest.mark.slow
 def test_a_directory_of_ops_is_one_campaign_with_one_patch(git_repo: Path) -> None:
-    kernels = git_repo / "kernels"
-    kernels.mkdir()
-    (kernels / "small.py").write_text(SMALL)
-    (kernels / "large.py").write_text(LARGE)
-    (kernels / "helpers.py").write_text("SCALE = 2\n")  # not an op file: not a problem
-    sh(git_repo, "add", "kernels")
-    sh(git_repo, "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "kernels")
+    kernels = commit_kernels(git_repo)
     (kernels / "draft.py").write_text(SMALL)  # an untracked op: skipped, said so
     before = snapshot(git_repo)
 
@@ -204,3 +189,35 @@ def test_watching_a_campaign_moves_to_each_problem_s_run_as_it_starts(tmp_path: 
 
     asyncio.run(main())
     assert seen == [None, "cpu-failures", "gpu-optimized"]
+
+
+@pytest.mark.slow
+def test_an_interrupted_campaign_writes_what_it_has(git_repo: Path) -> None:
+    import signal
+    import time
+
+    commit_kernels(git_repo)
+    proc = subprocess.Popen([sys.executable, "-m", "okgit", "optimize", "kernels", "--device", "cpu", "--iterations", "3"],
+                            cwd=git_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    campaigns = git_repo / ".okgit" / "campaigns"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # interrupt the first problem's run once it has begun
+        journals = list(campaigns.glob("*/journal.jsonl"))
+        if journals and '"problem_run"' in journals[0].read_text():
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the campaign never started a run")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    [campaign_dir] = list(campaigns.iterdir())
+    result = json.loads((campaign_dir / "result.json").read_text())
+    assert result["status"] == "interrupted"
+    assert [p["status"] for p in result["problems"]] == ["interrupted", "pending"]
+    listed = json.loads(okgit("history", "campaign:latest", "--json", cwd=git_repo).stdout)
+    assert listed["status"] == "interrupted"
+    assert [p["status"] for p in listed["problems"]] == ["interrupted", "pending"]
+    run = result["problems"][0]["run_id"]
+    assert run and json.loads(okgit("history", run, "--json", cwd=git_repo).stdout)["summary"]["status"] == "interrupted"

@@ -30,6 +30,7 @@ from okgit.status import RunStatus
 
 AT_FLOOR = "at_floor"  # a problem's status when its reference is already at its roofline floor
 REFUSED = "refused"  # the op file could not be loaded, or its reference cannot tell right from wrong
+PENDING = "pending"  # screened, not run (yet: a campaign interrupted before it)
 ORDER_TIMED = "estimated gain (reference time x headroom over the roofline floor)"
 ORDER_UNTIMED = "estimated work (roofline floor at nominal peaks from counted FLOPs and bytes; no timing on this device)"
 ORDER_MODEL = "estimated gain (time in the model x headroom over the roofline floor)"
@@ -39,7 +40,7 @@ class ProblemRow(BaseModel):
     """One problem of a campaign, as the report, result.json and --json show it."""
 
     op: str  # path of the op file in the repository it was optimized in
-    status: str  # a RunStatus, at_floor or refused
+    status: str  # a RunStatus, at_floor, refused, or pending (an interrupted campaign did not reach it)
     module: str | None = None  # a model campaign: the module the op file was extracted from
     run_id: str | None = None
     reason: str = ""  # why at_floor or refused
@@ -64,6 +65,7 @@ class Outcome:
     rows: list[ProblemRow]  # in plan order, the refused last
     device: str
     ordered_by: str
+    interrupted: bool = False  # Ctrl-C or SIGTERM during a problem's run: the rest were not run
 
 
 @dataclass
@@ -170,6 +172,7 @@ def run_problems(space: CampaignSpace, ops_repo: Repo, ops: list[str], flags: di
                 continue
             s = plan.screen(op, reference, (weights_us or {}).get(op))
             screens.append(s)
+            row.status = PENDING
             row.timed, row.reference_us, row.floor_us, row.flops, row.min_bytes, row.headroom = (
                 s.timed, s.runtime_us, s.floor_us, s.flops, s.min_bytes, s.headroom)
             log("screened", op=op, timed=s.timed, runtime_us=s.runtime_us, floor_us=s.floor_us, flops=s.flops,
@@ -193,14 +196,19 @@ def run_problems(space: CampaignSpace, ops_repo: Repo, ops: list[str], flags: di
             ordered_by = ORDER_MODEL + ("" if screens[0].timed else " (on this device: its CPU time)")
         log("planned", order=[a.screen.op for a in allotted], iterations=[a.iterations for a in allotted],
             shares=[round(a.share, 4) for a in allotted], ordered_by=ordered_by)
+        interrupted = False
         for a in allotted:
             row = rows[a.screen.op]
             if row.status == AT_FLOOR:
                 log("problem_finished", op=row.op, status=AT_FLOOR, reason=row.reason)
                 continue
-            _run_one(space, ops_repo, row, flags, a, evaluator, log, on_event)
+            try:
+                _run_one(space, ops_repo, row, flags, a, evaluator, log, on_event)
+            except KeyboardInterrupt:  # the run wrote what it had; the campaign writes its part, then stops
+                interrupted = True
+                break
         ordered = [rows[a.screen.op] for a in allotted] + [r for r in rows.values() if r.status == REFUSED]
-    return Outcome(ordered, evaluator.device, ordered_by)
+    return Outcome(ordered, evaluator.device, ordered_by, interrupted)
 
 
 def _load(repo: Repo, op: str, config: Config) -> Problem:
@@ -241,9 +249,8 @@ def _run_one(space: CampaignSpace, ops_repo: Repo, row: ProblemRow, flags: dict[
     try:
         result = optimize(ops_repo.root / row.op, flags=own, cwd=ops_repo.root, evaluator=evaluator, on_event=forward)
     except KeyboardInterrupt:
-        row.status = RunStatus.interrupted
+        row.status = RunStatus.interrupted.value
         log("problem_finished", op=row.op, run_id=row.run_id, status=row.status)
-        log("campaign_finished", status=RunStatus.interrupted)
         raise
     row.status, row.run_id, row.speedup, row.best_tag = result.status.value, result.run_id, result.speedup, result.best_tag
     row.baseline_us, row.best_us = result.baseline_us, result.best_us
@@ -261,9 +268,11 @@ def combined_diff(rows: list[ProblemRow]) -> str:
     return "".join(Path(r.diff).read_text() for r in rows if r.diff)
 
 
-def overall_status(rows: list[ProblemRow]) -> RunStatus:
-    """The best any problem reached: optimized, then unverified, matched, fallback."""
-    found = {r.status for r in rows}
+def overall_status(outcome: Outcome) -> RunStatus:
+    """Interrupted, else the best any problem reached: optimized, then unverified, matched, fallback."""
+    if outcome.interrupted:
+        return RunStatus.interrupted
+    found = {r.status for r in outcome.rows}
     for status in (RunStatus.optimized, RunStatus.unverified, RunStatus.matched):
         if status.value in found:
             return status

@@ -62,13 +62,15 @@ def optimize_model(path: Path, *, flags: dict[str, Any] | None = None, top: int 
     for row in outcome.rows:  # a model's share of time is the profile's, not the ops' own
         row.time_share = ops[row.op].share if row.op in ops else None
     winners = {op: _winner(ops_repo, r) for op, r in ((r.op, r) for r in outcome.rows) if r.status in SWAPPED and r.best_tag}
-    end, diff = _verify_model(space, repo, rel, ops, winners, config, on_event)
+    end, diff = (None, "") if outcome.interrupted else _verify_model(space, repo, rel, ops, winners, config, on_event)
     result = CampaignResult(
-        campaign_id=space.campaign_id, kind="model", status=RunStatus(end.status) if end else core.overall_status(outcome.rows),
+        campaign_id=space.campaign_id, kind="model", status=RunStatus(end.status) if end else core.overall_status(outcome),
         device=outcome.device, ordered_by=outcome.ordered_by, problems=outcome.rows,
         report=str(space.dir / "report.md"), diff=str(space.dir / "report.diff"), ops_repo=str(ops_repo.root),
         end_to_end=end)
     write_outputs(space, result, diff)
+    if outcome.interrupted:
+        raise KeyboardInterrupt
     return result
 
 

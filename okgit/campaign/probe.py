@@ -148,14 +148,10 @@ def _profile(torch: Any, model: Any, inputs: list[Any], device: str, calls: int,
             torch.cuda.synchronize()
     events = list(prof.events())
     total = None
-    if device == "cuda":  # every kernel's time: what the GPU spent on the model
-        total = sum(_device_time(e) for e in events if str(e.device_type).endswith("CUDA")) / calls
+    if device == "cuda":  # every kernel's time, each counted once at the op that launched it
+        total = sum(float(k.duration) for e in events if str(e.device_type).endswith("CPU")
+                    for k in e.kernels or []) / calls
     return events, total
-
-
-def _device_time(e: Any) -> float:
-    t = getattr(e, "device_time", None)
-    return float(t if t is not None else getattr(e, "cuda_time", 0.0))
 
 
 def _outside(events: list[Any]) -> list[Any]:
@@ -324,7 +320,11 @@ def _rebuild(torch: Any, leaf: Any, call: dict[str, Any], device: str) -> tuple[
     twin.train(leaf.training)
     with torch.no_grad():
         again = twin(*call["args"])
-    if not _same(torch, again, call["out"]):
+        # As strict as the module itself: bit for bit, unless the original does not repeat its
+        # own outputs bit for bit (some GPU kernels), then within float32 rounding.
+        same = _same(torch, again, call["out"]) or (
+            not _same(torch, leaf(*call["args"]), call["out"]) and _close(torch, again, call["out"]))
+    if not same:
         raise ValueError(f"{cls.__name__} rebuilt from its attributes gives other outputs")
     return names, values
 
@@ -333,6 +333,12 @@ def _literal(v: Any) -> bool:
     if isinstance(v, (list, tuple)):
         return all(_literal(x) for x in v)
     return isinstance(v, LITERALS)
+
+
+def _close(torch: Any, a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and bool(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
+    return _same(torch, a, b)
 
 
 def _same(torch: Any, a: Any, b: Any) -> bool:

@@ -87,7 +87,8 @@ def report_text(result: CampaignResult) -> str:
         f"{len(result.problems)} problems on {result.device}, ordered by {result.ordered_by}.",
         "" if timed else "Nothing is timed on this device: correctness only, no speedup is claimed.",
         "",
-        "| # | problem | reference (us) | floor (us) | headroom | share of time | budget | status | speedup | best |",
+        f"| # | problem | reference (us) | {'floor' if timed else 'floor at nominal peaks'} (us) | headroom | "
+        "share of time | budget | status | speedup | best |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(result.problems, 1):

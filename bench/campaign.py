@@ -9,10 +9,13 @@ ends (a rerun with the same --out skips the stages already there):
             applied to a clean clone
   level3    okgit bench kernelbench over two KernelBench level-3 models (--kb), through the campaign path
 
-    python bench/campaign.py --out DIR [--stages profile ops model level3] [--kb KernelBench] [--iterations N]
-    python bench/campaign.py --smoke --out DIR   # CPU: a tiny model and two tiny ops, every time "-"
+    python bench/campaign.py [--out DIR] [--stages profile ops model level3] [--kb KernelBench]
+                             [--iterations N] [--resume FILE] [--time-limit S]
+    python bench/campaign.py --smoke   # CPU: a tiny model and two tiny ops, every time "-"
 
-Prints a short table of every finished stage at the end.
+The state goes to $OUT/campaign.json (else DIR/campaign.json) after every stage; --resume FILE
+(a carried copy of an earlier call's campaign.json) skips the stages it holds. Prints a short
+table of every finished stage at the end.
 """
 
 from __future__ import annotations
@@ -71,10 +74,16 @@ def get_init_inputs():
 '''
 
 
-def okgit(*args: str, cwd: Path, timeout: float = 3600) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "okgit", *args, "--json"], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                              [str(ROOT), os.environ.get("PYTHONPATH", "")])})
+TIME_LIMIT_S = [3600.0]  # one okgit command's; --time-limit sets it
+
+
+def okgit(*args: str, cwd: Path) -> dict[str, Any]:
+    try:
+        proc = subprocess.run([sys.executable, "-m", "okgit", *args, "--json"], cwd=cwd, capture_output=True, text=True,
+                              timeout=TIME_LIMIT_S[0], env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  [str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    except subprocess.TimeoutExpired:
+        return {"error": f"okgit {args[0]} ran past {TIME_LIMIT_S[0]:.0f} s"}
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
     return json.loads(proc.stdout)
@@ -200,7 +209,9 @@ def summary(done: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="work and state directory; rerun with the same one to resume")
+    parser.add_argument("--out", default="/tmp/okgit-campaign", help="work directory (default: /tmp/okgit-campaign)")
+    parser.add_argument("--resume", help="an earlier call's campaign.json: its finished stages are skipped")
+    parser.add_argument("--time-limit", type=float, default=3600.0, help="seconds per okgit command (default: 3600)")
     parser.add_argument("--stages", nargs="+", choices=list(STAGES), default=["profile", "ops", "model"])
     parser.add_argument("--kb", help="a KernelBench checkout, for the level3 stage")
     parser.add_argument("--iterations", type=int, default=4, help="per problem on average (default: 4)")
@@ -208,10 +219,12 @@ def main() -> int:
     args = parser.parse_args()
     if args.smoke:
         args.iterations = 1
+    TIME_LIMIT_S[0] = args.time_limit
     work = Path(args.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    state = work / "campaign.json"
-    done: dict[str, Any] = json.loads(state.read_text()) if state.is_file() else {}
+    state = Path(os.environ["OUT"]) / "campaign.json" if os.environ.get("OUT") else work / "campaign.json"
+    earlier = Path(args.resume) if args.resume else state
+    done: dict[str, Any] = json.loads(earlier.read_text()) if earlier.is_file() else {}
     for name in args.stages:
         if name in done and "error" not in done[name]:
             print(f"{name}: done in an earlier call", file=sys.stderr)

@@ -95,13 +95,17 @@ def test_campaign_refusals_are_one_line(git_repo: Path) -> None:
     cases = [
         (("optimize", "empty", "--device", "cpu"), "no op file found"),
         (("optimize", "nowhere/", "--device", "cpu"), "nowhere: no such file"),
+        (("optimize", "empty/notes.py", "--campaign"), "not a model file: missing Model"),
+        (("optimize", "lib/util.py", "--campaign"), "not a model file"),
+        (("profile", "empty/notes.py"), "not a model file"),
+        (("optimize", "ops/relu.py", "--campaign", "--resume", "latest"), "neither --resume nor --watch"),
         (("apply", "campaign:latest"), "no campaigns yet"),
         (("verify", "campaign:nope"), "unknown campaign: nope"),
         (("history", "campaign:x"), "unknown campaign: x"),
     ]
     for args, message in cases:
         proc = okgit(*args, cwd=git_repo)
-        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+        assert proc.returncode == (2 if "--resume" in args else 1), (args, proc.stdout, proc.stderr)
         assert message in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
 
 

@@ -59,6 +59,7 @@ class Config(BaseModel):
     eval: str = "local"  # a name in okgit.eval.registry.EVALUATORS
     device: Literal[DEVICES] | None = None  # type: ignore[valid-type]  # None: cuda when a GPU is visible
     edit_mode: Literal[EDIT_MODES] = "whole"  # type: ignore[valid-type]
+    inductor: bool | None = None  # the torch.compile seed; None: on unless the run is on a CPU
     modal_gpu: str = "H100"
     skills_path: str | None = None
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)  # model -> input/output $ per token

@@ -323,17 +323,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", nargs="?", metavar="RUN", help=f"show this run's candidates ({RUN_HELP}; or campaign:ID, campaign:latest; default: list every run and campaign)")
 
     p = command("show", cmd_show, "a run's or a candidate's diff against the run's base")
-    p.add_argument("ref", metavar="REF", help=f"a run ({RUN_HELP}) or a tag okgit/<run>/<cand>")
+    p.add_argument("ref", metavar="REF", help=f"a run ({RUN_HELP}), a tag okgit/<run>/<cand> or a campaign (campaign:ID)")
 
     p = command("apply", cmd_apply, "apply a run's winning diff, a candidate's, or a diff file to the working tree")
-    p.add_argument("ref", metavar="REF", help=f"a run ({RUN_HELP}), a tag okgit/<run>/<cand>, or a .diff file")
+    p.add_argument("ref", metavar="REF", help=f"a run ({RUN_HELP}), a tag okgit/<run>/<cand>, a campaign (campaign:ID), or a .diff file")
     p.add_argument("--check", action="store_true", help="only tell whether it applies (exit code)")
 
     p = command("revert", cmd_revert, "undo an applied run, tag or diff file in the working tree")
-    p.add_argument("ref", metavar="REF", help="what was given to okgit apply (a run, a tag or a .diff file)")
+    p.add_argument("ref", metavar="REF", help="what was given to okgit apply (a run, a tag, a campaign or a .diff file)")
 
     p = command("verify", cmd_verify, "re-run every gate on a diff against the current HEAD (for CI)")
-    p.add_argument("ref", metavar="PATCH_OR_REF", help="a .diff file, a run or a tag okgit/<run>/<cand>")
+    p.add_argument("ref", metavar="PATCH_OR_REF", help="a .diff file, a run, a tag okgit/<run>/<cand> or a campaign (campaign:ID)")
     p.add_argument("--eval", choices=_evaluators(), help=f"where the candidate runs (default: {_default('eval')}, or okgit.toml's)")
     p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu (correctness only)")
     p.add_argument("--mode", choices=MODES, help="default: thorough")

@@ -225,3 +225,20 @@ def test_an_interrupted_campaign_writes_what_it_has(git_repo: Path) -> None:
     assert [p["status"] for p in listed["problems"]] == ["interrupted", "pending"]
     run = result["problems"][0]["run_id"]
     assert run and json.loads(okgit("history", run, "--json", cwd=git_repo).stdout)["summary"]["status"] == "interrupted"
+
+
+@pytest.mark.slow
+def test_the_problems_of_a_directory_are_its_tracked_op_files_or_okgit_toml_s(git_repo: Path) -> None:
+    from okgit.campaign.core import find_ops
+    from okgit.config import load_config
+    from okgit.git.repo import Repo
+
+    kernels = commit_kernels(git_repo)
+    (kernels / "draft.py").write_text(SMALL)  # untracked
+    repo = Repo.find(git_repo)
+    ops, skipped = find_ops(repo, kernels, load_config(git_repo))
+    assert ops == ["kernels/large.py", "kernels/small.py"]  # helpers.py is not an op file
+    assert skipped == ["kernels/draft.py: not tracked by git (commit it first)"]
+    (git_repo / "okgit.toml").write_text('[[op]]\npath = "kernels/large.py"\n\n[[op]]\npath = "ops/relu.py"\n')
+    ops, skipped = find_ops(repo, kernels, load_config(git_repo))
+    assert (ops, skipped) == (["kernels/large.py"], [])  # the listed ops under the directory, only

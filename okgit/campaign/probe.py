@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -81,7 +82,8 @@ def probe(model_path: Path, device: str) -> dict[str, Any]:
     for row in rows:
         if row["kind"] == "module":
             row.update({k: info[row["name"]][k] for k in ("type", "flops", "min_bytes", "inputs")})
-    return {"model": str(model_path), "device": device, "calls": CALLS, "total_us": total_us or wall_us,
+    attributed = sum(r["time_us"] for r in rows)  # a CPU's: the rows' medians, whatever stalled the calls
+    return {"model": str(model_path), "device": device, "calls": CALLS, "total_us": total_us or attributed,
             "wall_us": wall_us, "rows": rows, "leaves": info, "peaks": _peaks(torch) if device == "cuda" else None}
 
 
@@ -170,9 +172,8 @@ def _attribute(events: list[Any], device: str, sites: list[str | None]) -> list[
     rows: dict[tuple[str, str], dict[str, Any]] = {}
 
     def add(kind: str, name: str, e: Any) -> None:
-        row = rows.setdefault((kind, name), {"kind": kind, "name": name, "time_us": 0.0, "calls": 0, "kernels": {}})
-        row["time_us"] += time_of(e) / CALLS
-        row["calls"] += 1
+        row = rows.setdefault((kind, name), {"kind": kind, "name": name, "samples": [], "kernels": {}})
+        row["samples"].append(time_of(e))
         for k, t in _kernels(e, device).items():
             row["kernels"][k] = row["kernels"].get(k, 0.0) + t / CALLS
 
@@ -184,12 +185,17 @@ def _attribute(events: list[Any], device: str, sites: list[str | None]) -> list[
     for i, e in enumerate(outside):
         site = sites[i % len(sites)] if aligned and sites else None
         add("call site", site or e.name, e)
+    for r in rows.values():
+        # The median over the model calls: one call stalled by a busy machine does not move it.
+        samples = r.pop("samples")
+        per_call = max(1, len(samples) // CALLS)
+        r["calls"] = per_call
+        r["time_us"] = statistics.median(sum(samples[i * per_call:(i + 1) * per_call]) for i in range(CALLS))
     total = sum(r["time_us"] for r in rows.values()) or 1.0
     out = []
     for r in sorted(rows.values(), key=lambda r: -r["time_us"]):
         kernels = sorted(r["kernels"].items(), key=lambda kv: -kv[1])[:3]
-        out.append({**r, "calls": max(1, round(r["calls"] / CALLS)), "share": r["time_us"] / total,
-                    "kernels": [{"name": k, "time_us": t} for k, t in kernels]})
+        out.append({**r, "share": r["time_us"] / total, "kernels": [{"name": k, "time_us": t} for k, t in kernels]})
     return out
 
 

@@ -47,7 +47,7 @@ class ProfileReport(BaseModel):
     device: str
     timed: bool  # False on a CPU: CPU times, not a GPU's
     note: str
-    total_us: float  # the model's time per call: its kernels' (GPU) or the CPU's
+    total_us: float  # the model's time per call: its kernels' (GPU), or its rows' medians (CPU)
     rows: list[ProfileRow]
 
     def text(self, top: int | None = None) -> str:

@@ -17,29 +17,7 @@ from okgit.eval.types import ProfileData, Reference
 
 SMALL = variant("torch.relu(x * 0.5) * 2.0")  # 16 x 64: little work
 
-LARGE = '''import torch
-import torch.nn as nn
-
-batch_size = 64
-dim = 1024
-
-
-class Model(nn.Module):
-    def __init__(self, temperature):
-        super().__init__()
-        self.temperature = temperature
-
-    def forward(self, x):
-        return torch.softmax(x / self.temperature, dim=-1)
-
-
-def get_inputs():
-    return [torch.randn(batch_size, dim)]
-
-
-def get_init_inputs():
-    return [0.7]
-'''
+LARGE = (Path(__file__).parent / "ops" / "scaled_softmax.py").read_text()  # 64 x 1024: more work
 
 
 def commit_kernels(root: Path) -> Path:

@@ -13,7 +13,6 @@ campaign wherever they take a run.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from okgit.errors import OkgitError
@@ -32,19 +31,9 @@ def is_campaign_ref(ref: str) -> bool:
 
 def campaign_ids(repo: Repo) -> list[str]:
     """Every campaign, newest first (by the time of its first event, else its id)."""
-    root = campaigns_dir(repo)
-    if not root.is_dir():
-        return []
+    from okgit.git.workspace import newest_first
 
-    def started(d: Path) -> tuple[float, str]:
-        try:
-            with open(d / "journal.jsonl", "rb") as f:
-                return float(json.loads(f.readline())["ts"]), d.name
-        except (OSError, ValueError, KeyError, TypeError):
-            return 0.0, d.name
-
-    dirs = [d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")]
-    return [d.name for d in sorted(dirs, key=started, reverse=True)]
+    return newest_first(campaigns_dir(repo))
 
 
 def resolve_campaign(repo: Repo, ref: str) -> str:

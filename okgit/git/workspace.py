@@ -216,7 +216,12 @@ def resume(repo: Repo, run_id: str) -> RunSpace:
 def run_ids(repo: Repo) -> list[str]:
     """Every run, newest first: by the time of the journal's first event (run ids only have
     seconds), else by the time in the run id."""
-    if not repo.runs_dir.is_dir():
+    return newest_first(repo.runs_dir)
+
+
+def newest_first(root: Path) -> list[str]:
+    """The directories under `root` that hold a journal (runs, campaigns), newest first."""
+    if not root.is_dir():
         return []
 
     def started(run_dir: Path) -> tuple[float, str]:
@@ -227,7 +232,7 @@ def run_ids(repo: Repo) -> list[str]:
             stamp = run_id_time(run_dir.name)
             return (stamp.timestamp() if stamp else 0.0), run_dir.name
 
-    dirs = [d for d in repo.runs_dir.iterdir() if d.is_dir() and not d.name.startswith(".")]
+    dirs = [d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")]
     return [d.name for d in sorted(dirs, key=started, reverse=True)]
 
 

@@ -195,3 +195,20 @@ def test_a_level3_sweep_goes_through_the_model_campaign(tmp_path: Path) -> None:
     assert campaign["kind"] == "model" and campaign["end_to_end"]["swapped"]
     # the winner file the sweep keeps is the patched model, applied in the problem's repository
     assert "_okgit_swap_in(Model)" in (out / "winners" / "level3_1_TinyMLP.py").read_text()
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_profile_is_device_time_with_kernels_and_roofline(git_repo: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    _commit(git_repo, "model.py", MODEL.replace("batch_size = 4", "batch_size = 256"))
+    proc = okgit("profile", "model.py", "--json", cwd=git_repo)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["device"] == "cuda" and report["timed"] and report["total_us"] > 0
+    modules = {r["name"]: r for r in report["rows"] if r["kind"] == "module"}
+    fc1 = modules["blocks.0.fc1"]
+    assert fc1["time_us"] > 0 and fc1["kernels"], fc1  # cuBLAS's kernel, attributed to the module
+    assert fc1["floor_us"] and 0 < fc1["roofline_position"] <= 1
+    assert sum(r["share"] for r in report["rows"]) == pytest.approx(1.0)

@@ -74,7 +74,12 @@ def validate(repo: Repo, diff: str, base: str) -> None:
 def resolve_ref(repo: Repo, ref: str) -> str:
     """REF as okgit records it: a run (its id, a unique prefix, `latest`, `latest~N`) becomes
     the full id, a tag `okgit/<run>/<cand>` gets its run's full id, a diff file stays as given.
-    An unknown REF is returned as it is, for `resolve_diff` to refuse in its own words."""
+    An unknown REF is returned as it is, for `resolve_diff` to refuse in its own words.
+    A campaign (`campaign:<id>`, `campaign:latest`, ...) becomes `campaign:<full id>`."""
+    from okgit.campaign.store import PREFIX, is_campaign_ref, resolve_campaign
+
+    if is_campaign_ref(ref):
+        return PREFIX + resolve_campaign(repo, ref)
     tag = _TAG.fullmatch(ref)
     if tag and not Path(ref).is_file():
         try:
@@ -94,7 +99,11 @@ def resolve_ref(repo: Repo, ref: str) -> str:
 def resolve_diff(repo: Repo, ref: str) -> str:
     """The diff REF names: a tag's candidate against its run's base, a run's report.diff,
     or a diff file's text (see `resolve_ref` for the spellings of a run)."""
+    from okgit.campaign.store import campaign_diff, is_campaign_ref
+
     ref = resolve_ref(repo, ref)
+    if is_campaign_ref(ref):  # its combined patch
+        return campaign_diff(repo, ref)
     tag = _TAG.fullmatch(ref)
     if tag and repo.git("rev-parse", "--verify", "--quiet", f"refs/tags/{ref}^{{commit}}", check=False).strip():
         started = started_event(repo, tag.group(1))

@@ -222,6 +222,11 @@ def _cross_check_plan(wanted: bool, *, gpu: bool, modal: bool) -> tuple[str | No
 def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, timeout_s: float, *,
                  timer: Timer | None, gpu: bool, cross_check: bool,
                  device: str, extra_env: dict[str, str] | None = None) -> ProblemResult:
+    if p.level == 3:  # a whole model: one campaign over its top modules (okgit.kernelbench.models)
+        from okgit.kernelbench.models import run_model_problem
+
+        return run_model_problem(p, slot, flags, out_dir, timeout_s, timer=timer, gpu=gpu, device=device,
+                                 extra_env=extra_env)
     started = time.monotonic()
     result = ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, status="error", device=device)
     work = out_dir / "repos" / _slug(p)

@@ -151,8 +151,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from okgit.tui.app import watch
 
     if args.attach is not None:  # started by optimize --watch, before its run has a directory
-        watch(None, attach_fd=args.attach, run_pid=args.run_pid)
-        return 0
+        from okgit.tui.launch import INTERRUPTED_RUN
+
+        return INTERRUPTED_RUN if watch(None, attach_fd=args.attach, run_pid=args.run_pid) else 0
     if not args.run:
         raise UsageError("watch needs a RUN (a run id, a unique prefix of one, latest, or a run directory)")
     # A run directory copied from another machine is watched in place.

@@ -1,7 +1,9 @@
 """`okgit optimize`: one run on one op file, from the user's checkout to a reviewable patch.
 
-Everything that can fail on bad input (config, the op file, running its reference) fails
-before anything is created, so a refused run leaves no trace in the repository.
+What can fail on bad input fails before the search begins: config and the op file before
+anything is created; running its reference after the run exists (so progress and `watch
+latest` show it being prepared), and a run refused there is removed again. Either way a
+refused run leaves no trace in the repository.
 """
 
 from __future__ import annotations
@@ -117,16 +119,39 @@ def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watch
         rel = workspace.check_op(repo, op_path)
         problem = load_problem(rel, source=op_path.read_text(), root=str(op_path.parent))
     problem = replace(problem, **config.problem_settings(problem.path))
+    if not resume:
+        space = workspace.start_run(repo, op_path)  # the run id exists from here: `watch latest` finds it
+    if watcher:
+        watcher.attach(space.run_dir)
+    if on_event:  # progress before the journal can say anything (run_started needs the evaluator's device)
+        on_event({"type": "preparing", "run": space.run_id, "op": space.op, "eval": config.eval})
     with contextlib.ExitStack() as owned:  # an evaluator made here is closed here; a given one is the caller's
-        evaluator = evaluator or owned.enter_context(make_evaluator(config))
-        reference = evaluator.reference(problem)
-        if reference.degenerate:
-            raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
-        proposers = proposers if proposers is not None else make_proposers(config)
-        if not resume:
-            space = workspace.start_run(repo, op_path)
+        try:
+            evaluator = evaluator or owned.enter_context(make_evaluator(config))
+            if not resume:
+                _log_started(space, config, evaluator.device, on_event)
+            reference = evaluator.reference(problem)
+            if reference.degenerate:
+                raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
+            proposers = proposers if proposers is not None else make_proposers(config)
+        except BaseException:
+            if not resume:
+                space.discard()  # refused (or Ctrl-C) before the search began: the run leaves no trace
+            raise
         return _run(space, config, problem, reference, evaluator, proposers, on_event, resumed=bool(resume),
                     watcher=watcher)
+
+
+def _log_started(space, config: Config, device: str, on_event) -> None:
+    """The journal's first events, written before the reference runs (it takes seconds, on a CPU minutes)."""
+    for event in (
+        space.journal.write("run_started", **space.started_fields(), backend=config.backend, device=device,
+                            mode=config.mode, model=config.model, eval=config.eval, iterations=config.iterations),
+        space.journal.write("note", message=f"running the reference of {space.op} on {device}"
+                            + (" (Triton's interpreter: slow)" if device == "cpu" else "")),
+    ):
+        if on_event:
+            on_event(event)
 
 
 def _finished_result(repo: Repo, run_id: str) -> RunResult:
@@ -167,8 +192,6 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
     def trace(type: str, **fields):
         space.traces.write(type, **fields)
 
-    if watcher:
-        watcher.attach(space.run_dir)
     if resumed:
         preload = getattr(on_event, "preload", None)
         if preload:  # progress counts on from where the run stopped
@@ -177,8 +200,6 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
             preload(read_jsonl(space.run_dir / "journal.jsonl")[0])
         log("resumed", message=f"resumed run {space.run_id}")
     else:
-        log("run_started", **space.started_fields(), backend=config.backend, device=evaluator.device,
-            mode=config.mode, model=config.model, eval=config.eval, iterations=config.iterations)
         if space.base_dirty:
             log("note", message=f"{space.op} has uncommitted changes: its working-tree version is the base")
         trace("reference", path=problem.path, source=problem.source)

@@ -161,3 +161,27 @@ def test_doctor_without_a_key_imports_neither_torch_nor_litellm_and_names_the_mo
     row = next(line for line in proc.stdout.splitlines() if line.startswith("model gpt-5-mini"))
     assert row.count("gpt-5-mini") == 1 and "set OPENAI_API_KEY" in row, row
     assert "torch " in proc.stdout and "triton interpreter  ok" in proc.stdout  # the child process checked them
+
+
+def test_revert_tells_not_applied_from_applied_then_edited(git_repo: Path) -> None:
+    from conftest import OP_SOURCE, okgit, record_run
+
+    space, _ = record_run(git_repo, [("x.clamp(min=0)", "clamp")])
+    # never applied, and an edit of the user's next to the lines the run changed
+    mine = OP_SOURCE.replace("    def forward(self, x):", "    # tried by hand\n    def forward(self, x):")
+    (git_repo / OP).write_text(mine)
+    proc = okgit("revert", space.run_id, cwd=git_repo)
+    assert proc.returncode == 1 and proc.stderr == (
+        f"okgit: {space.run_id} is not applied in the working tree (okgit apply has no record of it, "
+        f"and its lines are not in {OP})\n"), proc.stderr
+    assert (git_repo / OP).read_text() == mine and not list(git_repo.rglob("*.rej"))
+
+    (git_repo / OP).write_text(OP_SOURCE)
+    assert okgit("apply", space.run_id, cwd=git_repo).returncode == 0
+    edited = (git_repo / OP).read_text().replace("x.clamp(min=0)", "x.clamp(min=0.5)")
+    (git_repo / OP).write_text(edited)
+    proc = okgit("revert", space.run_id, cwd=git_repo)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "it was applied, then the lines it changed were edited" in proc.stderr
+    assert proc.stderr.rstrip().endswith(f"okgit show {space.run_id} | git apply -R --reject"), proc.stderr
+    assert (git_repo / OP).read_text() == edited

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from okgit.config import BACKENDS, DEVICES, EDIT_MODES, MODES, RUN_FLAGS
 from okgit.errors import OkgitError, UsageError
@@ -62,6 +62,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from okgit.progress import printer
     from okgit.run import optimize
 
+    if not args.path and not args.resume:
+        raise UsageError("optimize needs PATH, the op file (or --resume RUN to continue a run)")
     progress = None if args.json else printer(sys.stdout, args.path)
     watcher = None
     if args.watch:
@@ -71,7 +73,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         watcher = WatchProcess(Repo.find(Path.cwd()).root)  # outside a repository: one line, no view
         if progress:
             watcher.mute(progress)
-    result = optimize(Path(args.path), flags=_flags(args), resume=args.resume, on_event=progress, watcher=watcher)
+    result = optimize(Path(args.path) if args.path else None, flags=_flags(args), resume=args.resume, on_event=progress,
+                      watcher=watcher)
     _emit(args, result.model_dump(mode="json"), result.summary())
     return 0
 
@@ -210,10 +213,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if usable(found) else 1
 
 
-class _CommandParser(argparse.ArgumentParser):
+class _Parser(argparse.ArgumentParser):
+    """A usage error in one line naming the argument and where the options are listed, exit 2
+    (argparse's own prints the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+class _CommandParser(_Parser):
     """A command's parser. argparse hands a subcommand's unknown arguments up to the top-level
-    parser, whose usage line says nothing of that command; refusing them here prints this
-    command's usage (`okgit history --bogus` shows `usage: okgit history ...`), exit 2."""
+    parser, which cannot say which command they were given to; refusing them here names it
+    (`okgit history: unrecognized arguments: --bogus`), exit 2."""
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -226,8 +237,11 @@ class _CommandParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="okgit", description="A git-native optimizer for GPU kernels.")
+    from okgit import __version__
+
+    parser = _Parser(prog="okgit", description="A git-native optimizer for GPU kernels.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=f"okgit {__version__}")
     # Nested subcommands (traces export, bench kernelbench) inherit the class from their parent.
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
 
@@ -240,9 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("optimize", cmd_optimize, "search for a faster, correct kernel for one op file")
-    p.add_argument("path", help="the op file (KernelBench format), tracked by git")
+    p.add_argument("path", nargs="?", help="the op file (KernelBench format), tracked by git (with --resume: "
+                                           "the run's own, when left out)")
     _optimize_flags(p)
-    p.add_argument("--resume", metavar="RUN", help=f"continue an interrupted run ({RUN_HELP})")
+    p.add_argument("--resume", metavar="RUN", help=f"continue an interrupted run ({RUN_HELP}); PATH may be left out")
     p.add_argument("--watch", action="store_true", help="show the live view while it runs (q hides it, Ctrl-C stops the run)")
 
     p = command("eval", cmd_eval, "evaluate one candidate file against a reference file (no git)")

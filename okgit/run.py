@@ -64,7 +64,7 @@ class RunResult(BaseModel):
 
 
 def optimize(
-    path: Path,
+    path: Path | None,
     *,
     flags: dict[str, Any] | None = None,
     resume: str | None = None,
@@ -74,7 +74,8 @@ def optimize(
     evaluator: Evaluator | None = None,
     proposers: list[Proposer] | None = None,
 ) -> RunResult:
-    """`watcher`: a live view already started (`optimize --watch`), told the run's directory."""
+    """`path` may be None with `resume` (the run's own op). `watcher`: a live view already
+    started (`optimize --watch`), told the run's directory."""
     repo = Repo.find(cwd or Path.cwd())
     try:
         return _optimize(repo, path, flags, resume, on_event, watcher, cwd, evaluator, proposers)
@@ -106,8 +107,8 @@ def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watch
     if resume:
         resume = workspace.resolve_run(repo, resume)
         op = workspace.started_event(repo, resume)["op"]
-        given = Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
-        if repo.relpath(given) != op:
+        given = None if path is None else Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
+        if given is not None and repo.relpath(given) != op:
             raise OkgitError(f"run {resume} optimizes {op}, not {path}")
         if not workspace.resumable(repo, resume):
             return _finished_result(repo, resume)
@@ -115,6 +116,8 @@ def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watch
         op_file = space.worktree / space.op
         problem = load_problem(space.op, source=_base_source(space), root=str(op_file.parent))
     else:
+        if path is None:
+            raise OkgitError("optimize needs the op file's path (or a run to resume)")
         op_path = Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
         rel = workspace.check_op(repo, op_path)
         problem = load_problem(rel, source=op_path.read_text(), root=str(op_path.parent))

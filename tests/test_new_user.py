@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,8 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import OP, sh, snapshot
+from conftest import OP, OP_SOURCE, okgit, record_run, sh, snapshot
 
+from okgit import __version__
 from okgit.progress import Printer
 from okgit.tui.app import WatchApp
 
@@ -99,7 +102,7 @@ def test_the_preparing_line_names_the_run_and_the_op() -> None:
 def _status(view_events: list[dict], tmp_path: Path) -> str:
     run_dir = tmp_path / "20260101-000000-ab12"
     run_dir.mkdir(parents=True)
-    (run_dir / "journal.jsonl").write_text("".join(__import__("json").dumps(e) + "\n" for e in view_events))
+    (run_dir / "journal.jsonl").write_text("".join(json.dumps(e) + "\n" for e in view_events))
     shown: list[str] = []
 
     async def main() -> None:
@@ -122,7 +125,6 @@ def test_the_view_shows_a_run_being_prepared(tmp_path: Path) -> None:
 
 def test_a_run_refused_after_it_was_shown_closes_the_view(tmp_path: Path) -> None:
     """`run DIR`, then `quit` (its reference failed): the view closes by itself."""
-    import os
 
     run_dir = tmp_path / "20260101-000000-ab12"
     run_dir.mkdir()
@@ -152,7 +154,7 @@ def _imported(proc: subprocess.CompletedProcess[str]) -> set[str]:
 
 
 def test_doctor_without_a_key_imports_neither_torch_nor_litellm_and_names_the_model_once(git_repo: Path) -> None:
-    env = {k: v for k, v in __import__("os").environ.items() if not k.endswith("_API_KEY")}
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "okgit", "doctor", "--model", "gpt-5-mini"],
                           cwd=git_repo, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 1, proc.stdout
@@ -164,7 +166,6 @@ def test_doctor_without_a_key_imports_neither_torch_nor_litellm_and_names_the_mo
 
 
 def test_revert_tells_not_applied_from_applied_then_edited(git_repo: Path) -> None:
-    from conftest import OP_SOURCE, okgit, record_run
 
     space, _ = record_run(git_repo, [("x.clamp(min=0)", "clamp")])
     # never applied, and an edit of the user's next to the lines the run changed
@@ -185,3 +186,37 @@ def test_revert_tells_not_applied_from_applied_then_edited(git_repo: Path) -> No
     assert "it was applied, then the lines it changed were edited" in proc.stderr
     assert proc.stderr.rstrip().endswith(f"okgit show {space.run_id} | git apply -R --reject"), proc.stderr
     assert (git_repo / OP).read_text() == edited
+
+
+def test_version_and_resume_without_the_path(git_repo: Path) -> None:
+
+    proc = okgit("--version", cwd=git_repo)
+    assert (proc.returncode, proc.stdout) == (0, f"okgit {__version__}\n")
+    space, _ = record_run(git_repo, [("x.clamp(min=0)", "clamp")])
+    for ref in ("latest", space.run_id[9:]):  # a RUN as every other command takes it, no PATH
+        proc = okgit("optimize", "--resume", ref, cwd=git_repo)
+        assert proc.returncode == 1 and proc.stderr == (
+            f"okgit: run {space.run_id} is finished; nothing to resume (see okgit history {space.run_id})\n"), proc.stderr
+    proc = okgit("optimize", cwd=git_repo)
+    assert (proc.returncode, proc.stderr) == (2, "okgit: optimize needs PATH, the op file (or --resume RUN to continue a run)\n")
+
+
+@pytest.mark.slow
+def test_resume_without_the_path_continues_the_run(git_repo: Path) -> None:
+
+
+    proc = subprocess.Popen([sys.executable, "-m", "okgit", "optimize", OP, "--device", "cpu", "--iterations", "2"],
+                            cwd=git_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:  # interrupt once the search has begun: the run stays resumable
+        if line.startswith("[1/2]"):
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    run_id = out.split("--resume ")[-1].strip()
+    resumed = subprocess.run([sys.executable, "-m", "okgit", "optimize", "--resume", "latest", "--device", "cpu",
+                              "--iterations", "2", "--json"], cwd=git_repo, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["run_id"] == run_id
+    assert okgit("optimize", "--resume", run_id, cwd=git_repo).stdout.startswith(f"run {run_id}: ")

@@ -95,7 +95,7 @@ class Watcher(Protocol):
     def wait(self) -> None: ...  # the run is over: hand the terminal back when the view closes
 
 
-def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watcher: Watcher | None, cwd: Path | None,
+def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event, watcher: Watcher | None, cwd: Path | None,
               evaluator: Evaluator | None, proposers: list[Proposer] | None) -> RunResult:
     from okgit.git import workspace
 

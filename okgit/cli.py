@@ -124,7 +124,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
     ref = patch.resolve_ref(repo, args.ref)
     files = patch.apply(repo, ref, check=args.check)
     verb = "applies cleanly to" if args.check else "applied to"
-    _emit(args, {"ref": ref, "check": args.check, "files": files}, f"{ref} {verb} {', '.join(files)}")
+    text = f"{ref} {verb} {', '.join(files)}"
+    if not args.check and patch.checked_on(repo, ref) == ("cpu", "triton"):
+        from okgit.result_text import INTERPRETER_NOTE
+
+        text += f"\nnote: {ref} was {INTERPRETER_NOTE}"
+    _emit(args, {"ref": ref, "check": args.check, "files": files}, text)
     return 0
 
 

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from okgit.eval.types import EvalResult
 
+# A kernel okgit checked on a CPU ran under Triton's interpreter; outside okgit, Triton without
+# it looks for a GPU driver and fails ("0 active drivers"). Said in the report and by `apply`.
+INTERPRETER_NOTE = ("checked on a CPU under Triton's interpreter: to run the applied kernel on a CPU, set "
+                    "TRITON_INTERPRET=1 before Python starts (TRITON_INTERPRET=1 python your_script.py); "
+                    "on a machine with an NVIDIA GPU it runs as it is")
+
 
 def eval_text(result: EvalResult) -> str:
     """Status, each gate pass/fail, the error, and times (or why none are claimed)."""

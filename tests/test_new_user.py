@@ -8,6 +8,7 @@ import asyncio
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -218,5 +219,49 @@ def test_resume_without_the_path_continues_the_run(git_repo: Path) -> None:
     resumed = subprocess.run([sys.executable, "-m", "okgit", "optimize", "--resume", "latest", "--device", "cpu",
                               "--iterations", "2", "--json"], cwd=git_repo, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
-    assert json.loads(resumed.stdout)["run_id"] == run_id
+    result = json.loads(resumed.stdout)
+    assert result["run_id"] == run_id and result["status"] == "unverified", result
+    assert "set TRITON_INTERPRET=1 before Python starts" in Path(result["report"]).read_text()
     assert okgit("optimize", "--resume", run_id, cwd=git_repo).stdout.startswith(f"run {run_id}: ")
+
+
+def test_apply_of_a_cpu_run_says_how_to_run_it_on_a_cpu(git_repo: Path) -> None:
+    space, tags = record_run(git_repo, [("x.clamp(min=0)", "clamp")])  # recorded as a cpu, triton run
+    proc = okgit("apply", tags[0], cwd=git_repo)
+    assert proc.returncode == 0, proc.stderr
+    first, note = proc.stdout.splitlines()
+    assert first == f"{tags[0]} applied to {OP}"
+    assert note.startswith(f"note: {tags[0]} was checked on a CPU under Triton's interpreter: ") and \
+        "set TRITON_INTERPRET=1 before Python starts" in note, note
+    assert okgit("revert", tags[0], cwd=git_repo).returncode == 0
+    checked = okgit("apply", space.run_id, "--check", cwd=git_repo)
+    assert checked.stdout == f"{space.run_id} applies cleanly to {OP}\n"  # --check: one line
+
+
+TRITON_SCRIPT = """
+import torch, triton, triton.language as tl
+@triton.jit
+def double(x, y, n, B: tl.constexpr):
+    i = tl.program_id(0) * B + tl.arange(0, B)
+    tl.store(y + i, tl.load(x + i, mask=i < n) * 2, mask=i < n)
+x = torch.arange(8, dtype=torch.float32)
+y = torch.empty_like(x)
+double[(1,)](x, y, 8, B=8)
+assert torch.equal(y, x * 2)
+print("ran")
+"""
+
+
+@pytest.mark.slow
+def test_what_the_note_says_holds_on_a_cpu(tmp_path: Path) -> None:
+    """Without TRITON_INTERPRET=1 a Triton kernel on a machine without a GPU fails; with it, it runs."""
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a GPU machine: the kernel runs as it is")
+    script = tmp_path / "use_kernel.py"
+    script.write_text(TRITON_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    bare = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert bare.returncode != 0 and "active drivers" in bare.stderr, bare.stderr[-300:]
+    told = subprocess.run([sys.executable, str(script)], env={**env, "TRITON_INTERPRET": "1"}, capture_output=True,
+                          text=True, timeout=120)
+    assert told.returncode == 0 and told.stdout == "ran\n", told.stderr[-300:]

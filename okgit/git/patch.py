@@ -139,6 +139,20 @@ def apply(repo: Repo, ref: str, check: bool = False) -> list[str]:
     return files
 
 
+def checked_on(repo: Repo, ref: str) -> tuple[str, str] | None:
+    """(device, backend) of the run REF names, as its run_started event says; None for a diff file."""
+    ref = resolve_ref(repo, ref)
+    tag = _TAG.fullmatch(ref)
+    run = tag.group(1) if tag else ref
+    if not _is_run(repo, run):
+        return None
+    try:
+        started = started_event(repo, run)
+    except OkgitError:
+        return None
+    return str(started.get("device") or ""), str(started.get("backend") or "")
+
+
 def revert(repo: Repo, ref: str) -> list[str]:
     """Undo an applied REF in the working tree: whenever its reverse applies cleanly (other
     edits to the file since are kept). Otherwise refuse: "not applied" when okgit never applied

@@ -35,8 +35,8 @@ def eval_text(result: EvalResult) -> str:
     p = result.profile
     if p is not None:
         facts = []
-        if p.flops is not None:
-            facts.append(f"{p.flops:.3g} FLOP")
+        if p.flops:  # torch's FlopCounterMode counts matmuls, convolutions and attention; pointwise work counts 0
+            facts.append(f"{p.flops:.3g} FLOP in matmuls/convolutions")
         if p.min_bytes is not None:
             facts.append(f"{p.min_bytes:.3g} B min")
         if p.launch_count is not None:

@@ -265,3 +265,13 @@ def test_what_the_note_says_holds_on_a_cpu(tmp_path: Path) -> None:
     told = subprocess.run([sys.executable, str(script)], env={**env, "TRITON_INTERPRET": "1"}, capture_output=True,
                           text=True, timeout=120)
     assert told.returncode == 0 and told.stdout == "ran\n", told.stderr[-300:]
+
+
+def test_eval_text_claims_no_flop_count_it_does_not_have() -> None:
+    from okgit.eval.types import EvalResult, ProfileData, Status
+    from okgit.result_text import eval_text
+
+    pointwise = eval_text(EvalResult(status=Status.correct, correct=True, profile=ProfileData(flops=0.0, min_bytes=2.1e6)))
+    assert "FLOP" not in pointwise and "2.1e+06 B min" in pointwise, pointwise
+    gemm = eval_text(EvalResult(status=Status.correct, correct=True, profile=ProfileData(flops=2.0e9, min_bytes=1e6)))
+    assert "2e+09 FLOP in matmuls/convolutions" in gemm, gemm

@@ -280,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("apply", cmd_apply, "apply a run's winning diff, a candidate's, or a diff file to the working tree")
     p.add_argument("ref", metavar="REF", help=f"a run ({RUN_HELP}), a tag okgit/<run>/<cand>, or a .diff file")
-    p.add_argument("--check", action="store_true", help="only tell whether it applies (exit code)")
+    p.add_argument("--check", action="store_true", help="change nothing: print whether it applies (exit 0) or why not (exit 1)")
 
     p = command("revert", cmd_revert, "undo an applied run, tag or diff file in the working tree")
     p.add_argument("ref", metavar="REF", help="what was given to okgit apply (a run, a tag or a .diff file)")

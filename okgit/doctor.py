@@ -28,7 +28,7 @@ MODEL_KEYS = (
 # Run in a child process with TRITON_INTERPRET=1: torch's version and GPUs on the first line,
 # then a two-element Triton kernel under the interpreter (proves CPU mode works end to end).
 # Importing torch takes seconds; the child does it while doctor runs its other checks.
-_PROBE = """
+PROBE = """
 import json, sys
 try:
     import torch
@@ -57,7 +57,7 @@ class Check(BaseModel):
 
 
 def checks(model: str | None = None, api_base: str | None = None) -> list[Check]:
-    probe = subprocess.Popen([sys.executable, "-c", _PROBE], env={**os.environ, "TRITON_INTERPRET": "1"},
+    probe = subprocess.Popen([sys.executable, "-c", PROBE], env={**os.environ, "TRITON_INTERPRET": "1"},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     nvcc, triton, litellm, modal, keys = _nvcc(), _triton(), _litellm(), _modal(), _model_keys()
     ping = _ping(model, api_base) if model else None  # a missing key is told without litellm

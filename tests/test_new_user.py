@@ -238,33 +238,21 @@ def test_apply_of_a_cpu_run_says_how_to_run_it_on_a_cpu(git_repo: Path) -> None:
     assert checked.stdout == f"{space.run_id} applies cleanly to {OP}\n"  # --check: one line
 
 
-TRITON_SCRIPT = """
-import torch, triton, triton.language as tl
-@triton.jit
-def double(x, y, n, B: tl.constexpr):
-    i = tl.program_id(0) * B + tl.arange(0, B)
-    tl.store(y + i, tl.load(x + i, mask=i < n) * 2, mask=i < n)
-x = torch.arange(8, dtype=torch.float32)
-y = torch.empty_like(x)
-double[(1,)](x, y, 8, B=8)
-assert torch.equal(y, x * 2)
-print("ran")
-"""
-
-
 @pytest.mark.slow
 def test_what_the_note_says_holds_on_a_cpu(tmp_path: Path) -> None:
     """Without TRITON_INTERPRET=1 a Triton kernel on a machine without a GPU fails; with it, it runs."""
     if shutil.which("nvidia-smi"):
         pytest.skip("a GPU machine: the kernel runs as it is")
+    from okgit.doctor import PROBE  # torch, then a two-element Triton kernel
+
     script = tmp_path / "use_kernel.py"
-    script.write_text(TRITON_SCRIPT)
+    script.write_text(PROBE)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     bare = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert bare.returncode != 0 and "active drivers" in bare.stderr, bare.stderr[-300:]
     told = subprocess.run([sys.executable, str(script)], env={**env, "TRITON_INTERPRET": "1"}, capture_output=True,
                           text=True, timeout=120)
-    assert told.returncode == 0 and told.stdout == "ran\n", told.stderr[-300:]
+    assert told.returncode == 0, told.stderr[-300:]
 
 
 def test_eval_text_claims_no_flop_count_it_does_not_have() -> None:

@@ -14,7 +14,7 @@ import statistics
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from pydantic import BaseModel, PrivateAttr
 
@@ -130,19 +130,38 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
         on_event({"type": "preparing", "run": space.run_id, "op": space.op, "eval": config.eval})
     with contextlib.ExitStack() as owned:  # an evaluator made here is closed here; a given one is the caller's
         try:
-            evaluator = evaluator or owned.enter_context(make_evaluator(config))
-            if not resume:
-                _log_started(space, config, evaluator.device, on_event)
-            reference = evaluator.reference(problem)
-            if reference.degenerate:
-                raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
-            proposers = proposers if proposers is not None else make_proposers(config)
+            with _sigterm_as_interrupt():
+                evaluator = evaluator or owned.enter_context(make_evaluator(config))
+                if not resume:
+                    _log_started(space, config, evaluator.device, on_event)
+                reference = evaluator.reference(problem)
+                if reference.degenerate:
+                    raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
+                proposers = proposers if proposers is not None else make_proposers(config)
         except BaseException:
             if not resume:
-                space.discard()  # refused (or Ctrl-C) before the search began: the run leaves no trace
+                space.discard()  # refused (or Ctrl-C, SIGTERM) before the search began: the run leaves no trace
             raise
         return _run(space, config, problem, reference, evaluator, proposers, on_event, resumed=bool(resume),
                     watcher=watcher)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM while the run is prepared acts as Ctrl-C, so the run is removed, not left half made.
+    Signal handlers can only be set from the main thread (library callers may use others)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _log_started(space, config: Config, device: str, on_event) -> None:

@@ -24,7 +24,8 @@ from okgit.tui.app import WatchApp
 
 
 @pytest.mark.slow
-def test_the_first_line_names_the_run_before_the_reference_and_ctrl_c_there_leaves_no_trace(git_repo: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_the_first_line_names_the_run_before_the_reference_and_a_stop_there_leaves_no_trace(git_repo: Path, sig: int) -> None:
     from okgit.git.repo import Repo
     from okgit.git.workspace import resolve_run
 
@@ -41,7 +42,7 @@ def test_the_first_line_names_the_run_before_the_reference_and_ctrl_c_there_leav
     # `watch latest` (and every RUN argument) finds the run while it is prepared
     assert resolve_run(Repo.find(git_repo), "latest") == run_id
     assert (git_repo / ".okgit" / "runs" / run_id).is_dir()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (out, err)
     assert err.strip().splitlines()[-1] == "okgit: interrupted", err

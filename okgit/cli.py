@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from okgit.config import BACKENDS, DEFAULT_ITERATIONS, DEFAULT_MODEL_ITERATIONS, DEVICES, EDIT_MODES, MODES, RUN_FLAGS
 from okgit.errors import OkgitError, UsageError
@@ -64,7 +64,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from okgit.progress import printer
     from okgit.run import optimize
 
-    if Path(args.path).is_dir() or args.campaign:
+    if not args.path and not args.resume:
+        raise UsageError("optimize needs PATH, the op file (or --resume RUN to continue a run)")
+    if args.path and (Path(args.path).is_dir() or args.campaign):
         return _campaign(args)
     progress = None if args.json else printer(sys.stdout, args.path)
     watcher = None
@@ -75,7 +77,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         watcher = WatchProcess(Repo.find(Path.cwd()).root)  # outside a repository: one line, no view
         if progress:
             watcher.mute(progress)
-    result = optimize(Path(args.path), flags=_flags(args), resume=args.resume, on_event=progress, watcher=watcher)
+    result = optimize(Path(args.path) if args.path else None, flags=_flags(args), resume=args.resume, on_event=progress,
+                      watcher=watcher)
     _emit(args, result.model_dump(mode="json"), result.summary())
     return 0
 
@@ -171,7 +174,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
     ref = patch.resolve_ref(repo, args.ref)
     files = patch.apply(repo, ref, check=args.check)
     verb = "applies cleanly to" if args.check else "applied to"
-    _emit(args, {"ref": ref, "check": args.check, "files": files}, f"{ref} {verb} {', '.join(files)}")
+    text = f"{ref} {verb} {', '.join(files)}"
+    if not args.check and patch.checked_on(repo, ref) == ("cpu", "triton"):
+        from okgit.result_text import INTERPRETER_NOTE
+
+        text += f"\nnote: {ref} was {INTERPRETER_NOTE}"
+    _emit(args, {"ref": ref, "check": args.check, "files": files}, text)
     return 0
 
 
@@ -201,8 +209,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from okgit.tui.app import watch
 
     if args.attach is not None:  # started by optimize --watch, before its run has a directory
-        watch(None, attach_fd=args.attach, run_pid=args.run_pid)
-        return 0
+        from okgit.tui.launch import INTERRUPTED_RUN
+
+        return INTERRUPTED_RUN if watch(None, attach_fd=args.attach, run_pid=args.run_pid) else 0
     if not args.run:
         raise UsageError("watch needs a RUN (a run id, a unique prefix of one, latest, or a run directory)")
     from okgit.campaign.store import is_campaign_ref
@@ -274,10 +283,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if usable(found) else 1
 
 
-class _CommandParser(argparse.ArgumentParser):
+class _Parser(argparse.ArgumentParser):
+    """A usage error in one line naming the argument and where the options are listed, exit 2
+    (argparse's own prints the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+class _CommandParser(_Parser):
     """A command's parser. argparse hands a subcommand's unknown arguments up to the top-level
-    parser, whose usage line says nothing of that command; refusing them here prints this
-    command's usage (`okgit history --bogus` shows `usage: okgit history ...`), exit 2."""
+    parser, which cannot say which command they were given to; refusing them here names it
+    (`okgit history: unrecognized arguments: --bogus`), exit 2."""
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -290,8 +307,11 @@ class _CommandParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="okgit", description="A git-native optimizer for GPU kernels.")
+    from okgit import __version__
+
+    parser = _Parser(prog="okgit", description="A git-native optimizer for GPU kernels.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=f"okgit {__version__}")
     # Nested subcommands (traces export, bench kernelbench) inherit the class from their parent.
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
 
@@ -304,12 +324,13 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("optimize", cmd_optimize, "search for a faster, correct kernel for one op file, a directory of them or a model")
-    p.add_argument("path", help="the op file (KernelBench format), tracked by git; a directory: every op file in it, as one campaign")
+    p.add_argument("path", nargs="?", help="the op file (KernelBench format), tracked by git; a directory: every op file in it, "
+                                           "as one campaign (with --resume: the run's own, when left out)")
     p.add_argument("--campaign", action="store_true",
                    help="PATH is a whole model (Model, get_inputs, get_init_inputs): optimize its top modules as one campaign, then the whole model")
     p.add_argument("--top", type=int, default=4, metavar="N", help="with --campaign, the modules to optimize (default: 4)")
     _optimize_flags(p)
-    p.add_argument("--resume", metavar="RUN", help=f"continue an interrupted run ({RUN_HELP})")
+    p.add_argument("--resume", metavar="RUN", help=f"continue an interrupted run ({RUN_HELP}); PATH may be left out")
     p.add_argument("--watch", action="store_true", help="show the live view while it runs (q hides it, Ctrl-C stops the run)")
 
     p = command("profile", cmd_profile, "where a whole model's time goes: its leaf modules and call sites, ranked")
@@ -332,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("apply", cmd_apply, "apply a run's winning diff, a candidate's, or a diff file to the working tree")
     p.add_argument("ref", metavar="REF", help=f"a run ({RUN_HELP}), a tag okgit/<run>/<cand>, a campaign (campaign:ID), or a .diff file")
-    p.add_argument("--check", action="store_true", help="only tell whether it applies (exit code)")
+    p.add_argument("--check", action="store_true", help="change nothing: print whether it applies (exit 0) or why not (exit 1)")
 
     p = command("revert", cmd_revert, "undo an applied run, tag or diff file in the working tree")
     p.add_argument("ref", metavar="REF", help="what was given to okgit apply (a run, a tag, a campaign or a .diff file)")

@@ -168,5 +168,6 @@ def _validate(data: dict[str, Any], source: str) -> Config:
         err = e.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or "(top level)"
         what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        error = UsageError if source == "flags" else OkgitError  # a bad flag is a usage error (exit 2)
-        raise error(f"{source}: {key}: {what}") from None
+        if source == "flags":  # file and environment passed alone: the flag is at fault, a usage error (exit 2)
+            raise UsageError(f"--{key.replace('_', '-')} {err.get('input')}: {what[:1].lower()}{what[1:]}") from None
+        raise OkgitError(f"{source}: {key}: {what}") from None

@@ -1,11 +1,14 @@
 """`okgit doctor`: what is installed and usable here. Absent optional things are reported,
-never fatal; with `--model`, the exit code says whether that model is usable (see `usable`)."""
+never fatal; with `--model`, the exit code says whether that model is usable (see `usable`).
+
+It answers in seconds: torch is imported only in a child process that runs meanwhile, and
+litellm only when a key is there to try (a missing key is told from okgit.llm's table)."""
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -22,9 +25,19 @@ MODEL_KEYS = (
     "OPENROUTER_API_KEY", "TOGETHER_API_KEY", "GROQ_API_KEY", "MISTRAL_API_KEY", "FIREWORKS_API_KEY",
 )
 
-# A two-element Triton kernel run under the interpreter: proves CPU mode works end to end.
-_INTERPRETER_PROBE = """
-import torch, triton, triton.language as tl
+# Run in a child process with TRITON_INTERPRET=1: torch's version and GPUs on the first line,
+# then a two-element Triton kernel under the interpreter (proves CPU mode works end to end).
+# Importing torch takes seconds; the child does it while doctor runs its other checks.
+PROBE = """
+import json, sys
+try:
+    import torch
+except Exception as e:  # a broken install raises more than ImportError
+    print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
+    sys.exit(3)
+gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+print(json.dumps({"torch": torch.__version__, "gpus": gpus}), flush=True)
+import triton, triton.language as tl
 @triton.jit
 def double(x, y, n, B: tl.constexpr):
     i = tl.program_id(0) * B + tl.arange(0, B)
@@ -34,6 +47,7 @@ y = torch.empty_like(x)
 double[(1,)](x, y, 8, B=8)
 assert torch.equal(y, x * 2), y
 """
+PROBE_TIMEOUT_S = 120
 
 
 class Check(BaseModel):
@@ -43,10 +57,12 @@ class Check(BaseModel):
 
 
 def checks(model: str | None = None, api_base: str | None = None) -> list[Check]:
-    found = [_python(), *_torch(), _nvcc(), _triton(), _interpreter(), _litellm(), _modal(), *_modal_version(), _model_keys()]
-    if model:
-        found.append(_ping(model, api_base))
-    return found
+    probe = subprocess.Popen([sys.executable, "-c", PROBE], env={**os.environ, "TRITON_INTERPRET": "1"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    nvcc, triton, litellm, modal, keys = _nvcc(), _triton(), _litellm(), _modal(), _model_keys()
+    ping = _ping(model, api_base) if model else None  # a missing key is told without litellm
+    torch_checks, interpreter = _probe_result(probe)
+    return [_python(), *torch_checks, nvcc, triton, interpreter, litellm, modal, *_modal_version(), keys, *([ping] if ping else [])]
 
 
 def usable(found: list[Check]) -> bool:
@@ -63,18 +79,30 @@ def _python() -> Check:
     return Check(name="python", ok=v >= (3, 10), detail=f"{v.major}.{v.minor}.{v.micro} ({sys.executable})")
 
 
-def _torch() -> list[Check]:
+def _probe_result(probe: subprocess.Popen[str]) -> tuple[list[Check], Check]:
+    """torch, cuda gpu and triton interpreter, from the probe's output."""
     try:
-        import torch
-    except Exception as e:  # noqa: BLE001 - broken installs raise more than ImportError
-        return [Check(name="torch", ok=False, detail=f"not importable: {e}"),
-                Check(name="cuda gpu", ok=False, detail="needs torch")]
-    if torch.cuda.is_available():
-        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        gpu = Check(name="cuda gpu", ok=True, detail=", ".join(names))
+        out, err = probe.communicate(timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        probe.kill()
+        out, err = probe.communicate()
+        failed = f"did not finish in {PROBE_TIMEOUT_S} s"
     else:
-        gpu = Check(name="cuda gpu", ok=False, detail="none visible: Triton runs in the interpreter, timings are not claimed")
-    return [Check(name="torch", ok=True, detail=torch.__version__), gpu]
+        failed = "" if probe.returncode == 0 else (err.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]
+    try:
+        found = json.loads(out.splitlines()[0])
+    except (IndexError, ValueError):
+        found = {"error": failed or "no answer"}
+    if "torch" not in found:
+        return ([Check(name="torch", ok=False, detail=f"not importable: {found.get('error')}"),
+                 Check(name="cuda gpu", ok=False, detail="needs torch")],
+                Check(name="triton interpreter", ok=False, detail="needs torch"))
+    gpus = found.get("gpus") or []
+    gpu = (Check(name="cuda gpu", ok=True, detail=", ".join(gpus)) if gpus else
+           Check(name="cuda gpu", ok=False, detail="none visible: Triton runs in the interpreter, timings are not claimed"))
+    interpreter = (Check(name="triton interpreter", ok=False, detail=failed) if failed else
+                   Check(name="triton interpreter", ok=True, detail="a kernel ran on CPU with TRITON_INTERPRET=1"))
+    return [Check(name="torch", ok=True, detail=str(found["torch"])), gpu], interpreter
 
 
 def _nvcc() -> Check:
@@ -94,18 +122,6 @@ def _triton() -> Check:
         return Check(name="triton", ok=True, detail=importlib.metadata.version("triton"))
     except importlib.metadata.PackageNotFoundError:
         return Check(name="triton", ok=False, detail="not installed")
-
-
-def _interpreter() -> Check:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    try:
-        proc = subprocess.run([sys.executable, "-c", _INTERPRETER_PROBE], env=env, capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        return Check(name="triton interpreter", ok=False, detail="a two-element kernel did not finish in 120 s")
-    if proc.returncode:
-        last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        return Check(name="triton interpreter", ok=False, detail=last)
-    return Check(name="triton interpreter", ok=True, detail="a kernel ran on CPU with TRITON_INTERPRET=1")
 
 
 def _litellm() -> Check:
@@ -151,5 +167,6 @@ def _ping(model: str, api_base: str | None) -> Check:
     try:
         reply = ping(model, api_base=api_base)
     except Exception as e:  # noqa: BLE001 - any provider error is a finding, not a crash
-        return Check(name=name, ok=False, detail=" ".join(str(e).split())[:200] or type(e).__name__)
-    return Check(name=name, ok=True, detail=str(reply) if reply else "answered")
+        detail = " ".join(str(e).split()).removeprefix(f"{name}: ")  # the row already names the model
+        return Check(name=name, ok=False, detail=detail[:200] or type(e).__name__)
+    return Check(name=name, ok=True, detail=reply)

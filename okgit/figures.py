@@ -60,6 +60,10 @@ def _speedup(Figure, view: RunView, final: Event | None, path: Path) -> Path | N
         ax.set_ylabel("speedup vs baseline")
         ax.set_title(f"best speedup over {len(points)} candidates on {view.device}")
     else:
+        # A marker per correct candidate: with one candidate the step line has no length.
+        correct = [(i, n) for i, c, n in zip(xs, done, points) if c.correct]
+        if correct:
+            ax.scatter(*zip(*correct), color="tab:green", zorder=3, s=18, label="correct candidate")
         ax.set_ylabel("correct candidates")
         ax.set_title(f"correct candidates over iterations (untimed on {view.device}: no speedup claimed)")
         from matplotlib.ticker import MaxNLocator

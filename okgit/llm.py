@@ -122,15 +122,38 @@ _NO_KEY = re.compile(r"missing credentials|api_key client option must be set|no 
                      re.IGNORECASE)
 
 
+# The variables the providers most models come from read (as litellm's validate_environment
+# checks them), so a missing key is told without importing litellm, which takes seconds.
+_PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",), "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"), "deepseek": ("DEEPSEEK_API_KEY",),
+    "openrouter": ("OPENROUTER_API_KEY",), "groq": ("GROQ_API_KEY",), "mistral": ("MISTRAL_API_KEY",),
+    "together_ai": ("TOGETHERAI_API_KEY",), "xai": ("XAI_API_KEY",),
+}
+_BARE_NAMES = re.compile(r"(?P<openai>gpt-|chatgpt-|o\d(?:-|$))|(?P<anthropic>claude-)|(?P<gemini>gemini-)")
+
+
+def _known_provider(model: str) -> str | None:
+    prefix, slash, _ = model.partition("/")
+    if slash:
+        return prefix if prefix in _PROVIDER_KEYS else None
+    bare = _BARE_NAMES.match(model)
+    return bare.lastgroup if bare else None
+
+
 def missing_keys(model: str, api_base: str | None = None) -> list[str]:
     """The environment variables the provider of `model` reads, when none of them is set.
 
     Empty when a key is there (OKGIT_API_KEY or the provider's own), when `--api-base` names
     an endpoint (a local server may need no key; it says so itself when it does), and when
     litellm does not know which variables the provider reads."""
-    resolved = resolve_model(model, api_base)
-    if api_base or _api_key(resolved, api_base, None):
+    if api_base or os.environ.get("OKGIT_API_KEY"):
         return []
+    provider = _known_provider(model)
+    if provider:
+        keys = _PROVIDER_KEYS[provider]
+        return [] if any(os.environ.get(k) for k in keys) else list(keys)
+    resolved = resolve_model(model, api_base)
     try:
         found = _litellm().validate_environment(model=resolved)
     except OkgitError:
@@ -277,7 +300,7 @@ def ping(model: str, api_base: str | None = None) -> str:
         model=model, api_base=api_base, timeout_s=10.0, max_retries=0, max_tokens=5,
     )
     price = f"${c.cost_usd:.6f}" if c.cost_known else "price unknown"
-    return f"{model}: answered {c.text.strip()[:20]!r} in {c.latency_s:.1f} s ({c.prompt_tokens}+{c.completion_tokens} tokens, {price})"
+    return f"answered {c.text.strip()[:20]!r} in {c.latency_s:.1f} s ({c.prompt_tokens}+{c.completion_tokens} tokens, {price})"
 
 
 # ---- prompts -------------------------------------------------------------------------------

@@ -38,6 +38,9 @@ def describe(event: dict[str, Any], view: RunView, path: str | None = None) -> T
     """The line for `event`, given `view` with the event already folded in; None prints nothing.
     `path`: the op file as the user named it (the resume hint), else the run's own op path."""
     t = event.get("type")
+    if t == "preparing":  # from run.py only, before the journal's first event
+        return Text.assemble(("okgit ", "bold"), f"run {event.get('run')}: preparing {event.get('op')} "
+                             f"(starting the {event.get('eval')} evaluator; the reference runs next)")
     if t == "run_started":
         model = f", {view.model}" if view.model else ""
         budget = f", {view.iterations} iteration{'s' if view.iterations != 1 else ''}" if view.iterations else ""
@@ -86,7 +89,7 @@ class Printer:
     `preload` folds a resumed run's earlier events in without printing them, so counters and
     the best so far go on from where it stopped. While `muted` answers True (the live view of
     `optimize --watch` holds the terminal) events are folded, not printed; `view_closed` then
-    says where the run stands, and printing goes on.
+    says where the run stands, and printing goes on (unless Ctrl-C closed it: the run stops).
     """
 
     def __init__(self, stream: IO[str], path: str | None = None) -> None:
@@ -118,14 +121,17 @@ class Printer:
             if self.muted and self.muted(event):
                 self._missed = True
                 return
-            if self._missed:
+            if self._missed and event.get("type") != "interrupted":  # stopping: its own line says all
                 self._catch_up()
+            self._missed = False
             self._print(line)
 
-    def view_closed(self) -> None:
+    def view_closed(self, stopping: bool = False) -> None:
+        """`stopping`: Ctrl-C in the view, which is interrupting the run: it does not go on here."""
         with self._lock:
-            if self._missed and not self.finished:
+            if self._missed and not self.finished and not stopping:
                 self._catch_up()
+            self._missed = self._missed and not stopping
 
     def _catch_up(self) -> None:
         self._missed = False

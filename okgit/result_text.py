@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from okgit.eval.types import EvalResult
 
+# A kernel okgit checked on a CPU ran under Triton's interpreter; outside okgit, Triton without
+# it looks for a GPU driver and fails ("0 active drivers"). Said in the report and by `apply`.
+INTERPRETER_NOTE = ("checked on a CPU under Triton's interpreter: to run the applied kernel on a CPU, set "
+                    "TRITON_INTERPRET=1 before Python starts (TRITON_INTERPRET=1 python your_script.py); "
+                    "on a machine with an NVIDIA GPU it runs as it is")
+
 
 def eval_text(result: EvalResult) -> str:
     """Status, each gate pass/fail, the error, and times (or why none are claimed)."""
@@ -29,8 +35,8 @@ def eval_text(result: EvalResult) -> str:
     p = result.profile
     if p is not None:
         facts = []
-        if p.flops is not None:
-            facts.append(f"{p.flops:.3g} FLOP")
+        if p.flops:  # torch's FlopCounterMode counts matmuls, convolutions and attention; pointwise work counts 0
+            facts.append(f"{p.flops:.3g} FLOP in matmuls/convolutions")
         if p.min_bytes is not None:
             facts.append(f"{p.min_bytes:.3g} B min")
         if p.launch_count is not None:

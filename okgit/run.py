@@ -1,7 +1,9 @@
 """`okgit optimize`: one run on one op file, from the user's checkout to a reviewable patch.
 
-Everything that can fail on bad input (config, the op file, running its reference) fails
-before anything is created, so a refused run leaves no trace in the repository.
+What can fail on bad input fails before the search begins: config and the op file before
+anything is created; running its reference after the run exists (so progress and `watch
+latest` show it being prepared), and a run refused there is removed again. Either way a
+refused run leaves no trace in the repository.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from pydantic import BaseModel, PrivateAttr
 
@@ -70,7 +72,7 @@ class RunResult(BaseModel):
 
 
 def optimize(
-    path: Path,
+    path: Path | None,
     *,
     flags: dict[str, Any] | None = None,
     resume: str | None = None,
@@ -80,7 +82,8 @@ def optimize(
     evaluator: Evaluator | None = None,
     proposers: list[Proposer] | None = None,
 ) -> RunResult:
-    """`watcher`: a live view already started (`optimize --watch`), told the run's directory."""
+    """`path` may be None with `resume` (the run's own op). `watcher`: a live view already
+    started (`optimize --watch`), told the run's directory."""
     repo = Repo.find(cwd or Path.cwd())
     # From the start: a signal while the reference is prepared must stop its judge too.
     in_main = threading.current_thread() is threading.main_thread()
@@ -137,7 +140,7 @@ class Watcher(Protocol):
     def wait(self) -> None: ...  # the run is over: hand the terminal back when the view closes
 
 
-def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watcher: Watcher | None, cwd: Path | None,
+def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event, watcher: Watcher | None, cwd: Path | None,
               evaluator: Evaluator | None, proposers: list[Proposer] | None) -> RunResult:
     from okgit.git import workspace
 
@@ -150,8 +153,8 @@ def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watch
     if resume:
         resume = workspace.resolve_run(repo, resume)
         op = workspace.started_event(repo, resume)["op"]
-        given = Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
-        if repo.relpath(given) != op:
+        given = None if path is None else Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
+        if given is not None and repo.relpath(given) != op:
             raise OkgitError(f"run {resume} optimizes {op}, not {path}")
         if not workspace.resumable(repo, resume):
             return _finished_result(repo, resume)
@@ -159,20 +162,64 @@ def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watch
         op_file = space.worktree / space.op
         problem = load_problem(space.op, source=_base_source(space), root=str(op_file.parent))
     else:
+        if path is None:
+            raise OkgitError("optimize needs the op file's path (or a run to resume)")
         op_path = Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
         rel = workspace.check_op(repo, op_path)
         problem = load_problem(rel, source=op_path.read_text(), root=str(op_path.parent))
     problem = replace(problem, **config.problem_settings(problem.path))
+    if not resume:
+        space = workspace.start_run(repo, op_path)  # the run id exists from here: `watch latest` finds it
+    if watcher:
+        watcher.attach(space.run_dir)
+    if on_event:  # progress before the journal can say anything (run_started needs the evaluator's device)
+        on_event({"type": "preparing", "run": space.run_id, "op": space.op, "eval": config.eval})
     with contextlib.ExitStack() as owned:  # an evaluator made here is closed here; a given one is the caller's
-        evaluator = evaluator or owned.enter_context(make_evaluator(config))
-        reference = evaluator.reference(problem)
-        if reference.degenerate:
-            raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
-        proposers = proposers if proposers is not None else make_proposers(config)
-        if not resume:
-            space = workspace.start_run(repo, op_path)
+        try:
+            with _sigterm_as_interrupt():
+                evaluator = evaluator or owned.enter_context(make_evaluator(config))
+                if not resume:
+                    _log_started(space, config, evaluator.device, on_event)
+                reference = evaluator.reference(problem)
+                if reference.degenerate:
+                    raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
+                proposers = proposers if proposers is not None else make_proposers(config)
+        except BaseException:
+            if not resume:
+                space.discard()  # refused (or Ctrl-C, SIGTERM) before the search began: the run leaves no trace
+            raise
         return _run(space, config, problem, reference, evaluator, proposers, on_event, resumed=bool(resume),
                     watcher=watcher)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM while the run is prepared acts as Ctrl-C, so the run is removed, not left half made.
+    Signal handlers can only be set from the main thread (library callers may use others)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _log_started(space, config: Config, device: str, on_event) -> None:
+    """The journal's first events, written before the reference runs (it takes seconds, on a CPU minutes)."""
+    for event in (
+        space.journal.write("run_started", **space.started_fields(), backend=config.backend, device=device,
+                            mode=config.mode, model=config.model, eval=config.eval, iterations=config.iteration_budget),
+        space.journal.write("note", message=f"running the reference of {space.op} on {device}"
+                            + (" (Triton's interpreter: slow)" if device == "cpu" else "")),
+    ):
+        if on_event:
+            on_event(event)
 
 
 def _finished_result(repo: Repo, run_id: str) -> RunResult:
@@ -218,16 +265,12 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
     def trace(type: str, **fields):
         space.traces.write(type, **fields)
 
-    if watcher:
-        watcher.attach(space.run_dir)
     if resumed:
         preload = getattr(on_event, "preload", None)
         if preload:  # progress counts on from where the run stopped
             preload(RunDir(space.run_dir).events())
         log("resumed", message=f"resumed run {space.run_id}")
     else:
-        log("run_started", **space.started_fields(), backend=config.backend, device=evaluator.device,
-            mode=config.mode, model=config.model, eval=config.eval, iterations=config.iteration_budget)
         if space.base_dirty:
             log("note", message=f"{space.op} has uncommitted changes: its working-tree version is the base")
         trace("reference", path=problem.path, source=problem.source)

@@ -73,7 +73,7 @@ def test_outside_a_repository(tmp_path: Path) -> None:
 
 def test_usage_error_exits_2(git_repo: Path) -> None:
     proc = okgit("show", cwd=git_repo)
-    assert proc.returncode == 2 and "usage:" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr == "okgit show: the following arguments are required: REF (see okgit show --help)\n"
 
 
 def test_apply_refusals(git_repo: Path) -> None:

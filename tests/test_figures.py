@@ -39,3 +39,22 @@ def test_report_embeds_the_figures(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert _figures(empty, None) == []
+
+
+def _green_pixels(path: Path) -> int:
+    """Pixels in matplotlib's tab:green (#2ca02c): the markers of correct candidates."""
+    from matplotlib.image import imread
+
+    image = imread(path)[..., :3]
+    return int((abs(image - (0x2C / 255, 0xA0 / 255, 0x2C / 255)).max(axis=-1) < 0.05).sum())
+
+
+def test_an_untimed_run_with_one_candidate_shows_it(tmp_path):
+    one = [
+        {"type": "run_started", "run": "r", "op": "ops/a.py", "device": "cpu", "backend": "triton", "mode": "fast", "ts": 1.0},
+        {"type": "reference", "timed": False, "device": "cpu", "ts": 2.0},
+        {"type": "proposal", "cand": "c001", "origin": "template:pointwise", "ts": 3.0},
+        {"type": "evaluated", "cand": "c001", "status": "correct", "correct": True, "timed": False, "ts": 4.0},
+    ]
+    (path,) = write_figures(tmp_path, one)
+    assert path.name == "speedup.png" and _green_pixels(path) > 20  # a visible marker, not an empty plot

@@ -248,7 +248,7 @@ def test_model_on_loopback_end_to_end(tmp_path, monkeypatch, server):
 
 def test_ping_and_doctor_line(server):
     line = llm.ping("scripted-coder", api_base=server.url)
-    assert line.startswith("scripted-coder: answered")
+    assert line.startswith("answered 'ok' in") or line.startswith("answered "), line
 
 
 def test_a_resumed_run_counts_what_its_earlier_model_calls_cost(tmp_path, monkeypatch, server):

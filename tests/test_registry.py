@@ -27,5 +27,5 @@ def test_a_registered_evaluator_is_a_choice_everywhere(monkeypatch):
     assert make_evaluator(Config(eval="fake")) == "ev" and made == ["fake"]
     args = build_parser().parse_args(["verify", "x.diff", "--eval", "fake"])
     assert args.eval == "fake"
-    with pytest.raises(UsageError, match="eval: Input should be 'local', 'modal' or 'fake'"):
+    with pytest.raises(UsageError, match="^--eval nope: input should be 'local', 'modal' or 'fake'$"):
         load_config(None, {"eval": "nope"})

@@ -149,9 +149,25 @@ def apply(repo: Repo, ref: str, check: bool = False) -> list[str]:
     return files
 
 
+def checked_on(repo: Repo, ref: str) -> tuple[str, str] | None:
+    """(device, backend) of the run REF names, as its run_started event says; None for a diff file."""
+    ref = resolve_ref(repo, ref)
+    tag = _TAG.fullmatch(ref)
+    run = tag.group(1) if tag else ref
+    if not _is_run(repo, run):
+        return None
+    try:
+        started = started_event(repo, run)
+    except OkgitError:
+        return None
+    return str(started.get("device") or ""), str(started.get("backend") or "")
+
+
 def revert(repo: Repo, ref: str) -> list[str]:
     """Undo an applied REF in the working tree: whenever its reverse applies cleanly (other
-    edits to the file since are kept); otherwise refuse, naming the command that would try."""
+    edits to the file since are kept). Otherwise refuse: "not applied" when okgit never applied
+    it (no record under .okgit/applied/) or its forward diff still applies; "applied, then
+    edited" naming the command that would try, when it was applied and its lines changed since."""
     ref = resolve_ref(repo, ref)
     diff, found = _load(repo, ref)
     record = _record_path(repo, diff)
@@ -162,11 +178,14 @@ def revert(repo: Repo, ref: str) -> list[str]:
     try:
         _git_apply(repo, diff, "-R", "--check", failure=f"cannot revert {ref}")
     except OkgitError as e:
-        if _applies(repo, diff):
+        if _applies(repo, diff) or not record.is_file():
+            # Never applied by okgit (or undone since): the file's other edits are the user's own.
             record.unlink(missing_ok=True)
-            raise OkgitError(f"{ref} is not applied in the working tree") from None
-        raise OkgitError(f"{e}: the lines it changed were edited since; to revert what still fits and leave "
-                         f"the rest in .rej files: okgit show {ref} | git apply -R --reject") from None
+            raise OkgitError(f"{ref} is not applied in the working tree"
+                             + ("" if _applies(repo, diff) else f" (okgit apply has no record of it, and its lines are "
+                                f"not in {', '.join(touched_files(diff))})")) from None
+        raise OkgitError(f"{e}: it was applied, then the lines it changed were edited; to revert what still fits "
+                         f"and leave the rest in .rej files: okgit show {ref} | git apply -R --reject") from None
     _git_apply(repo, diff, "-R", failure=f"cannot revert {ref}")
     record.unlink(missing_ok=True)
     return touched_files(diff)

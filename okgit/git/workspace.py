@@ -112,6 +112,15 @@ class RunSpace:
                 self.repo.git("update-ref", "-d", f"refs/heads/{self.branch}", check=False)
         self._release()
 
+    def discard(self) -> None:
+        """Remove every trace of a run refused before its search began (a reference that
+        cannot be run or judged, Ctrl-C while it is prepared): worktree, branch, run directory."""
+        with self.repo.lock():
+            _remove_worktree(self.repo, self.worktree)
+            self.repo.git("update-ref", "-d", f"refs/heads/{self.branch}", check=False)
+            self._release()
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
     def _release(self) -> None:
         if self._holder is not None:
             self._holder.release()

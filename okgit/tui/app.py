@@ -4,9 +4,9 @@ The view polls journal.jsonl and traces.jsonl on a timer, so the same code shows
 run, a live one, and a run directory copied from another machine. It is its own process and
 only reads: quitting it never touches the run.
 
-`optimize --watch` starts the view before the run has a directory (the op file is loaded and
-its reference timed first): the view shows a starting state and learns the directory, or
-that the run was refused, from a pipe (`attach`). Ctrl-C there stops the run itself, as in
+`optimize --watch` starts the view before the run has a directory: the view shows a starting
+state and learns the directory, or that the run was refused (before or while its reference is
+prepared), from a pipe (`attach`). Ctrl-C there stops the run itself, as in
 plain mode; `q` closes only the view, and the run goes on printing plain progress.
 """
 
@@ -127,8 +127,10 @@ class WatchApp(App[None]):
             elif current is None:
                 self.status.show_starting()
                 return
+        if self.attach is not None and self._read_pipe():
+            return
         if self.run_dir is None:
-            self._wait_for_run()
+            self.status.show_starting()
             return
         self.view.apply(self.journal.poll())
         sources_changed = self.sources.poll()
@@ -137,22 +139,28 @@ class WatchApp(App[None]):
             self._drawn_version = self.view.version
             self.redraw()
 
-    def _wait_for_run(self) -> None:
+    def _read_pipe(self) -> bool:
+        """`run <dir>` once the run exists; `quit` when it was refused (also after `run`: its
+        reference could not be judged); end of file when the run's process is done with us.
+        True when the view is closing."""
         try:
             data = os.read(self.attach, 4096) if self.attach is not None else b""
-        except BlockingIOError:  # nothing yet: the run is still starting
-            self.status.show_starting()
-            return
+        except BlockingIOError:  # nothing new
+            return False
         self._pending += data.decode()
-        line, newline, rest = self._pending.partition("\n")
-        if line.startswith("run ") and newline:
-            self._pending = rest
-            self._open(Path(line[4:]))
-            self.poll()
-        elif not data or line == "quit":  # refused before it began, or the run's process is gone
-            self.exit()
-        else:
-            self.status.show_starting()
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            if line.startswith("run ") and self.run_dir is None:
+                self._open(Path(line[4:]))
+            elif line == "quit":
+                self.exit()
+                return True
+        if not data:
+            self.attach = None  # the run is over (or gone): read no more
+            if self.run_dir is None:  # refused before it began, or the run's process is gone
+                self.exit()
+                return True
+        return False
 
     def redraw(self) -> None:
         view = self.view
@@ -209,10 +217,13 @@ class WatchApp(App[None]):
 
 
 def watch(run_dir: Path | None, attach_fd: int | None = None, run_pid: int | None = None,
-          follow: Callable[[], Path | None] | None = None) -> None:
+          follow: Callable[[], Path | None] | None = None) -> bool:
+    """Show the view until it is closed; True when Ctrl-C there stopped the run."""
     if attach_fd is not None:
         os.set_blocking(attach_fd, False)  # a poll reads what has arrived, never waits
     app = WatchApp(run_dir, attach=attach_fd, run_pid=run_pid, follow=follow)
     app.run()
     if app.interrupt_run and run_pid:
         os.kill(run_pid, signal.SIGINT)  # after the terminal is restored, so the run's last lines show
+        return True
+    return False

@@ -1,7 +1,7 @@
 """`optimize --watch`: the CLI starts `okgit watch` in its own process on the terminal.
 
 It starts before the run has a directory (the view shows a starting state) and is told it
-through a pipe. Ctrl-C in the view signals the optimize process, so the run stops as in
+through a pipe, which also says `quit` when the run is refused while its reference is prepared. Ctrl-C in the view signals the optimize process, so the run stops as in
 plain mode; `q` closes only the view, and plain progress takes the terminal back.
 No textual here: the view's process imports it, not the run's.
 """
@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from okgit.progress import Printer
+
+INTERRUPTED_RUN = 130  # the view's exit status when Ctrl-C there stopped the run
 
 
 class WatchProcess:
@@ -35,7 +37,7 @@ class WatchProcess:
 
         def closed() -> None:
             self.proc.wait()
-            printer.view_closed()
+            printer.view_closed(stopping=self.proc.returncode == INTERRUPTED_RUN)
 
         threading.Thread(target=closed, daemon=True).start()
 
@@ -62,6 +64,7 @@ class WatchProcess:
         self.proc.wait()
 
     def _say(self, line: str | None) -> None:
+        """One line to the view; None (and `quit`) ends the pipe: the view reads no more."""
         if self._fd is None:
             return
         try:
@@ -69,5 +72,6 @@ class WatchProcess:
                 os.write(self._fd, f"{line}\n".encode())
         except OSError:  # the view is gone already
             pass
-        os.close(self._fd)
-        self._fd = None  # one message, then end of file: the view reads no more
+        if line is None or line == "quit":
+            os.close(self._fd)
+            self._fd = None

@@ -24,6 +24,8 @@ STATUS_STYLE = {
     RUNNING: "cyan",
 }
 
+PREPARING = "preparing"  # the run exists, its reference has not been run yet
+
 RUN_STATUS_STYLE = {
     RunStatus.optimized: "bold green",
     RunStatus.matched: "yellow",
@@ -33,6 +35,7 @@ RUN_STATUS_STYLE = {
     RunStatus.interrupted: "bold red",
     RunStatus.error: "bold red",
     RUNNING: "bold cyan",
+    PREPARING: "cyan",
 }
 
 
@@ -48,12 +51,19 @@ class StatusBar(Static):
         now = time.time() if now is None else now
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(f" {view.run} ", style="bold reverse")
+        if view.started is None and view.finished is None:  # the run exists; its evaluator is starting
+            t.append("  preparing: starting the evaluator, then the reference runs (no event yet)  ")
+            t.append(PREPARING, style=RUN_STATUS_STYLE[PREPARING])
+            self.update(t)
+            return
         name = (view.reference.get("hardware") or {}).get("device")
         device = f"{view.device} ({name})" if name and name != view.device else view.device or "?"
         t.append(f" {view.op}  {device} · {view.backend or '?'} · {view.model or OFFLINE}")
         total = f"/{view.iterations}" if view.iterations else ""
         t.append(f"  iter {view.evaluated}{total}  ${view.cost_usd:.4f}  {fmt_duration(view.elapsed(now))}  ")
-        t.append(view.status, style=RUN_STATUS_STYLE.get(view.status, "bold"))
+        # Until the reference event, the run is still being prepared (on a CPU that takes a while).
+        status = PREPARING if view.status == RUNNING and not view.reference and not view.candidates else view.status
+        t.append(status, style=RUN_STATUS_STYLE.get(status, "bold"))
         if view.finished and view.finished.get("speedup") is not None:
             t.append(f" {fmt_speed(view.finished['speedup'])}", style="bold")
         elif view.status == RUNNING and view.last_ts:

@@ -212,3 +212,21 @@ def test_a_bred_strategy_is_retrieved_by_a_later_run(tmp_path):
     skills = second.prompts()[0].sections["Strategies that worked on similar problems"]
     assert "fused wide elementwise (untried, a crossover of fused elementwise and wide vector loads)" in skills
     assert "The code with which fused elementwise won" in skills  # its winning code came along as a template
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_measured_peaks_carry_the_figures_the_generator_is_shown(tmp_path):
+    import torch
+
+    from okgit.eval.roofline import measure_peaks
+    from okgit.search.critic import describe_hardware
+
+    peaks = measure_peaks(torch.device("cuda"))
+    major, minor = torch.cuda.get_device_capability()
+    assert peaks["compute_capability"] == f"{major}.{minor}"
+    assert peaks["registers_per_sm"] > 0 and peaks["shared_memory_per_sm_bytes"] > 0
+    ctx = Context(problem=load_problem("relu2.py", source=OP), reference=REFERENCE.model_copy(update={"hardware": peaks}),
+                  backend="triton", device="cuda")
+    text = describe_hardware(ctx)
+    assert f"compute capability: {major}.{minor}" in text and "registers per SM" in text and "B/s" in text

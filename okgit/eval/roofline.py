@@ -22,7 +22,8 @@ PLAUSIBLE_FRACTION = 0.9  # a time below 0.9x the floor is rejected
 
 def peaks_path(device_name: str) -> Path:
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in device_name)
-    return data_dir() / "peaks" / f"{safe}.json"
+    # v2: with compute capability, shared memory and registers per SM (measured again once)
+    return data_dir() / "peaks" / f"{safe}.v2.json"
 
 
 def load_peaks(path: Path) -> dict[str, Any] | None:

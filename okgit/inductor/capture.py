@@ -275,9 +275,7 @@ def _call_body(code: str) -> str:
         raise NotCaptured("the wrapper has no single call(args)")
     fn = funcs[0]
     lines = code.splitlines()
-    body = lines[fn.body[0].lineno - 1 : fn.end_lineno]
-    # comments directly above the first statement belong to it too
-    return "\n".join(body)
+    return "\n".join(lines[fn.body[0].lineno - 1 : fn.end_lineno])
 
 
 def _note_externs(body: str, externs: dict[str, str]) -> None:

@@ -193,8 +193,8 @@ def mode_dependent(torch: Any, model: Any, source: str) -> bool:
 
 def mode_sequence(torch: Any, model: Any, module: ModuleType, case: Case, device: str, *, label: str,
                   buffers: list[str], counters: tuple[Any, ...] = (), convert: Any = None) -> Called:
-    """The modes case, the same in the judge and a candidate's worker (docs/design.md, "Module
-    modes and state"): a fresh model called in training mode on the case's inputs, its buffers
+    """The modes case, the same in the judge and a candidate's worker (docs/design.md,
+    "Module modes and state"): a fresh model called in training mode on the case's inputs, its buffers
     afterwards (the reference's, by name: running statistics, num_batches_tracked), then a call
     in eval mode on the next seed's inputs. One output list: training outputs, buffers, eval
     outputs; `facts["parts"]` names the gate and the mode of each. The training call runs under

@@ -108,7 +108,7 @@ def _mode_dynamic(name: str, args: list) -> tuple:
     """The reference is traced in training mode, and a few calls take that mode as a constant:
     batch norm's `training` (where it has running statistics: without them it always uses the
     batch's), dropout's `train`, and the step of `num_batches_tracked`, which only training takes.
-    Those constants become the module's flag, read at run time (docs/design.md, "Module modes")."""
+    Those constants become the module's flag, read at run time (docs/design.md, "Module modes and state")."""
     if name == "batch_norm" and len(args) > 5 and args[5] is True and args[3] is not None:
         args[5] = ModeFlag()
     elif name in ("dropout", "native_dropout") and len(args) > 2 and args[2] is True:

@@ -55,8 +55,7 @@ def _litellm() -> Any:
     try:
         import litellm
     except ImportError:
-        raise OkgitError("a model needs litellm, which is not installed: pip install 'okgit[llm]' "
-                         "(or scripts/install.sh)") from None
+        raise OkgitError(NOT_INSTALLED) from None
 
     litellm.telemetry = False  # older litellm versions phone home unless told not to
     litellm.num_retries = 0
@@ -69,9 +68,16 @@ def _litellm() -> Any:
     return litellm
 
 
+NOT_INSTALLED = "a model needs litellm, which is not installed: pip install 'okgit[llm]' (or scripts/install.sh)"
+
+
 def require() -> None:
-    """Refuse at once, in one line, a model run without litellm installed."""
-    _litellm()
+    """Refuse at once, in one line, a model run without litellm installed: looked up, not
+    imported (importing litellm takes seconds, and a missing key is told without it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("litellm") is None:
+        raise OkgitError(NOT_INSTALLED)
 
 
 def resolve_model(model: str, api_base: str | None) -> str:

@@ -11,12 +11,13 @@ from okgit.search.registry import PROPOSERS, make_proposers
 
 def test_builtins_are_registered_in_order():
     assert EVALUATORS.names() == ("local", "modal")
-    assert PROPOSERS.names() == ("templates", "model", "autotune")
+    assert PROPOSERS.names() == ("templates", "inductor", "model", "autotune")
 
 
-def test_offline_run_gets_templates_then_autotune():
+def test_offline_run_gets_templates_the_inductor_seed_then_autotune():
     names = [type(p).__name__ for p in make_proposers(Config())]
-    assert names == ["TemplatesProposer", "AutotuneProposer"]
+    assert names == ["TemplatesProposer", "InductorProposer", "AutotuneProposer"]
+    assert "InductorProposer" not in [type(p).__name__ for p in make_proposers(Config(inductor=False))]
 
 
 def test_a_registered_evaluator_is_a_choice_everywhere(monkeypatch):

@@ -27,9 +27,16 @@ GATE_RULES: dict[str, str] = {
     "repeat": "A second call on the same inputs must be correct too (no state carried between calls).",
     "determinism": "Bitwise deterministic: two calls on identical inputs give identical bits (no atomics whose order changes the result).",
     "fresh_inputs": "Correct when the same input buffers are refilled with new values: cache nothing keyed on an input's address.",
+    "remembered": ("Compute every output in the call that returns it: never return a tensor an earlier call "
+                   "returned (no cache of outputs keyed on input contents, hashes, addresses or call counts)."),
     "distribution": "Correct on a second input distribution (x -> 3x - 1): no assumption about the sign or range of values.",
     "extra_shapes": "Correct at the extra sizes checked (see the shapes below): no size hard-coded from the defaults; masks handle any size.",
     "init_inputs": f"Correct when every float constructor argument is scaled by {INIT_FLOAT_FACTOR:g}: no constants baked in from them.",
+    "train_mode": ("Where the reference depends on its mode (batch norm, dropout, self.training): correct in "
+                   "training mode, reading self.training at run time rather than a mode fixed in the kernel."),
+    "state": ("Leave the module's buffers and parameters as the reference leaves them after the same calls "
+              "(running statistics and num_batches_tracked updated in training mode only)."),
+    "eval_mode": "Correct after model.eval() too: eval mode uses the running statistics, and dropout is off.",
     "backend_kernel": "The main work runs in your own kernels of the backend; a file that only calls PyTorch ops is rejected.",
     "timed_outputs": "Outputs of the timed calls must be as correct as the checked ones.",
     "side_stream": "All work runs on the current stream and is finished when the call returns: no work escaping the timed stream.",

@@ -30,17 +30,11 @@ def _templates(config: Config) -> Proposer:
 @proposer("inductor", order=5)
 def _inductor(config: Config) -> Proposer | None:
     """torch.compile's kernels as a standalone file (on a GPU; on a CPU with `inductor = true`)."""
-    if config.inductor is None:
-        import torch
-
-        on = (config.device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cuda"
-    else:
-        on = config.inductor
-    if not on:
+    if config.inductor is False:
         return None
     from okgit.search.proposers.inductor import InductorProposer
 
-    return InductorProposer()
+    return InductorProposer(on_cpu=config.inductor is True)
 
 
 @proposer("model", order=10)

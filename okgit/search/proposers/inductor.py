@@ -33,14 +33,16 @@ class InductorProposer:
 
     name = "inductor"
 
-    def __init__(self) -> None:
+    def __init__(self, on_cpu: bool = False) -> None:
+        self.on_cpu = on_cpu  # decided by the run's device, known once the evaluator is made
         self._source: str | None = None
         self._modes: list[str] = []
 
     def propose(self, ctx: Context) -> Proposal | None:
         if self._source != ctx.problem.source:
             self._source = ctx.problem.source
-            self._modes = ["default", "max-autotune-no-cudagraphs"] if ctx.device.startswith("cuda") else ["default"]
+            gpu = ctx.device.startswith("cuda")
+            self._modes = ["default", "max-autotune-no-cudagraphs"] if gpu else ["default"] if self.on_cpu else []
         while self._modes:
             mode = self._modes.pop(0)
             # at the shape the evaluator times (a CPU's is scaled down for the interpreter)

@@ -87,6 +87,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    from okgit import presentation
     from okgit.git import history
     from okgit.git.repo import Repo
 
@@ -95,10 +96,10 @@ def cmd_history(args: argparse.Namespace) -> int:
         from okgit.git.workspace import resolve_run
 
         detail = history.run_detail(repo, resolve_run(repo, args.run))
-        _emit(args, detail.model_dump(mode="json"), history.detail_text(detail))
+        _emit(args, detail.model_dump(mode="json"), presentation.detail_text(detail))
     else:
         runs = history.list_runs(repo)
-        _emit(args, [r.model_dump(mode="json") for r in runs], history.runs_text(runs))
+        _emit(args, [r.model_dump(mode="json") for r in runs], presentation.runs_text(runs))
     return 0
 
 
@@ -183,8 +184,8 @@ def cmd_traces_export(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
+    from okgit.git.gc import gc
     from okgit.git.repo import Repo
-    from okgit.git.workspace import gc
 
     report = gc(Repo.find(Path.cwd()), keep=args.keep, runs=args.runs)
     _emit(args, report.model_dump(mode="json"), report.text())

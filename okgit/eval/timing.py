@@ -89,7 +89,7 @@ def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: i
     spot: dict[int, Any] = {}
     for s in range(total):
         c, slot = s % k, (s + s // k) % k
-        for dst, src in zip(slots[slot], input_sets[c]):
+        for dst, src in zip(slots[slot], input_sets[c], strict=True):
             if _is_tensor(dst):
                 copy_(dst, src)
         zero_(flush)

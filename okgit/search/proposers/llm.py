@@ -32,10 +32,9 @@ from okgit.paths import skills_path
 from okgit.problem import top_level_names
 from okgit.search import critic, memory
 from okgit.search.critic import Diagnosis, describe_hardware, describe_reference, describe_result
-from okgit.search.driver import source_key
 from okgit.search.extract import PatchError, apply_patch, extract_code, extract_patch, lookup_symbols
 from okgit.search.intents import SEEDS, Intent, IntentTree, parse_intents
-from okgit.search.types import Attempt, Context, Proposal, Proposer
+from okgit.search.types import Attempt, Context, Proposal, Proposer, source_key
 
 MAX_FAILURES_SHOWN = 6
 MAX_CALL_FAILURES = 3  # model calls failing in a row (after retries) before the proposer gives up

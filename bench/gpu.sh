@@ -12,6 +12,9 @@
 #   realsize[:A-B]   bench/realsize.py over the development set (.kb/, a copy of ../shared/kernelbench,
 #                    carried), levels REALSIZE_LEVELS (default "2 1"), problems A-B; resumes from
 #                    bench/results/realsize-resume.json when present
+#   trust            bench/trust.py (issue 20): the contract's GPU tests, the batch-norm problems with the
+#                    cross-check, 8 development problems at --parallel 6 and alone (.kb/, carried); resumes
+#                    from bench/results/trust-resume.json when present
 #   facts            only the torch/triton/GPU facts
 #   smoke            both scripts' --smoke (CPU): checks the plumbing, needs no GPU
 #
@@ -41,7 +44,7 @@ usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 seen=" "
 for arg in "$@"; do
   stage="${arg%%:*}"; range="${arg#"$stage"}"; range="${range#:}"
-  case "$stage" in tests|eval|offline|space|realsize|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
+  case "$stage" in tests|eval|offline|space|realsize|trust|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
   if [ -n "$range" ] && ! [[ "$range" =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]]; then echo "bad range in $arg (want A-B or a list A,B-C)" >&2; exit 2; fi
   case "$seen" in *" $stage "*) echo "stage $stage twice in one call: its JSON would be overwritten" >&2; exit 2;; esac
   seen="$seen$stage "
@@ -131,6 +134,10 @@ for arg in "$@"; do
       need_gpu realsize || { final=3; continue; }
       resume=""; [ -f bench/results/realsize-resume.json ] && resume="--resume bench/results/realsize-resume.json"
       run_stage realsize 560 'python3 bench/realsize.py --kb .kb --level '"${REALSIZE_LEVELS:-2 1}"' '"${range:+--problems $range} $resume"' --time-limit $LIMIT' ;;
+    trust)
+      need_gpu trust || { final=3; continue; }
+      resume=""; [ -f bench/results/trust-resume.json ] && resume="--resume bench/results/trust-resume.json"
+      run_stage trust 560 'python3 bench/trust.py --kb .kb '"$resume"' --time-limit $LIMIT' ;;
     smoke)
       run_stage smoke-eval 120 'python3 bench/eval.py --smoke'
       run_stage smoke-offline 120 'python3 bench/offline.py --smoke'

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from okgit.config import BACKENDS, DEVICES, EDIT_MODES, MODES, RUN_FLAGS
+from okgit.config import BACKENDS, DEFAULT_ITERATIONS, DEFAULT_MODEL_ITERATIONS, DEVICES, EDIT_MODES, MODES, RUN_FLAGS
 from okgit.errors import OkgitError, UsageError
 
 
@@ -46,12 +46,14 @@ def _optimize_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=MODES,
                    help=f"thorough: more interleaved rounds in the final gate (default: {_default('mode')})")
     p.add_argument("--iterations", type=int, metavar="N",
-                   help=f"candidates to evaluate, all proposers together (default: {_default('iterations')})")
+                   help="candidates to evaluate, all proposers together "
+                        f"(default: {DEFAULT_ITERATIONS}, {DEFAULT_MODEL_ITERATIONS} with --model)")
     p.add_argument("--budget-usd", type=float, metavar="X", help="stop once model calls cost this much (default: no limit)")
     p.add_argument("--eval", choices=_evaluators(), help=f"where candidates run (default: {_default('eval')})")
     p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu (Triton's interpreter, untimed)")
     p.add_argument("--edit-mode", choices=EDIT_MODES,
                    help=f"how a model writes candidates: whole files or patches (default: {_default('edit_mode')})")
+    p.add_argument("--modal-gpu", metavar="GPU", help=f"the GPU of --eval modal, e.g. H100, H200, A100-80GB (default: {_default('modal_gpu')})")
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -62,6 +64,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from okgit.progress import printer
     from okgit.run import optimize
 
+    if Path(args.path).is_dir() or args.campaign:
+        return _campaign(args)
     progress = None if args.json else printer(sys.stdout, args.path)
     watcher = None
     if args.watch:
@@ -73,6 +77,45 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             watcher.mute(progress)
     result = optimize(Path(args.path), flags=_flags(args), resume=args.resume, on_event=progress, watcher=watcher)
     _emit(args, result.model_dump(mode="json"), result.summary())
+    return 0
+
+
+def _campaign(args: argparse.Namespace) -> int:
+    """`optimize DIR/` and `optimize MODEL.py --campaign`: each problem's progress as a run's."""
+    from okgit.campaign.text import campaign_line
+    from okgit.progress import printer
+
+    if args.resume or args.watch:
+        raise UsageError("a campaign takes neither --resume nor --watch (follow it with: okgit watch campaign:latest)")
+    current: list[Callable[[dict[str, Any]], None]] = []
+
+    def progress(event: dict[str, Any]) -> None:
+        if event.get("type") == "problem_started":
+            current[:] = [printer(sys.stdout, event.get("op"))]
+        line = campaign_line(event)
+        if line:
+            print(line, flush=True)
+        elif line is None and current:  # an event of the problem's run
+            current[0](event)
+
+    on_event = None if args.json else progress
+    if Path(args.path).is_dir():
+        from okgit.campaign.directory import optimize_dir
+
+        result = optimize_dir(Path(args.path), flags=_flags(args), on_event=on_event)
+    else:
+        from okgit.campaign.model import optimize_model
+
+        result = optimize_model(Path(args.path), flags=_flags(args), top=args.top, on_event=on_event)
+    _emit(args, result.model_dump(mode="json"), result.summary())
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from okgit.campaign.profile import profile_model
+
+    report = profile_model(Path(args.model), device=args.device)
+    _emit(args, report.model_dump(mode="json"), report.text(top=args.top))
     return 0
 
 
@@ -88,18 +131,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_history(args: argparse.Namespace) -> int:
     from okgit import presentation
+    from okgit.campaign import listing
+    from okgit.campaign.store import is_campaign_ref, resolve_campaign
     from okgit.git import history
     from okgit.git.repo import Repo
 
     repo = Repo.find(Path.cwd())
-    if args.run:
+    if args.run and is_campaign_ref(args.run):
+        campaign = listing.campaign_summary(repo, resolve_campaign(repo, args.run))
+        _emit(args, campaign.model_dump(mode="json"), listing.detail_text(campaign))
+    elif args.run:
         from okgit.git.workspace import resolve_run
 
         detail = history.run_detail(repo, resolve_run(repo, args.run))
         _emit(args, detail.model_dump(mode="json"), presentation.detail_text(detail))
     else:
-        runs = history.list_runs(repo)
-        _emit(args, [r.model_dump(mode="json") for r in runs], presentation.runs_text(runs))
+        campaigns = listing.list_campaigns(repo)
+        runs = listing.with_campaigns(history.list_runs(repo), campaigns)
+        text = presentation.runs_text(runs) + ("\n\n" + listing.campaigns_text(campaigns) if campaigns else "")
+        _emit(args, [r.model_dump(mode="json") for r in runs], text)
     return 0
 
 
@@ -156,8 +206,19 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return 0
     if not args.run:
         raise UsageError("watch needs a RUN (a run id, a unique prefix of one, latest, or a run directory)")
+    from okgit.campaign.store import is_campaign_ref
     from okgit.git.rundir import RunDir
 
+    if is_campaign_ref(args.run):  # the view moves to each problem's run as the campaign starts it
+        from functools import partial
+
+        from okgit.campaign.listing import current_run_dir
+        from okgit.campaign.store import resolve_campaign
+        from okgit.git.repo import Repo
+
+        repo = Repo.find(Path.cwd())
+        watch(None, follow=partial(current_run_dir, repo, resolve_campaign(repo, args.run)))
+        return 0
     # A run directory copied from another machine is watched in place.
     given = Path(args.run)
     watch(given if RunDir(given).journal.is_file() else _run_dir(args.run))
@@ -187,7 +248,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from okgit.git.gc import gc
     from okgit.git.repo import Repo
 
-    report = gc(Repo.find(Path.cwd()), keep=args.keep, runs=args.runs)
+    if args.names and not args.runs:
+        return _usage("naming runs needs --runs (gc --runs RUN... removes exactly those)")
+    report = gc(Repo.find(Path.cwd()), keep=args.keep, runs=args.runs, names=args.names, interrupted=args.interrupted)
     _emit(args, report.model_dump(mode="json"), report.text())
     return 0
 
@@ -241,11 +304,19 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--json", action="store_true", help="machine-readable output")
         return p
 
-    p = command("optimize", cmd_optimize, "search for a faster, correct kernel for one op file")
-    p.add_argument("path", help="the op file (KernelBench format), tracked by git")
+    p = command("optimize", cmd_optimize, "search for a faster, correct kernel for one op file, a directory of them or a model")
+    p.add_argument("path", help="the op file (KernelBench format), tracked by git; a directory: every op file in it, as one campaign")
+    p.add_argument("--campaign", action="store_true",
+                   help="PATH is a whole model (Model, get_inputs, get_init_inputs): optimize its top modules as one campaign, then the whole model")
+    p.add_argument("--top", type=int, default=4, metavar="N", help="with --campaign, the modules to optimize (default: 4)")
     _optimize_flags(p)
     p.add_argument("--resume", metavar="RUN", help=f"continue an interrupted run ({RUN_HELP})")
     p.add_argument("--watch", action="store_true", help="show the live view while it runs (q hides it, Ctrl-C stops the run)")
+
+    p = command("profile", cmd_profile, "where a whole model's time goes: its leaf modules and call sites, ranked")
+    p.add_argument("model", metavar="MODEL.py", help="a file with Model, get_inputs and get_init_inputs (KernelBench level-3 style)")
+    p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu (profiled on the CPU, and said so)")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="rows to show (default: 10)")
 
     p = command("eval", cmd_eval, "evaluate one candidate file against a reference file (no git)")
     p.add_argument("candidate", help="the candidate op file (defines ModelNew or Model)")
@@ -254,28 +325,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=MODES, help="thorough: every gate at more seeds and shapes (default: fast)")
     p.add_argument("--backend", choices=BACKENDS, default="triton", help="the candidate's kernel language (default: triton)")
 
-    p = command("history", cmd_history, "list runs, or one run's candidates")
-    p.add_argument("run", nargs="?", metavar="RUN", help=f"show this run's candidates ({RUN_HELP}; default: list every run)")
+    p = command("history", cmd_history, "list runs and campaigns, or one run's candidates, or one campaign's problems")
+    p.add_argument("run", nargs="?", metavar="RUN", help=f"show this run's candidates ({RUN_HELP}; or campaign:ID, campaign:latest; default: list every run and campaign)")
 
     p = command("show", cmd_show, "a run's or a candidate's diff against the run's base")
-    p.add_argument("ref", metavar="REF", help=f"a run ({RUN_HELP}) or a tag okgit/<run>/<cand>")
+    p.add_argument("ref", metavar="REF", help=f"a run ({RUN_HELP}), a tag okgit/<run>/<cand> or a campaign (campaign:ID)")
 
     p = command("apply", cmd_apply, "apply a run's winning diff, a candidate's, or a diff file to the working tree")
-    p.add_argument("ref", metavar="REF", help=f"a run ({RUN_HELP}), a tag okgit/<run>/<cand>, or a .diff file")
+    p.add_argument("ref", metavar="REF", help=f"a run ({RUN_HELP}), a tag okgit/<run>/<cand>, a campaign (campaign:ID), or a .diff file")
     p.add_argument("--check", action="store_true", help="only tell whether it applies (exit code)")
 
     p = command("revert", cmd_revert, "undo an applied run, tag or diff file in the working tree")
-    p.add_argument("ref", metavar="REF", help="what was given to okgit apply (a run, a tag or a .diff file)")
+    p.add_argument("ref", metavar="REF", help="what was given to okgit apply (a run, a tag, a campaign or a .diff file)")
 
     p = command("verify", cmd_verify, "re-run every gate on a diff against the current HEAD (for CI)")
-    p.add_argument("ref", metavar="PATCH_OR_REF", help="a .diff file, a run or a tag okgit/<run>/<cand>")
+    p.add_argument("ref", metavar="PATCH_OR_REF", help="a .diff file, a run, a tag okgit/<run>/<cand> or a campaign (campaign:ID)")
     p.add_argument("--eval", choices=_evaluators(), help=f"where the candidate runs (default: {_default('eval')}, or okgit.toml's)")
     p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu (correctness only)")
     p.add_argument("--mode", choices=MODES, help="default: thorough")
     p.add_argument("--require-speedup", type=float, metavar="X", help="also fail unless the diff is X times faster (default: not required)")
 
-    p = command("watch", cmd_watch, "live terminal view of a run", json_flag=False)
-    p.add_argument("run", nargs="?", metavar="RUN", help=f"{RUN_HELP}, or a run directory (e.g. copied from another machine)")
+    p = command("watch", cmd_watch, "live terminal view of a run, or of a campaign's runs one after another", json_flag=False)
+    p.add_argument("run", nargs="?", metavar="RUN", help=f"{RUN_HELP}, a run directory (e.g. copied from another machine), or campaign:ID / campaign:latest")
     p.add_argument("--attach", type=int, help=argparse.SUPPRESS)  # optimize --watch: the pipe that names its run
     p.add_argument("--run-pid", type=int, help=argparse.SUPPRESS)  # optimize --watch: the process Ctrl-C stops
 
@@ -292,6 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("gc", cmd_gc, "remove finished worktrees and old runs")
     p.add_argument("--keep", type=int, default=20, metavar="N", help="with --runs, keep this many newest finished runs (default: 20)")
     p.add_argument("--runs", action="store_true", help="also delete old run directories and their tags (default: only worktrees and finished runs' branches)")
+    p.add_argument("names", nargs="*", metavar="RUN", help="with --runs, remove exactly these runs, interrupted ones too")
+    p.add_argument("--interrupted", action="store_true", help="with --runs, also remove interrupted runs past --keep (they can no longer resume)")
 
     p = command("bench", lambda a: _usage("bench needs a suite: kernelbench"), "benchmark sweeps", json_flag=False)
     bsub = p.add_subparsers(dest="bench_command", metavar="SUITE")
@@ -337,8 +410,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.handler(args)
-    except KeyboardInterrupt:
-        print("okgit: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        stopped = getattr(e, "message", "")  # okgit.run.Interrupted: the signal and what it stopped
+        print(f"okgit: interrupted ({stopped})" if stopped else "okgit: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `okgit history | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit

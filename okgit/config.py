@@ -27,7 +27,7 @@ MODES = ("fast", "thorough")
 DEVICES = ("cuda", "cpu")
 EDIT_MODES = ("whole", "patch")
 # The settings `okgit optimize` takes as flags; `okgit bench kernelbench` passes them through.
-RUN_FLAGS = ("backend", "model", "api_base", "mode", "iterations", "budget_usd", "eval", "device", "edit_mode")
+RUN_FLAGS = ("backend", "model", "api_base", "mode", "iterations", "budget_usd", "eval", "device", "edit_mode", "modal_gpu")
 
 
 class OpConfig(BaseModel):
@@ -44,6 +44,30 @@ class OpConfig(BaseModel):
     extra_shapes: list[dict[str, int]] | None = None  # knob settings checked besides the defaults
 
 
+class SearchSettings(BaseModel):
+    """The model-driven search's loops and spend (`[search]` in okgit.toml); docs/models.md
+    says what each one bounds and costs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    compile_retries: int = Field(default=3, ge=0)  # repairs of compile and runtime errors within one attempt
+    mismatch_retries: int = Field(default=3, ge=0)  # repairs of wrong outputs and gate rejections within one attempt
+    attempts_per_intent: int = Field(default=5, ge=1)  # K: attempts (an implementation and its repairs) per intent
+    failed_attempts: int = Field(default=2, ge=1)  # failed attempts in a row that prune an intent
+    intent_patience: int = Field(default=2, ge=1)  # attempts in a row without progress that retire an intent
+    plan_rounds: int = Field(default=8, ge=0)  # planning calls: one at the start, one each time an intent ends
+    intents_per_round: int = Field(default=4, ge=1)
+    max_calls: int | None = Field(default=None, ge=1)  # model calls in a run; None: 4 per iteration
+    max_tokens: int = Field(default=16384, ge=256)  # per reply; a reply cut off there is unusable
+    call_timeout_s: float = Field(default=300.0, gt=0)  # one call's limit; a retry after a timeout gets half
+    max_wait_s: float = Field(default=900.0, gt=0)  # one call with all its retries
+    concurrent_calls: int = Field(default=4, ge=1)  # model calls at once for a batch of intents
+
+
+DEFAULT_ITERATIONS = 12  # without a model: templates and autotune
+DEFAULT_MODEL_ITERATIONS = 30  # with one: room for two intents' K attempts with their repairs
+
+
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -51,17 +75,24 @@ class Config(BaseModel):
     model: str | None = None  # a litellm model string, or replay:PATH; None = offline templates
     api_base: str | None = None
     mode: Literal[MODES] = "fast"  # type: ignore[valid-type]
-    iterations: int = Field(default=12, ge=1)
+    iterations: int | None = Field(default=None, ge=1)  # None: DEFAULT_ITERATIONS, or DEFAULT_MODEL_ITERATIONS with a model
     budget_usd: float | None = Field(default=None, ge=0)
     time_budget_s: float | None = Field(default=None, gt=0)
-    patience: int = Field(default=6, ge=1)  # iterations without improvement before stopping
+    reference_timeout_s: float | None = Field(default=None, gt=0)  # the reference's preparation; None: 600 s CPU, 360 s GPU
+    patience: int = Field(default=6, ge=1)  # correct candidates in a row that set no new best (okgit.search.driver)
     target_speedup: float | None = Field(default=None, gt=0)
     eval: str = "local"  # a name in okgit.eval.registry.EVALUATORS
     device: Literal[DEVICES] | None = None  # type: ignore[valid-type]  # None: cuda when a GPU is visible
     edit_mode: Literal[EDIT_MODES] = "whole"  # type: ignore[valid-type]
+    inductor: bool | None = None  # the torch.compile seed; None: on unless the run is on a CPU
     modal_gpu: str = "H100"
+    modal_usd_per_s: float | None = Field(default=None, ge=0)  # a GPU-second on Modal; None: okgit.eval.modal.GPU_USD_PER_S
     skills_path: str | None = None
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)  # model -> input/output $ per token
+    search: SearchSettings = Field(default_factory=SearchSettings)
+    # Each model call's prompt and reply kept in the run's traces.jsonl (local, never sent anywhere);
+    # false keeps only its size, cost and outcome: nothing of the op's source or the model's code.
+    record_prompts: bool = True
     op: list[OpConfig] = Field(default_factory=list)
 
     @field_validator("eval")
@@ -75,6 +106,13 @@ class Config(BaseModel):
             expected = " or ".join(filter(None, (", ".join(map(repr, names[:-1])), repr(names[-1]))))
             raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
         return value
+
+    @property
+    def iteration_budget(self) -> int:
+        if self.iterations is not None:
+            return self.iterations
+        return DEFAULT_MODEL_ITERATIONS if self.model else DEFAULT_ITERATIONS
+
     def problem_settings(self, rel: str) -> dict[str, Any]:
         """Problem fields (tolerances, extra shapes) that okgit.toml sets for the op at `rel`."""
         for op in self.op:

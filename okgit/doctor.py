@@ -43,7 +43,7 @@ class Check(BaseModel):
 
 
 def checks(model: str | None = None, api_base: str | None = None) -> list[Check]:
-    found = [_python(), *_torch(), _nvcc(), _triton(), _interpreter(), _litellm(), _modal(), _model_keys()]
+    found = [_python(), *_torch(), _nvcc(), _triton(), _interpreter(), _litellm(), _modal(), *_modal_version(), _model_keys()]
     if model:
         found.append(_ping(model, api_base))
     return found
@@ -123,6 +123,18 @@ def _modal() -> Check:
     if (Path.home() / ".modal.toml").is_file():
         return Check(name="modal", ok=True, detail="installed; token in ~/.modal.toml")
     return Check(name="modal", ok=False, detail="installed, no token (run: modal token new)")
+
+
+def _modal_version() -> list[Check]:
+    """An installed modal older than okgit's floor, named in one line (read from its metadata, not imported)."""
+    try:
+        version = importlib.metadata.version("modal")
+    except importlib.metadata.PackageNotFoundError:
+        return []
+    from okgit.eval.modal_image import version_problem
+
+    problem = version_problem(version)
+    return [Check(name="modal version", ok=problem is None, detail=f"too old: --eval modal needs {problem}" if problem else version)]
 
 
 def _model_keys() -> Check:

@@ -71,6 +71,7 @@ class Evaluated(Event):
     error: EvalErrorFields | None
     profile: dict[str, Any] | None
     wall_s: float | None
+    cost_usd: float | None = None  # priced GPU-seconds (Modal), counted in the dollar budget
 
 
 class Accepted(Event):
@@ -94,8 +95,17 @@ class IntentEvent(Event):
     status: str
     attempts: int
     best_speedup: float | None
-    origin: str | None = None  # insert: who proposed it
-    reason: str | None = None  # prune: why
+    origin: str | None = None  # who proposed it
+    reason: str | None = None  # prune, and an update that retires it: why
+    # the model search's counters (okgit.search.intents.Intent)
+    candidates: int | None = None
+    correct: int | None = None
+    improved: int | None = None
+    failed_in_row: int | None = None
+    stale_in_row: int | None = None
+    base: str | None = None
+    first_correct_at: int | None = None
+    profile: str | None = None
 
 
 class DiagnosisEvent(Event):
@@ -116,6 +126,7 @@ class LlmCall(Event):
     cost_usd: float | None
     latency_s: float
     ok: bool
+    truncated: bool = False  # the reply stopped at max_tokens
 
 
 class Note(Event):
@@ -151,6 +162,18 @@ class RunFinished(Event):
     diff: str
     iterations: int
     cost_usd: float
+    error: str | None = None  # status error: what could not be judged and why
+
+
+class Retry(Event):
+    """A step the machine failed (out of memory beside other work, a lost judge or worker, a
+    device error), tried again after a wait."""
+
+    cand: str | None
+    step: str
+    cause: str
+    wait_s: float
+    message: str
 
 
 EVENTS: dict[str, type[Event]] = {
@@ -167,6 +190,7 @@ EVENTS: dict[str, type[Event]] = {
     "gate": GateEvent,
     "interrupted": Interrupted,
     "resumed": Resumed,
+    "retry": Retry,
     "run_finished": RunFinished,
 }
 

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from okgit.errors import OkgitError
 
 Message = dict[str, str]
+MIN_TIMEOUT_S = 30.0  # the shortest limit a retry after a timeout gets
 
 
 class Completion(BaseModel):
@@ -37,6 +38,7 @@ class Completion(BaseModel):
     cost_usd: float = 0.0
     cost_known: bool = True  # False: no price for this model; cost_usd is 0, not the truth
     latency_s: float = 0.0
+    truncated: bool = False  # the reply stopped at max_tokens (finish_reason "length"): it is incomplete
 
 
 class LLMAuthError(OkgitError):
@@ -67,15 +69,40 @@ def _litellm() -> Any:
     return litellm
 
 
+def require() -> None:
+    """Refuse at once, in one line, a model run without litellm installed."""
+    _litellm()
+
+
 def resolve_model(model: str, api_base: str | None) -> str:
     """An endpoint given by --api-base speaks the OpenAI protocol unless the model names a provider."""
     if not api_base:
         return model
+    lt = _litellm()
     try:
-        _litellm().get_llm_provider(model)
+        lt.get_llm_provider(model)
         return model
     except Exception:  # noqa: BLE001 - litellm raises BadRequestError for a name without a provider
         return f"openai/{model}"
+
+
+def price_known(model: str, api_base: str | None, prices: dict[str, dict[str, float]]) -> bool:
+    """Whether a call's cost can be counted: a price in okgit.toml, or litellm's cost map knows it."""
+    resolved = resolve_model(model, api_base)
+    if any(name in prices for name in (model, resolved, resolved.split("/", 1)[-1])):
+        return True
+    try:
+        info = _litellm().get_model_info(resolved)
+    except Exception:  # noqa: BLE001 - an unknown model: litellm raises rather than guess
+        return False
+    return info.get("input_cost_per_token") is not None
+
+
+def check_price(model: str, api_base: str | None, prices: dict[str, dict[str, float]], budget_usd: float | None) -> None:
+    """A dollar budget needs a price: refuse in one line rather than count every call as $0."""
+    if budget_usd is not None and not price_known(model, api_base, prices):
+        raise OkgitError(f"--budget-usd needs a price for {model}, which litellm does not know: set "
+                         f'[prices."{model}"] input and output ($ per token) in okgit.toml')
 
 
 def _api_key(model: str, api_base: str | None, api_key: str | None) -> str | None:
@@ -114,7 +141,9 @@ def missing_keys(model: str, api_base: str | None = None) -> list[str]:
 
 
 def check_credentials(model: str, api_base: str | None = None) -> None:
-    """Refuse at once, in one line naming the variable to set, a model whose key is not set."""
+    """Refuse at once, in one line naming the variable to set, a model whose key is not set
+    (and a model at all when litellm is not installed)."""
+    require()
     missing = missing_keys(model, api_base)
     if missing:
         raise LLMAuthError(f"model {model}: no API key: set {' or '.join(missing)} (or OKGIT_API_KEY)")
@@ -153,6 +182,20 @@ def _cost(response: Any, model: str, resolved: str, prices: dict[str, dict[str, 
         return 0.0, False
 
 
+# Providers that cache a prompt's prefix only when asked (OpenAI, DeepSeek and Gemini cache on their own).
+_ASK_TO_CACHE = ("anthropic/", "claude", "bedrock/anthropic", "vertex_ai/claude")
+
+
+def cached(resolved: str, messages: list[Message]) -> list[Any]:
+    """The messages with the system prompt marked for the provider's prompt cache, where it needs
+    asking: the system prompt (rules, gates, format) is the same in every call of a role."""
+    if not resolved.startswith(_ASK_TO_CACHE) or not messages or messages[0]["role"] != "system":
+        return messages
+    system = {"role": "system", "content": [{"type": "text", "text": messages[0]["content"],
+                                             "cache_control": {"type": "ephemeral"}}]}
+    return [system, *messages[1:]]
+
+
 def complete(
     messages: list[Message],
     *,
@@ -161,6 +204,7 @@ def complete(
     api_key: str | None = None,
     timeout_s: float = 180.0,
     max_retries: int = 3,
+    max_wait_s: float | None = None,
     backoff_s: float = 2.0,
     temperature: float | None = None,
     max_tokens: int | None = None,
@@ -169,24 +213,36 @@ def complete(
 ) -> Completion:
     """One chat completion. Transient failures are retried; others raise a one-line OkgitError.
 
+    A retry after a timeout gets half the previous limit (at least MIN_TIMEOUT_S): a model
+    that did not answer in the full time is retried quickly rather than waited on again at
+    full length; `max_wait_s` caps the time of all tries and their backoff together.
     `prices` (model -> {"input", "output"} dollars per token, from config) win over litellm's
     cost map. `mock_response` is litellm's scripted reply, for tests.
     """
     lt = _litellm()
     resolved = resolve_model(model, api_base)
     key = _api_key(resolved, api_base, api_key)
-    kwargs: dict[str, Any] = {"model": resolved, "messages": messages, "timeout": timeout_s, "num_retries": 0}
+    kwargs: dict[str, Any] = {"model": resolved, "messages": cached(resolved, messages), "timeout": timeout_s, "num_retries": 0}
     for name, value in (("api_base", api_base), ("api_key", key), ("temperature", temperature),
                         ("max_tokens", max_tokens), ("mock_response", mock_response)):
         if value is not None:
             kwargs[name] = value
     last = ""
+    give_up = time.monotonic() + (max_wait_s if max_wait_s is not None else (timeout_s + 60) * (max_retries + 1))
+    limit, tried = timeout_s, 0
     for attempt in range(max_retries + 1):
         started = time.monotonic()
+        left = give_up - started
+        if left <= 1.0:
+            break
+        tried += 1
+        kwargs["timeout"] = min(limit, left)
         try:
             response = lt.completion(**kwargs)
         except Exception as e:  # noqa: BLE001 - litellm maps every provider's errors onto its own types
             last = _redact(f"{type(e).__name__}: {e}", key)
+            if isinstance(e, lt.Timeout):
+                limit = max(MIN_TIMEOUT_S, limit / 2)
             if isinstance(e, (lt.AuthenticationError, lt.PermissionDeniedError)) or _NO_KEY.search(str(e)):
                 wanted = " or ".join(missing_keys(model, api_base) or ["the provider's key"])
                 raise LLMAuthError(f"model {model}: credentials refused ({last}); set {wanted} or OKGIT_API_KEY") from None
@@ -194,10 +250,11 @@ def complete(
                 raise OkgitError(f"model {model}: {last}") from None
             if attempt < max_retries:
                 # Exponential backoff with jitter, so parallel runs do not retry in lockstep.
-                time.sleep(backoff_s * (2**attempt) * (0.5 + random.random()))
+                time.sleep(min(backoff_s * (2**attempt) * (0.5 + random.random()), max(give_up - time.monotonic(), 0.0)))
             continue
         latency = time.monotonic() - started
-        text = response.choices[0].message.content or ""
+        choice = response.choices[0]
+        text = choice.message.content or ""
         usage = getattr(response, "usage", None)
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
@@ -205,9 +262,10 @@ def complete(
         return Completion(
             text=text, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
             cost_usd=cost, cost_known=known, latency_s=round(latency, 3),
+            truncated=getattr(choice, "finish_reason", None) == "length",
         )
-    tries = f"{max_retries + 1} tries" if max_retries else "1 try"
-    raise OkgitError(f"model {model}: gave up after {tries}: {last}")
+    tries = f"{tried} tries" if tried != 1 else "1 try"
+    raise OkgitError(f"model {model}: gave up after {tries}: {last or 'no time left to wait'}")
 
 
 def ping(model: str, api_base: str | None = None) -> str:
@@ -229,7 +287,7 @@ USER_MARK = "=== user ==="
 
 @lru_cache(maxsize=None)
 def prompt_text(name: str) -> str:
-    """The text of okgit/prompts/<name>.txt, e.g. "generator_triton.v1"."""
+    """The text of okgit/prompts/<name>.txt, e.g. "generator_triton.v2"."""
     try:
         return (resources.files("okgit") / "prompts" / f"{name}.txt").read_text(encoding="utf-8")
     except FileNotFoundError:

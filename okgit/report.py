@@ -15,7 +15,11 @@ STATUS_MEANING = {
     RunStatus.matched: "a correct kernel was found, but it is not faster than the baseline past the noise",
     RunStatus.fallback: "no candidate passed every gate; the baseline is kept",
     RunStatus.unverified: "a correct kernel was found; this device cannot time it (no speedup is claimed)",
+    RunStatus.slower: "a correct kernel was found, but it is slower than the baseline past the noise; "
+                      "nothing is handed out (its tag is kept for inspection)",
     RunStatus.interrupted: "the run was interrupted; what it had found so far is below",
+    RunStatus.error: "the final gate could not judge the candidates (see Notes for the cause); "
+                     "nothing is handed out, and --resume tries again",
 }
 
 
@@ -57,7 +61,8 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
         lines.append(f"| shapes checked | {'; '.join(', '.join(f'{k}={v}' for k, v in s.items()) for s in ref.shapes)} |")
     if winner:
         r = winner.result
-        lines += ["", "## Winner", "", f"`{winner.tag}` ({winner.proposal.origin}): {winner.proposal.intent}", ""]
+        title = "Fastest correct candidate (slower: not handed out)" if result.status == RunStatus.slower else "Winner"
+        lines += ["", f"## {title}", "", f"`{winner.tag}` ({winner.proposal.origin}): {winner.proposal.intent}", ""]
         if comparison:
             lines += [
                 "| final gate | value |",

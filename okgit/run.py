@@ -10,6 +10,7 @@ import contextlib
 import signal
 import statistics
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -28,7 +29,7 @@ from okgit.problem import Problem, load_problem
 from okgit.search.driver import Budget, Search, is_better
 from okgit.search.registry import make_proposers
 from okgit.search.types import Attempt, Context, Proposal, Proposer
-from okgit.status import RunStatus
+from okgit.status import CORRECT, RESUMABLE, RunStatus
 
 
 class RunResult(BaseModel):
@@ -47,16 +48,22 @@ class RunResult(BaseModel):
     candidates: int = 0
     stop_reason: str = ""
     cost_usd: float = 0.0
+    error: str | None = None  # status `error`: what the machine failed, so that no verdict could be reached
     _finished_before: bool = PrivateAttr(default=False)  # --resume of a run that had already finished
 
     def summary(self) -> str:
         lines = [f"run {self.run_id}: {self.status}" + (" (already finished; nothing to resume)" if self._finished_before else "")]
-        if self.speedup is not None:
+        if self.status == RunStatus.slower and self.speedup is not None:
+            lines.append(f"  the fastest correct candidate is slower than the baseline: {self.speedup:.2f}x "
+                         f"({self.baseline_us:.1f} us -> {self.best_us:.1f} us on {self.device}); nothing is handed out")
+        elif self.speedup is not None:
             lines.append(f"  speedup {self.speedup:.2f}x ({self.baseline_us:.1f} us -> {self.best_us:.1f} us on {self.device})")
         elif self.status == RunStatus.unverified:
             lines.append(f"  a correct kernel was found on {self.device}; no timing is claimed there")
+        if self.error:
+            lines += [f"  cause: {self.error}", f"  okgit optimize {self.op} --resume {self.run_id} tries again"]
         if self.best_tag:
-            lines.append(f"  best: {self.best_tag}")
+            lines.append(f"  {'kept for inspection' if self.status == RunStatus.slower else 'best'}: {self.best_tag}")
         lines.append(f"  report: {self.report}")
         lines.append(f"  diff:   {self.diff}")
         return "\n".join(lines)
@@ -75,12 +82,49 @@ def optimize(
 ) -> RunResult:
     """`watcher`: a live view already started (`optimize --watch`), told the run's directory."""
     repo = Repo.find(cwd or Path.cwd())
+    # From the start: a signal while the reference is prepared must stop its judge too.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     try:
         return _optimize(repo, path, flags, resume, on_event, watcher, cwd, evaluator, proposers)
+    except KeyboardInterrupt as e:
+        if watcher:
+            watcher.abort()
+        reason, live = (e.reason, e.live) if isinstance(e, _Interrupted) else ("Ctrl-C", [])
+        from okgit.eval.sandbox import stop_all
+
+        stopped = sorted(set(live) | set(stop_all()), key=lambda n: int(n.split()[1]))  # with what no evaluator held
+        raise Interrupted(f"{reason}: stopped {_processes(stopped)}; their directories are removed") from None
     except BaseException:
         if watcher:
-            watcher.abort()  # refused or interrupted before the run began: give the terminal back
+            watcher.abort()  # refused before the run began: give the terminal back
         raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM ended `optimize`: `message` says what okgit stopped (the CLI prints it)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _processes(names: list[str]) -> str:
+    """'judge 12, worker 13 and worker 14' -> 'a judge and 2 workers (pids 12, 13, 14)'."""
+    if not names:
+        return "no process of okgit was running"
+    kinds = [n.split()[0] for n in names]
+    parts = [f"{kinds.count(k)} {k}s" if kinds.count(k) > 1 else f"a {k}" for k in sorted(set(kinds))]
+    return f"{' and '.join(parts)} (pids {', '.join(n.split()[1] for n in names)})"
+
+
+def _on_signal(signum, frame):
+    from okgit.eval.sandbox import live_processes
+
+    raise _Interrupted("Ctrl-C" if signum == signal.SIGINT else "SIGTERM", live_processes())
 
 
 class Watcher(Protocol):
@@ -99,9 +143,10 @@ def _optimize(repo: Repo, path: Path, flags, resume: str | None, on_event, watch
 
     config = load_config(repo.root, flags)
     if config.model and not config.model.startswith("replay:") and proposers is None:
-        from okgit.llm import check_credentials
+        from okgit.llm import check_credentials, check_price
 
         check_credentials(config.model, config.api_base)  # a missing key: one line now, not a fallback later
+        check_price(config.model, config.api_base, config.prices, config.budget_usd)
     if resume:
         resume = workspace.resolve_run(repo, resume)
         op = workspace.started_event(repo, resume)["op"]
@@ -146,7 +191,12 @@ def _base_source(space) -> str:
 
 
 class _Interrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM, turned into an exception so the run writes what it has."""
+    """Ctrl-C or SIGTERM, turned into an exception so the run writes what it has; `live`: the
+    processes okgit had running when it came."""
+
+    def __init__(self, reason: str = "Ctrl-C", live: list[str] | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.live = reason, live or []
 
 
 def _run(space, config: Config, problem: Problem, reference: Reference, evaluator: Evaluator,
@@ -155,11 +205,11 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
 
     def on_signal(signum, frame):
         signals.append("Ctrl-C" if signum == signal.SIGINT else "SIGTERM")
-        raise _Interrupted()
+        _on_signal(signum, frame)
 
     def log(type: str, **fields):
         if signals:  # a signal whose exception some library swallowed: honour it at the next event
-            raise _Interrupted()
+            raise _Interrupted(signals[0])
         event = space.journal.write(type, **fields)
         if on_event:
             on_event(event)
@@ -177,7 +227,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
         log("resumed", message=f"resumed run {space.run_id}")
     else:
         log("run_started", **space.started_fields(), backend=config.backend, device=evaluator.device,
-            mode=config.mode, model=config.model, eval=config.eval, iterations=config.iterations)
+            mode=config.mode, model=config.model, eval=config.eval, iterations=config.iteration_budget)
         if space.base_dirty:
             log("note", message=f"{space.op} has uncommitted changes: its working-tree version is the base")
         trace("reference", path=problem.path, source=problem.source)
@@ -203,19 +253,24 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
     in_main = threading.current_thread() is threading.main_thread()
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     search = Search(ctx, evaluator, Budget(
-        iterations=config.iterations, patience=config.patience, time_s=config.time_budget_s,
+        iterations=config.iteration_budget, patience=config.patience, time_s=config.time_budget_s,
         usd=config.budget_usd, target_speedup=config.target_speedup), accept, mode="fast")
     try:
         stop_reason = search.run(proposers)
         log("note", message=f"search ended: {stop_reason}")
-        status, winner, comparison = _final_gate(ctx, evaluator, config, log)
+        try:
+            status, winner, comparison = _final_gate(ctx, evaluator, config, log)
+        except _Unjudged as e:
+            log("note", message=f"the run ends in error: {e}")
+            return _finish(space, ctx, RunStatus.error, None, None, stop_reason, search.spent_usd, log, cause=str(e))
         return _finish(space, ctx, status, winner, comparison, stop_reason, search.spent_usd, log)
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM (_Interrupted)
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (_Interrupted)
         reason = signals[0] if signals else "Ctrl-C"
+        live = e.live if isinstance(e, _Interrupted) else []
         signals.clear()
         log("interrupted", reason=reason)
         _finish(space, ctx, RunStatus.interrupted, ctx.best, None, "interrupted", search.spent_usd, log)
-        raise KeyboardInterrupt from None
+        raise _Interrupted(reason, live) from None
     except Exception as e:
         # Still write what the run has and leave the repository consistent, then report.
         signals.clear()
@@ -236,7 +291,8 @@ def _restore(space, ctx: Context) -> None:
 
     events = RunDir(space.run_dir).events()
     tags = {e["cand"]: e["tag"] for e in events if e["type"] == "accepted"}
-    ctx.spent_usd = sum(float(e.get("cost_usd") or 0.0) for e in events if e["type"] == "llm_call")
+    ctx.spent_usd = sum(float(e.get("cost_usd") or 0.0) for e in events if e["type"] in ("llm_call", "evaluated"))
+    ctx.earlier = events  # the model proposer rebuilds its intent tree and failures from them
     for rec in read_jsonl(RunDir(space.run_dir).traces)[0]:
         if rec["type"] != "candidate":
             continue
@@ -247,36 +303,80 @@ def _restore(space, ctx: Context) -> None:
             ctx.best = attempt
 
 
+GATE_RETRY_WAITS_S = (10.0, 30.0, 60.0)  # before each new try of a final-gate step the machine failed
+
+
+class _Unjudged(Exception):
+    """The final gate could not judge a candidate, after its retries: the run ends `error`."""
+
+
 def _final_gate(ctx: Context, evaluator: Evaluator, config: Config, log) -> tuple[RunStatus, Attempt | None, Comparison | None]:
-    """Decide the run's status. A timed winner must hold a thorough re-check and win every round."""
+    """Decide the run's status. A timed winner must hold a thorough re-check and the interleaved
+    rounds: faster past the noise in every round is `optimized`, as fast within the noise is
+    `matched`; a candidate slower past the noise is never handed out (`slower`, when no other is).
+    A step the machine failed (okgit.eval.types.EvalResult.infrastructure_failure) is tried again
+    after waiting; if it still fails, the run ends `error`, never with a verdict on the kernel."""
     correct = [a for a in ctx.attempts if a.result.correct and a.tag]
     if not correct:
         return RunStatus.fallback, None, None
     if not ctx.reference.timed or not any(a.result.timed for a in correct):
         return RunStatus.unverified, ctx.best or correct[0], None
     ranked = sorted((a for a in correct if a.result.timed), key=lambda a: -(a.result.speedup or 0.0))
+    slower: tuple[Attempt, Comparison] | None = None  # the fastest of those that lost: for inspection
     for attempt in ranked[:3]:
-        check = evaluator.evaluate(ctx.problem, attempt.proposal.source, mode="thorough", backend=attempt.proposal.backend)
+        def thorough(a: Attempt = attempt) -> EvalResult:
+            return evaluator.evaluate(ctx.problem, a.proposal.source, mode="thorough", backend=a.proposal.backend)
+
+        def rounds(a: Attempt = attempt) -> Comparison:
+            return evaluator.compare(ctx.problem, a.proposal.source, rounds=10 if config.mode == "thorough" else 5,
+                                     backend=a.proposal.backend)
+
+        check = _retried(thorough, attempt.cand, "the thorough check", log)
         log("gate", name="thorough", cand=attempt.cand, passed=check.correct,
             detail=check.error.message if check.error else "all correctness gates passed")
         if not check.correct:
             continue
-        comparison = evaluator.compare(ctx.problem, attempt.proposal.source, rounds=10 if config.mode == "thorough" else 5,
-                                       backend=attempt.proposal.backend)
-        log("gate", name="interleaved", cand=attempt.cand, passed=comparison.optimized, detail=comparison.detail,
+        comparison = _retried(rounds, attempt.cand, "the interleaved rounds", log)
+        log("gate", name="interleaved", cand=attempt.cand, passed=not comparison.slower, detail=comparison.detail,
             **comparison.model_dump(exclude={"detail"}))
         if comparison.optimized:
             return RunStatus.optimized, attempt, comparison
-        return RunStatus.matched, attempt, comparison
+        if not comparison.slower:
+            return RunStatus.matched, attempt, comparison
+        if slower is None or comparison.speedup > slower[1].speedup:
+            slower = attempt, comparison
+    if slower:
+        return RunStatus.slower, *slower
     return RunStatus.fallback, None, None
 
 
+def _retried(step: Callable[[], Any], cand: str, what: str, log) -> Any:
+    """`step`'s answer once the machine let it judge: a result that failed for the machine's
+    sake, or a comparison whose rounds could not run, is tried again after each wait."""
+    cause: str | None = None
+    for wait_s in (0.0, *GATE_RETRY_WAITS_S):
+        if wait_s:
+            log("retry", cand=cand, step=what, cause=cause, wait_s=wait_s,
+                message=f"{what} of {cand} could not be judged ({cause}); trying again in {wait_s:.0f} s")
+            time.sleep(wait_s)
+        try:
+            answer = step()
+        except OkgitError as e:  # a timing round that failed: the candidate passed its checks just before
+            cause = str(e)
+            continue
+        cause = answer.infrastructure_failure() if isinstance(answer, EvalResult) else None
+        if not cause:
+            return answer
+    raise _Unjudged(f"{what} of {cand} could not be judged after {len(GATE_RETRY_WAITS_S) + 1} tries: {cause}")
+
+
 def _finish(space, ctx: Context, status: RunStatus, winner: Attempt | None, comparison: Comparison | None,
-            stop_reason: str, cost_usd: float, log) -> RunResult:
+            stop_reason: str, cost_usd: float, log, cause: str | None = None) -> RunResult:
     from okgit.git import patch
     from okgit.report import write_report
 
-    diff = space.diff(winner.tag) if winner and winner.tag else ""
+    handed_out = winner is not None and winner.tag is not None and status in CORRECT  # `slower` shows its tag only
+    diff = space.diff(winner.tag) if handed_out and winner and winner.tag else ""
     if diff:
         patch.validate(space.repo, diff, space.base_commit)
     diff_path = RunDir(space.run_dir).diff
@@ -288,14 +388,14 @@ def _finish(space, ctx: Context, status: RunStatus, winner: Attempt | None, comp
         best_us=statistics.median(comparison.candidate_us) if comparison else None,
         best_tag=winner.tag if winner else None,
         report=str(RunDir(space.run_dir).report), diff=str(diff_path),
-        candidates=len(ctx.attempts), stop_reason=stop_reason, cost_usd=round(cost_usd, 6),
+        candidates=len(ctx.attempts), stop_reason=stop_reason, cost_usd=round(cost_usd, 6), error=cause,
     )
     write_report(space, ctx, result, winner, comparison, diff)
     RunDir(space.run_dir).result.write_text(result.model_dump_json(indent=2) + "\n")
-    log("run_finished", status=status, speedup=result.speedup, baseline_us=result.baseline_us, best_us=result.best_us,
+    log("run_finished", status=status, error=cause, speedup=result.speedup, baseline_us=result.baseline_us, best_us=result.best_us,
         best_tag=result.best_tag, best_cand=winner.cand if winner else None, report=result.report, diff=result.diff,
         iterations=len(ctx.attempts), cost_usd=result.cost_usd)
     # An interrupted run keeps its branch whatever it has, so --resume can rebuild the worktree.
-    space.close(winner_commit=winner.tag if winner and winner.tag else None,
-                accepted=status == RunStatus.interrupted or any(a.tag for a in ctx.attempts))
+    space.close(winner_commit=winner.tag if handed_out and winner else None,
+                accepted=status in RESUMABLE or any(a.tag for a in ctx.attempts))
     return result

@@ -11,10 +11,12 @@ from enum import Enum
 
 class RunStatus(str, Enum):
     optimized = "optimized"  # beats the baseline past the noise on every round, correct, plausible
-    matched = "matched"  # correct, not faster
+    matched = "matched"  # correct, as fast as the baseline within the noise, not faster past it
+    slower = "slower"  # correct, but slower than the baseline past the noise: not handed out, its tag kept
     fallback = "fallback"  # nothing passed; the baseline is kept
     unverified = "unverified"  # correct, but this device cannot time it
     interrupted = "interrupted"  # Ctrl-C, SIGTERM or an error: what it had is written, it can resume
+    error = "error"  # the final gate could not judge (device out of memory, a lost worker): says why, can resume
 
     def __str__(self) -> str:  # the value in f-strings and messages on every Python version
         return self.value
@@ -22,4 +24,5 @@ class RunStatus(str, Enum):
     __format__ = str.__format__  # type: ignore[assignment]  # str's formatting, not Enum's name
 
 
-CORRECT = (RunStatus.optimized, RunStatus.matched, RunStatus.unverified)  # a correct kernel was found
+CORRECT = (RunStatus.optimized, RunStatus.matched, RunStatus.unverified)  # a correct kernel was handed out
+RESUMABLE = (RunStatus.interrupted, RunStatus.error)  # `--resume` goes on from what the run had

@@ -136,7 +136,7 @@ def _judge(evaluator, problem, candidate: str, mode: str, require_speedup: float
                              reason=f"correct, but --require-speedup {require_speedup} needs timing, impossible on {result.device}")
         return OpVerdict(op=problem.path, ok=True, result=result, reason=f"correct (all gates); timing not possible on {result.device}")
     comparison = evaluator.compare(problem, candidate, rounds=10 if mode == "thorough" else 5, backend=backend)
-    if comparison.speedup < 1.0 - comparison.noise:
+    if comparison.slower:
         reason, ok = f"slower than HEAD beyond the noise ({comparison.speedup:.3f}x)", False
     elif require_speedup and comparison.speedup < require_speedup:
         reason, ok = f"speedup {comparison.speedup:.2f}x below the required {require_speedup}x", False

@@ -97,7 +97,7 @@ def test_a_batch_is_evaluated_at_once_and_journaled_in_proposal_order():
 
 
 def test_batches_stay_within_the_iteration_and_patience_budgets():
-    sources = ["a"] + [f"wrong {i}" for i in range(9)]
+    sources = ["a"] + [f"no better {i}" for i in range(9)]  # correct, untimed: never a new best
     one_at_a_time, _ = search(InMemoryEvaluator(result), Budget(iterations=6, patience=3))
     one_at_a_time.run([Batches(sources)])
     s, _ = search(InMemoryEvaluator(result, width=4), Budget(iterations=6, patience=3))

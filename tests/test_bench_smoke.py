@@ -142,3 +142,15 @@ def test_space_smoke(tmp_path):
         assert r["variants"] > 1 and r["default_us"] is None and r["eager_us"] is None
         assert r["best"] == r["defaults"] and all(k.endswith(("_TILE", "_BLOCK_N_MAX", "_CHUNK", "_NUM_WARPS",
                                                               "_BLOCK_J", "_BLOCK_R", "_BLOCK")) for k in r["best"])
+
+
+@pytest.mark.slow
+def test_trust_smoke(tmp_path):
+    proc = run([sys.executable, str(BENCH / "trust.py"), "--smoke"], tmp_path, timeout=900)
+    rows = table_rows(proc.stdout, "problem | parallel 2 | alone")
+    assert rows[1].split(" | ")[:4] == ["1_ScaledRelu", "unverified (correct)", "unverified (correct)", "same"]
+    assert rows[2].startswith("totals: 1/1 verdicts the same; out-of-memory failures 0")
+    data = json.loads((tmp_path / "trust.json").read_text())
+    assert data["smoke"] and set(data) >= {"parallel", "alone"} and "tests" not in data
+    again = run([sys.executable, str(BENCH / "trust.py"), "--smoke", "--resume", str(tmp_path / "trust.json")], tmp_path)
+    assert "trust: parallel: from --resume" in again.stdout and "trust: alone: from --resume" in again.stdout

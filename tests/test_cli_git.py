@@ -115,7 +115,7 @@ def test_gc(git_repo: Path) -> None:
                                                  f"removed branch okgit/{old.run_id} (finished; its tags keep the candidates)\n" + kept)
     assert okgit("gc", cwd=git_repo).stdout == kept
     proc = okgit("gc", "--runs", "--keep", "1", "--json", cwd=git_repo)
-    assert json.loads(proc.stdout)["removed"] == [f"run {old.run_id}"]
+    assert json.loads(proc.stdout)["removed"] == [f"run {old.run_id}: its directory, branch and 1 tag"]
     assert [r["run_id"] for r in json.loads(okgit("history", "--json", cwd=git_repo).stdout)] == [died]
     assert snapshot(git_repo) == before
 

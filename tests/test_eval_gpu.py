@@ -144,3 +144,39 @@ def test_outputs_past_two_to_the_31_elements_are_compared_on_the_device(evaluato
     wrong = evaluator.evaluate(problem, HUGE_KERNEL.replace("WRONG_AT", "0"))
     assert wrong.status is Status.incorrect and wrong.error.gate == "seeds", wrong.error
     assert "1 of 2147549184 elements" in wrong.error.message and "(32768, 65535)" in wrong.error.message
+
+
+REMEMBERING = ["remember_fingerprint", "remember_full_hash", "remember_address", "remember_call_counter"]
+
+
+@pytest.mark.parametrize("name", REMEMBERING)
+def test_remembered_outputs_rejected_without_the_roofline(evaluator, big_relu, name, monkeypatch):
+    """The four caches of tests/cases, at a size where the lookup would be all that is timed,
+    with the roofline gate off (docs/evaluation.md, "Remembered outputs")."""
+    import json
+
+    monkeypatch.setenv("OKGIT_TEST_NO_ROOFLINE", "1")
+    cases = Path(__file__).parent / "cases"
+    expected = json.loads((cases / name / "expected.json").read_text())
+    result = evaluator.evaluate(big_relu, (cases / name / "candidate.py").read_text())
+    if name == "remember_address" and result.correct:
+        # in fast mode no timed sample puts the same contents in the same buffer twice: the
+        # cache never hits, so it did the work; it must not look faster than the honest kernel
+        honest = evaluator.evaluate(big_relu, (OPS / "relu_triton.py").read_text())
+        assert result.runtime_us >= 0.9 * honest.runtime_us, (result.runtime_us, honest.runtime_us)
+        return
+    assert result.status.value == expected["status"] and result.error.gate == expected["gate"], result.error
+
+
+def test_a_channels_last_convolution_is_judged_by_what_the_flags_allow(evaluator):
+    """At KernelBench level-2 problem 87's sizes, cuDNN under PyTorch's default flags takes TF32
+    kernels for the convolution in channels_last and not in NCHW: torch.compile's own kernels and
+    okgit's channels-last template were both `incorrect` by the NCHW reference's error alone
+    (6.3M of 528M elements, max 3.9e-4). The reference's error is now measured in both layouts;
+    an honest channels-last candidate passes and one 1% off still fails."""
+    problem = load_problem(OPS / "conv_sub_mish.py", root=str(OPS))
+    source = (OPS / "gpu" / "conv_channels_last.py").read_text()
+    honest = evaluator.evaluate(problem, source)
+    assert honest.status is Status.correct, honest.error
+    off = evaluator.evaluate(problem, source.replace("SCALE: float = 1.0", "SCALE: float = 1.01"))
+    assert off.status is Status.incorrect, off.status

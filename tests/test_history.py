@@ -32,6 +32,7 @@ def test_runs_newest_first_with_their_status(git_repo: Path) -> None:
     assert by_id[done.run_id].model_dump(exclude={"started"}) == {
         "run_id": done.run_id, "op": OP, "status": "optimized", "speedup": 1.2, "best_tag": tags[1],
         "device": "cpu", "backend": "triton", "model": None, "proposer": "offline", "candidates": 2,
+        "campaign": None,
     }
     assert by_id[died].status == by_id[stopped].status == "interrupted"
     assert by_id[live.run_id].status == "running"

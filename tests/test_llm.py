@@ -87,7 +87,7 @@ def test_bad_request_is_one_line_error():
         llm.complete(MSG, model="gpt-4o", mock_response=lt.BadRequestError(message="bad\nrequest", llm_provider="openai", model="gpt-4o"))
 
 
-@pytest.mark.parametrize("name", ["generator_triton.v1", "generator_cuda.v1", "critic.v1", "intents.v1", "reflection.v1"])
+@pytest.mark.parametrize("name", ["generator_triton.v2", "generator_cuda.v2", "critic.v2", "intents.v2", "reflection.v2"])
 def test_every_prompt_renders_with_its_fields(name):
     fields = set(re.findall(r"\$(\w+)", llm.prompt_text(name)))
     messages = llm.prompt_messages(name, **{f: f"<{f}>" for f in fields})
@@ -97,12 +97,70 @@ def test_every_prompt_renders_with_its_fields(name):
 
 
 def test_render_marks_empty_sections_and_names_missing_fields():
-    messages = llm.prompt_messages("reflection.v1", problem_summary="", outcomes=None)
+    messages = llm.prompt_messages("reflection.v2", problem_summary="", outcomes=None, frontier="", count=3)
     assert "(none)" in messages[1]["content"]
-    with pytest.raises(OkgitError, match="no value for \\$outcomes"):
-        llm.prompt_messages("reflection.v1", problem_summary="x")
+    with pytest.raises(OkgitError, match="no value for \\$count"):
+        llm.prompt_messages("reflection.v2", problem_summary="x")
 
 
 def test_recommended_models_are_well_formed():
     models = llm.recommended_models()
     assert models and all({"name", "provider", "strengths", "cost_tier"} <= set(m) for m in models)
+
+
+def test_a_timed_out_call_is_retried_shorter_within_a_cap(monkeypatch):
+    lt = llm._litellm()
+    limits: list[float] = []
+
+    def slow(**kwargs):
+        limits.append(kwargs["timeout"])
+        raise lt.Timeout(message="timed out", model="gpt-4o", llm_provider="openai")
+
+    monkeypatch.setattr(lt, "completion", slow)
+    with pytest.raises(OkgitError, match="gave up after 4 tries"):
+        llm.complete(MSG, model="gpt-4o", timeout_s=240, max_retries=3, backoff_s=0)
+    assert limits == [240, 120, 60, 30]  # halved each time, never below MIN_TIMEOUT_S
+    limits.clear()
+    clock = iter(range(0, 10_000, 100))  # each look at the clock: 100 s later
+    monkeypatch.setattr(llm.time, "monotonic", lambda: next(clock))
+    with pytest.raises(OkgitError, match="gave up after 2 tries"):
+        llm.complete(MSG, model="gpt-4o", timeout_s=240, max_retries=5, max_wait_s=450, backoff_s=0)
+    assert limits[0] == 240 and len(limits) == 2  # the cap on all the waiting ended it
+
+
+def test_a_reply_cut_off_at_max_tokens_is_marked_truncated(monkeypatch):
+    lt = llm._litellm()
+    real = lt.completion
+
+    def cut(**kwargs):
+        response = real(**kwargs)
+        response.choices[0].finish_reason = "length"
+        return response
+
+    monkeypatch.setattr(lt, "completion", cut)
+    c = llm.complete(MSG, model="gpt-4o", max_tokens=300, mock_response="```python\nimport torch\n")
+    assert c.truncated
+    monkeypatch.setattr(lt, "completion", real)
+    assert not llm.complete(MSG, model="gpt-4o", mock_response="ok").truncated
+
+
+def test_a_dollar_budget_needs_a_price():
+    llm.check_price("gpt-4o", None, {}, 1.0)  # litellm's cost map knows it
+    llm.check_price("house-model", "http://127.0.0.1:9/v1", {}, None)  # no budget: nothing to count
+    llm.check_price("house-model", "http://127.0.0.1:9/v1", {"house-model": {"input": 0.0, "output": 0.0}}, 1.0)
+    with pytest.raises(OkgitError) as info:
+        llm.check_price("house-model", "http://127.0.0.1:9/v1", {}, 1.0)
+    assert str(info.value) == ('--budget-usd needs a price for house-model, which litellm does not know: set '
+                               '[prices."house-model"] input and output ($ per token) in okgit.toml')
+
+
+def test_the_system_prompt_is_marked_for_prompt_caching_where_the_provider_needs_asking(monkeypatch):
+    lt = llm._litellm()
+    sent = []
+    real = lt.completion
+    monkeypatch.setattr(lt, "completion", lambda **kw: sent.append(kw["messages"]) or real(**kw))
+    messages = [{"role": "system", "content": "rules"}, {"role": "user", "content": "task"}]
+    llm.complete(messages, model="anthropic/claude-sonnet-4-5", mock_response="ok")
+    llm.complete(messages, model="gpt-4o", mock_response="ok")
+    assert sent[0][0]["content"] == [{"type": "text", "text": "rules", "cache_control": {"type": "ephemeral"}}]
+    assert sent[1] == messages  # OpenAI caches long prefixes by itself

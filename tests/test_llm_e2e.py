@@ -103,12 +103,14 @@ def judge(source: str) -> EvalResult:
     if "* 3.0" in source:
         return EvalResult(status=Status.incorrect, max_abs_error=0.5, max_rel_error=0.5,
                           error=EvalError(gate="outputs", message="outputs differ from the reference"))
-    return EvalResult(status=Status.correct, correct=True, timed=False)
+    speedup = 1.5 if "tl.where" in source else 1.2  # timed, so that the critic has figures to read
+    return EvalResult(status=Status.correct, correct=True, timed=True, speedup=speedup, runtime_us=10 / speedup,
+                      ref_runtime_us=10.0)
 
 
 def role_of(messages: list[dict]) -> str:
     system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
-    for marker, role in (("performance critic", "critic"), ("planning the optimization", "intents"),
+    for marker, role in (("performance critic", "critic"), ("tree of intents", "intents"),
                          ("library of optimization strategies", "reflection")):
         if marker in system:
             return role
@@ -128,12 +130,14 @@ class ScriptedServer:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 role = role_of(body["messages"])
                 server.requests.append({"path": self.path, "role": role, "auth": self.headers.get("authorization"),
-                                        "messages": body["messages"]})
+                                        "messages": body["messages"], "max_tokens": body.get("max_tokens")})
                 script = server.scripts.get(role) or ["(no more replies)"]
                 text = script.pop(0) if len(script) > 1 else script[0]
+                # A reply scripted as "CUT:<text>" stops at max_tokens, as a long file does
+                finish, text = ("length", text[4:]) if text.startswith("CUT:") else ("stop", text)
                 data = json.dumps({
                     "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
                     "usage": {"prompt_tokens": 1000, "completion_tokens": 200, "total_tokens": 1200},
                 }).encode()
                 self.send_response(200)
@@ -229,7 +233,7 @@ def test_model_on_loopback_end_to_end(tmp_path, monkeypatch, server):
     repo = SimpleNamespace(runs_dir=tmp_path / "runs", run_dir=lambda run: tmp_path / "runs" / run)
     rows = [json.loads(line) for line in export(repo, "r1").path.read_text().splitlines()]
     gen = [r for r in rows if r["role"] == "generator"]
-    assert [r["reward"] for r in gen] == [-1.0, -1.0, 0.1, 0.1]
+    assert [r["reward"] for r in gen] == [-1.0, -1.0, 1.2, 1.5]
     assert gen[0]["messages"][0]["role"] == "system" and gen[0]["completion"].startswith("Here is a kernel")
 
     # A replay of the recorded traces reproduces the candidates and the result, with no model.

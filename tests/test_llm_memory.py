@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from okgit.eval.types import EvalResult, ProfileData, Reference, Status
+from okgit.eval.types import ProfileData, Reference
 from okgit.paths import skills_path
 from okgit.problem import load_problem
 from okgit.search import memory
@@ -98,9 +98,87 @@ def test_reflection_without_a_model_is_a_deterministic_summary():
     tree = IntentTree()
     node = tree.insert("one kernel per row")
     tree.insert("never tried")
-    tree.record(node.id, EvalResult(status=Status.correct, correct=True, timed=True, speedup=1.3), improved=True)
-    outcomes = memory.reflect(None, tree, "softmax")
-    assert len(outcomes) == 1
+    tree.candidate(node.id, correct=True, speedup=1.3)
+    tree.end_attempt(node.id, "progress", base="c001")
+    outcomes, bred = memory.reflect(None, tree, "softmax")
+    assert len(outcomes) == 1 and bred == []
     o = outcomes[0]
     assert (o.strategy, o.attempts, o.correct, o.improved, o.best_speedup) == ("one kernel per row", 1, 1, True, 1.3)
     assert o.lesson == "1/1 correct, best 1.30x, ended open"
+
+
+def test_dominated_strategies_are_pruned_after_enough_runs(tmp_path):
+    lib = SkillLibrary(tmp_path / "skills.json")
+    sig = Signature(ops=["softmax"], bottleneck="memory", log2_size=14)
+    lib.record(sig, [outcome("row softmax", 4, 4, 2.0, 1), outcome("fused epilogue", 4, 1, 1.1, 3)])
+    lib.save()
+    assert {s.name for s in SkillLibrary.load(lib.path).strategies} == {"row softmax", "fused epilogue"}  # one run: kept
+    lib.record(sig, [outcome("row softmax", 2, 2, 2.1, 1), outcome("fused epilogue", 2, 1, 1.0, 2)])
+    lib.save()
+    assert [s.name for s in SkillLibrary.load(lib.path).strategies] == ["row softmax"]  # dominated twice: gone
+
+
+def test_retrieval_needs_a_similar_problem_and_keeps_evidence(tmp_path):
+    lib = SkillLibrary(tmp_path / "skills.json")
+    sig = Signature(ops=["softmax", "sum"], bottleneck="memory", log2_size=14)
+    far = Signature(ops=["conv2d"], bottleneck="compute", log2_size=24, backend="cuda")
+    won = outcome("row softmax", 2, 2, 1.8, 1)
+    won.code = "class Model: ...\n"
+    lib.record(sig, [won], hardware="NVIDIA H200")
+    assert lib.retrieve(far) == []  # below the similarity threshold: not seeded however good
+    (s, score), = lib.retrieve(sig)
+    assert score > 0.8 and s.template == "class Model: ...\n"
+    assert (s.backends, s.hardware, s.problem_types) == (["triton"], ["NVIDIA H200"], ["softmax", "sum"])
+    assert "on NVIDIA H200" in s.text()
+
+
+def test_a_library_of_the_first_version_loads():
+    old = {"name": "fused", "description": "try fused", "runs": 1, "attempts": 2, "correct": 1,
+           "problems": [{"ops": ["relu"], "bottleneck": "unknown", "log2_size": 6.0, "backend": "triton"}]}
+    s = memory.Strategy.model_validate(old)
+    assert s.evidence[0].signature.ops == ["relu"] and s.problem_types == ["relu"]
+
+
+def test_bred_strategies_are_kept_untried_and_retrieved(tmp_path):
+    tree = IntentTree()
+    node = tree.insert("one kernel per row")
+    tree.candidate(node.id, correct=True, speedup=1.3)
+    tree.end_attempt(node.id, "progress", base="c001")
+    reply = ('{"lessons": [{"strategy": "row softmax", "intent": "i1", "lesson": "rows fit"}], "new": ['
+             '{"strategy": "row softmax with split rows", "description": "split long rows over two programs", '
+             '"parents": ["row softmax"], "how": "mutation"}, {"strategy": "x", "parents": [], "how": "magic"}]}')
+    seen = []
+
+    def ask(role, messages, cand, parse):
+        seen.append(messages[-1]["content"])
+        return None, parse(reply)
+
+    lib = SkillLibrary(tmp_path / "skills.json")
+    outcomes, bred = memory.reflect(ask, tree, "softmax", lib)
+    assert [o.strategy for o in outcomes] == ["row softmax"] and [b.strategy for b in bred] == ["row softmax with split rows"]
+    sig = Signature(ops=["softmax"], bottleneck="memory", log2_size=14)
+    lib.update(sig, outcomes, bred)
+    again = SkillLibrary.load(lib.path)
+    child = again.find("row softmax with split rows")
+    assert child.origin == "mutation" and child.parents == ["row softmax"] and child.runs == 0
+    assert [s.name for s, _ in again.retrieve(sig)] == ["row softmax", "row softmax with split rows"]  # tried ones first
+    assert "untried, a mutation of row softmax" in child.text()
+
+
+def test_the_library_survives_two_concurrent_runs(tmp_path):
+    """Two processes each record 12 runs' strategies at once: every one of them is in the file."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "skills.json"
+    script = (
+        "import sys\n"
+        "from okgit.search.memory import Outcome, Signature, SkillLibrary\n"
+        "for i in range(12):\n"
+        "    o = Outcome(strategy=f'{sys.argv[1]} strategy {i}', description='d', attempts=1, correct=1, improved=True)\n"
+        f"    SkillLibrary.load({str(path)!r}).update(Signature(ops=['relu']), [o], [])\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, name]) for name in ("alpha", "beta")]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    names = {s.name for s in SkillLibrary.load(path).strategies}
+    assert len(names) == 24 and all(f"{w} strategy {i}" in names for w in ("alpha", "beta") for i in range(12))

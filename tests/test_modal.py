@@ -122,7 +122,7 @@ def test_a_cuda_12_torch_is_pinned_with_its_triton_and_its_toolkit():
     assert stack.torch == ("torch==2.8.0+cu128", "triton==3.4.0")  # torch's requirement, not the local triton
     assert stack.index == "https://download.pytorch.org/whl/cu128"
     assert stack.cuda == "12.8" and om.cuda_image_tag(stack.cuda) == "nvidia/cuda:12.8.1-devel-ubuntu22.04"
-    assert stack.rest == ("numpy==2.1.0", "pydantic==2.9.0")
+    assert stack.rest == ("numpy==2.1.0", "pydantic==2.9.0", "ninja>=1.11")  # ninja: load_inline, the CUDA backend
     plain = _stack("2.8.0", "12.8", CUDA12_REQUIRES)  # PyPI's Linux wheel is itself the CUDA build
     assert plain.torch[0] == "torch==2.8.0" and plain.index is None and plain.cuda == "12.8"
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import OP, OP_SOURCE, okgit, record_run, variant
 
 from okgit.errors import OkgitError
-from okgit.search.traces import export, reward
+from okgit.search.traces import CONTENTS, export, reward
 from okgit.search.types import source_key
 
 
@@ -119,7 +119,7 @@ def test_cli_says_how_many_records_it_wrote(git_repo: Path) -> None:
     assert json.loads(proc.stdout) == {"path": str(runs / "training.jsonl"), "records": 2,
                                        "runs": sorted([offline.run_id, with_model])}
     proc = okgit("traces", "export", with_model, cwd=git_repo)
-    assert proc.stdout == f"wrote 2 records to {runs / with_model / 'training.jsonl'}\n"
+    assert proc.stdout == f"wrote 2 records to {runs / with_model / 'training.jsonl'}\n{CONTENTS}\n"
 
     proc = okgit("traces", "export", "20990101-000000-dead", cwd=git_repo)
     assert (proc.returncode, proc.stderr) == (1, "okgit: unknown run: 20990101-000000-dead\n")

@@ -146,7 +146,8 @@ def test_gc_removes_old_runs_with_their_refs(git_repo: Path) -> None:
     before = snapshot(git_repo)
 
     report = gc(repo, keep=1, runs=True)
-    assert report.removed == [f"run {old.run_id}", f"branch okgit/{new.run_id} (finished; its tags keep the candidates)"]
+    assert report.removed == [f"run {old.run_id}: its directory, branch and 1 tag",
+                              f"branch okgit/{new.run_id} (finished; its tags keep the candidates)"]
     assert report.kept == [f"run {live.run_id}: running", "the 1 newest finished runs (--keep 1)"]
     assert not old.run_dir.exists() and new.run_dir.exists() and live.run_dir.exists() and live.worktree.exists()
     assert sh(git_repo, "tag", "--list", f"okgit/{old.run_id}/*") == ""
@@ -186,3 +187,21 @@ def test_two_concurrent_runs_in_separate_processes(git_repo: Path) -> None:
         assert len(sh(git_repo, "tag", "--list", f"okgit/{run_id}/*").split()) == 4
     assert sh(git_repo, "worktree", "list").count("\n") == 1
     assert snapshot(git_repo) == before
+
+
+def test_gc_runs_keeps_an_interrupted_run_unless_it_is_named(git_repo: Path) -> None:
+    repo = Repo.find(git_repo)
+    stopped = crashed_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp")])  # oldest: past --keep 1
+    record_run(git_repo, [("x.clamp(min=0)", "method clamp")])
+    newest, _ = record_run(git_repo, [("torch.relu(x) * 1.0", "scaled")])
+
+    report = gc(repo, keep=1, runs=True)
+    assert any(k.startswith(f"run {stopped}: interrupted; okgit optimize ops/relu.py --resume {stopped}")
+               for k in report.kept), report.kept
+    assert repo.run_dir(stopped).exists() and sh(git_repo, "branch", "--list", f"okgit/{stopped}").strip()
+    resume(repo, stopped).close()  # still resumable: its branch and candidates are there
+
+    named = gc(repo, runs=True, names=[stopped])
+    assert named.removed[0] == f"run {stopped} (interrupted: it can no longer resume): its directory, branch and 1 tag"
+    assert not (repo.runs_dir / stopped).exists() and newest.run_dir.exists()
+    assert sh(git_repo, "tag", "--list", f"okgit/{stopped}/*") == ""

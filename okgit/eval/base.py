@@ -62,21 +62,26 @@ class EvaluatorBase:
 
 
 class InMemoryEvaluator(EvaluatorBase):
-    """Judges by a function of the source, without running anything. For tests of the search only.
-    `width`: the batch the driver may hand it (evaluated one after another all the same)."""
+    """Judges by a function of the source, without running anything. For tests of the search and
+    the final gate. `width`: the batch the driver may hand it (evaluated one after another all
+    the same). `ref_runtime_us`: a timed reference of that runtime (else untimed, as on a CPU);
+    `thorough`: the judge of thorough evaluations (the final gate's), where it differs."""
 
-    def __init__(self, judge: Callable[[str], EvalResult], device: str = "cpu", width: int = 1) -> None:
+    def __init__(self, judge: Callable[[str], EvalResult], device: str = "cpu", width: int = 1,
+                 ref_runtime_us: float | None = None, thorough: Callable[[str], EvalResult] | None = None) -> None:
         self.judge = judge
         self.device = device
         self.width = width
+        self.ref_runtime_us = ref_runtime_us
+        self.thorough = thorough or judge
         self.calls: list[str] = []
 
     def reference(self, problem: Problem) -> Reference:
-        return Reference(device=self.device, timed=False)
+        return Reference(device=self.device, timed=self.ref_runtime_us is not None, runtime_us=self.ref_runtime_us)
 
     def evaluate(self, problem: Problem, source: str, *, mode: Mode = "fast", backend: str = "triton") -> EvalResult:
         self.calls.append(source)
-        return self.judge(source)
+        return (self.thorough if mode == "thorough" else self.judge)(source)
 
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
         result = self.judge(source)
@@ -93,4 +98,5 @@ class InMemoryEvaluator(EvaluatorBase):
             sign_test_p=0.5**rounds,
             speedup=base / cand,
             optimized=cand < base,
+            slower=cand > base,
         )

@@ -19,10 +19,10 @@ from okgit.problem import INIT_FLOAT_FACTOR as INIT_FLOAT_FACTOR
 from okgit.problem import perturb_floats as perturb_floats
 
 Role = Literal["judge", "candidate"]
-CaseKind = Literal["seed", "distribution", "extra_shape", "init_inputs"]
-# the gate that judges each kind of case
+CaseKind = Literal["seed", "distribution", "extra_shape", "init_inputs", "modes"]
+# the gate that judges each kind of case (the modes case names its gate per output: okgit.eval.calls.mode_sequence)
 CASE_GATES: dict[str, str] = {"seed": "seeds", "distribution": "distribution", "extra_shape": "extra_shapes",
-                              "init_inputs": "init_inputs"}
+                              "init_inputs": "init_inputs", "modes": "eval_mode"}
 
 MODEL_SEED = 12345  # set before every model construction, in both arms
 PINNED_FLAGS: dict[str, Any] = {
@@ -44,12 +44,13 @@ class Case:
     seed: int
     signed: bool = False  # the second input distribution: floating x -> 3x - 1
     note: str = ""  # init_inputs: which constructor arguments changed, for the verdict's message
+    salt: int = 0  # a timed call's inputs: the seed's, with elements moved by okgit.eval.calls.salt_inputs
 
     @property
     def model(self) -> int | str:
-        """Which model runs the case: the shape's, or for init_inputs one built from its own
-        (perturbed) constructor arguments."""
-        return self.id if self.kind == "init_inputs" else self.shape
+        """Which model runs the case: the shape's, or a model of its own: for init_inputs built
+        from its (perturbed) constructor arguments, for modes a fresh one whose state it follows."""
+        return self.id if self.kind in ("init_inputs", "modes") else self.shape
 
 
 @dataclass

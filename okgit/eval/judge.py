@@ -19,7 +19,7 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -51,6 +51,7 @@ class Arm:
     model: Any
     double: Any  # the float64 copy, None where the op has none or it does not fit
     init: list[Any]
+    channels_last: Any = None  # the same model in channels_last, where it has 4-D or 5-D tensors (calls.layout_twin)
 
 
 @dataclass
@@ -74,6 +75,7 @@ class Prepared:
     tolerances: dict[str, list[LeafTolerance]] = field(default_factory=dict)
     cache: dict[str, tuple[list[Any], list[Any] | None]] = field(default_factory=dict)
     cached_bytes: int = 0
+    parts: dict[str, list[list[str]]] = field(default_factory=dict)  # modes case: [gate, what] per output
 
 
 class Judge:
@@ -89,6 +91,7 @@ class Judge:
             timing.bind()
         calls.warm_up(torch, device)
         self.prep: Prepared | None = None
+        self.layout_outputs: dict[str, list[Any]] = {}  # case -> the channels_last reference's outputs, until its stats
         self.phase_file: Path | None = None
 
     def phase(self, gate: str) -> None:
@@ -116,9 +119,12 @@ class Judge:
         def run_case(case: Case) -> None:
             native, f64, facts, inputs_bytes = self.compute(case, record=True)
             result["calls"][case.id] = facts
+            if "parts" in facts:
+                prep.parts[case.id] = facts["parts"]
             if not first:
                 first.extend(native)
-            stats[case.id] = self.stats(native, f64, inputs_bytes, first if case.id != "s0" else None)
+            stats[case.id] = self.stats(native, f64, inputs_bytes, first if case.id != "s0" else None,
+                                        self.layout_outputs.pop(case.id, None))
             self.keep(case, native, f64)
 
         with calls.poisoned(torch):
@@ -138,6 +144,7 @@ class Judge:
                 bitwise_equal(a, b) for a, b in zip(again.leaves, first, strict=True))
             del again, again_model
             self.init_case(prep, run_case, dropped)
+            self.modes_case(prep, run_case)
             self.extra_shapes(prep, main, run_case, dropped)
         kept = self.drop_nonfinite(prep, stats, dropped)
         self.fix_tolerances(prep, stats, kept)
@@ -161,7 +168,7 @@ class Judge:
         module = calls.load_op(job.source_path, f"okgit_reference_{key}", knobs)
         init = perturbed if perturbed is not None else calls.init_args(torch, module, job.init_seed, self.device)
         model, _ = calls.build(torch, module.Model, init, self.device)
-        return Arm(module, model, self.double_model(module, init), init)
+        return Arm(module, model, self.double_model(module, init), init, calls.layout_twin(torch, model))
 
     def init_case(self, prep: Prepared, run_case: Any, dropped: list[str]) -> None:
         """Constructor arguments baked into a kernel: the same model from perturbed floats, one seed."""
@@ -182,6 +189,21 @@ class Judge:
             dropped.append(f"init_inputs: the reference raises with {', '.join(changes)}: "
                            f"{calls.describe(e).splitlines()[-1]}")
             self.forget(prep, case)
+
+    def modes_case(self, prep: Prepared, run_case: Any) -> None:
+        """Where the reference's behaviour or state depends on its mode: one case that calls a fresh
+        model in training mode, reads its buffers, and calls it in eval mode (calls.mode_sequence)."""
+        base = prep.arms[0]
+        with open(prep.job.source_path) as f:
+            source = f.read()
+        if not calls.mode_dependent(self.torch, base.model, source):
+            return
+        seeds = prep.job.seeds
+        case = Case(id="m0", kind="modes", shape=0, seed=seeds[2 % len(seeds)],
+                    note="a fresh model: training mode, its buffers, then eval mode")
+        prep.arms[case.id] = Arm(base.module, None, None, base.init)
+        prep.cases[case.id] = case
+        run_case(case)
 
     def extra_shapes(self, prep: Prepared, main: dict[str, int], run_case: Any, dropped: list[str]) -> None:
         job = prep.job
@@ -224,15 +246,18 @@ class Judge:
 
     def fix_tolerances(self, prep: Prepared, stats: dict[str, CaseStats], kept: list[Case]) -> None:
         """The reference's own error, worst over the cases of the same shape: fixed per leaf up front."""
-        worst: dict[tuple[int, int], float] = {}
+        def key(case: Case) -> int | str:  # the modes case's outputs are its own: training, buffers, eval
+            return case.id if case.kind == "modes" else case.shape
+
+        worst: dict[tuple[int | str, int], float] = {}
         for case in kept:
             for j, err in enumerate(stats[case.id].ref_errors):
-                worst[(case.shape, j)] = max(worst.get((case.shape, j), 0.0), err)
+                worst[(key(case), j)] = max(worst.get((key(case), j), 0.0), err)
         job = prep.job
         for case in kept:
             s = stats[case.id]
             prep.tolerances[case.id] = [
-                tolerance_from(s.dtypes[j], s.scales[j], worst[(case.shape, j)], job.rtol, job.atol)
+                tolerance_from(s.dtypes[j], s.scales[j], worst[(key(case), j)], job.rtol, job.atol)
                 if s.dtypes[j] else LeafTolerance(0.0, 0.0, 0.0)
                 for j in range(len(s.dtypes))
             ]
@@ -244,10 +269,16 @@ class Judge:
         assert self.prep is not None
         arm = self.prep.arms[case.model]
         self.phase(f"reference: {case.id}")
+        if case.kind == "modes":
+            return self.compute_modes(case, arm)
         inputs = calls.draw_inputs(torch, arm.module, case, self.device)
         inputs_bytes = calls.nbytes(inputs)
         native = calls.call(torch, arm.model, inputs, self.device, label=case.id, gate=f"reference: {case.id}",
                             check_inputs=record)
+        if record and arm.channels_last is not None:  # the same op in the other layout: part of its own error
+            self.layout_outputs[case.id] = calls.call(
+                torch, arm.channels_last, calls.channels_last_inputs(torch, inputs), self.device, label=case.id,
+                gate=f"reference: {case.id} (channels_last)", check_inputs=False).leaves
         f64 = None
         if arm.double is not None:
             doubled = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
@@ -262,13 +293,39 @@ class Judge:
             del doubled
         return native.leaves, f64, native.facts, inputs_bytes
 
-    def stats(self, native: list[Any], f64: list[Any] | None, inputs_bytes: int, first: list[Any] | None) -> CaseStats:
+    def compute_modes(self, case: Case, arm: Arm) -> tuple[list[Any], list[Any] | None, dict[str, Any], int]:
+        """The modes case on fresh reference models (native, and float64 where it has one): each
+        computation starts from the state the candidate's model starts from."""
+        torch = self.torch
+        model, _ = calls.build(torch, arm.module.Model, arm.init, self.device)
+        buffers = sorted(name for name, _ in model.named_buffers())
+        native = calls.mode_sequence(torch, model, arm.module, case, self.device, label=case.id, buffers=buffers)
+        f64 = None
+        double = self.double_model(arm.module, arm.init)
+        if double is not None:
+            def doubled(xs: list[Any]) -> list[Any]:
+                return [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
+
+            try:
+                f64 = calls.mode_sequence(torch, double, arm.module, case, self.device, label=case.id,
+                                          buffers=buffers, convert=doubled).leaves
+            except Exception:  # noqa: BLE001 - no float64 path, or it does not fit: the native outputs stand
+                f64 = None
+        return native.leaves, f64, native.facts, calls.nbytes(native.leaves)
+
+    def stats(self, native: list[Any], f64: list[Any] | None, inputs_bytes: int, first: list[Any] | None,
+              layout: list[Any] | None = None) -> CaseStats:
         finite = all(not (t.is_floating_point() or t.is_complex()) or bool(self.torch.isfinite(t).all())
                      for t in native)
         floats = [t.is_floating_point() or t.is_complex() for t in native]
+        # the reference's own error: the worse of its run as written and in channels_last, where
+        # the library flags let cuDNN take TF32 kernels for one layout and not the other
+        errors = [reference_error(t, f64[j] if f64 else None) for j, t in enumerate(native)]
+        if layout is not None and f64 and len(layout) == len(native):
+            errors = [max(e, reference_error(layout[j], f64[j]) if floats[j] else 0.0) for j, e in enumerate(errors)]
         return CaseStats(
             finite=finite,
-            ref_errors=[reference_error(t, f64[j] if f64 else None) for j, t in enumerate(native)],
+            ref_errors=errors,
             scales=[magnitude(t, f64[j] if f64 else None) if floats[j] else 0.0 for j, t in enumerate(native)],
             dtypes=[str(t.dtype).replace("torch.", "") if floats[j] else "" for j, t in enumerate(native)],
             summary=summarize_outputs(native, first),
@@ -285,7 +342,7 @@ class Judge:
 
     def expected(self, case: Case) -> tuple[list[Any], list[Any] | None]:
         assert self.prep is not None
-        if case.id in self.prep.cache:
+        if case.id in self.prep.cache and not case.salt:
             return self.prep.cache[case.id]
         native, f64, _, _ = self.compute(case)
         return native, f64
@@ -296,16 +353,19 @@ class Judge:
 
         assert self.prep is not None
         case = self.prep.cases[str(message["case"])]
+        if message.get("salt"):  # a timed call's inputs: the case's, salted (okgit.eval.calls.salt_inputs)
+            case = replace(case, salt=int(message["salt"]))
         native, f64 = self.expected(case)
         outputs = open_exported(message["outputs"], self.device, Path(str(message["dir"])))
         leaves = message["leaves"]
         tolerances = self.prep.tolerances[case.id]
-        checks = [asdict(check_leaf(out, leaves[j], native[j], f64[j] if f64 else None, tolerances[j],
-                                    str(message["gate"])))
+        # the modes case names the gate of each output (training mode, a buffer, eval mode)
+        gates = [g for g, _ in self.prep.parts.get(case.id, [])] or [str(message["gate"])] * len(native)
+        checks = [asdict(check_leaf(out, leaves[j], native[j], f64[j] if f64 else None, tolerances[j], gates[j]))
                   for j, out in enumerate(outputs[: len(native)])]
         prints = [fingerprint(o) if o is not None else None for o in outputs]
         del outputs, native, f64
-        if self.device == "cuda" and case.id not in self.prep.cache:
+        if self.device == "cuda" and (case.salt or case.id not in self.prep.cache):
             self.torch.cuda.empty_cache()  # what a recomputed case held goes back to the candidate
         return {"checks": checks, "fingerprints": prints}
 

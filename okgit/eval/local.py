@@ -62,6 +62,9 @@ MODES: dict[str, ModeSpec] = {"fast": ModeSpec(seeds=5, warmup=3, samples=10),
 SEED_BASE = 1000
 COMPARE_TIMING = Timing(warmup=5, samples=30)
 STARTUP_TIMEOUT_S = 300.0
+# The reference's own limit for its preparation (every case, float64, cost, timing): a forward
+# that hangs ends there, in one line. `reference_timeout_s` (okgit.toml, OKGIT_REFERENCE_TIMEOUT_S) sets it.
+REFERENCE_TIMEOUT_S = {"cpu": 600.0, "cuda": 360.0}
 MAX_IDLE = 10  # pre-started workers at most: each holds torch and a CUDA context (~1 GB of host memory)
 
 
@@ -72,7 +75,8 @@ class LocalEvaluator(EvaluatorBase):
 
     def __init__(self, device: str | None = None, timeout_s: float | None = None,
                  memory_limit_bytes: int | None = None, prestart: bool = True, idle_workers: int | None = None,
-                 judge_cache_bytes: int | None = None, host_share: int = 1) -> None:
+                 judge_cache_bytes: int | None = None, host_share: int = 1,
+                 reference_timeout_s: float | None = None) -> None:
         if device is None:
             import torch
 
@@ -92,6 +96,7 @@ class LocalEvaluator(EvaluatorBase):
         self.device = physical_name(device)  # how results name it, also under CUDA_VISIBLE_DEVICES
         # the interpreter is slow and a first Triton compile on a GPU takes seconds
         self.timeout_s = timeout_s or (300.0 if self._kind == "cpu" else 180.0)
+        self.reference_timeout_s = reference_timeout_s or REFERENCE_TIMEOUT_S[self._kind]
         # a GPU worker takes ~4 s to start (torch + CUDA), two warm evaluations ~2 s each: keep three waiting
         self.pool = WorkerPool(memory_limit_bytes or default_memory_limit(),
                                idle=idle_workers or (3 if self._kind == "cuda" else 1))
@@ -241,7 +246,13 @@ class LocalEvaluator(EvaluatorBase):
                   profile=self._kind == "cuda", peaks_path=str(peaks_file) if peaks_file else None)
         started = judge_process.wait_ready(STARTUP_TIMEOUT_S)
         with self._gpu():
-            reply = judge_process.request({"op": "prepare", "job": job.to_dict()}, 3 * self.timeout_s) if started else None
+            t0 = time.monotonic()
+            reply = judge_process.request({"op": "prepare", "job": job.to_dict()}, self.reference_timeout_s) if started else None
+        if reply is None and started and judge_process.alive() and time.monotonic() - t0 >= self.reference_timeout_s:
+            phase = (judge_process.dir / "phase").read_text() if (judge_process.dir / "phase").exists() else "preparing"
+            judge_process.close()
+            raise OkgitError(f"{problem.path}: the reference did not finish within its limit of "
+                             f"{self.reference_timeout_s:.0f} s ({phase}; reference_timeout_s sets the limit)")
         if reply is None or reply.get("failure"):
             why = _judge_failure(reply, judge_process, "the reference")
             judge_process.close()
@@ -345,8 +356,18 @@ class _Relay:
             return key
         if key == "fresh":
             return self.fresh_case
-        base = key.removesuffix("#repeat").removeprefix("timed:")
+        base = key.removesuffix("#repeat").removeprefix("timed:").split("~")[0]
         return base if base != key and base in self.case_ids else None
+
+    @staticmethod
+    def salt_of(key: str) -> int:
+        """A timed call's salt, from its key (`timed:s0~SALT`): the judge redraws those inputs."""
+        if not key.startswith("timed:") or "~" not in key:
+            return 0
+        try:
+            return int(key.rsplit("~", 1)[1])
+        except ValueError:
+            return 0
 
     def __call__(self, message: dict[str, Any]) -> dict[str, Any]:
         key = str(message.get("key", ""))
@@ -354,7 +375,7 @@ class _Relay:
         if message.get("op") != "check" or case is None or key in self.checks or self.judge_failure:
             return {"ok": False}
         t0 = time.monotonic()
-        answer = self.prep.judge.request({"op": "check", "case": case, "gate": message.get("gate"),
+        answer = self.prep.judge.request({"op": "check", "case": case, "salt": self.salt_of(key), "gate": message.get("gate"),
                                           "leaves": message.get("leaves"), "outputs": message.get("outputs"),
                                           "dir": str(self.job_dir)}, self.timeout_s)
         self.judge_s += time.monotonic() - t0
@@ -396,6 +417,25 @@ def evaluate_file(cand: str | Path, ref: str | Path, device: str | None = None, 
     problem = load_problem(ref_path, root=str(ref_path.parent))
     with LocalEvaluator(device=device, prestart=False) as evaluator:
         return evaluator.evaluate(problem, cand_path.read_text(), mode=mode, backend=backend or "triton")
+
+
+def check_winner(evaluator: Any, problem: Problem, source: str, backend: str = "triton") -> tuple[str | None, str | None]:
+    """The sweep's own check of a winner (okgit.kernelbench.baselines, and on Modal
+    okgit.eval.modal_remote): the evaluator's contract and code, so the two cannot disagree.
+    (disagreement: the winner gives a wrong answer, error: no verdict here); both None when it holds."""
+    check = evaluator.evaluate(problem, source, mode="fast", backend=backend)
+    why = f"{check.error.gate}: {_first_and_last_line(check.error.message)}" if check.error else check.status.value
+    if check.status is Status.incorrect:
+        return why[:300], None
+    if check.status is not Status.correct:  # rejected, or the worker died: no figure for it
+        return None, f"the winner's check here ended {check.status.value}: {why}"[:300]
+    return None, None
+
+
+def _first_and_last_line(text: str) -> str:
+    """A message on one line: its first line, and its last (a traceback's exception) when they differ."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else "no message"
 
 
 def _early(status: Status, gate: str, message: str, base: dict[str, Any]) -> EvalResult:

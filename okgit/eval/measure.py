@@ -5,6 +5,7 @@ then one profiled call."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
@@ -15,23 +16,20 @@ TIMING_SET_BYTES = 8 * 2**30
 
 
 def time_model(torch: Any, model: Any, module: ModuleType, seeds: list[Case], job: Job,
-               device: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """({"timing": ..., "profile": ...} as far as the job asks, {case id: the outputs of its last
-    timed call}) for the candidate's check that timed outputs are still right."""
+               device: str) -> tuple[dict[str, Any], list[tuple[Case, Any]]]:
+    """({"timing": ..., "profile": ...} as far as the job asks, [(the salted case, its output)]
+    of the timed samples the judge checks: timed outputs must still be right)."""
     from okgit.eval import timing
     from okgit.eval.profile import profile_calls
 
-    sets = [calls.draw_inputs(torch, module, seeds[0], device)]
-    per_set = calls.nbytes(sets[0]) or 1
-    for case in seeds[1: max(1, min(len(seeds), TIMING_SET_BYTES // (2 * per_set)))]:
-        sets.append(calls.draw_inputs(torch, module, case, device))
+    sets = _input_sets(torch, module, seeds, device)
 
     def fn(*inputs: Any) -> Any:
         with torch.no_grad():
             return model(*inputs)
 
     out: dict[str, Any] = {}
-    spot: dict[str, Any] = {}
+    spot: list[tuple[Case, Any]] = []
     if job.timing:
         flush = timing.l2_flush_buffer(device)
         timed = timing.time_calls(fn, sets, warmup=job.timing.warmup, samples=job.timing.samples, flush=flush)
@@ -41,7 +39,39 @@ def time_model(torch: Any, model: Any, module: ModuleType, seeds: list[Case], jo
             "batch_event_us": timed.batch_event_us, "batch_host_us": timed.batch_host_us,
             "residual_sync_us": timed.residual_sync_us, "batch_calls": timed.batch_calls,
         }
-        spot = {seeds[c].id: result for c, result in timed.spot.items()}
+        spot = [(replace(seeds[p.content], salt=p.salt), p.out) for p in timed.spot]
     if job.profile:
         out["profile"] = profile_calls(lambda: fn(*sets[0]))
     return out, spot
+
+
+EXERCISE_SAMPLES = 6  # a CPU's untimed protocol, over two input sets: each slot holds each content, then again
+
+
+def exercise_model(torch: Any, model: Any, module: ModuleType, seeds: list[Case],
+                   device: str) -> list[tuple[Case, Any]]:
+    """The timing protocol without a clock, where nothing is timed (a CPU): the same rotated,
+    salted inputs and randomly picked checked samples, so a candidate that remembers outputs
+    fails on a CPU too; every sample is checked (the interpreter's calls are few and the judge's
+    cheap), so the verdict does not depend on which were picked. [(the salted case, its output)]."""
+    from okgit.eval import timing
+
+    sets = _input_sets(torch, module, seeds[:2], device)
+    slots = [[x.clone() if isinstance(x, torch.Tensor) else x for x in s] for s in sets]
+    salt0, _ = timing.new_salt()
+    spot: list[tuple[Case, Any]] = []
+    for s in range(EXERCISE_SAMPLES):
+        c, slot = timing.prepare_sample(s, slots, sets, salt0, torch.Tensor.copy_)
+        with torch.no_grad():
+            result = model(*slots[slot])
+        spot.append((replace(seeds[c], salt=salt0 + s), result))
+    return spot
+
+
+def _input_sets(torch: Any, module: ModuleType, seeds: list[Case], device: str) -> list[list[Any]]:
+    """The seed cases' inputs as sets to rotate, as many as fit TIMING_SET_BYTES twice over."""
+    sets = [calls.draw_inputs(torch, module, seeds[0], device)]
+    per_set = calls.nbytes(sets[0]) or 1
+    for case in seeds[1: max(1, min(len(seeds), TIMING_SET_BYTES // (2 * per_set)))]:
+        sets.append(calls.draw_inputs(torch, module, case, device))
+    return sets

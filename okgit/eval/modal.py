@@ -78,6 +78,12 @@ APP_NAME = "okgit-eval"
 TIMEOUT_S = max(KIND_TIMEOUT_S.values()) + 60  # Modal's own limit per attempt: the backstop of those
 STARTUP_TIMEOUT_S = 600  # a container's start (image pull, Python, imports), billed apart from TIMEOUT_S
 RETRIES = 1  # attempts after the first, for lost containers (preemption, a crashed host) only
+SERVICE_RETRIES = 2  # a call refused by a transient service error (connection, Modal's own failure) is retried
+SERVICE_BACKOFF_S = 1.0  # then 2 s: a blip, not an outage, is what these cover
+# $ per GPU-second, from the figures of docs/modal.md "What it costs" (leads, not quotes); a GPU
+# not listed is priced only by `modal_usd_per_s` in okgit.toml, else its seconds count $0.
+GPU_USD_PER_S = {"B200": 6.25 / 3600, "H100": 3.95 / 3600, "A100-80GB": 2.50 / 3600, "L40S": 1.95 / 3600,
+                 "L4": 0.80 / 3600, "T4": 0.59 / 3600}
 SCALEDOWN_S = 60  # an idle container is kept (and billed) this long for the next call
 CPU = 4.0  # cores: the evaluator, its pre-started workers and torch.compile's compile workers
 MEMORY_MIB = 16384  # each worker holds torch and a CUDA context (~1 GiB); Modal's default is 128 MiB
@@ -155,6 +161,7 @@ class ModalEvaluator(EvaluatorBase):
         require_modal()  # fail before any run starts, in one line
         self.gpu = gpu
         self.device = f"modal:{gpu}"  # every result's device, failed ones included
+        self.usd_per_s = GPU_USD_PER_S.get(gpu.split(":")[0].upper())  # the search counts GPU-seconds at this price
         self.width = max_containers or max_containers_setting()
         self._options = {"cuda_image": cuda_image, "timeout_s": timeout_s, "retries": retries,
                          "max_containers": self.width}
@@ -198,16 +205,21 @@ class ModalEvaluator(EvaluatorBase):
         submitted = time.monotonic()
         answered: dict[int, tuple[dict[str, Any], float]] = {}
         lost: list[tuple[BaseException, float]] = []
-        try:
-            for out in fn.map(payloads, return_exceptions=True, order_outputs=False):
-                elapsed = time.monotonic() - submitted
-                if isinstance(out, dict) and isinstance(out.get("index"), int) and 0 <= out["index"] < len(payloads):
-                    answered[out["index"]] = (out, elapsed)
-                else:
-                    lost.append((out if isinstance(out, BaseException) else RuntimeError(f"no index in {out!r:.80}"),
-                                 elapsed))
-        except Exception as e:  # noqa: BLE001 - raised, not returned: the service failed (auth, connection), not a candidate
-            raise OkgitError(f"Modal: {type(e).__name__}: {_first_line(e)}") from None
+        for attempt in range(SERVICE_RETRIES + 1):
+            try:
+                for out in fn.map(payloads, return_exceptions=True, order_outputs=False):
+                    elapsed = time.monotonic() - submitted
+                    if isinstance(out, dict) and isinstance(out.get("index"), int) and 0 <= out["index"] < len(payloads):
+                        answered[out["index"]] = (out, elapsed)
+                    else:
+                        lost.append((out if isinstance(out, BaseException) else RuntimeError(f"no index in {out!r:.80}"),
+                                     elapsed))
+                break
+            except Exception as e:  # noqa: BLE001 - raised, not returned: the service failed (auth, connection), not a candidate
+                # Retried only before any output came back: a map half answered is not re-run.
+                if answered or lost or attempt == SERVICE_RETRIES or not _transient(e):
+                    raise OkgitError(f"Modal: {type(e).__name__}: {_first_line(e)}") from None
+                time.sleep(SERVICE_BACKOFF_S * 2**attempt)
         unanswered = iter(lost)
         missing = (RuntimeError("no output came back"), time.monotonic() - submitted)
         results = []
@@ -288,12 +300,16 @@ class ModalEvaluator(EvaluatorBase):
 
     def _call(self, payload: dict[str, Any]) -> dict[str, Any]:
         submitted = time.monotonic()
-        try:
-            out = self._function().remote(payload)
-        except OkgitError:
-            raise
-        except Exception as e:  # noqa: BLE001 - after Modal's retries: the service, not the op, failed
-            raise OkgitError(f"Modal: {type(e).__name__}: {_first_line(e)}") from None
+        for attempt in range(SERVICE_RETRIES + 1):
+            try:
+                out = self._function().remote(payload)
+                break
+            except OkgitError:
+                raise
+            except Exception as e:  # noqa: BLE001 - after Modal's retries: the service, not the op, failed
+                if attempt == SERVICE_RETRIES or not _transient(e):
+                    raise OkgitError(f"Modal: {type(e).__name__}: {_first_line(e)}") from None
+                time.sleep(SERVICE_BACKOFF_S * 2**attempt)
         return {**out, "round_trip_s": time.monotonic() - submitted}
 
     def _result(self, out: dict[str, Any], what: str | None = None) -> dict[str, Any]:
@@ -317,6 +333,18 @@ class ModalEvaluator(EvaluatorBase):
         queue = max(0.0, elapsed - float(out.get("job_s") or 0.0))
         return result.model_copy(update={"device": self.device, "queue_s": round(queue, 3),
                                          "cold_start": out.get("cold_start")})
+
+
+def _transient(e: BaseException) -> bool:
+    """A service error worth another try: a dropped connection, a timeout, Modal's own failure."""
+    kinds: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+    try:
+        import modal.exception as me
+
+        kinds += (me.ConnectionError, me.InternalFailure, me.ServiceError, me.TimeoutError)
+    except ImportError:
+        pass
+    return isinstance(e, kinds)
 
 
 def _build_stamp(name: str) -> Path:

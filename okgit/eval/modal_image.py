@@ -19,7 +19,9 @@ from typing import Any
 from okgit.errors import OkgitError
 
 MIN_PYTHON = (3, 11)  # Modal's current image builder (2026.10) has no Python 3.10
-MIN_MODAL = (1, 0)
+# Function.with_options (a deployed function on the chosen GPU) needs 1.5; startup_timeout 1.1.4.
+MIN_MODAL = (1, 5)
+NINJA = "ninja>=1.11"
 # A CUDA toolkit image tag on Docker Hub per CUDA major.minor; a minor missing here takes <minor>.0,
 # the first release of that minor: never another major's toolkit (torch's extension builder refuses it).
 CUDA_TAGS = {"11.8": "11.8.0", "12.1": "12.1.1", "12.4": "12.4.1", "12.6": "12.6.3", "12.8": "12.8.1",
@@ -81,12 +83,19 @@ def require_modal():
         import modal
     except ImportError:
         raise OkgitError(MISSING_MODAL) from None
-    if _version_tuple(getattr(modal, "__version__", "0")) < MIN_MODAL:
-        raise OkgitError(f"--eval modal needs modal 1.0 or newer (this is {modal.__version__}): "
-                         "pip install -U 'okgit[modal]'")
+    too_old = version_problem(getattr(modal, "__version__", "0"))
+    if too_old:
+        raise OkgitError(f"--eval modal needs {too_old}")
     if not has_credentials():
         raise OkgitError(MISSING_AUTH)
     return modal
+
+
+def version_problem(version: str) -> str | None:
+    """What is wrong with an installed modal's version, in words; None when it is new enough."""
+    if _version_tuple(version) >= MIN_MODAL:
+        return None
+    return f"modal {'.'.join(map(str, MIN_MODAL))} or newer (this is {version}): pip install -U 'okgit[modal]'"
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -153,7 +162,8 @@ def image_stack(torch_version: str, built_cuda: str | None, requires: list[str],
     else:
         pins, index = [f"torch=={base}+{variant}"], f"{TORCH_INDEX}/{variant}"
     return Stack(python=python, cuda=cuda, torch=tuple(pins), index=index,
-                 rest=tuple(f"{name}=={version}" for name, version in sorted(others.items())))
+                 # ninja: torch's cpp_extension (load_inline) builds the CUDA backend's kernels with it
+                 rest=tuple(f"{name}=={version}" for name, version in sorted(others.items())) + (NINJA,))
 
 
 def local_stack() -> Stack:

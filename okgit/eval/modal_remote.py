@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from okgit.errors import OkgitError
-from okgit.eval.types import BaselineTimes, Status
+from okgit.eval.types import BaselineTimes
 from okgit.problem import Problem, load_problem
 
 # What one job may run in the container before it is given up (the client's TIMEOUT_S, Modal's own
@@ -220,12 +220,11 @@ def remote_baselines(ref_source: str, winner_source: str | None, device: str = "
         return result
     arms = {"eager": (ref_source, "torch"), "compile": (ref_source + COMPILE_ARM, "torch")}
     if winner_source is not None:
-        check = evaluator.evaluate(problem, winner_source, mode="fast", backend=backend)
-        why = f"{check.error.gate}: {_one_line(check.error.message)}" if check.error else check.status.value
-        if check.status is Status.incorrect:  # a wrong answer here: never scored as a correct kernel
-            result.disagreement = why[:300]
-        elif check.status is not Status.correct:  # rejected, or the worker died: no figure for it
-            result.errors["okgit"] = f"the winner's check here ended {check.status.value}: {why}"[:300]
+        from okgit.eval.local import check_winner
+
+        result.disagreement, error = check_winner(evaluator, problem, winner_source, backend)
+        if error:
+            result.errors["okgit"] = error
         arms["okgit"] = (winner_source, backend)
     if device == "cpu":
         result.errors["all"] = "no GPU: timing is not claimed"
@@ -247,12 +246,6 @@ def remote_baselines(ref_source: str, winner_source: str | None, device: str = "
     times = {arm: statistics.median(ts) for arm, ts in samples.items() if ts}
     result.eager_us, result.compile_us, result.okgit_us = times.get("eager"), times.get("compile"), times.get("okgit")
     return result
-
-
-def _one_line(text: str) -> str:
-    """A message on one line: its first line, and its last (a traceback's exception) when they differ."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else "no message"
 
 
 def _first_line(e: BaseException) -> str:

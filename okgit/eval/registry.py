@@ -24,7 +24,7 @@ def _local(config: Config) -> Evaluator:
     its CPU through the Triton interpreter."""
     from okgit.eval.device_pool import local_evaluator
 
-    return local_evaluator(config.device)
+    return local_evaluator(config.device, reference_timeout_s=config.reference_timeout_s)
 
 
 @evaluator("modal", order=1)
@@ -32,7 +32,10 @@ def _modal(config: Config, **options: Any) -> Evaluator:
     """The same judge and workers in a Modal GPU function."""
     from okgit.eval.modal import ModalEvaluator
 
-    return ModalEvaluator(gpu=config.modal_gpu, **options)
+    evaluator = ModalEvaluator(gpu=config.modal_gpu, **options)
+    if config.modal_usd_per_s is not None:
+        evaluator.usd_per_s = config.modal_usd_per_s
+    return evaluator
 
 
 def make_evaluator(config: Config, **options: Any) -> Evaluator:

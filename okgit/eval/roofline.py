@@ -75,6 +75,11 @@ def measure_peaks(device: Any) -> dict[str, Any]:
         "matmul": rates,
         "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
         "sm_count": props.multi_processor_count,
+        # What a kernel writer sizes tiles by (the generator prompt states them, okgit.search.critic).
+        "compute_capability": f"{props.major}.{props.minor}",
+        "shared_memory_per_sm_bytes": int(getattr(props, "shared_memory_per_multiprocessor", 0)),
+        "shared_memory_per_block_bytes": int(getattr(props, "shared_memory_per_block_optin", 0)),
+        "registers_per_sm": int(getattr(props, "regs_per_multiprocessor", 0)),
     }
 
 

@@ -3,7 +3,8 @@
 A/A noise is the baseline's own spread across rounds (each round a fresh process), never
 below MIN_NOISE. The candidate is `optimized` only if it beats the baseline of the same round
 by more than that noise in every round; the sign test's p-value says how surprising its wins
-would be if the two were equally fast.
+would be if the two were equally fast. It is `slower` when its median is slower than the
+baseline's past that noise: such a candidate is never handed out as a result.
 """
 
 from __future__ import annotations
@@ -42,5 +43,6 @@ def summarize(baseline_us: list[float], candidate_us: list[float], detail: str =
         sign_test_p=sign_test_p(wins, len(baseline_us)),
         speedup=speedup,
         optimized=clear and bool(baseline_us),
+        slower=speedup < 1.0 - noise,
         detail=detail or f"won {wins}/{len(baseline_us)} rounds; A/A noise {noise:.2%}",
     )

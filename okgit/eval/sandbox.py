@@ -10,6 +10,7 @@ time. Messages go both ways as JSON lines (okgit.eval.channel).
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -97,9 +98,31 @@ class Outcome:
         return f"worker exited with code {rc} without a result"
 
 
+_STARTED: dict[int, "WorkerProcess"] = {}  # every worker and judge this process started and has not closed
+
+
+def live_processes() -> list[str]:
+    """What `stop_all` would stop, one name each ("judge 1234", "worker 1235")."""
+    return [f"{w.role} {w.proc.pid}" for w in list(_STARTED.values()) if w.alive()]
+
+
+def stop_all() -> list[str]:
+    """Kill every worker and judge this process started (their process groups: their children
+    too) and remove their directories (under /dev/shm). On Ctrl-C, SIGTERM and exit, whatever
+    state the evaluators were in (a judge still preparing is held by no evaluator yet)."""
+    stopped = live_processes()
+    for worker in list(_STARTED.values()):
+        worker.close()
+    return stopped
+
+
+atexit.register(stop_all)
+
+
 class WorkerProcess:
     def __init__(self, device: str, memory_limit: int, base_dir: Path | None = None,
                  program: str = "okgit.eval.worker") -> None:
+        self.role = "judge" if program.endswith("judge") else "worker"
         self.device = device
         self.memory_limit = memory_limit
         self.dir = Path(tempfile.mkdtemp(prefix="okgit-worker-", dir=base_dir))
@@ -113,6 +136,7 @@ class WorkerProcess:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.dir,
                 env=worker_env(device), start_new_session=True, preexec_fn=self._limits,
             )
+        _STARTED[id(self)] = self
 
     def _limits(self) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -244,6 +268,7 @@ class WorkerProcess:
                 except OSError:
                     pass
         shutil.rmtree(self.dir, ignore_errors=True)
+        _STARTED.pop(id(self), None)
 
 
 class WorkerPool:

@@ -10,7 +10,10 @@ then names what it replaced, and the median is taken by the parent from the raw 
 
 Protocol, per sample s (warm-up samples are the same loop, discarded):
   content c = s mod K, slot b = (s + s div K) mod K: copy input set c into slot b's buffers
-  (so a cache keyed on buffer addresses sees new values in old buffers), zero an L2-sized
+  (so a cache keyed on buffer addresses sees new values in old buffers), salt them with
+  salt0 + s (okgit.eval.calls.salt_inputs: a few elements moved, so no two samples' contents
+  are the same and a cache keyed on contents, addresses or call counts returns an output
+  computed for other inputs; salt0 is drawn when the timing starts), zero an L2-sized
   scratch buffer (>= 2x L2), hold the stream with a spin kernel of about 200 us, record start,
   call, record end. The spin lets the host queue the call before its start event fires: the
   events measure the device's time for the call, not how long a loaded host took to launch
@@ -18,14 +21,17 @@ Protocol, per sample s (warm-up samples are the same loop, discarded):
   105-163 us without it, and torch.compile of an elementwise op 116 us against 68.8 us in a
   quieter sweep). A call whose launches take longer than the spin still pays for them: its
   time can only grow that way, never shrink.
-The last sample of each content is cloned for the parent to check (timed outputs must still be
-right). Afterwards one back-to-back batch measures host time against event time and how long a
+The outputs of SPOT_CHECKS samples, picked at random when the timing starts, are cloned with
+their content and salt for the judge to check against the reference on the same salted inputs
+(timed outputs must still be right). Afterwards one back-to-back batch measures host time against event time and how long a
 device-wide synchronize still takes once the timed stream is done: work left running on another
 stream shows there.
 """
 
 from __future__ import annotations
 
+import os
+import random
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -64,7 +70,40 @@ class Timed:
     batch_host_us: float  # the same batch, per call, host clock around launch + event sync
     residual_sync_us: float  # device-wide synchronize after the timed stream finished
     batch_calls: int
-    spot: dict[int, Any] = field(default_factory=dict)  # content index -> output (cloned)
+    spot: list[Spot] = field(default_factory=list)  # the checked samples' outputs (cloned)
+
+
+@dataclass
+class Spot:
+    content: int  # index of the input set
+    salt: int  # the salt its inputs had
+    out: Any
+
+
+SPOT_CHECKS = 2  # timed samples whose outputs the judge checks
+
+
+def new_salt() -> tuple[int, random.Random]:
+    """A salt base no candidate can know before the timing starts, and the generator that picks
+    the checked samples from it."""
+    salt0 = int.from_bytes(os.urandom(6), "little") + 1
+    return salt0, random.Random(salt0)
+
+
+def prepare_sample(s: int, slots: list[list[Any]], input_sets: list[list[Any]], salt0: int,
+                   copy_: Callable[..., Any]) -> tuple[int, int]:
+    """Sample s's inputs in their slot: input set s mod K, copied, then salted. (content, slot)."""
+    import torch
+
+    from okgit.eval.calls import salt_inputs
+
+    k = len(input_sets)
+    c, slot = s % k, (s + s // k) % k
+    for dst, src in zip(slots[slot], input_sets[c], strict=True):
+        if _is_tensor(dst):
+            copy_(dst, src)
+    salt_inputs(torch, slots[slot], salt0 + s)
+    return c, slot
 
 
 def l2_flush_buffer(device: Any) -> Any:
@@ -86,20 +125,19 @@ def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: i
     slots = [[clone(x) if _is_tensor(x) else x for x in s] for s in input_sets]
     total = warmup + samples
     events = [(new_event(), new_event()) for _ in range(total)]
-    spot: dict[int, Any] = {}
+    salt0, pick = new_salt()
+    checked = set(pick.sample(range(warmup, total), min(SPOT_CHECKS, samples)))
+    spot: list[Spot] = []
     for s in range(total):
-        c, slot = s % k, (s + s // k) % k
-        for dst, src in zip(slots[slot], input_sets[c], strict=True):
-            if _is_tensor(dst):
-                copy_(dst, src)
+        c, slot = prepare_sample(s, slots, input_sets, salt0, copy_)
         zero_(flush)
         spin(HOLD_CYCLES)
         start, end = events[s]
         record(start, stream)
         out = fn(*slots[slot])
         record(end, stream)
-        if s >= total - k:  # the last sample of each content
-            spot[c] = _clone_tree(out, clone)
+        if s in checked:
+            spot.append(Spot(c, salt0 + s, _clone_tree(out, clone)))
     synchronize()
     times = [elapsed(start, end) * 1000.0 for start, end in events[warmup:]]
 

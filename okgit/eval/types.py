@@ -74,6 +74,23 @@ class EvalResult(BaseModel):
     queue_s: float | None = None
     cold_start: bool | None = None
 
+    def infrastructure_failure(self) -> str | None:
+        """Why this evaluation could not judge the candidate, where the cause is the machine and not
+        the kernel: the device's memory ran out, the judge or a worker was lost, the device failed.
+        Such a result is no verdict: the final gate waits and tries again (okgit.run)."""
+        if self.status is not Status.error or self.error is None:
+            return None
+        text = self.error.message
+        if self.error.gate == "judge" or any(s in text for s in INFRASTRUCTURE_SIGNS):
+            return f"{self.error.gate}: {text.strip().splitlines()[-1] if text.strip() else 'no message'}"[:300]
+        return None
+
+
+# What an error's message says when the machine failed it rather than the kernel: memory taken by
+# other work, the device lost or reset, the judge gone.
+INFRASTRUCTURE_SIGNS = ("out of memory", "OutOfMemoryError", "CUDA-capable device", "uncorrectable ECC error",
+                        "GPU is lost", "the judge did not answer", "could not be judged")
+
 
 class Reference(BaseModel):
     """What the evaluator learned about the reference before any candidate ran."""
@@ -99,6 +116,7 @@ class Comparison(BaseModel):
     sign_test_p: float
     speedup: float  # median baseline / median candidate
     optimized: bool  # won every round by more than the noise
+    slower: bool = False  # the median candidate is slower than the median baseline by more than the noise
     detail: str = ""
 
 

@@ -10,10 +10,12 @@ gives `error`. Timing figures are taken from the raw samples here, not from the 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from okgit.eval import roofline
+from okgit.eval.calls import MODE_GATES
 from okgit.eval.jobs import CASE_GATES, PINNED_FLAGS, Case
 from okgit.eval.profile import profile_data
 from okgit.eval.reference import PreparedReference
@@ -24,11 +26,14 @@ from okgit.eval.types import EvalError, EvalResult, GateResult, Mode, ProfileDat
 
 GATES = [
     "static", "compile", "device", "entry_points", "output_type", "aliasing", "inputs_unchanged", "outputs_written", "nan_pattern",
-    "seeds", "repeat", "determinism", "fresh_inputs", "distribution", "extra_shapes", "init_inputs", "backend_kernel",
+    "seeds", "repeat", "determinism", "fresh_inputs", "remembered", "distribution", "extra_shapes", "init_inputs",
+    "train_mode", "state", "eval_mode", "backend_kernel",
     "timed_outputs", "side_stream", "roofline",
 ]
-REJECTING = {"static", "entry_points", "aliasing", "backend_kernel", "timed_outputs", "side_stream", "roofline"}
+REJECTING = {"static", "entry_points", "aliasing", "remembered", "backend_kernel", "timed_outputs", "side_stream",
+             "roofline"}
 SIDE_STREAM_MIN_US = 200.0
+NO_ROOFLINE = "OKGIT_TEST_NO_ROOFLINE"  # tests only: the roofline gate off, to show the other gates catch a cheat alone
 
 
 @dataclass
@@ -80,6 +85,10 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ch
                        passed + [GateResult(name=failure["gate"], passed=False, detail=failure["message"][:300])], base)
 
     f = Findings()
+    for key, facts in result.get("calls", {}).items():
+        if facts.get("returned_before"):
+            f.fail("remembered", f"{key}: returned the tensor that call {facts['returned_before']} returned, still held "
+                   "by the candidate: a remembered output (and an earlier caller's result overwritten)")
     if result.get("replaced"):
         f.fail("entry_points", "the candidate replaced what the evaluator relies on: " + ", ".join(result["replaced"]))
     calls = result.get("calls", {})
@@ -117,18 +126,18 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ch
     rate, peaks = allowed_matmul_rate(prep)
     flops, min_bytes = prep.cost.get("flops"), prep.cost.get("min_bytes")
     roof: dict[str, Any] | None = None
+    for key in calls:  # timed calls' outputs (on a CPU: the same protocol's, untimed)
+        if key.startswith("timed:"):
+            _check_call(f, prep, key.split(":", 1)[1].split("~")[0], key, calls, checks, "timed_outputs",
+                        what="an output of a timed call, on its own salted inputs")
     if timing:
-        for key in checks:
-            if key.startswith("timed:"):
-                _check_call(f, prep, key.split(":", 1)[1], key, calls, checks, "timed_outputs",
-                            what="an output of a timed call")
         runtime = median(timing["samples_us"])
         ref_runtime = median(prep.timing["samples_us"]) if prep.timing else None
         residual, host = timing["residual_sync_us"], timing["batch_host_us"] * timing.get("batch_calls", 1)
         if residual > max(SIDE_STREAM_MIN_US, 0.1 * host):
             f.fail("side_stream", f"{residual:.0f} us of device work was still running after the timed stream "
                    f"finished: work escapes the timed stream")
-        if peaks and flops is not None and min_bytes is not None:
+        if peaks and flops is not None and min_bytes is not None and not os.environ.get(NO_ROOFLINE):
             floor = roofline.floor_us(flops, min_bytes, peaks, rate)
             ref_ok = ref_runtime is None or ref_runtime >= roofline.PLAUSIBLE_FRACTION * floor
             if not ref_ok:
@@ -145,7 +154,11 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ch
 
     gates = [GateResult(name="static", passed=True), GateResult(name="compile", passed=True)]
     for gate in GATES[3:]:
-        if gate in ("timed_outputs", "side_stream", "roofline") and not timing:
+        if gate in ("side_stream", "roofline") and not timing:
+            continue
+        if gate == "timed_outputs" and not any(key.startswith("timed:") for key in calls):
+            continue
+        if gate in MODE_GATES and not any(c.kind == "modes" for c in cases):
             continue
         if gate in f.failures:
             gates.append(GateResult(name=gate, passed=False, detail=f.failures[gate][:300]))
@@ -191,8 +204,9 @@ def _check_call(f: Findings, prep: PreparedReference, case_id: str, key: str, ca
     changed = set(facts.get("inputs_changed", [])) - set(ref_facts.get("inputs_changed", []))
     if changed:
         f.fail("inputs_unchanged", f"{where}: the call modified input(s) {sorted(changed)}")
+    parts = ref_facts.get("parts") or []  # the modes case: which mode, or which buffer, each output is
     for j, check in enumerate(found["checks"]):
-        f.leaf(LeafCheck(**check), f"{where}, output {j}")
+        f.leaf(LeafCheck(**check), f"{where}, {parts[j][1] if j < len(parts) else f'output {j}'}")
 
 
 def allowed_matmul_rate(prep: PreparedReference) -> tuple[float, dict[str, Any] | None]:

@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,8 @@ class Worker:
         self.job_dir = Path(".")
         self.result: dict[str, Any] = {"calls": {}}
         self.sent = 0
+        self.buffers: list[str] = []  # the reference's buffer names, for the modes case
+        self.returned: list[tuple[str, Any, int]] = []  # (call, weak reference, storage address) of each output
         self.current, self.since = "load", time.monotonic()
 
     # ---- plumbing -------------------------------------------------------------------------
@@ -106,7 +109,7 @@ class Worker:
 
         self.sent += 1
         descriptors, alive = export(called.leaves, self.device, self.job_dir, self.sent)
-        self.channel.send({"op": "check", "key": key, "case": case.id, "gate": gate,
+        self.channel.send({"op": "check", "key": key, "case": case.id, "gate": gate, "salt": case.salt,
                            "leaves": called.facts["leaves"], "spec": called.facts["spec"], "outputs": descriptors})
         reply = self.channel.receive()
         del alive
@@ -136,9 +139,17 @@ class Worker:
         counters = (self.triton_launches, self.cuda_launches)
 
         def run_case(case: Case, key: str, gate: str) -> None:
+            if case.kind == "modes":
+                self.phase("train_mode")
+                called = calls.mode_sequence(torch, models[case.model], references[case.shape], case, self.device,
+                                             label=key, buffers=self.buffers, counters=counters)
+                self.result["calls"][key] = called.facts
+                self.send(key, case, gate, called)
+                return
             inputs = calls.draw_inputs(torch, references[case.shape], case, self.device)
             self.phase(gate)
             called = calls.call(torch, models[case.model], inputs, self.device, label=key, gate=gate, counters=counters)
+            self.returned_before(key, called)
             self.result["calls"][key] = called.facts
             del inputs
             self.send(key, case, gate, called)
@@ -155,21 +166,39 @@ class Worker:
                                            for k in ("triton", "cuda")}
         self.result["failed_launches"] = {k: sum(f["failed_launches"][k] for f in self.result["calls"].values())
                                           for k in ("triton", "cuda")}
+        spot: list[tuple[Case, Any]] = []
         if job.device == "cuda" and (job.timing or job.profile):
             from okgit.eval.measure import time_model
 
             self.phase("timing")
             measured, spot = time_model(torch, models[0], references[0], seeds, job, self.device)
             self.result.update(measured)
-            if job.check:
-                for case_id, out in spot.items():  # timed outputs must still be right
-                    case = next(c for c in seeds if c.id == case_id)
-                    leaves = flatten(out)
-                    facts = {"spec": tree_spec(out), "leaves": [calls.leaf_facts(t, []) for t in leaves]}
-                    key = f"timed:{case_id}"
-                    self.result["calls"][key] = facts
-                    self.send(key, case, "timed_outputs", calls.Called(out, leaves, facts))
+        elif job.check and seeds:  # nothing is timed here: the timing's protocol all the same
+            from okgit.eval.measure import exercise_model
+
+            self.phase("timed_outputs")
+            spot = exercise_model(torch, models[0], references[0], seeds, self.device)
+        if job.check:
+            for case, out in spot:  # timed outputs must still be right, on their own salted inputs
+                leaves = flatten(out)
+                facts = {"spec": tree_spec(out), "leaves": [calls.leaf_facts(t, []) for t in leaves]}
+                key = f"timed:{case.id}~{case.salt}"
+                self.result["calls"][key] = facts
+                self.send(key, case, "timed_outputs", calls.Called(out, leaves, facts))
         self.result["cuda_kernel_names"] = sorted(self.cuda_kernel_names)
+
+    def returned_before(self, key: str, called: calls.Called) -> None:
+        """Name an output that is a tensor an earlier call returned and the candidate still holds
+        (its storage, alive): a remembered output, and one its earlier holder sees overwritten.
+        Outputs the worker dropped are dead, so a new allocation at their address is no finding."""
+        for leaf in called.leaves:
+            storage = leaf.untyped_storage()
+            if storage.nbytes() == 0:
+                continue
+            for earlier_key, ref, ptr in self.returned:
+                if ptr == storage.data_ptr() and ref() is not None:
+                    called.facts["returned_before"] = earlier_key
+            self.returned.append((key, weakref.ref(leaf), storage.data_ptr()))
 
     def build(self, job: Job, case: Case, references: list[Any], classes: list[Any]) -> tuple[Any, bool]:
         """The candidate's model for a case, from the reference's constructor arguments (perturbed
@@ -182,6 +211,8 @@ class Worker:
         ref_model, _ = calls.build(torch, reference.Model, init, self.device)
         state = ({k: v.detach().clone() for k, v in ref_model.state_dict().items()}
                  if isinstance(ref_model, torch.nn.Module) else None)
+        if case.kind == "modes":  # the buffers whose state the candidate's must follow, by the reference's names
+            self.buffers = sorted(name for name, _ in ref_model.named_buffers())
         del ref_model
         try:
             return calls.build(torch, classes[case.shape], list(init), self.device, state)

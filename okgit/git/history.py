@@ -26,6 +26,7 @@ class RunSummary(BaseModel):
     model: str | None
     proposer: str  # offline (no model: templates, then autotune) | llm | replay
     candidates: int
+    campaign: str | None = None  # the campaign this run is a problem of (okgit.campaign.listing)
 
 
 class CandidateRow(BaseModel):

@@ -74,7 +74,12 @@ def validate(repo: Repo, diff: str, base: str) -> None:
 def resolve_ref(repo: Repo, ref: str) -> str:
     """REF as okgit records it: a run (its id, a unique prefix, `latest`, `latest~N`) becomes
     the full id, a tag `okgit/<run>/<cand>` gets its run's full id, a diff file stays as given.
-    An unknown REF is returned as it is, for `resolve_diff` to refuse in its own words."""
+    An unknown REF is returned as it is, for `resolve_diff` to refuse in its own words.
+    A campaign (`campaign:<id>`, `campaign:latest`, ...) becomes `campaign:<full id>`."""
+    from okgit.campaign.store import PREFIX, is_campaign_ref, resolve_campaign
+
+    if is_campaign_ref(ref):
+        return PREFIX + resolve_campaign(repo, ref)
     tag = _TAG.fullmatch(ref)
     if tag and not Path(ref).is_file():
         try:
@@ -94,7 +99,11 @@ def resolve_ref(repo: Repo, ref: str) -> str:
 def resolve_diff(repo: Repo, ref: str) -> str:
     """The diff REF names: a tag's candidate against its run's base, a run's report.diff,
     or a diff file's text (see `resolve_ref` for the spellings of a run)."""
+    from okgit.campaign.store import campaign_diff, is_campaign_ref
+
     ref = resolve_ref(repo, ref)
+    if is_campaign_ref(ref):  # its combined patch
+        return campaign_diff(repo, ref)
     tag = _TAG.fullmatch(ref)
     if tag and repo.git("rev-parse", "--verify", "--quiet", f"refs/tags/{ref}^{{commit}}", check=False).strip():
         started = started_event(repo, tag.group(1))
@@ -106,7 +115,7 @@ def resolve_diff(repo: Repo, ref: str) -> str:
                              f"pick a candidate tag from: okgit history {ref}")
         diff = report.read_text()
         if not diff.strip():
-            raise OkgitError(f"run {ref} has no winner (nothing passed every gate): its report.diff is empty")
+            raise OkgitError(f"run {ref} has no winner ({_no_winner(repo, ref)}): its report.diff is empty")
         return diff
     if Path(ref).is_file():
         try:
@@ -247,3 +256,16 @@ def _is_run(repo: Repo, ref: str) -> bool:
 def _strip(path: str) -> str:
     """`a/x.py` -> `x.py` (git's default prefixes; `git apply` strips one component too)."""
     return path.split("/", 1)[1] if "/" in path else path
+
+
+def _no_winner(repo: Repo, run_id: str) -> str:
+    """Why a finished run hands out nothing, from its result.json's status."""
+    try:
+        status = json.loads(RunDir(repo.run_dir(run_id)).result.read_text()).get("status")
+    except (OSError, ValueError):
+        status = None
+    if status == "slower":
+        return "its fastest correct candidate is slower than the baseline; the tag in okgit history keeps it"
+    if status == "error":
+        return "the final gate could not judge; okgit history says why"
+    return "nothing passed every gate"

@@ -29,7 +29,7 @@ from okgit.git.journal import Journal, JsonlWriter
 from okgit.git.repo import Repo
 from okgit.git.rundir import RunDir
 from okgit.locks import is_held, try_hold
-from okgit.status import RunStatus
+from okgit.status import RESUMABLE
 
 # Environment for okgit's own commits: the identity variables win over any user config or
 # GIT_AUTHOR_* of the caller; automatic gc stays off so a commit never repacks the user's repo.
@@ -216,7 +216,12 @@ def resume(repo: Repo, run_id: str) -> RunSpace:
 def run_ids(repo: Repo) -> list[str]:
     """Every run, newest first: by the time of the journal's first event (run ids only have
     seconds), else by the time in the run id."""
-    if not repo.runs_dir.is_dir():
+    return newest_first(repo.runs_dir)
+
+
+def newest_first(root: Path) -> list[str]:
+    """The directories under `root` that hold a journal (runs, campaigns), newest first."""
+    if not root.is_dir():
         return []
 
     def started(run_dir: Path) -> tuple[float, str]:
@@ -227,7 +232,7 @@ def run_ids(repo: Repo) -> list[str]:
             stamp = run_id_time(run_dir.name)
             return (stamp.timestamp() if stamp else 0.0), run_dir.name
 
-    dirs = [d for d in repo.runs_dir.iterdir() if d.is_dir() and not d.name.startswith(".")]
+    dirs = [d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")]
     return [d.name for d in sorted(dirs, key=started, reverse=True)]
 
 
@@ -238,12 +243,16 @@ def resolve_run(repo: Repo, ref: str) -> str:
     """The run id a user means: the full id, `latest` (the newest run), `latest~N` (N runs
     before it), or a unique prefix of the id, with or without its date (`074318` names
     `20260101-074318-ab12`). Anything else is a one-line error."""
-    ids = run_ids(repo)
+    return resolve_among(run_ids(repo), ref, "run", "no runs yet (start one with: okgit optimize PATH)")
+
+
+def resolve_among(ids: list[str], ref: str, noun: str, none_yet: str) -> str:
+    """`ref` among `ids` (newest first) with the spellings of `resolve_run`; campaigns share them."""
     latest = _LATEST.fullmatch(ref)
     if latest:
         n = int(latest.group(1) or 0)
         if n >= len(ids):
-            raise OkgitError(f"{ref}: " + (f"there are only {len(ids)} runs" if ids else "no runs yet (start one with: okgit optimize PATH)"))
+            raise OkgitError(f"{ref}: " + (f"there are only {len(ids)} {noun}s" if ids else none_yet))
         return ids[n]
     if ref in ids:
         return ref
@@ -252,8 +261,8 @@ def resolve_run(repo: Repo, ref: str) -> str:
         return found[0]
     if found:
         shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
-        raise OkgitError(f"run {ref} is ambiguous: {len(found)} runs match ({shown}); type more of the id")
-    raise OkgitError(f"unknown run: {ref}")
+        raise OkgitError(f"{noun} {ref} is ambiguous: {len(found)} {noun}s match ({shown}); type more of the id")
+    raise OkgitError(f"unknown {noun}: {ref}")
 
 
 def is_live(run_dir: Path) -> bool:
@@ -270,7 +279,7 @@ def resumable(repo: Repo, run_id: str) -> bool:
             status = e.get("status")
         elif e.get("type") == "resumed":
             status = None
-    return status in (None, RunStatus.interrupted)
+    return status is None or status in RESUMABLE
 
 
 def remove_worktree(repo: Repo, worktree: Path) -> None:

@@ -11,6 +11,7 @@ torch.compile are timed. On a CPU nothing is timed: no speedup is ever claimed f
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import statistics
@@ -74,17 +75,21 @@ def _pin_flags() -> dict[str, Any]:
     return dict(PINNED_FLAGS)
 
 
-def measure(ref_source: str, winner_source: str | None, device: str = "cuda:0") -> BaselineTimes:
+def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", backend: str = "triton") -> BaselineTimes:
     """Time the arms on `device` (no okgit arm without a winner); an arm that fails (e.g.
-    torch.compile) is left out, named."""
+    torch.compile) is left out, named. The winner is checked again first (`check`)."""
     import torch
 
+    ref_source = ref_path.read_text()
     if not device.startswith("cuda") or not torch.cuda.is_available():
         return BaselineTimes(device=device, timed=False, errors={"all": "no GPU: timing is not claimed"})
+    disagreement, error = check(ref_path, winner_source, device, backend) if winner_source is not None else (None, None)
     from okgit.eval.devices import device_lock, physical_name
     from okgit.eval.jobs import MODEL_SEED
 
-    result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags())
+    result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags(), disagreement=disagreement)
+    if error:
+        result.errors["okgit"] = error
     with tempfile.TemporaryDirectory(prefix="okgit-baselines-") as tmp:
         ref = _load(ref_source, "okgit_bench_ref", Path(tmp))
         win = _load(winner_source, "okgit_bench_winner", Path(tmp)) if winner_source is not None else None
@@ -102,9 +107,8 @@ def measure(ref_source: str, winner_source: str | None, device: str = "cuda:0") 
             if win is not None:
                 torch.manual_seed(MODEL_SEED)
                 fast = getattr(win, "ModelNew", win.Model)(*init).to(device).eval()
-                with torch.no_grad():
-                    result.disagreement = _disagreement(eager, fast, input_sets[0])
-                arms["okgit"] = fast
+                if not error:
+                    arms["okgit"] = fast
             try:
                 compiled = torch.compile(eager)
                 with torch.no_grad():
@@ -119,41 +123,28 @@ def measure(ref_source: str, winner_source: str | None, device: str = "cuda:0") 
     return result
 
 
-def _disagreement(eager: Any, fast: Any, inputs: list) -> str | None:
-    """Where okgit's output leaves the evaluator's tolerance around float64 eager, or None."""
-    import copy
+def check(ref_path: Path, winner_source: str, device: str, backend: str = "triton",
+          evaluator: Any = None) -> tuple[str | None, str | None]:
+    """The winner checked again here, at the problem's default shapes, by the evaluator's own
+    contract and code (okgit.eval.local.check_winner): both modes and the module's state where
+    the reference has them. (disagreement, error): why it is wrong, why there is no verdict."""
+    from okgit.eval.local import LocalEvaluator, check_winner
+    from okgit.problem import load_problem
 
-    import torch
-
-    from okgit.eval.jobs import flatten
-    from okgit.eval.tolerance import check_leaf, leaf_tolerance, reference_error
-
-    native = flatten(eager(*inputs))
-    try:  # the float64 run; an op that has no float64 kernel is checked against eager as it runs
-        f64 = flatten(copy.deepcopy(eager).double()(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
-                                                       else x for x in inputs]))
-    except Exception:  # noqa: BLE001
-        f64 = [None] * len(native)
-    got = flatten(fast(*inputs))
-    if len(got) != len(native):
-        return f"{len(got)} outputs, eager gives {len(native)}"
-    for i, (out, nat, ref) in enumerate(zip(got, native, f64)):
-        ref = ref if ref is not None and ref.shape == nat.shape else None
-        tol = leaf_tolerance(nat, ref, reference_error(nat, ref))
-        check = check_leaf(out, {"exact": type(out) is torch.Tensor, "type": type(out).__name__}, nat, ref, tol,
-                           "mismatch")
-        if not check.ok:
-            return f"output {i}: {check.gate}: {check.message}"
-    return None
+    problem = load_problem(ref_path.name, source=ref_path.read_text(), root=str(ref_path.parent))
+    with contextlib.ExitStack() as owned:
+        evaluator = evaluator or owned.enter_context(LocalEvaluator(device=device, prestart=False))
+        return check_winner(evaluator, problem, winner_source, backend)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (1, 2):
-        print("usage: python -m okgit.kernelbench.baselines REF.py [WINNER.py]", file=sys.stderr)
+    if len(args) not in (1, 2, 3):
+        print("usage: python -m okgit.kernelbench.baselines REF.py [WINNER.py [BACKEND]]", file=sys.stderr)
         return 2
-    ref, winner = Path(args[0]).read_text(), Path(args[1]).read_text() if len(args) == 2 else None
-    print(json.dumps(measure(ref, winner).model_dump(mode="json")))
+    winner = Path(args[1]).read_text() if len(args) >= 2 else None
+    print(json.dumps(measure(Path(args[0]).resolve(), winner, backend=args[2] if len(args) == 3 else "triton")
+                     .model_dump(mode="json")))
     return 0
 
 

@@ -30,6 +30,7 @@ from okgit.errors import OkgitError, UsageError
 from okgit.eval.device_pool import DevicePool, Slot
 from okgit.fmt import fmt_speed
 from okgit.git.repo import Repo, git
+from okgit.git.rundir import RunDir
 from okgit.kernelbench import crosscheck
 from okgit.kernelbench.baselines import BaselineTimes
 from okgit.kernelbench.reader import KBProblem, find_problems
@@ -112,10 +113,18 @@ def run_sweep(
             f"({result.wall_s:.0f} s on {result.device})")
         return result
 
+    reran: list[str] = []
     with owned:
         try:
             for r in pool.map(job, pending):
                 done[r.key] = r
+            # A problem that failed for the device's memory while others ran beside it is run
+            # again alone, so that its verdict is never another problem's doing.
+            if len(pool.slots) > 1:
+                for p in [p for p in pending if _out_of_memory(done[p.key], out_dir, p)]:
+                    say(f"{p.key}: out of memory with {len(pool.slots)} problems at once; running it again alone")
+                    done[p.key] = job(p, pool.slots[0])
+                    reran.append(p.key)
         except _Interrupted:
             raise KeyboardInterrupt from None
     report = SweepReport(
@@ -128,6 +137,8 @@ def run_sweep(
     )
     if not gpu and not modal:
         report.notes.append("no GPU: correctness is real; eager and torch.compile baselines are not timed")
+    if reran:
+        report.notes.append(f"ran again alone after an out-of-memory failure beside other problems: {', '.join(reran)}")
     (out_dir / "report.json").write_text(report.model_dump_json(indent=2) + "\n")
     (out_dir / "report.md").write_text(report.markdown())
     return report
@@ -212,6 +223,11 @@ def _cross_check_plan(wanted: bool, *, gpu: bool, modal: bool) -> tuple[str | No
 def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, timeout_s: float, *,
                  timer: Timer | None, gpu: bool, cross_check: bool,
                  device: str, extra_env: dict[str, str] | None = None) -> ProblemResult:
+    if p.level == 3:  # a whole model: one campaign over its top modules (okgit.kernelbench.models)
+        from okgit.kernelbench.models import run_model_problem
+
+        return run_model_problem(p, slot, flags, out_dir, timeout_s, timer=timer, gpu=gpu, device=device,
+                                 extra_env=extra_env)
     started = time.monotonic()
     result = ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, status="error", device=device)
     work = out_dir / "repos" / _slug(p)
@@ -256,7 +272,7 @@ def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path,
         winner_path = out_dir / "winners" / f"{_slug(p)}.py"
         winner_path.parent.mkdir(parents=True, exist_ok=True)
         winner_path.write_text(git("show", f"{best_tag}:{p.file_name}", cwd=work))
-        update.update(_baselines(p.path, winner_path, env, timer=timer, gpu=gpu))
+        update.update(_baselines(p.path, winner_path, env, timer=timer, gpu=gpu, backend=flags.get("backend") or "triton"))
         if cross_check:
             data = _helper("crosscheck", p.path, winner_path, env, extra=[flags.get("backend") or "triton"])
             update["cross_check"] = CrossCheck(error=data) if isinstance(data, str) else CrossCheck.model_validate(data)
@@ -265,6 +281,21 @@ def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path,
         update.update({k: times[k] for k in ("eager_us", "compile_us") if times.get(k) is not None})
     update["wall_s"] = round(time.monotonic() - started, 1)
     return result.model_copy(update=update)
+
+
+OUT_OF_MEMORY = ("out of memory", "OutOfMemoryError", "does not fit in memory")
+
+
+def _out_of_memory(result: ProblemResult, out_dir: Path, p: KBProblem) -> bool:
+    """Whether a problem that found nothing failed for memory: its error, its okgit's stderr or
+    its run's journal says the device (or the host) ran out."""
+    if result.correct:
+        return False
+    files = [out_dir / "logs" / f"{_slug(p)}.log"]
+    if result.run_id:
+        files.append(RunDir(out_dir / "repos" / _slug(p) / ".okgit" / "runs" / result.run_id).journal)
+    texts = [result.error or ""] + [f.read_text(errors="replace") for f in files if f.is_file()]
+    return any(sign in text for text in texts for sign in OUT_OF_MEMORY)
 
 
 def _init_repo(work: Path, file_name: str, source: str) -> None:
@@ -300,8 +331,6 @@ def _last_json(stdout: str) -> dict[str, Any] | None:
 
 def _run_result(work: Path) -> dict[str, Any] | None:
     """The run's result.json (what `--json` printed); the problem's repository holds this one run."""
-    from okgit.git.rundir import RunDir
-
     runs = work / ".okgit" / "runs"  # the problem's own repository, as Repo.runs_dir lays it out
     found = [RunDir(d).result for d in runs.glob("*") if RunDir(d).result.is_file()]
     if len(found) != 1:
@@ -315,8 +344,6 @@ def _run_result(work: Path) -> dict[str, Any] | None:
 
 def _journal(work: Path, run_id: str) -> list[dict[str, Any]]:
     from okgit.git.repo import Repo
-    from okgit.git.rundir import RunDir
-
     try:
         return RunDir(Repo.find(work).run_dir(run_id)).events()
     except OkgitError:  # not a repository, or no such run
@@ -324,12 +351,12 @@ def _journal(work: Path, run_id: str) -> list[dict[str, Any]]:
 
 
 def _baselines(ref: Path, winner: Path | None, env: dict[str, str], *,
-               timer: Timer | None, gpu: bool) -> dict[str, Any]:
+               timer: Timer | None, gpu: bool, backend: str = "triton") -> dict[str, Any]:
     """Eager, torch.compile and the winner's times (no winner: the first two only)."""
     if timer is not None:
         times = timer(ref.read_text(), winner.read_text() if winner else None)
     elif gpu:
-        data = _helper("baselines", ref, winner, env)
+        data = _helper("baselines", ref, winner, env, extra=[backend] if winner else None)
         if isinstance(data, str):  # the helper itself failed: no figures, and why
             return {"untimed_reason": data}
         times = BaselineTimes.model_validate(data)

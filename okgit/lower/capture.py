@@ -4,8 +4,8 @@ The reference is traced with torch.export on the meta device (okgit.lower.trace)
 graph of primitives (okgit.lower.graph); then `okgit.lower.fusion.partition` cuts the graph
 into fusion groups.
 
-The graph is captured twice, with the shape knobs at their defaults and changed: a scalar
-that differs between the two (`x / math.sqrt(dim)`, a view to a knob-sized shape) depends on
+The graph is captured with the shape knobs at their defaults and at two other settings: a scalar
+that differs between them (`x / math.sqrt(dim)`, a view to a knob-sized shape) depends on
 a knob, and a lowering that baked it would be wrong at other sizes, so capture refuses. The
 constants that come from the module's float attributes are bound to expressions of `self`
 (okgit.lower.binding), and the constructor's floats scaled as the evaluator does must move
@@ -25,15 +25,18 @@ def capture(problem: Problem) -> Graph:
     against a second knob setting and against scaled constructor floats."""
     graph = trace(problem.source, {})
     bindings = bind_attributes(problem.source, graph)
-    changed = {k: v + 3 for k, v in problem.knobs.items() if v >= 8}
-    if changed:
+    # two other settings: +3 finds constants that follow a knob, doubling keeps the divisibility a
+    # setting like GroupNorm(num_groups, channels) needs where +3 breaks it (131 channels, 11 groups)
+    for changed in ({k: v + 3 for k, v in problem.knobs.items() if v >= 8},
+                    {k: 2 * v for k, v in problem.knobs.items() if v >= 8}):
+        if not changed:
+            continue
         try:
             other = trace(problem.source, changed)
-        except Exception:  # noqa: BLE001 - the second setting may be invalid for this op
-            other = None
-        if other is not None:
-            apply_bindings(other, bindings)
-            if [n.signature() for n in graph.nodes] != [n.signature() for n in other.nodes]:
-                raise Unsupported("the computation's constants depend on the shape knobs")
+        except Exception:  # noqa: BLE001 - this setting may be invalid for the op
+            continue
+        apply_bindings(other, bindings)
+        if [n.signature() for n in graph.nodes] != [n.signature() for n in other.nodes]:
+            raise Unsupported("the computation's constants depend on the shape knobs")
     check_scaled_init(problem.source, graph)
     return graph

@@ -33,6 +33,14 @@ class Unsupported(Exception):
     """The reference cannot be captured or lowered; the message says why."""
 
 
+@dataclass(frozen=True)
+class ModeFlag:
+    """The module's training flag where a traced call took it as a constant: rendered as `expr`,
+    so that the rewritten forward follows model.train() / model.eval() (okgit.lower.translate)."""
+
+    expr: str = "self.training"
+
+
 class Bound(float):
     """A constant computed from the module's float attributes: `expr` (Python over `self`)
     recomputes it in the rewritten forward, so it reaches a kernel as a runtime argument.

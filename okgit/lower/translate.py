@@ -13,7 +13,7 @@ import torch
 
 from okgit.lower.aten import HANDLERS
 from okgit.lower.builder import Builder
-from okgit.lower.graph import Graph, Node, Unsupported
+from okgit.lower.graph import Graph, ModeFlag, Node, Unsupported
 
 # The class of an ATen op no handler lowers, for the note that says why no template took it
 OP_CLASSES = {
@@ -92,6 +92,7 @@ def call(b: Builder, target, args, kwargs, val) -> Node | tuple | None:
     if not isinstance(target, torch._ops.OpOverload):
         return _extern(b, target, args, kwargs, val)
     name = target._opname
+    args = _mode_dynamic(name, list(args))
     handler = HANDLERS.get(name)
     if handler is not None:
         a = _bind(target, args, kwargs)
@@ -102,6 +103,20 @@ def call(b: Builder, target, args, kwargs, val) -> Node | tuple | None:
         if out is not None:
             return out
     return _extern(b, target, args, kwargs, val)
+
+def _mode_dynamic(name: str, args: list) -> tuple:
+    """The reference is traced in training mode, and a few calls take that mode as a constant:
+    batch norm's `training` (where it has running statistics: without them it always uses the
+    batch's), dropout's `train`, and the step of `num_batches_tracked`, which only training takes.
+    Those constants become the module's flag, read at run time (docs/design.md, "Module modes")."""
+    if name == "batch_norm" and len(args) > 5 and args[5] is True and args[3] is not None:
+        args[5] = ModeFlag()
+    elif name in ("dropout", "native_dropout") and len(args) > 2 and args[2] is True:
+        args[2] = ModeFlag()
+    elif (name == "add_" and len(args) == 2 and args[1] == 1 and isinstance(args[0], Node) and args[0].kind == "param"
+          and args[0].op.endswith("num_batches_tracked")):
+        args[1] = ModeFlag()  # adds True (1) in training, False (0) in eval
+    return tuple(args)
 
 
 def _extern(b: Builder, target, args, kwargs, val) -> Node | tuple | None:

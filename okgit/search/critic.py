@@ -93,10 +93,10 @@ REASK = (
 )
 
 
-def diagnose(ask: Ask, ctx: Context, attempt: Attempt, hardware: str) -> Diagnosis | None:
+def diagnose(ask: Ask, ctx: Context, attempt: Attempt, hardware: str, trajectory: str = "") -> Diagnosis | None:
     """Ask the critic about a correct candidate; re-ask once on a malformed reply, then give up."""
     messages = prompt_messages(
-        "critic.v1",
+        "critic.v2",
         op_name=ctx.problem.name,
         reference_source=ctx.problem.source,
         cand=attempt.cand,
@@ -104,6 +104,8 @@ def diagnose(ask: Ask, ctx: Context, attempt: Attempt, hardware: str) -> Diagnos
         evaluation=describe_result(attempt.result),
         profile=describe_profile(attempt.result.profile),
         hardware=hardware,
+        reference_figures=describe_reference(ctx),
+        trajectory=trajectory,
     )
     reply, diagnosis = ask("critic", messages, attempt.cand, parse_diagnosis)
     if diagnosis is None and reply is not None:
@@ -147,11 +149,67 @@ def describe_profile(profile: ProfileData | None) -> str:
     return "\n".join(lines)
 
 
+def _si(value: float, unit: str) -> str:
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def _kib(value: float) -> str:
+    return f"{value / 2**20:.3g} MiB" if value >= 2**20 else f"{value / 1024:.3g} KiB"
+
+
+# The device figures okgit measures or reads (okgit.eval.roofline.measure_peaks), with units.
+_FIGURES: dict[str, tuple[str, Callable[[Any], str]]] = {
+    "compute_capability": ("compute capability", str),
+    "sm_count": ("streaming multiprocessors (SMs)", str),
+    "shared_memory_per_sm_bytes": ("shared memory per SM", _kib),
+    "shared_memory_per_block_bytes": ("shared memory per block (opt-in maximum)", _kib),
+    "registers_per_sm": ("registers per SM", lambda v: f"{v} (32-bit)"),
+    "l2_bytes": ("L2 cache", _kib),
+    "copy_bandwidth": ("measured copy bandwidth (read + write)", lambda v: _si(v, "B/s")),
+    "read_bandwidth": ("measured read bandwidth", lambda v: _si(v, "B/s")),
+    "peak_bandwidth_gbs": ("peak memory bandwidth", lambda v: f"{v} GB/s"),
+    "matmul": ("measured matmul rate", lambda rates: ", ".join(f"{k} {_si(v, 'FLOP/s')}" for k, v in rates.items())),
+}
+
+
 def describe_hardware(ctx: Context) -> str:
     figures = {**ctx.reference.hardware, **ctx.hardware}
-    lines = [f"device: {ctx.device}"] + [f"{k}: {v}" for k, v in figures.items() if v not in (None, "")]
+    name = figures.pop("device", None) or figures.pop("name", None)
+    lines = [f"device: {ctx.device}" + (f" ({name})" if name and name != ctx.device else "")]
+    for key, value in figures.items():
+        if value in (None, "", 0, {}):
+            continue
+        label, show = _FIGURES.get(key, (key, str))
+        lines.append(f"{label}: {show(value)}")
     if ctx.device == "cpu":
         lines.append("no GPU here: Triton runs under its interpreter on CPU tensors; correctness is checked, speed is not")
+    return "\n".join(lines)
+
+
+def describe_current(attempt: Attempt | None) -> str:
+    """The measured figures of the version a prompt asks to change: runtime, roofline, kernels."""
+    if attempt is None:
+        return "the reference itself (see the reference measurements)"
+    result = attempt.result
+    if not result.correct:
+        return f"{attempt.cand} failed: see the result of your previous attempt"
+    lines = [describe_result(result)]
+    if result.profile is not None:
+        lines.append(describe_profile(result.profile))
+    return "\n".join(lines)
+
+
+def describe_trajectory(attempts: list[Attempt]) -> str:
+    """What an intent has tried so far, one line per candidate, for the critic."""
+    lines = []
+    for a in attempts:
+        r = a.result
+        speed = f" {r.speedup:.2f}x" if r.timed and r.speedup else ""
+        why = f": {r.error.gate}" if r.error else ""
+        lines.append(f"- {a.cand} (from {a.proposal.parent or 'the reference'}): {r.status.value}{speed}{why}")
     return "\n".join(lines)
 
 

@@ -23,7 +23,10 @@ MAX_DUPLICATES = 3
 @dataclass
 class Budget:
     iterations: int = 12  # evaluated candidates, all proposers together
-    patience: int = 6  # evaluated candidates in a row without a new best
+    # Correct candidates in a row that set no new best. A failed candidate neither counts nor
+    # resets it: failures are bounded by the model's repair budgets and by the iterations, so a
+    # model repairing one idea three times is not mistaken for a search that stopped improving.
+    patience: int = 6
     time_s: float | None = None
     usd: float | None = None
     target_speedup: float | None = None
@@ -53,6 +56,8 @@ class Search:
         self.accept = accept
         self.mode = mode
         self.started = time.monotonic()
+        if budget.time_s is not None:  # proposers check it before each model call
+            ctx.deadline = self.started + budget.time_s
         self.since_best = 0
         self.evaluated = len(ctx.attempts)  # a resumed run's iteration budget counts what it did
         self.stop_reason = ""
@@ -60,7 +65,7 @@ class Search:
         log = ctx.log
 
         def counting_log(type: str, **fields):
-            if type == "llm_call":
+            if type in ("llm_call", "evaluated"):  # model calls and priced GPU-seconds share the dollar budget
                 ctx.spent_usd += float(fields.get("cost_usd") or 0.0)
             return log(type, **fields)
 
@@ -162,6 +167,15 @@ class Search:
             results.update(zip(mine, out))
         return [results[i] for i in range(len(proposals))]
 
+    def _gpu_usd(self, result: EvalResult) -> float | None:
+        """What an evaluation's GPU time cost, where the evaluator prices it (Modal: `usd_per_s`):
+        the job's seconds, and the container's start when it was a cold one."""
+        price = getattr(self.evaluator, "usd_per_s", None)
+        if not price or result.wall_s is None:
+            return None
+        billed = result.wall_s + ((result.queue_s or 0.0) if result.cold_start else 0.0)
+        return round(billed * price, 6)
+
     def _record(self, cand: str, proposal: Proposal, result: EvalResult) -> Attempt:
         ctx = self.ctx
         ctx.log(
@@ -176,6 +190,7 @@ class Search:
             error=result.error,
             profile=result.profile,
             wall_s=result.wall_s,
+            cost_usd=self._gpu_usd(result),
         )
         attempt = Attempt(cand=cand, proposal=proposal, result=result)
         ctx.trace(
@@ -190,6 +205,6 @@ class Search:
             ctx.best = attempt
             self.since_best = 0
             ctx.log("best", cand=cand, speedup=result.speedup)
-        else:
+        elif result.correct:
             self.since_best += 1
         return attempt

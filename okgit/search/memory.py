@@ -1,12 +1,19 @@
 """The outer loop: a skill library of strategies that later runs retrieve for similar problems.
 
 A strategy is a reusable idea ("fused epilogue") with its history across runs: attempts,
-correct candidates, best speedup, attempts needed to reach a correct candidate, the problems
-it was tried on, and one-line lessons. Strategies on the Pareto frontier of (speedup,
-correctness rate, iterations to converge) rank first. At the end of a run a reflection step
-(the reflection prompt, or a deterministic summary without a model) turns the run's intents
-into strategy updates. The library is one JSON file: Config.skills_path, else
-$OKGIT_DATA_DIR/skills.json, else $XDG_DATA_HOME/okgit/skills.json (okgit.paths.skills_path).
+correct candidates, best speedup, attempts needed to reach a correct candidate, one-line
+lessons, and evidence: per run, the problem's signature, the backend, the hardware, the
+speedup reached and optionally the winning code (a template for the next run). Strategies on
+the Pareto frontier of (speedup, correctness rate, iterations to converge) rank first; a
+strategy dominated after `PRUNE_AFTER_RUNS` runs is pruned. At the end of a run a reflection
+step (the reflection prompt, or a deterministic summary without a model) turns the run's
+intents into strategy updates, and the model may breed new strategies from the frontier
+(mutation of one, crossover of two) that later runs retrieve before anyone has tried them.
+Retrieval needs a problem at least `SIMILARITY_THRESHOLD` alike.
+
+The library is one JSON file: Config.skills_path, else $OKGIT_DATA_DIR/skills.json, else
+$XDG_DATA_HOME/okgit/skills.json (okgit.paths.skills_path). `update` changes it under a lock,
+re-reading it first, so runs finishing at the same time each add what they learned.
 """
 
 from __future__ import annotations
@@ -18,19 +25,24 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from okgit.eval.types import Reference
 from okgit.llm import prompt_messages
+from okgit.locks import exclusive
 from okgit.problem import Problem
 from okgit.search.critic import Ask
 from okgit.search.extract import extract_json
 from okgit.search.intents import IntentTree
 
 MAX_STRATEGIES = 200
-MAX_PROBLEMS = 10  # problem signatures kept per strategy
+MAX_EVIDENCE = 10  # runs' evidence kept per strategy
 MAX_LESSONS = 5
+MAX_OFFSPRING = 3  # new strategies a reflection may breed
+PRUNE_AFTER_RUNS = 2  # a strategy dominated after this many runs is dropped
+SIMILARITY_THRESHOLD = 0.5  # retrieval ignores strategies tried only on problems less alike
 
 
 class Signature(BaseModel):
@@ -89,9 +101,20 @@ def similarity(a: Signature, b: Signature) -> float:
     return 0.6 * ops + 0.2 * bottleneck + 0.1 * size + 0.1 * (a.backend == b.backend)
 
 
+class Evidence(BaseModel):
+    """One run's word on a strategy."""
+
+    signature: Signature
+    hardware: str = ""
+    speedup: float | None = None
+    code: str | None = None  # the winning candidate, when it beat the reference
+
+
 class Strategy(BaseModel):
     name: str
     description: str  # an intent that carried it, as an example to start from
+    origin: Literal["reflection", "mutation", "crossover"] = "reflection"
+    parents: list[str] = Field(default_factory=list)  # the strategies a bred one came from
     lessons: list[str] = Field(default_factory=list)
     runs: int = 0
     attempts: int = 0
@@ -99,7 +122,34 @@ class Strategy(BaseModel):
     improved: int = 0  # runs in which it produced an improvement
     best_speedup: float | None = None
     converge: list[int] = Field(default_factory=list)  # attempts to the first correct candidate, per run
-    problems: list[Signature] = Field(default_factory=list)
+    evidence: list[Evidence] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _problems(cls, data: Any) -> Any:
+        """A library written before evidence kept bare signatures under "problems"."""
+        if isinstance(data, dict) and "problems" in data:
+            data = {**data, "evidence": [{"signature": p} for p in data["problems"]] + list(data.get("evidence", []))}
+            del data["problems"]
+        return data
+
+    @property
+    def backends(self) -> list[str]:
+        return sorted({e.signature.backend for e in self.evidence})
+
+    @property
+    def hardware(self) -> list[str]:
+        return sorted({e.hardware for e in self.evidence if e.hardware})
+
+    @property
+    def problem_types(self) -> list[str]:
+        return sorted({op for e in self.evidence for op in e.signature.ops})
+
+    @property
+    def template(self) -> str | None:
+        """The code of its fastest evidence, if any run kept one."""
+        coded = [e for e in self.evidence if e.code]
+        return max(coded, key=lambda e: e.speedup or 0.0).code if coded else None
 
     @property
     def correct_rate(self) -> float:
@@ -115,9 +165,12 @@ class Strategy(BaseModel):
         return speed, self.correct_rate, -self.iterations
 
     def text(self) -> str:
+        if not self.runs:
+            return f"- {self.name} (untried, a {self.origin} of {' and '.join(self.parents)}): {self.description}"
         speed = f", best {self.best_speedup:.2f}x" if self.best_speedup else ""
+        where = f" on {', '.join(self.hardware)}" if self.hardware else ""
         lesson = f"; {self.lessons[-1]}" if self.lessons else ""
-        return f"- {self.name} ({self.runs} runs, {self.correct_rate:.0%} correct{speed}): {self.description}{lesson}"
+        return f"- {self.name} ({self.runs} runs, {self.correct_rate:.0%} correct{speed}{where}): {self.description}{lesson}"
 
 
 class Outcome(BaseModel):
@@ -131,6 +184,16 @@ class Outcome(BaseModel):
     improved: bool
     best_speedup: float | None = None
     first_correct_at: int | None = None
+    code: str | None = None  # its best candidate, when it beat the reference
+
+
+class Offspring(BaseModel):
+    """A strategy the reflection bred from the library's frontier."""
+
+    strategy: str = Field(min_length=3, max_length=80)
+    description: str = Field(min_length=3, max_length=400)
+    parents: list[str] = Field(min_length=1, max_length=2)
+    how: Literal["mutation", "crossover"]
 
 
 def _tokens(text: str) -> set[str]:
@@ -161,17 +224,35 @@ class SkillLibrary:
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        front = {id(s) for s in self.pareto()}
-        if len(self.strategies) > MAX_STRATEGIES:  # drop dominated strategies first, the least tried first
-            keep = sorted(self.strategies, key=lambda s: (id(s) in front, s.runs, s.attempts), reverse=True)
-            self.strategies = keep[:MAX_STRATEGIES]
-        data = {"version": 1, "strategies": [s.model_dump(mode="json") for s in self.strategies]}
+        self.prune()
+        data = {"version": 2, "strategies": [s.model_dump(mode="json") for s in self.strategies]}
         text = json.dumps(data, indent=1)
-        # Write then rename: a crash or a concurrent run never leaves half a file.
+        # Write then rename: a crash or a concurrent reader never sees half a file.
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".skills-", suffix=".json")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, self.path)
+
+    def update(self, sig: Signature, outcomes: list[Outcome], offspring: list[Offspring], hardware: str = "") -> SkillLibrary:
+        """Record a run into the file as it is now, under its lock: another run's update made
+        meanwhile is kept, not overwritten. The library as saved."""
+        with exclusive(self.path.with_name(self.path.name + ".lock")):
+            fresh = SkillLibrary.load(self.path)
+            if fresh.load_error:  # a damaged file is set aside, not merged into
+                fresh = SkillLibrary(self.path)
+            fresh.record(sig, outcomes, hardware)
+            fresh.breed(sig, offspring)
+            fresh.save()
+        self.strategies = fresh.strategies
+        return fresh
+
+    def prune(self) -> None:
+        """Drop strategies dominated after enough runs, then the least tried past MAX_STRATEGIES."""
+        front = {id(s) for s in self.pareto()}
+        self.strategies = [s for s in self.strategies if id(s) in front or s.runs < PRUNE_AFTER_RUNS]
+        if len(self.strategies) > MAX_STRATEGIES:
+            keep = sorted(self.strategies, key=lambda s: (id(s) in front, s.runs, s.attempts), reverse=True)
+            self.strategies = keep[:MAX_STRATEGIES]
 
     def pareto(self) -> list[Strategy]:
         """Strategies no other strategy beats or equals in every objective while beating in one."""
@@ -185,14 +266,18 @@ class SkillLibrary:
         return [s for s in tried if not dominated(s)]
 
     def retrieve(self, sig: Signature, k: int = 3) -> list[tuple[Strategy, float]]:
-        """The k strategies most worth seeding a problem with, and their scores in [0, 1]."""
+        """The k strategies most worth seeding a problem with, and their scores in [0, 1]:
+        among those seen on a problem at least SIMILARITY_THRESHOLD alike, the ones that
+        produced a correct candidate, and bred ones nobody has tried yet (ranked below)."""
         front = {id(s) for s in self.pareto()}
         scored = []
         for s in self.strategies:
-            if not s.correct:
-                continue  # a strategy that never produced a correct candidate seeds nothing
-            alike = max((similarity(sig, p) for p in s.problems), default=0.0)
-            score = 0.7 * alike + 0.2 * (id(s) in front) + 0.1 * s.correct_rate
+            if s.attempts and not s.correct:
+                continue  # tried and never correct: it seeds nothing
+            alike = max((similarity(sig, e.signature) for e in s.evidence), default=0.0)
+            if alike < SIMILARITY_THRESHOLD:
+                continue
+            score = 0.7 * alike + 0.2 * (id(s) in front) + 0.1 * s.correct_rate if s.attempts else 0.5 * alike
             scored.append((score, s))
         scored.sort(key=lambda x: x[0], reverse=True)
         return [(s, round(score, 3)) for score, s in scored[:k]]
@@ -200,7 +285,7 @@ class SkillLibrary:
     def find(self, name: str) -> Strategy | None:
         return next((s for s in self.strategies if _same(s.name, name)), None)
 
-    def record(self, sig: Signature, outcomes: list[Outcome]) -> list[Strategy]:
+    def record(self, sig: Signature, outcomes: list[Outcome], hardware: str = "") -> list[Strategy]:
         touched = []
         for o in outcomes:
             s = self.find(o.strategy)
@@ -218,42 +303,67 @@ class SkillLibrary:
                 s.converge.append(o.first_correct_at)
             if o.lesson:
                 s.lessons = (s.lessons + [o.lesson])[-MAX_LESSONS:]
-            s.problems = (s.problems + [sig])[-MAX_PROBLEMS:]
+            s.evidence = (s.evidence + [Evidence(signature=sig, hardware=hardware, speedup=o.best_speedup, code=o.code)])[-MAX_EVIDENCE:]
             touched.append(s)
         return touched
 
+    def breed(self, sig: Signature, offspring: list[Offspring]) -> list[Strategy]:
+        """Add the strategies a reflection bred, untried, with this problem as where they came from."""
+        added = []
+        for o in offspring[:MAX_OFFSPRING]:
+            if self.find(o.strategy) is not None:
+                continue
+            s = Strategy(name=o.strategy, description=o.description, origin=o.how, parents=o.parents,
+                         evidence=[Evidence(signature=sig)])
+            self.strategies.append(s)
+            added.append(s)
+        return added
 
-def reflect(ask: Ask | None, tree: IntentTree, problem_summary: str) -> list[Outcome]:
-    """The run's tried intents as library outcomes; the model, when there is one, names the
-    strategies and writes the lessons, else each intent stands as its own strategy."""
+
+def reflect(ask: Ask | None, tree: IntentTree, problem_summary: str, library: SkillLibrary | None = None,
+            codes: dict[str, str] | None = None) -> tuple[list[Outcome], list[Offspring]]:
+    """The run's tried intents as library outcomes, and new strategies to try. The model, when
+    there is one, names the strategies, writes the lessons and breeds offspring from the
+    library's frontier; else each intent stands as its own strategy and nothing is bred."""
     tried = [n for n in tree.nodes.values() if n.attempts]
     outcomes = {
         n.id: Outcome(
             strategy=n.description[:80], description=n.description, attempts=n.attempts, correct=n.correct,
-            improved=n.improved > 0, best_speedup=n.best_speedup,
-            first_correct_at=n.first_correct_at,
+            improved=n.improved > 0, best_speedup=n.best_speedup, first_correct_at=n.first_correct_at,
             lesson=f"{n.correct}/{n.attempts} correct" + (f", best {n.best_speedup:.2f}x" if n.best_speedup else "") + f", ended {n.status}",
+            code=(codes or {}).get(n.id),
         )
         for n in tried
     }
     if ask is None or not outcomes:
-        return list(outcomes.values())
+        return list(outcomes.values()), []
     lines = [
-        f"- {n.id}: {n.description} | {n.attempts} tried, {n.correct} correct, status {n.status}"
+        f"- {n.id}: {n.description} | {n.attempts} attempts, {n.correct} correct, status {n.status}"
         + (f", best {n.best_speedup:.2f}x" if n.best_speedup else "") + (f" | profile: {n.profile}" if n.profile else "")
         for n in tried
     ]
-    messages = prompt_messages("reflection.v1", problem_summary=problem_summary, outcomes="\n".join(lines))
-    _, items = ask("reflection", messages, None, _parse_reflection)
-    for item in items or []:
+    frontier = "\n".join(s.text() for s in (library.pareto() if library else []))
+    messages = prompt_messages("reflection.v2", problem_summary=problem_summary, outcomes="\n".join(lines),
+                               frontier=frontier, count=MAX_OFFSPRING)
+    _, reply = ask("reflection", messages, None, _parse_reflection)
+    lessons, bred = reply or ([], [])
+    for item in lessons:
         o = outcomes.get(str(item.get("intent", "")))
         if o is not None:
             o.strategy = str(item.get("strategy") or o.strategy)[:80]
             o.lesson = str(item.get("lesson") or o.lesson)[:300]
-    return list(outcomes.values())
+    return list(outcomes.values()), bred
 
 
-def _parse_reflection(text: str) -> list[dict] | None:
+def _parse_reflection(text: str) -> tuple[list[dict], list[Offspring]] | None:
+    """({lessons}, [offspring]) from {"lessons": [...], "new": [...]}, or a bare list of lessons."""
     value = extract_json(text)
-    items = [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-    return items or None
+    lessons, new = (value.get("lessons"), value.get("new")) if isinstance(value, dict) else (value, [])
+    items = [v for v in lessons if isinstance(v, dict)] if isinstance(lessons, list) else []
+    bred = []
+    for item in new if isinstance(new, list) else []:
+        try:
+            bred.append(Offspring.model_validate(item))
+        except ValidationError:
+            continue
+    return (items, bred) if items or bred else None

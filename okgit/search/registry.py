@@ -1,6 +1,6 @@
 """The proposers of a run, in the order the search runs them.
 
-Templates seed the search; a model, when given, continues from their best; autotune then
+Templates seed the search, then torch.compile's own kernels; a model, when given, continues from their best; autotune then
 tunes the launch settings of whatever is best by then. A factory returns None when the run's
 settings do not call for it (no --model: no model proposer).
 """
@@ -25,6 +25,22 @@ def _templates(config: Config) -> Proposer:
     from okgit.search.proposers.templates import TemplatesProposer
 
     return TemplatesProposer()
+
+
+@proposer("inductor", order=5)
+def _inductor(config: Config) -> Proposer | None:
+    """torch.compile's kernels as a standalone file (on a GPU; on a CPU with `inductor = true`)."""
+    if config.inductor is None:
+        import torch
+
+        on = (config.device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cuda"
+    else:
+        on = config.inductor
+    if not on:
+        return None
+    from okgit.search.proposers.inductor import InductorProposer
+
+    return InductorProposer()
 
 
 @proposer("model", order=10)

@@ -59,6 +59,8 @@ def run_records(run_dir: Path) -> list[dict[str, Any]]:
     for rec in traces:
         if rec.get("type") != "llm":
             continue
+        if not rec.get("messages"):
+            continue  # a run with record_prompts = false kept only the call's size and cost
         role = rec.get("role")
         cand_rec = by_key.get(rec.get("source_key") or "")
         result = cand_rec["result"] if cand_rec else None
@@ -86,6 +88,11 @@ def run_records(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+# Said with every export: what the file holds and so where it may go.
+CONTENTS = ("each record: the prompt messages (the op's source, its candidates, device figures), "
+            "the model's reply, and the evaluator's reward; no keys")
+
+
 class Exported(BaseModel):
     """What `okgit traces export` did (its --json output)."""
 
@@ -95,7 +102,8 @@ class Exported(BaseModel):
 
     def text(self) -> str:
         if self.path is not None:
-            return f"wrote {self.records} record{'s' if self.records != 1 else ''} to {self.path}"
+            return (f"wrote {self.records} record{'s' if self.records != 1 else ''} to {self.path}\n"
+                    f"{CONTENTS}")
         # Common, not an error: offline runs (templates, autotune) make no model calls.
         if not self.runs:
             why = "no runs yet"

@@ -54,6 +54,8 @@ class Context:
     log: Callable[..., Any] = lambda type, **fields: None
     trace: Callable[..., Any] = lambda type, **fields: None
     spent_usd: float = 0.0
+    deadline: float | None = None  # time.monotonic() at which the time budget ends; the driver sets it
+    earlier: list[dict[str, Any]] = field(default_factory=list)  # a resumed run's journal events so far
 
     @property
     def best_source(self) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -60,11 +60,13 @@ class WatchApp(App[None]):
     ]
 
     def __init__(self, run_dir: Path | None, poll_s: float = 0.5, attach: int | None = None,
-                 run_pid: int | None = None) -> None:
+                 run_pid: int | None = None, follow: Callable[[], Path | None] | None = None) -> None:
         """`run_dir` None: wait for it on `attach`, a pipe from `optimize --watch` that says
         `run <dir>` once the run exists, or `quit` when it was refused. `run_pid`: the
-        optimize process that Ctrl-C interrupts."""
+        optimize process that Ctrl-C interrupts. `follow`: a campaign's run of the problem it
+        is on now (None before the first); the view moves to each next one as it starts."""
         super().__init__()
+        self.follow = follow
         self.poll_s = poll_s
         self.attach = attach  # a non-blocking pipe's file descriptor
         self._pending = ""
@@ -117,6 +119,14 @@ class WatchApp(App[None]):
         self.table.focus()
 
     def poll(self) -> None:
+        if self.follow is not None:
+            current = self.follow()
+            if current is not None and current != self.run_dir:
+                self._open(current)
+                self._drawn_version, self.selected = -1, None
+            elif current is None:
+                self.status.show_starting()
+                return
         if self.run_dir is None:
             self._wait_for_run()
             return
@@ -198,10 +208,11 @@ class WatchApp(App[None]):
             self.table.action_cursor_up()
 
 
-def watch(run_dir: Path | None, attach_fd: int | None = None, run_pid: int | None = None) -> None:
+def watch(run_dir: Path | None, attach_fd: int | None = None, run_pid: int | None = None,
+          follow: Callable[[], Path | None] | None = None) -> None:
     if attach_fd is not None:
         os.set_blocking(attach_fd, False)  # a poll reads what has arrived, never waits
-    app = WatchApp(run_dir, attach=attach_fd, run_pid=run_pid)
+    app = WatchApp(run_dir, attach=attach_fd, run_pid=run_pid, follow=follow)
     app.run()
     if app.interrupt_run and run_pid:
         os.kill(run_pid, signal.SIGINT)  # after the terminal is restored, so the run's last lines show

@@ -29,7 +29,9 @@ RUN_STATUS_STYLE = {
     RunStatus.matched: "yellow",
     RunStatus.unverified: "cyan",
     RunStatus.fallback: "red",
+    RunStatus.slower: "red",
     RunStatus.interrupted: "bold red",
+    RunStatus.error: "bold red",
     RUNNING: "bold cyan",
 }
 

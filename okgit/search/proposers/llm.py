@@ -1,134 +1,132 @@
 """The LLM proposer: a generator and a critic (separate roles and prompts) driven by the
 three loops of the search, for any model litellm can reach.
 
-The driver calls `propose(ctx)` for one candidate at a time and evaluates it; this class
-keeps all loop state itself and reads each result back from `ctx.attempts` (matched by the
-`llm_id` it puts in `Proposal.meta`). The driver may have run other proposers first, so
-`ctx.best` can be a template kernel.
+The driver calls `propose(ctx)`, or `propose_batch(ctx, n)` where the evaluator runs several
+candidates at once; this class keeps all loop state itself and reads each result back from
+`ctx.attempts` (matched by the `llm_id` it puts in `Proposal.meta`). The driver may have run
+other proposers first, so `ctx.best` can be a template kernel.
 
-- inner loop: generate; on a compile error, a mismatch or a rejection, the next prompt
-  carries the error, the differences and toolchain look-ups, and asks for a fix; on a correct
-  candidate the critic diagnoses it and the next prompt asks for the improved version;
-- middle loop: the intent tree (okgit.search.intents) picks the idea to work on;
-- outer loop: the skill library (okgit.search.memory) seeds intents and, in `finish`,
-  learns from the run.
+- inner loop (okgit.search.refine): generate; on a compile failure or a mismatch the next
+  prompt carries the error, the differences and toolchain look-ups and asks for a repair,
+  within separate repair budgets; on a correct, timed candidate the critic diagnoses it and
+  the next prompt asks for the improved version;
+- middle loop (okgit.search.intents): the model plans the intent tree with structured
+  operations at the start and each time an intent ends; the best live intents are worked on,
+  one per slot of a batch;
+- outer loop (okgit.search.memory): the skill library seeds intents and, in `finish`, learns
+  from the run.
 
-Every model call is an `llm_call` journal event (its cost counts against the dollar budget)
-and an `llm` trace record with the full messages and reply.
+Every model call is an `llm_call` journal event (its cost counts against the dollar budget,
+the call itself against `search.max_calls`) and an `llm` trace record.
 """
 
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from okgit import llm
 from okgit.config import Config
 from okgit.errors import OkgitError
-from okgit.eval.types import Status
+from okgit.eval.rules import rules_text
 from okgit.llm import Completion, Message, prompt_messages
 from okgit.paths import skills_path
 from okgit.problem import top_level_names
 from okgit.search import critic, memory
-from okgit.search.critic import Diagnosis, describe_hardware, describe_reference, describe_result
-from okgit.search.extract import PatchError, apply_patch, extract_code, extract_patch, lookup_symbols
-from okgit.search.intents import SEEDS, Intent, IntentTree, parse_intents
-from okgit.search.types import Attempt, Context, Proposal, Proposer, source_key
+from okgit.search.critic import Diagnosis, describe_current, describe_hardware, describe_reference
+from okgit.search.extract import PatchError, apply_patch, extract_code, extract_patch
+from okgit.search.intents import SEEDS, Intent, IntentTree, parse_ops
+from okgit.search.model_calls import ModelCalls
+from okgit.search.refine import Refine, failure_feedback, failure_kind
+from okgit.search.types import Attempt, Context, Proposal, Proposer
 
 MAX_FAILURES_SHOWN = 6
-MAX_CALL_FAILURES = 3  # model calls failing in a row (after retries) before the proposer gives up
+TEMPLATE_SCORE = 0.8  # a retrieved strategy this close brings its winning code along
+GENERATOR, CRITIC, PLANNER = "generator_{backend}.v2", "critic.v2", "intents.v2"
 
 
 @dataclass
 class _Pending:
-    """The proposal handed to the driver, whose result the next `propose` reads back."""
+    """A proposal handed to the driver, whose result a later call reads back."""
 
     llm_id: str
     intent: str
-    source: str
 
 
 class LLMProposer:
     name = "llm"
 
-    def __init__(
-        self,
-        config: Config,
-        *,
-        complete: Callable[..., Completion] = llm.complete,
-        library: memory.SkillLibrary | None = None,
-        attempts_per_intent: int = 4,
-        max_buggy: int = 3,
-        intent_rounds: int = 2,
-        intents_per_round: int = 4,
-        timeout_s: float = 300.0,  # reasoning models can think for minutes on a large prompt
-        max_retries: int = 3,
-    ) -> None:
+    def __init__(self, config: Config, *, complete: Callable[..., Completion] | None = None,
+                 library: memory.SkillLibrary | None = None) -> None:
         if not config.model:
             raise OkgitError("the llm proposer needs --model")
         self.config = config
+        self.settings = s = config.search
         self.model = config.model
-        self.complete = complete
+        self.calls = ModelCalls(config, complete)  # refuses a missing litellm, or --budget-usd without a price
         self.library = library or memory.SkillLibrary.load(skills_path(config.skills_path))
-        self.tree = IntentTree(max_attempts=attempts_per_intent, max_buggy=max_buggy)
-        self.intent_rounds = intent_rounds
-        self.intents_per_round = intents_per_round
-        self.call_options = {"timeout_s": timeout_s, "max_retries": max_retries}
+        self.tree = IntentTree(attempts_per_intent=s.attempts_per_intent, failed_attempts=s.failed_attempts,
+                               patience=s.intent_patience)
+        self.plan_rounds = s.plan_rounds
         self.ids = itertools.count(1)
         self.started = False
-        self.call_failures = 0
-        self.price_noted = False
         self.sig: memory.Signature | None = None
         self.skills_text = ""
-        self.current: Intent | None = None
-        self.pending: _Pending | None = None
-        self.fix_from: Attempt | None = None  # a failed candidate the next prompt asks to repair
-        self.feedback = ""  # what the last reply or candidate came to, for the next prompt
-        self.retry = False  # the last step failed: stay on the intent and try again
-        self.intent_best: dict[str, Attempt] = {}  # an intent's latest correct candidate
+        self.working: list[str] = []  # the intents being worked on, one per slot of a batch
+        self.refines: dict[str, Refine] = {}
+        self.pending: list[_Pending] = []
+        self.bases: dict[str, Attempt] = {}  # an intent's best correct version: its next attempt's base
         self.diagnoses: dict[str, Diagnosis] = {}  # cand -> the critic's diagnosis
         self.failures: list[tuple[str, str]] = []  # (cand, one line) of failed candidates
+        self.stagnant = 0  # intents in a row that ended without progress
 
     # ---- the driver's interface --------------------------------------------------------
 
     def propose(self, ctx: Context) -> Proposal | None:
+        batch = self.propose_batch(ctx, 1)
+        return batch[0] if batch else None
+
+    def propose_batch(self, ctx: Context, limit: int) -> list[Proposal]:
+        """Up to `limit` candidates, each for a different intent, their model calls at once."""
         self.tree.log = lambda **fields: ctx.log("intent", **fields)
         if not self.started:
             self._start(ctx)
-        if self.pending:
-            self._absorb(ctx, self.pending)
-            self.pending = None
-        while True:
-            if self._stopped(ctx):
-                return None
-            intent = self._choose(ctx)
-            if intent is None:
+        for pending in self.pending:
+            self._absorb(ctx, pending)
+        self.pending = []
+        while not self.calls.stopped(ctx):
+            intents = self._choose(ctx, limit)
+            if not intents:
                 ctx.log("note", message="llm: no live intents left")
-                return None
-            proposal = self._generate(ctx, intent)
-            if proposal is not None:
-                return proposal
+                return []
+            made = [p for p in self._generate(ctx, intents) if p is not None]
+            if made:
+                return made
+        return []
 
     def finish(self, ctx: Context) -> None:
         """Reflect on the run and update the skill library (the outer loop)."""
         if not self.started or self.sig is None:
             return
-        if self.pending:  # the driver stopped right after evaluating it: count it, diagnose nothing
-            self._absorb(ctx, self.pending, diagnose=False)
-            self.pending = None
-        ask = None if self._stopped(ctx, quiet=True) else self._asker(ctx)
+        for pending in self.pending:  # the driver stopped right after evaluating them: count, diagnose nothing
+            self._absorb(ctx, pending, diagnose=False)
+        self.pending = []
+        ask = None if self.calls.stopped(ctx, quiet=True) else self.calls.asker(ctx)
         summary = f"{ctx.problem.name} ({ctx.backend}, {ctx.device}); ops: {', '.join(self.sig.ops) or 'unknown'}"
-        outcomes = memory.reflect(ask, self.tree, summary)
+        # An idea's best version is kept as a template when it beat the reference.
+        codes = {i: a.proposal.source for i, a in self.bases.items() if a.result.timed and (a.result.speedup or 0.0) > 1.0}
+        outcomes, offspring = memory.reflect(ask, self.tree, summary, self.library, codes)
         if not outcomes:
             return
-        self.library.record(self.sig, outcomes)
+        hardware = str({**ctx.reference.hardware, **ctx.hardware}.get("device") or ctx.device)
         try:
-            self.library.save()
+            self.library.update(self.sig, outcomes, offspring, hardware)
         except OSError as e:
             ctx.log("note", message=f"skill library not saved: {e}")
             return
-        ctx.log("note", message=f"skill library: {len(outcomes)} strategies updated in {self.library.path}")
+        bred = f", {len(offspring)} new ones bred" if offspring else ""
+        ctx.log("note", message=f"skill library: {len(outcomes)} strategies updated{bred} in {self.library.path}")
 
     # ---- the loops ---------------------------------------------------------------------
 
@@ -139,92 +137,198 @@ class LLMProposer:
         self.sig = memory.signature(ctx.problem, ctx.reference, ctx.backend)
         retrieved = self.library.retrieve(self.sig)
         self.skills_text = "\n".join(s.text() for s, _ in retrieved)
+        if retrieved and retrieved[0][1] >= TEMPLATE_SCORE and retrieved[0][0].template:
+            top = retrieved[0][0]
+            self.skills_text += (f"\nThe code with which {top.name} won on a very similar problem (a template to adapt, "
+                                 f"not to copy):\n```python\n{top.template}```")
+        if any(e.get("type") == "intent" for e in ctx.earlier):
+            self._resume(ctx)
+            ctx.log("note", message=f"llm: resumed with {len(self.tree.live())} live intents of {len(self.tree.nodes)}")
+            return
         for strategy, score in retrieved:
             self.tree.insert(strategy.description, priority=0.3 + 0.5 * score, origin="skill")
-        planned = self._plan(ctx)
-        if not planned and not self.tree.live():
-            for description, priority in SEEDS.get(ctx.backend, SEEDS["triton"]):
-                self.tree.insert(description, priority=priority, origin="seed")
+        if not self._plan(ctx, "The search starts: plan the first intents.") and not self.tree.live():
+            self._seed(ctx)
         ctx.log("note", message=f"llm: {self.model}, {len(retrieved)} skills retrieved, {len(self.tree.live())} intents")
 
-    def _plan(self, ctx: Context) -> int:
-        """Ask the model for intents; the number inserted."""
-        if self.intent_rounds <= 0:
-            return 0
-        self.intent_rounds -= 1
-        messages = prompt_messages(
-            "intents.v1",
-            count=self.intents_per_round,
-            op_name=ctx.problem.name,
-            backend=ctx.backend,
-            reference_source=ctx.problem.source,
-            best_summary=self._best_summary(ctx),
-            hardware=describe_hardware(ctx),
-            reference_figures=describe_reference(ctx),
-            skills=self.skills_text,
-            tried=self.tree.summary(),
-        )
-        _, ideas = self._ask(ctx, "intents", messages, None, parse_intents)
-        inserted = [self.tree.insert(d, priority=p, origin="model") for d, p in (ideas or [])[: self.intents_per_round]]
-        return sum(n is not None for n in inserted)
+    def _resume(self, ctx: Context) -> None:
+        """Continue an interrupted run: its tree, its intents' bases, its failures, its calls."""
+        log = self.tree.log
+        self.tree = IntentTree.from_events(ctx.earlier, log=log, attempts_per_intent=self.tree.attempts_per_intent,
+                                           failed_attempts=self.tree.failed_attempts, patience=self.tree.patience)
+        by_cand = {a.cand: a for a in ctx.attempts}
+        for node in self.tree.nodes.values():
+            if node.base in by_cand:
+                self.bases[node.id] = by_cand[node.base]
+        by_description = {n.description: n for n in self.tree.nodes.values()}
+        for a in ctx.attempts:
+            owner = by_description.get(a.proposal.intent)
+            if owner is not None and not a.result.correct:
+                self.failures.append((a.cand, self._failure_line(a, owner)))
+        self.plan_rounds -= sum(1 for e in ctx.earlier if e.get("type") == "llm_call" and e.get("role") == "intents")
+        self.calls.made = sum(1 for e in ctx.earlier if e.get("type") == "llm_call")
 
-    def _choose(self, ctx: Context) -> Intent | None:
-        """Stay on the current intent while it is alive and being repaired or improving."""
-        if self.current is not None and self.current.live and (self.retry or self.current.stale_in_row == 0):
-            return self.current
-        intent = self.tree.select()
-        if intent is None and self._plan(ctx):
-            intent = self.tree.select()
-        if intent is not self.current:
-            # What happened to another idea does not help this one.
-            self.fix_from, self.feedback, self.retry = None, "", False
-        self.current = intent
-        return intent
+    def _seed(self, ctx: Context) -> None:
+        for description, priority in SEEDS.get(ctx.backend, SEEDS["triton"]):
+            self.tree.insert(description, priority=priority, origin="seed")
+
+    def _plan(self, ctx: Context, event: str) -> bool:
+        """Ask the model to change the tree; False when no round is left or its reply was unusable."""
+        if self.plan_rounds <= 0:
+            return False
+        self.plan_rounds -= 1
+        messages = prompt_messages(
+            PLANNER, count=self.settings.intents_per_round, op_name=ctx.problem.name, backend=ctx.backend,
+            reference_source=ctx.problem.source, best_summary=self._best_summary(ctx), hardware=describe_hardware(ctx),
+            reference_figures=describe_reference(ctx), skills=self.skills_text, tried=self.tree.summary(), event=event,
+        )
+        _, ops = self.calls.ask(ctx, "intents", messages, None, parse_ops)
+        if not ops:
+            return False
+        kept, inserts = [], 0
+        for op in ops:
+            inserts += op.op == "insert"
+            if op.op != "insert" or inserts <= self.settings.intents_per_round:
+                kept.append(op)
+        problems = self.tree.apply(kept)
+        for problem in problems:
+            ctx.log("note", message=f"llm: planner operation not applied: {problem}")
+        return True
+
+    def _choose(self, ctx: Context, limit: int) -> list[Intent]:
+        """The intents for the next batch: those being worked on, then the best of the rest."""
+        self.working = [i for i in self.working if self.tree[i].live][:limit]
+        while len(self.working) < limit:
+            found = self.tree.select(exclude=tuple(self.working))
+            if found is None and not self.working and self._plan(ctx, "No live intents are left: insert new ones."):
+                found = self.tree.select()
+            if found is None:
+                break
+            intent = found
+            self.working.append(intent.id)
+            self.refines.setdefault(intent.id, Refine(self.settings.compile_retries, self.settings.mismatch_retries))
+        return [self.tree[i] for i in self.working]
 
     def _absorb(self, ctx: Context, pending: _Pending, diagnose: bool = True) -> None:
-        """Read back what the driver made of the last proposal, and update the loops."""
+        """Read back what the driver made of a proposal, and update the loops."""
         attempt = next((a for a in reversed(ctx.attempts) if a.proposal.meta.get("llm_id") == pending.llm_id), None)
-        intent = self.tree[pending.intent]
+        intent, refine = self.tree[pending.intent], self.refines[pending.intent]
         if attempt is None:  # the driver skips a source it has already evaluated
-            self.tree.record(intent.id, None, improved=False)
-            self.feedback = "Your last file was identical to a candidate already evaluated. Make a real change."
-            self.retry = True
+            self.tree.candidate(intent.id, correct=False)
+            self._failed(ctx, intent, refine, None, "Your last file was identical to a candidate already evaluated. Make a real change.")
             return
         result = attempt.result
         if not result.correct:
-            self.tree.record(intent.id, result, improved=False)
-            self.fix_from, self.retry = attempt, True
-            self.feedback = self._failure_feedback(attempt)
-            first = (result.error.message.strip().splitlines() or [""])[-1][:160] if result.error else ""
-            self.failures.append((attempt.cand, f"- {attempt.cand} ({intent.description}): {result.status.value} {first}".rstrip()))
+            self.tree.candidate(intent.id, correct=False)
+            self.failures.append((attempt.cand, self._failure_line(attempt, intent)))
+            refine.fix_from = attempt
+            self._failed(ctx, intent, refine, result, failure_feedback(attempt))
             return
-        before = [a.result.speedup or 0.0 for a in ctx.attempts if a is not attempt and a.result.correct and a.result.timed]
+        self.tree.candidate(intent.id, correct=True, speedup=result.speedup if result.timed else None)
+        before = self.bases.get(intent.id)
         if result.timed:
-            improved = (result.speedup or 0.0) > max(before, default=1.0)
+            progress = before is None or (result.speedup or 0.0) > (before.result.speedup or 0.0)
         else:  # nothing is timed here: a first working version of an idea is the progress there is
-            improved = intent.correct == 0
+            progress = before is None
         diagnosis = None
-        if diagnose and not self._stopped(ctx, quiet=True):
-            diagnosis = critic.diagnose(self._asker(ctx), ctx, attempt, describe_hardware(ctx))
-        self.tree.record(intent.id, result, improved=improved, profile=diagnosis.text() if diagnosis else "")
+        # The critic reads measurements: without timing it has nothing to go on.
+        if diagnose and result.timed and not self.calls.stopped(ctx, quiet=True):
+            # By description too: a resumed run's earlier candidates carry no meta
+            trajectory = critic.describe_trajectory([a for a in ctx.attempts if a.proposal.meta.get("intent_id") == intent.id
+                                                     or (not a.proposal.meta and a.proposal.intent == intent.description)])
+            diagnosis = critic.diagnose(self.calls.asker(ctx), ctx, attempt, describe_hardware(ctx), trajectory)
         if diagnosis:
             self.diagnoses[attempt.cand] = diagnosis
-        if improved or intent.id not in self.intent_best:
-            self.intent_best[intent.id] = attempt
-        self.fix_from, self.retry = None, False
-        self.feedback = "" if improved else f"{attempt.cand} was correct but no faster than what came before; change something else."
+        if progress:
+            self.bases[intent.id] = attempt
+            feedback = ""
+        else:
+            base_speed = f" ({self._speed(before)})" if before is not None else ""
+            feedback = (f"{attempt.cand} was correct but no faster ({self._speed(attempt)}) than this idea's best version "
+                        f"{before.cand if before else ''}{base_speed}, which stays the current version; change something else.")
+            if diagnosis:
+                feedback += f"\nThe critic on {attempt.cand}:\n{diagnosis.text()}"
+        refine.restart(feedback)
+        self.tree.end_attempt(intent.id, "progress" if progress else "stale", base=attempt.cand if progress else None,
+                              profile=diagnosis.text() if diagnosis and progress else "")
+        self._after_attempt(ctx, intent, progress)
 
-    def _generate(self, ctx: Context, intent: Intent) -> Proposal | None:
-        """One generator call; a Proposal, or None after recording a reply with no usable code."""
-        base, label, parent = self._base(ctx, intent)
+    def _failed(self, ctx: Context, intent: Intent, refine: Refine, result: Any, feedback: str) -> None:
+        """A failed candidate or reply: repair within the budget, else the attempt has failed."""
+        if not refine.failed(failure_kind(result)):
+            refine.feedback = feedback
+            return
+        spent = refine.repairs()
+        refine.restart(f"Your last attempt at this idea failed ({spent}); the last failure was:\n{feedback}\n"
+                       "Start again from the current version shown, with a different implementation of the idea.")
+        self.tree.end_attempt(intent.id, "failed")
+        self._after_attempt(ctx, intent, progress=False)
+
+    def _after_attempt(self, ctx: Context, intent: Intent, progress: bool) -> None:
+        if intent.live:
+            return
+        improved = intent.improved > 0
+        self.stagnant = 0 if improved else self.stagnant + 1
+        outcome = f"{intent.id} ({intent.description}) ended {intent.status} after {intent.attempts} attempts, " \
+                  f"{intent.correct} correct candidates" + (f", best {intent.best_speedup:.2f}x" if intent.best_speedup else "")
+        if self.stagnant >= 2:
+            outcome += (f".\nThe last {self.stagnant} intents made no progress: switch strategy (a different algorithm "
+                        "or decomposition, not a variant of those), and prune what cannot pay.")
+        if not self._plan(ctx, outcome):
+            self.tree.fallback(intent)
+            if self.stagnant >= 2:
+                self._seed(ctx)  # a seed not tried yet is the strategy switch there is without a model
+
+    def _generate(self, ctx: Context, intents: list[Intent]) -> list[Proposal | None]:
+        """One generator call per intent, at once; a Proposal each, or None for an unusable reply."""
+        jobs = []
+        for intent in intents:
+            base, label, parent, current = self._base(ctx, intent)
+            jobs.append((intent, base, parent, self._messages(ctx, intent, base, label, parent, current)))
+        first = len(ctx.attempts) + 1
+        cands = [f"c{first + i:03d}" for i in range(len(jobs))]  # the driver numbers candidates in order
+        if len(jobs) == 1:
+            replies = [self.calls.call(ctx, jobs[0][3])]
+        else:
+            with ThreadPoolExecutor(max_workers=min(len(jobs), self.settings.concurrent_calls)) as pool:
+                replies = list(pool.map(lambda job: self.calls.call(ctx, job[3]), jobs))
+        out: list[Proposal | None] = []
+        for (intent, base, parent, messages), cand, call in zip(jobs, cands, replies):
+            problem: list[str] = []
+
+            def parse(text: str, base: str = base, problem: list[str] = problem) -> str | None:
+                source, why = self._candidate(text, base, ctx)
+                problem.append(why)
+                return source
+
+            reply, source = self.calls.record(ctx, "generator", messages, cand, parse, call)
+            if source is None:
+                if reply is not None:  # a failed call is already logged; an unusable reply is counted here
+                    why = (f"it was cut off at max_tokens ({self.settings.max_tokens}); reply with a shorter file"
+                           if reply.truncated else problem[-1])
+                    ctx.log("note", message=f"llm: reply for {intent.id} had no usable code: {why}")
+                    self.tree.candidate(intent.id, correct=False)
+                    self._failed(ctx, intent, self.refines[intent.id], None, f"Your previous reply could not be used: {why}")
+                out.append(None)
+                continue
+            llm_id = f"L{next(self.ids)}"
+            self.pending.append(_Pending(llm_id=llm_id, intent=intent.id))
+            out.append(Proposal(source=source, origin=f"llm:{self.model}", intent=intent.description, parent=parent,
+                                backend=ctx.backend, meta={"llm_id": llm_id, "intent_id": intent.id}))
+        return out
+
+    # ---- pieces ------------------------------------------------------------------------
+
+    def _messages(self, ctx: Context, intent: Intent, base: str, label: str, parent: str | None,
+                  current: Attempt | None) -> list[Message]:
         diagnosis = self.diagnoses.get(parent or "")
-        backend = ctx.backend
         fields: dict[str, Any] = {
             "entry": self._entry(ctx),
             "op_name": ctx.problem.name,
             "reference_source": ctx.problem.source,
             "current_label": label,
             "current_source": base,
+            "current_figures": describe_current(current),
             "hardware": describe_hardware(ctx),
             "reference_figures": describe_reference(ctx),
             "intent": intent.description,
@@ -232,48 +336,28 @@ class LLMProposer:
             "skills": self.skills_text,
             # The candidate being repaired is described in full under feedback, not listed here.
             "failures": "\n".join([line for cand, line in self.failures if cand != parent][-MAX_FAILURES_SHOWN:]),
-            "feedback": self.feedback,
+            "feedback": self.refines[intent.id].feedback,
             "edit_instructions": self._edit_instructions(ctx),
+            "gate_rules": rules_text(),
         }
-        if backend == "cuda":
+        if ctx.backend == "cuda":
             fields["arch"] = self._arch(ctx)
-        messages = prompt_messages(f"generator_{backend}.v1", **fields)
-        problem: list[str] = []
-        cand = f"c{len(ctx.attempts) + 1:03d}"  # the driver numbers candidates in order
+        return prompt_messages(GENERATOR.format(backend=ctx.backend), **fields)
 
-        def parse(text: str) -> str | None:
-            source, why = self._candidate(text, base, ctx)
-            problem.append(why)
-            return source
-
-        reply, source = self._ask(ctx, "generator", messages, cand, parse)
-        if source is None:
-            if reply is not None:  # a failed call is already logged; a useless reply is recorded here
-                ctx.log("note", message=f"llm: reply for {intent.id} had no usable code: {problem[-1]}")
-                self.tree.record(intent.id, None, improved=False)
-                self.feedback = f"Your previous reply could not be used: {problem[-1]}"
-                self.retry = True
-            return None
-        llm_id = f"L{next(self.ids)}"
-        self.pending = _Pending(llm_id=llm_id, intent=intent.id, source=source)
-        return Proposal(
-            source=source, origin=f"llm:{self.model}", intent=intent.description, parent=parent,
-            backend=backend, meta={"llm_id": llm_id, "intent_id": intent.id},
-        )
-
-    # ---- pieces ------------------------------------------------------------------------
-
-    def _base(self, ctx: Context, intent: Intent) -> tuple[str, str, str | None]:
-        """The file the prompt asks to change, its heading, and its candidate id."""
-        if self.fix_from is not None:
-            a = self.fix_from
-            return a.proposal.source, f"Current version: {a.cand}, your previous attempt, which failed (see the end)", a.cand
-        own = self.intent_best.get(intent.id)
+    def _base(self, ctx: Context, intent: Intent) -> tuple[str, str, str | None, Attempt | None]:
+        """The file the prompt asks to change, its heading, its candidate id and its attempt."""
+        fix_from = self.refines[intent.id].fix_from
+        if fix_from is not None:
+            return fix_from.proposal.source, f"Current version: {fix_from.cand}, your previous attempt, which failed (see the end)", \
+                fix_from.cand, fix_from
+        own = self.bases.get(intent.id) or (self.bases.get(intent.parent) if intent.parent else None)
         if own is not None:
-            return own.proposal.source, f"Current version: {own.cand}, your correct version of this idea", own.cand
+            whose = "this idea" if own is self.bases.get(intent.id) else "the idea this one refines"
+            return own.proposal.source, f"Current version: {own.cand}, the best version of {whose} ({self._speed(own)})", \
+                own.cand, own
         if ctx.best is not None:
-            return ctx.best_source, f"Current version: {ctx.best.cand}, the best so far ({self._speed(ctx.best)})", ctx.best.cand
-        return ctx.problem.source, "Current version: the reference itself (nothing faster found yet)", None
+            return ctx.best_source, f"Current version: {ctx.best.cand}, the best so far ({self._speed(ctx.best)})", ctx.best.cand, ctx.best
+        return ctx.problem.source, "Current version: the reference itself (nothing faster found yet)", None, None
 
     def _candidate(self, text: str, base: str, ctx: Context) -> tuple[str | None, str]:
         source: str | None
@@ -293,19 +377,11 @@ class LLMProposer:
             return None, "the file is unchanged"
         return source, ""
 
-    def _failure_feedback(self, attempt: Attempt) -> str:
+    @staticmethod
+    def _failure_line(attempt: Attempt, intent: Intent) -> str:
         result = attempt.result
-        lines = [f"{attempt.cand} failed.", describe_result(result)]
-        if result.status is Status.incorrect:
-            lines.append("Find where the computation departs from the reference (indexing, masks, dtype, accumulation).")
-        elif result.status is Status.rejected:
-            lines.append("The evaluator rejected it; the gate's message says why.")
-        if result.error and result.status in (Status.compile_error, Status.error):
-            found = lookup_symbols(result.error.message, attempt.proposal.backend)
-            if found:
-                lines.append("From the installed toolchain:\n" + found)
-        lines.append("Fix it, keeping the idea.")
-        return "\n".join(lines)
+        first = (result.error.message.strip().splitlines() or [""])[-1][:160] if result.error else ""
+        return f"- {attempt.cand} ({intent.description}): {result.status.value} {first}".rstrip()
 
     def _edit_instructions(self, ctx: Context) -> str:
         if self.config.edit_mode == "patch":
@@ -338,48 +414,6 @@ class LLMProposer:
         if ctx.best is None:
             return "nothing faster than the reference yet"
         return f"{ctx.best.cand} ({ctx.best.proposal.origin}, {self._speed(ctx.best)}):\n```python\n{ctx.best_source}\n```"
-
-    # ---- talking to the model ----------------------------------------------------------
-
-    def _stopped(self, ctx: Context, quiet: bool = False) -> bool:
-        budget = self.config.budget_usd
-        if budget is not None and ctx.spent_usd >= budget:
-            if not quiet:
-                ctx.log("note", message=f"llm: dollar budget ${budget:.2f} spent (${ctx.spent_usd:.4f})")
-            return True
-        if self.call_failures >= MAX_CALL_FAILURES:
-            if not quiet:
-                ctx.log("note", message=f"llm: {self.call_failures} model calls failed in a row; giving up")
-            return True
-        return False
-
-    def _asker(self, ctx: Context) -> critic.Ask:
-        return lambda role, messages, cand, parse: self._ask(ctx, role, messages, cand, parse)
-
-    def _ask(self, ctx: Context, role: str, messages: list[Message], cand: str | None, parse: Callable[[str], Any]) -> tuple[Completion | None, Any]:
-        """One model call, journaled and traced; (reply, parse(reply text)) or (None, None)."""
-        if self._stopped(ctx, quiet=True):
-            return None, None
-        try:
-            reply = self.complete(messages, model=self.model, api_base=self.config.api_base, prices=self.config.prices, **self.call_options)
-        except llm.LLMAuthError:
-            raise  # a refused key fails every later call too: stop the run with the one-line reason
-        except OkgitError as e:
-            self.call_failures += 1
-            ctx.log("llm_call", role=role, model=self.model, prompt_tokens=0, completion_tokens=0, cost_usd=0.0, latency_s=0.0, ok=False)
-            ctx.log("note", message=f"llm: {role} call failed: {e}")
-            return None, None
-        self.call_failures = 0
-        parsed = parse(reply.text)
-        usage = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens}
-        ctx.log("llm_call", role=role, model=reply.model, **usage, cost_usd=reply.cost_usd, latency_s=reply.latency_s, ok=parsed is not None)
-        extra = {"source_key": source_key(parsed)} if isinstance(parsed, str) else {}
-        ctx.trace("llm", cand=cand, role=role, model=reply.model, messages=messages, reply=reply.text, usage=usage,
-                  cost_usd=reply.cost_usd, ok=parsed is not None, **extra)
-        if not reply.cost_known and not self.price_noted:
-            self.price_noted = True
-            ctx.log("note", message=f"llm: no price known for {self.model}; its calls count as $0 (set [prices] in okgit.toml)")
-        return reply, parsed
 
 
 def proposer_for_model(config: Config) -> Proposer:

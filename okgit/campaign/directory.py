@@ -1,0 +1,42 @@
+"""`okgit optimize DIR/`: every op file under DIR as one campaign in the user's repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from okgit.campaign import core
+from okgit.campaign.result import CampaignResult, write_outputs
+from okgit.config import load_config
+from okgit.errors import OkgitError
+from okgit.git.repo import Repo
+
+
+def optimize_dir(directory: Path, *, flags: dict[str, Any] | None = None, cwd: Path | None = None,
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> CampaignResult:
+    repo = Repo.find(cwd or Path.cwd())
+    path = directory if directory.is_absolute() else (cwd or Path.cwd()) / directory
+    if not path.is_dir():
+        raise OkgitError(f"{directory}: no such directory")
+    config = load_config(repo.root, flags)
+    ops, skipped = core.find_ops(repo, path, config)
+    if not ops:
+        why = f" ({'; '.join(skipped)})" if skipped else ""
+        raise OkgitError(f"{directory}: no op file found (KernelBench format: Model, get_inputs, get_init_inputs){why}")
+    space = core.start_campaign(repo)
+    dirty = [op for op in ops if repo.is_dirty(op)]
+    outcome = core.run_problems(space, repo, ops, dict(flags or {}), on_event=on_event,
+                                notes=tuple(f"skipped {line}" for line in skipped))
+    diff = core.combined_diff(outcome.rows)
+    if diff and not dirty:  # a dirty op's run started from its working-tree version, not from HEAD
+        from okgit.git.patch import validate
+
+        validate(repo, diff, space.base)
+    result = CampaignResult(
+        campaign_id=space.campaign_id, kind="ops", status=core.overall_status(outcome), device=outcome.device,
+        ordered_by=outcome.ordered_by, problems=outcome.rows,
+        report=str(space.dir / "report.md"), diff=str(space.dir / "report.diff"))
+    write_outputs(space, result, diff)
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    return result

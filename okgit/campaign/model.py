@@ -1,0 +1,177 @@
+"""`okgit optimize MODEL.py --campaign`: a whole model's top modules as one campaign, then the
+whole model with the winners in.
+
+1. The model is profiled (okgit.campaign.probe) and its leaf modules ranked by their time.
+2. The top ones become op files (okgit.campaign.extract) in the campaign's own repository,
+   `.okgit/campaigns/<id>/ops-repo`: they are okgit's files, not the user's, so the user's
+   index and tree never hold them. Each is a normal run there (worktree, tags, journal).
+3. The winners go into a package next to the model, `okgit_<model>/`, which two lines appended
+   to the model file apply; that diff is verified as `okgit verify` does (the model file
+   changed in place against HEAD's, outputs within tolerance; where timed, interleaved rounds
+   of the whole model). A winner that breaks the whole model alone is left out.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from okgit.campaign import core, extract
+from okgit.campaign.profile import check_model, run_probe
+from okgit.campaign.result import CampaignResult, EndToEnd, write_outputs
+from okgit.config import load_config
+from okgit.errors import OkgitError
+from okgit.git.repo import Repo, git
+from okgit.status import RunStatus
+
+_IDENTITY = {"GIT_AUTHOR_NAME": "okgit", "GIT_AUTHOR_EMAIL": "okgit@localhost",
+             "GIT_COMMITTER_NAME": "okgit", "GIT_COMMITTER_EMAIL": "okgit@localhost"}
+_QUIET = ("-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0")
+SWAPPED = (RunStatus.optimized.value, RunStatus.unverified.value)  # a winner worth swapping in
+
+
+def optimize_model(path: Path, *, flags: dict[str, Any] | None = None, top: int = 4, cwd: Path | None = None,
+                   on_event: Callable[[dict[str, Any]], None] | None = None) -> CampaignResult:
+    from okgit.git.workspace import check_op
+
+    repo = Repo.find(cwd or Path.cwd())
+    model_path = path if path.is_absolute() else (cwd or Path.cwd()) / path
+    check_model(model_path)
+    rel = check_op(repo, model_path)
+    if repo.is_dirty(rel):
+        raise OkgitError(f"{rel} has uncommitted changes; commit them first (the campaign's patch is against HEAD)")
+    if top < 1:
+        raise OkgitError(f"--top {top}: at least one module")
+    config = load_config(repo.root, flags)
+    found = run_probe(model_path, config.device)
+    ranked, refused = extract.groups(found)
+    if not ranked:
+        reasons = "; ".join(f"{m}: {why}" for m, why in list(refused.items())[:4]) or "it has no leaf module"
+        raise OkgitError(f"{rel}: no module okgit can extract ({reasons})")
+    chosen = ranked[:top]
+    space = core.start_campaign(repo)
+    ops_repo = _ops_repo(space.dir / "ops-repo", chosen, rel)
+    ops = {f"{g.slug}.py": g for g in chosen}
+    notes = [f"profiled {rel} on {found['device']}: {len(found['rows'])} rows, {len(ranked)} extractable problems, "
+             f"the top {len(chosen)} optimized"] + [f"not extracted: {m}: {why}" for m, why in refused.items()]
+    outcome = core.run_problems(space, ops_repo, list(ops), dict(flags or {}), on_event=on_event,
+                                modules={op: g.label for op, g in ops.items()},
+                                weights_us={op: g.time_us for op, g in ops.items()}, notes=tuple(notes))
+    for row in outcome.rows:  # a model's share of time is the profile's, not the ops' own
+        row.time_share = ops[row.op].share if row.op in ops else None
+    winners = {op: _winner(ops_repo, r) for op, r in ((r.op, r) for r in outcome.rows) if r.status in SWAPPED and r.best_tag}
+    end, diff = (None, "") if outcome.interrupted else _verify_model(space, repo, rel, ops, winners, config, on_event)
+    result = CampaignResult(
+        campaign_id=space.campaign_id, kind="model", status=RunStatus(end.status) if end else core.overall_status(outcome),
+        device=outcome.device, ordered_by=outcome.ordered_by, problems=outcome.rows,
+        report=str(space.dir / "report.md"), diff=str(space.dir / "report.diff"), ops_repo=str(ops_repo.root),
+        end_to_end=end)
+    write_outputs(space, result, diff)
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    return result
+
+
+def _ops_repo(path: Path, chosen: list[extract.Group], model: str) -> Repo:
+    """A repository of the extracted op files, committed with okgit's identity."""
+    path.mkdir(parents=True)
+    git("init", "-q", "-b", "main", str(path))
+    for g in chosen:
+        (path / f"{g.slug}.py").write_text(extract.op_source(g, model))
+    git("add", ".", cwd=path)
+    git(*_QUIET, "commit", "-q", "--no-verify", "-m", f"okgit: modules of {model} as op files", cwd=path, env=_IDENTITY)
+    return Repo.find(path)
+
+
+def _winner(ops_repo: Repo, row: core.ProblemRow) -> str:
+    return ops_repo.git("show", f"refs/tags/{row.best_tag}:{row.op}")
+
+
+def _verify_model(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str, extract.Group],
+                  winners: dict[str, str], config: Any, on_event: Callable[[dict[str, Any]], None] | None
+                  ) -> tuple[EndToEnd | None, str]:
+    """The model patch with every winner, else with those that hold alone; verified; (result, diff)."""
+    if not winners:
+        return None, ""
+
+    def log(**fields: Any) -> None:
+        event = space.journal.write("model_checked", **fields)
+        if on_event:
+            on_event(event)
+
+    dropped: dict[str, str] = {}
+    end, diff = _check(space, repo, rel, ops, winners, config)
+    if not end.ok and len(winners) > 1:
+        log(status="fallback", reason=f"with every winner: {end.reason}; trying each alone", swapped=end.swapped)
+        kept = {}
+        for op, source in winners.items():
+            alone, _ = _check(space, repo, rel, ops, {op: source}, config)
+            if alone.ok:
+                kept[op] = source
+            else:
+                dropped[ops[op].label] = alone.reason
+        end, diff = _check(space, repo, rel, ops, kept, config) if kept else (end, "")
+    if not end.ok:
+        dropped.update({ops[op].label: end.reason for op in winners if ops[op].label not in dropped})
+        end = end.model_copy(update={"swapped": [], "status": RunStatus.fallback.value})
+        diff = ""
+    end.dropped = dropped
+    log(status=end.status, reason=end.reason, swapped=end.swapped, speedup=end.speedup, dropped=dropped)
+    return end, diff
+
+
+def _check(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str, extract.Group], winners: dict[str, str],
+           config: Any) -> tuple[EndToEnd, str]:
+    from okgit.verify import verify
+
+    diff = model_diff(repo, rel, space.campaign_id, [(ops[op], source) for op, source in winners.items()])
+    swapped = [ops[op].label for op in winners]
+    with tempfile.NamedTemporaryFile("w", suffix=".diff", dir=space.dir, delete=False) as f:
+        f.write(diff)
+    try:
+        report = verify(repo, f.name, eval=config.eval, device=config.device, mode=config.mode)
+    except OkgitError as e:
+        return EndToEnd(model=rel, ok=False, status=RunStatus.fallback.value, reason=str(e), swapped=swapped,
+                        device=config.device or "?"), diff
+    finally:
+        Path(f.name).unlink(missing_ok=True)
+    verdict = report.ops[0]
+    c = verdict.comparison
+    if not verdict.ok:
+        status = RunStatus.fallback
+    elif c is None:
+        status = RunStatus.unverified
+    else:
+        status = RunStatus.optimized if c.optimized else RunStatus.matched
+    end = EndToEnd(model=rel, ok=verdict.ok, status=status.value, reason=verdict.reason, swapped=swapped,
+                   device=verdict.result.device, timed=c is not None, comparison=c,
+                   baseline_us=statistics.median(c.baseline_us) if c else None,
+                   optimized_us=statistics.median(c.candidate_us) if c else None,
+                   speedup=c.speedup if c else None, noise=c.noise if c else None)
+    return end, diff
+
+
+def model_diff(repo: Repo, rel: str, campaign_id: str, winners: list[tuple[extract.Group, str]]) -> str:
+    """The diff against HEAD that adds `okgit_<model>/` (the winners and swap_in) and appends
+    the two lines applying it to the model file; built in a throwaway index."""
+    package = extract.package_name(rel)
+    folder = (Path(rel).parent / package).as_posix()
+    folder = folder.removeprefix("./")
+    sites: dict[str, tuple[str, str, list[Any], dict[str, list[int]]]] = {}
+    files = {}
+    for group, source in winners:
+        files[f"{folder}/{group.slug}.py"] = source
+        for path in group.paths:
+            sites[path] = (group.slug, group.info["class"], group.info["ctor"], group.info["shapes"])
+    files[f"{folder}/__init__.py"] = extract.package_init(campaign_id, Path(rel).name, sites)
+    files[rel] = repo.git("show", f"HEAD:{rel}") + extract.model_hook(campaign_id, package)
+    with tempfile.TemporaryDirectory(prefix="okgit-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        repo.git("read-tree", "HEAD", env=env)
+        for name, text in files.items():
+            blob = repo.git("hash-object", "-w", "--stdin", input=text).strip()
+            repo.git("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}", env=env)
+        tree = repo.git("write-tree", env=env).strip()
+    return repo.git("diff-tree", "-p", "--full-index", "--no-renames", "HEAD", tree, "--", *(f":(top,literal){n}" for n in files))

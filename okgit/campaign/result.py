@@ -1,0 +1,122 @@
+"""What a campaign hands back: result.json (`--json`), report.md, report.diff."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from okgit.campaign.core import AT_FLOOR, REFUSED, CampaignSpace, ProblemRow
+from okgit.eval.types import Comparison
+from okgit.fmt import fmt_speed, fmt_us
+from okgit.status import RunStatus
+
+
+class EndToEnd(BaseModel):
+    """The whole model with the winners swapped in, against the original (a model campaign)."""
+
+    model: str  # the user's model file
+    ok: bool  # outputs within tolerance (and, where timed, not slower past the noise)
+    status: str  # a RunStatus: optimized / matched / unverified / fallback
+    reason: str
+    swapped: list[str]  # the modules whose winners are in the patch
+    dropped: dict[str, str] = {}  # module -> why its winner is not in the patch
+    device: str
+    timed: bool = False
+    baseline_us: float | None = None  # the model's median time, original
+    optimized_us: float | None = None  # the same with the winners in
+    speedup: float | None = None
+    noise: float | None = None  # A/A relative spread of the original against itself
+    comparison: Comparison | None = None
+
+
+class CampaignResult(BaseModel):
+    """What `okgit optimize DIR/ --json` and `okgit optimize MODEL.py --campaign --json` print
+    (a stable contract: see docs/json.md)."""
+
+    campaign_id: str
+    kind: str  # ops | model
+    status: RunStatus
+    device: str
+    ordered_by: str  # how the problems were ranked
+    problems: list[ProblemRow]
+    report: str
+    diff: str
+    ops_repo: str | None = None  # a model campaign: the repository of its extracted op files
+    end_to_end: EndToEnd | None = None
+
+    def summary(self) -> str:
+        lines = [f"campaign {self.campaign_id}: {self.status} ({len(self.problems)} problems on {self.device})"]
+        for r in self.problems:
+            name = r.module or r.op
+            what = r.reason if r.status in (AT_FLOOR, REFUSED) else (
+                f"{fmt_speed(r.speedup, missing='untimed')}, {r.iterations} iterations" + (f", {r.best_tag}" if r.best_tag else ""))
+            lines.append(f"  {name}: {r.status}: {what}")
+        e = self.end_to_end
+        if e:
+            if e.timed and e.speedup is not None:
+                lines.append(f"  whole model: {e.status}, {e.speedup:.2f}x ({fmt_us(e.baseline_us)} us -> "
+                             f"{fmt_us(e.optimized_us)} us, noise {(e.noise or 0) * 100:.1f}%)")
+            else:
+                lines.append(f"  whole model: {e.status}: {e.reason}")
+        lines.append(f"  report: {self.report}")
+        lines.append(f"  diff:   {self.diff} (okgit apply campaign:{self.campaign_id})")
+        return "\n".join(lines)
+
+
+STATUS_NOTE = {
+    AT_FLOOR: "already at its roofline floor: no budget",
+    REFUSED: "not optimized",
+}
+
+
+def write_outputs(space: CampaignSpace, result: CampaignResult, diff: str) -> None:
+    Path(result.diff).write_text(diff)
+    Path(result.report).write_text(report_text(result))
+    (space.dir / "result.json").write_text(result.model_dump_json(indent=2) + "\n")
+    space.journal.write("campaign_finished", status=result.status, report=result.report, diff=result.diff,
+                        end_to_end=result.end_to_end.model_dump(mode="json") if result.end_to_end else None)
+    space.release()
+
+
+def report_text(result: CampaignResult) -> str:
+    timed = any(r.timed for r in result.problems)
+    lines = [
+        f"# okgit campaign {result.campaign_id}: {result.status}",
+        "",
+        f"{len(result.problems)} problems on {result.device}, ordered by {result.ordered_by}.",
+        "" if timed else "Nothing is timed on this device: correctness only, no speedup is claimed.",
+        "",
+        f"| # | problem | reference (us) | {'floor' if timed else 'floor at nominal peaks'} (us) | headroom | "
+        "share of time | budget | status | speedup | best |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(result.problems, 1):
+        name = f"`{r.module}` ({r.op})" if r.module else f"`{r.op}`"
+        lines.append(
+            f"| {i} | {name} | {fmt_us(r.reference_us)} | {fmt_us(r.floor_us)} | "
+            f"{_pct(r.headroom)} | {_pct(r.time_share)} | {r.iterations} it ({_pct(r.budget_share)}) | "
+            f"{r.status} | {fmt_speed(r.speedup)} | {r.best_tag or '-'} |")
+    notes = [f"- {r.module or r.op}: {r.reason}" for r in result.problems if r.reason]
+    if notes:
+        lines += ["", "## Not searched", "", *notes]
+    e = result.end_to_end
+    if e:
+        lines += ["", "## The whole model", "", f"`{e.model}` with the winners of {', '.join(e.swapped) or 'no module'} "
+                  f"swapped in: {e.status}. {e.reason}"]
+        if e.timed and e.speedup is not None:
+            lines += ["", f"- original: {fmt_us(e.baseline_us)} us, with the winners: {fmt_us(e.optimized_us)} us "
+                      f"(median of {e.comparison.rounds if e.comparison else '?'} interleaved rounds)",
+                      f"- speedup {e.speedup:.2f}x, A/A noise {(e.noise or 0) * 100:.1f}%"]
+            lines += [f"- {r.module}: {_pct(r.time_share)} of the model's time, {fmt_speed(r.speedup)} on its own"
+                      for r in result.problems if r.module in e.swapped]
+        lines += [f"- {m}: left out: {why}" for m, why in e.dropped.items()]
+    lines += ["", "## Apply", "", "```", f"okgit apply campaign:{result.campaign_id}",
+              f"okgit verify campaign:{result.campaign_id}", "```",
+              "", "Each problem's own patch is under ops/; each problem's run: `okgit history RUN`"
+              + (f" (in {result.ops_repo})" if result.ops_repo else "") + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _pct(x: float | None) -> str:
+    return f"{x:.0%}" if x is not None else "-"

@@ -1,0 +1,34 @@
+"""`python -m okgit.inductor REF.py DEVICE OUT.py [MODE [KNOBS_JSON]]`: the seed file of a reference at
+those shape knobs (default: the file's own), made in this
+process (a child of okgit's: it runs the reference and Inductor). Prints one JSON line:
+{"ok": true, "kernels": N, "modes": [...]} or {"ok": false, "why": "..."}."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    ref, device, out, *rest = argv
+    mode = rest[0] if rest else "default"
+    knobs = {str(k): int(v) for k, v in json.loads(rest[1]).items()} if len(rest) > 1 else {}
+    from okgit.inductor.capture import NotCaptured, capture
+    from okgit.inductor.standalone import standalone_file
+    from okgit.lower.graph import Unsupported
+
+    try:
+        cap = capture(ref, knobs, device, mode)
+        source = standalone_file(Path(ref).read_text(), cap, device)
+    except (NotCaptured, Unsupported) as e:
+        print(json.dumps({"ok": False, "why": str(e)}))
+        return 0
+    Path(out).write_text(source)
+    kernels = sum(len(g["kernels"]) for g in cap["graphs"])
+    print(json.dumps({"ok": True, "kernels": kernels, "modes": [g["mode"] for g in cap["graphs"]]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

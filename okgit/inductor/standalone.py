@@ -1,0 +1,259 @@
+"""A capture (okgit.inductor.capture) made into a standalone op file: pure text, nothing run.
+
+What the file holds, before the model class:
+- each Triton kernel as Inductor wrote it, with `@triton.jit` only (no autotuner), under the
+  comment that says what it fuses, and a launcher `launch_<kernel>` with the launch settings
+  Inductor chose and the grid as expressions of the kernel's sizes;
+- Inductor's `call(args)` for each module mode, with its private helpers replaced by plain
+  torch calls (`torch.empty_strided`, `Tensor.as_strided`, `torch.mm`, `torch.convolution`, ...);
+- the shapes, strides and dtypes the code was specialised to, and the module attributes it baked
+  in, which the forward checks before taking that path.
+
+The forward runs the compiled path when its arguments and attributes are the ones compiled for
+and the reference's own forward (renamed `forward_reference`) otherwise, as torch.compile
+would recompile. No torch.compile, dynamo or Inductor compilation runs: the kernels' only
+import from torch._inductor is its runtime library of Triton helper functions
+(`triton_helpers`, `libdevice`).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from okgit.lower.graph import Unsupported
+
+HEADER = '''# Kernels seeded from torch.compile (Inductor, default mode): Inductor's own Triton kernels with
+# the launch settings its autotuning chose, launched explicitly; no torch.compile at run time.
+from torch._inductor.runtime import triton_helpers  # Inductor's Triton helper functions (no compilation)
+{libdevice}
+
+aten = torch.ops.aten
+
+
+def empty_strided_cuda(size, stride, dtype):
+    return torch.empty_strided(size, stride, dtype=dtype, device="cuda")
+
+
+def empty_strided_cpu(size, stride, dtype):
+    return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
+
+
+def reinterpret_tensor(t, size, stride, offset):
+    """A view of t's storage: Inductor's buffer reuse."""
+    return t.as_strided(size, stride, t.storage_offset() + offset)
+
+
+def matches(tensors, specs):
+    """Whether the kernels apply: the arguments have the shapes, strides and dtypes they were
+    compiled for, and no gradient is wanted (they compute the forward only)."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return all(t.shape == s[0] and t.stride() == s[1] and t.dtype == s[2] for t, s in zip(tensors, specs))
+
+
+def attributes_hold(model, baked):
+    """Whether the module attributes the kernels baked in still have those values."""
+    return all(getattr(model.get_submodule(path), name) == value for path, names in baked.items() for name, value in names.items())
+'''
+
+_DROPPED = re.compile(r"^\s*(assert_size_stride|assert_alignment)\(|^\s*\w+ = get_raw_stream\(|^\s*torch\.cuda\.set_device\(")
+_GUARD = re.compile(r"^(\s*)with torch\.cuda\._DeviceGuard\(\d+\):\s*$")
+_RUN = re.compile(r"^(\s*)(\w+)\.run\((.*)\)\s*$")
+_ALLOWED_GLOBALS = {"torch", "aten", "extern_kernels", "empty_strided_cuda", "empty_strided_cpu", "reinterpret_tensor",
+                    "math", "inf", "nan", "float", "int", "len", "range", "max", "min"}
+
+
+LIBDEVICE = {
+    "cuda": "from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math",
+    # Triton's interpreter runs tl.math's functions, not libdevice's extern calls
+    "cpu": "libdevice = tl_math = tl.math",
+}
+
+
+def standalone_file(reference: str, cap: dict[str, Any], device: str) -> str:
+    """The reference file with the captured kernels inserted and Model's forward dispatching to them."""
+    tree = ast.parse(reference)
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    model = classes.get("Model")
+    if model is None or "ModelNew" in classes:
+        raise Unsupported("the Inductor seed rewrites a file whose reference is Model (no ModelNew)")
+    fwd = next((f for f in model.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)
+    if fwd is None or fwd.args.vararg or fwd.args.kwarg or fwd.args.kwonlyargs:
+        raise Unsupported("Model.forward takes *args, **kwargs or keyword-only arguments")
+    names = [a.arg for a in fwd.args.args][1:]
+    if names != cap["forward_args"]:
+        raise Unsupported("Model.forward's arguments differ from the exported ones")
+
+    blocks = [HEADER.replace("{libdevice}", LIBDEVICE[device]), _externs(cap["externs"]), f"BAKED = {_literal(cap['attributes'])}"]
+    for graph in cap["graphs"]:
+        suffix = graph["mode"]
+        for k in graph["kernels"]:
+            blocks.append(_kernel_text(k, suffix))
+        blocks.append(_call_text(graph, suffix))
+        blocks.append(_specs_text(graph))
+    lines = reference.splitlines()
+    start = (fwd.decorator_list[0].lineno if fwd.decorator_list else fwd.lineno) - 1
+    end = fwd.end_lineno
+    assert end is not None
+    original = lines[start:end]
+    renamed = [re.sub(r"\bdef forward\(", "def forward_reference(", original[0], count=1), *original[1:]]
+    lines[start:end] = _forward_text(cap, names, fwd.col_offset).splitlines() + [""] + renamed
+    first = min(c.lineno - len(c.decorator_list) for c in classes.values() if c.name == "Model") - 1
+    lines[first:first] = "\n\n\n".join(b.strip("\n") for b in blocks if b).splitlines() + ["", ""]
+    imported = {a.asname or a.name for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    wanted = [("import torch", "torch"), ("import triton", "triton"), ("import triton.language as tl", "tl")]
+    missing = [line for line, name in wanted if name not in imported]
+    after = max((n.end_lineno or 0 for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) and (n.end_lineno or 0) <= first), default=0)
+    lines[after:after] = missing
+    return "\n".join(lines) + "\n"
+
+
+def _externs(externs: dict[str, str]) -> str:
+    if not externs:
+        return ""
+    items = ", ".join(f"{name}={public}" for name, public in sorted(externs.items()))
+    return f"# the vendor calls (cuBLAS, cuDNN) Inductor left to PyTorch\nfrom types import SimpleNamespace  # noqa: E402\n\nextern_kernels = SimpleNamespace({items})"
+
+
+def _literal(value: Any) -> str:
+    return repr(_tuples(value))
+
+
+def _tuples(value: Any) -> Any:
+    """JSON's lists back to the tuples module attributes hold (a stride of (1, 1) is a tuple)."""
+    if isinstance(value, dict):
+        return {k: _tuples(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def _kernel_text(k: dict[str, Any], suffix: str) -> str:
+    """The kernel's helpers and jit function without Inductor's autotuner, and its launcher."""
+    tree = ast.parse(k["source"])
+    lines = k["source"].splitlines()
+    name = k["name"]
+    new = f"{name}_{suffix}"
+    parts = []
+    renames = {name: new}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            renames.setdefault(node.name, f"{new}_{node.name.lstrip('_')}")
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        decorators = [ast.unparse(d) for d in node.decorator_list]
+        if decorators[-1:] != ["triton.jit"] or any(not d.startswith("triton_heuristics.") for d in decorators[:-1]):
+            raise Unsupported(f"{name}: a kernel function with decorators {decorators}")
+        text = "\n".join(lines[node.lineno - 1 : node.end_lineno])
+        parts.append("@triton.jit\n" + _rename(text, renames))
+    params = [a.arg for a in next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name).args.args]
+    positional = [p for p in params if p not in k["kwargs"]]
+    grid_args = k.get("grid_args", [])
+    settings = ", ".join([f"{key}={v}" for key, v in k["kwargs"].items()] + [f"num_warps={k['num_warps']}", f"num_stages={k['num_stages']}"])
+    # the grid inline in the launch when it is one expression, so autotune changes a block size
+    # and the grid that derives from it together
+    *prefix, last = k["grid"]
+    grid = last.removeprefix("grid = ") if not prefix else "grid"
+    body = "".join(f"    {line}\n" for line in (k["grid"] if prefix else []))
+    launcher = (f"def launch_{new}({', '.join(positional + grid_args)}):\n"
+                f"{body}    {new}[{grid}]({', '.join(positional)}, {settings})")
+    comment = k["comment"] or f"# {name}"
+    return comment + "\n" + "\n\n\n".join(parts + [launcher])
+
+
+def _rename(text: str, renames: dict[str, str]) -> str:
+    for old, new in renames.items():
+        text = re.sub(rf"\b{re.escape(old)}\b", new, text)
+    return text
+
+
+def _call_text(graph: dict[str, Any], suffix: str) -> str:
+    """Inductor's call(args) body as a plain function: private guards and stream lookups dropped,
+    kernel launches through the launchers."""
+    kernels = {k["name"] for k in graph["kernels"]}
+    out: list[str] = []
+    lines = graph["body"].splitlines()
+    indent0 = min(len(line) - len(line.lstrip()) for line in lines if line.strip())
+    dedent = 0  # inside a dropped `with` block
+    guard_indent = None
+    for raw in lines:
+        if not raw.strip():
+            continue
+        level = len(raw) - len(raw.lstrip())
+        if guard_indent is not None and level <= guard_indent:
+            guard_indent, dedent = None, 0
+        if m := _GUARD.match(raw):
+            guard_indent, dedent = level, 4
+            continue
+        if _DROPPED.match(raw):
+            continue
+        line = raw[indent0 + dedent :] if level >= indent0 + dedent else raw.lstrip()
+        if m := _RUN.match(line):
+            pre, name, args = m.groups()
+            if name not in kernels:
+                raise Unsupported(f"the wrapper launches {name}, which it does not define as a Triton kernel")
+            call = ast.parse(f"f({args})", mode="eval").body
+            assert isinstance(call, ast.Call)
+            line = f"{pre}launch_{name}_{suffix}({', '.join(ast.unparse(a) for a in call.args)})"
+        out.append("    " + line)
+    text = f"def call_{suffix}(args):\n" + "\n".join(out)
+    _check_globals(text, {f"launch_{k}_{suffix}" for k in kernels})
+    return text
+
+
+def _check_globals(text: str, launchers: set[str]) -> None:
+    """Every name the body reads is its own, a launcher or one the header defines."""
+    fn = ast.parse(text).body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    stored = {a.arg for a in fn.args.args}
+    stored |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    loaded = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    unknown = loaded - stored - launchers - _ALLOWED_GLOBALS
+    if unknown:
+        raise Unsupported(f"the wrapper uses {', '.join(sorted(unknown))}, which a standalone file lacks")
+
+
+def _forward_text(cap: dict[str, Any], names: list[str], col: int) -> str:
+    pad = " " * col
+    lines = [f"def forward(self, {', '.join(names)}):" if names else "def forward(self):",
+             '    """The kernels above where they were compiled for these arguments; the reference otherwise."""']
+    graphs = cap["graphs"]
+    for i, graph in enumerate(graphs):
+        body = _dispatch(graph, names)
+        if graph["mode"] == "any":
+            lines += body
+        else:
+            lines.append("    if self.training:" if i == 0 else "    else:")
+            lines += ["    " + b for b in body]
+    lines.append(f"    return self.forward_reference({', '.join(names)})")
+    return "\n".join(pad + line if line else line for line in lines)
+
+
+def _specs_text(graph: dict[str, Any]) -> str:
+    rows = [f"    (torch.Size({tuple(s['shape'])!r}), {tuple(s['stride'])!r}, {s['dtype']})," for s in graph["specs"]]
+    return f"# the arguments call_{graph['mode']} was compiled for: shape, stride, dtype\nARGS_{graph['mode']} = (\n" + "\n".join(rows) + "\n)"
+
+
+def _dispatch(graph: dict[str, Any], names: list[str]) -> list[str]:
+    args = []
+    for p in graph["placeholders"]:
+        if p["kind"] == "input":
+            if p["target"] not in names:
+                raise Unsupported(f"the exported input {p['target']} is not a forward argument")
+            args.append(p["target"])
+        elif p["kind"] == "constant":
+            args.append(f"torch.tensor({p['value']!r}, dtype={p['dtype']}, device={p['device']!r})")
+        else:
+            args.append(f"self.get_{p['kind']}({p['target']!r})")
+    mode = graph["mode"]
+    out = [f"args = [{', '.join(args)}]",
+           f"if matches(args, ARGS_{mode}) and attributes_hold(self, BAKED):",
+           f"    outs = call_{mode}(args)"]
+    for j, target in enumerate(graph["mutations"]):
+        out.append(f"    self.get_buffer({target!r}).copy_(outs[{j}])")
+    n = len(graph["mutations"])
+    out.append(f"    return outs[{n}] if len(outs) == {n + 1} else tuple(outs[{n}:])")
+    return ["    " + line for line in out]

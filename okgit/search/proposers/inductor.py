@@ -1,0 +1,90 @@
+"""The Inductor seed: torch.compile's own kernels as one standalone candidate (origin `inductor`).
+
+Inductor (default mode) compiles the reference in a child process on the run's device, which
+also runs its autotuning; okgit.inductor.standalone turns its code into an op file that
+launches the same Triton kernels with the settings Inductor chose, without torch.compile. The
+candidate is then judged like any other; the autotune phase tunes its launches where it is
+the best, and a model continues from it.
+
+On by default on a GPU, where a second seed comes from max-autotune-no-cudagraphs. On a CPU (Triton's interpreter, nothing timed) it is off unless
+`inductor = true` in okgit.toml: the compile costs tens of seconds there for a candidate whose
+speed nobody can measure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from okgit.search.types import Context, Proposal
+
+TIME_LIMIT_S = 900  # the compile, Inductor's autotuning and one run of the reference at its real size
+
+
+class InductorProposer:
+    """One seed in torch.compile's default mode; on a GPU then one in max-autotune-no-cudagraphs
+    (more launch configs, coordinate descent, Triton GEMM and convolution templates against the
+    vendor's), which costs minutes of compilation and can find faster kernels."""
+
+    name = "inductor"
+
+    def __init__(self) -> None:
+        self._source: str | None = None
+        self._modes: list[str] = []
+
+    def propose(self, ctx: Context) -> Proposal | None:
+        if self._source != ctx.problem.source:
+            self._source = ctx.problem.source
+            self._modes = ["default", "max-autotune-no-cudagraphs"] if ctx.device.startswith("cuda") else ["default"]
+        while self._modes:
+            mode = self._modes.pop(0)
+            # at the shape the evaluator times (a CPU's is scaled down for the interpreter)
+            knobs = ctx.reference.shapes[0] if ctx.reference.shapes else {}
+            source, why = seed_file(ctx.problem.source, ctx.problem.root, ctx.device, mode, knobs)
+            if source is not None:
+                return Proposal(source=source, origin="inductor" if mode == "default" else f"inductor:{mode}",
+                                intent=why, parent=None, meta={"kernels": [], "tunables": {}})
+            ctx.log("note", message=f"inductor ({mode}): {why}")
+            if mode == "default":
+                self._modes = []  # what the default mode cannot take, max-autotune cannot either
+        return None
+
+
+def seed_file(reference: str, root: str | None, device: str, mode: str = "default",
+              knobs: dict[str, int] | None = None) -> tuple[str | None, str]:
+    """(the seed file, what it holds), or (None, why there is none)."""
+    from okgit.eval.devices import device_lock
+    from okgit.eval.sandbox import worker_env
+
+    env = worker_env(device)
+    package = str(Path(__file__).resolve().parents[3])  # okgit importable in the child, as in a worker
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package, root, env.get("PYTHONPATH")) if p)
+    with tempfile.TemporaryDirectory(prefix="okgit-inductor-") as tmp:
+        ref, out = Path(tmp) / "reference.py", Path(tmp) / "seed.py"
+        ref.write_text(reference)
+        # on a GPU under the device's lock: Inductor's autotuning times kernels, and would disturb
+        # (and be disturbed by) another problem's timing on the same device
+        lock = device_lock(device) if device.startswith("cuda") else contextlib.nullcontext()
+        try:
+            with lock:
+                proc = subprocess.run([sys.executable, "-m", "okgit.inductor", str(ref), device.split(":")[0], str(out), mode,
+                                       json.dumps(knobs or {})],
+                                      cwd=tmp, env=env, capture_output=True, text=True, timeout=TIME_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            return None, f"torch.compile of the reference took over {TIME_LIMIT_S} s"
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+            return None, f"the seed's process failed: {tail}"
+        answer = json.loads(lines[-1])
+        if not answer.get("ok"):
+            return None, str(answer.get("why"))
+        modes = " and ".join(m for m in answer["modes"] if m != "any")
+        what = (f"torch.compile's {answer['kernels']} Triton kernel(s) (Inductor, {mode} mode) launched from a "
+                f"standalone file{f', one graph each for {modes} mode' if modes else ''}")
+        return out.read_text(), what

@@ -1,0 +1,39 @@
+"""Right outputs in both modes, but training never updates the running statistics: the
+buffers differ from the reference's after a training-mode call."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+
+
+def triton_relu(x):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(features)
+
+    def forward(self, x):
+        bn = self.bn
+        y = x * 2.0 + 1.0
+        if self.training:  # the batch's statistics and the step count, but the running statistics left as they were
+            bn.num_batches_tracked.add_(1)
+            y = F.batch_norm(y, None, None, bn.weight, bn.bias, True, 0.0, bn.eps)
+        else:
+            y = F.batch_norm(y, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps)
+        return triton_relu(y)

@@ -133,6 +133,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    from okgit import presentation
     from okgit.campaign import listing
     from okgit.campaign.store import is_campaign_ref, resolve_campaign
     from okgit.git import history
@@ -146,11 +147,11 @@ def cmd_history(args: argparse.Namespace) -> int:
         from okgit.git.workspace import resolve_run
 
         detail = history.run_detail(repo, resolve_run(repo, args.run))
-        _emit(args, detail.model_dump(mode="json"), history.detail_text(detail))
+        _emit(args, detail.model_dump(mode="json"), presentation.detail_text(detail))
     else:
         campaigns = listing.list_campaigns(repo)
         runs = listing.with_campaigns(history.list_runs(repo), campaigns)
-        text = history.runs_text(runs) + ("\n\n" + listing.campaigns_text(campaigns) if campaigns else "")
+        text = presentation.runs_text(runs) + ("\n\n" + listing.campaigns_text(campaigns) if campaigns else "")
         _emit(args, [r.model_dump(mode="json") for r in runs], text)
     return 0
 
@@ -253,8 +254,8 @@ def cmd_traces_export(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
+    from okgit.git.gc import gc
     from okgit.git.repo import Repo
-    from okgit.git.workspace import gc
 
     if args.names and not args.runs:
         return _usage("naming runs needs --runs (gc --runs RUN... removes exactly those)")

@@ -191,17 +191,12 @@ def evaluator():
     ev.close()
 
 
-# Modules whose tests start real evaluator workers or run the Triton interpreter for minutes:
-# marked `slow`, so `python -m pytest -m "not slow"` (the README's fast subset) leaves them out.
-# CI runs everything (.ci/run).
-SLOW_MODULES = {
-    "test_optimize", "test_verify", "test_ci_steps", "test_llm_cli", "test_llm_e2e", "test_examples",
-    "test_columns", "test_conv_layout", "test_eval_cases", "test_eval_local", "test_pool",
-    "test_kernelbench_e2e", "test_bench_smoke", "test_templates", "test_replay", "test_modal", "test_eval_bounded",
-}
-
-
+# Slowness is marked per test (`@pytest.mark.slow`: a test that starts real evaluator workers,
+# runs the Triton interpreter or okgit as a subprocess, roughly > 3 s), so `python -m pytest -m
+# "not slow"` (the README's fast subset) keeps every fast test. CI runs everything (.ci/run).
+# A test that asks for the real evaluator starts workers: it must say it is slow (or need a GPU).
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.module is not None and item.module.__name__ in SLOW_MODULES:
-            item.add_marker(pytest.mark.slow)
+    unmarked = [item.nodeid for item in items if "evaluator" in getattr(item, "fixturenames", ())
+                and item.get_closest_marker("slow") is None and item.get_closest_marker("gpu") is None]
+    if unmarked:
+        raise pytest.UsageError(f"tests using the real evaluator must be marked slow: {', '.join(unmarked)}")

@@ -44,19 +44,22 @@ def main(argv: list[str]) -> int:
         return 2
     mode, out = argv[0], Path(argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    differ = 0
+    differ = new = 0
     for path in OPS:
         got = json.dumps(render(path), indent=1, sort_keys=True, default=str)
         file = out / f"{name_of(path)}.json"
         if mode == "save":
             file.write_text(got)
             continue
-        want = file.read_text() if file.exists() else ""
+        if not file.exists():
+            new += 1  # an op file the saved set predates
+            continue
+        want = file.read_text()
         if got != want:
             differ += 1
             sys.stdout.writelines(difflib.unified_diff(want.splitlines(True), got.splitlines(True), str(file), "now"))
     n = len(OPS)
-    print(f"{mode}: {n} ops" + (f", {differ} differ" if mode == "compare" else ""))
+    print(f"{mode}: {n} ops" + (f", {differ} differ, {new} not saved before" if mode == "compare" else ""))
     return 1 if differ else 0
 
 

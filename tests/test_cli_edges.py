@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import OP, okgit, record_run, sh
 
 
@@ -17,6 +18,7 @@ def test_resume_refuses_another_op(git_repo: Path) -> None:
     assert proc.returncode == 1 and f"run {space.run_id} optimizes {OP}, not ops/other.py" in proc.stderr
 
 
+@pytest.mark.slow
 def test_gc_keeps_a_run_whose_diff_is_applied(git_repo: Path) -> None:
     space, _ = record_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp")])
     assert okgit("apply", space.run_id, cwd=git_repo).returncode == 0
@@ -27,6 +29,7 @@ def test_gc_keeps_a_run_whose_diff_is_applied(git_repo: Path) -> None:
     assert "removed run" in okgit("gc", "--runs", "--keep", "0", cwd=git_repo).stdout  # reverted: collectable
 
 
+@pytest.mark.slow
 def test_an_apply_undone_by_hand_is_not_called_drift(git_repo: Path) -> None:
     space, _ = record_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp")])
     assert okgit("apply", space.run_id, cwd=git_repo).returncode == 0
@@ -45,6 +48,7 @@ def test_a_closed_pipe_ends_quietly(git_repo: Path) -> None:
     assert proc.stderr.read() == ""
 
 
+@pytest.mark.slow
 def test_a_binary_file_is_not_a_diff(git_repo: Path, tmp_path: Path) -> None:
     bad = tmp_path / "g.diff"
     bad.write_bytes(b"x\n\x00\xff\n")
@@ -61,6 +65,7 @@ def test_a_bad_flag_value_is_a_usage_error(git_repo: Path) -> None:
         2, "okgit optimize: argument --iterations: invalid int value: 'abc' (see okgit optimize --help)\n")
 
 
+@pytest.mark.slow
 def test_an_unknown_flag_names_its_command_in_one_line(git_repo: Path) -> None:
     for args, command, unknown in ((["history", "--bogus"], "history", "--bogus"),
                                    (["traces", "export", "--bogus"], "traces export", "--bogus"),
@@ -70,6 +75,7 @@ def test_an_unknown_flag_names_its_command_in_one_line(git_repo: Path) -> None:
         assert proc.stderr == f"okgit {command}: unrecognized arguments: {unknown} (see okgit {command} --help)\n"
 
 
+@pytest.mark.slow
 def test_show_prints_only_diffs(git_repo: Path, tmp_path: Path) -> None:
     text = tmp_path / "notes.diff"
     text.write_text("just some notes\n")
@@ -82,6 +88,7 @@ def test_show_prints_only_diffs(git_repo: Path, tmp_path: Path) -> None:
         assert proc.returncode == 1 and "has no winner" in proc.stderr, (command, proc.stderr)
 
 
+@pytest.mark.slow
 def test_debug_is_taken_after_any_command(git_repo: Path) -> None:
     """--debug after a nested command as after a plain one: the command runs, nothing unrecognized."""
     for args in (["history", "--debug"], ["traces", "export", "--debug"], ["--debug", "traces", "export"],

@@ -18,6 +18,7 @@ def _one_line_error(proc, message: str, code: int = 1) -> None:
     assert message in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_history_show_apply_revert(git_repo: Path) -> None:
     space, tags = record_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp"), ("x.clamp(min=0)", "method clamp")])
     before = snapshot(git_repo)
@@ -66,6 +67,7 @@ def test_unknown_refs(git_repo: Path, args: list[str], message: str) -> None:
     assert snapshot(git_repo) == before
 
 
+@pytest.mark.slow
 def test_outside_a_repository(tmp_path: Path) -> None:
     for args in (["history"], ["show", UNKNOWN], ["apply", UNKNOWN], ["revert", UNKNOWN], ["gc"]):
         _one_line_error(okgit(*args, cwd=tmp_path), f"okgit: not inside a git repository: {tmp_path.resolve()}")
@@ -76,6 +78,7 @@ def test_usage_error_exits_2(git_repo: Path) -> None:
     assert proc.returncode == 2 and proc.stderr == "okgit show: the following arguments are required: REF (see okgit show --help)\n"
 
 
+@pytest.mark.slow
 def test_apply_refusals(git_repo: Path) -> None:
     space, _ = record_run(git_repo, [("x.clamp(min=0)", "clamp")])
     (git_repo / "winner.diff").write_text((space.run_dir / "report.diff").read_text())
@@ -92,6 +95,7 @@ def test_apply_refusals(git_repo: Path) -> None:
     _one_line_error(proc, f"okgit: winner.diff does not apply to the working tree: patch failed: {OP}:")
 
 
+@pytest.mark.slow
 def test_revert_refuses_after_drift(git_repo: Path) -> None:
     space, _ = record_run(git_repo, [("x.clamp(min=0)", "clamp")])
     assert okgit("apply", space.run_id, cwd=git_repo).returncode == 0
@@ -100,6 +104,7 @@ def test_revert_refuses_after_drift(git_repo: Path) -> None:
     assert (git_repo / OP).read_text() == "# rewritten by hand\n"
 
 
+@pytest.mark.slow
 def test_gc(git_repo: Path) -> None:
     old, _ = record_run(git_repo, [("x.clamp(min=0)", "clamp")])
     died = crashed_run(git_repo, [("x.clamp(min=0)", "clamp")])
@@ -115,6 +120,7 @@ def test_gc(git_repo: Path) -> None:
     assert snapshot(git_repo) == before
 
 
+@pytest.mark.slow
 def test_doctor_always_exits_0(git_repo: Path) -> None:
     proc = okgit("doctor", "--json", cwd=git_repo)
     assert proc.returncode == 0, proc.stderr

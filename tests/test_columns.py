@@ -83,16 +83,19 @@ def judge(evaluator: LocalEvaluator, path: Path) -> list[tuple[str, str]]:
     return bad
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["09_mean_middle_dim", "11_argmax_dim"])
 def test_examples_get_a_correct_column_layout(evaluator, name):
     assert not judge(evaluator, EXAMPLES / f"{name}.py")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sum_dim0_2d", "max_keepdim", "argmin_ties_nan", "mean_prologue", "softmax_dim1"])
 def test_strided_reductions_get_a_correct_column_layout(evaluator, tmp_path, name):
     assert not judge(evaluator, op_files(tmp_path)[name])
 
 
+@pytest.mark.slow
 def test_the_column_kernel_reads_tiles_along_the_contiguous_axis(tmp_path):
     source = plan(ctx_for(op_files(tmp_path)["mean_prologue"]))[0].source
     kernel = source.split("def fused_columns_0_kernel")[1].split("\ndef ")[0]

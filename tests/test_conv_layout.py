@@ -117,6 +117,7 @@ def check(evaluator: LocalEvaluator, path: Path, tmp_path: Path, epilogue: str =
     return proposals[1].source
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, epilogue", [
     ("17_conv2d_relu_bias", "pointwise"), ("18_conv_channel_scale_tanh", "pointwise"), ("20_conv_instance_norm", "rows"),
 ])
@@ -124,6 +125,7 @@ def test_examples_get_a_correct_channels_last_candidate(evaluator, tmp_path, nam
     check(evaluator, shrunk(tmp_path, name), tmp_path, epilogue)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("forward", [
     # a normalisation over H and W: mean, then variance, then the elementwise output
     ("y = self.conv(x)\nm = y.mean(dim=(2, 3), keepdim=True)\n"
@@ -140,6 +142,7 @@ def test_spatial_reductions_of_an_odd_sized_conv_get_a_correct_channels_last_can
     assert "nhwc = nhwc_base + col * n_chan" in kernel and "tl.load(in0_ptr + nhwc, mask=mask" in kernel
 
 
+@pytest.mark.slow
 def test_an_odd_sized_conv_gets_a_correct_channels_last_candidate(evaluator, tmp_path):
     source = check(evaluator, scale_tanh(tmp_path), tmp_path)
     forward = source.split("def forward")[1]
@@ -156,6 +159,7 @@ def test_an_odd_sized_conv_gets_a_correct_channels_last_candidate(evaluator, tmp
         assert re.search(rf"^FUSED_POINTWISE_CL_1_{setting}: int = \d+$", source, flags=re.MULTILINE)
 
 
+@pytest.mark.slow
 def test_a_conv_without_bias_keeps_its_call(evaluator, tmp_path):
     path = conv_op(tmp_path, "no_bias", "nn.Conv2d(in_channels, out_channels, kernel_size, stride=2, bias=False)",
                    "return torch.relu(self.conv(x)) * 2.0 + x.mean()")

@@ -68,5 +68,8 @@ def test_design_section_references_resolve():
     headings = {re.sub(r"^\d+\.\s*", "", h).strip() for h in
                 re.findall(r"^#+ (.+)$", (ROOT / "docs" / "design.md").read_text(), re.MULTILINE)}
     sources = [*DOCS, *(ROOT / "okgit").rglob("*.py")]
-    cited = {(p.name, title) for p in sources for title in re.findall(r'design\.md, "([^"]+)"', p.read_text())}
-    assert not [c for c in cited if c[1] not in headings], sorted(c for c in cited if c[1] not in headings)
+    cited = {(p.name, " ".join(title.replace("#", " ").split()))
+             for p in sources for title in re.findall(r'design\.md, "([^"]+)"', p.read_text())}
+    # a title cited in full or by its first words ("Module modes" for "Module modes and state")
+    broken = sorted(c for c in cited if not any(h == c[1] or h.startswith(c[1] + " ") for h in headings))
+    assert not broken, broken

@@ -56,6 +56,7 @@ def evaluator():
     ev.close()
 
 
+@pytest.mark.slow
 def test_globals_derived_from_knobs_follow_them(evaluator, tmp_path):
     """Scaled down for the CPU and varied for extra shapes, out_channels changes bias_shape with it
     (with the knob set after import the reference failed: size 8 against 16)."""
@@ -69,6 +70,7 @@ def test_globals_derived_from_knobs_follow_them(evaluator, tmp_path):
     assert result.status is Status.rejected and result.error.gate == "backend_kernel", result.error
 
 
+@pytest.mark.slow
 def test_cases_beyond_the_judges_cache_are_computed_again(tmp_path):
     """With no room to keep expected outputs, every case is drawn and computed again when it is
     checked: the verdicts are the same, and a wrong candidate is still caught."""
@@ -91,6 +93,7 @@ def test_cases_beyond_the_judges_cache_are_computed_again(tmp_path):
         roomy.close()
 
 
+@pytest.mark.slow
 def test_a_problem_that_does_not_fit_the_host_is_one_line():
     env = {**os.environ, "OKGIT_HOST_MEMORY": "64M"}
     done = subprocess.run([sys.executable, "-m", "okgit", "eval", str(OPS / "relu_triton.py"), "--ref",

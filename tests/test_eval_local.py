@@ -33,6 +33,7 @@ def evaluator():
     ev.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["softmax", "matmul"])
 def test_honest_kernels_pass(evaluator, op):
     problem = load_problem(OPS / f"{op}.py", root=str(OPS))
@@ -51,6 +52,7 @@ def test_honest_kernels_pass(evaluator, op):
         assert result.profile.flops and result.profile.min_bytes
 
 
+@pytest.mark.slow
 def test_reference_scaled_for_cpu_and_not_degenerate(evaluator):
     problem = load_problem(OPS / "relu.py", root=str(OPS))
     ref = evaluator.reference(problem)
@@ -59,6 +61,7 @@ def test_reference_scaled_for_cpu_and_not_degenerate(evaluator):
     assert main["batch_size"] * main["dim"] <= 65536 < 16 * 16384
 
 
+@pytest.mark.slow
 def test_degenerate_reference_flagged(evaluator, tmp_path):
     op = tmp_path / "zero.py"
     op.write_text((OPS / "relu.py").read_text().replace("return torch.relu(x)", "return torch.relu(x) * 0"))
@@ -146,6 +149,7 @@ def test_degenerate_reason():
     assert "does not change" in _reason(stuck)
 
 
+@pytest.mark.slow
 def test_compare_rounds_start_their_workers_at_once():
     """Each round of the final gate is a fresh worker: they are started together, not one by one."""
     evaluator = LocalEvaluator(device="cpu", idle_workers=1)
@@ -167,6 +171,7 @@ def test_final_gate_statistics():
     assert not noisy.optimized and noisy.wins == 3
 
 
+@pytest.mark.slow
 def test_render_cpu_result(evaluator):
     problem = load_problem(OPS / "relu.py", root=str(OPS))
     text = eval_text(evaluator.evaluate(problem, "import torch\nclass ModelNew(torch.nn.Module):\n"
@@ -174,6 +179,7 @@ def test_render_cpu_result(evaluator):
     assert "status: rejected" in text and "backend_kernel" in text and "not claimed on cpu" in text
 
 
+@pytest.mark.slow
 def test_cli_eval_json(tmp_path):
     env = {**os.environ, "OPENAI_API_KEY": "sk-fake"}
     proc = subprocess.run([sys.executable, "-m", "okgit", "eval", str(OPS / "relu_triton.py"), "--ref",
@@ -203,6 +209,7 @@ def test_a_gpu_of_several_is_named_by_its_physical_id_and_pinned_in_workers(monk
         LocalEvaluator(device="gpu", prestart=False)
 
 
+@pytest.mark.slow
 def test_extra_shapes_from_settings_are_checked():
     from dataclasses import replace
 
@@ -229,6 +236,7 @@ def test_perturb_floats_changes_floats_only():
     assert perturb_floats([64, False, "x"]) == ([64, False, "x"], [])
 
 
+@pytest.mark.slow
 def test_init_inputs_case_dropped_where_it_proves_nothing(evaluator, tmp_path):
     """No float to perturb, a reference that raises on the perturbed arguments, or one that is
     not finite there: the case is dropped, as the other variants are."""
@@ -254,6 +262,7 @@ def test_init_inputs_case_dropped_where_it_proves_nothing(evaluator, tmp_path):
     assert case.shape == 0 and case.note.endswith("temperature=1.05 (was 0.7)")
 
 
+@pytest.mark.slow
 def test_candidate_refusing_other_constructor_arguments_is_incorrect(evaluator):
     src = (Path(__file__).parent / "cases" / "honest_init_arg" / "candidate.py").read_text()
     src = src.replace("self.temperature = temperature", "assert temperature == 0.7\n        self.temperature = temperature")

@@ -52,6 +52,7 @@ def checked() -> dict[str, list[tuple[str, dict, str]]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_templates_cover_and_are_correct(path, checked):
     results = checked[path.stem]
@@ -72,6 +73,7 @@ FLOAT_ATTRIBUTES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", sorted(FLOAT_ATTRIBUTES))
 def test_float_constructor_arguments_are_read_at_run_time(stem, checked):
     assert checked[stem]

@@ -34,6 +34,7 @@ def _one_line(proc: subprocess.CompletedProcess[str], needle: str, code: int = 1
     assert needle in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_a_missing_key_ends_optimize_at_once_naming_the_variable(git_repo: Path) -> None:
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "okgit", "optimize", OP, "--model", "gpt-5-mini", "--device", "cpu"],
@@ -73,6 +74,7 @@ class _Refusing:
         self.httpd.server_close()
 
 
+@pytest.mark.slow
 def test_doctor_exits_1_within_seconds_when_the_model_is_unusable(git_repo: Path) -> None:
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "okgit", "doctor", "--model", "gpt-5-mini", "--json"],
@@ -92,6 +94,7 @@ def test_doctor_exits_1_within_seconds_when_the_model_is_unusable(git_repo: Path
     assert server.calls == 1
 
 
+@pytest.mark.slow
 def test_a_refused_key_is_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
     from okgit import llm
     from okgit.errors import OkgitError
@@ -112,6 +115,7 @@ def test_a_refused_key_is_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
         busy.close()
 
 
+@pytest.mark.slow
 def test_runs_by_prefix_and_latest(git_repo: Path) -> None:
     first, _ = record_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp")])
     time.sleep(1.1)  # run ids have seconds
@@ -140,6 +144,7 @@ def test_resuming_a_finished_run_says_it_is_finished(git_repo: Path) -> None:
     assert "resumed" not in (space.run_dir / "journal.jsonl").read_text()
 
 
+@pytest.mark.slow
 def test_gc_drops_a_stale_applied_record_and_says_what_it_keeps(git_repo: Path) -> None:
     runs = []
     for expr in ("torch.clamp_min(x, 0.0)", "x.clamp(min=0)", "torch.relu(x) + 0"):

@@ -21,6 +21,7 @@ def bench(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_usage_and_input_errors_are_one_line(tmp_path):
     bad = bench(str(FIXTURE), "--problems", "x-y", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--problems" in bad.stderr

@@ -83,6 +83,7 @@ def commit_op(root: Path, source: str, rel: str = OP) -> None:
     sh(root, "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", f"add {rel}")
 
 
+@pytest.mark.slow
 def test_pointwise_op_gets_a_tagged_triton_kernel_and_nothing_of_the_user_changes(git_repo: Path) -> None:
     commit_op(git_repo, POINTWISE)
     before = snapshot(git_repo)
@@ -109,6 +110,7 @@ def test_pointwise_op_gets_a_tagged_triton_kernel_and_nothing_of_the_user_change
     assert okgit("show", result["best_tag"], cwd=git_repo).stdout.strip() == diff.strip()
 
 
+@pytest.mark.slow
 def test_own_triton_kernel_on_a_cpu_spends_no_iteration_on_autotune(git_repo: Path) -> None:
     # Launch settings change only the speed, which a CPU does not time: the journal says so.
     commit_op(git_repo, OWN_KERNEL)
@@ -128,6 +130,7 @@ BAD_OPS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD_OPS))
 def test_bad_op_files_get_one_line_and_change_nothing(git_repo: Path, case: str) -> None:
     source, needle = BAD_OPS[case]
@@ -141,6 +144,7 @@ def test_bad_op_files_get_one_line_and_change_nothing(git_repo: Path, case: str)
     assert not (git_repo / ".okgit" / "runs").exists() or not any((git_repo / ".okgit" / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_refusals(git_repo: Path, tmp_path: Path) -> None:
     cases = [
         (optimize(git_repo, "ops/missing.py", "--device", "cpu"), 1, "no such file"),
@@ -156,6 +160,7 @@ def test_refusals(git_repo: Path, tmp_path: Path) -> None:
         assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupted_run_is_consistent_and_resumes(git_repo: Path, sig: int) -> None:
     commit_op(git_repo, POINTWISE)
@@ -186,6 +191,7 @@ def test_interrupted_run_is_consistent_and_resumes(git_repo: Path, sig: int) -> 
     assert snapshot(git_repo) == before
 
 
+@pytest.mark.slow
 def test_two_concurrent_runs_in_one_repository(git_repo: Path) -> None:
     commit_op(git_repo, POINTWISE)
     before = snapshot(git_repo)

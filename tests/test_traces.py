@@ -12,8 +12,8 @@ import pytest
 from conftest import OP, OP_SOURCE, okgit, record_run, variant
 
 from okgit.errors import OkgitError
-from okgit.search.driver import source_key
 from okgit.search.traces import CONTENTS, export, reward
+from okgit.search.types import source_key
 
 
 def test_reward_scale():
@@ -101,6 +101,7 @@ def model_run(root: Path) -> str:
     return space.run_id
 
 
+@pytest.mark.slow
 def test_cli_says_how_many_records_it_wrote(git_repo: Path) -> None:
     runs = git_repo / ".okgit" / "runs"
     proc = okgit("traces", "export", cwd=git_repo)

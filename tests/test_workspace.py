@@ -11,8 +11,9 @@ import pytest
 from conftest import OP, OP_SOURCE, crashed_run, record_run, sh, snapshot, variant
 
 from okgit.errors import OkgitError
+from okgit.git.gc import gc
 from okgit.git.repo import Repo
-from okgit.git.workspace import gc, is_live, new_run_id, resume, start_run
+from okgit.git.workspace import is_live, new_run_id, resume, start_run
 
 
 def test_run_id_sorts_by_time() -> None:

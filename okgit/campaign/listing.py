@@ -10,10 +10,11 @@ from pydantic import BaseModel
 
 from okgit.campaign.store import PREFIX, campaign_dir, campaign_ids
 from okgit.fmt import fmt_speed
-from okgit.git.history import RunSummary, table
+from okgit.git.history import RunSummary
 from okgit.git.journal import read_jsonl
 from okgit.git.repo import Repo
 from okgit.locks import is_held
+from okgit.presentation import table
 
 
 class ProblemSummary(BaseModel):

@@ -171,7 +171,7 @@ def call(torch: Any, model: Any, inputs: list[Any], device: str, *, label: str, 
                                     "cuda": sum(cuda_counter.failed.values())}
         facts["kernels"] = sorted(set(triton_counter.counts) | set(cuda_counter.counts))
     if pristine is not None:
-        facts["inputs_changed"] = [i for i, (a, b) in enumerate(zip(inputs, pristine))
+        facts["inputs_changed"] = [i for i, (a, b) in enumerate(zip(inputs, pristine, strict=True))
                                    if isinstance(a, torch.Tensor) and not bitwise_equal(a, b)]
     return Called(out, leaves, facts)
 

@@ -141,7 +141,7 @@ class Judge:
                                                                      self.device), self.device,
                                label="s0#again", gate="reference: determinism", check_inputs=False)
             deterministic = len(again.leaves) == len(first) and all(
-                bitwise_equal(a, b) for a, b in zip(again.leaves, first))
+                bitwise_equal(a, b) for a, b in zip(again.leaves, first, strict=True))
             del again, again_model
             self.init_case(prep, run_case, dropped)
             self.modes_case(prep, run_case)

@@ -31,8 +31,8 @@ def aa_noise(baseline_us: list[float]) -> float:
 
 def summarize(baseline_us: list[float], candidate_us: list[float], detail: str = "") -> Comparison:
     noise = aa_noise(baseline_us)
-    wins = sum(c < b for b, c in zip(baseline_us, candidate_us))
-    clear = all(c < b * (1.0 - noise) for b, c in zip(baseline_us, candidate_us))
+    wins = sum(c < b for b, c in zip(baseline_us, candidate_us, strict=True))
+    clear = all(c < b * (1.0 - noise) for b, c in zip(baseline_us, candidate_us, strict=True))
     speedup = statistics.median(baseline_us) / statistics.median(candidate_us)
     return Comparison(
         rounds=len(baseline_us),

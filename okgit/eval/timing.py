@@ -99,7 +99,7 @@ def prepare_sample(s: int, slots: list[list[Any]], input_sets: list[list[Any]], 
 
     k = len(input_sets)
     c, slot = s % k, (s + s // k) % k
-    for dst, src in zip(slots[slot], input_sets[c]):
+    for dst, src in zip(slots[slot], input_sets[c], strict=True):
         if _is_tensor(dst):
             copy_(dst, src)
     salt_inputs(torch, slots[slot], salt0 + s)

@@ -238,7 +238,7 @@ def summarize_outputs(leaves: list[Any], first: list[Any] | None) -> OutputSumma
         all_zero=bool(floats) and all(bool((t == 0).all()) for t in floats),
         constant=bool(floats) and all(t.numel() > 1 and bool((t == t.reshape(-1)[0]).all()) for t in floats),
         same_as_first=first is not None and len(first) == len(leaves) and all(
-            bitwise_equal(a, b) for a, b in zip(leaves, first)),
+            bitwise_equal(a, b) for a, b in zip(leaves, first, strict=True)),
     )
 
 

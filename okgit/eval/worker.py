@@ -229,7 +229,7 @@ class Worker:
         self.phase("fresh_inputs")
         self.result["calls"]["fresh#1"] = calls.call(torch, model, buffers, self.device, label="fresh#1",
                                                      gate="fresh_inputs", counters=counters).facts
-        for buf, new in zip(buffers, calls.draw_inputs(torch, reference, second, self.device)):
+        for buf, new in zip(buffers, calls.draw_inputs(torch, reference, second, self.device), strict=True):
             if isinstance(buf, torch.Tensor):
                 buf.copy_(new)
         called = calls.call(torch, model, buffers, self.device, label="fresh", gate="fresh_inputs", counters=counters)

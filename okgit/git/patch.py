@@ -280,7 +280,7 @@ def _strip(path: str) -> str:
 def _no_winner(repo: Repo, run_id: str) -> str:
     """Why a finished run hands out nothing, from its result.json's status."""
     try:
-        status = json.loads((repo.run_dir(run_id) / "result.json").read_text()).get("status")
+        status = json.loads(RunDir(repo.run_dir(run_id)).result.read_text()).get("status")
     except (OSError, ValueError):
         status = None
     if status == "slower":

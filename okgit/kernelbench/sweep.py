@@ -30,6 +30,7 @@ from okgit.errors import OkgitError, UsageError
 from okgit.eval.device_pool import DevicePool, Slot
 from okgit.fmt import fmt_speed
 from okgit.git.repo import Repo, git
+from okgit.git.rundir import RunDir
 from okgit.kernelbench import crosscheck
 from okgit.kernelbench.baselines import BaselineTimes
 from okgit.kernelbench.reader import KBProblem, find_problems
@@ -292,7 +293,7 @@ def _out_of_memory(result: ProblemResult, out_dir: Path, p: KBProblem) -> bool:
         return False
     files = [out_dir / "logs" / f"{_slug(p)}.log"]
     if result.run_id:
-        files.append(out_dir / "repos" / _slug(p) / ".okgit" / "runs" / result.run_id / "journal.jsonl")
+        files.append(RunDir(out_dir / "repos" / _slug(p) / ".okgit" / "runs" / result.run_id).journal)
     texts = [result.error or ""] + [f.read_text(errors="replace") for f in files if f.is_file()]
     return any(sign in text for text in texts for sign in OUT_OF_MEMORY)
 
@@ -330,8 +331,6 @@ def _last_json(stdout: str) -> dict[str, Any] | None:
 
 def _run_result(work: Path) -> dict[str, Any] | None:
     """The run's result.json (what `--json` printed); the problem's repository holds this one run."""
-    from okgit.git.rundir import RunDir
-
     runs = work / ".okgit" / "runs"  # the problem's own repository, as Repo.runs_dir lays it out
     found = [RunDir(d).result for d in runs.glob("*") if RunDir(d).result.is_file()]
     if len(found) != 1:
@@ -345,8 +344,6 @@ def _run_result(work: Path) -> dict[str, Any] | None:
 
 def _journal(work: Path, run_id: str) -> list[dict[str, Any]]:
     from okgit.git.repo import Repo
-    from okgit.git.rundir import RunDir
-
     try:
         return RunDir(Repo.find(work).run_dir(run_id)).events()
     except OkgitError:  # not a repository, or no such run

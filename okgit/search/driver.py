@@ -8,14 +8,13 @@ evaluator runs several at a time (`width`); they are recorded in proposal order.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from okgit.eval.base import Evaluator
 from okgit.eval.types import EvalResult, Mode
-from okgit.search.types import Attempt, Context, Proposal, Proposer
+from okgit.search.types import Attempt, Context, Proposal, Proposer, source_key
 
 # A proposer that keeps proposing what was already evaluated has nothing new to say.
 MAX_DUPLICATES = 3
@@ -31,10 +30,6 @@ class Budget:
     time_s: float | None = None
     usd: float | None = None
     target_speedup: float | None = None
-
-
-def source_key(source: str) -> str:
-    return hashlib.sha256(source.strip().encode()).hexdigest()[:16]
 
 
 def is_better(attempt: Attempt, best: Attempt | None) -> bool:

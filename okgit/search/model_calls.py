@@ -18,8 +18,7 @@ from okgit.config import Config
 from okgit.errors import OkgitError
 from okgit.llm import Completion, Message
 from okgit.search import critic
-from okgit.search.driver import source_key
-from okgit.search.types import Context
+from okgit.search.types import Context, source_key
 
 MAX_CALL_FAILURES = 3  # model calls failing in a row (after retries) before the proposer gives up
 CALLS_PER_ITERATION = 4  # the default call budget: a generator, a critic, a planner share and slack

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from okgit.errors import OkgitError
 from okgit.git.journal import read_jsonl
 from okgit.git.rundir import RunDir
-from okgit.search.driver import source_key
+from okgit.search.types import source_key
 
 
 class RunStore(Protocol):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -19,6 +20,11 @@ class Proposal:
     parent: str | None = None  # the candidate id it was derived from
     backend: str = "triton"
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+def source_key(source: str) -> str:
+    """A candidate file's identity, surrounding whitespace aside: the search evaluates each once."""
+    return hashlib.sha256(source.strip().encode()).hexdigest()[:16]
 
 
 @dataclass

@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Log, Static, Tree
 
 from okgit.eval.types import Status
 from okgit.fmt import fmt_duration, fmt_error, fmt_speed, fmt_us
-from okgit.git.history import OFFLINE
+from okgit.presentation import OFFLINE
 from okgit.runview import RUNNING, Candidate, RunView
 from okgit.status import RunStatus
 

@@ -13,8 +13,7 @@ from typing import Any
 
 from okgit.errors import OkgitError
 from okgit.git.journal import read_jsonl
-from okgit.search.driver import source_key
-from okgit.search.types import Context, Proposal
+from okgit.search.types import Context, Proposal, source_key
 
 
 class ReplayProposer:

@@ -21,7 +21,7 @@ Protocol, per sample s (warm-up samples are the same loop, discarded):
   105-163 us without it, and torch.compile of an elementwise op 116 us against 68.8 us in a
   quieter sweep). A call whose launches take longer than the spin still pays for them: its
   time can only grow that way, never shrink.
-The outputs of SPOT_CHECKS samples, picked at random when the timing starts, are cloned with
+The outputs of K samples (at least SPOT_CHECKS), picked at random when the timing starts, are cloned with
 their content and salt for the judge to check against the reference on the same salted inputs
 (timed outputs must still be right). Afterwards one back-to-back batch measures host time against event time and how long a
 device-wide synchronize still takes once the timed stream is done: work left running on another
@@ -80,7 +80,7 @@ class Spot:
     out: Any
 
 
-SPOT_CHECKS = 2  # timed samples whose outputs the judge checks
+SPOT_CHECKS = 2  # timed samples whose outputs the judge checks, at the least
 
 
 def new_salt() -> tuple[int, random.Random]:
@@ -126,7 +126,8 @@ def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: i
     total = warmup + samples
     events = [(new_event(), new_event()) for _ in range(total)]
     salt0, pick = new_salt()
-    checked = set(pick.sample(range(warmup, total), min(SPOT_CHECKS, samples)))
+    # as many as there are input sets (the clones the last sample of each held before), at least SPOT_CHECKS
+    checked = set(pick.sample(range(warmup, total), min(max(SPOT_CHECKS, k), samples)))
     spot: list[Spot] = []
     for s in range(total):
         c, slot = prepare_sample(s, slots, input_sets, salt0, copy_)

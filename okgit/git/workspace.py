@@ -115,7 +115,7 @@ class RunSpace:
         """Remove every trace of a run refused before its search began (a reference that
         cannot be run or judged, Ctrl-C while it is prepared): worktree, branch, run directory."""
         with self.repo.lock():
-            _remove_worktree(self.repo, self.worktree)
+            remove_worktree(self.repo, self.worktree)
             self.repo.git("update-ref", "-d", f"refs/heads/{self.branch}", check=False)
             self._release()
             shutil.rmtree(self.run_dir, ignore_errors=True)

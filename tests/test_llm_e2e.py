@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
@@ -120,8 +121,8 @@ def role_of(messages: list[dict]) -> str:
 class ScriptedServer:
     """A threaded OpenAI-compatible endpoint answering each role from its own script."""
 
-    def __init__(self, scripts: dict[str, list[str]]) -> None:
-        self.scripts = {k: list(v) for k, v in scripts.items()}
+    def __init__(self, scripts: dict[str, list[str] | Callable[[list[dict]], str]]) -> None:
+        self.scripts = {k: v if callable(v) else list(v) for k, v in scripts.items()}
         self.requests: list[dict] = []
         server = self
 
@@ -132,7 +133,10 @@ class ScriptedServer:
                 server.requests.append({"path": self.path, "role": role, "auth": self.headers.get("authorization"),
                                         "messages": body["messages"], "max_tokens": body.get("max_tokens")})
                 script = server.scripts.get(role) or ["(no more replies)"]
-                text = script.pop(0) if len(script) > 1 else script[0]
+                if callable(script):  # a role that answers by what it is shown
+                    text = script(body["messages"])
+                else:
+                    text = script.pop(0) if len(script) > 1 else script[0]
                 # A reply scripted as "CUT:<text>" stops at max_tokens, as a long file does
                 finish, text = ("length", text[4:]) if text.startswith("CUT:") else ("stop", text)
                 data = json.dumps({

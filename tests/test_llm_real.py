@@ -27,8 +27,6 @@ from okgit.run import optimize
 from okgit.search.memory import SkillLibrary
 from okgit.search.proposers.llm import LLMProposer
 
-pytestmark = pytest.mark.slow  # real worker processes and the Triton interpreter
-
 A, B = "one fused Triton kernel for relu and scale", "vectorized loads with a wider block"
 PLAN = json.dumps({"ops": [{"op": "insert", "description": A, "priority": 0.9},
                            {"op": "insert", "description": B, "priority": 0.5}]})
@@ -48,6 +46,7 @@ def asked_for(messages: list[dict]) -> str:
     return sections(messages[-1]["content"]).get("What to try now", "")
 
 
+@pytest.mark.slow  # real worker processes, real Triton kernels under the interpreter
 def test_a_batch_of_the_models_candidates_runs_on_two_cpu_workers_at_once(git_repo: Path, tmp_path: Path):
     """The LLM proposer's batch (one candidate for each of two intents) goes to a real pool of
     two CPU slots, each with its own worker: the two evaluations overlap in time."""
@@ -98,6 +97,7 @@ class Interruptible:
         return f"```python\n{source}```"
 
 
+@pytest.mark.slow  # real worker processes, real Triton kernels under the interpreter
 def test_an_interrupted_model_run_resumes_its_tree_through_the_cli(git_repo: Path, tmp_path: Path):
     """Run 1 prunes idea A (its kernel is wrong) and starts B; Ctrl-C while the model is asked
     for B's next version. `okgit optimize --resume` rebuilds the tree from the journal: no plan

@@ -72,12 +72,8 @@ NOT_INSTALLED = "a model needs litellm, which is not installed: pip install 'okg
 
 
 def require() -> None:
-    """Refuse at once, in one line, a model run without litellm installed: looked up, not
-    imported (importing litellm takes seconds, and a missing key is told without it)."""
-    import importlib.util
-
-    if importlib.util.find_spec("litellm") is None:
-        raise OkgitError(NOT_INSTALLED)
+    """Refuse at once, in one line, a model run without litellm installed."""
+    _litellm()
 
 
 def resolve_model(model: str, api_base: str | None) -> str:
@@ -172,10 +168,10 @@ def missing_keys(model: str, api_base: str | None = None) -> list[str]:
 def check_credentials(model: str, api_base: str | None = None) -> None:
     """Refuse at once, in one line naming the variable to set, a model whose key is not set
     (and a model at all when litellm is not installed)."""
-    require()
-    missing = missing_keys(model, api_base)
+    missing = missing_keys(model, api_base)  # first: a missing key is told without importing litellm (seconds)
     if missing:
         raise LLMAuthError(f"model {model}: no API key: set {' or '.join(missing)} (or OKGIT_API_KEY)")
+    require()
 
 
 def _redact(text: str, key: str | None) -> str:

@@ -184,8 +184,9 @@ def test_an_interrupted_campaign_writes_what_it_has(git_repo: Path) -> None:
     campaigns = git_repo / ".okgit" / "campaigns"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:  # interrupt the first problem's run once it has begun
-        journals = list(campaigns.glob("*/journal.jsonl"))
-        if journals and '"problem_run"' in journals[0].read_text():
+        # once the first problem's run searches: a run stopped while it is prepared is removed whole
+        runs = list((git_repo / ".okgit" / "runs").glob("*/journal.jsonl"))
+        if runs and '"proposal"' in runs[0].read_text():
             break
         time.sleep(0.2)
     else:
@@ -198,7 +199,9 @@ def test_an_interrupted_campaign_writes_what_it_has(git_repo: Path) -> None:
     result = json.loads((campaign_dir / "result.json").read_text())
     assert result["status"] == "interrupted"
     assert [p["status"] for p in result["problems"]] == ["interrupted", "pending"]
-    listed = json.loads(okgit("history", "campaign:latest", "--json", cwd=git_repo).stdout)
+    shown = okgit("history", "campaign:latest", "--json", cwd=git_repo)
+    assert shown.returncode == 0, shown.stderr
+    listed = json.loads(shown.stdout)
     assert listed["status"] == "interrupted"
     assert [p["status"] for p in listed["problems"]] == ["interrupted", "pending"]
     run = result["problems"][0]["run_id"]

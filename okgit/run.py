@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Protocol
 
 from pydantic import BaseModel, PrivateAttr
 
@@ -23,6 +23,7 @@ from okgit.config import Config, load_config
 from okgit.errors import OkgitError
 from okgit.eval.base import Evaluator
 from okgit.eval.registry import make_evaluator
+from okgit.eval.sandbox import live_processes, stop_all  # imported before any signal handler is set
 from okgit.eval.types import Comparison, EvalResult, Reference
 from okgit.fmt import fmt_speed
 from okgit.git.repo import Repo
@@ -94,10 +95,9 @@ def optimize(
         if watcher:
             watcher.abort()
         reason, live = (e.reason, e.live) if isinstance(e, _Interrupted) else ("Ctrl-C", [])
-        from okgit.eval.sandbox import stop_all
-
         stopped = sorted(set(live) | set(stop_all()), key=lambda n: int(n.split()[1]))  # with what no evaluator held
-        raise Interrupted(f"{reason}: stopped {_processes(stopped)}; their directories are removed") from None
+        raise Interrupted(f"{reason}: stopped {_processes(stopped)}; their directories are removed" if stopped
+                          else f"{reason}: no process of okgit was running") from None
     except BaseException:
         if watcher:
             watcher.abort()  # refused before the run began: give the terminal back
@@ -117,16 +117,14 @@ class Interrupted(KeyboardInterrupt):
 
 def _processes(names: list[str]) -> str:
     """'judge 12, worker 13 and worker 14' -> 'a judge and 2 workers (pids 12, 13, 14)'."""
-    if not names:
-        return "no process of okgit was running"
     kinds = [n.split()[0] for n in names]
     parts = [f"{kinds.count(k)} {k}s" if kinds.count(k) > 1 else f"a {k}" for k in sorted(set(kinds))]
     return f"{' and '.join(parts)} (pids {', '.join(n.split()[1] for n in names)})"
 
 
 def _on_signal(signum, frame):
-    from okgit.eval.sandbox import live_processes
-
+    # okgit.eval.sandbox is imported at the top: a Ctrl-C inside a half-done import of it would
+    # leave it unimportable for the cleanup that follows
     raise _Interrupted("Ctrl-C" if signum == signal.SIGINT else "SIGTERM", live_processes())
 
 
@@ -176,38 +174,19 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
         on_event({"type": "preparing", "run": space.run_id, "op": space.op, "eval": config.eval})
     with contextlib.ExitStack() as owned:  # an evaluator made here is closed here; a given one is the caller's
         try:
-            with _sigterm_as_interrupt():
-                evaluator = evaluator or owned.enter_context(make_evaluator(config))
-                if not resume:
-                    _log_started(space, config, evaluator.device, on_event)
-                reference = evaluator.reference(problem)
-                if reference.degenerate:
-                    raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
-                proposers = proposers if proposers is not None else make_proposers(config)
+            evaluator = evaluator or owned.enter_context(make_evaluator(config))
+            if not resume:
+                _log_started(space, config, evaluator.device, on_event)
+            reference = evaluator.reference(problem)
+            if reference.degenerate:
+                raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
+            proposers = proposers if proposers is not None else make_proposers(config)
         except BaseException:
             if not resume:
                 space.discard()  # refused (or Ctrl-C, SIGTERM) before the search began: the run leaves no trace
             raise
         return _run(space, config, problem, reference, evaluator, proposers, on_event, resumed=bool(resume),
                     watcher=watcher)
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM while the run is prepared acts as Ctrl-C, so the run is removed, not left half made.
-    Signal handlers can only be set from the main thread (library callers may use others)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _log_started(space, config: Config, device: str, on_event) -> None:

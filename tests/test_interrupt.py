@@ -140,5 +140,5 @@ def test_sigterm_mid_search_stops_everything_and_the_run_resumes_later(git_repo:
     started.update(children(proc.pid))
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "SIGTERM: stopped" in err, err
+    assert proc.returncode == 130 and "interrupted (SIGTERM: " in err, err  # between candidates nothing may run
     assert_all_gone(started)

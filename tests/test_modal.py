@@ -97,7 +97,7 @@ def test_cli_without_credentials_exits_1_with_one_line(no_credentials, tmp_path)
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"okgit: {om.MISSING_AUTH}"
-    assert not (repo / ".okgit" / "runs").exists()  # refused before anything was created
+    assert not (repo / ".okgit" / "runs").exists()  # refused: the run it began leaves no trace
 
 
 # --- definitions, built offline ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ A live run holds the lock `<run dir>/.lock` (okgit.locks) for the life of its pr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
@@ -119,6 +120,9 @@ class RunSpace:
             self.repo.git("update-ref", "-d", f"refs/heads/{self.branch}", check=False)
             self._release()
             shutil.rmtree(self.run_dir, ignore_errors=True)
+            for made in (self.repo.runs_dir, self.repo.worktrees_dir):  # by this run, if it was the first
+                with contextlib.suppress(OSError):  # not empty: other runs live there
+                    made.rmdir()
 
     def _release(self) -> None:
         if self._holder is not None:

@@ -23,7 +23,7 @@ from okgit.config import Config, load_config
 from okgit.errors import OkgitError
 from okgit.eval.base import Evaluator
 from okgit.eval.registry import make_evaluator
-from okgit.eval.sandbox import live_processes, stop_all  # imported before any signal handler is set
+from okgit.eval.sandbox import live_processes, stop_all  # before any handler: a Ctrl-C mid-import breaks cleanup
 from okgit.eval.types import Comparison, EvalResult, Reference
 from okgit.fmt import fmt_speed
 from okgit.git.repo import Repo
@@ -123,8 +123,6 @@ def _processes(names: list[str]) -> str:
 
 
 def _on_signal(signum, frame):
-    # okgit.eval.sandbox is imported at the top: a Ctrl-C inside a half-done import of it would
-    # leave it unimportable for the cleanup that follows
     raise _Interrupted("Ctrl-C" if signum == signal.SIGINT else "SIGTERM", live_processes())
 
 

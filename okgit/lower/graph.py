@@ -57,6 +57,19 @@ class Bound(float):
         return f"Bound({self.expr})"
 
 
+class ModuleArg:
+    """An argument of a PyTorch call that a torch.nn module passes from an attribute of its own
+    (a pooling window, a convolution's stride or groups): `value` as traced, `expr` (Python over
+    `self`, in the form the call takes it) reads it in the rewritten forward, so that it follows
+    the module, and the knobs that built it, instead of being baked (okgit.lower.translate)."""
+
+    def __init__(self, value: Any, expr: str) -> None:
+        self.value, self.expr = value, expr
+
+    def __repr__(self) -> str:
+        return f"ModuleArg({self.expr})"
+
+
 @dataclass(eq=False)
 class Node:
     kind: str  # input | param | op | reduce | count | iota | view | extern

@@ -21,7 +21,7 @@ import re
 import torch
 
 from okgit.lower.fusion import Group
-from okgit.lower.graph import Bound, Graph, ModeFlag, Node, Unsupported, module_expr
+from okgit.lower.graph import Bound, Graph, ModeFlag, ModuleArg, Node, Unsupported, module_expr
 from okgit.lower.kernelcode import HELPERS, KernelCode, Leaf, indent, literal
 from okgit.lower.kinds import kinds
 from okgit.lower.kinds.base import Rendered, TemplateKind
@@ -84,7 +84,7 @@ class Lowering:
             return repr(a)
         if isinstance(a, Bound):
             return f"float({a.expr})"
-        if isinstance(a, ModeFlag):
+        if isinstance(a, (ModeFlag, ModuleArg)):
             return a.expr
         return literal(a)
 

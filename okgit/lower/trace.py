@@ -75,4 +75,4 @@ def trace(source: str, knobs: dict[str, int], perturbed: bool = False, tweak=Non
         first = (str(e).strip().splitlines() or [""])[0][:160]
         raise Unsupported(f"cannot trace the reference: {type(e).__name__}: {first}") from None
     names = list(inspect.signature(model.forward).parameters)
-    return translate(ep, names, "ModelNew" if "ModelNew" in ns else "Model")
+    return translate(ep, names, "ModelNew" if "ModelNew" in ns else "Model", model)

@@ -2,6 +2,9 @@
 
 Each call_function node goes to its ATen handler (okgit.lower.aten); an op no handler takes,
 or one a handler refuses, becomes an `extern` node the rewritten forward leaves to PyTorch.
+Where a torch.nn module's own forward made that call, the integer arguments it passes from
+its attributes (a pooling window, a convolution's stride and groups) become `ModuleArg`s, read
+from the module at run time rather than baked, so they may follow the shape knobs.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import torch
 
 from okgit.lower.aten import HANDLERS
 from okgit.lower.builder import Builder
-from okgit.lower.graph import Graph, ModeFlag, Node, Unsupported
+from okgit.lower.graph import Graph, ModeFlag, ModuleArg, Node, Unsupported, module_expr
 
 # The class of an ATen op no handler lowers, for the note that says why no template took it
 OP_CLASSES = {
@@ -35,8 +38,10 @@ OP_CLASSES = {
 }
 
 
-def translate(ep, forward_args: list[str], entry: str) -> Graph:
-    """The exported program as a Graph: its placeholders as leaves, each call as primitives."""
+def translate(ep, forward_args: list[str], entry: str, model: torch.nn.Module | None = None) -> Graph:
+    """The exported program as a Graph: its placeholders as leaves, each call as primitives;
+    with the exported `model`, the arguments its torch.nn modules pass from their attributes
+    bound to them (`ModuleArg`)."""
     from torch.export.graph_signature import InputKind
 
     b = Builder()
@@ -56,6 +61,8 @@ def translate(ep, forward_args: list[str], entry: str) -> Graph:
             args = torch.fx.node.map_arg(fx.args, lambda a: env[a.name])
             kwargs = torch.fx.node.map_arg(fx.kwargs, lambda a: env[a.name])
             env[fx.name] = call(b, fx.target, args, kwargs, fx.meta.get("val"))
+            if isinstance(env[fx.name], Node) and env[fx.name].kind == "extern" and model is not None:
+                _module_args(env[fx.name], fx.meta.get("nn_module_stack"), model)
         elif fx.op == "output":
             outs = fx.args[0]
             flat = [env[o.name] for o in outs]
@@ -68,7 +75,7 @@ def translate(ep, forward_args: list[str], entry: str) -> Graph:
 
 
 
-def _bind(target, args, kwargs) -> dict[str, Any]:
+def schema_args(target, args, kwargs) -> dict[str, Any]:
     """ATen arguments by schema name, defaults filled in."""
     out: dict[str, Any] = {}
     schema_args = target._schema.arguments
@@ -95,7 +102,7 @@ def call(b: Builder, target, args, kwargs, val) -> Node | tuple | None:
     args = _mode_dynamic(name, list(args))
     handler = HANDLERS.get(name)
     if handler is not None:
-        a = _bind(target, args, kwargs)
+        a = schema_args(target, args, kwargs)
         try:
             out = handler(b, a, target)
         except Unsupported:
@@ -103,6 +110,41 @@ def call(b: Builder, target, args, kwargs, val) -> Node | tuple | None:
         if out is not None:
             return out
     return _extern(b, target, args, kwargs, val)
+
+def _module_args(n: Node, stack: dict | None, model: torch.nn.Module) -> None:
+    """Bind n's arguments that its torch.nn module passed from the attribute of the same name
+    (`MaxPool2d.kernel_size`, `Conv2d.groups`): a module of torch.nn passes them unchanged, and
+    each is checked equal to the attribute as traced. A user's module is left alone: its
+    attribute `stride` need not be what its forward passes."""
+    if not stack or not isinstance(n.target, torch._ops.OpOverload):
+        return
+    path, cls = list(stack.values())[-1]
+    if not str(cls).startswith("torch.nn.modules."):
+        return
+    try:
+        mod = model.get_submodule(path)
+    except AttributeError:
+        return
+    names = [a.name for a in n.target._schema.arguments]
+    n.args = tuple(_from_attr(a, mod, path, names[i]) if i < len(names) else a for i, a in enumerate(n.args))
+    n.kwargs = {k: _from_attr(v, mod, path, k) for k, v in n.kwargs.items()}
+
+
+def _from_attr(traced: Any, mod: torch.nn.Module, path: str, name: str) -> Any:
+    """`traced` as a ModuleArg reading `mod.<name>` in the form the call takes it, where the two
+    agree; else `traced` itself. Only ints, bools and lists of ints (sizes, flags)."""
+    attr = getattr(mod, name, None) if name.isidentifier() else None
+    expr = f"{module_expr(path)}.{name}"
+    if type(traced) in (int, bool) and type(attr) is type(traced) and attr == traced:
+        return ModuleArg(traced, expr)
+    if not isinstance(traced, (list, tuple)) or not traced or any(type(v) is not int for v in traced):
+        return traced  # (fx hands lists over as its immutable_list)
+    if type(attr) is int and all(v == attr for v in traced):
+        return ModuleArg(traced, f"[{expr}] * {len(traced)}")
+    if isinstance(attr, (tuple, list)) and list(attr) == list(traced) and all(type(v) is int for v in attr):
+        return ModuleArg(traced, f"list({expr})")
+    return traced
+
 
 def _mode_dynamic(name: str, args: list) -> tuple:
     """The reference is traced in training mode, and a few calls take that mode as a constant:

@@ -25,11 +25,12 @@ OPS = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}", "neg": "-{0}",
     "abs": "tl.abs({0})", "exp": "tl.exp({0})", "log": "tl.log({0})", "sqrt": "tl.sqrt({0})",
     "rsqrt": "tl.rsqrt({0})", "sigmoid": "tl.sigmoid({0})", "tanh": "_tanh({0})",
-    "relu": "tl.maximum({0}, 0.0)", "erf": "tl.erf({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
+    "relu": "tl.maximum({0}, 0.0, propagate_nan=tl.PropagateNan.ALL)", "erf": "tl.erf({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
     "floor": "tl.floor({0})", "ceil": "tl.ceil({0})", "log1p": "_log1p({0})", "expm1": "_expm1({0})",
     "log2": "tl.log2({0})", "exp2": "tl.exp2({0})",
     "sign": "tl.where({0} > 0, 1.0, tl.where({0} < 0, -1.0, 0.0))",
-    "maximum": "tl.maximum({0}, {1})", "minimum": "tl.minimum({0}, {1})",
+    "maximum": "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+    "minimum": "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
     "gt": "{0} > {1}", "ge": "{0} >= {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
     "eq": "{0} == {1}", "ne": "{0} != {1}", "and": "({0}) & ({1})", "or": "({0}) | ({1})",
     "not": "{0} == 0", "where": "tl.where({0}, {1}, {2})",
@@ -317,6 +318,17 @@ class KernelCode:
         if dims == [d for d in self.covered if d not in self.g.red] and self.g.red:
             return "row"
         raise Unsupported("an output that is neither elementwise nor per row")
+
+
+def index_by_part(code: KernelCode, leaves, parts: tuple[tuple[str, set[int], str], ...]) -> None:
+    """Operands whose dims all lie in one part of the domain (a tile's rows, its columns) are
+    read at that part's position `var` alone, masked by its mask: the index arithmetic runs on
+    that part's vector ([ROWS, 1]), not on every element of the tile."""
+    for leaf in leaves:
+        dims = {d for d in leaf.bmap if d is not None and code.dom[d] != "1"}
+        part = next((p for p in parts if dims and dims <= p[1]), None)
+        if leaf.offset is None and part is not None:
+            leaf.offset, leaf.mask = code.index_within(leaf.bmap, part[0], part[1]), part[2]
 
 
 def indent(lines: list[str], n: int = 4) -> list[str]:

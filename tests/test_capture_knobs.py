@@ -1,5 +1,6 @@
 """The capture refuses a graph whose constants follow the shape knobs, also where the first
-other setting it tries is invalid for the op (found on KernelBench level-2 problem 11)."""
+other setting it tries is invalid for the op (found on KernelBench level-2 problem 11, whose
+nn.GroupNorm now passes its group count as a ModuleArg, read from the module at run time)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ num_groups = 8
 class Model(nn.Module):
     def __init__(self, channels, num_groups):
         super().__init__()
-        self.norm = nn.GroupNorm(num_groups=num_groups, num_channels=channels)
+        self.num_groups = num_groups  # passed by the model's own forward: baked, not read back
 
     def forward(self, x):
-        return torch.tanh(self.norm(x))
+        return torch.tanh(torch.nn.functional.group_norm(x, self.num_groups))
 
 
 def get_inputs():

@@ -3,7 +3,9 @@
 A group is the nodes one Triton kernel computes over one iteration domain: an elementwise
 chain, a reduction with what it feeds over the same rows, or, where a template kind turned on
 seeds groups from PyTorch calls (kinds/gemm.py: a matmul), that call with its elementwise
-epilogue. Which kind lowers a group is the kinds' business (okgit.lower.kinds): each claims
+epilogue, and, where the kind computes the call's input in its own kernel (a pooling window's
+taps, kinds/pool.py), the elementwise group before it that computes only that input (its
+`prologue`). Which kind lowers a group is the kinds' business (okgit.lower.kinds): each claims
 groups by their shape here. What no group takes (convolutions, vendor GEMMs, unknown ops)
 stays a PyTorch call: `partition` returns groups and those nodes in execution order.
 """
@@ -30,6 +32,7 @@ class Group:
     shape: tuple[int, ...]
     red: tuple[int, ...] = ()
     seed: Node | None = None  # a PyTorch call the group computes itself, its epilogue after it (a Triton GEMM's matmul)
+    prologue: Group | None = None  # an elementwise group computing the seed's input, inside this kernel
     nodes: list[Node] = field(default_factory=list)  # computed here, in order
     leaves: list[Node] = field(default_factory=list)  # read from memory
     outputs: list[Node] = field(default_factory=list)  # written to memory
@@ -249,4 +252,23 @@ def partition(graph: Graph, seeding: tuple[TemplateKind, ...] = ()) -> list[Grou
         for n in made:
             if id(n) in outs or any(not g.computes(u) for u in users[id(n)]):
                 g.outputs.append(n)
-    return items
+    return _take_prologues(items, graph, seeding)
+
+
+def _take_prologues(items: list[Group | Node], graph: Graph, seeding: tuple[TemplateKind, ...]) -> list[Group | Node]:
+    """A seeded group whose kind computes the call's input itself (TemplateKind.prologue_input)
+    takes the elementwise group just before it when that group writes only that input, of the
+    input's own shape, and nothing else reads it: it is then computed where it is read."""
+    users = graph.users()
+    outs = {id(o) for o in graph.outputs}
+    out: list[Group | Node] = []
+    for it in items:
+        prev = out[-1] if out else None
+        if isinstance(it, Group) and it.seed is not None and isinstance(prev, Group):
+            x = next((k.prologue_input(it.seed) for k in seeding if k.seeds(it.seed)), None)
+            if (x is not None and prev.seed is None and not prev.red and prev.leaves and prev.outputs == [x] and prev.shape == x.shape
+                    and id(x) not in outs and all(u is it.seed for u in users[id(x)])):
+                it.prologue = prev
+                out.pop()
+        out.append(it)
+    return out

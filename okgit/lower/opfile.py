@@ -136,9 +136,17 @@ class Lowering:
         # on, and a group is seeded only by a kind turned on
         kind = next(kd for kd in self.kinds if kd.claims(g, self))
         self.chosen[id(g)] = kind
-        leaves: dict[int, Leaf] = {}
         args: list[str] = []
         params: list[str] = []
+        leaves = self.read(g, args, params)
+        dom, self._dom_src = self.domain(g, leaves, kind)
+        code = KernelCode(g, leaves, dom, self.helpers)
+        return kind.lower(self, g, kind.kernel_name(g, k), code, leaves, args, params)
+
+    def read(self, g: Group, args: list[str], params: list[str]) -> dict[int, Leaf]:
+        """A Leaf per value g reads from memory (a view of a tensor read through its source),
+        its forward expression appended to `args` and its kernel pointer to `params`."""
+        leaves: dict[int, Leaf] = {}
         for n in g.leaves:
             base, bmap = n, g.smap[id(n)]
             while base.kind == "view" and id(base) not in self.materialized:
@@ -147,25 +155,23 @@ class Lowering:
             leaves[id(n)] = Leaf(n, base, bmap, arg, f"{arg}_ptr")
             args.append(self.tensor(base))
             params.append(f"{arg}_ptr")
-        dom = self.domain(g, leaves, kind)
-        code = KernelCode(g, leaves, dom, self.helpers)
-        return kind.lower(self, g, kind.kernel_name(g, k), code, leaves, args, params)
+        return leaves
 
-    def domain(self, g: Group, leaves: dict[int, Leaf], kind: TemplateKind) -> list[str]:
-        """Each domain dim as a launcher variable taken from the kind's own source or a leaf dim
-        that spans it, or 1."""
-        dom, self._dom_src = [], []
+    def domain(self, g: Group, leaves: dict[int, Leaf], kind: TemplateKind | None, var: str = "d") -> tuple[list[str], list[tuple[str, str]]]:
+        """Each domain dim as a launcher variable (`var`0, ...) taken from the kind's own source or
+        a leaf dim that spans it, or 1; with the launcher's (variable, source) pairs."""
+        dom, sources = [], []
         for d, size in enumerate(g.shape):
-            src = kind.domain_source(g, d)
+            src = kind.domain_source(g, d) if kind is not None else None
             for leaf in leaves.values():
                 if src is None and d in leaf.bmap:
                     src = f"{leaf.arg}.shape[{leaf.bmap.index(d)}]"
             if src is None and size != 1:
                 raise Unsupported("a domain dim no operand spans")
-            dom.append(f"d{d}" if src is not None else "1")
+            dom.append(f"{var}{d}" if src is not None else "1")
             if src is not None:
-                self._dom_src.append((f"d{d}", src))
-        return dom
+                sources.append((f"{var}{d}", src))
+        return dom, sources
 
     def launcher_prologue(self, leaves: dict[int, Leaf], outputs: list[Node], code: KernelCode, g: Group, device: str) -> tuple[list[str], list[str]]:
         """Launcher lines before the launch, and the output names."""

@@ -5,6 +5,10 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 |-------|-----------|--------------|-------------------------------------------------------------|
 | 0     | gemm      | gemm.py      | matmul / linear with its elementwise epilogue fused         |
 |       |           |              | (optional: the vendor GEMM first)                           |
+| 2     | pool      | pool.py      | max / average pooling, 1D-3D, epilogue fused (optional:     |
+|       |           |              | before the vendor pooling)                                  |
+| 4     | grouped_conv | grouped_conv.py | depthwise / grouped convolutions, 1D-3D, few channels per |
+|       |           |              | group, bias and epilogue fused (optional: before cuDNN)     |
 | 10    | columns   | columns.py   | strided row reductions in the column layout (optional: a    |
 |       |           |              | second candidate, before the row layout)                    |
 | 20    | conv_cl   | conv_cl.py   | the epilogue of a 2D convolution run channels-last          |
@@ -12,12 +16,14 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 | 30    | pointwise | pointwise.py | elementwise chains, parameters and broadcasts included      |
 | 40    | rows      | rows.py      | reductions / normalisations over some dims, per row         |
 | 50    | scalar    | scalar.py    | reductions to one value (losses), two-stage, no atomics     |
+
+window.py is what pool and grouped_conv share (`WindowKind`); base.py is the contract.
 """
 
 from __future__ import annotations
 
 # each built-in kind's module registers it on import
-from okgit.lower.kinds import columns, conv_cl, gemm, pointwise, rows, scalar  # noqa: F401
+from okgit.lower.kinds import columns, conv_cl, gemm, grouped_conv, pointwise, pool, rows, scalar  # noqa: F401
 from okgit.lower.kinds.base import KINDS, TemplateKind
 
 _made: dict[type[TemplateKind], TemplateKind] = {}

@@ -69,6 +69,12 @@ class TemplateKind:
         (fusion.partition, with this kind turned on)."""
         return False
 
+    def prologue_input(self, n: Node) -> Node | None:
+        """The operand of the call n (one it seeds) that its kernel can compute itself, reading
+        it element by element: the elementwise group that makes it becomes the seeded group's
+        `prologue` (fusion.partition) instead of a kernel of its own."""
+        return None
+
     def claims(self, g: Group, low: Lowering) -> bool:
         raise NotImplementedError
 

@@ -17,6 +17,7 @@ from okgit.lower.kernelcode import (
     Leaf,
     Scope,
     Walk,
+    index_by_part,
     store_outputs,
     stream_rows,
     widest_block,
@@ -154,12 +155,7 @@ class ConvChannelsLast(TemplateKind):
         outputs written NCHW contiguous."""
         # operands that vary along rows only (per-channel parameters) or columns only are indexed
         # by that coordinate alone: the index math runs on a [YBLOCK, 1] or [1, XBLOCK] vector
-        for leaf in leaves.values():
-            dims = {d for d in leaf.bmap if d is not None and code.dom[d] != "1"}
-            if leaf.offset is None and dims and dims <= {0, 1}:
-                leaf.offset, leaf.mask = code.index_within(leaf.bmap, "row", {0, 1}), "row_mask"
-            elif leaf.offset is None and dims and dims <= {2, 3}:
-                leaf.offset, leaf.mask = code.index_within(leaf.bmap, "col", {2, 3}), "col_mask"
+        index_by_part(code, leaves.values(), (("row", {0, 1}, "row_mask"), ("col", {2, 3}, "col_mask")))
         body = Scope(None, "flat", "mask")
         store_outputs(code, g, body, None, output_names(g))
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, f"{conv.arg}.device")

@@ -1,0 +1,76 @@
+"""Pooling: max and average pooling over 1, 2 or 3 spatial dims as one direct Triton kernel
+(pool.py.tmpl), the elementwise epilogue after it fused: any window, stride and padding,
+dilation (max), ceil mode, count_include_pad and divisor_override (average). Optional and
+before the candidate without it: that one keeps PyTorch's pooling (origin vendor_pool) with
+the epilogue as its own kernel, and the search times both.
+
+Recognition: a pooling call (POOL_OPS) on a floating tensor seeds a group of its own; inside
+the kernel its value is the pooled one, and the domain's sizes are the input's leading dims
+and the output sizes the window gives (`_window`, window.py.tmpl, evaluated by the launcher
+from the call's arguments at run time: a window a module holds is read from it, so it may
+follow the shape knobs). `return_indices` (the *_with_indices calls) is declined: it stays
+PyTorch's, and the note says no template covers it.
+
+Against Inductor (torch 2.13's lowering.py): Inductor makes a pooling window a reduction per
+output, unrolled below 8 taps (25 for an average) and otherwise a reduction loop whose
+reduction axis is the window (27 taps of a 3x3x3 window fill few lanes); an average window of
+more than 25 taps with its stride unequal to it falls back to ATen. Here every window is
+unrolled over its constexpr sizes (the depth dim looped) in tiles of neighbouring outputs,
+the index arithmetic per tile row and column, bounds checked only in tiles at the input's
+edges, and a window row can be spread over lanes so that strided windows still read
+contiguous memory.
+"""
+
+from __future__ import annotations
+
+from okgit.lower.graph import Node
+from okgit.lower.kernelcode import KernelCode
+from okgit.lower.kinds.base import Rendered, template_kind
+from okgit.lower.kinds.window import (
+    WindowKind,
+    input_parts,
+    prologue_note,
+    spatial_input,
+)
+from okgit.lower.template import template
+from okgit.lower.translate import schema_args
+
+TEMPLATE = template(__package__, "pool.py.tmpl")
+POOL_OPS = {f"{kind}_pool{n}d": n for kind in ("max", "avg") for n in (1, 2, 3)}  # ATen call -> spatial dims
+
+
+@template_kind(order=2)
+class Pool(WindowKind):
+    name = "pool"
+    label = "Triton pooling"
+    label_off = "vendor pooling"
+    OPS = POOL_OPS
+    template = TEMPLATE
+    leading = [f"xshape[{i}]" for i in range(4)]
+
+    def takes(self, n: Node) -> bool:
+        """A max or average pooling call without indices, on a floating (N,) C, *spatial input."""
+        return spatial_input(n, POOL_OPS[n.target._opname])
+
+    def extern_origin(self, n: Node, low) -> str | None:
+        return "vendor_pool" if self.seeds(n) else None
+
+    def what(self, g) -> str:
+        op = g.seed.target._opname
+        return f"a direct {'max' if op.startswith('max') else 'average'} pooling over {POOL_OPS[op]}D windows{prologue_note(g)}, the epilogue on its result"
+
+
+    def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:
+        pool = g.seed
+        a = schema_args(pool.target, pool.args, pool.kwargs)
+        is_max = pool.target._opname.startswith("max")
+        if is_max:
+            low.helpers.add("_folds")
+        code.seed_value = "pooled"
+        read = input_parts(low, g, code, leaves, args, params, a["self"], self.dims(g), 'float("-inf")' if is_max else "0.0", "v")
+        window = {
+            "kernel_size": a["kernel_size"], "stride": a.get("stride", []), "padding": a.get("padding", 0),
+            "dilation": a.get("dilation", 1) if is_max else 1, "ceil_mode": a.get("ceil_mode", False),
+            "count_include_pad": a.get("count_include_pad", True), "divisor_override": a.get("divisor_override"),
+        }
+        return self.render(low, g, name, code, leaves, args, params, read, {}, window, is_max=str(is_max))

@@ -1,0 +1,325 @@
+"""The pooling and grouped-convolution kinds (okgit/lower/kinds/pool.py, grouped_conv.py): what
+they recognise, the window read from the module at run time, and their kernels' numerics
+against PyTorch under the Triton interpreter (NaN and -inf, padding, ceil mode, the average's
+divisors, dilation, channel multipliers), with both tile layouts and several programs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from oprun import run_ops
+
+from okgit.eval.types import Reference, Status
+from okgit.lower.capture import capture
+from okgit.lower.kinds.window import WINDOW
+from okgit.problem import load_problem
+from okgit.search.proposers.templates import plan
+from okgit.search.types import Context
+
+# window settings each candidate file is run at (it reads its window from the module)
+WINDOWS = [{}, {"k": 2, "s": 1, "p": 0, "d": 1}, {"k": 4, "s": 3, "p": 2, "d": 1}]
+
+
+def ctx_for(path: Path, notes: list | None = None) -> Context:
+    log = (lambda type, **f: notes.append(f.get("message"))) if notes is not None else (lambda type, **f: None)
+    return Context(problem=load_problem(path), reference=Reference(device="cpu", timed=False), backend="triton",
+                   device="cpu", log=log)
+
+
+def pool_file(tmp_path: Path, name: str, module: str, forward: str, shape: str) -> Path:
+    """A pooling op whose window comes from knobs; its input holds NaN and -inf here and there."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(f'''\
+        import torch
+        import torch.nn as nn
+
+
+        class Model(nn.Module):
+            def __init__(self, k, s, p, d):
+                super().__init__()
+                self.pool = {module}
+                self.bias = nn.Parameter(torch.randn(channels))
+
+            def forward(self, x):
+                return {forward}
+
+
+        batch = 2
+        channels = 3
+        size = 11
+        k = 3
+        s = 2
+        p = 1
+        d = 2
+
+
+        def get_inputs():
+            x = torch.randn({shape})
+            x[torch.rand_like(x) < 0.03] = float("nan")
+            x[torch.rand_like(x) < 0.03] = float("-inf")
+            return [x]
+
+
+        def get_init_inputs():
+            return [k, s, p, d]
+        '''))
+    return path
+
+
+ROOT = Path(__file__).resolve().parents[1]
+POOLS = {
+    "max1d_ceil": ("nn.MaxPool1d(k, s, p, d, ceil_mode=True)", "self.pool(x)", "batch, channels, size + 6"),
+    "max2d_epilogue": ("nn.MaxPool2d(k, s, p, d, ceil_mode=True)", "torch.relu(self.pool(x) + self.bias.view(1, -1, 1, 1))",
+                       "batch, channels, size, size + 2"),
+    "max3d_prologue": ("nn.MaxPool3d(k, s, p, d)", "self.pool(x * 2.0 - 1.0)", "1, channels, size - 6, size - 5, size - 4"),
+    # a prologue with a per-channel operand; a padding tap must stay -inf, not the prologue of 0
+    "max2d_prologue_channels": ("nn.MaxPool2d(k, s, p, d)", "self.pool(x * self.bias.view(1, -1, 1, 1) - 0.5)",
+                                "batch, channels, size, size + 2"),
+    "avg2d_prologue": ("nn.AvgPool2d(k, s, p)", "self.pool(torch.exp(x) + 1.0)", "batch, channels, size, size + 2"),
+    "avg1d_no_pad_count": ("nn.AvgPool1d(k, s, p, ceil_mode=True, count_include_pad=False)", "self.pool(x)", "batch, channels, size + 6"),
+    "avg2d_ceil": ("nn.AvgPool2d(k, s, p, ceil_mode=True)", "self.pool(x)", "batch, channels, size, size + 2"),
+    "avg2d_divisor_unbatched": ("nn.AvgPool2d(k, s, p, divisor_override=5)", "torch.sigmoid(self.pool(x))", "channels, size, size + 2"),
+    "avg3d_ceil_no_pad_count": ("nn.AvgPool3d(k, s, p, ceil_mode=True, count_include_pad=False)", "self.pool(x)",
+                                "1, channels, size - 6, size - 5, size - 4"),
+}
+
+
+def conv_file(tmp_path: Path, name: str, module: str, forward: str, shape: str) -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(f'''\
+        import torch
+        import torch.nn as nn
+
+
+        class Model(nn.Module):
+            def __init__(self, cin, cout, k, s, p, d, groups):
+                super().__init__()
+                self.conv = {module}
+
+            def forward(self, x):
+                return {forward}
+
+
+        batch = 2
+        cin = 4
+        cout = 8
+        size = 11
+        k = 3
+        s = 2
+        p = 1
+        d = 2
+        groups = 4
+
+
+        def get_inputs():
+            return [torch.randn({shape})]
+
+
+        def get_init_inputs():
+            return [cin, cout, k, s, p, d, groups]
+        '''))
+    return path
+
+
+CONVS = {
+    "conv1d_multiplier": ("nn.Conv1d(cin, cout, k, s, p, d, groups=groups)", "self.conv(x)", "batch, cin, size + 6"),
+    "conv2d_no_bias_epilogue": ("nn.Conv2d(cin, cout, k, s, p, d, groups=groups, bias=False)", "torch.relu(self.conv(x)) * 2.0",
+                                "batch, cin, size, size + 2"),
+    "conv3d": ("nn.Conv3d(cin, cout, k, s, p, d, groups=groups)", "self.conv(x)", "1, cin, size - 6, size - 5, size - 4"),
+    # a padding tap is 0, not the prologue's sigmoid(0)
+    "conv2d_prologue": ("nn.Conv2d(cin, cout, k, s, p, d, groups=groups)", "self.conv(torch.sigmoid(x))", "batch, cin, size, size + 2"),
+}
+CONV_SETTINGS = [{}, {"cin": 3, "cout": 3, "groups": 3, "k": 2, "s": 1, "p": 0, "d": 1},  # depthwise
+                 {"k": 4, "s": 3, "p": 2, "d": 1, "groups": 2}]
+
+
+def layouts(source: str) -> list[str]:
+    """The candidate with one lane per output and with window rows across two lanes (in chunks,
+    the last one part masked where the window is odd), each in tiles small enough for several
+    programs, tiles inside the input (no bounds checked) and tiles at its edges."""
+    small = re.sub(r"^(FUSED_\w+)_BLOCK_W: int = \d+", r"\1_BLOCK_W: int = 4", source, flags=re.MULTILINE)
+    small = re.sub(r"^(FUSED_\w+)_BLOCK_ROWS: int = \d+", r"\1_BLOCK_ROWS: int = 2", small, flags=re.MULTILINE)
+    assert small.count(": int = 4") and small.count(": int = 2")
+    return [re.sub(r"^(FUSED_\w+_ROW_LANES): int = \d+", rf"\1: int = {lanes}", small, flags=re.MULTILINE) for lanes in (1, 2)]
+
+
+def kernels_match_torch(path: Path, origin: str, settings: list[dict[str, int]]) -> list:
+    """Where the first candidate of `path` (which must be `origin`'s) differs from torch, under
+    each tile layout and each knob setting: (knobs, why)."""
+    proposal = plan(ctx_for(path))[0]
+    assert proposal.origin.split(":")[1].split("+")[-1] == origin, proposal.origin
+    jobs = [(path, variant, knobs) for variant in layouts(proposal.source) for knobs in settings]
+    return [(j[2], r["why"][-600:]) for j, r in zip(jobs, run_ops(jobs, timeout=600), strict=True) if not r["ok"]]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # the interpreter, one program per tile of a few outputs
+@pytest.mark.parametrize("name", sorted(POOLS))
+def test_pooling_kernels_match_torch(tmp_path, name):
+    assert not kernels_match_torch(pool_file(tmp_path, name, *POOLS[name]), "pool", WINDOWS)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_grouped_convolution_kernels_match_torch(tmp_path, name):
+    assert not kernels_match_torch(conv_file(tmp_path, name, *CONVS[name]), "grouped_conv", CONV_SETTINGS)
+
+
+def test_the_window_follows_the_module(tmp_path):
+    """A window set by knobs (kernel_size = 11 is a knob the evaluator varies) is read from the
+    module at run time: capture no longer refuses it, and the kernel takes it at launch."""
+    path = pool_file(tmp_path, "avg", "nn.AvgPool2d(k, s, p)", "self.pool(x)", "batch, channels, size, size")
+    path.write_text(path.read_text().replace("k = 3", "k = 11").replace("size = 11", "size = 40"))
+    graph = capture(load_problem(path))
+    (pool,) = [n for n in graph.nodes if n.kind == "extern"]
+    assert repr(pool.args[1]) == "ModuleArg([self.pool.kernel_size] * 2)"
+    (proposal,) = plan(ctx_for(path))
+    assert re.search(r"= fused_pool_0\(x, \[self.pool.kernel_size\] \* 2, \[self.pool.stride\] \* 2, ", proposal.source)
+
+
+def test_a_users_own_attribute_is_not_taken_for_the_window(tmp_path):
+    """Only torch.nn's modules pass their attributes unchanged; a user's forward may not."""
+    path = pool_file(tmp_path, "functional", "None", "torch.nn.functional.max_pool2d(x, 2)", "batch, channels, size, size")
+    path.write_text(path.read_text().replace("self.pool = None", "self.pool = None\n        self.kernel_size = 2"))
+    (pool,) = [n for n in capture(load_problem(path)).nodes if n.kind == "extern"]
+    assert pool.args[1] == [2, 2]
+
+
+@pytest.mark.parametrize("forward, why", [
+    ("torch.nn.functional.max_pool2d(x, 2, return_indices=True)", "no template covers aten.max_pool2d_with_indices (pooling)"),
+    ("torch.nn.functional.adaptive_avg_pool2d(x, 3)", "no template covers aten.adaptive_avg_pool2d (pooling)"),
+])
+def test_pools_it_does_not_cover_are_said(tmp_path, forward, why):
+    notes: list = []
+    path = pool_file(tmp_path, "other", "None", forward, "batch, channels, size, size")
+    assert plan(ctx_for(path, notes)) == []
+    assert any(why in n for n in notes), notes
+
+
+@pytest.mark.parametrize("module, channels, taken", [
+    ("nn.Conv2d(cin, cout, k, s, p, d, groups=groups)", "cin", True),
+    ("nn.Conv2d(cin, cout, k, s, p, d, groups=1)", "cin", False),  # dense: a GEMM's business
+    ("nn.Conv2d(cin * 8, cout * 8, k, s, p, d, groups=2)", "cin * 8", False),  # 16 channels per group: too many
+    ("nn.Conv2d(cin, cout, k, 1, 'same', d, groups=groups)", "cin", False),  # string padding
+    ("nn.ConvTranspose2d(cin, cout, k, s, p, groups=groups)", "cin", False),  # transposed: not covered
+])
+def test_which_convolutions_get_the_direct_kernel(tmp_path, module, channels, taken):
+    notes: list = []
+    path = conv_file(tmp_path, "conv", module, "self.conv(x) * 2.0", f"batch, {channels}, size, size + 2")
+    origins = [p.origin for p in plan(ctx_for(path, notes))]
+    assert origins and not any("cannot" in n for n in notes), notes  # the reference is captured
+    assert ("template:grouped_conv" in origins) == taken, origins
+
+
+def test_window_sizes_are_torchs(tmp_path):
+    """`_window` (the launcher's helper) gives PyTorch's output sizes, ceil mode included."""
+    ns: dict = {}
+    exec(WINDOW.read_text(), ns)
+    checked = 0
+    for n in (1, 2, 3):
+        for size in (5, 6, 9):
+            for k, s, p, d, ceil in ((2, 2, 0, 1, False), (3, 2, 1, 1, True), (3, 3, 1, 2, True), (4, 3, 2, 1, True), (5, 1, 2, 1, False)):
+                x = torch.empty((2, 3) + (size,) * n, device="meta")
+                pool = getattr(torch.nn.functional, f"max_pool{n}d")
+                try:
+                    want = pool(x, k, s, p, d, ceil_mode=ceil).shape[2:]
+                except RuntimeError:
+                    continue  # an invalid window for this size
+                kk, ss, pp, dd, out = ns["_window"](x.shape[2:], [k] * n, [s], p, d, ceil)
+                assert out[3 - n:] == list(want) and kk[: 3 - n] == [1] * (3 - n) and pp[: 3 - n] == [0] * (3 - n)
+                checked += 1
+    assert checked > 30
+    assert ns["_window"]((7,), 3, [], 0, 1, False)[1] == [1, 1, 3]  # an empty stride is the window
+    assert math.prod(ns["_window"]((4, 4), (2, 2), (2, 2), (0, 0), (1, 1), False)[4]) == 4
+
+
+@pytest.mark.slow
+def test_a_pooling_candidate_is_judged_correct(evaluator, tmp_path):
+    """One candidate through the real evaluator: workers, judge, extra shapes and all."""
+    path = pool_file(tmp_path, "max2d", *POOLS["max2d_epilogue"])
+    path.write_text(path.read_text().replace("x[torch.rand_like", "# x[torch.rand_like"))  # the judge draws its own signs
+    proposal = plan(ctx_for(path))[0]
+    assert proposal.origin == "template:pool"
+    result = evaluator.evaluate(load_problem(path), proposal.source)
+    assert result.status is Status.correct, result.error
+
+
+def test_the_elementwise_work_before_a_window_runs_at_its_taps(tmp_path):
+    """A prologue that only feeds the window is computed where the window reads it: one kernel.
+    One that something else reads too is written once, by a kernel of its own."""
+    fused = pool_file(tmp_path, "fused", *POOLS["max2d_prologue_channels"])
+    (first, vendor) = plan(ctx_for(fused))
+    assert first.origin == "template:pool" and "def fused_pointwise" not in first.source
+    assert "its input computed at each tap (mul, sub)" in first.intent
+    assert vendor.origin == "template:pointwise+vendor_pool"
+    shared = pool_file(tmp_path, "shared", "nn.MaxPool2d(k, s, p, d)", "self.pool(x * 2.0).sum() + (x * 2.0).sum()",
+                       "batch, channels, size, size")
+    source = plan(ctx_for(shared))[0].source
+    assert "tl.load(x_ptr + off, mask=ok" in source  # the pooling reads the tensor the other kernel wrote
+
+
+@pytest.mark.slow
+def test_the_benchmark_runs_on_the_cpu(tmp_path):
+    """bench/pool_conv.py --smoke: a pooling and a grouped-convolution problem found by what they
+    compute, a synthetic case, each checked and run under settings; nothing timed."""
+    kb = tmp_path / "kb"
+    (kb / "level1").mkdir(parents=True)
+    (kb / "level2").mkdir()
+    pool_file(kb / "level1", "1_pool", *POOLS["max2d_prologue_channels"])
+    conv_file(kb / "level2", "2_conv", *CONVS["conv2d_prologue"])
+    pool_file(kb / "level1", "3_adaptive", "nn.AdaptiveAvgPool2d(k)", "self.pool(x)", "batch, channels, size, size")
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "pool_conv.py"), str(kb), "--smoke", "--cases",
+                           "level,synthetic_depthwise", "--time-limit", "900"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads((tmp_path / "out" / "pool_conv.json").read_text())
+    assert [r["case"] for r in data["rows"]] == ["level1/1_pool", "level1/3_adaptive", "level2/2_conv", "synthetic_depthwise_conv3d"]
+    pool, adaptive, conv, synthetic = data["rows"]
+    assert "no template covers aten.adaptive_avg_pool2d (pooling)" in adaptive["skipped"]
+    for row, origin in ((pool, "template:pool"), (conv, "template:grouped_conv"), (synthetic, "template:grouped_conv")):
+        assert row["origin"] == origin and row["correct"] and len(row["configs"]) == 2
+        assert all(c["us"] is None and c["kernel_us"] is None for c in row["configs"])
+    assert "| level1/1_pool | pool |" in proc.stdout and "smoke run: no time is claimed" in proc.stdout
+
+
+@pytest.mark.slow
+def test_relu_and_clamp_keep_nan(tmp_path):
+    """torch.relu, clamp and maximum give NaN for NaN; Triton's tl.maximum drops it by default."""
+    path = tmp_path / "nan.py"
+    path.write_text(textwrap.dedent("""\
+        import torch
+        import torch.nn as nn
+
+
+        class Model(nn.Module):
+            def forward(self, x, y):
+                return torch.relu(x) + torch.clamp(x, min=0.5, max=0.7) + torch.maximum(x, y)
+
+
+        n = 33
+
+
+        def get_inputs():
+            x, y = torch.randn(n, n), torch.randn(n, n)
+            x[torch.rand_like(x) < 0.1] = float("nan")
+            y[torch.rand_like(y) < 0.1] = float("nan")
+            return [x, y]
+
+
+        def get_init_inputs():
+            return []
+        """))
+    (proposal,) = plan(ctx_for(path))
+    (result,) = run_ops([(path, proposal.source, {})])
+    assert result["ok"], result["why"]

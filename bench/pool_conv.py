@@ -46,7 +46,7 @@ KINDS = ("pool", "grouped_conv")
 SETTING = re.compile(r"^(FUSED_(?:POOL|GROUPED_CONV)_\d+)_(BLOCK_ROWS|BLOCK_W|ROW_LANES|NUM_WARPS): int = (\d+)$", re.MULTILINE)
 LAUNCHER = re.compile(r"^def (fused_(?:pool|grouped_conv)_\d+)\(", re.MULTILINE)
 CONFIGS = {  # (BLOCK_ROWS, BLOCK_W, ROW_LANES, NUM_WARPS); ROW_LANES is capped by the window row in the launcher
-    "compact": [(4, 64, 1, 4), (1, 256, 1, 4), (8, 128, 1, 8), (4, 64, 16, 4), (1, 64, 16, 4), (2, 64, 4, 4)],
+    "compact": [(4, 64, 1, 4), (4, 64, 16, 4), (1, 256, 1, 8), (8, 64, 4, 8)],
     "full": [(r, b, lanes, w) for r in (1, 4) for b in (64, 256) for lanes in (1, 4, 16) for w in (4, 8)],
 }
 SYNTHETIC = {  # name -> (module, input shape, knobs); sizes of KernelBench's level-1 classes

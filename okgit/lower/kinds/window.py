@@ -111,9 +111,10 @@ def spatial_input(n: Node, dims: int, batched_only: bool = False) -> bool:
 def input_parts(low: Lowering, g: Group, code: KernelCode, leaves: dict, args: list[str], params: list[str], x: Node,
                 spatial: int, pad: str, value: str) -> tuple[dict[str, str], list[str], list[str]]:
     """How a windowed kernel reads the seed's input `x` (`spatial` dims after its planes) at its
-    taps `off` (int64 offsets into the contiguous input) where `ok`, `tplane` its plane: the template's blocks (`inputs`, `input_arg`, `shape`, which
-    sets the launcher's `xshape`, and `load`, which sets `value` in fp32, `pad` where not ok) and
-    the launcher's `device`, the launcher's leading parameters and the forward's expressions.
+    taps `off` (int64 offsets into the contiguous input) where `ok`, `tplane` being the taps'
+    plane: the template's blocks (`inputs`, `input_arg`, `shape`, which sets the launcher's
+    `xshape`, and `load`, which sets `value` in fp32, `pad` where not ok) and the launcher's
+    `device`; the launcher's leading parameters; the forward's expressions for them.
 
     Without a prologue x is a tensor in memory, the launcher's `x`. With one (fusion: the
     elementwise group that makes x and nothing else), x is computed at each tap from the
@@ -137,8 +138,8 @@ def input_parts(low: Lowering, g: Group, code: KernelCode, leaves: dict, args: l
     code.count = pcode.count
     leaves.update({("prologue", key): leaf for key, leaf in own.items()})
     shape = [f"{var} = {src}" for var, src in sources] + [f"xshape = ({', '.join(dom)},)"]
-    blocks = {"inputs": "", "input_arg": "", "shape": "\n".join(shape), "load": "\n".join(taps.lines + [f"{value} = tl.where(ok, {v}, {pad})"]),
-              "device": f"{next(iter(own.values())).arg}.device"}
+    load = "\n".join(taps.lines + [f"{value} = tl.where(ok, {v}, {pad})"])
+    blocks = {"inputs": "", "input_arg": "", "shape": "\n".join(shape), "load": load, "device": f"{next(iter(own.values())).arg}.device"}
     return blocks, [], []
 
 

@@ -299,7 +299,10 @@ class Judge:
         torch = self.torch
         model, _ = calls.build(torch, arm.module.Model, arm.init, self.device)
         buffers = sorted(name for name, _ in model.named_buffers())
-        native = calls.mode_sequence(torch, model, arm.module, case, self.device, label=case.id, buffers=buffers)
+        assert self.prep is not None
+        gates = self.prep.job.gates
+        native = calls.mode_sequence(torch, model, arm.module, case, self.device, label=case.id, buffers=buffers,
+                                     gates=gates)
         f64 = None
         double = self.double_model(arm.module, arm.init)
         if double is not None:
@@ -308,7 +311,7 @@ class Judge:
 
             try:
                 f64 = calls.mode_sequence(torch, double, arm.module, case, self.device, label=case.id,
-                                          buffers=buffers, convert=doubled).leaves
+                                          buffers=buffers, gates=gates, convert=doubled).leaves
             except Exception:  # noqa: BLE001 - no float64 path, or it does not fit: the native outputs stand
                 f64 = None
         return native.leaves, f64, native.facts, calls.nbytes(native.leaves)

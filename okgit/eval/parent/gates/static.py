@@ -1,4 +1,4 @@
-"""Static checks on a candidate's source, run in the parent before any of it executes.
+"""The static gate: checks on a candidate's source, run in the parent before any of it executes.
 
 They name obvious cheats early (status `rejected`): changing torch, timers or comparison
 functions under the evaluator, threads and processes that outlive a call, tensor subclasses
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+
+from okgit.eval.parent.gates.base import Gate, gate
 
 FORBIDDEN_MODULES = {
     "threading": "starts threads",
@@ -55,6 +57,20 @@ FORBIDDEN_ATTRS = {
     "as_subclass": "makes tensor subclasses", "_make_subclass": "makes tensor subclasses",
 }
 _FILE_LOADERS = {"torch", "np", "numpy", "pickle", "json"}
+
+
+@gate(0)
+class Static(Gate):
+    name = "static"
+    rule = ("No import of {modules}; no call of {calls}; no tensor subclasses, dispatch modes or "
+            "torch-function overrides; nothing that reaches the evaluator's frames, files or signals.")
+    rejects = True
+    before_calls = True  # okgit.eval.parent.local runs `static_findings` before any worker
+
+    def rule_text(self) -> str:
+        """The forbidden imports and calls listed from the tables the check uses, so the two cannot drift."""
+        return self.rule.format(modules=", ".join(sorted(FORBIDDEN_MODULES)),
+                                calls=", ".join(f"{c}()" for c in sorted(FORBIDDEN_CALLS)))
 
 
 @dataclass(frozen=True)

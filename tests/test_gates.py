@@ -1,0 +1,132 @@
+"""Gates as objects (okgit/eval/parent/gates/) and the call keys (okgit/eval/protocol/keys.py):
+a gate joins the verdict, the prompt's rules and the jobs through its registration alone.
+
+The verdict is pure over data (the worker's facts, the judge's answers), so these build the
+facts of a tiny evaluation and decide it in-process; tests/test_eval_cases.py judges real
+candidates with real workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from okgit.eval.parent.gates import call_gates, gate_names, gates, rules_text
+from okgit.eval.parent.gates.base import GATES, Evidence, Findings, Gate, gate
+from okgit.eval.parent.reference import PreparedReference
+from okgit.eval.parent.verdict import decide
+from okgit.eval.protocol.checks import LeafTolerance
+from okgit.eval.protocol.jobs import Case
+from okgit.eval.protocol.keys import FRESH, FRESH_FIRST, CallKey, CallKind, fresh_case
+from okgit.eval.types import Status
+
+LEAF = {"type": "torch.Tensor", "exact": True, "shape": [4], "dtype": "torch.float32", "device": "cpu", "alias": None}
+
+
+def test_call_keys_round_trip_and_refuse_other_forms():
+    keys = [CallKey.of("s0"), CallKey.repeat("s1"), CallKey.timed("signed", 12345), FRESH, FRESH_FIRST]
+    texts = [k.format() for k in keys]
+    assert texts == ["s0", "s1#repeat", "timed:signed~12345", "fresh", "fresh#1"]
+    assert [CallKey.parse(t) for t in texts] == keys
+    for bad in ("", "s0~5", "timed:s0", "timed:s0~x", "s0#again", "a b", "timed:s0~5~6", "../x"):
+        assert CallKey.parse(bad) is None, bad
+    assert CallKey.repeat("s0").part("seed") == "repeat" and CallKey.of("x1").part("extra_shape") == "extra_shape"
+    assert fresh_case(["s0", "s1", "s2"]) == "s1" and fresh_case(["s0"]) is None
+
+
+def test_every_part_of_the_protocol_has_its_gate():
+    parts = call_gates()
+    case_kinds = {"seed", "distribution", "extra_shape", "init_inputs", "modes"}
+    assert case_kinds | {k.value for k in (CallKind.repeat, CallKind.fresh, CallKind.timed)} | {"modes.state",
+                                                                                                   "modes.eval"} <= set(parts)
+    assert set(parts.values()) <= set(gate_names())
+
+
+def test_the_gate_names_the_judge_reports_are_gates():
+    """check_leaf names the output gates itself (a wrong dtype, an unwritten element, a NaN
+    pattern): each name it reports is a registered gate's."""
+    torch = pytest.importorskip("torch")
+    from okgit.eval.judge.tolerance import check_leaf
+
+    ref = torch.ones(4)
+    tol = LeafTolerance(1e-4, 1e-4, 0.0, 1.0)
+    nan_ref = torch.tensor([1.0, float("nan"), 1.0, 1.0])
+    found = [check_leaf(torch.ones(4, dtype=torch.float64), LEAF, ref, None, tol, "seeds"),
+             check_leaf(torch.tensor([1.0, float("nan"), 1.0, 1.0]), LEAF, ref, None, tol, "seeds"),
+             check_leaf(torch.ones(4), LEAF, nan_ref, None, tol, "seeds"),
+             check_leaf(torch.full((4,), 2.0), LEAF, ref, None, tol, "seeds")]
+    assert [c.gate for c in found] == ["output_type", "outputs_written", "nan_pattern", "seeds"]
+    assert {c.gate for c in found} <= set(gate_names())
+
+
+def _evidence(**facts: Any) -> tuple[PreparedReference, list[Case], dict[str, Any], dict[str, Any]]:
+    """One seed case called twice, right both times, one Triton launch each: a correct candidate."""
+    cases = [Case(id="s0", kind="seed", shape=0, seed=1000)]
+    call = {"spec": "t", "leaves": [LEAF], "inputs_changed": [], "launches": {"triton": 1, "cuda": 0},
+            "failed_launches": {"triton": 0, "cuda": 0}, "kernels": ["k"]}
+    prep = PreparedReference(judge=None, reference_path="", shapes=[{}], cases=cases,  # type: ignore[arg-type]
+                             calls={"s0": {"spec": "t", "leaves": [LEAF], "inputs_changed": []}},
+                             tolerances={"s0": [LeafTolerance(1e-4, 1e-4, 0.0, 1.0)]}, deterministic=True,
+                             degenerate=None, cost={}, case_bytes=0, init_seed=1000)
+    result = {"calls": {"s0": call, "s0#repeat": call}, "backend_launches": {"triton": 2, "cuda": 0},
+              "failed_launches": {"triton": 0, "cuda": 0}, **facts}
+    answer = {"checks": [{"ok": True, "max_abs": 0.0, "max_rel": 0.0}], "fingerprints": ["f"]}
+    return prep, cases, result, {"s0": answer, "s0#repeat": answer}
+
+
+def _decide(prep, cases, result, checks):
+    return decide(prep, cases, result, checks, backend="triton", device="cpu", mode="fast", base={"device": "cpu"})
+
+
+@pytest.fixture
+def side_work_gate() -> Iterator[type[Gate]]:
+    """A gate of a fact no built-in reads, registered as an extension would be, then removed."""
+
+    @gate(205)
+    class SideWork(Gate):
+        name = "side_work"
+        rule = "Do no work on the side."
+        rejects = True
+
+        def check(self, ev: Evidence, found: Findings) -> None:
+            if ev.result.get("side_work_us", 0) > 0:
+                found.fail(self.name, f"{ev.result['side_work_us']} us of work on the side")
+
+    yield SideWork
+    del GATES._entries["side_work"]
+
+
+def test_a_new_gate_joins_through_the_registry_alone(side_work_gate):
+    names = gate_names()
+    assert names.index("backend_kernel") < names.index("side_work") < names.index("timed_outputs")
+    assert "- [side_work] Do no work on the side." in rules_text()
+    clean = _decide(*_evidence())
+    assert clean.status is Status.correct and "side_work" in [g.name for g in clean.gates]
+    caught = _decide(*_evidence(side_work_us=7))
+    assert caught.status is Status.rejected and caught.error.gate == "side_work"
+    assert caught.error.message == "7 us of work on the side"
+    # the first failed gate in the registered order names the error: backend_kernel (200) before it
+    both = _decide(*_evidence(side_work_us=7, backend_launches={"triton": 0}))
+    assert both.error.gate == "backend_kernel"
+    assert {g.name: g.passed for g in both.gates}["side_work"] is False
+
+
+def test_the_verdict_loops_over_the_registered_gates():
+    out = _decide(*_evidence())
+    assert out.status is Status.correct, out.error
+    listed = [g.name for g in out.gates]
+    # registered order; device only where it fails, the modes and timing gates only where they ran
+    assert listed == [n for n in gate_names() if n not in ("device", "train_mode", "state", "eval_mode",
+                                                           "timed_outputs", "side_stream", "roofline")]
+    assert [g.name for g in gates()][:3] == ["static", "compile", "device"]
+    # a repeat the judge never answered: an error at the repeat gate, whatever the worker says
+    prep, cases, result, checks = _evidence()
+    del checks["s0#repeat"]
+    missing = _decide(prep, cases, result, checks)
+    assert (missing.status, missing.error.gate) == (Status.error, "repeat")
+    # a failure under a name no gate has still fails the candidate
+    prep, cases, result, checks = _evidence()
+    checks["s0"] = {"checks": [{"ok": False, "gate": "", "message": "differs"}], "fingerprints": ["f"]}
+    assert _decide(prep, cases, result, checks).status is Status.incorrect

@@ -38,5 +38,8 @@ def _modal(config: Config, **options: Any) -> Evaluator:
     return evaluator
 
 
-def make_evaluator(config: Config, **options: Any) -> Evaluator:
-    return EVALUATORS.get(config.eval).factory(config, **options)
+def make_evaluator(config: Config, *, on_note: Callable[[str], None] | None = None, **options: Any) -> Evaluator:
+    """The evaluator `config.eval` names; `on_note` gets what it says while it starts (the CLI's progress)."""
+    evaluator = EVALUATORS.get(config.eval).factory(config, **options)
+    evaluator.on_note = on_note
+    return evaluator

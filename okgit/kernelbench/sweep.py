@@ -88,7 +88,7 @@ def run_sweep(
         # timed after it in the same slot, get an equal share of it (at least one each).
         share = max(1, max_containers_setting() // parallel)
         extra_env[MAX_CONTAINERS_ENV] = str(share)
-        baselines = owned.enter_context(make_evaluator(config, max_containers=share))
+        baselines = owned.enter_context(make_evaluator(config, max_containers=share, on_note=progress))
         assert isinstance(baselines, ModalEvaluator)  # config.eval is "modal" here
         timer = functools.partial(baselines.time_baselines, backend=flags.get("backend") or "triton")
     check_note, checking = _cross_check_plan(cross_check, gpu=gpu, modal=modal)

@@ -42,6 +42,8 @@ def test_every_part_of_the_protocol_has_its_gate():
     assert case_kinds | {k.value for k in (CallKind.repeat, CallKind.fresh, CallKind.timed)} | {"modes.state",
                                                                                                    "modes.eval"} <= set(parts)
     assert set(parts.values()) <= set(gate_names())
+    # what a worker names itself when it stops while loading the candidate (okgit.eval.worker.candidate)
+    assert {"compile", "device"} <= set(gate_names())
 
 
 def test_the_gate_names_the_judge_reports_are_gates():

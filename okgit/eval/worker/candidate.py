@@ -222,7 +222,8 @@ class Worker:
         except Exception as e:
             if case.kind != "init_inputs":
                 raise
-            raise CallFailed("init_inputs", calls.status_of(e, "init_inputs"),
+            gate = job.gates[case.kind]
+            raise CallFailed(gate, calls.status_of(e, gate),
                              f"{case.id} ({case.note}): the constructor raised: {calls.describe(e)}") from None
 
     def fresh_inputs(self, model: Any, reference: Any, first: Case, second: Case, counters: tuple[Any, ...],

@@ -34,6 +34,7 @@ from okgit.eval.profile import profile_data
 from okgit.eval.reference import PreparedReference, from_judge
 from okgit.eval.rounds import summarize
 from okgit.eval.sandbox import Outcome, WorkerPool, WorkerProcess, default_memory_limit, read_result
+from okgit.eval.streams import check_streams
 from okgit.eval.timing import median
 from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode, Reference, Status
 from okgit.eval.verdict import allowed_matmul_rate, base_fields, crashed, judge
@@ -305,7 +306,7 @@ class LocalEvaluator(EvaluatorBase):
         if result is None or result.get("failure") or not result.get("timing"):
             why = result["failure"]["message"] if result and result.get("failure") else outcome.describe()
             raise OkgitError(f"a timing round failed: {why}")
-        return float(median(result["timing"]["samples_us"]))
+        return float(check_streams(result["timing"]).runtime_us)  # every stream's work inside
 
     def _gpu(self) -> contextlib.AbstractContextManager:
         """The device lock around anything this process's workers run on the GPU."""

@@ -3,8 +3,8 @@
 The judge compared every output on the device (okgit.eval.judge); the worker recorded the facts
 of each call. Here the gates are decided in a fixed order; the first that fails sets the status
 and EvalError. A gate that catches cheating (replaced entry points, aliasing, a tensor subclass,
-no completed kernel of the backend, outputs that change once timed, work escaping the timed
-stream, a time below the roofline) gives `rejected`; a wrong answer gives `incorrect`; a crash
+no completed kernel of the backend, outputs that change once timed, work escaping the
+caller's stream, a time below the roofline) gives `rejected`; a wrong answer gives `incorrect`; a crash
 gives `error`. Timing figures are taken from the raw samples here, not from the worker's.
 """
 
@@ -20,6 +20,7 @@ from okgit.eval.jobs import CASE_GATES, PINNED_FLAGS, Case
 from okgit.eval.profile import profile_data
 from okgit.eval.reference import PreparedReference
 from okgit.eval.sandbox import Outcome
+from okgit.eval.streams import check_streams
 from okgit.eval.timing import median
 from okgit.eval.tolerance import LeafCheck
 from okgit.eval.types import EvalError, EvalResult, GateResult, Mode, ProfileData, Status
@@ -28,11 +29,11 @@ GATES = [
     "static", "compile", "device", "entry_points", "output_type", "aliasing", "inputs_unchanged", "outputs_written", "nan_pattern",
     "seeds", "repeat", "determinism", "fresh_inputs", "remembered", "distribution", "extra_shapes", "init_inputs",
     "train_mode", "state", "eval_mode", "backend_kernel",
-    "timed_outputs", "side_stream", "roofline",
+    "streams", "timed_outputs", "roofline",
 ]
-REJECTING = {"static", "entry_points", "aliasing", "remembered", "backend_kernel", "timed_outputs", "side_stream",
+REJECTING = {"static", "entry_points", "aliasing", "remembered", "backend_kernel", "timed_outputs", "streams",
              "roofline"}
-SIDE_STREAM_MIN_US = 200.0
+SIDE_STREAM_MIN_US = 200.0  # device work left after a back-to-back batch that is more than a synchronize's noise
 NO_ROOFLINE = "OKGIT_TEST_NO_ROOFLINE"  # tests only: the roofline gate off, to show the other gates catch a cheat alone
 
 
@@ -131,12 +132,19 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ch
             _check_call(f, prep, key.split(":", 1)[1].split("~")[0], key, calls, checks, "timed_outputs",
                         what="an output of a timed call, on its own salted inputs")
     if timing:
-        runtime = median(timing["samples_us"])
+        streams = check_streams(timing)
+        runtime = streams.runtime_us
         ref_runtime = median(prep.timing["samples_us"]) if prep.timing else None
         residual, host = timing["residual_sync_us"], timing["batch_host_us"] * timing.get("batch_calls", 1)
-        if residual > max(SIDE_STREAM_MIN_US, 0.1 * host):
-            f.fail("side_stream", f"{residual:.0f} us of device work was still running after the timed stream "
+        if streams.escaped:
+            f.fail("streams", f"the outputs of {', '.join(streams.escaped[:3])} were still being written after the "
+                   "call's own stream had finished: its work runs on a stream the caller never waits for (make the "
+                   "caller's stream wait for it before returning, e.g. torch.cuda.current_stream().wait_stream(side))")
+        elif residual > max(SIDE_STREAM_MIN_US, 0.1 * host):
+            f.fail("streams", f"{residual:.0f} us of device work was still running after the timed stream "
                    f"finished: work escapes the timed stream")
+        elif streams.device_wide:
+            f.notes["streams"] = streams.note()
         if peaks and flops is not None and min_bytes is not None and not os.environ.get(NO_ROOFLINE):
             floor = roofline.floor_us(flops, min_bytes, peaks, rate)
             ref_ok = ref_runtime is None or ref_runtime >= roofline.PLAUSIBLE_FRACTION * floor
@@ -154,7 +162,7 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ch
 
     gates = [GateResult(name="static", passed=True), GateResult(name="compile", passed=True)]
     for gate in GATES[3:]:
-        if gate in ("side_stream", "roofline") and not timing:
+        if gate in ("streams", "roofline") and not timing:
             continue
         if gate == "timed_outputs" and not any(key.startswith("timed:") for key in calls):
             continue

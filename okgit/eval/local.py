@@ -214,9 +214,11 @@ class LocalEvaluator(EvaluatorBase):
 
     def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],
                        root: str | None = None, **kw: Any) -> Job:
+        own = dict(problem.knobs)
         return Job(role="candidate", source_path="", device=self._kind, backend=backend,
                    root=root or problem.candidate_root or problem.root, reference_path=prep.reference_path,
-                   cases=cases, shapes=prep.shapes, init_seed=prep.init_seed, **kw)
+                   cases=cases, shapes=prep.shapes, init_seed=prep.init_seed,
+                   own_knobs=own if prep.shapes and own != prep.shapes[0] else None, **kw)
 
     def _key(self, problem: Problem, mode: Mode) -> str:
         return hashlib.sha256(repr((problem.source, problem.root, sorted(problem.knobs.items()), problem.extra_shapes,

@@ -23,16 +23,16 @@ from okgit.eval.sandbox import Outcome
 from okgit.eval.streams import check_streams
 from okgit.eval.timing import median
 from okgit.eval.tolerance import LeafCheck
-from okgit.eval.types import EvalError, EvalResult, GateResult, Mode, ProfileData, Status
+from okgit.eval.types import EvalError, EvalResult, GateResult, KernelShape, Mode, ProfileData, Status
 
 GATES = [
     "static", "compile", "device", "entry_points", "output_type", "aliasing", "inputs_unchanged", "outputs_written", "nan_pattern",
     "seeds", "repeat", "determinism", "fresh_inputs", "remembered", "distribution", "extra_shapes", "init_inputs",
-    "train_mode", "state", "eval_mode", "backend_kernel",
+    "train_mode", "state", "eval_mode", "backend_kernel", "own_shape",
     "streams", "timed_outputs", "roofline",
 ]
-REJECTING = {"static", "entry_points", "aliasing", "remembered", "backend_kernel", "timed_outputs", "streams",
-             "roofline"}
+REJECTING = {"static", "entry_points", "aliasing", "remembered", "backend_kernel", "own_shape", "timed_outputs",
+             "streams", "roofline"}
 SIDE_STREAM_MIN_US = 200.0  # device work left after a back-to-back batch that is more than a synchronize's noise
 NO_ROOFLINE = "OKGIT_TEST_NO_ROOFLINE"  # tests only: the roofline gate off, to show the other gates catch a cheat alone
 
@@ -118,6 +118,18 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ch
     if launches == 0:
         f.fail("backend_kernel", f"no {backend} kernel was launched in {len(calls)} calls: not an optimization "
                f"of the op (pure PyTorch or another backend)")
+    shapes = kernel_shapes(prep, cases, result, backend)
+    own = next((s for s in shapes if s.own), None)
+    if launches and own is not None and own.launches == 0:
+        f.fail("own_shape", f"its own kernels did not run at the op file's own shape ({_knobs(own.knobs)}): other "
+               "code (the original forward kept as a fallback, a library call) produced the outputs there, so what "
+               "was checked is not what a user of the op gets")
+    elif own is not None and own.launches is None:
+        f.notes["own_shape"] = f"not told at {_knobs(own.knobs)}: {own.why}"
+    elif launches:
+        others = [s for s in shapes if not s.ran() and not s.own]
+        if others:
+            f.notes["own_shape"] = f"only other code ran at {'; '.join(_knobs(s.knobs) for s in others)}"
 
     timing = result.get("timing")
     runtime = ref_runtime = None
@@ -181,6 +193,7 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ch
         max_abs_error=f.max_abs,
         max_rel_error=f.max_rel,
         profile=prof,
+        kernel_shapes=shapes,
         **base,
     )
     if timing and first is None:
@@ -189,6 +202,31 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ch
         out.ref_runtime_us = ref_runtime
         out.speedup = ref_runtime / runtime if ref_runtime and runtime else None
     return out
+
+
+def kernel_shapes(prep: PreparedReference, cases: list[Case], result: dict[str, Any], backend: str) -> list[KernelShape]:
+    """Per checked shape, the backend's launches over the calls made at it; the op file's own shape
+    is the first where it was checked (a GPU's), else the worker's meta-device call there."""
+    shape_of = {c.id: c.shape for c in cases}
+    totals: dict[int, int] = {}
+    for key, facts in result.get("calls", {}).items():
+        if "launches" not in facts:
+            continue  # timed calls: their launches are the seed's
+        case_id = key.split("#", 1)[0]
+        shape = shape_of.get(case_id, 0)  # fresh, fresh#1: the main shape's buffers
+        totals[shape] = totals.get(shape, 0) + int(facts["launches"].get(backend, 0))
+    meta = result.get("own_shape")
+    shapes = [KernelShape(knobs=prep.shapes[i], launches=n, own=i == 0 and meta is None)
+              for i, n in sorted(totals.items())]
+    if meta is not None:
+        launched = meta["launches"]
+        shapes.append(KernelShape(knobs=meta["knobs"], launches=None if launched is None else int(launched.get(backend, 0)),
+                                  own=True, how="meta", why=meta.get("why", "")))
+    return shapes
+
+
+def _knobs(knobs: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in knobs.items()) or "no shape knobs"
 
 
 def _check_call(f: Findings, prep: PreparedReference, case_id: str, key: str, calls: dict[str, Any],

@@ -1,4 +1,4 @@
-"""Every stream's work in the figure (okgit.eval.timing, okgit.eval.streams), on the CPU.
+"""Every stream's work in the figure (okgit.eval.worker.timing, okgit.eval.parent.streams), on the CPU.
 
 The timer's protocol runs here against a simulated device: events read a clock the test moves,
 and work a candidate leaves "on another stream" is a callback that runs only at the next
@@ -12,8 +12,8 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from okgit.eval import timing
-from okgit.eval.streams import FENCE_MIN_US, check_streams
+from okgit.eval.parent.streams import FENCE_MIN_US, check_streams
+from okgit.eval.worker import timing
 
 
 class FakeDevice:

@@ -1,6 +1,6 @@
 """Every stream's work in the figure: what the parent makes of the worker's stream checks.
 
-The worker's timer (okgit.eval.timing) records, beside its samples on the caller's stream: which
+The worker's timer (okgit.eval.worker.timing) records, beside its samples on the caller's stream: which
 checked calls' outputs were still changing after the call's own stream had finished (`escaped`),
 the fenced calls (device idle before the start event, a device-wide synchronize before the last
 one: every stream's work inside, plus the synchronize's wake-up, measured apart on empty calls),

@@ -33,7 +33,8 @@ non-blocking stream, a graph replayed elsewhere) is outside them. Three checks c
 - Escaped outputs: each checked sample's outputs are cloned on the caller's stream right after
   its end event, then compared bit for bit with the same outputs once the whole device is idle.
   Outputs still being written after the call's own stream finished differ: the call returned
-  before its work was done, which in a user's program is a race (gate `streams`).
+  before its work was done, which in a user's program is a race (gate `streams`). The checked
+  samples are picked at random, so a call cannot escape on most samples and not on those.
 - Fenced samples: FENCED_SAMPLES more calls with the device idle before the start event and a
   device-wide synchronize before the last event, so nothing the call causes, on any stream, can
   fall outside them (less the synchronize's own wake-up, measured on empty calls). Work run on
@@ -187,7 +188,7 @@ def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: i
         del out
     synchronize()
     times = [elapsed(start, end) * 1000.0 for start, end in events[warmup:]]
-    fenced, wake = _fenced_calls(fn, slots, input_sets, salt0, flush, first=total, escaped=escaped)
+    fenced, wake = _fenced_calls(fn, slots, input_sets, salt0, flush, first=total)
 
     n = max(k, min(50, samples))
     synchronize()
@@ -218,10 +219,10 @@ def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: i
 
 
 def _fenced_calls(fn: Callable[..., Any], slots: list[list[Any]], input_sets: list[list[Any]], salt0: int,
-                  flush: Any, *, first: int, escaped: list[str]) -> tuple[list[Fenced], list[float]]:
+                  flush: Any, *, first: int) -> tuple[list[Fenced], list[float]]:
     """FENCED_SAMPLES calls with the device idle before their start event and synchronized before
-    their last event (their outputs checked for escaped writes too), then as many empty ones, whose
-    start-to-done is the synchronize's own wake-up."""
+    their last event, then as many empty ones, whose start-to-done is the synchronize's own wake-up.
+    A call escapes nothing here (all its work is inside), so its outputs need no check."""
     b = _bound
     new_event, record, elapsed, stream = b["new_event"], b["record"], b["elapsed"], b["stream"]
     synchronize, perf, use_main = b["synchronize"], b["perf_counter"], b["use_main"]
@@ -238,15 +239,11 @@ def _fenced_calls(fn: Callable[..., Any], slots: list[list[Any]], input_sets: li
         out = fn(*slots[slot])
         host_us = (perf() - h0) * 1e6
         record(end, stream)
-        use_main()
-        snapshot = _clone_tree(out, b["clone"])
-        synchronize()
+        synchronize()  # nothing of the evaluator's own runs before `done`: it would be counted as the call's
         record(done, stream)
         synchronize()
-        if not same_bits(snapshot, out):
-            escaped.append(f"fenced call {j}")
         fenced.append(Fenced(elapsed(start, end) * 1000.0, elapsed(start, done) * 1000.0, host_us))
-        del out, snapshot
+        del out
     wake: list[float] = []
     for _ in range(FENCED_SAMPLES):
         synchronize()

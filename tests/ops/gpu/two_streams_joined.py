@@ -26,6 +26,6 @@ class ModelNew(nn.Module):
         _side.wait_stream(main)
         relu_kernel[(triton.cdiv(half, 1024),)](x, y, half, BLOCK=1024)
         with torch.cuda.stream(_side):
-            relu_kernel[(triton.cdiv(n - half, 1024),)](x[half:], y[half:], n - half, BLOCK=1024)
+            relu_kernel[(triton.cdiv(n - half, 1024),)](x.view(-1)[half:], y.view(-1)[half:], n - half, BLOCK=1024)
         main.wait_stream(_side)  # joined: x and y stay alive on the caller's stream after this
         return y

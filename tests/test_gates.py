@@ -43,7 +43,7 @@ def test_every_part_of_the_protocol_has_its_gate():
                                                                                                    "modes.eval"} <= set(parts)
     assert set(parts.values()) <= set(gate_names())
     # what a worker names itself when it stops while loading the candidate (okgit.eval.worker.candidate)
-    assert {"compile", "device"} <= set(gate_names())
+    assert {"compile", "device", "own_shape"} <= set(gate_names())
 
 
 def test_the_gate_names_the_judge_reports_are_gates():
@@ -121,7 +121,7 @@ def test_the_verdict_loops_over_the_registered_gates():
     listed = [g.name for g in out.gates]
     # registered order; device only where it fails, the modes and timing gates only where they ran
     assert listed == [n for n in gate_names() if n not in ("device", "train_mode", "state", "eval_mode",
-                                                           "timed_outputs", "side_stream", "roofline")]
+                                                           "timed_outputs", "streams", "roofline")]
     assert [g.name for g in gates()][:3] == ["static", "compile", "device"]
     # a repeat the judge never answered: an error at the repeat gate, whatever the worker says
     prep, cases, result, checks = _evidence()

@@ -37,6 +37,7 @@ from okgit.eval.parent.profile import profile_data
 from okgit.eval.parent.reference import PreparedReference, from_judge
 from okgit.eval.parent.rounds import summarize
 from okgit.eval.parent.sandbox import Outcome, WorkerPool, WorkerProcess, default_memory_limit, read_result
+from okgit.eval.parent.streams import check_streams
 from okgit.eval.parent.verdict import base_fields, crashed, decide
 from okgit.eval.protocol.jobs import PINNED_FLAGS, Job, Timing
 from okgit.eval.protocol.keys import CallKey, CallKind, fresh_case
@@ -217,9 +218,11 @@ class LocalEvaluator(EvaluatorBase):
 
     def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],
                        root: str | None = None, **kw: Any) -> Job:
+        own = dict(problem.knobs)
         return Job(role="candidate", source_path="", device=self._kind, backend=backend,
                    root=root or problem.candidate_root or problem.root, reference_path=prep.reference_path,
-                   cases=cases, shapes=prep.shapes, init_seed=prep.init_seed, gates=call_gates(), **kw)
+                   cases=cases, shapes=prep.shapes, init_seed=prep.init_seed, gates=call_gates(),
+                   own_knobs=own if prep.shapes and own != prep.shapes[0] else None, **kw)
 
     def _key(self, problem: Problem, mode: Mode) -> str:
         return hashlib.sha256(repr((problem.source, problem.root, sorted(problem.knobs.items()), problem.extra_shapes,
@@ -309,7 +312,7 @@ class LocalEvaluator(EvaluatorBase):
         if result is None or result.get("failure") or not result.get("timing"):
             why = result["failure"]["message"] if result and result.get("failure") else outcome.describe()
             raise OkgitError(f"a timing round failed: {why}")
-        return float(median(result["timing"]["samples_us"]))
+        return float(check_streams(result["timing"]).runtime_us)  # every stream's work inside
 
     def _gpu(self) -> contextlib.AbstractContextManager:
         """The device lock around anything this process's workers run on the GPU."""

@@ -5,7 +5,7 @@ the facts of each call. Here each call is compared under the gate its key names,
 registered gate (okgit.eval.parent.gates) adds its own findings; the first gate in their order
 that failed sets the status and EvalError. A gate that catches cheating (`Gate.rejects`:
 replaced entry points, aliasing, a tensor subclass, no completed kernel of the backend, outputs
-that change once timed, work escaping the timed stream, a time below the roofline) gives
+that change once timed, work escaping the caller's stream, a time below the roofline) gives
 `rejected`; a wrong answer gives `incorrect`; a crash gives `error`. Timing figures are taken
 from the raw samples here, not from the worker's.
 """
@@ -19,10 +19,12 @@ from typing import Any
 from okgit.eval import roofline
 from okgit.eval.parent.gates import Evidence, Findings, call_gates, gates
 from okgit.eval.parent.gates.outputs import compare_call
+from okgit.eval.parent.gates.own_shape import kernel_shapes
 from okgit.eval.parent.gates.timed import NO_ROOFLINE, allowed_matmul_rate
 from okgit.eval.parent.profile import profile_data
 from okgit.eval.parent.reference import PreparedReference
 from okgit.eval.parent.sandbox import Outcome
+from okgit.eval.parent.streams import check_streams
 from okgit.eval.protocol.jobs import PINNED_FLAGS, Case
 from okgit.eval.protocol.keys import FRESH, CallKey, CallKind, fresh_case
 from okgit.eval.types import EvalError, EvalResult, GateResult, Mode, ProfileData, Status
@@ -67,11 +69,13 @@ def decide(prep: PreparedReference, cases: list[Case], result: dict[str, Any], c
         max_abs_error=found.max_abs,
         max_rel_error=found.max_rel,
         profile=_profile(ev, device),
+        kernel_shapes=kernel_shapes(prep, cases, result, backend),
         **base,
     )
     timing = ev.timing
     if timing and first is None:
-        runtime, ref_runtime = median(timing["samples_us"]), median(prep.timing["samples_us"]) if prep.timing else None
+        runtime = check_streams(timing).runtime_us  # every stream's work inside
+        ref_runtime = median(prep.timing["samples_us"]) if prep.timing else None
         out.timed = True
         out.runtime_us = runtime
         out.ref_runtime_us = ref_runtime
@@ -116,7 +120,7 @@ def _profile(ev: Evidence, device: str) -> ProfileData | None:
     flops, min_bytes = prep.cost.get("flops"), prep.cost.get("min_bytes")
     roof = None
     if timing and peaks and flops is not None and min_bytes is not None and not os.environ.get(NO_ROOFLINE):
-        roof = roofline.position(flops, min_bytes, median(timing["samples_us"]), peaks, rate)
+        roof = roofline.position(flops, min_bytes, check_streams(timing).runtime_us, peaks, rate)
     return profile_data(result.get("profile") or {}, custom, launch_count=s0.get("launches", {}).get(ev.backend),
                         flops=flops, min_bytes=min_bytes, roofline=roof,
                         raw={"timing": {k: v for k, v in timing.items() if k != "spot"}} if timing else None)

@@ -12,7 +12,8 @@ in the verdict's order:
 | 140-160 | distribution, extra_shapes, init_inputs                  | cases.py      |
 | 170-190 | train_mode, state, eval_mode                             | modes.py      |
 | 200   | backend_kernel                                             | integrity.py  |
-| 210-230 | timed_outputs, side_stream, roofline                     | timed.py      |
+| 210   | own_shape                                                  | own_shape.py  |
+| 220-240 | streams, timed_outputs, roofline                         | timed.py      |
 
 Adding a gate is one module with a `@gate(order)` class (docs/internals.md, "Adding a gate").
 """
@@ -20,7 +21,7 @@ Adding a gate is one module with a `@gate(order)` class (docs/internals.md, "Add
 from __future__ import annotations
 
 # each built-in gate's module registers it on import
-from okgit.eval.parent.gates import cases, integrity, loading, modes, outputs, static, timed  # noqa: F401
+from okgit.eval.parent.gates import cases, integrity, loading, modes, outputs, own_shape, static, timed  # noqa: F401
 from okgit.eval.parent.gates.base import GATES, Evidence, Findings, Gate
 
 __all__ = ["Evidence", "Findings", "Gate", "call_gates", "gate_names", "gates", "rules_text"]

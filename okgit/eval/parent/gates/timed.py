@@ -1,6 +1,7 @@
-"""The gates of the timed calls (okgit.eval.worker.timing): their outputs are checked like the
-others, no work may escape the timed stream, and no time may fall below the roofline floor.
-On a CPU nothing is timed: the timed calls' outputs are still checked, on the same protocol."""
+"""The gates of the timed calls (okgit.eval.worker.timing): every stream's work must be done when
+the call returns (okgit.eval.parent.streams), their outputs are checked like the others, and no
+time may fall below the roofline floor. On a CPU nothing is timed: the timed calls' outputs are
+still checked, on the same protocol."""
 
 from __future__ import annotations
 
@@ -10,16 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 from okgit.eval import roofline
 from okgit.eval.parent.gates.base import Evidence, Findings, Gate, gate
+from okgit.eval.parent.streams import check_streams
 from okgit.eval.protocol.keys import CallKind
 
 if TYPE_CHECKING:
     from okgit.eval.parent.reference import PreparedReference
 
-SIDE_STREAM_MIN_US = 200.0
+SIDE_STREAM_MIN_US = 200.0  # device work left after a back-to-back batch that is more than a synchronize's noise
 NO_ROOFLINE = "OKGIT_TEST_NO_ROOFLINE"  # tests only: the roofline gate off, to show the other gates catch a cheat alone
 
 
-@gate(210)
+@gate(230)
 class TimedOutputs(Gate):
     name = "timed_outputs"
     rule = "Outputs of the timed calls must be as correct as the checked ones."
@@ -38,21 +40,30 @@ class _TimingGate(Gate):
 
 
 @gate(220)
-class SideStream(_TimingGate):
-    name = "side_stream"
-    rule = "All work runs on the current stream and is finished when the call returns: no work escaping the timed stream."
+class Streams(_TimingGate):
+    name = "streams"
+    rule = ("Work on other streams is allowed only if the caller's stream waits for it before the call returns "
+            "(wait_stream / events): outputs must be complete in the caller's stream order.")
 
     def check(self, ev: Evidence, found: Findings) -> None:
         timing = ev.timing
         if not timing:
             return
+        streams = check_streams(timing)
         residual, host = timing["residual_sync_us"], timing["batch_host_us"] * timing.get("batch_calls", 1)
-        if residual > max(SIDE_STREAM_MIN_US, 0.1 * host):
+        if streams.escaped:
+            found.fail(self.name, f"the outputs of {', '.join(streams.escaped[:3])} were still being written after "
+                       "the call's own stream had finished: its work runs on a stream the caller never waits for "
+                       "(make the caller's stream wait for it before returning, e.g. "
+                       "torch.cuda.current_stream().wait_stream(side))")
+        elif residual > max(SIDE_STREAM_MIN_US, 0.1 * host):
             found.fail(self.name, f"{residual:.0f} us of device work was still running after the timed stream "
                        f"finished: work escapes the timed stream")
+        elif streams.device_wide:
+            found.note(self.name, streams.note())
 
 
-@gate(230)
+@gate(240)
 class Roofline(_TimingGate):
     name = "roofline"
     rule = "A time below the roofline floor (less work than the op needs) is rejected as implausible."
@@ -63,7 +74,7 @@ class Roofline(_TimingGate):
         flops, min_bytes = prep.cost.get("flops"), prep.cost.get("min_bytes")
         if not timing or not peaks or flops is None or min_bytes is None or os.environ.get(NO_ROOFLINE):
             return
-        runtime = median(timing["samples_us"])
+        runtime = check_streams(timing).runtime_us
         ref_runtime = median(prep.timing["samples_us"]) if prep.timing else None
         floor = roofline.floor_us(flops, min_bytes, peaks, rate)
         if ref_runtime is not None and ref_runtime < roofline.PLAUSIBLE_FRACTION * floor:

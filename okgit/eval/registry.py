@@ -41,5 +41,6 @@ def _modal(config: Config, **options: Any) -> Evaluator:
 def make_evaluator(config: Config, *, on_note: Callable[[str], None] | None = None, **options: Any) -> Evaluator:
     """The evaluator `config.eval` names; `on_note` gets what it says while it starts (the CLI's progress)."""
     evaluator = EVALUATORS.get(config.eval).factory(config, **options)
-    evaluator.on_note = on_note
+    if on_note is not None:
+        evaluator.on_note = on_note
     return evaluator

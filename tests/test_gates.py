@@ -132,3 +132,30 @@ def test_the_verdict_loops_over_the_registered_gates():
     prep, cases, result, checks = _evidence()
     checks["s0"] = {"checks": [{"ok": False, "gate": "", "message": "differs"}], "fingerprints": ["f"]}
     assert _decide(prep, cases, result, checks).status is Status.incorrect
+
+
+def _timed(prep: PreparedReference, samples_us: float, **timing: Any) -> dict[str, Any]:
+    """A GPU evaluation's timing facts (okgit.eval.worker.measure), for the timed gates on a CPU."""
+    prep.timing = {"samples_us": [100.0] * 5}
+    return {"samples_us": [samples_us] * 5, "residual_sync_us": 0.0, "batch_host_us": 5.0, "batch_calls": 10,
+            **timing}
+
+
+def test_the_timed_gates_read_the_timing_facts():
+    prep, cases, result, checks = _evidence()
+    out = _decide(prep, cases, {**result, "timing": _timed(prep, 50.0)}, checks)
+    assert out.status is Status.correct and out.timed and out.runtime_us == 50.0 and out.speedup == 2.0
+    assert [g.name for g in out.gates][-2:] == ["streams", "roofline"]
+    escaped = _decide(prep, cases, {**result, "timing": _timed(prep, 50.0, escaped=["timed:s0~7"])}, checks)
+    assert (escaped.status, escaped.error.gate) == (Status.rejected, "streams") and not escaped.timed
+    assert "timed:s0~7" in escaped.error.message
+    left = _decide(prep, cases, {**result, "timing": _timed(prep, 50.0, residual_sync_us=900.0)}, checks)
+    assert (left.status, left.error.gate) == (Status.rejected, "streams")
+    # 1 GB moved at 1 TB/s takes 1000 us at least: 50 us is less work than the op needs
+    prep.peaks, prep.cost = {"copy_bandwidth": 1e12, "matmul": {"fp32": 1e14}}, {"flops": 0.0, "min_bytes": 1e9}
+    timing = _timed(prep, 50.0)
+    slow_reference = _decide(prep, cases, {**result, "timing": timing}, checks)  # the reference at 100 us: below too
+    assert slow_reference.status is Status.correct and "skipped" in slow_reference.gates[-1].detail
+    prep.timing = {"samples_us": [2000.0] * 5}
+    fast = _decide(prep, cases, {**result, "timing": timing}, checks)
+    assert (fast.status, fast.error.gate) == (Status.rejected, "roofline")

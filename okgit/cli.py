@@ -86,19 +86,22 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 def _campaign(args: argparse.Namespace) -> int:
     """`optimize DIR/` and `optimize MODEL.py --campaign`: each problem's progress as a run's."""
     from okgit.campaign.text import campaign_line
+    from okgit.journal.campaign import CampaignEvent, ProblemStarted
+    from okgit.journal.events import Event
     from okgit.progress import printer
 
     if args.resume or args.watch:
         raise UsageError("a campaign takes neither --resume nor --watch (follow it with: okgit watch campaign:latest)")
-    current: list[Callable[[dict[str, Any]], None]] = []
+    current: list[Callable[[Event], None]] = []
 
-    def progress(event: dict[str, Any]) -> None:
-        if event.get("type") == "problem_started":
-            current[:] = [printer(sys.stdout, event.get("op"))]
-        line = campaign_line(event)
-        if line:
-            print(line, flush=True)
-        elif line is None and current:  # an event of the problem's run
+    def progress(event: Event) -> None:
+        if isinstance(event, ProblemStarted):
+            current[:] = [printer(sys.stdout, event.op)]
+        if isinstance(event, CampaignEvent):
+            line = campaign_line(event)
+            if line:
+                print(line, flush=True)
+        elif current:  # an event of the problem's run
             current[0](event)
 
     on_event = None if args.json else progress
@@ -135,10 +138,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     from okgit import presentation
     from okgit.campaign import listing
-    from okgit.campaign.store import is_campaign_ref, resolve_campaign
     from okgit.git import history
+    from okgit.git.campaigns import is_campaign_ref, resolve_campaign
     from okgit.git.repo import Repo
 
+    if args.log and (not args.run or is_campaign_ref(args.run)):
+        raise UsageError("history --log takes a run: okgit history RUN --log")
     repo = Repo.find(Path.cwd())
     if args.run and is_campaign_ref(args.run):
         campaign = listing.campaign_summary(repo, resolve_campaign(repo, args.run))
@@ -146,7 +151,12 @@ def cmd_history(args: argparse.Namespace) -> int:
     elif args.run:
         from okgit.git.workspace import resolve_run
 
-        detail = history.run_detail(repo, resolve_run(repo, args.run))
+        run_id = resolve_run(repo, args.run)
+        if args.log:
+            view = history.run_view(repo, run_id)
+            _emit(args, [vars(line) for line in view.log], "\n".join(view.log_lines()))
+            return 0
+        detail = history.run_detail(repo, run_id)
         _emit(args, detail.model_dump(mode="json"), presentation.detail_text(detail))
     else:
         campaigns = listing.list_campaigns(repo)
@@ -215,14 +225,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return INTERRUPTED_RUN if watch(None, attach_fd=args.attach, run_pid=args.run_pid) else 0
     if not args.run:
         raise UsageError("watch needs a RUN (a run id, a unique prefix of one, latest, or a run directory)")
-    from okgit.campaign.store import is_campaign_ref
+    from okgit.git.campaigns import is_campaign_ref
     from okgit.git.rundir import RunDir
 
     if is_campaign_ref(args.run):  # the view moves to each problem's run as the campaign starts it
         from functools import partial
 
         from okgit.campaign.listing import current_run_dir
-        from okgit.campaign.store import resolve_campaign
+        from okgit.git.campaigns import resolve_campaign
         from okgit.git.repo import Repo
 
         repo = Repo.find(Path.cwd())
@@ -348,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("history", cmd_history, "list runs and campaigns, or one run's candidates, or one campaign's problems")
     p.add_argument("run", nargs="?", metavar="RUN", help=f"show this run's candidates ({RUN_HELP}; or campaign:ID, campaign:latest; default: list every run and campaign)")
+    p.add_argument("--log", action="store_true", help="with RUN: the run's log, line by line, as okgit watch shows it")
 
     p = command("show", cmd_show, "a run's or a candidate's diff against the run's base")
     p.add_argument("ref", metavar="REF", help=f"a run ({RUN_HELP}), a tag okgit/<run>/<cand> or a campaign (campaign:ID)")

@@ -13,7 +13,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from okgit.runview import RUNNING, Event, RunView
+from okgit.journal.events import Event, GateEvent
+from okgit.journal.runview import RUNNING, RunView
 
 
 def write_figures(run_dir: Path, events: list[Event], winner: str | None = None) -> list[Path]:
@@ -32,15 +33,15 @@ def write_figures(run_dir: Path, events: list[Event], winner: str | None = None)
     return [p for p in paths if p]
 
 
-def _final_gate(view: RunView, winner: str | None) -> Event | None:
+def _final_gate(view: RunView, winner: str | None) -> GateEvent | None:
     """The winner's interleaved comparison against the baseline, when the final gate ran one."""
     for gate in view.gates:
-        if gate.get("name") == "interleaved" and gate.get("cand") == winner and gate.get("baseline_us") and gate.get("candidate_us"):
+        if gate.name == "interleaved" and gate.cand == winner and gate.baseline_us and gate.candidate_us:
             return gate
     return None
 
 
-def _speedup(Figure, view: RunView, final: Event | None, path: Path) -> Path | None:
+def _speedup(Figure, view: RunView, final: GateEvent | None, path: Path) -> Path | None:
     done = [c for c in view.candidates.values() if c.status != RUNNING]
     points = view.progress()
     if not points:
@@ -54,9 +55,9 @@ def _speedup(Figure, view: RunView, final: Event | None, path: Path) -> Path | N
         if timed:
             ax.scatter(*zip(*timed), color="tab:green", zorder=3, s=18, label="correct candidate (fast mode)")
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="baseline")
-        if final and final.get("speedup") is not None:
-            ax.axhline(final["speedup"], color="tab:orange", linestyle=":", linewidth=1.5,
-                       label=f"final gate {final['speedup']:.2f}x ({final.get('cand')})")
+        if final and final.speedup is not None:
+            ax.axhline(final.speedup, color="tab:orange", linestyle=":", linewidth=1.5,
+                       label=f"final gate {final.speedup:.2f}x ({final.cand})")
         ax.set_ylabel("speedup vs baseline")
         ax.set_title(f"best speedup over {len(points)} candidates on {view.device}")
     else:
@@ -87,23 +88,25 @@ def _times(view: RunView, winner: str | None) -> tuple[float | None, float | Non
     """Baseline and winner runtimes in us: the final gate's interleaved medians when the winner
     has them (both arms under the same conditions), else the fast-mode numbers."""
     gate = _final_gate(view, winner)
-    if gate:
-        return median(gate["baseline_us"]), median(gate["candidate_us"])
+    if gate and gate.baseline_us and gate.candidate_us:
+        return median(gate.baseline_us), median(gate.candidate_us)
     c = view.candidates.get(winner) if winner else None
-    return view.reference.get("runtime_us"), (c.runtime_us if c and c.timed and c.correct else None)
+    return view.reference.runtime_us if view.reference else None, (c.runtime_us if c and c.timed and c.correct else None)
 
 
 def _roofline(Figure, view: RunView, winner: str | None, path: Path) -> Path | None:
     ref = view.reference
+    if ref is None or not ref.timed:
+        return None
     # The evaluator's measured peaks (okgit.eval.roofline.measure_peaks): bandwidths in bytes/s
     # and dense matmul rates in FLOP/s per precision.
-    hw: dict[str, Any] = ref.get("hardware") or {}
+    hw: dict[str, Any] = ref.hardware
     bandwidth = max(hw.get("copy_bandwidth") or 0.0, hw.get("read_bandwidth") or 0.0)
     rates: dict[str, float] = {k: v for k, v in (hw.get("matmul") or {}).items() if v}
-    profile = ref.get("profile") or {}
+    profile = ref.profile or {}
     flops, min_bytes = profile.get("flops"), profile.get("min_bytes")
     base_us, win_us = _times(view, winner)
-    if not (ref.get("timed") and bandwidth and rates and flops and min_bytes and base_us):
+    if not (bandwidth and rates and flops and min_bytes and base_us):
         return None
     ai = flops / min_bytes
     top = max(rates.values())

@@ -13,9 +13,25 @@ from typing import IO, Any
 
 from rich.text import Text
 
-from okgit.eval.types import Status
 from okgit.fmt import fmt_error, fmt_speed, fmt_us
-from okgit.runview import RunView, plain
+from okgit.journal.events import (
+    Accepted,
+    DiagnosisEvent,
+    Evaluated,
+    Event,
+    GateEvent,
+    InterruptedEvent,
+    LlmCall,
+    Note,
+    Preparing,
+    ProposalEvent,
+    ReferenceEvent,
+    Resumed,
+    RunFinished,
+    RunStarted,
+)
+from okgit.journal.runview import RunView
+from okgit.status import Status
 
 STATUS_STYLE = {Status.correct: "green", Status.incorrect: "red", Status.compile_error: "magenta", Status.rejected: "yellow",
                 Status.error: "red"}
@@ -34,53 +50,80 @@ def _standing(view: RunView) -> str:
     return standing + (f" | ${view.cost_usd:.4f}" if view.cost_usd else "")
 
 
-def describe(event: dict[str, Any], view: RunView, path: str | None = None) -> Text | None:
+def describe(event: Event, view: RunView, path: str | None = None) -> Text | None:
     """The line for `event`, given `view` with the event already folded in; None prints nothing.
     `path`: the op file as the user named it (the resume hint), else the run's own op path."""
-    t = event.get("type")
-    if t == "preparing":  # from run.py only, before the journal's first event
-        return Text.assemble(("okgit ", "bold"), f"run {event.get('run')}: preparing {event.get('op')} "
-                             f"(starting the {event.get('eval')} evaluator; the reference runs next)")
-    if t == "run_started":
-        model = f", {view.model}" if view.model else ""
-        budget = f", {view.iterations} iteration{'s' if view.iterations != 1 else ''}" if view.iterations else ""
-        return Text.assemble(("okgit ", "bold"), f"run {view.run}: {view.op} on {view.device} ({view.backend}, {view.mode}{model}{budget})")
-    if t == "reference":
-        if event.get("timed") and event.get("runtime_us") is not None:
-            return Text.assemble(("baseline ", "bold"), f"{event['runtime_us']:.1f} us on {event.get('device')}")
-        return Text.assemble(("baseline ", "bold"), f"correct on {event.get('device')}; timings are not claimed there")
-    if t == "proposal":
-        c = view.candidates[str(event.get("cand"))]
-        total = f"/{view.iterations}" if view.iterations else ""
-        return Text.assemble((f"[{view.evaluated + 1}{total}] ", "bold"), f"{c.cand} {c.origin}" + (f": {c.intent}" if c.intent else ""))
-    if t == "evaluated":
-        c = view.candidates[str(event.get("cand"))]
-        line = Text(INDENT)
-        line.append(c.status, style=STATUS_STYLE.get(Status(c.status), "") if c.status in Status.__members__ else "")
-        if c.timed and c.speedup is not None:
-            line.append(f" {fmt_speed(c.speedup)} ({fmt_us(c.runtime_us)} us)")
-        if c.error:
-            line.append(f" {fmt_error(c.error, 100)}", style="dim")
-        line.append(f" | {_standing(view)}", style="dim")
-        return line
-    if t == "accepted":
-        return Text(f"{INDENT}tagged {event.get('tag')}", style="dim")
-    if t == "diagnosis":
-        return Text(f"{INDENT}critic: {event.get('specific_issue') or event.get('bottleneck_type')}"
-                    + (f" -> {event['recommendation']}" if event.get("recommendation") else ""), style="italic")
-    if t == "llm_call" and event.get("ok") is False:
-        return Text(f"{INDENT}llm {event.get('role')} call to {event.get('model')} failed", style="yellow")
-    if t in ("note", "resumed"):
-        return Text(str(event.get("message", "")))
-    if t == "interrupted":
-        return Text(f"interrupted ({event.get('reason')}); to continue: okgit optimize {path or view.op or 'PATH'} --resume {event.get('run')}",
-                    style="bold red")
-    if t == "gate":
-        passed = bool(event.get("passed"))
-        return Text.assemble(f"final gate {event.get('name')} on {event.get('cand')}: ",
-                             ("passed" if passed else "failed", "green" if passed else "red"),
-                             f" ({event['detail']})" if event.get("detail") else "")
-    return None
+    line = _LINES.get(type(event))
+    return line(event, view, path) if line else None
+
+
+def _preparing(e: Preparing, view: RunView, path: str | None) -> Text:
+    return Text.assemble(("okgit ", "bold"), f"run {e.run}: preparing {e.op} "
+                         f"(starting the {e.eval} evaluator; the reference runs next)")
+
+
+def _run_started(e: RunStarted, view: RunView, path: str | None) -> Text:
+    model = f", {view.model}" if view.model else ""
+    budget = f", {view.iterations} iteration{'s' if view.iterations != 1 else ''}" if view.iterations else ""
+    return Text.assemble(("okgit ", "bold"), f"run {view.run}: {view.op} on {view.device} ({view.backend}, {view.mode}{model}{budget})")
+
+
+def _reference(e: ReferenceEvent, view: RunView, path: str | None) -> Text:
+    if e.timed and e.runtime_us is not None:
+        return Text.assemble(("baseline ", "bold"), f"{e.runtime_us:.1f} us on {e.device}")
+    return Text.assemble(("baseline ", "bold"), f"correct on {e.device}; timings are not claimed there")
+
+
+def _proposal(e: ProposalEvent, view: RunView, path: str | None) -> Text:
+    c = view.candidates[e.cand]
+    total = f"/{view.iterations}" if view.iterations else ""
+    return Text.assemble((f"[{view.evaluated + 1}{total}] ", "bold"), f"{c.cand} {c.origin}" + (f": {c.intent}" if c.intent else ""))
+
+
+def _evaluated(e: Evaluated, view: RunView, path: str | None) -> Text:
+    c = view.candidates[e.cand]
+    line = Text(INDENT)
+    line.append(c.status, style=STATUS_STYLE.get(Status(c.status), "") if c.status in Status.__members__ else "")
+    if c.timed and c.speedup is not None:
+        line.append(f" {fmt_speed(c.speedup)} ({fmt_us(c.runtime_us)} us)")
+    if c.error:
+        line.append(f" {fmt_error(c.error, 100)}", style="dim")
+    line.append(f" | {_standing(view)}", style="dim")
+    return line
+
+
+def _accepted(e: Accepted, view: RunView, path: str | None) -> Text:
+    return Text(f"{INDENT}tagged {e.tag}", style="dim")
+
+
+def _diagnosis(e: DiagnosisEvent, view: RunView, path: str | None) -> Text:
+    return Text(f"{INDENT}critic: {e.specific_issue or e.bottleneck_type}"
+                + (f" -> {e.recommendation}" if e.recommendation else ""), style="italic")
+
+
+def _llm_call(e: LlmCall, view: RunView, path: str | None) -> Text | None:
+    return None if e.ok else Text(f"{INDENT}llm {e.role} call to {e.model} failed", style="yellow")
+
+
+def _message(e: Note | Resumed, view: RunView, path: str | None) -> Text:
+    return Text(e.message)
+
+
+def _interrupted(e: InterruptedEvent, view: RunView, path: str | None) -> Text:
+    return Text(f"interrupted ({e.reason}); to continue: okgit optimize {path or view.op or 'PATH'} --resume {e.run}",
+                style="bold red")
+
+
+def _gate(e: GateEvent, view: RunView, path: str | None) -> Text:
+    return Text.assemble(f"final gate {e.name} on {e.cand}: ", ("passed" if e.passed else "failed", "green" if e.passed else "red"),
+                         f" ({e.detail})" if e.detail else "")
+
+
+_LINES: dict[type[Event], Callable[[Any, RunView, str | None], Text | None]] = {
+    Preparing: _preparing, RunStarted: _run_started, ReferenceEvent: _reference, ProposalEvent: _proposal,
+    Evaluated: _evaluated, Accepted: _accepted, DiagnosisEvent: _diagnosis, LlmCall: _llm_call, Note: _message,
+    Resumed: _message, InterruptedEvent: _interrupted, GateEvent: _gate,
+}
 
 
 class Printer:
@@ -96,7 +139,7 @@ class Printer:
         self.stream = stream
         self.path = path
         self.view = RunView()
-        self.muted: Callable[[dict[str, Any]], bool] | None = None
+        self.muted: Callable[[Event], bool] | None = None
         self.finished = False  # run_finished printed: a view closed after it needs no word
         self._console = None
         if stream.isatty():
@@ -107,21 +150,21 @@ class Printer:
         self._missed = False  # events folded while muted, not yet summarised
         self._lock = threading.Lock()  # view_closed comes from another thread
 
-    def preload(self, events: list[dict[str, Any]]) -> None:
+    def preload(self, events: list[Event]) -> None:
         self.view.apply(events)
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: Event) -> None:
         with self._lock:
             try:
-                self.view.apply([event])
-                line = describe(plain(event), self.view, self.path)
+                self.view.fold(event)
+                line = describe(event, self.view, self.path)
             except Exception as e:  # noqa: BLE001 (a progress line is never worth stopping the run it reports)
-                line = Text(f"(progress: cannot show a {event.get('type')} event: {type(e).__name__}: {e})", style="dim")
-            self.finished = self.finished or event.get("type") == "run_finished"
+                line = Text(f"(progress: cannot show a {event.type} event: {type(e).__name__}: {e})", style="dim")
+            self.finished = self.finished or isinstance(event, RunFinished)
             if self.muted and self.muted(event):
                 self._missed = True
                 return
-            if self._missed and event.get("type") != "interrupted":  # stopping: its own line says all
+            if self._missed and not isinstance(event, InterruptedEvent):  # stopping: its own line says all
                 self._catch_up()
             self._missed = False
             self._print(line)

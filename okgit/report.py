@@ -7,6 +7,7 @@ from pathlib import Path
 from okgit.eval.types import Comparison
 from okgit.fmt import fmt_speed, fmt_us
 from okgit.git.rundir import RunDir
+from okgit.journal.events import Note
 from okgit.result_text import INTERPRETER_NOTE
 from okgit.search.types import Attempt, Context
 from okgit.status import RunStatus
@@ -84,7 +85,7 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
             lines.append(f"Correctness checked at: {'; '.join(', '.join(f'{k}={v}' for k, v in s.items()) for s in r.shapes)}.")
     if not ctx.attempts:
         lines += ["", "No candidate was proposed; the search's notes below say why."]
-    notes = [e.get("message", "") for e in RunDir(space.run_dir).events() if e["type"] == "note"]
+    notes = [e.message for e in RunDir(space.run_dir).events() if isinstance(e, Note)]
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     lines += ["", "## Candidates", "", "| cand | origin | status | speedup | runtime us | note |", "|---|---|---|---|---|---|"]

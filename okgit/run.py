@@ -28,6 +28,7 @@ from okgit.eval.types import Comparison, EvalResult, Reference
 from okgit.fmt import fmt_speed
 from okgit.git.repo import Repo
 from okgit.git.rundir import RunDir
+from okgit.journal.events import Accepted, Evaluated, Event, LlmCall, Preparing
 from okgit.problem import Problem, load_problem
 from okgit.search.driver import Budget, Search, is_better
 from okgit.search.registry import make_proposers
@@ -77,14 +78,15 @@ def optimize(
     *,
     flags: dict[str, Any] | None = None,
     resume: str | None = None,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_event: Callable[[Event], None] | None = None,
     watcher: Watcher | None = None,
     cwd: Path | None = None,
     evaluator: Evaluator | None = None,
     proposers: list[Proposer] | None = None,
 ) -> RunResult:
-    """`path` may be None with `resume` (the run's own op). `watcher`: a live view already
-    started (`optimize --watch`), told the run's directory."""
+    """`path` may be None with `resume` (the run's own op). `on_event` gets each journal event
+    as its model once written (okgit.journal.events), and a `Preparing` before the first.
+    `watcher`: a live view already started (`optimize --watch`), told the run's directory."""
     repo = Repo.find(cwd or Path.cwd())
     # From the start: a signal while the reference is prepared must stop its judge too.
     in_main = threading.current_thread() is threading.main_thread()
@@ -148,7 +150,7 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
         check_price(config.model, config.api_base, config.prices, config.budget_usd)
     if resume:
         resume = workspace.resolve_run(repo, resume)
-        op = workspace.started_event(repo, resume)["op"]
+        op = workspace.started_event(repo, resume).op
         given = None if path is None else Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
         if given is not None and repo.relpath(given) != op:
             raise OkgitError(f"run {resume} optimizes {op}, not {path}")
@@ -169,7 +171,7 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
     if watcher:
         watcher.attach(space.run_dir)
     if on_event:  # progress before the journal can say anything (run_started needs the evaluator's device)
-        on_event({"type": "preparing", "run": space.run_id, "op": space.op, "eval": config.eval})
+        on_event(Preparing(ts=time.time(), run=space.run_id, op=space.op, eval=config.eval))
     with contextlib.ExitStack() as owned:  # an evaluator made here is closed here; a given one is the caller's
         try:
             evaluator = evaluator or owned.enter_context(make_evaluator(config))
@@ -307,11 +309,11 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
 def _restore(space, ctx: Context) -> None:
     """Rebuild the attempts of an interrupted run from its traces, and what its model calls
     cost from its journal, so the search continues within the same budgets."""
-    from okgit.git.journal import read_jsonl
+    from okgit.journal.files import read_jsonl
 
     events = RunDir(space.run_dir).events()
-    tags = {e["cand"]: e["tag"] for e in events if e["type"] == "accepted"}
-    ctx.spent_usd = sum(float(e.get("cost_usd") or 0.0) for e in events if e["type"] in ("llm_call", "evaluated"))
+    tags = {e.cand: e.tag for e in events if isinstance(e, Accepted)}
+    ctx.spent_usd = sum(e.cost_usd or 0.0 for e in events if isinstance(e, (LlmCall, Evaluated)))
     ctx.earlier = events  # the model proposer rebuilds its intent tree and failures from them
     for rec in read_jsonl(RunDir(space.run_dir).traces)[0]:
         if rec["type"] != "candidate":

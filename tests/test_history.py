@@ -10,8 +10,8 @@ from conftest import OP, crashed_run, record_run
 from okgit import presentation
 from okgit.errors import OkgitError
 from okgit.git import history
-from okgit.git.journal import JsonlWriter
 from okgit.git.repo import Repo
+from okgit.journal.files import JsonlWriter
 
 
 @pytest.mark.slow

@@ -9,9 +9,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # lowest first; a module's layer is that of its longest listed prefix
 LAYERS = [
-    {"okgit.errors", "okgit.fmt", "okgit.paths", "okgit.locks", "okgit.status", "okgit.registry", "okgit.events",
+    {"okgit.errors", "okgit.fmt", "okgit.paths", "okgit.locks", "okgit.status", "okgit.registry", "okgit.journal",
      "okgit.problem", "okgit.presentation", "okgit.config"},
-    {"okgit.git", "okgit.campaign.store"},  # a campaign's refs and directory, which patch resolves
+    {"okgit.git"},
     {"okgit.lower", "okgit.eval", "okgit.backends", "okgit.llm", "okgit.prompts", "okgit.inductor"},
     {"okgit.search"},
     {"okgit.run", "okgit.verify", "okgit.report", "okgit.figures", "okgit.runview", "okgit.progress",

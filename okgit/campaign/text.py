@@ -2,33 +2,55 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from okgit.fmt import fmt_speed, fmt_us
+from okgit.journal.campaign import (
+    CampaignEvent,
+    CampaignStarted,
+    ModelChecked,
+    Planned,
+    ProblemFinished,
+    Screened,
+)
 
 
-def campaign_line(event: dict[str, Any]) -> str | None:
-    """The line for a campaign event; None for events that are not the campaign's own."""
-    t = event.get("type")
-    if t == "campaign_started":
-        return (f"okgit campaign {event.get('run')}: {len(event.get('ops') or [])} problems on {event.get('device')} "
-                f"({event.get('backend')}, {event.get('iterations')} iterations per problem on average)")
-    if t == "screened":
-        if event.get("refused"):
-            return f"  screen {event.get('op')}: refused: {event['refused']}"
-        where = f"{fmt_us(event.get('runtime_us'))} us" if event.get("timed") else "untimed"
-        head = event.get("headroom")
-        return (f"  screen {event.get('op')}: {where}, floor {fmt_us(event.get('floor_us'))} us"
-                + (f", headroom {head:.0%}" if head is not None else ""))
-    if t == "planned":
-        plan = ", ".join(f"{op} {n}" for op, n in zip(event.get("order") or [], event.get("iterations") or []))
-        return f"  plan by {event.get('ordered_by')}: {plan}"
-    if t == "problem_finished":
-        speed = fmt_speed(event.get("speedup"), missing="untimed")
-        extra = event.get("reason") or (f"{speed}" + (f", {event['best_tag']}" if event.get("best_tag") else ""))
-        return f"  problem {event.get('op')}: {event.get('status')}: {extra}"
-    if t == "model_checked":
-        return f"  whole model: {event.get('status')}: {event.get('reason')}"
-    if t in ("problem_started", "problem_run", "campaign_finished"):
-        return ""  # the problem's run announces itself; the summary follows the campaign's end
-    return None
+def campaign_line(event: CampaignEvent) -> str:
+    """The line for one of the campaign's own events; "" for those that print nothing (the
+    problem's run announces itself; the summary follows the campaign's end)."""
+    line = _LINES.get(type(event))
+    return line(event) if line else ""
+
+
+def _started(e: CampaignStarted) -> str:
+    return (f"okgit campaign {e.run}: {len(e.ops)} problems on {e.device} "
+            f"({e.backend}, {e.iterations} iterations per problem on average)")
+
+
+def _screened(e: Screened) -> str:
+    if e.refused:
+        return f"  screen {e.op}: refused: {e.refused}"
+    where = f"{fmt_us(e.runtime_us)} us" if e.timed else "untimed"
+    return (f"  screen {e.op}: {where}, floor {fmt_us(e.floor_us)} us"
+            + (f", headroom {e.headroom:.0%}" if e.headroom is not None else ""))
+
+
+def _planned(e: Planned) -> str:
+    return f"  plan by {e.ordered_by}: " + ", ".join(f"{op} {n}" for op, n in zip(e.order, e.iterations))
+
+
+def _problem_finished(e: ProblemFinished) -> str:
+    speed = fmt_speed(e.speedup, missing="untimed")
+    extra = e.reason or (f"{speed}" + (f", {e.best_tag}" if e.best_tag else ""))
+    return f"  problem {e.op}: {e.status}: {extra}"
+
+
+def _model_checked(e: ModelChecked) -> str:
+    return f"  whole model: {e.status}: {e.reason}"
+
+
+_LINES: dict[type[CampaignEvent], Callable[[Any], str]] = {
+    CampaignStarted: _started, Screened: _screened, Planned: _planned, ProblemFinished: _problem_finished,
+    ModelChecked: _model_checked,
+}

@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-
-class Status(str, Enum):
-    correct = "correct"
-    compile_error = "compile_error"
-    incorrect = "incorrect"
-    rejected = "rejected"
-    error = "error"
-
+from okgit.status import Status  # a candidate's status, beside a run's (read back from journals)
 
 Mode = Literal["fast", "thorough"]
 

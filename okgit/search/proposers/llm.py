@@ -30,6 +30,7 @@ from typing import Any, Callable
 from okgit.config import Config
 from okgit.errors import OkgitError
 from okgit.eval.rules import rules_text
+from okgit.journal.events import IntentEvent, LlmCall
 from okgit.llm import Completion, Message, prompt_messages
 from okgit.paths import skills_path
 from okgit.problem import top_level_names
@@ -141,7 +142,7 @@ class LLMProposer:
             top = retrieved[0][0]
             self.skills_text += (f"\nThe code with which {top.name} won on a very similar problem (a template to adapt, "
                                  f"not to copy):\n```python\n{top.template}```")
-        if any(e.get("type") == "intent" for e in ctx.earlier):
+        if any(isinstance(e, IntentEvent) for e in ctx.earlier):
             self._resume(ctx)
             ctx.log("note", message=f"llm: resumed with {len(self.tree.live())} live intents of {len(self.tree.nodes)}")
             return
@@ -165,8 +166,9 @@ class LLMProposer:
             owner = by_description.get(a.proposal.intent)
             if owner is not None and not a.result.correct:
                 self.failures.append((a.cand, self._failure_line(a, owner)))
-        self.plan_rounds -= sum(1 for e in ctx.earlier if e.get("type") == "llm_call" and e.get("role") == "intents")
-        self.calls.made = sum(1 for e in ctx.earlier if e.get("type") == "llm_call")
+        calls = [e for e in ctx.earlier if isinstance(e, LlmCall)]
+        self.plan_rounds -= sum(1 for e in calls if e.role == "intents")
+        self.calls.made = len(calls)
 
     def _seed(self, ctx: Context) -> None:
         for description, priority in SEEDS.get(ctx.backend, SEEDS["triton"]):

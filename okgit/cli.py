@@ -13,7 +13,16 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
-from okgit.config import BACKENDS, DEFAULT_ITERATIONS, DEFAULT_MODEL_ITERATIONS, DEVICES, EDIT_MODES, MODES, RUN_FLAGS
+from okgit.config import (
+    BACKENDS,
+    DEFAULT_ITERATIONS,
+    DEFAULT_MODEL_ITERATIONS,
+    DEVICES,
+    EDIT_MODES,
+    EVALUATORS,
+    MODES,
+    RUN_FLAGS,
+)
 from okgit.errors import OkgitError, UsageError
 
 
@@ -31,12 +40,6 @@ def _default(name: str) -> Any:
     return Config.model_fields[name].default
 
 
-def _evaluators() -> tuple[str, ...]:
-    from okgit.eval.registry import EVALUATORS
-
-    return EVALUATORS.names()
-
-
 def _optimize_flags(p: argparse.ArgumentParser) -> None:
     """The run settings (config.RUN_FLAGS); each overrides okgit.toml / [tool.okgit] and OKGIT_* variables."""
     p.add_argument("--backend", choices=BACKENDS, help=f"kernel language (default: {_default('backend')})")
@@ -49,7 +52,7 @@ def _optimize_flags(p: argparse.ArgumentParser) -> None:
                    help="candidates to evaluate, all proposers together "
                         f"(default: {DEFAULT_ITERATIONS}, {DEFAULT_MODEL_ITERATIONS} with --model)")
     p.add_argument("--budget-usd", type=float, metavar="X", help="stop once model calls cost this much (default: no limit)")
-    p.add_argument("--eval", choices=_evaluators(), help=f"where candidates run (default: {_default('eval')})")
+    p.add_argument("--eval", choices=EVALUATORS.names(), help=f"where candidates run (default: {_default('eval')})")
     p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu (Triton's interpreter, untimed)")
     p.add_argument("--edit-mode", choices=EDIT_MODES,
                    help=f"how a model writes candidates: whole files or patches (default: {_default('edit_mode')})")
@@ -372,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("verify", cmd_verify, "re-run every gate on a diff against the current HEAD (for CI)")
     p.add_argument("ref", metavar="PATCH_OR_REF", help="a .diff file, a run, a tag okgit/<run>/<cand> or a campaign (campaign:ID)")
-    p.add_argument("--eval", choices=_evaluators(), help=f"where the candidate runs (default: {_default('eval')}, or okgit.toml's)")
+    p.add_argument("--eval", choices=EVALUATORS.names(), help=f"where the candidate runs (default: {_default('eval')}, or okgit.toml's)")
     p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu (correctness only)")
     p.add_argument("--mode", choices=MODES, help="default: thorough")
     p.add_argument("--require-speedup", type=float, metavar="X", help="also fail unless the diff is X times faster (default: not required)")

@@ -446,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except KeyboardInterrupt as e:
-        stopped = getattr(e, "message", "")  # okgit.run.Interrupted: the signal and what it stopped
+        stopped = getattr(e, "message", "")  # okgit.run.Stopped: the signal and what it stopped
         print(f"okgit: interrupted ({stopped})" if stopped else "okgit: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `okgit history | head`: the reader has all it wanted

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
@@ -24,7 +24,8 @@ else:  # pragma: no cover
 
 # The choices of the run settings, read by the CLI's flags too (one list each).
 BACKENDS = ("triton", "cuda")
-MODES = ("fast", "thorough")
+Mode = Literal["fast", "thorough"]  # the evaluator's too (okgit.eval.types)
+MODES: tuple[Mode, ...] = get_args(Mode)
 DEVICES = ("cuda", "cpu")
 EDIT_MODES = ("whole", "patch")
 # Where candidates run (`--eval`): the built-ins register in okgit.eval.registry, read the first
@@ -78,7 +79,7 @@ class Config(BaseModel):
     backend: Literal[BACKENDS] = "triton"  # type: ignore[valid-type]
     model: str | None = None  # a litellm model string, or replay:PATH; None = offline templates
     api_base: str | None = None
-    mode: Literal[MODES] = "fast"  # type: ignore[valid-type]
+    mode: Mode = "fast"
     iterations: int | None = Field(default=None, ge=1)  # None: DEFAULT_ITERATIONS, or DEFAULT_MODEL_ITERATIONS with a model
     budget_usd: float | None = Field(default=None, ge=0)
     time_budget_s: float | None = Field(default=None, gt=0)

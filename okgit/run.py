@@ -96,9 +96,9 @@ def optimize(
     except KeyboardInterrupt as e:
         if watcher:
             watcher.abort()
-        reason, live = (e.reason, e.live) if isinstance(e, _Interrupted) else ("Ctrl-C", [])
+        reason, live = (e.reason, e.live) if isinstance(e, _Signalled) else ("Ctrl-C", [])
         stopped = sorted(set(live) | set(stop_all()), key=lambda n: int(n.split()[1]))  # with what no evaluator held
-        raise Interrupted(f"{reason}: stopped {_processes(stopped)}; their directories are removed" if stopped
+        raise Stopped(f"{reason}: stopped {_processes(stopped)}; their directories are removed" if stopped
                           else f"{reason}: no process of okgit was running") from None
     except BaseException:
         if watcher:
@@ -109,7 +109,7 @@ def optimize(
             signal.signal(sig, handler)
 
 
-class Interrupted(KeyboardInterrupt):
+class Stopped(KeyboardInterrupt):
     """Ctrl-C or SIGTERM ended `optimize`: `message` says what okgit stopped (the CLI prints it)."""
 
     def __init__(self, message: str) -> None:
@@ -125,7 +125,7 @@ def _processes(names: list[str]) -> str:
 
 
 def _on_signal(signum, frame):
-    raise _Interrupted("Ctrl-C" if signum == signal.SIGINT else "SIGTERM", live_processes())
+    raise _Signalled("Ctrl-C" if signum == signal.SIGINT else "SIGTERM", live_processes())
 
 
 class Watcher(Protocol):
@@ -216,7 +216,7 @@ def _base_source(space) -> str:
     return space.repo.git("show", f"{space.base_commit}:{space.op}", cwd=space.worktree)
 
 
-class _Interrupted(KeyboardInterrupt):
+class _Signalled(KeyboardInterrupt):
     """Ctrl-C or SIGTERM, turned into an exception so the run writes what it has; `live`: the
     processes okgit had running when it came."""
 
@@ -235,7 +235,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
 
     def log(type: str, **fields):
         if signals:  # a signal whose exception some library swallowed: honour it at the next event
-            raise _Interrupted(signals[0])
+            raise _Signalled(signals[0])
         event = space.journal.write(type, **fields)
         if on_event:
             on_event(event)
@@ -286,13 +286,13 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
             log("note", message=f"the run ends in error: {e}")
             return _finish(space, ctx, RunStatus.error, None, None, stop_reason, search.spent_usd, log, cause=str(e))
         return _finish(space, ctx, status, winner, comparison, stop_reason, search.spent_usd, log)
-    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (_Interrupted)
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (_Signalled)
         reason = signals[0] if signals else "Ctrl-C"
-        live = e.live if isinstance(e, _Interrupted) else []
+        live = e.live if isinstance(e, _Signalled) else []
         signals.clear()
         log("interrupted", reason=reason)
         _finish(space, ctx, RunStatus.interrupted, ctx.best, None, "interrupted", search.spent_usd, log)
-        raise _Interrupted(reason, live) from None
+        raise _Signalled(reason, live) from None
     except Exception as e:
         # Still write what the run has and leave the repository consistent, then report.
         signals.clear()

@@ -6,9 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from okgit.status import Status  # a candidate's status, beside a run's (read back from journals)
-
-Mode = Literal["fast", "thorough"]
+from okgit.config import Mode
+from okgit.status import Status
 
 
 class KernelTime(BaseModel):

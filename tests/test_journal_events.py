@@ -1,4 +1,4 @@
-"""The journal as a typed contract (okgit/events.py): a real run's journal, the recorded ones
+"""The journal as a typed contract (okgit/journal/events.py): a real run's journal, the recorded ones
 the reader tests use (tests/journals) and docs/internals.md's table all agree with the models,
 and the writer refuses an event its model does not accept."""
 

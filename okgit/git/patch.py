@@ -15,6 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
@@ -24,6 +25,7 @@ from okgit.git.campaigns import PREFIX, campaign_diff, is_campaign_ref, resolve_
 from okgit.git.repo import Repo
 from okgit.git.rundir import RunDir
 from okgit.git.workspace import op_diff, resolve_run, started_event
+from okgit.journal.events import Evaluated
 
 _TAG = re.compile(r"okgit/([^/]+)/([^/]+)")
 _INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
@@ -153,6 +155,27 @@ def checked_on(repo: Repo, ref: str) -> tuple[str, str] | None:
     except OkgitError:
         return None
     return started.device, started.backend
+
+
+def kernel_shapes(repo: Repo, ref: str) -> list[dict[str, Any]]:
+    """Where the candidate REF names (a tag, or a run's winner) ran its own kernels, as its
+    evaluation recorded (okgit.eval.types.KernelShape); [] for a diff file or an older run."""
+    ref = resolve_ref(repo, ref)
+    tag = _TAG.fullmatch(ref)
+    run = tag.group(1) if tag else ref
+    if not _is_run(repo, run):
+        return []
+    run_dir = RunDir(repo.run_dir(run))
+    if tag:
+        cand = tag.group(2)
+    else:
+        try:
+            best = json.loads(run_dir.result.read_text()).get("best_tag") or ""
+        except (OSError, ValueError):
+            return []
+        cand = best.rsplit("/", 1)[-1]
+    found = [e for e in run_dir.events() if isinstance(e, Evaluated) and e.cand == cand]
+    return list(found[-1].kernel_shapes or []) if found else []
 
 
 def revert(repo: Repo, ref: str) -> list[str]:

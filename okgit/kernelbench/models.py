@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from okgit.eval.device_pool import Slot
+from okgit.eval.parent.device_pool import Slot
 from okgit.git.repo import git
 from okgit.kernelbench.reader import KBProblem
 from okgit.kernelbench.runs import ProblemInterrupted, Timer, Workspace, baselines, flag_args, last_json, slug

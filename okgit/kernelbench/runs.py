@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from okgit.errors import OkgitError
-from okgit.eval.device_pool import Slot
+from okgit.eval.parent.device_pool import Slot
 from okgit.git.repo import Repo, git
 from okgit.git.rundir import RunDir
 from okgit.journal.runview import RUNNING, RunView

@@ -25,7 +25,7 @@ from typing import Any
 
 from okgit.config import RUN_FLAGS, Config, load_config
 from okgit.errors import OkgitError, UsageError
-from okgit.eval.device_pool import DevicePool, Slot
+from okgit.eval.parent.device_pool import DevicePool, Slot
 from okgit.fmt import fmt_speed
 from okgit.git.repo import Repo
 from okgit.kernelbench import crosscheck
@@ -142,7 +142,7 @@ def _modal_baselines(config: Config, flags: dict[str, Any], parallel: int,
     """On Modal: the baselines' timer and the environment of each problem's process. One
     container limit for the whole sweep: each problem's process, and the baselines timed after
     it in the same slot, get an equal share of it (at least one each)."""
-    from okgit.eval.modal import MAX_CONTAINERS_ENV, ModalEvaluator, max_containers_setting
+    from okgit.eval.modal.client import MAX_CONTAINERS_ENV, ModalEvaluator, max_containers_setting
     from okgit.eval.registry import make_evaluator
 
     share = max(1, max_containers_setting() // parallel)

@@ -64,8 +64,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from okgit.progress import printer
     from okgit.run import optimize
+    from okgit.views.progress import printer
 
     if not args.path and not args.resume:
         raise UsageError("optimize needs PATH, the op file (or --resume RUN to continue a run)")
@@ -91,7 +91,7 @@ def _campaign(args: argparse.Namespace) -> int:
     from okgit.campaign.text import campaign_line
     from okgit.journal.campaign import CampaignEvent, ProblemStarted
     from okgit.journal.events import Event
-    from okgit.progress import printer
+    from okgit.views.progress import printer
 
     if args.resume or args.watch:
         raise UsageError("a campaign takes neither --resume nor --watch (follow it with: okgit watch campaign:latest)")
@@ -132,18 +132,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from okgit.eval.parent.local import evaluate_file
 
     result = evaluate_file(Path(args.candidate), Path(args.ref), device=args.device, mode=args.mode or "fast", backend=args.backend)
-    from okgit.result_text import eval_text
+    from okgit.views.eval_text import eval_text
 
     _emit(args, result.model_dump(mode="json"), eval_text(result))
     return 0
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from okgit import presentation
     from okgit.campaign import listing
     from okgit.git import history
     from okgit.git.campaigns import is_campaign_ref, resolve_campaign
     from okgit.git.repo import Repo
+    from okgit.views import tables
 
     if args.log and (not args.run or is_campaign_ref(args.run)):
         raise UsageError("history --log takes a run: okgit history RUN --log")
@@ -160,11 +160,11 @@ def cmd_history(args: argparse.Namespace) -> int:
             _emit(args, [vars(line) for line in view.log], "\n".join(view.log_lines()))
             return 0
         detail = history.run_detail(repo, run_id)
-        _emit(args, detail.model_dump(mode="json"), presentation.detail_text(detail))
+        _emit(args, detail.model_dump(mode="json"), tables.detail_text(detail))
     else:
         campaigns = listing.list_campaigns(repo)
         runs = listing.with_campaigns(history.list_runs(repo), campaigns)
-        text = presentation.runs_text(runs) + ("\n\n" + listing.campaigns_text(campaigns) if campaigns else "")
+        text = tables.runs_text(runs) + ("\n\n" + listing.campaigns_text(campaigns) if campaigns else "")
         _emit(args, [r.model_dump(mode="json") for r in runs], text)
     return 0
 
@@ -186,7 +186,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def _applies_at(repo: Any, ref: str) -> str:
     from okgit.eval.types import KernelShape
     from okgit.git import patch
-    from okgit.result_text import applies_at
+    from okgit.views.eval_text import applies_at
 
     return applies_at([KernelShape(**s) for s in patch.kernel_shapes(repo, ref)])
 
@@ -201,7 +201,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     verb = "applies cleanly to" if args.check else "applied to"
     text = f"{ref} {verb} {', '.join(files)}"
     if not args.check and patch.checked_on(repo, ref) == ("cpu", "triton"):
-        from okgit.result_text import INTERPRETER_NOTE
+        from okgit.views.eval_text import INTERPRETER_NOTE
 
         text += f"\nnote: {ref} was {INTERPRETER_NOTE}"
     where = _applies_at(repo, ref)

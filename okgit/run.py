@@ -395,7 +395,7 @@ def _retried(step: Callable[[], Any], cand: str, what: str, log) -> Any:
 def _finish(space, ctx: Context, status: RunStatus, winner: Attempt | None, comparison: Comparison | None,
             stop_reason: str, cost_usd: float, log, cause: str | None = None) -> RunResult:
     from okgit.git import patch
-    from okgit.report import write_report
+    from okgit.views.report import write_report
 
     handed_out = winner is not None and winner.tag is not None and status in CORRECT  # `slower` shows its tag only
     diff = space.diff(winner.tag) if handed_out and winner and winner.tag else ""

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from okgit.figures import write_figures
 from okgit.journal.events import Event, ReferenceEvent
 from okgit.journal.files import read_events
-from okgit.report import _figures
+from okgit.views.figures import write_figures
+from okgit.views.report import _figures
 
 JOURNALS = Path(__file__).parent / "journals"
 PNG = b"\x89PNG\r\n\x1a\n"

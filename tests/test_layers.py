@@ -9,13 +9,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # lowest first; a module's layer is that of its longest listed prefix
 LAYERS = [
-    {"okgit.errors", "okgit.fmt", "okgit.paths", "okgit.locks", "okgit.status", "okgit.registry", "okgit.journal",
-     "okgit.problem", "okgit.presentation", "okgit.config"},
+    {"okgit.errors", "okgit.fmt", "okgit.paths", "okgit.locks", "okgit.status", "okgit.registry", "okgit.config",
+     "okgit.problem", "okgit.journal"},
     {"okgit.git"},
     {"okgit.lower", "okgit.eval", "okgit.backends", "okgit.llm", "okgit.prompts", "okgit.inductor"},
     {"okgit.search"},
-    {"okgit.run", "okgit.verify", "okgit.report", "okgit.figures", "okgit.runview", "okgit.progress",
-     "okgit.result_text", "okgit.doctor", "okgit.kernelbench", "okgit.tui", "okgit.campaign"},
+    {"okgit.views"},  # how runs and results read: above what they render, below the commands
+    {"okgit.run", "okgit.verify", "okgit.doctor", "okgit.kernelbench", "okgit.tui"},
+    {"okgit.campaign"},  # each problem a run, a model's patch verified
     {"okgit.cli", "okgit.__main__", "okgit"},
 ]
 # Siblings that must not see each other: the evaluator never imports the lowering or the search.

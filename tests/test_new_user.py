@@ -20,8 +20,8 @@ from conftest import OP, OP_SOURCE, okgit, record_run, sh, snapshot
 
 from okgit import __version__
 from okgit.journal.events import Event, InterruptedEvent, Note, Preparing, ProposalEvent, ReferenceEvent, RunStarted
-from okgit.progress import Printer
 from okgit.tui.app import WatchApp
+from okgit.views.progress import Printer
 
 
 @pytest.mark.slow
@@ -265,7 +265,7 @@ def test_what_the_note_says_holds_on_a_cpu(tmp_path: Path) -> None:
 
 def test_eval_text_claims_no_flop_count_it_does_not_have() -> None:
     from okgit.eval.types import EvalResult, ProfileData, Status
-    from okgit.result_text import eval_text
+    from okgit.views.eval_text import eval_text
 
     pointwise = eval_text(EvalResult(status=Status.correct, correct=True, profile=ProfileData(flops=0.0, min_bytes=2.1e6)))
     assert "FLOP" not in pointwise and "2.1e+06 B min" in pointwise, pointwise

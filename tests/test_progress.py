@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from okgit.journal.files import Journal, read_events
-from okgit.progress import printer
+from okgit.views.progress import printer
 
 JOURNALS = Path(__file__).parent / "journals"
 

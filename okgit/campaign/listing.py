@@ -25,7 +25,7 @@ from okgit.journal.campaign import (
 from okgit.journal.events import Event
 from okgit.journal.files import read_events
 from okgit.locks import is_held
-from okgit.presentation import table
+from okgit.views.tables import table
 
 
 class ProblemSummary(BaseModel):

@@ -1,5 +1,5 @@
 """Runs and their candidates as `okgit history` lists them: a projection of each run's
-journal folded into its RunView (okgit.journal.runview); their text is okgit.presentation's."""
+journal folded into its RunView (okgit.journal.runview); their text is okgit.views.tables's."""
 
 from __future__ import annotations
 

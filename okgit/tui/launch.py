@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 from okgit.journal.events import Event, InterruptedEvent
-from okgit.progress import Printer
+from okgit.views.progress import Printer
 
 INTERRUPTED_RUN = 130  # the view's exit status when Ctrl-C there stopped the run
 

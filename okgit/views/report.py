@@ -8,9 +8,9 @@ from okgit.eval.types import Comparison
 from okgit.fmt import fmt_speed, fmt_us
 from okgit.git.rundir import RunDir
 from okgit.journal.events import Note
-from okgit.result_text import INTERPRETER_NOTE, applies_at
 from okgit.search.types import Attempt, Context
 from okgit.status import RunStatus
+from okgit.views.eval_text import INTERPRETER_NOTE, applies_at
 
 STATUS_MEANING = {
     RunStatus.optimized: "beats the baseline past the noise on every round, correct and plausible",
@@ -26,8 +26,8 @@ STATUS_MEANING = {
 
 
 def _figures(run_dir: Path, winner: str | None) -> list[str]:
-    """The figures section: PNGs beside report.md, drawn from the journal by okgit.figures."""
-    from okgit.figures import write_figures
+    """The figures section: PNGs beside report.md, drawn from the journal by okgit.views.figures."""
+    from okgit.views.figures import write_figures
 
     try:
         paths = write_figures(run_dir, RunDir(run_dir).events(), winner=winner)

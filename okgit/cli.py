@@ -88,26 +88,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 def _campaign(args: argparse.Namespace) -> int:
     """`optimize DIR/` and `optimize MODEL.py --campaign`: each problem's progress as a run's."""
-    from okgit.campaign.text import campaign_line
-    from okgit.journal.campaign import CampaignEvent, ProblemStarted
-    from okgit.journal.events import Event
-    from okgit.views.progress import printer
+    from okgit.views.progress import CampaignPrinter
 
     if args.resume or args.watch:
         raise UsageError("a campaign takes neither --resume nor --watch (follow it with: okgit watch campaign:latest)")
-    current: list[Callable[[Event], None]] = []
-
-    def progress(event: Event) -> None:
-        if isinstance(event, ProblemStarted):
-            current[:] = [printer(sys.stdout, event.op)]
-        if isinstance(event, CampaignEvent):
-            line = campaign_line(event)
-            if line:
-                print(line, flush=True)
-        elif current:  # an event of the problem's run
-            current[0](event)
-
-    on_event = None if args.json else progress
+    on_event = None if args.json else CampaignPrinter(sys.stdout)
     if Path(args.path).is_dir():
         from okgit.campaign.directory import optimize_dir
 

@@ -149,11 +149,7 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
         check_credentials(config.model, config.api_base)  # a missing key: one line now, not a fallback later
         check_price(config.model, config.api_base, config.prices, config.budget_usd)
     if resume:
-        resume = workspace.resolve_run(repo, resume)
-        op = workspace.started_event(repo, resume).op
-        given = None if path is None else Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
-        if given is not None and repo.relpath(given) != op:
-            raise OkgitError(f"run {resume} optimizes {op}, not {path}")
+        resume = _resumed_run(repo, resume, path, cwd)
         if not workspace.resumable(repo, resume):
             return _finished_result(repo, resume)
         space = workspace.resume(repo, resume)
@@ -162,7 +158,7 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
     else:
         if path is None:
             raise OkgitError("optimize needs the op file's path (or a run to resume)")
-        op_path = Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
+        op_path = _given(path, cwd)
         rel = workspace.check_op(repo, op_path)
         problem = load_problem(rel, source=op_path.read_text(), root=str(op_path.parent))
     problem = replace(problem, **config.problem_settings(problem.path))
@@ -187,6 +183,21 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
             raise
         return _run(space, config, problem, reference, evaluator, proposers, on_event, resumed=bool(resume),
                     watcher=watcher)
+
+
+def _given(path: Path, cwd: Path | None) -> Path:
+    return Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
+
+
+def _resumed_run(repo: Repo, resume: str, path: Path | None, cwd: Path | None) -> str:
+    """The full id of the run `--resume` names, refused when PATH is another op than its own."""
+    from okgit.git import workspace
+
+    resume = workspace.resolve_run(repo, resume)
+    op = workspace.started_event(repo, resume).op
+    if path is not None and repo.relpath(_given(path, cwd)) != op:
+        raise OkgitError(f"run {resume} optimizes {op}, not {path}")
+    return resume
 
 
 def _log_started(space, config: Config, device: str, on_event) -> None:
@@ -346,21 +357,9 @@ def _final_gate(ctx: Context, evaluator: Evaluator, config: Config, log) -> tupl
     ranked = sorted((a for a in correct if a.result.timed), key=lambda a: -(a.result.speedup or 0.0))
     slower: tuple[Attempt, Comparison] | None = None  # the fastest of those that lost: for inspection
     for attempt in ranked[:3]:
-        def thorough(a: Attempt = attempt) -> EvalResult:
-            return evaluator.evaluate(ctx.problem, a.proposal.source, mode="thorough", backend=a.proposal.backend)
-
-        def rounds(a: Attempt = attempt) -> Comparison:
-            return evaluator.compare(ctx.problem, a.proposal.source, rounds=10 if config.mode == "thorough" else 5,
-                                     backend=a.proposal.backend)
-
-        check = _retried(thorough, attempt.cand, "the thorough check", log)
-        log("gate", name="thorough", cand=attempt.cand, passed=check.correct,
-            detail=check.error.message if check.error else "all correctness gates passed")
-        if not check.correct:
+        comparison = _gated(ctx, evaluator, config, attempt, log)
+        if comparison is None:
             continue
-        comparison = _retried(rounds, attempt.cand, "the interleaved rounds", log)
-        log("gate", name="interleaved", cand=attempt.cand, passed=not comparison.slower, detail=comparison.detail,
-            **comparison.model_dump(exclude={"detail"}))
         if comparison.optimized:
             return RunStatus.optimized, attempt, comparison
         if not comparison.slower:
@@ -370,6 +369,27 @@ def _final_gate(ctx: Context, evaluator: Evaluator, config: Config, log) -> tupl
     if slower:
         return RunStatus.slower, *slower
     return RunStatus.fallback, None, None
+
+
+def _gated(ctx: Context, evaluator: Evaluator, config: Config, attempt: Attempt, log) -> Comparison | None:
+    """One candidate through the final gate: the thorough check, then (when it holds) the
+    interleaved rounds against the baseline; None when the check failed."""
+    def thorough() -> EvalResult:
+        return evaluator.evaluate(ctx.problem, attempt.proposal.source, mode="thorough", backend=attempt.proposal.backend)
+
+    def rounds() -> Comparison:
+        return evaluator.compare(ctx.problem, attempt.proposal.source, rounds=10 if config.mode == "thorough" else 5,
+                                 backend=attempt.proposal.backend)
+
+    check = _retried(thorough, attempt.cand, "the thorough check", log)
+    log("gate", name="thorough", cand=attempt.cand, passed=check.correct,
+        detail=check.error.message if check.error else "all correctness gates passed")
+    if not check.correct:
+        return None
+    comparison = _retried(rounds, attempt.cand, "the interleaved rounds", log)
+    log("gate", name="interleaved", cand=attempt.cand, passed=not comparison.slower, detail=comparison.detail,
+        **comparison.model_dump(exclude={"detail"}))
+    return comparison
 
 
 def _retried(step: Callable[[], Any], cand: str, what: str, log) -> Any:

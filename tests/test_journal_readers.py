@@ -4,6 +4,7 @@ is checked and read as its own models."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from okgit.journal.campaign import CAMPAIGN_EVENTS, CampaignStarted, ProblemFini
 from okgit.journal.events import RunFinished, RunStarted
 from okgit.journal.files import Journal, read_events
 from okgit.journal.runview import RunView
+from okgit.views.progress import CampaignPrinter
 
 OLDER = sorted((Path(__file__).parent / "journals" / "older").glob("*.jsonl"))
 
@@ -90,3 +92,24 @@ def test_history_log_prints_the_runs_log_as_watch_shows_it(git_repo, monkeypatch
     assert [r["text"] for r in json.loads(capsys.readouterr().out)] == [line.text for line in view.log]
     assert main(["history", "--log"]) == 2
     assert capsys.readouterr().err == "okgit: history --log takes a run: okgit history RUN --log\n"
+
+
+def test_a_campaign_prints_its_own_lines_and_each_problems_run(tmp_path):
+    journal = Journal(tmp_path / "journal.jsonl", "c1", CAMPAIGN_EVENTS)
+    run_events, _ = read_events(Path(__file__).parent / "journals" / "cpu-failures" / "journal.jsonl")
+    out = io.StringIO()
+    on_event = CampaignPrinter(out)
+    on_event(journal.write("campaign_started", kind="ops", ops=["ops/softmax.py"], base="0" * 40, device="cpu",
+                           backend="triton", model=None, iterations=8))
+    on_event(journal.write("note", message="before any problem: not shown"))
+    on_event(journal.write("screened", op="ops/softmax.py", timed=False, runtime_us=None, floor_us=12.5, headroom=None))
+    on_event(journal.write("planned", order=["ops/softmax.py"], iterations=[8], shares=[1.0], ordered_by="work"))
+    on_event(journal.write("problem_started", op="ops/softmax.py", iterations=8, time_s=None, usd=None))
+    for event in run_events[:4]:
+        on_event(event)
+    on_event(journal.write("problem_finished", op="ops/softmax.py", status="unverified", run_id="cpu-failures"))
+    lines = out.getvalue().splitlines()
+    assert lines[:3] == ["okgit campaign c1: 1 problems on cpu (triton, 8 iterations per problem on average)",
+                         "  screen ops/softmax.py: untimed, floor 12.5 us", "  plan by work: ops/softmax.py 8"]
+    assert lines[3].startswith("okgit run cpu-failures: ops/softmax.py on cpu (triton, fast, 8 iterations)")
+    assert lines[-1] == "  problem ops/softmax.py: unverified: untimed" and len(lines) == 3 + 4 + 1

@@ -14,7 +14,7 @@ from statistics import median
 from typing import Any
 
 from okgit.journal.events import Event, GateEvent
-from okgit.journal.runview import RUNNING, RunView
+from okgit.journal.runview import RUNNING, Candidate, RunView
 
 
 def write_figures(run_dir: Path, events: list[Event], winner: str | None = None) -> list[Path]:
@@ -51,25 +51,9 @@ def _speedup(Figure, view: RunView, final: GateEvent | None, path: Path) -> Path
     ax = fig.add_subplot()
     ax.step(xs, points, where="post", color="tab:blue", label="best so far" if view.timed else "correct so far")
     if view.timed:
-        timed = [(i, c.speedup) for i, c in zip(xs, done) if c.correct and c.timed and c.speedup is not None]
-        if timed:
-            ax.scatter(*zip(*timed), color="tab:green", zorder=3, s=18, label="correct candidate (fast mode)")
-        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="baseline")
-        if final and final.speedup is not None:
-            ax.axhline(final.speedup, color="tab:orange", linestyle=":", linewidth=1.5,
-                       label=f"final gate {final.speedup:.2f}x ({final.cand})")
-        ax.set_ylabel("speedup vs baseline")
-        ax.set_title(f"best speedup over {len(points)} candidates on {view.device}")
+        _speedups(ax, view, xs, done, final)
     else:
-        # A marker per correct candidate: with one candidate the step line has no length.
-        correct = [(i, n) for i, c, n in zip(xs, done, points) if c.correct]
-        if correct:
-            ax.scatter(*zip(*correct), color="tab:green", zorder=3, s=18, label="correct candidate")
-        ax.set_ylabel("correct candidates")
-        ax.set_title(f"correct candidates over iterations (untimed on {view.device}: no speedup claimed)")
-        from matplotlib.ticker import MaxNLocator
-
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # a count of candidates
+        _correct_counts(ax, view, xs, done, points)
     failed = [i for i, c in zip(xs, done) if c.failed]
     if failed:
         ax.scatter(failed, [0] * len(failed), marker="x", color="tab:red", s=18, label="failed candidate", clip_on=False)
@@ -82,6 +66,30 @@ def _speedup(Figure, view: RunView, final: GateEvent | None, path: Path) -> Path
     fig.tight_layout()
     fig.savefig(path)
     return path
+
+
+def _speedups(ax, view: RunView, xs: list[int], done: list[Candidate], final: GateEvent | None) -> None:
+    timed = [(i, c.speedup) for i, c in zip(xs, done) if c.correct and c.timed and c.speedup is not None]
+    if timed:
+        ax.scatter(*zip(*timed), color="tab:green", zorder=3, s=18, label="correct candidate (fast mode)")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="baseline")
+    if final and final.speedup is not None:
+        ax.axhline(final.speedup, color="tab:orange", linestyle=":", linewidth=1.5,
+                   label=f"final gate {final.speedup:.2f}x ({final.cand})")
+    ax.set_ylabel("speedup vs baseline")
+    ax.set_title(f"best speedup over {len(xs)} candidates on {view.device}")
+
+
+def _correct_counts(ax, view: RunView, xs: list[int], done: list[Candidate], points: list[float]) -> None:
+    # A marker per correct candidate: with one candidate the step line has no length.
+    correct = [(i, n) for i, c, n in zip(xs, done, points) if c.correct]
+    if correct:
+        ax.scatter(*zip(*correct), color="tab:green", zorder=3, s=18, label="correct candidate")
+    ax.set_ylabel("correct candidates")
+    ax.set_title(f"correct candidates over iterations (untimed on {view.device}: no speedup claimed)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # a count of candidates
 
 
 def _times(view: RunView, winner: str | None) -> tuple[float | None, float | None]:

@@ -2,7 +2,8 @@
 
 The printer folds events into the same RunView the watch view uses, so "iteration k of N",
 "best so far" and the dollars spent agree with `okgit watch`. Colour (rich) only on a terminal:
-a pipe or a CI log gets plain text.
+a pipe or a CI log gets plain text. A campaign prints a line of its own per stage and each
+problem's run as a run prints (`CampaignPrinter`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,15 @@ from typing import IO, Any
 from rich.text import Text
 
 from okgit.fmt import fmt_error, fmt_speed, fmt_us
+from okgit.journal.campaign import (
+    CampaignEvent,
+    CampaignStarted,
+    ModelChecked,
+    Planned,
+    ProblemFinished,
+    ProblemStarted,
+    Screened,
+)
 from okgit.journal.events import (
     Accepted,
     DiagnosisEvent,
@@ -195,3 +205,63 @@ class Printer:
 
 def printer(stream: IO[str], path: str | None = None) -> Printer:
     return Printer(stream, path)
+
+
+class CampaignPrinter:
+    """The `on_event` of a campaign in plain mode: its own events one line each, the events of
+    each problem's run through a `Printer` of that run."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.problem: Printer | None = None
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ProblemStarted):
+            self.problem = Printer(self.stream, event.op)
+        if isinstance(event, CampaignEvent):
+            line = campaign_line(event)
+            if line:
+                print(line, file=self.stream, flush=True)
+        elif self.problem:  # an event of the problem's run
+            self.problem(event)
+
+
+def campaign_line(event: CampaignEvent) -> str:
+    """The line for one of the campaign's own events; "" for those that print nothing (the
+    problem's run announces itself; the summary follows the campaign's end)."""
+    line = _CAMPAIGN_LINES.get(type(event))
+    return line(event) if line else ""
+
+
+def _campaign_started(e: CampaignStarted) -> str:
+    return (f"okgit campaign {e.run}: {len(e.ops)} problems on {e.device} "
+            f"({e.backend}, {e.iterations} iterations per problem on average)")
+
+
+def _screened(e: Screened) -> str:
+    if e.refused:
+        return f"  screen {e.op}: refused: {e.refused}"
+    where = f"{fmt_us(e.runtime_us)} us" if e.timed else "untimed"
+    return (f"  screen {e.op}: {where}, floor {fmt_us(e.floor_us)} us"
+            + (f", headroom {e.headroom:.0%}" if e.headroom is not None else ""))
+
+
+def _planned(e: Planned) -> str:
+    return f"  plan by {e.ordered_by}: " + ", ".join(f"{op} {n}" for op, n in zip(e.order, e.iterations))
+
+
+def _problem_finished(e: ProblemFinished) -> str:
+    speed = fmt_speed(e.speedup, missing="untimed")
+    extra = e.reason or (f"{speed}" + (f", {e.best_tag}" if e.best_tag else ""))
+    return f"  problem {e.op}: {e.status}: {extra}"
+
+
+def _model_checked(e: ModelChecked) -> str:
+    return f"  whole model: {e.status}: {e.reason}"
+
+
+_CAMPAIGN_LINES: dict[type[CampaignEvent], Callable[[Any], str]] = {
+    CampaignStarted: _campaign_started, Screened: _screened, Planned: _planned, ProblemFinished: _problem_finished,
+    ModelChecked: _model_checked,
+}
+

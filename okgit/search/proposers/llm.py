@@ -39,12 +39,12 @@ from okgit.search.critic import Diagnosis, describe_current, describe_hardware, 
 from okgit.search.extract import PatchError, apply_patch, extract_code, extract_patch
 from okgit.search.intents import SEEDS, Intent, IntentTree, parse_ops
 from okgit.search.model_calls import ModelCalls
-from okgit.search.refine import Refine, failure_feedback, failure_kind
+from okgit.search.refine import Refine, failure_feedback, failure_of
 from okgit.search.types import Attempt, Context, Proposal, Proposer
 
 MAX_FAILURES_SHOWN = 6
 TEMPLATE_SCORE = 0.8  # a retrieved strategy this close brings its winning code along
-GENERATOR, CRITIC, PLANNER = "generator_{backend}.v2", "critic.v2", "intents.v2"
+GENERATOR, PLANNER = "generator_{backend}.v2", "intents.v2"  # the critic's prompt is okgit.search.critic's
 
 
 @dataclass
@@ -226,21 +226,19 @@ class LLMProposer:
             refine.fix_from = attempt
             self._failed(ctx, intent, refine, result, failure_feedback(attempt))
             return
+        self._correct(ctx, attempt, intent, refine, diagnose)
+
+    def _correct(self, ctx: Context, attempt: Attempt, intent: Intent, refine: Refine, diagnose: bool) -> None:
+        """A correct candidate: the idea's progress (faster than its best version, or its first
+        working one where nothing is timed), the critic's word, the attempt ended."""
+        result = attempt.result
         self.tree.candidate(intent.id, correct=True, speedup=result.speedup if result.timed else None)
         before = self.bases.get(intent.id)
         if result.timed:
             progress = before is None or (result.speedup or 0.0) > (before.result.speedup or 0.0)
         else:  # nothing is timed here: a first working version of an idea is the progress there is
             progress = before is None
-        diagnosis = None
-        # The critic reads measurements: without timing it has nothing to go on.
-        if diagnose and result.timed and not self.calls.stopped(ctx, quiet=True):
-            # By description too: a resumed run's earlier candidates carry no meta
-            trajectory = critic.describe_trajectory([a for a in ctx.attempts if a.proposal.meta.get("intent_id") == intent.id
-                                                     or (not a.proposal.meta and a.proposal.intent == intent.description)])
-            diagnosis = critic.diagnose(self.calls.asker(ctx), ctx, attempt, describe_hardware(ctx), trajectory)
-        if diagnosis:
-            self.diagnoses[attempt.cand] = diagnosis
+        diagnosis = self._diagnosis(ctx, attempt, intent) if diagnose else None
         if progress:
             self.bases[intent.id] = attempt
             feedback = ""
@@ -255,9 +253,22 @@ class LLMProposer:
                               profile=diagnosis.text() if diagnosis and progress else "")
         self._after_attempt(ctx, intent, progress)
 
+    def _diagnosis(self, ctx: Context, attempt: Attempt, intent: Intent) -> Diagnosis | None:
+        """The critic's diagnosis of a correct candidate, kept by its name; it reads
+        measurements: without timing it has nothing to go on."""
+        if not attempt.result.timed or self.calls.stopped(ctx, quiet=True):
+            return None
+        # By description too: a resumed run's earlier candidates carry no meta
+        trajectory = critic.describe_trajectory([a for a in ctx.attempts if a.proposal.meta.get("intent_id") == intent.id
+                                                 or (not a.proposal.meta and a.proposal.intent == intent.description)])
+        diagnosis = critic.diagnose(self.calls.asker(ctx), ctx, attempt, describe_hardware(ctx), trajectory)
+        if diagnosis:
+            self.diagnoses[attempt.cand] = diagnosis
+        return diagnosis
+
     def _failed(self, ctx: Context, intent: Intent, refine: Refine, result: Any, feedback: str) -> None:
         """A failed candidate or reply: repair within the budget, else the attempt has failed."""
-        if not refine.failed(failure_kind(result)):
+        if not refine.failed(failure_of(result)):
             refine.feedback = feedback
             return
         spent = refine.repairs()

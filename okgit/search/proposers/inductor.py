@@ -1,9 +1,11 @@
 """The Inductor seed: torch.compile's own kernels as one standalone candidate (origin `inductor`).
 
 Inductor (default mode) compiles the reference in a child process on the run's device, which
-also runs its autotuning; okgit.inductor.standalone turns its code into an op file that
-launches the same Triton kernels with the settings Inductor chose, without torch.compile. The
-candidate is then judged like any other; the autotune phase tunes its launches where it is
+also runs its autotuning, with the batch and the dims that follow the shape knobs dynamic;
+okgit.inductor.standalone turns its code into an op file that launches the same Triton kernels
+with the settings Inductor chose, without torch.compile, at every size the op takes (the
+reference's own forward, with a warning, where the arguments fall outside what was compiled).
+The candidate is then judged like any other; the autotune phase tunes its launches where it is
 the best, and a model continues from it.
 
 On by default on a GPU, where a second seed comes from max-autotune-no-cudagraphs. On a CPU (Triton's interpreter, nothing timed) it is off unless
@@ -58,8 +60,9 @@ class InductorProposer:
 
 
 def seed_file(reference: str, root: str | None, device: str, mode: str = "default",
-              knobs: dict[str, int] | None = None) -> tuple[str | None, str]:
-    """(the seed file, what it holds), or (None, why there is none)."""
+              knobs: dict[str, int] | None = None, dynamic: bool = True) -> tuple[str | None, str]:
+    """(the seed file, what it holds), or (None, why there is none); `dynamic=False` compiles
+    every size static (torch.compile's default), for comparison."""
     from okgit.eval.devices import device_lock
     from okgit.eval.sandbox import worker_env
 
@@ -75,7 +78,7 @@ def seed_file(reference: str, root: str | None, device: str, mode: str = "defaul
         try:
             with lock:
                 proc = subprocess.run([sys.executable, "-m", "okgit.inductor", str(ref), device.split(":")[0], str(out), mode,
-                                       json.dumps(knobs or {})],
+                                       json.dumps(knobs or {}), "dynamic" if dynamic else "static"],
                                       cwd=tmp, env=env, capture_output=True, text=True, timeout=TIME_LIMIT_S)
         except subprocess.TimeoutExpired:
             return None, f"torch.compile of the reference took over {TIME_LIMIT_S} s"
@@ -87,6 +90,8 @@ def seed_file(reference: str, root: str | None, device: str, mode: str = "defaul
         if not answer.get("ok"):
             return None, str(answer.get("why"))
         modes = " and ".join(m for m in answer["modes"] if m != "any")
+        free = answer.get("dynamic") or []
+        sizes = f"; sizes compiled dynamic: {', '.join(free)}" if free else "; every size static"
         what = (f"torch.compile's {answer['kernels']} Triton kernel(s) (Inductor, {mode} mode) launched from a "
-                f"standalone file{f', one graph each for {modes} mode' if modes else ''}")
+                f"standalone file{f', one graph each for {modes} mode' if modes else ''}{sizes}")
         return out.read_text(), what

@@ -19,6 +19,19 @@ import pytest
 from okgit.inductor.shapes import dynamic_dims, python_expr
 
 HERE = Path(__file__).parent / "inductor"
+ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+
+def make_seed(op: Path, out: Path, *args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "okgit.inductor", str(op), "cpu", str(out), *args], env=ENV,
+                          capture_output=True, text=True, timeout=800)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_interpreted(check: str) -> None:
+    run = subprocess.run([sys.executable, "-c", check], env={**ENV, "TRITON_INTERPRET": "1"}, capture_output=True,
+                         text=True, timeout=600)
+    assert run.stdout.strip().endswith("ok"), run.stderr[-2000:]
 
 
 def test_dynamo_sources_read_as_the_forward_writes_them() -> None:
@@ -45,10 +58,7 @@ def test_the_dims_that_follow_a_knob_and_the_batch_are_dynamic() -> None:
 def test_a_seed_of_upper_case_arguments_runs_its_kernels_at_other_shapes(tmp_path: Path) -> None:
     op = HERE / "attention_upper.py"
     out = tmp_path / "seed.py"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.run([sys.executable, "-m", "okgit.inductor", str(op), "cpu", str(out)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    answer = make_seed(op, out)
     assert answer["ok"] and answer["modes"] == ["any"], answer
     assert {"Q.size(2)", "Q.size(3)"} <= set(answer["dynamic"])
     text = out.read_text()
@@ -78,6 +88,29 @@ with warnings.catch_warnings(record=True) as seen:
 assert len(calls) == 3 and any("do not apply" in str(w.message) for w in seen)
 print("ok")
 '''
-    run = subprocess.run([sys.executable, "-c", check], env={**env, "TRITON_INTERPRET": "1"}, capture_output=True,
-                         text=True, timeout=600)
-    assert run.stdout.strip().endswith("ok"), run.stderr[-2000:]
+    run_interpreted(check)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_specialised_seed_takes_its_static_kernels_at_the_compiled_shape_only(tmp_path: Path) -> None:
+    answer = make_seed(HERE / "rms_norm.py", tmp_path / "seed.py", "default", "{}", "both")
+    assert answer["ok"] and answer["specialised"], answer
+    assert "triton_per" in answer["differs"] and "triton_red" in answer["differs"]
+    check = f'''
+import importlib.util, torch
+spec = importlib.util.spec_from_file_location("seed", {answer["specialised"]!r}); seed = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(seed)
+calls = []
+for path in ("any", "any_static"):
+    real = getattr(seed, "call_" + path)
+    setattr(seed, "call_" + path, lambda args, real=real, path=path: calls.append(path) or real(args))
+model = seed.Model(1e-5)
+torch.set_grad_enabled(False)
+for shape in [(4, 16, 8, 8), (3, 16, 8, 8), (4, 5, 7, 9)]:
+    x = torch.randn(shape)
+    torch.testing.assert_close(model(x), model.forward_reference(x), rtol=1e-5, atol=1e-5)
+assert calls == ["any_static", "any", "any"], calls
+print("ok")
+'''
+    run_interpreted(check)

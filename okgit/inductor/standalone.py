@@ -13,7 +13,9 @@ What the file holds, before the model class:
 
 The forward runs the compiled path where the arguments fit, at any size the symbols take, and
 the reference's own forward (renamed `forward_reference`) otherwise, with a warning that says
-so (once per set of shapes): a fallback is never silent. No torch.compile, dynamo or Inductor
+so (once per set of shapes): a fallback is never silent. A specialised file holds a second
+capture compiled with every size static, tried first (`fits_<mode>_static`: exactly the
+shapes compiled for), for where Inductor's static kernels differ from its dynamic ones. No torch.compile, dynamo or Inductor
 compilation runs: the kernels' only import from torch._inductor is its runtime library of
 Triton helper functions (`triton_helpers`, `libdevice`).
 """
@@ -78,8 +80,11 @@ LIBDEVICE = {
 }
 
 
-def standalone_file(reference: str, cap: dict[str, Any], device: str, mode: str = "default") -> str:
-    """The reference file with the captured kernels inserted and Model's forward dispatching to them."""
+def standalone_file(reference: str, cap: dict[str, Any], device: str, mode: str = "default",
+                    static: dict[str, Any] | None = None) -> str:
+    """The reference file with the captured kernels inserted and Model's forward dispatching to
+    them; with `static`, a capture of the same reference with every size static, whose kernels
+    are taken first where the arguments are exactly the ones it was compiled for."""
     tree = ast.parse(reference)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     model = classes.get("Model")
@@ -93,20 +98,20 @@ def standalone_file(reference: str, cap: dict[str, Any], device: str, mode: str 
         raise Unsupported("Model.forward's arguments differ from the traced ones")
 
     header = HEADER.replace("{libdevice}", LIBDEVICE[device]).replace("{mode}", mode)
-    blocks = [header, _externs(cap["externs"])]
-    for graph in cap["graphs"]:
-        suffix = graph["mode"]
+    paths = ([(f"{g['mode']}_static", g) for g in static["graphs"]] if static else []) + [(g["mode"], g) for g in cap["graphs"]]
+    blocks = [header, _externs({**cap["externs"], **(static["externs"] if static else {})})]
+    for suffix, graph in paths:
         for k in graph["kernels"]:
             blocks.append(_kernel_text(k, suffix))
         blocks.append(_call_text(graph, suffix))
-        blocks.append(_fits_text(graph, names))
+        blocks.append(_fits_text(graph, suffix, names))
     lines = reference.splitlines()
     start = (fwd.decorator_list[0].lineno if fwd.decorator_list else fwd.lineno) - 1
     end = fwd.end_lineno
     assert end is not None
     original = lines[start:end]
     renamed = [re.sub(r"\bdef forward\(", "def forward_reference(", original[0], count=1), *original[1:]]
-    lines[start:end] = _forward_text(cap, names, fwd.col_offset).splitlines() + [""] + renamed
+    lines[start:end] = _forward_text(paths, names, fwd.col_offset).splitlines() + [""] + renamed
     first = min(c.lineno - len(c.decorator_list) for c in classes.values() if c.name == "Model") - 1
     lines[first:first] = "\n\n\n".join(b.strip("\n") for b in blocks if b).splitlines() + ["", ""]
     imported = {a.asname or a.name for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
@@ -211,42 +216,40 @@ def _check_globals(text: str, launchers: set[str]) -> None:
         raise Unsupported(f"the wrapper uses {', '.join(sorted(unknown))}, which a standalone file lacks")
 
 
-def _forward_text(cap: dict[str, Any], names: list[str], col: int) -> str:
+def _forward_text(paths: list[tuple[str, dict[str, Any]]], names: list[str], col: int) -> str:
+    """The forward: the first compiled path whose arguments fit, in each module mode."""
     pad = " " * col
     params = ", ".join(["self", *names])
     lines = [f"def forward({params}):",
              '    """The kernels above where the arguments fit what they were compiled for; the reference\'s',
              '    own forward otherwise, said in a warning."""']
-    graphs = cap["graphs"]
-    for i, graph in enumerate(graphs):
-        mode = graph["mode"]
-        test = f"fits_{mode}({params})"
-        if mode == "any":
-            lines.append(f"    if {test}:")
-            lines += ["    " + b for b in _dispatch(graph)]
-        elif i == 0:
-            lines += ["    if self.training:", f"        if {test}:"] + ["        " + b for b in _dispatch(graph)]
-        else:
-            lines.append(f"    elif {test}:")
-            lines += ["    " + b for b in _dispatch(graph)]
+    if all(g["mode"] == "any" for _, g in paths):
+        lines += _dispatch(paths, params, "    ")
+    else:
+        for branch, test in (("train", "if self.training:"), ("eval", "else:")):
+            lines.append(f"    {test}")
+            lines += _dispatch([(s, g) for s, g in paths if g["mode"] in (branch, "any")], params, "        ")
     lines.append(f"    return reference_forward({params})")
     return "\n".join(pad + line if line else line for line in lines)
 
 
-def _dispatch(graph: dict[str, Any]) -> list[str]:
-    args = ", ".join(graph["assumed"]["args"])
-    ret = "tuple(outs)" if graph["tuple_output"] else "outs[0]"
-    return [f"    outs = call_{graph['mode']}([{args}])", f"    return {ret}"]
+def _dispatch(paths: list[tuple[str, dict[str, Any]]], params: str, pad: str) -> list[str]:
+    out = []
+    for suffix, graph in paths:
+        args = ", ".join(graph["assumed"]["args"])
+        ret = "tuple(outs)" if graph["tuple_output"] else "outs[0]"
+        out += [f"{pad}if fits_{suffix}({params}):", f"{pad}    outs = call_{suffix}([{args}])", f"{pad}    return {ret}"]
+    return out
 
 
-def _fits_text(graph: dict[str, Any], names: list[str]) -> str:
+def _fits_text(graph: dict[str, Any], suffix: str, names: list[str]) -> str:
     """`fits_<mode>`: the arguments' ranks, then the size symbols read from them, then every
     tensor's shape, strides, dtype and device, the relations between the sizes and the constants."""
     what = graph["assumed"]
     params = ", ".join(["self", *names])
     ranks = ", ".join(f"({t['expr']}, {t['ndim']})" for t in what["tensors"])
-    lines = [f"def fits_{graph['mode']}({params}):",
-             f'    """Whether call_{graph["mode"]} applies: the shapes, strides, dtypes and devices it was compiled for,',
+    lines = [f"def fits_{suffix}({params}):",
+             f'    """Whether call_{suffix} applies: the shapes, strides, dtypes and devices it was compiled for,',
              '    its sizes free where the relations Inductor relied on hold, and the constants it baked in."""',
              f"    if not all(isinstance(t, torch.Tensor) and t.dim() == n for t, n in ({ranks}{',' if len(what['tensors']) == 1 else ''})):",
              "        return False"]

@@ -1,13 +1,13 @@
 """`python -m okgit.inductor REF.py DEVICE OUT.py [MODE [KNOBS_JSON [dynamic|static|both]]]`: the seed
 file of a reference compiled at those shape knobs (default: the file's own), its batch and
 knob-following dims dynamic (`static`: every size static, as torch.compile's default; `both`:
-the dynamic file, and where Inductor's static kernels differ from its dynamic ones, say a
-reduction kept in registers where the dynamic one loops, also OUT.specialised.py, which takes
-the static kernels at exactly the shapes compiled for and the dynamic ones elsewhere). Made in
-this process (a child of okgit's: it runs the reference and Inductor). Prints one JSON line:
-{"ok": true, "kernels": N, "modes": [...], "dynamic": [...], "specialised": PATH | null,
-"differs": "..."} or {"ok": false, "why": "..."}; "dynamic" names the sizes left free
-("x.size(0)")."""
+the dynamic file, OUT.static.py (the static one, for comparison) and, where Inductor's static
+kernels differ from its dynamic ones, say a reduction kept in registers where the dynamic one
+loops, OUT.specialised.py, which takes the static kernels at exactly the shapes compiled for and
+the dynamic ones elsewhere). Made in this process (a child of okgit's: it runs the reference
+and Inductor). Prints one JSON line: {"ok": true, "kernels": N, "modes": [...], "dynamic":
+[...], "static": PATH | null, "specialised": PATH | null, "differs": "..."} or {"ok": false,
+"why": "..."}; "dynamic" names the sizes left free ("x.size(0)")."""
 
 from __future__ import annotations
 
@@ -33,7 +33,11 @@ def main(argv: list[str]) -> int:
         source = standalone_file(reference, cap, device, mode)
         static = capture(ref, knobs, device, mode, False) if sizes == "both" else None
         differs = _differs(static, cap) if static is not None else ""
-        specialised = standalone_file(reference, cap, device, mode, static) if static is not None and differs else None
+        files = {}
+        if static is not None:
+            files["static"] = standalone_file(reference, static, device, mode)
+            if differs:
+                files["specialised"] = standalone_file(reference, cap, device, mode, static)
     except (NotCaptured, Unsupported) as e:
         print(json.dumps({"ok": False, "why": str(e)}))
         return 0
@@ -42,13 +46,13 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"ok": False, "why": "Inductor made no Triton kernel of it (vendor calls only)"}))
         return 0
     Path(out).write_text(source)
-    extra = None
-    if specialised is not None:
-        extra = str(Path(out).with_suffix(".specialised.py"))
-        Path(extra).write_text(specialised)
+    written: dict[str, str | None] = {"static": None, "specialised": None}
+    for what, text in files.items():
+        written[what] = str(Path(out).with_suffix(f".{what}.py"))
+        Path(out).with_suffix(f".{what}.py").write_text(text)
     free = sorted({e for g in cap["graphs"] for e in g["assumed"]["symbols"].values()})
     print(json.dumps({"ok": True, "kernels": kernels, "modes": [g["mode"] for g in cap["graphs"]], "dynamic": free,
-                      "specialised": extra, "differs": differs}))
+                      **written, "differs": differs}))
     return 0
 
 

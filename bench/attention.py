@@ -111,7 +111,7 @@ def run_config(key: str, shape: tuple, dtype: str, smoke: bool, deadline: float)
     import torch
     import torch.nn.functional as F
 
-    from okgit.eval import timing
+    from okgit.eval.worker import timing
 
     device = "cpu" if smoke else "cuda"
     batch, heads, seq, dim, causal = shape
@@ -187,7 +187,7 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    from okgit.eval.calls import pin_flags
+    from okgit.eval.worker.calls import pin_flags
 
     pin_flags(torch)
     deadline = time.monotonic() + args.time_limit

@@ -35,8 +35,8 @@ SMOKE_ELEMENTS = 4096  # inputs scaled down to this many elements for the interp
 CHILD = r'''
 import json, sys, statistics, torch
 from okgit.backends.triton import install_launch_counter
-from okgit.eval.calls import build, init_args, load_op, pin_flags
-from okgit.eval import timing
+from okgit.eval.worker.calls import build, init_args, load_op, pin_flags
+from okgit.eval.worker import timing
 
 job = json.loads(sys.argv[1])
 device = job["device"]
@@ -125,7 +125,7 @@ def shapes(path: Path, smoke: bool) -> dict[str, dict[str, int]]:
 def scaled(path: Path, knobs: dict[str, int]) -> dict[str, int]:
     import torch
 
-    from okgit.eval.calls import load_op
+    from okgit.eval.worker.calls import load_op
 
     current = dict(knobs)
     while True:

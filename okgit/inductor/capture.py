@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from okgit.eval.calls import build, init_args, load_op, pin_flags
+from okgit.eval.worker.calls import build, init_args, load_op, pin_flags
 from okgit.inductor.shapes import Assumed, NotAssumable, Reader, assumed, dynamic_dims, mark_dynamic, source_name
 
 MODE_NAMES = {True: "train", False: "eval"}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from okgit.eval.calls import load_op
+from okgit.eval.worker.calls import load_op
 from okgit.problem import shape_knobs
 
 CONSTANT_GUARDS = ("CONSTANT_MATCH", "EQUALS_MATCH")  # dynamo's guards on a value it baked in

@@ -77,8 +77,8 @@ def seed_files(reference: str, root: str | None, device: str, mode: str = "defau
     """([(seed file, what it holds)], ""), or ([], why there is none). `sizes`: "dynamic" (the
     batch and the knob-following dims), "static" (every size, torch.compile's default) or
     "both" (the dynamic file, then the specialised one where Inductor's static kernels differ)."""
-    from okgit.eval.devices import device_lock
-    from okgit.eval.sandbox import worker_env
+    from okgit.eval.parent.devices import device_lock
+    from okgit.eval.parent.sandbox import worker_env
 
     env = worker_env(device)
     package = str(Path(__file__).resolve().parents[3])  # okgit importable in the child, as in a worker

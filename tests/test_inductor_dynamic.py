@@ -86,6 +86,13 @@ with warnings.catch_warnings(record=True) as seen:
     warnings.simplefilter("always")
     torch.testing.assert_close(b(q, q, q), a(q, q, q))
 assert len(calls) == 3 and any("do not apply" in str(w.message) for w in seen)
+# the evaluator's probe of a shape too large for the interpreter: the meta device, launches counted, none run
+from okgit.backends.triton import install_launch_counter
+counter = install_launch_counter()
+counter.dry = True
+q = torch.randn(64, 8, 512, 32, device="meta")
+b(q, q, q)
+assert len(calls) == 4 and counter.total() > 0, counter.counts
 print("ok")
 '''
     run_interpreted(check)

@@ -15,7 +15,10 @@ The forward runs the compiled path where the arguments fit, at any size the symb
 the reference's own forward (renamed `forward_reference`) otherwise, with a warning that says
 so (once per set of shapes): a fallback is never silent. A specialised file holds a second
 capture compiled with every size static, tried first (`fits_<mode>_static`: exactly the
-shapes compiled for), for where Inductor's static kernels differ from its dynamic ones. No torch.compile, dynamo or Inductor
+shapes compiled for), for where Inductor's static kernels differ from its dynamic ones.
+Buffers are made on the arguments' device, so that a CPU seed called on the meta device (how
+okgit's evaluator asks, launches counted and none run, whether the kernels launch at a shape
+too large for the interpreter) takes its compiled path there. No torch.compile, dynamo or Inductor
 compilation runs: the kernels' only import from torch._inductor is its runtime library of
 Triton helper functions (`triton_helpers`, `libdevice`).
 """
@@ -36,12 +39,9 @@ from torch._inductor.runtime import triton_helpers  # Inductor's Triton helper f
 aten = torch.ops.aten
 
 
-def empty_strided_cuda(size, stride, dtype):
-    return torch.empty_strided(size, stride, dtype=dtype, device="cuda")
-
-
-def empty_strided_cpu(size, stride, dtype):
-    return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
+def empty_strided(device, size, stride, dtype):
+    """A buffer on the arguments' device (Inductor's empty_strided_cuda / _cpu)."""
+    return torch.empty_strided(size, stride, dtype=dtype, device=device)
 
 
 def reinterpret_tensor(t, size, stride, offset):
@@ -49,10 +49,10 @@ def reinterpret_tensor(t, size, stride, offset):
     return t.as_strided(size, stride, t.storage_offset() + offset)
 
 
-def fits(t, shape, stride, dtype, device):
+def fits(t, shape, stride, dtype, devices):
     """Whether tensor t has the shape, strides, dtype and device the kernels were compiled for, and
     no gradient is wanted of it (they compute the forward only)."""
-    return (t.shape == shape and t.stride() == stride and t.dtype == dtype and t.device.type == device
+    return (t.shape == shape and t.stride() == stride and t.dtype == dtype and t.device.type in devices
             and not (t.requires_grad and torch.is_grad_enabled()))
 
 
@@ -69,7 +69,12 @@ def reference_forward(model, *args):
 _DROPPED = re.compile(r"^\s*(assert_size_stride|assert_alignment)\(|^\s*\w+ = get_raw_stream\(|^\s*torch\.cuda\.set_device\(")
 _GUARD = re.compile(r"^(\s*)with torch\.cuda\._DeviceGuard\(\d+\):\s*$")
 _RUN = re.compile(r"^(\s*)(\w+)\.run\((.*)\)\s*$")
-_ALLOWED_GLOBALS = {"torch", "aten", "extern_kernels", "empty_strided_cuda", "empty_strided_cpu", "reinterpret_tensor",
+_EMPTY = re.compile(r"\bempty_strided_(?:cpu|cuda)\(")
+# the device types a tensor compiled on a device may be on: a CPU seed also on the meta device, where
+# okgit's evaluator calls the op file's own shape to count launches without running them (a GPU
+# seed is never called there: a launch on data-less tensors would reach the device)
+DEVICES = {"cpu": ("cpu", "meta"), "cuda": ("cuda",)}
+_ALLOWED_GLOBALS = {"torch", "aten", "extern_kernels", "empty_strided", "reinterpret_tensor",
                     "math", "inf", "nan", "float", "int", "len", "range", "max", "min"}
 
 
@@ -172,9 +177,12 @@ def _rename(text: str, renames: dict[str, str]) -> str:
 
 def _call_text(graph: dict[str, Any], suffix: str) -> str:
     """Inductor's call(args) body as a plain function: private guards and stream lookups dropped,
-    kernel launches through the launchers."""
+    buffers made on the arguments' device, kernel launches through the launchers."""
     kernels = {k["name"] for k in graph["kernels"]}
-    out: list[str] = []
+    what = graph["assumed"]
+    if not what["tensors"]:
+        raise Unsupported("a compiled graph without a tensor argument")
+    out = [f"    args_device = args[{what['args'].index(what['tensors'][0]['expr'])}].device"]
     lines = graph["body"].splitlines()
     indent0 = min(len(line) - len(line.lstrip()) for line in lines if line.strip())
     dedent = 0  # inside a dropped `with` block
@@ -198,7 +206,7 @@ def _call_text(graph: dict[str, Any], suffix: str) -> str:
             call = ast.parse(f"f({args})", mode="eval").body
             assert isinstance(call, ast.Call)
             line = f"{pre}launch_{name}_{suffix}({', '.join(ast.unparse(a) for a in call.args)})"
-        out.append("    " + line)
+        out.append("    " + _EMPTY.sub("empty_strided(args_device, ", line))
     text = f"def call_{suffix}(args):\n" + "\n".join(out)
     _check_globals(text, {f"launch_{k}_{suffix}" for k in kernels})
     return text
@@ -254,7 +262,8 @@ def _fits_text(graph: dict[str, Any], suffix: str, names: list[str]) -> str:
              f"    if not all(isinstance(t, torch.Tensor) and t.dim() == n for t, n in ({ranks}{',' if len(what['tensors']) == 1 else ''})):",
              "        return False"]
     lines += [f"    {sym} = {expr}" for sym, expr in what["symbols"].items()]
-    checks = [f"fits({t['expr']}, {_tuple(t['shape'])}, {_tuple(t['stride'])}, {t['dtype']}, {t['device']!r})" for t in what["tensors"]]
+    checks = [f"fits({t['expr']}, {_tuple(t['shape'])}, {_tuple(t['stride'])}, {t['dtype']}, {DEVICES.get(t['device'], (t['device'],))!r})"
+              for t in what["tensors"]]
     checks += what["relations"]
     checks += [f"{expr} == {_tuples(value)!r}" for expr, value in what["constants"].items()]
     lines.append("    return (")

@@ -53,6 +53,31 @@ def test_the_dims_that_follow_a_knob_and_the_batch_are_dynamic() -> None:
     assert inputs == [{0, 1, 2, 3}] * 3 and named == {}
 
 
+GPU_BODY = """        arg0_1, arg1_1 = args
+        args.clear()
+        s0 = arg0_1
+        with torch.cuda._DeviceGuard(0):
+            torch.cuda.set_device(0)
+            buf0 = empty_strided_cuda((s0, ), (1, ), torch.float32)
+            stream0 = get_raw_stream(0)
+            triton_poi_fused_0.run(arg1_1, buf0, s0, stream=stream0)
+            del arg1_1
+        return (buf0, )"""
+
+
+def test_a_gpu_wrappers_arguments_and_outputs_are_counted_inside_its_device_guard() -> None:
+    import torch
+
+    from okgit.inductor.capture import NotCaptured, _check_outputs
+
+    graph = {"placeholders": [("L['x'].size()[0]", 2), ("L['x']", None)], "outputs": 1}
+    assert _check_outputs(torch, GPU_BODY, graph, torch.zeros(2)) is False  # one tensor, returned bare
+    with pytest.raises(NotCaptured, match="return value"):
+        _check_outputs(torch, GPU_BODY, graph, (torch.zeros(2), torch.zeros(2)))  # the forward returns two
+    with pytest.raises(NotCaptured, match="takes 2 arguments for the graph's 3"):
+        _check_outputs(torch, GPU_BODY, {"placeholders": [1, 2, 3], "outputs": 1}, torch.zeros(2))
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_seed_of_upper_case_arguments_runs_its_kernels_at_other_shapes(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ import ast
 import contextlib
 import gc
 import re
+import textwrap
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -201,7 +202,7 @@ def _check_outputs(torch: Any, body: str, seen: dict[str, Any], result: Any) -> 
     """Whether the forward returns a tuple; the call takes one argument per graph input and returns
     the forward's tensors, in order (not so where aot_autograd merged aliased inputs, or the
     forward returns an input or one tensor twice)."""
-    tree = ast.parse("def call(args):\n" + "\n".join("    " + line.strip() for line in body.splitlines() if line.strip()))
+    tree = ast.parse("def call(args):\n" + textwrap.indent(textwrap.dedent(body), "    "))
     fn = tree.body[0]
     assert isinstance(fn, ast.FunctionDef)
     unpack = next((n for n in fn.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id == "args"), None)

@@ -82,6 +82,9 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
             lines += ["", f"Gates passed: {', '.join(passed)}."]
         if r.shapes:
             lines.append(f"Correctness checked at: {'; '.join(', '.join(f'{k}={v}' for k, v in s.items()) for s in r.shapes)}.")
+        if r.max_abs_error is not None and ref.max_abs_error is not None:
+            lines.append(f"Error against float64 (max abs over the checked cases): the winner {r.max_abs_error:.2e}, "
+                         f"the reference itself {ref.max_abs_error:.2e}.")
     if not ctx.attempts:
         lines += ["", "No candidate was proposed; the search's notes below say why."]
     notes = [e.get("message", "") for e in RunDir(space.run_dir).events() if e["type"] == "note"]

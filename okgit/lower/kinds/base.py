@@ -18,6 +18,7 @@ to the first kind in that order that is on and claims it (okgit.lower.kinds.kind
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 class Rendered:
     name: str  # launcher
     source: str  # kernels + launcher
-    tunables: dict[str, int]
+    tunables: Mapping[str, int | str]  # module constants: launch settings (int), a GEMM's precision (str)
     args: list[str]  # forward expressions passed to the launcher
     outputs: list[Node]
     description: str

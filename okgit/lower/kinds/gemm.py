@@ -1,13 +1,29 @@
-"""GEMM: a matmul or linear with its elementwise epilogue on the accumulator, one Triton GEMM
-(gemm.py.tmpl). Optional: the first candidate keeps the vendor GEMM (a PyTorch call, origin
-vendor_gemm) with the epilogue as its own kernel, since cuBLAS beats a Triton GEMM in strict
-fp32; the second turns this kind on.
+"""GEMM: a matmul, batched matmul or linear with its elementwise epilogue on the accumulator, one
+Triton GEMM (gemm.py.tmpl) on tensor cores at fp32 accuracy. Optional, its candidate first: the
+one without it keeps the vendor GEMM (a PyTorch call, origin vendor_gemm, cuBLAS on the CUDA
+cores in strict fp32) with the epilogue as its own kernel.
 
-Recognition: a 2D fp32 matmul-like PyTorch call (GEMM_OPS) seeds a group of its own, its
-elementwise epilogue after it; inside the kernel its value is the accumulator (plus the bias of
-a linear or addmm), and the domain's sizes are A's rows and B's columns."""
+The GEMM family (gemm_plan.py.tmpl, _GemmPlan): fp32 operands multiplied in split precision,
+`<NAME>_PRECISION`: "tf32x3-split" splits each operand with one pass into a TF32 high part and a
+TF32 remainder (K-major, K padded to whole blocks) and adds three TF32 products per step, the
+plain TF32 GEMM a tensor core runs best; "tf32x3", "bf16x3", "bf16x6" let Triton split inside
+the kernel; "ieee" is strict fp32 on the CUDA cores. Either way its error against float64 is
+what the evaluator's precision rule for contractions judges (docs/evaluation.md). On Hopper the
+operands go through TMA descriptors where their layout allows, tiles persistent or not
+(`PERSISTENT`) and warp-specialised or not (`WARP_SPECIALIZE`); on other GPUs and under
+Triton's interpreter through pointers (the interpreter computes in fp32 whatever the
+precision). Where the output has fewer tiles than the GPU has SMs, K is split into ranges
+(`SPLIT_K`, 0: chosen from the shape) whose sums a second kernel adds in a fixed order before
+the epilogue: bitwise deterministic, no atomics.
+
+Recognition: a fp32 matmul-like PyTorch call (GEMM_OPS) with operands of 2 or more dims whose
+batch dims agree (or one operand 2D) seeds a group of its own, its elementwise epilogue after
+it; inside the kernel its value is the accumulator (plus the bias of a linear or addmm), and
+the domain's sizes are A's rows and B's columns (and the batch dims)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
@@ -16,8 +32,12 @@ from okgit.lower.kernelcode import KernelCode, Leaf, Scope, store_outputs
 from okgit.lower.kinds.base import Rendered, TemplateKind, output_names, template_kind
 from okgit.lower.template import fill, template
 
+if TYPE_CHECKING:
+    from okgit.lower.template import Traversable
+
 TEMPLATE = template(__package__, "gemm.py.tmpl")
-GEMM_OPS = {"linear", "mm", "addmm", "matmul"}  # the ATen calls a Triton GEMM may replace
+GEMM_OPS = {"linear", "mm", "addmm", "matmul", "bmm"}  # the ATen calls a Triton GEMM may replace
+PRECISION = "tf32x3-split"  # the default of <NAME>_PRECISION (the module docstring lists the others)
 
 
 @template_kind(order=0)
@@ -26,13 +46,23 @@ class Gemm(TemplateKind):
     optional = True
     label = "Triton GEMM"
     label_off = "vendor GEMM"
+    before_plain = True  # expected faster than cuBLAS's strict fp32: its candidate first
+    helpers: ClassVar[dict[str, Traversable]] = {"_gemm_plan": template(__package__, "gemm_plan.py.tmpl")}
 
     def seeds(self, n: Node) -> bool:
-        """A matmul-like call whose first two tensor operands are 2D, in fp32."""
+        """A matmul-like fp32 call whose operands have 2 or more dims, batch dims alike or one 2D."""
         if n.kind != "extern" or not isinstance(n.target, torch._ops.OpOverload) or n.target._opname not in GEMM_OPS:
             return False
-        operands = [a for a in _flatten(n.args) if isinstance(a, Node)]
-        return len(operands) >= 2 and all(len(a.shape) == 2 for a in operands[:2]) and n.dtype == torch.float32
+        try:
+            a, b, _ = gemm_operands(n)
+        except Unsupported:
+            return False
+        if not (isinstance(a, Node) and isinstance(b, Node)) or n.dtype != torch.float32:
+            return False
+        sa, sb = a.shape, b.shape
+        if a.dtype != torch.float32 or b.dtype != torch.float32 or len(sa) < 2 or len(sb) < 2:
+            return False
+        return len(sb) == 2 or len(sa) == 2 or sa[:-2] == sb[:-2]
 
     def offered(self, graph) -> bool:
         return any(self.seeds(n) for n in graph.nodes)
@@ -41,18 +71,26 @@ class Gemm(TemplateKind):
         return g.seed is not None and self.seeds(g.seed)
 
     def domain_source(self, g, d: int) -> str | None:
-        return ("a.shape[0]", "b.shape[1]")[d]
+        """The output's last dim is B's columns, the one before A's rows, the others the batch
+        dims of whichever operand has them all."""
+        rank = len(g.shape)
+        if d >= rank - 2:
+            return "b.shape[-1]" if d == rank - 1 else "a.shape[-2]"
+        a, _, _ = gemm_operands(g.seed)
+        return f"{'a' if len(a.shape) == rank else 'b'}.shape[{d}]"
 
     def extern_origin(self, n: Node, low) -> str | None:
         return "vendor_gemm" if self.seeds(n) else None
 
     def what(self, g) -> str:
-        return "a Triton GEMM with the epilogue on its accumulator"
+        return "a Triton GEMM on tensor cores at fp32 accuracy with the epilogue on its accumulator"
 
-    def tunables(self, NAME: str) -> dict[str, int]:
+    def tunables(self, NAME: str) -> dict[str, int | str]:
         return {
-            f"{NAME}_BLOCK_M": 64, f"{NAME}_BLOCK_N": 64, f"{NAME}_BLOCK_K": 32,
-            f"{NAME}_GROUP_M": 8, f"{NAME}_NUM_WARPS": 4, f"{NAME}_NUM_STAGES": 3,
+            f"{NAME}_BLOCK_M": 128, f"{NAME}_BLOCK_N": 128, f"{NAME}_BLOCK_K": 32,
+            f"{NAME}_GROUP_M": 8, f"{NAME}_NUM_WARPS": 8, f"{NAME}_NUM_STAGES": 3,
+            f"{NAME}_PRECISION": PRECISION, f"{NAME}_SPLIT_K": 0, f"{NAME}_PERSISTENT": 0,
+            f"{NAME}_WARP_SPECIALIZE": 0,
         }
 
     def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:
@@ -72,6 +110,7 @@ class Gemm(TemplateKind):
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, "a.device")
         a_expr = low.tensor(a)
         b_expr = low.tensor(b) + (".t()" if mm.op.startswith("aten.linear") else "")
+        low.helpers.add("_gemm_plan")
         src = fill(
             TEMPLATE, name=name, NAME=name.upper(), params=sig, body="\n".join(body.lines),
             args=", ".join(["a", "b"] + ([largs] if largs else [])), doc=self.describe(g), prepare="\n".join(prep),

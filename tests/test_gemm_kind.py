@@ -94,6 +94,23 @@ def get_inputs():
 def get_init_inputs():
     return []
 """, {}),
+    # B stored K-major (B^T row-major), as a linear's weight is
+    "bmm_kmajor": ("""
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.bmm(a, b.transpose(1, 2))
+
+z = 2
+m = 17
+k = 40
+n = 24
+
+def get_inputs():
+    return [torch.randn(z, m, k), torch.randn(z, n, k)]
+
+def get_init_inputs():
+    return []
+""", {}),
     # A.T @ B.T as KernelBench level 1 problem 18 writes it: both operands strided views
     "transposed": ("""
 class Model(nn.Module):
@@ -150,17 +167,27 @@ def with_tma(source: str) -> str:
     return source + "\n\ndef _tma_device(device):\n    return True\n"
 
 
+def ahead(source: str) -> str:
+    """Operands split ahead at the small sizes the interpreter runs (GEMM_SPLIT_AHEAD_MIN 0)."""
+    out, n = re.subn(r"^GEMM_SPLIT_AHEAD_MIN: int = \d+$", "GEMM_SPLIT_AHEAD_MIN: int = 0", source, flags=re.MULTILINE)
+    assert n == 1
+    return out
+
+
 def paths(source: str) -> dict[str, str]:
+    native = setting(source, "PRECISION", "tf32x3")
+    source = ahead(source)
     small = setting(setting(setting(source, "BLOCK_M", 16), "BLOCK_N", 16), "BLOCK_K", 16)
-    native = setting(small, "PRECISION", "tf32x3")
     return {
         "split": source,
         "split, tma": with_tma(source),
+        "split inside the kernel (short sides)": setting(native, "PRECISION", "tf32x3-split"),
         "native": native,
         "native, tma": with_tma(native),
         "split, small tiles, persistent, tma": with_tma(setting(small, "PERSISTENT", 1)),
         "split, split-K": setting(small, "SPLIT_K", 3),
-        "native, split-K, persistent, tma": with_tma(setting(setting(native, "SPLIT_K", 2), "PERSISTENT", 1)),
+        "native, split-K, persistent, tma": with_tma(setting(setting(setting(native, "SPLIT_K", 2), "PERSISTENT", 1),
+                                                             "BLOCK_M", 16)),
     }
 
 
@@ -178,14 +205,12 @@ def test_every_form_and_path_matches_float64(tmp_path):
 
 
 @pytest.mark.slow
-def test_odd_aligned_and_batched_tma_layouts(tmp_path):
-    """Sizes where the TMA path takes descriptors of the operands as they are (16-byte rows)
-    and where it must fall back to pointers (a K that crosses from one batch of B into the
-    next), each still right."""
-    path, source = gemm_source(tmp_path, "bmm")
+def test_tma_takes_operands_as_they_are_where_aligned(tmp_path):
+    """A batched product with K-major B (B^T stored row-major): TMA descriptors of the operands as
+    they are where rows are 16-byte multiples (K 40), pointers where not (K 41); both right."""
+    path, source = gemm_source(tmp_path, "bmm_kmajor")
     native = with_tma(setting(source, "PRECISION", "tf32x3"))
-    jobs = [(path, native, {"k": 32}), (path, native, {"k": 40}), (path, native, {"k": 41, "n": 7})]
-    results = run_ops(jobs, timeout=600)
+    results = run_ops([(path, native, {"k": 40}), (path, native, {"k": 41, "n": 7})], timeout=600)
     assert all(r["ok"] for r in results), [r["why"] for r in results]
 
 
@@ -247,14 +272,16 @@ mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
 mod._tma_device = lambda device: True  # as on a Hopper GPU
 out = {}
-for name, (a, b, blocks, precision, split_k, persistent) in {
-    "linear": (torch.randn(37, 45), torch.randn(29, 45).t(), (128, 128, 32), "tf32x3-split", 0, 0),
-    "aligned": (torch.randn(32, 64), torch.randn(64, 48), (16, 16, 16), "tf32x3", 0, 1),
-    "odd_k": (torch.randn(32, 45), torch.randn(45, 48), (16, 16, 16), "tf32x3", 0, 0),
-    "bmm_k40": (torch.randn(2, 8, 40), torch.randn(2, 40, 8), (16, 16, 32), "tf32x3", 0, 0),
-    "bmm_k64": (torch.randn(2, 8, 64), torch.randn(2, 64, 8), (16, 16, 32), "tf32x3", 0, 0),
-    "long_k": (torch.randn(16, 4096), torch.randn(4096, 16), (16, 16, 16), "tf32x3-split", 0, 1),
+for name, (a, b, blocks, precision, split_k, persistent, ahead) in {
+    "linear": (torch.randn(37, 45), torch.randn(29, 45).t(), (128, 128, 32), "tf32x3-split", 0, 0, 0),
+    "short_sides": (torch.randn(37, 45), torch.randn(29, 45).t(), (128, 128, 32), "tf32x3-split", 0, 0, 1024),
+    "kmajor": (torch.randn(32, 64), torch.randn(48, 64).t(), (16, 16, 16), "tf32x3", 0, 1, 0),
+    "nmajor": (torch.randn(32, 64), torch.randn(64, 48), (16, 16, 16), "tf32x3", 0, 0, 0),
+    "odd_k": (torch.randn(32, 45), torch.randn(48, 45).t(), (16, 16, 16), "tf32x3", 0, 0, 0),
+    "bmm": (torch.randn(2, 8, 40), torch.randn(2, 8, 40).transpose(1, 2), (16, 16, 32), "bf16x3", 0, 0, 0),
+    "long_k": (torch.randn(16, 4096), torch.randn(4096, 16), (16, 16, 16), "tf32x3-split", 0, 1, 0),
 }.items():
+    mod.GEMM_SPLIT_AHEAD_MIN = ahead
     plan = mod._GemmPlan(a, b, *blocks, precision, split_k, persistent, 1)
     out[name] = {"split_k": plan.split_k, "grid": plan.grid, "sizes": plan.sizes, **plan.switches,
                  "workspace": list(plan.workspace.shape) if plan.workspace is not None else None}
@@ -263,21 +290,20 @@ print(json.dumps(out))
 
 
 def test_the_plan_picks_its_path_from_the_layout(tmp_path):
-    """On a Hopper GPU (stood in for): TMA where descriptors can cover the operands as they are,
-    pointers where a K tile would cross batches or rows are not 16-byte multiples; split
-    operands always K-major; K split where the output's tiles leave SMs idle (4 on a CPU)."""
+    """On a Hopper GPU (stood in for): TMA where descriptors can cover the operands as they are
+    (K-major, 16-byte rows), pointers where not; split operands always K-major, and split ahead
+    only where both sides are long; K split where the output's tiles leave SMs idle (4 on a CPU)."""
     helper = tmp_path / "gemm_plan.py"
     helper.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + fill(GEMM.helpers["_gemm_plan"]))
     proc = subprocess.run([sys.executable, "-c", PLAN_SCRIPT, str(helper)], capture_output=True, text=True,
                           env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout)
-    assert got["linear"]["TMA"] and got["linear"]["SPLIT"] and got["linear"]["B_KMAJOR"]
-    assert got["linear"]["PRECISION"] == "tf32" and got["linear"]["split_k"] == 1
-    assert got["linear"]["sizes"][2] == 64  # K padded to whole blocks of the split operands
-    assert got["aligned"]["TMA"] and not got["aligned"]["B_KMAJOR"] and got["aligned"]["PRECISION"] == "ieee"
-    assert got["aligned"]["WS_TILES"] and not got["aligned"]["WS_K"]
-    assert not got["odd_k"]["TMA"] and not got["odd_k"]["WS_K"]
-    assert not got["bmm_k40"]["TMA"] and got["bmm_k64"]["TMA"]
+    assert got["linear"]["TMA"] and got["linear"]["SPLIT"] and got["linear"]["PRECISION"] == "tf32"
+    assert got["linear"]["split_k"] == 1 and got["linear"]["sizes"][2] == 64  # K padded to whole blocks
+    assert not got["short_sides"]["SPLIT"] and got["short_sides"]["PRECISION"] == "ieee"  # the interpreter's
+    assert got["kmajor"]["TMA"] and got["kmajor"]["WS_TILES"] and not got["kmajor"]["WS_K"]
+    assert not got["nmajor"]["TMA"] and not got["odd_k"]["TMA"] and not got["odd_k"]["WS_K"]
+    assert got["bmm"]["TMA"] and got["bmm"]["sizes"][4:6] == [8, 8]  # rows per batch of A and of B^T
     assert got["long_k"]["split_k"] == 4 and got["long_k"]["PARTIAL"] and got["long_k"]["workspace"] == [4, 256]
     assert got["long_k"]["grid"] == [4]  # persistent: as many programs as SMs

@@ -400,8 +400,10 @@ def main() -> int:
     if not args.smoke and not torch.cuda.is_available():
         print("no CUDA GPU: run with --smoke on a CPU", file=sys.stderr)
         return 3
-    if not args.smoke and not args.family_only and (args.kb is None or not args.kb.is_dir()):
-        print("--kb: a KernelBench folder is needed (or --family-only)", file=sys.stderr)
+    if args.kb is not None and (args.kb / "KernelBench").is_dir():
+        args.kb = args.kb / "KernelBench"
+    if not args.smoke and not args.family_only and (args.kb is None or not (args.kb / "level1").is_dir()):
+        print("--kb: a KernelBench folder (holding level1/, level2/) is needed, or --family-only", file=sys.stderr)
         return 2
     b = Bench(args)
     rows: list = []

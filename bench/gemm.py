@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 DEFAULT_PROBLEMS = "1:3,6,9,12,15,18,87 2:39,51,55,59,63,75,95,99"
-RULE_MULTIPLE = 4.0  # okgit.eval.tolerance.REF_ERROR_MULTIPLE
+RULE_MULTIPLE = 4.0  # okgit.eval.judge.tolerance.REF_ERROR_MULTIPLE
 HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 
 # name: (forward, input expressions, knobs, smoke knobs, which configurations)
@@ -171,7 +171,7 @@ class Bench:
     def __init__(self, args) -> None:
         import torch
 
-        from okgit.eval.calls import pin_flags
+        from okgit.eval.worker.calls import pin_flags
 
         self.torch, self.smoke, self.device = torch, args.smoke, "cpu" if args.smoke else "cuda"
         self.deadline = time.monotonic() + args.time_limit

@@ -1,4 +1,4 @@
-"""The precision rule of float32 contractions (okgit.eval.tolerance): a GEMM's output may be off
+"""The precision rule of float32 contractions (okgit.eval.judge.tolerance): a GEMM's output may be off
 by what the fp32 reference itself is off (x4), not by a fixed 1e-4. Checked on real products
 (fp32 on the CPU against float64) with the roundings of each tensor-core precision emulated
 bit for bit on the operands: the single-pass TF32 kinds fail, the 3xTF32 split passes, and
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from okgit.eval import roofline
-from okgit.eval.tolerance import check_leaf, leaf_tolerance
+from okgit.eval.judge.tolerance import check_leaf, leaf_tolerance
 
 FACTS = {"exact": True}
 

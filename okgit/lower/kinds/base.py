@@ -18,6 +18,7 @@ to the first kind in that order that is on and claims it (okgit.lower.kinds.kind
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -118,6 +119,12 @@ def template_kind(order: int):
         return cls
 
     return add
+
+
+def constants(tunables: Mapping[str, int | str]) -> list[str]:
+    """Launch settings as the annotated module constants a file holds (annotated so they are not
+    taken for shape knobs)."""
+    return [f"{k}: {type(v).__name__} = {json.dumps(v)}" for k, v in tunables.items()]
 
 
 def output_names(g: Group) -> list[str]:

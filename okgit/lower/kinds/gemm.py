@@ -29,13 +29,14 @@ import torch
 
 from okgit.lower.graph import Bound, Node, Unsupported
 from okgit.lower.kernelcode import KernelCode, Leaf, Scope, store_outputs
-from okgit.lower.kinds.base import Rendered, TemplateKind, output_names, template_kind
+from okgit.lower.kinds.base import Rendered, TemplateKind, constants, output_names, template_kind
 from okgit.lower.template import fill, template
 
 if TYPE_CHECKING:
     from okgit.lower.template import Traversable
 
 TEMPLATE = template(__package__, "gemm.py.tmpl")
+EXTERN = template(__package__, "gemm_extern.py.tmpl")  # stand-ins for torch.mm / addmm / bmm
 GEMM_OPS = {"linear", "mm", "addmm", "matmul", "bmm"}  # the ATen calls a Triton GEMM may replace
 PRECISION = "tf32x3-split"  # the default of <NAME>_PRECISION (the module docstring lists the others)
 
@@ -117,6 +118,37 @@ class Gemm(TemplateKind):
             call_args=call, returns=returns,
         )
         return Rendered(name, src, self.tunables(name.upper()), [a_expr, b_expr] + args, g.outputs, self.describe(g))
+
+
+# the stand-ins' epilogue: alpha * A @ B (+ beta * bias) written through out's strides, bias broadcast
+_EXTERN_PARAMS = ["bias_ptr", "out_ptr", "alpha", "beta", "n_rows", "n_cols", "bias_z", "bias_m", "bias_n", "out_z",
+                  "out_m", "out_n", "HAS_BIAS: tl.constexpr"]
+_EXTERN_ARGS = ["bias3", "out3", "alpha", "beta", "out3.shape[1]", "out3.shape[2]", "bias3.stride(0)", "bias3.stride(1)",
+                "bias3.stride(2)", "out3.stride(0)", "out3.stride(1)", "out3.stride(2)", "bias is not None and beta != 0"]
+_EXTERN_BODY = """o_n = flat % n_cols
+o_m = (flat // n_cols) % n_rows
+o_z = flat // (n_cols * n_rows)
+v = acc * alpha
+if HAS_BIAS:
+    v += beta * tl.load(bias_ptr + o_z * bias_z + o_m * bias_m + o_n * bias_n, mask=mask, other=0.0)
+tl.store(out_ptr + o_z * out_z + o_m * out_m + o_n * out_n, v, mask=mask)"""
+_EXTERN_PREPARE = """out3 = out if out.dim() == 3 else out.unsqueeze(0)
+bias3 = out3 if bias is None else bias.expand(out.shape)
+bias3 = bias3 if bias3.dim() == 3 else bias3.unsqueeze(0)"""
+VENDOR_STAND_INS = {"mm": "_split_mm", "addmm": "_split_addmm", "bmm": "_split_bmm"}
+
+
+def vendor_stand_ins() -> str:
+    """Python text defining `_split_mm`, `_split_addmm` and `_split_bmm`: torch.mm, addmm and bmm
+    (their arguments, `out=` included) on this kind's GEMM at its default settings, for code
+    that calls the vendor (the Inductor seed, okgit.inductor.gemm)."""
+    kernel = fill(
+        TEMPLATE, name="_split_gemm", NAME="SPLIT_GEMM", params="\n".join(f"{p}," for p in _EXTERN_PARAMS),
+        body=_EXTERN_BODY, args="a, b, bias, out, alpha, beta", doc="alpha * a @ b (+ beta * bias) into out.",
+        prepare=_EXTERN_PREPARE, call_args="\n".join(f"{a}," for a in _EXTERN_ARGS), returns="out",
+    )
+    settings = "\n".join(constants(Gemm().tunables("SPLIT_GEMM")))
+    return "\n\n\n".join([fill(Gemm.helpers["_gemm_plan"]), settings, kernel, fill(EXTERN)])
 
 
 def gemm_operands(mm: Node) -> tuple[Node, Node, Node | None]:

@@ -6,7 +6,9 @@ launches the same Triton kernels with the settings Inductor chose, without torch
 candidate is then judged like any other; the autotune phase tunes its launches where it is
 the best, and a model continues from it.
 
-On by default on a GPU, where a second seed comes from max-autotune-no-cudagraphs. On a CPU (Triton's interpreter, nothing timed) it is off unless
+A seed that calls vendor GEMMs is followed by the same seed with them on the split-precision
+GEMM family (origin `inductor:split_gemm`, okgit.inductor.gemm). On by default on a GPU, where a
+last seed comes from max-autotune-no-cudagraphs. On a CPU (Triton's interpreter, nothing timed) it is off unless
 `inductor = true` in okgit.toml: the compile costs tens of seconds there for a candidate whose
 speed nobody can measure.
 """
@@ -21,6 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from okgit.inductor.gemm import split_gemm_seed
 from okgit.search.types import Context, Proposal
 
 TIME_LIMIT_S = 900  # the compile, Inductor's autotuning and one run of the reference at its real size
@@ -37,18 +40,28 @@ class InductorProposer:
         self.on_cpu = on_cpu  # decided by the run's device, known once the evaluator is made
         self._source: str | None = None
         self._modes: list[str] = []
+        self._split: Proposal | None = None  # the default seed with its vendor GEMMs split, next
 
     def propose(self, ctx: Context) -> Proposal | None:
         if self._source != ctx.problem.source:
             self._source = ctx.problem.source
             gpu = ctx.device.startswith("cuda")
             self._modes = ["default", "max-autotune-no-cudagraphs"] if gpu else ["default"] if self.on_cpu else []
+            self._split = None
+        if self._split is not None:
+            queued, self._split = self._split, None
+            return queued
         while self._modes:
             mode = self._modes.pop(0)
             # at the shape the evaluator times (a CPU's is scaled down for the interpreter)
             knobs = ctx.reference.shapes[0] if ctx.reference.shapes else {}
             source, why = seed_file(ctx.problem.source, ctx.problem.root, ctx.device, mode, knobs)
             if source is not None:
+                split_source = split_gemm_seed(source) if mode == "default" else None
+                if split_source is not None:
+                    self._split = Proposal(source=split_source, origin="inductor:split_gemm", parent=None,
+                                           intent=f"{why}; its vendor GEMMs on tensor cores at fp32 accuracy (3xTF32)",
+                                           meta={"kernels": [], "tunables": {}})
                 return Proposal(source=source, origin="inductor" if mode == "default" else f"inductor:{mode}",
                                 intent=why, parent=None, meta={"kernels": [], "tunables": {}})
             ctx.log("note", message=f"inductor ({mode}): {why}")

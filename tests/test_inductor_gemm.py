@@ -108,9 +108,9 @@ def counted(*a, **k):
 m.extern_kernels.addmm = counted
 torch.manual_seed(0)
 model = m.Model(*m.get_init_inputs())
-spec = m.ARGS_train
-x = torch.randn(spec[-1][0])
+x, = m.get_inputs()
 with torch.no_grad():
+    assert m.fits_train(model, x)  # the compiled path, not the reference's forward
     got = model(x)
     want = model.double().forward_reference(x.double())
 print(json.dumps({"calls": len(calls), "err": float((got.double() - want).abs().max())}))
@@ -127,7 +127,8 @@ def test_the_rewritten_seed_runs_its_compiled_path_with_the_stand_in(tmp_path):
 
 def test_the_proposer_offers_the_split_seed_right_after_the_default(monkeypatch, tmp_path):
     """On a GPU: the default seed, then the same with its vendor GEMMs split, then max-autotune's
-    (each made by okgit.inductor in a child process: here the fixture's file stands in for it)."""
+    (each made by okgit.inductor in a child process: here the fixture's file stands in for it,
+    one file per mode)."""
     from okgit.eval.types import Reference
     from okgit.problem import load_problem
     from okgit.search.proposers import inductor
@@ -135,11 +136,11 @@ def test_the_proposer_offers_the_split_seed_right_after_the_default(monkeypatch,
 
     made = []
 
-    def seed_file(reference, root, device, mode="default", knobs=None):
+    def seed_files(reference, root, device, mode="default", knobs=None, sizes="dynamic"):
         made.append(mode)
-        return _seed(), f"seed ({mode})"
+        return [(_seed(), f"seed ({mode})")], ""
 
-    monkeypatch.setattr(inductor, "seed_file", seed_file)
+    monkeypatch.setattr(inductor, "seed_files", seed_files)
     ctx = Context(problem=load_problem(OP), reference=Reference(device="cuda", timed=True), backend="triton",
                   device="cuda", log=lambda _t, **f: None)
     proposer = inductor.InductorProposer()

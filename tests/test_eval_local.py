@@ -21,7 +21,7 @@ from okgit.eval.parent.rounds import sign_test_p, summarize
 from okgit.eval.parent.sandbox import worker_env
 from okgit.eval.types import Status
 from okgit.problem import load_problem
-from okgit.result_text import eval_text
+from okgit.views.eval_text import eval_text
 
 OPS = Path(__file__).parent / "ops"
 

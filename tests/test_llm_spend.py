@@ -20,7 +20,7 @@ from okgit.config import Config, SearchSettings
 from okgit.eval.base import InMemoryEvaluator
 from okgit.eval.parent.device_pool import DevicePool
 from okgit.eval.parent.gates import gate_names, gates, rules_text
-from okgit.git.journal import JsonlWriter, read_jsonl
+from okgit.journal.files import JsonlWriter, read_jsonl
 from okgit.problem import load_problem
 from okgit.search.driver import Budget, Search
 from okgit.search.memory import SkillLibrary

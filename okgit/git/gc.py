@@ -98,7 +98,7 @@ def _remove_branches(repo: Repo, report: GcReport, finished: list[str]) -> None:
 
 def _op(repo: Repo, run_id: str) -> str:
     try:
-        return str(started_event(repo, run_id)["op"])
+        return started_event(repo, run_id).op
     except (OkgitError, KeyError):
         return "PATH"
 

@@ -11,7 +11,10 @@ from okgit.eval.protocol.keys import CallKey, CallKind
 @gate(90)
 class Seeds(Gate):
     name = "seeds"
-    rule = "Correct within the tolerance on inputs drawn under several random seeds."
+    rule = ("Correct within the tolerance on inputs drawn under several random seeds. A float32 "
+            "matmul or convolution must be as accurate as the fp32 reference (within 4x its own error "
+            "against float64): single-pass TF32 or bf16 products fail, tl.dot(..., input_precision=\"tf32x3\") "
+            "does not.")
     judges = ("seed",)
 
 

@@ -176,10 +176,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
     files = patch.apply(repo, ref, check=args.check)
     verb = "applies cleanly to" if args.check else "applied to"
     text = f"{ref} {verb} {', '.join(files)}"
-    if not args.check and patch.checked_on(repo, ref) == ("cpu", "triton"):
-        from okgit.result_text import INTERPRETER_NOTE
+    checked = None if args.check else patch.checked_on(repo, ref)
+    if checked:
+        from okgit.result_text import INTERPRETER_NOTE, interpreted
 
-        text += f"\nnote: {ref} was {INTERPRETER_NOTE}"
+        if interpreted(*checked):
+            text += f"\nnote: {ref} was {INTERPRETER_NOTE}"
     _emit(args, {"ref": ref, "check": args.check, "files": files}, text)
     return 0
 

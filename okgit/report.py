@@ -7,7 +7,7 @@ from pathlib import Path
 from okgit.eval.types import Comparison
 from okgit.fmt import fmt_speed, fmt_us
 from okgit.git.rundir import RunDir
-from okgit.result_text import INTERPRETER_NOTE
+from okgit.result_text import INTERPRETER_NOTE, interpreted
 from okgit.search.types import Attempt, Context
 from okgit.status import RunStatus
 
@@ -98,7 +98,7 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
             "", "## Apply", "",
             f"    okgit apply {result.run_id}      # or: git apply {result.diff}",
             f"    okgit revert {result.run_id}     # undo",
-            *(["", f"The winner was {INTERPRETER_NOTE}."] if ctx.device == "cpu" and ctx.backend == "triton" else []),
+            *(["", f"The winner was {INTERPRETER_NOTE}."] if interpreted(ctx.device, ctx.backend) else []),
             "", "## Diff", "", "```diff", diff.rstrip("\n"), "```",
         ]
     RunDir(space.run_dir).report.write_text("\n".join(lines) + "\n")

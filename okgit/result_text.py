@@ -11,6 +11,11 @@ INTERPRETER_NOTE = ("checked on a CPU under Triton's interpreter: to run the app
                     "on a machine with an NVIDIA GPU it runs as it is")
 
 
+def interpreted(device: str | None, backend: str | None) -> bool:
+    """Whether kernels found on `device` with `backend` were checked under Triton's interpreter."""
+    return device == "cpu" and backend == "triton"
+
+
 def eval_text(result: EvalResult) -> str:
     """Status, each gate pass/fail, the error, and times (or why none are claimed)."""
     lines = [f"status: {result.status.value}" + (f"  (failed at {result.error.gate})" if result.error else "")]

@@ -64,6 +64,7 @@ class ProblemRow(BaseModel):
 class Outcome:
     rows: list[ProblemRow]  # in plan order, the refused last
     device: str
+    backend: str
     ordered_by: str
     interrupted: bool = False  # Ctrl-C or SIGTERM during a problem's run: the rest were not run
 
@@ -81,6 +82,17 @@ class CampaignSpace:
         if self.holder is not None:
             self.holder.release()
             self.holder = None
+
+    def announce(self, on_event: Callable[[dict[str, Any]], None] | None, doing: str) -> None:
+        """The campaign's first line, at once: before the evaluator starts or a model is
+        profiled (never journaled, as a run's `preparing` event)."""
+        if on_event:
+            on_event({"type": "campaign_preparing", "run": self.campaign_id, "doing": doing})
+
+    def discard(self) -> None:
+        """Remove the campaign whole: it was refused, or stopped, before its first problem."""
+        self.release()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def start_campaign(repo: Repo) -> CampaignSpace:
@@ -101,7 +113,9 @@ def find_ops(repo: Repo, directory: Path, config: Config) -> tuple[list[str], li
     """The op files of `directory` (repository-relative) and the files skipped, with why.
 
     okgit.toml's `[[op]]` entries under the directory, when it lists any; else every tracked
-    Python file there (recursively) that defines Model, get_inputs and get_init_inputs.
+    Python file there (recursively) that defines Model, get_inputs and get_init_inputs, or
+    that cannot be read as Python at all: such a file is a problem that the screening refuses
+    on its own line (it may be a broken op file), not a helper passed over in silence.
     """
     rel_dir = repo.relpath(directory)
     prefix = "" if rel_dir in ("", ".") else rel_dir.rstrip("/") + "/"
@@ -114,12 +128,10 @@ def find_ops(repo: Repo, directory: Path, config: Config) -> tuple[list[str], li
             continue
         rel = repo.relpath(path)
         try:
-            names = top_level_names(path.read_text(), rel)
+            if not set(REQUIRED) <= top_level_names(path.read_text(), rel):
+                continue  # a helper module, not an op file
         except (OkgitError, UnicodeDecodeError):
-            skipped.append(f"{rel}: not valid Python")
-            continue
-        if not set(REQUIRED) <= names:
-            continue  # a helper module, not an op file
+            pass  # unreadable: refused when the campaign screens it, with the reason
         if not repo.is_tracked(rel):
             skipped.append(f"{rel}: not tracked by git (commit it first)")
             continue
@@ -161,6 +173,11 @@ def run_problems(space: CampaignSpace, ops_repo: Repo, ops: list[str], flags: di
             rows[op] = row
             try:
                 problem = _load(ops_repo, op, config)
+            except OkgitError as e:
+                row.reason = f"cannot be loaded: {e}"
+                log("screened", op=op, refused=row.reason)
+                continue
+            try:
                 reference = evaluator.reference(problem)
             except OkgitError as e:
                 row.reason = str(e)
@@ -208,7 +225,7 @@ def run_problems(space: CampaignSpace, ops_repo: Repo, ops: list[str], flags: di
                 interrupted = True
                 break
         ordered = [rows[a.screen.op] for a in allotted] + [r for r in rows.values() if r.status == REFUSED]
-    return Outcome(ordered, evaluator.device, ordered_by, interrupted)
+    return Outcome(ordered, evaluator.device, config.backend, ordered_by, interrupted)
 
 
 def _load(repo: Repo, op: str, config: Config) -> Problem:
@@ -216,7 +233,11 @@ def _load(repo: Repo, op: str, config: Config) -> Problem:
 
     path = repo.root / op
     check_op(repo, path)
-    problem = load_problem(op, source=path.read_text(), root=str(path.parent))
+    try:
+        source = path.read_text()
+    except UnicodeDecodeError:
+        raise OkgitError(f"{op}: not UTF-8 text") from None
+    problem = load_problem(op, source=source, root=str(path.parent))
     return replace(problem, **config.problem_settings(op))
 
 

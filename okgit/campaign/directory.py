@@ -24,6 +24,8 @@ def optimize_dir(directory: Path, *, flags: dict[str, Any] | None = None, cwd: P
         why = f" ({'; '.join(skipped)})" if skipped else ""
         raise OkgitError(f"{directory}: no op file found (KernelBench format: Model, get_inputs, get_init_inputs){why}")
     space = core.start_campaign(repo)
+    space.announce(on_event, f"{len(ops)} op file{'s' * (len(ops) != 1)} under {repo.relpath(path) or '.'}; "
+                             f"starting the {config.eval} evaluator, then each reference is screened")
     dirty = [op for op in ops if repo.is_dirty(op)]
     outcome = core.run_problems(space, repo, ops, dict(flags or {}), on_event=on_event,
                                 notes=tuple(f"skipped {line}" for line in skipped))

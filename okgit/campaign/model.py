@@ -45,13 +45,18 @@ def optimize_model(path: Path, *, flags: dict[str, Any] | None = None, top: int 
     if top < 1:
         raise OkgitError(f"--top {top}: at least one module")
     config = load_config(repo.root, flags)
-    found = run_probe(model_path, config.device)
-    ranked, refused = extract.groups(found)
-    if not ranked:
-        reasons = "; ".join(f"{m}: {why}" for m, why in list(refused.items())[:4]) or "it has no leaf module"
-        raise OkgitError(f"{rel}: no module okgit can extract ({reasons})")
-    chosen = ranked[:top]
     space = core.start_campaign(repo)
+    space.announce(on_event, f"profiling {rel} in its own process (its top modules become op files next)")
+    try:
+        found = run_probe(model_path, config.device)
+        ranked, refused = extract.groups(found)
+        if not ranked:
+            reasons = "; ".join(f"{m}: {why}" for m, why in list(refused.items())[:4]) or "it has no leaf module"
+            raise OkgitError(f"{rel}: no module okgit can extract ({reasons})")
+    except BaseException:  # refused or stopped before its first problem: it leaves no trace
+        space.discard()
+        raise
+    chosen = ranked[:top]
     ops_repo = _ops_repo(space.dir / "ops-repo", chosen, rel)
     ops = {f"{g.slug}.py": g for g in chosen}
     notes = [f"profiled {rel} on {found['device']}: {len(found['rows'])} rows, {len(ranked)} extractable problems, "

@@ -9,7 +9,8 @@ from pydantic import BaseModel
 from okgit.campaign.core import AT_FLOOR, REFUSED, CampaignSpace, ProblemRow
 from okgit.eval.types import Comparison
 from okgit.fmt import fmt_speed, fmt_us
-from okgit.status import RunStatus
+from okgit.result_text import INTERPRETER_NOTE, interpreted
+from okgit.status import CORRECT, RunStatus
 
 
 class EndToEnd(BaseModel):
@@ -38,6 +39,7 @@ class CampaignResult(BaseModel):
     kind: str  # ops | model
     status: RunStatus
     device: str
+    backend: str = "triton"  # the kernel language searched (a CPU and triton: the interpreter's note)
     ordered_by: str  # how the problems were ranked
     problems: list[ProblemRow]
     report: str
@@ -113,6 +115,7 @@ def report_text(result: CampaignResult) -> str:
         lines += [f"- {m}: left out: {why}" for m, why in e.dropped.items()]
     lines += ["", "## Apply", "", "```", f"okgit apply campaign:{result.campaign_id}",
               f"okgit verify campaign:{result.campaign_id}", "```",
+              *(["", f"The winners were {INTERPRETER_NOTE}."] if interpreted(result.device, result.backend) and result.status in CORRECT else []),
               "", "Each problem's own patch is under ops/; each problem's run: `okgit history RUN`"
               + (f" (in {result.ops_repo})" if result.ops_repo else "") + "."]
     return "\n".join(lines) + "\n"

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from okgit.errors import OkgitError
+from okgit.git.journal import read_jsonl
 from okgit.git.repo import Repo
 
 PREFIX = "campaign:"
@@ -64,3 +65,10 @@ def campaign_diff(repo: Repo, ref: str) -> str:
     if not diff.strip():
         raise OkgitError(f"campaign {campaign_id} has no winner (nothing passed every gate): its report.diff is empty")
     return diff
+
+
+def campaign_checked_on(repo: Repo, ref: str) -> tuple[str, str] | None:
+    """(device, backend) the campaign `ref` names ran on, as its campaign_started event says."""
+    events, _ = read_jsonl(campaign_dir(repo, resolve_campaign(repo, ref)) / "journal.jsonl")
+    started = next((e for e in events if e.get("type") == "campaign_started"), None)
+    return (str(started.get("device") or ""), str(started.get("backend") or "")) if started else None

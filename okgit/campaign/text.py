@@ -10,6 +10,8 @@ from okgit.fmt import fmt_speed, fmt_us
 def campaign_line(event: dict[str, Any]) -> str | None:
     """The line for a campaign event; None for events that are not the campaign's own."""
     t = event.get("type")
+    if t == "campaign_preparing":
+        return f"okgit campaign {event.get('run')}: {event.get('doing')}"
     if t == "campaign_started":
         return (f"okgit campaign {event.get('run')}: {len(event.get('ops') or [])} problems on {event.get('device')} "
                 f"({event.get('backend')}, {event.get('iterations')} iterations per problem on average)")

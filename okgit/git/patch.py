@@ -150,8 +150,12 @@ def apply(repo: Repo, ref: str, check: bool = False) -> list[str]:
 
 
 def checked_on(repo: Repo, ref: str) -> tuple[str, str] | None:
-    """(device, backend) of the run REF names, as its run_started event says; None for a diff file."""
+    """(device, backend) of the run or campaign REF names, as its first event says; None for a diff file."""
+    from okgit.campaign.store import campaign_checked_on, is_campaign_ref
+
     ref = resolve_ref(repo, ref)
+    if is_campaign_ref(ref):
+        return campaign_checked_on(repo, ref)
     tag = _TAG.fullmatch(ref)
     run = tag.group(1) if tag else ref
     if not _is_run(repo, run):

@@ -1,11 +1,12 @@
 """Level-3 problems (whole models) in a sweep: each one a model campaign, not a single run.
 
 `okgit optimize MODEL.py --campaign` runs in the problem's own small repository (as a level-1
-or level-2 problem's run does); its patch (the winners' package and the two lines in the model
-file) is applied there, and eager, torch.compile and the patched model are timed by the same
-baselines helper as every other problem, with the repository on the helper's import path so
-the patched model finds its package. The campaign's own end-to-end figure (interleaved rounds)
-is in its result.json, under the problem's repository.
+or level-2 problem's run does). The campaign itself times eager, torch.compile and the patched
+model of the whole model in one process, interleaved, with each arm's noise (okgit.campaign.model,
+through okgit.kernelbench.baselines); the sweep takes those figures, so the model is not timed
+twice. Its patch (the winners' package and the two lines in the model file) is applied in the
+problem's repository and the patched model kept among the winners. Without a winner, eager and
+torch.compile are timed by the baselines helper as for every other problem.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Callable
 from okgit.eval.device_pool import Slot
 from okgit.eval.types import BaselineTimes
 from okgit.git.repo import git
+from okgit.git.rundir import RunDir
 from okgit.kernelbench.reader import KBProblem
 from okgit.kernelbench.scoring import ProblemResult
 from okgit.status import RunStatus
@@ -65,17 +67,15 @@ def run_model_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: 
         "status": campaign.get("status", "error"), "correct": swapped, "run_id": campaign.get("campaign_id"),
         "best_tag": f"campaign:{campaign.get('campaign_id')}" if swapped else None,
         "iterations": sum(int(r.get("iterations") or 0) for r in campaign.get("problems") or []),
+        "modules_swapped": int(end.get("modules_swapped") or 0) if swapped else 0,
+        "gpu_s": _evaluations_s(Path(campaign["ops_repo"])) if campaign.get("ops_repo") else 0.0,
     }
     if swapped:
         git("apply", campaign["diff"], cwd=work)  # the winners' package beside the patched model file
         winner = out_dir / "winners" / f"{sweep._slug(p)}.py"
         winner.parent.mkdir(parents=True, exist_ok=True)
         winner.write_text((work / p.file_name).read_text())
-        if timer is not None:  # Modal times sources, and the patched model needs its package beside it
-            update["untimed_reason"] = "a whole model's winners are timed locally only (they import their package)"
-        else:
-            with_package = {**env, "PYTHONPATH": os.pathsep.join([str(work), env.get("PYTHONPATH", "")])}
-            update.update(sweep._baselines(p.path, work / p.file_name, with_package, timer=None, gpu=gpu))
+        update.update(_end_to_end(end))
     else:
         times = sweep._baselines(p.path, None, env, timer=timer, gpu=gpu)
         update.update({k: times[k] for k in ("eager_us", "compile_us") if times.get(k) is not None})
@@ -84,3 +84,24 @@ def run_model_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: 
     update["wall_s"] = round(time.monotonic() - started, 1)
     (logs / f"{sweep._slug(p)}.campaign.json").write_text(json.dumps(campaign, indent=1))
     return result.model_copy(update=update)
+
+
+def _end_to_end(end: dict[str, Any]) -> dict[str, Any]:
+    """The sweep's figures from the campaign's own timing of the whole model (EndToEnd)."""
+    if end.get("patched_us") is None:
+        return {"untimed_reason": end.get("untimed") or "the campaign timed no whole model"}
+    fields: dict[str, Any] = {"eager_us": end.get("eager_us"), "compile_us": end.get("compile_us"),
+                              "okgit_us": end["patched_us"], "timed": True, "noise": end.get("arm_noise") or {}}
+    if fields["eager_us"]:
+        fields["speedup_eager"] = fields["eager_us"] / end["patched_us"]
+    if fields["compile_us"]:
+        fields["speedup_compile"] = fields["compile_us"] / end["patched_us"]
+    if end.get("untimed"):
+        fields["untimed_reason"] = end["untimed"]
+    return fields
+
+
+def _evaluations_s(ops_repo: Path) -> float:
+    """Wall seconds of every candidate evaluation of the campaign's runs (their journals)."""
+    return round(sum(float(e.get("wall_s") or 0.0) for journal in ops_repo.glob(".okgit/runs/*/journal.jsonl")
+                     for e in RunDir(journal.parent).events() if e.get("type") == "evaluated"), 3)

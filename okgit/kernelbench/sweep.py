@@ -274,7 +274,7 @@ def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path,
         winner_path.write_text(git("show", f"{best_tag}:{p.file_name}", cwd=work))
         update.update(_baselines(p.path, winner_path, env, timer=timer, gpu=gpu, backend=flags.get("backend") or "triton"))
         if cross_check:
-            data = _helper("crosscheck", p.path, winner_path, env, extra=[flags.get("backend") or "triton"])
+            data = helper("crosscheck", p.path, winner_path, env, extra=[flags.get("backend") or "triton"])
             update["cross_check"] = CrossCheck(error=data) if isinstance(data, str) else CrossCheck.model_validate(data)
     else:  # no kernel: the user keeps the reference; its two baselines still place the problem
         times = _baselines(p.path, None, env, timer=timer, gpu=gpu)
@@ -356,7 +356,7 @@ def _baselines(ref: Path, winner: Path | None, env: dict[str, str], *,
     if timer is not None:
         times = timer(ref.read_text(), winner.read_text() if winner else None)
     elif gpu:
-        data = _helper("baselines", ref, winner, env, extra=[backend] if winner else None)
+        data = helper("baselines", ref, winner, env, extra=[backend] if winner else None)
         if isinstance(data, str):  # the helper itself failed: no figures, and why
             return {"untimed_reason": data}
         times = BaselineTimes.model_validate(data)
@@ -377,7 +377,7 @@ def _baselines(ref: Path, winner: Path | None, env: dict[str, str], *,
     return fields
 
 
-def _helper(module: str, ref: Path, winner: Path | None, env: dict[str, str], extra: list[str] | None = None) -> dict[str, Any] | str:
+def helper(module: str, ref: Path, winner: Path | None, env: dict[str, str], extra: list[str] | None = None) -> dict[str, Any] | str:
     """Run okgit.kernelbench.<module> REF [WINNER] in a process pinned like the problem's run.
 
     Returns the JSON object it printed, or a one-line reason when the helper itself failed.

@@ -157,31 +157,7 @@ print(json.dumps({"err": float((got - want).abs().max()), "keys": list(fast.stat
     assert listed["kind"] == "model" and listed["status"] == "unverified"
 
 
-LEVEL3 = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self, dim, hidden):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.LayerNorm(hidden))
-
-    def forward(self, x):
-        return self.net(x)
-
-
-batch_size = 8
-dim = 32
-hidden = 64
-
-
-def get_inputs():
-    return [torch.randn(batch_size, dim)]
-
-
-def get_init_inputs():
-    return [dim, hidden]
-'''
+LEVEL3 = (Path(__file__).parent / "kb_level3" / "KernelBench" / "level3" / "1_TinyMLP.py").read_text()
 
 
 def test_a_level3_sweep_goes_through_the_model_campaign(tmp_path: Path) -> None:
@@ -197,6 +173,8 @@ def test_a_level3_sweep_goes_through_the_model_campaign(tmp_path: Path) -> None:
     [problem] = report["problems"]
     assert problem["key"] == "level3/1_TinyMLP" and problem["status"] == "unverified" and problem["correct"]
     assert problem["best_tag"] == f"campaign:{problem['run_id']}" and not problem["timed"]
+    assert problem["modules_swapped"] == 3  # the Linear and its ReLU (one chain), the LayerNorm
+    assert "| level3/1_TinyMLP | unverified | - | - | - | untimed | untimed | -/-/- | 3 |" in (out / "report.md").read_text()
     campaign = json.loads((out / "logs" / "level3_1_TinyMLP.campaign.json").read_text())
     assert campaign["kind"] == "model" and campaign["end_to_end"]["swapped"]
     # the winner file the sweep keeps is the patched model, applied in the problem's repository

@@ -93,8 +93,9 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
     import torch
 
     ref_source = ref_path.read_text()
-    state = same_state(ref_path, winner_source) if model_patch and winner_source is not None else None
-    if not device.startswith("cuda") or not torch.cuda.is_available():
+    gpu = device.startswith("cuda") and torch.cuda.is_available()
+    state = same_state(ref_path, winner_source, device if gpu else "cpu") if model_patch and winner_source is not None else None
+    if not gpu:
         return BaselineTimes(device=device, timed=False, errors={"all": "no GPU: timing is not claimed"}, state=state)
     disagreement, error = (None, None) if winner_source is None or model_patch else check(ref_path, winner_source, device, backend)
     from okgit.eval.devices import device_lock, physical_name
@@ -151,9 +152,9 @@ def check(ref_path: Path, winner_source: str, device: str, backend: str = "trito
         return check_winner(evaluator, problem, winner_source, backend)
 
 
-def same_state(ref_path: Path, winner_source: str) -> str:
+def same_state(ref_path: Path, winner_source: str, device: str = "cpu") -> str:
     """`unchanged`, or how the winner's state dict differs from the reference's, both built from
-    the same arguments and seed on the CPU."""
+    the same arguments and seed on `device`."""
     import torch
 
     from okgit.eval.jobs import MODEL_SEED
@@ -164,7 +165,8 @@ def same_state(ref_path: Path, winner_source: str) -> str:
         states = []
         for module in (ref, win):
             torch.manual_seed(MODEL_SEED)
-            states.append(getattr(module, "ModelNew", module.Model)(*ref.get_init_inputs()).state_dict())
+            with torch.device(device):
+                states.append(getattr(module, "ModelNew", module.Model)(*ref.get_init_inputs()).state_dict())
     want, got = states
     if list(got) != list(want):
         extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))

@@ -1,7 +1,7 @@
 """Live baselines for a sweep: eager reference, torch.compile of it, and okgit's winner.
 
 The arms are timed in one process on one device, interleaved over rounds, with the
-evaluator's own timer (okgit.eval.timing: CUDA events, L2 flushed before each sample,
+evaluator's own timer (okgit.eval.worker.timing: CUDA events, L2 flushed before each sample,
 warm-up excluded, pre-generated input sets rotated, median) and its pinned library flags,
 under the device's cross-process lock. Run as
 `python -m okgit.kernelbench.baselines REF [WINNER [BACKEND]] [--device D] [--model-patch]` in a
@@ -57,7 +57,7 @@ def _time_arms(arms: dict[str, Callable], input_sets: list[list], device: str) -
     drift hit all three alike."""
     import torch
 
-    from okgit.eval import timing
+    from okgit.eval.worker import timing
 
     timing.bind()
     flush = timing.l2_flush_buffer(device)
@@ -78,8 +78,8 @@ def _pin_flags() -> dict[str, Any]:
     """The evaluator's pinned library flags, so the baselines run torch as the evaluation did."""
     import torch
 
-    from okgit.eval.calls import pin_flags
-    from okgit.eval.jobs import PINNED_FLAGS
+    from okgit.eval.protocol.jobs import PINNED_FLAGS
+    from okgit.eval.worker.calls import pin_flags
 
     pin_flags(torch)
     return dict(PINNED_FLAGS)
@@ -98,8 +98,8 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
     if not gpu:
         return BaselineTimes(device=device, timed=False, errors={"all": "no GPU: timing is not claimed"}, state=state)
     disagreement, error = (None, None) if winner_source is None or model_patch else check(ref_path, winner_source, device, backend)
-    from okgit.eval.devices import device_lock, physical_name
-    from okgit.eval.jobs import MODEL_SEED
+    from okgit.eval.parent.devices import device_lock, physical_name
+    from okgit.eval.protocol.jobs import MODEL_SEED
 
     result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags(), disagreement=disagreement,
                            state=state)
@@ -141,9 +141,9 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
 def check(ref_path: Path, winner_source: str, device: str, backend: str = "triton",
           evaluator: Any = None) -> tuple[str | None, str | None]:
     """The winner checked again here, at the problem's default shapes, by the evaluator's own
-    contract and code (okgit.eval.local.check_winner): both modes and the module's state where
+    contract and code (okgit.eval.parent.local.check_winner): both modes and the module's state where
     the reference has them. (disagreement, error): why it is wrong, why there is no verdict."""
-    from okgit.eval.local import LocalEvaluator, check_winner
+    from okgit.eval.parent.local import LocalEvaluator, check_winner
     from okgit.problem import load_problem
 
     problem = load_problem(ref_path.name, source=ref_path.read_text(), root=str(ref_path.parent))
@@ -157,7 +157,7 @@ def same_state(ref_path: Path, winner_source: str, device: str = "cpu") -> str:
     the same arguments and seed on `device`."""
     import torch
 
-    from okgit.eval.jobs import MODEL_SEED
+    from okgit.eval.protocol.jobs import MODEL_SEED
 
     with tempfile.TemporaryDirectory(prefix="okgit-state-") as tmp:
         ref = _load(ref_path.read_text(), "okgit_state_ref", Path(tmp))

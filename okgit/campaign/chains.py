@@ -64,11 +64,15 @@ def check(torch: Any, model: Any, inputs: list[Any], chains: list[list[str]], le
         exec(compile(extract.op_source(group, model_file), f"<{group.slug}>", "exec"), kernel.__dict__)
         kernels[group.slug] = kernel
     live = [r for r in records if id(r) in groups]
-    if live and not _holds(torch, model, inputs, [groups[id(r)] for r in live], kernels.__getitem__):
-        for r in live:  # which ones: each alone
-            if not _holds(torch, model, inputs, [groups[id(r)]], kernels.__getitem__):
-                r["refused"] = ("swapped in, it changes the model's outputs (its first module's output is read "
-                                "elsewhere too, or changed before the next module reads it)")
+    try:
+        if live and not _holds(torch, model, inputs, [groups[id(r)] for r in live], kernels.__getitem__):
+            for r in live:  # which ones: each alone
+                if not _holds(torch, model, inputs, [groups[id(r)]], kernels.__getitem__):
+                    r["refused"] = ("swapped in, it changes the model's outputs (its first module's output is read "
+                                    "elsewhere too, or changed before the next module reads it)")
+    except Exception as e:  # noqa: BLE001 - a model that cannot be copied or run twice: no chain is offered, the profile stands
+        for r in live:
+            r["refused"] = f"the swap could not be checked on copies of the model: {type(e).__name__}: {e}"[:300]
     return records
 
 

@@ -63,6 +63,7 @@ class ProfileReport(BaseModel):
     total_spread: float | None = None  # the middle half of its repeats, as a fraction of the median
     settled: int  # rows from the top ranked past the noise (each apart from every row below it)
     rows: list[ProfileRow]
+    chains: list[dict[str, Any]] = []  # neighbouring modules a kernel could fuse: paths, refused (why not, or None)
 
     def text(self, top: int | None = None) -> str:
         from okgit.presentation import table
@@ -83,8 +84,10 @@ class ProfileReport(BaseModel):
                        f"repeats overlap); {past}.")
         else:
             ranking = f"Every row shown is ranked past the noise (no two neighbours' middle halves over the {self.repeats} repeats overlap)."
+        fusable = [("+".join(c["paths"]) + (f" (refused: {c['refused']})" if c.get("refused") else "")) for c in self.chains]
+        chained = f"\nChains a kernel could fuse: {'; '.join(fusable)}." if fusable else ""
         return head + "\n" + table(["#", "KIND", "WHERE", "TYPE", "SHARE", "US", "SPREAD", "CALLS", "ROOFLINE",
-                                    "TOP KERNELS", "EXTRACTABLE"], rows) + more + "\n" + ranking
+                                    "TOP KERNELS", "EXTRACTABLE"], rows) + more + "\n" + ranking + chained
 
 
 def check_model(path: Path) -> None:
@@ -146,7 +149,7 @@ def report_of(found: dict[str, Any], model: str) -> ProfileReport:
             "Profiled on the CPU: these are CPU times (a GPU's ranking may differ); no roofline position.")
     return ProfileReport(model=model, device=found["device"], timed=timed, note=note, repeats=found["repeats"],
                          total_us=found["total_us"], total_spread=middle_half(found["total_samples_us"])[2],
-                         settled=settled, rows=rows)
+                         settled=settled, rows=rows, chains=found.get("chains") or [])
 
 
 def middle_half(samples: list[float]) -> tuple[float | None, float | None, float | None]:

@@ -171,8 +171,8 @@ shapes differ from those the kernel was found for is left as it is.
 """
 
 import importlib
-
 {runtime}
+
 # (kernel module, constructor arguments, [(module path, class, parameter and buffer shapes)]) per site
 SITES = [
 {table}

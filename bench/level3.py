@@ -1,6 +1,6 @@
 """KernelBench level 3 on a GPU: every whole model as a model campaign, in calls of a few minutes.
 
-    python3 bench/level3.py KB [--problems 2,4,8] [--parallel N] [--iterations N] [--search-s S]
+    python3 bench/level3.py KB [--problems 2,4,8] [--parallel N] [--top N] [--iterations N] [--search-s S]
                             [--time-limit S] [--state DIR]
     python3 bench/level3.py KB --profile-check [--models 4,8,44]
     python3 bench/level3.py --smoke     # CPU: two tiny models through both, the plumbing only
@@ -8,10 +8,13 @@
 KB is a KernelBench folder (its level3/ under it, or under KB/KernelBench/; on the device `.kb`,
 a carried copy of the development set). Models run at their own sizes.
 
-Sweep: `okgit bench kernelbench KB --level 3` (each model a model campaign: its top modules
-and chains searched offline, swapped in, verified, then eager, torch.compile and the patched
-model timed in one process with each arm's noise), with OKGIT_TIME_BUDGET_S=--search-s as each
-campaign's search time. The sweep's state (one file per finished model) is restored from
+Sweep: `okgit bench kernelbench KB --level 3 --top N` (each model a model campaign: its top N
+modules and chains searched offline, swapped in, verified, then eager, torch.compile and the
+patched model timed in one process with each arm's noise), with OKGIT_TIME_BUDGET_S=--search-s
+as each campaign's search time. A campaign cannot resume, so a model must finish inside one
+call: --top 2 (the default here; the sweep's own is 4) and --search-s 150 aim at that (each
+problem of a campaign costs its reference, its search and its final gate; then the whole model
+is verified and timed). The sweep's state (one file per finished model) is restored from
 --state (default bench/results/level3/) before the call and saved back there and to
 $OUT/level3/ after it; a call stops starting work at --time-limit (default 500 s: the sweep is
 interrupted, a model cut short is run again next call), so the same command, rerun with the
@@ -89,7 +92,7 @@ def sweep(kb: Path, args: argparse.Namespace) -> int:
     print(f"level3: {restored} files of earlier calls restored from {state}", file=sys.stderr, flush=True)
     parallel = args.parallel or max(1, gpus())
     cmd = [sys.executable, "-m", "okgit", "bench", "kernelbench", str(kb), "--level", "3", "--parallel", str(parallel),
-           "--iterations", str(args.iterations), "--out", str(out), "--json", *(["--problems", args.problems] if args.problems else []),
+           "--iterations", str(args.iterations), "--top", str(args.top), "--out", str(out), "--json", *(["--problems", args.problems] if args.problems else []),
            *(["--device", "cpu"] if args.smoke else [])]
     print(f"level3: {' '.join(cmd)} (OKGIT_TIME_BUDGET_S={args.search_s:.0f}, stops starting work after "
           f"{args.time_limit:.0f} s)", file=sys.stderr, flush=True)
@@ -197,6 +200,7 @@ def main() -> int:
     parser.add_argument("kb", nargs="?", help="a KernelBench folder (on the device: .kb)")
     parser.add_argument("--problems", help="level-3 ids, e.g. 2,4,8-12 (default: every model)")
     parser.add_argument("--parallel", type=int, help="models at once (default: one per visible GPU)")
+    parser.add_argument("--top", type=int, default=2, help="modules and chains optimized per model (default: 2)")
     parser.add_argument("--iterations", type=int, default=4, help="per problem of a campaign, on average (default: 4)")
     parser.add_argument("--search-s", type=float, default=150.0, help="each campaign's search time in seconds (default: 150)")
     parser.add_argument("--time-limit", type=float, default=500.0, help="stop the sweep after this many seconds (default: 500)")

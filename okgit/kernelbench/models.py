@@ -27,12 +27,10 @@ from okgit.kernelbench.reader import KBProblem
 from okgit.kernelbench.scoring import ProblemResult
 from okgit.status import RunStatus
 
-CAMPAIGN_TOP = 4  # modules optimized per model
-
 
 def run_model_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, timeout_s: float, *,
                       timer: Callable[[str, str | None], BaselineTimes] | None, gpu: bool, device: str,
-                      extra_env: dict[str, str] | None = None) -> ProblemResult:
+                      extra_env: dict[str, str] | None = None, top: int = 4) -> ProblemResult:
     from okgit.kernelbench import sweep
 
     started = time.monotonic()
@@ -45,7 +43,7 @@ def run_model_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: 
     shutil.rmtree(work, ignore_errors=True)  # a problem cut short last time starts clean
     sweep._init_repo(work, p.file_name, p.path.read_text())
     env = {**os.environ, **slot.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "okgit", "optimize", p.file_name, "--campaign", "--top", str(CAMPAIGN_TOP), "--json",
+    cmd = [sys.executable, "-m", "okgit", "optimize", p.file_name, "--campaign", "--top", str(top), "--json",
            *sweep._flag_args(flags)]
     try:
         proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s)

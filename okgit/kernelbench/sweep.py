@@ -40,6 +40,7 @@ from okgit.status import CORRECT, RunStatus
 # Times the baselines of (reference source, winner source or None) elsewhere (Modal's evaluator)
 Timer = Callable[[str, str | None], BaselineTimes]
 
+CAMPAIGN_TOP = 4  # level 3: the modules and chains each model campaign optimizes (--top)
 DEFAULT_TIMEOUT_S = 3600.0  # one problem's whole okgit run; a hang past it is recorded as `timeout`
 HELPER_TIMEOUT_S = 1200.0  # baseline timing or cross-check of one winner
 SETTINGS_FILE = "sweep.json"
@@ -59,6 +60,7 @@ def run_sweep(
     out: Path | str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     progress: Callable[[str], None] | None = None,
+    top: int = CAMPAIGN_TOP,
 ) -> SweepReport:
     """`progress` is told one line per stage (the CLI prints them to stderr); None: silent."""
     if parallel < 1:
@@ -70,7 +72,8 @@ def run_sweep(
 
     config = load_config(None, flags)  # bad flags fail here, before any problem starts
     out_dir = _out_dir(out)
-    _check_settings(out_dir, flags)
+    # a level-3 problem's figures depend on how many modules its campaign optimizes too
+    _check_settings(out_dir, {**flags, "top": top} if any(p.level == 3 for p in selected) else flags)
     say = progress or (lambda line: None)
     say(f"sweep state in {out_dir} (rerun with --out {out_dir} to resume)")
 
@@ -102,7 +105,7 @@ def run_sweep(
     def job(problem: KBProblem, slot: Slot) -> ProblemResult:
         device = f"modal:{config.modal_gpu}" if modal else slot.name
         try:
-            result = _run_problem(problem, slot, flags, out_dir, timeout_s, timer=timer, gpu=gpu,
+            result = _run_problem(problem, slot, flags, out_dir, timeout_s, timer=timer, gpu=gpu, top=top,
                                   cross_check=checking, device=device, extra_env=extra_env)
         except OkgitError as e:  # e.g. git or Modal failing for this problem: recorded, the sweep goes on
             result = ProblemResult(key=problem.key, level=problem.level, id=problem.id, name=problem.name,
@@ -222,12 +225,12 @@ def _cross_check_plan(wanted: bool, *, gpu: bool, modal: bool) -> tuple[str | No
 
 def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, timeout_s: float, *,
                  timer: Timer | None, gpu: bool, cross_check: bool,
-                 device: str, extra_env: dict[str, str] | None = None) -> ProblemResult:
+                 device: str, extra_env: dict[str, str] | None = None, top: int = CAMPAIGN_TOP) -> ProblemResult:
     if p.level == 3:  # a whole model: one campaign over its top modules (okgit.kernelbench.models)
         from okgit.kernelbench.models import run_model_problem
 
         return run_model_problem(p, slot, flags, out_dir, timeout_s, timer=timer, gpu=gpu, device=device,
-                                 extra_env=extra_env)
+                                 extra_env=extra_env, top=top)
     started = time.monotonic()
     result = ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, status="error", device=device)
     work = out_dir / "repos" / _slug(p)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -18,12 +19,14 @@ from filelock import FileLock
 from pydantic import BaseModel
 
 from okgit.campaign import plan
-from okgit.campaign.store import campaigns_dir
 from okgit.config import Config, load_config
 from okgit.errors import OkgitError
 from okgit.eval.base import Evaluator
-from okgit.git.journal import JsonlWriter
+from okgit.git.campaigns import campaigns_dir
 from okgit.git.repo import Repo
+from okgit.journal.campaign import CAMPAIGN_EVENTS, CampaignPreparing
+from okgit.journal.events import Event, RunStarted
+from okgit.journal.files import Journal
 from okgit.locks import try_hold
 from okgit.problem import REQUIRED, Problem, load_problem, top_level_names
 from okgit.status import RunStatus
@@ -75,7 +78,7 @@ class CampaignSpace:
     repo: Repo  # the user's repository: where the campaign directory, and its patch, belong
     dir: Path
     base: str  # HEAD when the campaign started
-    journal: JsonlWriter
+    journal: Journal  # its events: okgit.journal.campaign
     holder: FileLock | None = None  # held while the campaign's process lives (history: running)
 
     def release(self) -> None:
@@ -83,11 +86,11 @@ class CampaignSpace:
             self.holder.release()
             self.holder = None
 
-    def announce(self, on_event: Callable[[dict[str, Any]], None] | None, doing: str) -> None:
+    def announce(self, on_event: Callable[[Event], None] | None, doing: str) -> None:
         """The campaign's first line, at once: before the evaluator starts or a model is
-        profiled (never journaled, as a run's `preparing` event)."""
+        profiled (never journaled, as a run's `Preparing`)."""
         if on_event:
-            on_event({"type": "campaign_preparing", "run": self.campaign_id, "doing": doing})
+            on_event(CampaignPreparing(ts=time.time(), run=self.campaign_id, doing=doing))
 
     def discard(self) -> None:
         """Remove the campaign whole: it was refused, or stopped, before its first problem."""
@@ -105,7 +108,7 @@ def start_campaign(repo: Repo) -> CampaignSpace:
             campaign_id = new_run_id()
         path = campaigns_dir(repo) / campaign_id
         (path / "ops").mkdir(parents=True)
-    return CampaignSpace(campaign_id, repo, path, repo.head(), JsonlWriter(path / "journal.jsonl", campaign_id),
+    return CampaignSpace(campaign_id, repo, path, repo.head(), Journal(path / "journal.jsonl", campaign_id, CAMPAIGN_EVENTS),
                          try_hold(path / ".lock"))
 
 
@@ -140,7 +143,7 @@ def find_ops(repo: Repo, directory: Path, config: Config) -> tuple[list[str], li
 
 
 def run_problems(space: CampaignSpace, ops_repo: Repo, ops: list[str], flags: dict[str, Any], *,
-                 on_event: Callable[[dict[str, Any]], None] | None = None,
+                 on_event: Callable[[Event], None] | None = None,
                  modules: dict[str, str] | None = None, weights_us: dict[str, float] | None = None,
                  evaluator: Evaluator | None = None, notes: tuple[str, ...] = ()) -> Outcome:
     """Screen every op, split the budget, run each problem with budget; the rows in plan order.
@@ -155,7 +158,7 @@ def run_problems(space: CampaignSpace, ops_repo: Repo, ops: list[str], flags: di
 
     config = load_config(ops_repo.root, flags)
 
-    def log(type: str, **fields: Any) -> dict[str, Any]:
+    def log(type: str, **fields: Any) -> Event:
         event = space.journal.write(type, **fields)
         if on_event:
             on_event(event)
@@ -249,8 +252,7 @@ def _time_shares(rows: dict[str, ProblemRow], weights_us: dict[str, float] | Non
 
 
 def _run_one(space: CampaignSpace, ops_repo: Repo, row: ProblemRow, flags: dict[str, Any], a: plan.Allotment,
-             evaluator: Evaluator, log: Callable[..., dict[str, Any]],
-             on_event: Callable[[dict[str, Any]], None] | None) -> None:
+             evaluator: Evaluator, log: Callable[..., Event], on_event: Callable[[Event], None] | None) -> None:
     from okgit.run import optimize
 
     log("problem_started", op=row.op, iterations=a.iterations, time_s=a.time_s, usd=a.usd)
@@ -260,9 +262,9 @@ def _run_one(space: CampaignSpace, ops_repo: Repo, row: ProblemRow, flags: dict[
     if a.usd is not None:
         own["budget_usd"] = a.usd
 
-    def forward(event: dict[str, Any]) -> None:
-        if event.get("type") == "run_started":
-            row.run_id = event.get("run")
+    def forward(event: Event) -> None:
+        if isinstance(event, RunStarted):
+            row.run_id = event.run
             log("problem_run", op=row.op, run_id=row.run_id, run_dir=str(ops_repo.runs_dir / str(row.run_id)))
         if on_event:
             on_event(event)

@@ -26,6 +26,7 @@ from okgit.config import load_config
 from okgit.errors import OkgitError
 from okgit.eval.types import BaselineTimes
 from okgit.git.repo import Repo, git
+from okgit.journal.events import Event
 from okgit.status import RunStatus
 
 _IDENTITY = {"GIT_AUTHOR_NAME": "okgit", "GIT_AUTHOR_EMAIL": "okgit@localhost",
@@ -35,7 +36,7 @@ SWAPPED = (RunStatus.optimized.value, RunStatus.unverified.value)  # a winner wo
 
 
 def optimize_model(path: Path, *, flags: dict[str, Any] | None = None, top: int = 4, cwd: Path | None = None,
-                   on_event: Callable[[dict[str, Any]], None] | None = None) -> CampaignResult:
+                   on_event: Callable[[Event], None] | None = None) -> CampaignResult:
     from okgit.git.workspace import check_op
 
     repo = Repo.find(cwd or Path.cwd())
@@ -99,7 +100,7 @@ def _winner(ops_repo: Repo, row: core.ProblemRow) -> str:
 
 
 def _verify_model(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str, extract.Group],
-                  winners: dict[str, str], config: Any, on_event: Callable[[dict[str, Any]], None] | None
+                  winners: dict[str, str], config: Any, on_event: Callable[[Event], None] | None
                   ) -> tuple[EndToEnd | None, str]:
     """The model patch with every winner, else with those that hold alone; verified; (result, diff)."""
     if not winners:
@@ -141,7 +142,7 @@ def _whole_model(end: EndToEnd, repo: Repo, rel: str, campaign_id: str, winners:
     """The verified patch's model against the original: its state dict (the same names, shapes
     and values), and on a GPU eager, torch.compile and the patched model timed in one process,
     interleaved, each with its noise (okgit.kernelbench.baselines); a CPU times nothing."""
-    from okgit.kernelbench.sweep import helper
+    from okgit.kernelbench.runs import helper
 
     with tempfile.TemporaryDirectory(prefix="okgit-whole-") as tmp:
         for name, text in patched_files(repo, rel, campaign_id, winners).items():

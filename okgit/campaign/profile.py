@@ -66,7 +66,7 @@ class ProfileReport(BaseModel):
     chains: list[dict[str, Any]] = []  # neighbouring modules a kernel could fuse: paths, refused (why not, or None)
 
     def text(self, top: int | None = None) -> str:
-        from okgit.presentation import table
+        from okgit.views.tables import table
 
         shown = self.rows[:top] if top else self.rows
         rows = [[f"{i}{'~' if r.tied else ''}", r.kind, r.name, r.type.rsplit(".", 1)[-1] if r.type else "-", f"{r.share:.1%}",

@@ -9,8 +9,8 @@ from pydantic import BaseModel
 from okgit.campaign.core import AT_FLOOR, REFUSED, CampaignSpace, ProblemRow
 from okgit.eval.types import Comparison
 from okgit.fmt import fmt_speed, fmt_us
-from okgit.result_text import INTERPRETER_NOTE, interpreted
 from okgit.status import CORRECT, RunStatus
+from okgit.views.eval_text import INTERPRETER_NOTE, interpreted
 
 
 class EndToEnd(BaseModel):
@@ -96,12 +96,6 @@ class CampaignResult(BaseModel):
         lines.append(f"  report: {self.report}")
         lines.append(f"  diff:   {self.diff} (okgit apply campaign:{self.campaign_id})")
         return "\n".join(lines)
-
-
-STATUS_NOTE = {
-    AT_FLOOR: "already at its roofline floor: no budget",
-    REFUSED: "not optimized",
-}
 
 
 def write_outputs(space: CampaignSpace, result: CampaignResult, diff: str) -> None:

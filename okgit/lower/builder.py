@@ -80,6 +80,42 @@ class Builder:
             n = self.op("sub", n, float(correction))
         return self.op("div", s, n)
 
+    def scan(self, name: str, x: Node, dim: int, reverse: bool = False) -> Node:
+        """The cumulative `name` ("sum", "prod") of x along dim, from its last element where
+        `reverse`; along a size-1 dim it is x itself."""
+        if not x.shape or x.shape[dim] == 1:
+            return x
+        return self.add(Node("scan", name, (x,), x.shape, x.dtype, (dim,), kwargs={"reverse": True} if reverse else {}))
+
+    def flipped(self, x: Node, dims: list[int]) -> Node:
+        """torch.flip(x, dims) as a PyTorch call (a flip of a computed value moves data)."""
+        return self.add(Node("extern", "aten.flip.default", (x, dims), x.shape, x.dtype, target=torch.ops.aten.flip.default))
+
+    def unflip(self, x: Node, dims: set[int]) -> Node | None:
+        """flip(x, dims) spelled without a flip, or None: a flip undoes a flip, passes through
+        elementwise ops to their operands (a size-1 dim needs none), and through a scan along
+        one of its dims, which then reads that dim from the other end. What no rule takes (a
+        tensor in memory, a reduction) stays a flip."""
+        dims = {d for d in dims if x.shape[d] != 1}
+        if not dims:
+            return x
+        if x.kind == "extern" and x.op == "aten.flip.default" and set(resolve_dims(x, x.args[1])) == dims:
+            return x.args[0]
+        if x.kind == "scan" and x.dims[0] in dims:
+            inner = self.unflip(x.args[0], dims)
+            return None if inner is None else self.scan(x.op, inner, x.dims[0], not x.kwargs.get("reverse", False))
+        if x.kind != "op":
+            return None
+        args = []
+        for a in x.args:
+            if isinstance(a, Node):
+                off = len(x.shape) - len(a.shape)
+                a = self.unflip(a, {d - off for d in dims if d >= off})
+                if a is None:
+                    return None
+            args.append(a)
+        return self.op(x.op, *args, dtype=x.dtype)
+
     def view(self, x: Node, shape: tuple[int, ...]) -> Node:
         if tuple(shape) == x.shape:
             return x

@@ -1,7 +1,8 @@
 """Cut a captured graph (okgit.lower.graph) into fusion groups, one kernel each.
 
 A group is the nodes one Triton kernel computes over one iteration domain: an elementwise
-chain, a reduction with what it feeds over the same rows, or, where a template kind turned on
+chain, a reduction with what it feeds over the same rows, scans along one dim with their
+elementwise prologue and epilogue, or, where a template kind turned on
 seeds groups from PyTorch calls (kinds/gemm.py: a matmul), that call with its elementwise
 epilogue. Which kind lowers a group is the kinds' business (okgit.lower.kinds): each claims
 groups by their shape here. What no group takes (convolutions, vendor GEMMs, unknown ops)
@@ -29,6 +30,7 @@ class Group:
 
     shape: tuple[int, ...]
     red: tuple[int, ...] = ()
+    scan: tuple[int, ...] = ()  # the domain dim its scans run along (one), where it has scans
     seed: Node | None = None  # a PyTorch call the group computes itself, its epilogue after it (a Triton GEMM's matmul)
     nodes: list[Node] = field(default_factory=list)  # computed here, in order
     leaves: list[Node] = field(default_factory=list)  # read from memory
@@ -160,6 +162,8 @@ class _Partitioner:
             return False  # a seeded group is its call and an elementwise epilogue
         if n.kind == "reduce":
             return self._add_reduce(g, n)
+        if n.kind == "scan":
+            return self._add_scan(g, n)
         if n.kind == "count":
             if not g.computes(n.args[0]):
                 return False
@@ -211,13 +215,30 @@ class _Partitioner:
                 return None
         return tuple(out)
 
+    def _operand_of(self, g: Group, x: Node):
+        """The map of a reduction's or scan's operand: from g, or read whole over g's domain."""
+        if g.has(x):
+            return g.smap[id(x)]
+        if x.shape == g.shape and not (x.kind == "view" and id(x) in self.inline):
+            return tuple(i if s != 1 else None for i, s in enumerate(x.shape))
+        return None
+
+    def _add_scan(self, g: Group, n: Node) -> bool:
+        """A scan joins an elementwise group, or one scanning the same domain dim the same way."""
+        x = n.args[0]
+        xm = self._operand_of(g, x)
+        if xm is None or g.red or g.seed is not None or xm[n.dims[0]] is None or g.scan not in ((), (xm[n.dims[0]],)):
+            return False
+        if any(m.kind == "scan" and m.kwargs != n.kwargs for m in g.nodes):
+            return False
+        self._claim(g, x, xm)
+        g.scan = (xm[n.dims[0]],)
+        return self._put(g, n, xm)
+
     def _add_reduce(self, g: Group, n: Node) -> bool:
         x = n.args[0]
-        if g.has(x):
-            xm = g.smap[id(x)]
-        elif x.shape == g.shape and not (x.kind == "view" and id(x) in self.inline):
-            xm = tuple(i if s != 1 else None for i, s in enumerate(x.shape))
-        else:
+        xm = self._operand_of(g, x)
+        if xm is None or g.scan:
             return False
         red = tuple(sorted(i for i in (xm[d] for d in n.dims) if i is not None))
         if not red or (g.red and red != g.red):

@@ -5,6 +5,7 @@ Each ATen node of the exported reference becomes a few `Node`s (okgit.lower.aten
 - `input` / `param`: tensors the forward receives or the module owns (leaves),
 - `op`: an elementwise primitive (add, exp, where, ...), broadcasting like torch,
 - `reduce`: sum / max / min / argmax / argmin over some dims,
+- `scan`: a cumulative sum / product along one dim (`kwargs["reverse"]`: from its last element),
 - `count`: the number of elements a reduce folds (a runtime size, never a baked constant),
 - `iota`: the coordinate along one dim (for picking a class in a loss),
 - `view`: a reshape that only adds or drops size-1 dims (no data movement),
@@ -59,12 +60,12 @@ class Bound(float):
 
 @dataclass(eq=False)
 class Node:
-    kind: str  # input | param | op | reduce | count | iota | view | extern
+    kind: str  # input | param | op | reduce | scan | count | iota | view | extern
     op: str  # primitive name; input: forward argument; param: qualified name; extern: "aten.x.y"
     args: tuple = ()
     shape: tuple[int, ...] = ()
     dtype: torch.dtype = torch.float32
-    dims: tuple[int, ...] = ()  # reduce: own dims folded; iota: (dim,)
+    dims: tuple[int, ...] = ()  # reduce: own dims folded; iota, scan: (dim,)
     keepdim: bool = False
     target: Any = None  # extern: the callable (OpOverload or operator.getitem)
     kwargs: dict = field(default_factory=dict)

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from okgit.lower import aten_scans  # noqa: F401 - registers its handlers
 from okgit.lower.aten import HANDLERS
 from okgit.lower.builder import Builder
 from okgit.lower.graph import Graph, ModeFlag, Node, Unsupported
@@ -33,6 +34,9 @@ OP_CLASSES = {
                      "upsample_bicubic2d", "grid_sampler_2d"), "resampling"),
     **dict.fromkeys(("dropout", "native_dropout", "bernoulli", "rand_like", "randn_like"), "random"),
 }
+
+
+PURE_CALLS = {"aten.flip.default"}  # PyTorch calls that change nothing but their result: dropped when unused
 
 
 def translate(ep, forward_args: list[str], entry: str) -> Graph:
@@ -61,11 +65,24 @@ def translate(ep, forward_args: list[str], entry: str) -> Graph:
             flat = [env[o.name] for o in outs]
             if not all(isinstance(o, Node) for o in flat):
                 raise Unsupported("an output is not a tensor")
-            return Graph(b.nodes, flat, len(flat) > 1, forward_args, entry)
+            return Graph(_live(b.nodes, flat), flat, len(flat) > 1, forward_args, entry)
         else:
             raise Unsupported(f"unsupported graph node {fx.op}")
     raise Unsupported("graph without output")
 
+
+
+def _live(nodes: list[Node], outputs: list[Node]) -> list[Node]:
+    """The nodes the outputs need, the leaves, and every PyTorch call but a flip (a call may
+    update a buffer in place): a handler's rewrite (a flip absorbed by a scan) leaves the rest."""
+    live: set[int] = set()
+    stack = list(outputs) + [n for n in nodes if n.is_leaf or n.kind == "extern" and n.op not in PURE_CALLS]
+    while stack:
+        n = stack.pop()
+        if id(n) not in live:
+            live.add(id(n))
+            stack += n.inputs
+    return [n for n in nodes if id(n) in live]
 
 
 def _bind(target, args, kwargs) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-from okgit.eval.local import LocalEvaluator  # noqa: E402
+from okgit.eval.parent.local import LocalEvaluator  # noqa: E402
 from okgit.eval.types import Status  # noqa: E402
 from okgit.problem import Problem, load_problem  # noqa: E402
 
@@ -72,7 +72,7 @@ def test_host_latency_before_launch_is_not_timed():
     event lets the launch queue first, so the events time the kernel, not the host."""
     import time
 
-    from okgit.eval import timing
+    from okgit.eval.worker import timing
 
     timing.bind()
     flush = timing.l2_flush_buffer("cuda")

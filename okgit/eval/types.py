@@ -122,7 +122,7 @@ class Comparison(BaseModel):
 
 class BaselineTimes(BaseModel):
     """The sweep's baselines of one problem: eager, torch.compile and okgit's winner, timed
-    alike (locally by okgit.kernelbench.baselines, on Modal by okgit.eval.modal_remote)."""
+    alike (locally by okgit.kernelbench.baselines, on Modal by okgit.eval.modal.remote)."""
 
     device: str
     timed: bool

@@ -3,7 +3,7 @@
 Plain data in, plain data out: the problem travels as `problem_payload` (with the op's sibling
 files) and each job kind's handler runs the local evaluator's own code on the container's GPU
 and returns plain data. The function is pickled by reference to this module, so the container
-imports this module and okgit.eval.local, never the client (okgit.eval.modal) nor
+imports this module and okgit.eval.parent.local, never the client (okgit.eval.modal.client) nor
 okgit.kernelbench: the sweep's baselines come back as okgit.eval.types.BaselineTimes.
 """
 
@@ -71,7 +71,7 @@ def _evaluator(device: str):
     """One LocalEvaluator per container and device: a warm container keeps its prepared
     references, so a problem's reference runs once rather than once per candidate. Candidates
     still each get a fresh worker process, as locally."""
-    from okgit.eval.local import LocalEvaluator
+    from okgit.eval.parent.local import LocalEvaluator
 
     _make_importable()  # before any worker starts, pre-started ones included
     if device not in _EVALUATORS:
@@ -82,7 +82,7 @@ def _evaluator(device: str):
 def _make_importable() -> None:
     """Workers start in a temporary directory with a scrubbed environment that keeps PYTHONPATH:
     put okgit's directory (/root in the image) on it, or they could not import okgit."""
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
@@ -220,7 +220,7 @@ def remote_baselines(ref_source: str, winner_source: str | None, device: str = "
         return result
     arms = {"eager": (ref_source, "torch"), "compile": (ref_source + COMPILE_ARM, "torch")}
     if winner_source is not None:
-        from okgit.eval.local import check_winner
+        from okgit.eval.parent.local import check_winner
 
         result.disagreement, error = check_winner(evaluator, problem, winner_source, backend)
         if error:
@@ -229,7 +229,7 @@ def remote_baselines(ref_source: str, winner_source: str | None, device: str = "
     if device == "cpu":
         result.errors["all"] = "no GPU: timing is not claimed"
         return result
-    from okgit.eval.jobs import PINNED_FLAGS
+    from okgit.eval.protocol.jobs import PINNED_FLAGS
 
     result.timed, result.flags = True, dict(PINNED_FLAGS)
     samples: dict[str, list[float]] = {arm: [] for arm in arms if arm not in result.errors}

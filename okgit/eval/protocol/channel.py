@@ -2,7 +2,7 @@
 
 The worker writes on its original stdout, which it keeps to itself: file descriptor 1 is
 pointed at stderr before any op code runs, so nothing an op prints can pass for a message. The
-parent answers on the worker's stdin. The parent's end (okgit.eval.sandbox) reads with a
+parent answers on the worker's stdin. The parent's end (okgit.eval.parent.sandbox) reads with a
 deadline and never trusts what it reads beyond its JSON shape.
 """
 

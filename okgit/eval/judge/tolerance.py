@@ -14,48 +14,14 @@ adds to memory, whatever the output's size (KernelBench outputs reach 1.6e9 elem
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from okgit.eval.protocol.checks import LeafCheck, LeafTolerance
+from okgit.eval.worker.tensors import bitwise_equal, chunks
+
 REF_ERROR_MULTIPLE = 4.0
 RTOL = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1.6e-2, "float64": 1e-7, "complex64": 1e-4, "complex128": 1e-7}
-CHUNK = 1 << 26  # elements per pass: a few float64 temporaries of 512 MiB at most
-
-
-@dataclass(frozen=True)
-class LeafTolerance:
-    rtol: float
-    atol: float
-    ref_error: float  # the reference implementation's own max |native - float64|
-    scale: float = 0.0  # max |reference|: the magnitude atol is scaled to
-
-    @property
-    def relative(self) -> float:
-        """The error allowed, relative to the output's magnitude."""
-        return max(self.rtol, self.atol / self.scale) if self.scale > 0 else self.rtol
-
-    @property
-    def describe(self) -> str:
-        return f"rtol {self.rtol:.1e}, atol {self.atol:.2e}"
-
-
-@dataclass
-class LeafCheck:
-    ok: bool
-    gate: str = ""
-    message: str = ""
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-
-
-def chunks(*tensors: Any, size: int = CHUNK) -> Iterator[tuple[int, list[Any]]]:
-    """(flat offset, [the same flat range of each tensor]) over tensors of one shape, in
-    row-major order; None stays None."""
-    flat = [t.reshape(-1) if t is not None else None for t in tensors]
-    n = next(t.numel() for t in flat if t is not None)
-    for start in range(0, max(n, 1), size):
-        yield start, [t[start:start + size] if t is not None else None for t in flat]
 
 
 def reference_error(native: Any, f64: Any) -> float:
@@ -194,16 +160,6 @@ def _unravel(flat: int, shape: Any) -> tuple[int, ...]:
         index.append(flat % dim if dim else 0)
         flat = flat // dim if dim else 0
     return tuple(reversed(index))
-
-
-def bitwise_equal(a: Any, b: Any) -> bool:
-    import torch
-
-    if a is None or b is None or a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.is_floating_point() or a.is_complex():
-        return all(bool(((x == y) | (torch.isnan(x) & torch.isnan(y))).all()) for _, (x, y) in chunks(a, b))
-    return bool(torch.equal(a, b))
 
 
 def fingerprint(t: Any) -> str:

@@ -4,12 +4,12 @@ One judge per prepared reference, alive while the evaluator is. It loads the ref
 shape, draws every case's inputs on the problem's device, runs the reference natively and in
 float64, and fixes what every candidate is judged by (cases, tolerances, the reference's own
 facts, degeneracy, determinism, cost, its timing). Then, for each output a candidate's worker
-exports (okgit.eval.transfer), it compares in place on the device and answers with the gates'
+exports (okgit.eval.worker.export), it compares in place on the device and answers with the gates'
 findings and a fingerprint of the output. Expected outputs live only here: kept between
 evaluations while they fit `Job.cache_bytes`, drawn and computed again otherwise, so the
 memory of a check is bounded by one case whatever the number of cases.
 
-Messages (okgit.eval.channel): {"op": "prepare", "job": Job} -> the prepared facts;
+Messages (okgit.eval.protocol.channel): {"op": "prepare", "job": Job} -> the prepared facts;
 {"op": "check", "case", "gate", "leaves", "outputs", "dir"} -> {"checks", "fingerprints"}.
 """
 
@@ -24,13 +24,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from okgit.eval import calls
-from okgit.eval.channel import READY, Channel
-from okgit.eval.jobs import Case, Job, flatten, perturb_floats
-from okgit.eval.tolerance import (
-    LeafTolerance,
+from okgit.eval.judge.tolerance import (
     OutputSummary,
-    bitwise_equal,
     check_leaf,
     degenerate_reason,
     fingerprint,
@@ -39,6 +34,11 @@ from okgit.eval.tolerance import (
     summarize_outputs,
     tolerance_from,
 )
+from okgit.eval.protocol.channel import READY, Channel
+from okgit.eval.protocol.checks import LeafTolerance
+from okgit.eval.protocol.jobs import Case, Job, flatten, perturb_floats
+from okgit.eval.worker import calls
+from okgit.eval.worker.tensors import bitwise_equal
 
 GiB = 2**30
 
@@ -86,7 +86,7 @@ class Judge:
         self.device = device
         calls.start(torch, device)
         if device == "cuda":
-            from okgit.eval import timing
+            from okgit.eval.worker import timing
 
             timing.bind()
         calls.warm_up(torch, device)
@@ -349,11 +349,11 @@ class Judge:
 
     def check(self, message: dict[str, Any]) -> dict[str, Any]:
         """The gates of one candidate call's outputs against its case's expected outputs."""
-        from okgit.eval.transfer import open_exported
+        from okgit.eval.judge.exported import open_exported
 
         assert self.prep is not None
         case = self.prep.cases[str(message["case"])]
-        if message.get("salt"):  # a timed call's inputs: the case's, salted (okgit.eval.calls.salt_inputs)
+        if message.get("salt"):  # a timed call's inputs: the case's, salted (okgit.eval.worker.calls.salt_inputs)
             case = replace(case, salt=int(message["salt"]))
         native, f64 = self.expected(case)
         outputs = open_exported(message["outputs"], self.device, Path(str(message["dir"])))
@@ -409,7 +409,7 @@ class Judge:
 
     def measure(self, job: Job, result: dict[str, Any]) -> None:
         """Device peaks (once per device), then the time to beat: ModelNew's where the op file has one."""
-        from okgit.eval.measure import time_model
+        from okgit.eval.worker.measure import time_model
 
         assert self.prep is not None
         if job.peaks_path and not Path(job.peaks_path).exists():
@@ -474,7 +474,7 @@ def main(argv: list[str] | None = None) -> None:
         except BaseException as e:  # noqa: BLE001 - reported to the parent, which says it in one line
             reply = {"failure": {"status": "error", "gate": "judge", "message": calls.describe(e)[-4000:],
                                  "out_of_memory": calls.out_of_memory(e), "free": _free_memory(args.device)}}
-        from okgit.eval.sandbox import own_memory
+        from okgit.eval.worker.own_memory import own_memory
 
         reply["memory"] = own_memory()
         channel.send(reply)
@@ -489,6 +489,3 @@ def _free_memory(device: str) -> list[int] | None:
     free, total = torch.cuda.mem_get_info()
     return [int(free), int(total)]
 
-
-if __name__ == "__main__":
-    main()

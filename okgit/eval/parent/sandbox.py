@@ -2,10 +2,10 @@
 
 Each worker runs in its own session (process group) with a private temp directory as cwd, an
 environment with no credentials, no core dumps, and a watchdog that kills a worker whose
-resident memory passes its budget (okgit.eval.budget). A `WorkerPool` keeps pre-started idle
+resident memory passes its budget (okgit.eval.parent.memory). A `WorkerPool` keeps pre-started idle
 candidate workers per device: torch, triton and CUDA are up, no candidate code is loaded; each
 runs one job and exits. The judge is a worker process too, long-lived, asked one request at a
-time. Messages go both ways as JSON lines (okgit.eval.channel).
+time. Messages go both ways as JSON lines (okgit.eval.protocol.channel).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from okgit.eval.devices import physical_id
-from okgit.eval.jobs import Job
+from okgit.eval.parent.devices import physical_id
+from okgit.eval.protocol.jobs import Job
 
 # Names a worker keeps (then the credential filter still applies to them).
 _KEEP = re.compile(
@@ -326,16 +326,6 @@ def _status_bytes(pid: int | str, field: str) -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 0
-
-
-def own_memory() -> dict[str, int]:
-    """This process's peak host memory, and its peak device memory on a GPU (for the benchmarks)."""
-    peaks = {"host_peak": _status_bytes("self", "VmHWM:")}
-    import torch
-
-    if torch.cuda.is_initialized():
-        peaks["device_peak"] = int(torch.cuda.max_memory_reserved())
-    return peaks
 
 
 def _tail(path: Path, limit: int = 3000) -> str:

@@ -1,7 +1,7 @@
 """The reference, prepared once per problem: the facts every candidate is judged by, and the
 judge process that holds its expected outputs.
 
-The parent keeps no tensor of the reference: the judge (okgit.eval.judge) fixed the cases,
+The parent keeps no tensor of the reference: the judge (okgit.eval.judge.process) fixed the cases,
 tolerances, the reference's own call facts, determinism, degeneracy and cost before any
 candidate ran, and answers each check of a candidate's outputs. What the parent keeps is what
 the verdict and the reports need, as plain data.
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from okgit.eval.jobs import Case
-from okgit.eval.sandbox import WorkerProcess
-from okgit.eval.tolerance import LeafTolerance
+from okgit.eval.parent.sandbox import WorkerProcess
+from okgit.eval.protocol.checks import LeafTolerance
+from okgit.eval.protocol.jobs import Case
 
 
 @dataclass

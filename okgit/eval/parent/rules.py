@@ -2,14 +2,14 @@
 
 The generator prompt states these rules, rendered from this table, so that a model does not
 spend iterations on rejections it was never told about. The table is keyed by the gate names
-of okgit.eval.verdict.GATES (a test fails when a gate has no rule here), and the static rule
-lists the forbidden imports and calls from okgit.eval.gates itself, so the two cannot drift.
+of okgit.eval.parent.verdict.GATES (a test fails when a gate has no rule here), and the static rule
+lists the forbidden imports and calls from okgit.eval.parent.static itself, so the two cannot drift.
 """
 
 from __future__ import annotations
 
-from okgit.eval.gates import FORBIDDEN_CALLS, FORBIDDEN_MODULES
-from okgit.eval.jobs import INIT_FLOAT_FACTOR
+from okgit.eval.parent.static import FORBIDDEN_CALLS, FORBIDDEN_MODULES
+from okgit.eval.protocol.jobs import INIT_FLOAT_FACTOR
 
 GATE_RULES: dict[str, str] = {
     "static": ("No import of {modules}; no call of {calls}; no tensor subclasses, dispatch modes or "

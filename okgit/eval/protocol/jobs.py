@@ -1,10 +1,10 @@
 """What the parent asks of a worker and what comes back: plain data, JSON.
 
 Two kinds of worker process: the judge (one per prepared reference, long-lived: it runs the
-reference, holds the expected outputs and compares, okgit.eval.judge) and a candidate's worker
-(one per evaluation, okgit.eval.worker). A candidate's job directory holds job.json (the Job);
+reference, holds the expected outputs and compares, okgit.eval.judge.process) and a candidate's worker
+(one per evaluation, okgit.eval.worker.candidate). A candidate's job directory holds job.json (the Job);
 the worker writes result.json (per-call facts, timing) there, and the `phase` file naming the
-gate in progress. Outputs never pass through the parent: okgit.eval.transfer.
+gate in progress. Outputs never pass through the parent: okgit.eval.worker.export.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from okgit.problem import perturb_floats as perturb_floats
 
 Role = Literal["judge", "candidate"]
 CaseKind = Literal["seed", "distribution", "extra_shape", "init_inputs", "modes"]
-# the gate that judges each kind of case (the modes case names its gate per output: okgit.eval.calls.mode_sequence)
+# the gate that judges each kind of case (the modes case names its gate per output: okgit.eval.worker.calls.mode_sequence)
 CASE_GATES: dict[str, str] = {"seed": "seeds", "distribution": "distribution", "extra_shape": "extra_shapes",
                               "init_inputs": "init_inputs", "modes": "eval_mode"}
+MODE_GATES = ("train_mode", "state", "eval_mode")  # the modes case's gates, in the order of its outputs
 
 MODEL_SEED = 12345  # set before every model construction, in both arms
 PINNED_FLAGS: dict[str, Any] = {
@@ -44,7 +45,7 @@ class Case:
     seed: int
     signed: bool = False  # the second input distribution: floating x -> 3x - 1
     note: str = ""  # init_inputs: which constructor arguments changed, for the verdict's message
-    salt: int = 0  # a timed call's inputs: the seed's, with elements moved by okgit.eval.calls.salt_inputs
+    salt: int = 0  # a timed call's inputs: the seed's, with elements moved by okgit.eval.worker.calls.salt_inputs
 
     @property
     def model(self) -> int | str:

@@ -8,8 +8,8 @@ there, exit. Nothing of a candidate is loaded before the job, so a pre-started i
 carries no state between candidates.
 
 The job runs case by case: the reference loaded at the case's shape draws the inputs here
-(okgit.eval.calls), the candidate's model is called, and its outputs are exported to the judge
-(okgit.eval.transfer) and held until the judge answered; then they are dropped. The expected
+(okgit.eval.worker.calls), the candidate's model is called, and its outputs are exported to the judge
+(okgit.eval.worker.export) and held until the judge answered; then they are dropped. The expected
 outputs never enter this process: it records facts and the judge compares.
 
 A file `phase` in the job directory names the gate in progress, so that a crash (segfault,
@@ -27,10 +27,10 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from okgit.eval import calls
-from okgit.eval.calls import CallFailed
-from okgit.eval.channel import READY, Channel
-from okgit.eval.jobs import CASE_GATES, Case, Job, flatten, perturb_floats, tree_spec
+from okgit.eval.protocol.channel import READY, Channel
+from okgit.eval.protocol.jobs import CASE_GATES, Case, Job, flatten, perturb_floats, tree_spec
+from okgit.eval.worker import calls
+from okgit.eval.worker.calls import CallFailed
 
 RESULT_FILE = "result.json"
 PHASE_FILE = "phase"
@@ -42,8 +42,8 @@ class Worker:
 
         from okgit.backends import cuda as cuda_backend
         from okgit.backends import triton as triton_backend
-        from okgit.eval import timing
-        from okgit.eval.entrypoints import Snapshot
+        from okgit.eval.worker import timing
+        from okgit.eval.worker.entrypoints import Snapshot
 
         self.torch = torch
         self.device = device
@@ -74,7 +74,7 @@ class Worker:
         (self.job_dir / PHASE_FILE).write_text(gate)
 
     def finish(self) -> None:
-        from okgit.eval.sandbox import own_memory
+        from okgit.eval.worker.own_memory import own_memory
 
         self.result["memory"] = own_memory()
         (self.job_dir / RESULT_FILE).write_text(json.dumps(self.result, default=str))
@@ -105,7 +105,7 @@ class Worker:
 
     def send(self, key: str, case: Case, gate: str, called: calls.Called) -> None:
         """Export one call's outputs to the judge, through the parent, and wait for its answer."""
-        from okgit.eval.transfer import export
+        from okgit.eval.worker.export import export
 
         self.sent += 1
         descriptors, alive = export(called.leaves, self.device, self.job_dir, self.sent)
@@ -168,13 +168,13 @@ class Worker:
                                           for k in ("triton", "cuda")}
         spot: list[tuple[Case, Any]] = []
         if job.device == "cuda" and (job.timing or job.profile):
-            from okgit.eval.measure import time_model
+            from okgit.eval.worker.measure import time_model
 
             self.phase("timing")
             measured, spot = time_model(torch, models[0], references[0], seeds, job, self.device)
             self.result.update(measured)
         elif job.check and seeds:  # nothing is timed here: the timing's protocol all the same
-            from okgit.eval.measure import exercise_model
+            from okgit.eval.worker.measure import exercise_model
 
             self.phase("timed_outputs")
             spot = exercise_model(torch, models[0], references[0], seeds, self.device)
@@ -252,6 +252,3 @@ def main(argv: list[str] | None = None) -> None:
     sys.stderr.flush()
     os._exit(0)  # skip interpreter teardown: atexit hooks and finalizers of candidate code
 
-
-if __name__ == "__main__":
-    main()

@@ -1,11 +1,11 @@
 """LocalEvaluator: the Evaluator on this machine's GPU, or its CPU through the Triton interpreter.
 
 The parent (this module) never imports candidate code and holds no tensor. It prepares the
-reference once per problem in a judge process (okgit.eval.judge), runs each candidate in a
+reference once per problem in a judge process (okgit.eval.judge.process), runs each candidate in a
 fresh worker (pre-started idle workers wait so that a warm evaluation pays no interpreter or
 CUDA start), relays each call's exported outputs from the worker to the judge and its answer
 back, and decides the verdict from the worker's facts and the judge's findings
-(okgit.eval.verdict). Each GPU has its own file lock (okgit.eval.devices): jobs of all okgit
+(okgit.eval.parent.verdict). Each GPU has its own file lock (okgit.eval.parent.devices): jobs of all okgit
 processes on one GPU take turns, so two evaluations never time each other's kernels, while
 several GPUs work at once.
 """
@@ -22,21 +22,22 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from okgit.errors import OkgitError
-from okgit.eval import budget, roofline
+from okgit.eval import roofline
 from okgit.eval.base import EvaluatorBase
-from okgit.eval.devices import device_lock, physical_name
-from okgit.eval.gates import static_findings
-from okgit.eval.jobs import PINNED_FLAGS, Job, Timing
-from okgit.eval.profile import profile_data
-from okgit.eval.reference import PreparedReference, from_judge
-from okgit.eval.rounds import summarize
-from okgit.eval.sandbox import Outcome, WorkerPool, WorkerProcess, default_memory_limit, read_result
-from okgit.eval.timing import median
+from okgit.eval.parent import memory
+from okgit.eval.parent.devices import device_lock, physical_name
+from okgit.eval.parent.profile import profile_data
+from okgit.eval.parent.reference import PreparedReference, from_judge
+from okgit.eval.parent.rounds import summarize
+from okgit.eval.parent.sandbox import Outcome, WorkerPool, WorkerProcess, default_memory_limit, read_result
+from okgit.eval.parent.static import static_findings
+from okgit.eval.parent.verdict import allowed_matmul_rate, base_fields, crashed, judge
+from okgit.eval.protocol.jobs import PINNED_FLAGS, Job, Timing
 from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode, Reference, Status
-from okgit.eval.verdict import allowed_matmul_rate, base_fields, crashed, judge
 from okgit.problem import Problem, load_problem
 
 
@@ -70,7 +71,7 @@ MAX_IDLE = 10  # pre-started workers at most: each holds torch and a CUDA contex
 
 class LocalEvaluator(EvaluatorBase):
     """One device's evaluator: one candidate at a time (`evaluate_many` runs a batch in turn; a
-    PoolEvaluator of okgit.eval.device_pool runs one LocalEvaluator per device at once).
+    PoolEvaluator of okgit.eval.parent.device_pool runs one LocalEvaluator per device at once).
     `host_share`: how many evaluators of this process share the host's memory (a pool's slots)."""
 
     def __init__(self, device: str | None = None, timeout_s: float | None = None,
@@ -101,7 +102,7 @@ class LocalEvaluator(EvaluatorBase):
         self.pool = WorkerPool(memory_limit_bytes or default_memory_limit(),
                                idle=idle_workers or (3 if self._kind == "cuda" else 1))
         self.prestart = prestart
-        self.judge_cache_bytes = judge_cache_bytes  # None: okgit.eval.budget's rule
+        self.judge_cache_bytes = judge_cache_bytes  # None: okgit.eval.parent.memory's rule
         self.host_share = max(1, host_share)
         self._busy = threading.RLock()  # one call at a time: its caches, workers and judge are not shared
         self._prepared: dict[str, PreparedReference] = {}
@@ -240,7 +241,7 @@ class LocalEvaluator(EvaluatorBase):
                   root=problem.root, knobs=dict(problem.knobs), init_seed=seeds[0],
                   extra_shapes=[dict(s) for s in problem.extra_shapes] if problem.extra_shapes is not None else None,
                   seeds=seeds, cache_bytes=self.judge_cache_bytes if self.judge_cache_bytes is not None else
-                  budget.cache_bytes(device_total) if device_total else budget.GiB,
+                  memory.cache_bytes(device_total) if device_total else memory.GiB,
                   rtol=problem.rtol, atol=problem.atol,
                   timing=Timing(MODES[mode].warmup, MODES[mode].samples) if self._kind == "cuda" else None,
                   profile=self._kind == "cuda", peaks_path=str(peaks_file) if peaks_file else None)
@@ -259,8 +260,8 @@ class LocalEvaluator(EvaluatorBase):
             raise OkgitError(f"{problem.path}: the reference does not run: {why}")
         prep = from_judge(judge_process, str(reference_path), reply, seeds[0])
         try:
-            refusal = budget.refusal(prep.case_bytes, self.pool.idle_count + self.prestart, self._kind, budget.host_available(),
-                                     budget.parallel() * self.host_share)
+            refusal = memory.refusal(prep.case_bytes, self.pool.idle_count + self.prestart, self._kind, memory.host_available(),
+                                     memory.parallel() * self.host_share)
         except ValueError as e:
             prep.close()
             raise OkgitError(str(e)) from None
@@ -268,7 +269,7 @@ class LocalEvaluator(EvaluatorBase):
             prep.close()
             raise OkgitError(f"{problem.path}: {refusal}")
         # a worker's budget: torch and its device plus one case, never less than the pool's floor
-        judge_process.memory_limit = max(judge_process.memory_limit, budget.worker_bytes(prep.case_bytes))
+        judge_process.memory_limit = max(judge_process.memory_limit, memory.worker_bytes(prep.case_bytes))
         if peaks_file is not None:
             prep.peaks = roofline.load_peaks(peaks_file)
         self._prepared[key] = prep
@@ -320,7 +321,7 @@ class LocalEvaluator(EvaluatorBase):
             path.write_text(source)
             job.source_path = str(path)
             prep_bytes = relay.prep.case_bytes if relay else 0
-            worker.memory_limit = max(worker.memory_limit, budget.worker_bytes(prep_bytes))
+            worker.memory_limit = max(worker.memory_limit, memory.worker_bytes(prep_bytes))
             if relay:
                 relay.job_dir = worker.dir
             # started before the lock: spawning and importing never hold up another job's GPU work
@@ -398,7 +399,7 @@ def _judge_failure(reply: dict[str, Any] | None, judge_process: WorkerProcess, w
         why = _last_line(failure["message"])
         if failure.get("out_of_memory"):
             free = failure.get("free")
-            room = f"; {budget.gib(free[0])} of the device's {budget.gib(free[1])} free afterwards" if free else ""
+            room = f"; {memory.gib(free[0])} of the device's {memory.gib(free[1])} free afterwards" if free else ""
             why = f"{what} does not fit in memory ({why}{room})"
         return why
     if judge_process.alive() and not judge_process.over_budget():
@@ -421,7 +422,7 @@ def evaluate_file(cand: str | Path, ref: str | Path, device: str | None = None, 
 
 def check_winner(evaluator: Any, problem: Problem, source: str, backend: str = "triton") -> tuple[str | None, str | None]:
     """The sweep's own check of a winner (okgit.kernelbench.baselines, and on Modal
-    okgit.eval.modal_remote): the evaluator's contract and code, so the two cannot disagree.
+    okgit.eval.modal.remote): the evaluator's contract and code, so the two cannot disagree.
     (disagreement: the winner gives a wrong answer, error: no verdict here); both None when it holds."""
     check = evaluator.evaluate(problem, source, mode="fast", backend=backend)
     why = f"{check.error.gate}: {_first_and_last_line(check.error.message)}" if check.error else check.status.value

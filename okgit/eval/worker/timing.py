@@ -5,13 +5,13 @@ nothing written in Python can be swapped under them: the methods of torch's C ev
 (`torch._C._CudaEventBase`, an immutable extension type), the C functions behind
 torch.cuda.synchronize and torch.cuda._sleep, the C tensor methods, the stream of the worker's
 main thread. A candidate that replaces torch.cuda.Event.elapsed_time (through names built at
-run time, which the static scan cannot see) changes nothing here; okgit.eval.entrypoints
+run time, which the static scan cannot see) changes nothing here; okgit.eval.worker.entrypoints
 then names what it replaced, and the median is taken by the parent from the raw samples.
 
 Protocol, per sample s (warm-up samples are the same loop, discarded):
   content c = s mod K, slot b = (s + s div K) mod K: copy input set c into slot b's buffers
   (so a cache keyed on buffer addresses sees new values in old buffers), salt them with
-  salt0 + s (okgit.eval.calls.salt_inputs: a few elements moved, so no two samples' contents
+  salt0 + s (okgit.eval.worker.calls.salt_inputs: a few elements moved, so no two samples' contents
   are the same and a cache keyed on contents, addresses or call counts returns an output
   computed for other inputs; salt0 is drawn when the timing starts), zero an L2-sized
   scratch buffer (>= 2x L2), hold the stream with a spin kernel of about 200 us, record start,
@@ -95,7 +95,7 @@ def prepare_sample(s: int, slots: list[list[Any]], input_sets: list[list[Any]], 
     """Sample s's inputs in their slot: input set s mod K, copied, then salted. (content, slot)."""
     import torch
 
-    from okgit.eval.calls import salt_inputs
+    from okgit.eval.worker.calls import salt_inputs
 
     k = len(input_sets)
     c, slot = s % k, (s + s // k) % k

@@ -1,6 +1,6 @@
 """From what a candidate's worker recorded and what the judge found to an EvalResult.
 
-The judge compared every output on the device (okgit.eval.judge); the worker recorded the facts
+The judge compared every output on the device (okgit.eval.judge.process); the worker recorded the facts
 of each call. Here the gates are decided in a fixed order; the first that fails sets the status
 and EvalError. A gate that catches cheating (replaced entry points, aliasing, a tensor subclass,
 no completed kernel of the backend, outputs that change once timed, work escaping the timed
@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from statistics import median
 from typing import Any
 
 from okgit.eval import roofline
-from okgit.eval.calls import MODE_GATES
-from okgit.eval.jobs import CASE_GATES, PINNED_FLAGS, Case
-from okgit.eval.profile import profile_data
-from okgit.eval.reference import PreparedReference
-from okgit.eval.sandbox import Outcome
-from okgit.eval.timing import median
-from okgit.eval.tolerance import LeafCheck
+from okgit.eval.parent.profile import profile_data
+from okgit.eval.parent.reference import PreparedReference
+from okgit.eval.parent.sandbox import Outcome
+from okgit.eval.protocol.checks import LeafCheck
+from okgit.eval.protocol.jobs import CASE_GATES, MODE_GATES, PINNED_FLAGS, Case
 from okgit.eval.types import EvalError, EvalResult, GateResult, Mode, ProfileData, Status
 
 GATES = [

@@ -1,6 +1,6 @@
 """Timing and profiling of one model on a GPU, in the judge (the reference) and in a candidate's
 worker alike: the seed cases' inputs drawn on the device as input sets to rotate, as many as
-fit TIMING_SET_BYTES twice over (the timer keeps a copy of each), okgit.eval.timing's protocol,
+fit TIMING_SET_BYTES twice over (the timer keeps a copy of each), okgit.eval.worker.timing's protocol,
 then one profiled call."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
-from okgit.eval import calls
-from okgit.eval.jobs import Case, Job
+from okgit.eval.protocol.jobs import Case, Job
+from okgit.eval.worker import calls
 
 TIMING_SET_BYTES = 8 * 2**30
 
@@ -19,8 +19,8 @@ def time_model(torch: Any, model: Any, module: ModuleType, seeds: list[Case], jo
                device: str) -> tuple[dict[str, Any], list[tuple[Case, Any]]]:
     """({"timing": ..., "profile": ...} as far as the job asks, [(the salted case, its output)]
     of the timed samples the judge checks: timed outputs must still be right)."""
-    from okgit.eval import timing
-    from okgit.eval.profile import profile_calls
+    from okgit.eval.worker import timing
+    from okgit.eval.worker.profiler import profile_calls
 
     sets = _input_sets(torch, module, seeds, device)
 
@@ -54,7 +54,7 @@ def exercise_model(torch: Any, model: Any, module: ModuleType, seeds: list[Case]
     salted inputs and randomly picked checked samples, so a candidate that remembers outputs
     fails on a CPU too; every sample is checked (the interpreter's calls are few and the judge's
     cheap), so the verdict does not depend on which were picked. [(the salted case, its output)]."""
-    from okgit.eval import timing
+    from okgit.eval.worker import timing
 
     sets = _input_sets(torch, module, seeds[:2], device)
     slots = [[x.clone() if isinstance(x, torch.Tensor) else x for x in s] for s in sets]

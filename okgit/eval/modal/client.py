@@ -9,13 +9,13 @@ source as it is on the user's disk. Candidate code is untrusted: the container h
 network and no access to Modal's API, and no secrets are attached.
 
 By default each okgit process runs an ephemeral app (`app.run()`); Modal caches the image,
-so only the first run builds it. `modal deploy -m okgit.eval.modal` deploys the same
+so only the first run builds it. `modal deploy -m okgit.eval.modal.client` deploys the same
 function under a name that fingerprints okgit's source and the versions, and okgit uses a
 deployed function only when its fingerprint matches the local one (never stale code).
 
 This module is the client: ModalEvaluator, the function's settings and the app. The image and
-the versions it installs are okgit.eval.modal_image; what runs in the container (remote_job
-and its handlers) is okgit.eval.modal_remote, which imports neither of the other two.
+the versions it installs are okgit.eval.modal.image; what runs in the container (remote_job
+and its handlers) is okgit.eval.modal.remote, which imports neither of the other two.
 
 `modal` is an optional extra (`pip install 'okgit[modal]'`), imported only when used.
 """
@@ -34,7 +34,7 @@ from typing import Any
 
 from okgit.errors import OkgitError
 from okgit.eval.base import EvaluatorBase
-from okgit.eval.modal_image import (
+from okgit.eval.modal.image import (
     MIN_MODAL,
     MIN_PYTHON,
     MISSING_AUTH,
@@ -51,7 +51,7 @@ from okgit.eval.modal_image import (
     requirement_version,
     torch_cuda,
 )
-from okgit.eval.modal_remote import (
+from okgit.eval.modal.remote import (
     KIND_TIMEOUT_S,
     _first_line,
     problem_payload,
@@ -61,7 +61,7 @@ from okgit.eval.modal_remote import (
 from okgit.eval.types import BaselineTimes, Comparison, EvalError, EvalResult, Mode, Reference, Status
 from okgit.problem import Problem
 
-# Names other modules, the tests and the docs reach through okgit.eval.modal, wherever they live.
+# Names other modules, the tests and the docs reach through okgit.eval.modal.client, wherever they live.
 __all__ = [
     "APP_NAME", "CPU", "KIND_TIMEOUT_S", "MAX_CONTAINERS", "MAX_CONTAINERS_ENV", "MEMORY_MIB", "MIN_MODAL",
     "MIN_PYTHON", "MISSING_AUTH", "MISSING_MODAL", "RETRIES", "SCALEDOWN_S", "STARTUP_TIMEOUT_S", "TIMEOUT_S",
@@ -141,7 +141,7 @@ def build_app(gpu: str, *, cuda_image: str | None = None, timeout_s: int = TIMEO
 
 
 def __getattr__(name: str):
-    """`modal deploy -m okgit.eval.modal` finds `app` here (GPU from okgit's settings, e.g. OKGIT_MODAL_GPU)."""
+    """`modal deploy -m okgit.eval.modal.client` finds `app` here (GPU from okgit's settings, e.g. OKGIT_MODAL_GPU)."""
     if name == "app":
         from okgit.config import load_config
 

@@ -2,7 +2,7 @@
 versions the image installs (resolved from the user's environment by pure functions that the
 tests drive with CUDA 12, CUDA 13 and CPU torches), and the image and function name built from them.
 
-Imported by the client (okgit.eval.modal) only; the container never needs it.
+Imported by the client (okgit.eval.modal.client) only; the container never needs it.
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def fingerprint(cuda_image: str | None = None, stack: Stack | None = None) -> st
     """What the remote code depends on: okgit's source, the pinned versions, Python, the CUDA image."""
     stack = stack or local_stack()
     h = hashlib.sha256()
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for path in sorted(root.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
             h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")

@@ -1,6 +1,6 @@
 """The entry points a worker relies on, checked after the candidate ran.
 
-The timer binds C-level functions (okgit.eval.timing) and the launch counters wrap Triton's and
+The timer binds C-level functions (okgit.eval.worker.timing) and the launch counters wrap Triton's and
 torch's extension loaders; a candidate can still rebind the public names around them (with
 getattr/setattr on strings, which the static scan cannot read). Such a rebinding changes nothing
 the worker measures, but it is an attempt on the evaluation: `Snapshot` records what each name

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from okgit.eval.jobs import MODEL_SEED, PINNED_FLAGS, Case, flatten, tree_spec
-from okgit.eval.tolerance import bitwise_equal
+from okgit.eval.protocol.jobs import MODEL_SEED, PINNED_FLAGS, Case, flatten, tree_spec
+from okgit.eval.worker.tensors import bitwise_equal
 from okgit.problem import with_knobs
 
 
@@ -62,7 +62,7 @@ SALTED_ELEMENTS = 16  # per floating input: enough that a remembered output is w
 
 def salt_inputs(torch: Any, inputs: list[Any], salt: int) -> None:
     """Move a few elements of each floating input in place: SALTED_ELEMENTS positions, drawn from
-    `salt`, take the values of other positions. Every timed call gets its own salt (okgit.eval.timing),
+    `salt`, take the values of other positions. Every timed call gets its own salt (okgit.eval.worker.timing),
     so no two timed calls see the same contents, while the values stay the input's own (same
     distribution, same signs and ranges). A cache keyed on a few sampled elements, on addresses or
     on call counts returns an output computed for other contents, which differs at the moved
@@ -176,9 +176,6 @@ def call(torch: Any, model: Any, inputs: list[Any], device: str, *, label: str, 
     return Called(out, leaves, facts)
 
 
-MODE_GATES = ("train_mode", "state", "eval_mode")  # the modes case's gates, in the order of its outputs
-
-
 def mode_dependent(torch: Any, model: Any, source: str) -> bool:
     """Whether a reference's behaviour or state can depend on its mode: it holds buffers (running
     statistics), has a batch/instance norm or a dropout, or reads `.training` in its own code."""
@@ -285,14 +282,14 @@ def warm_up(torch: Any, device: str) -> None:
     """Pay one-time costs before the job, while the worker idles: the first switch to
     deterministic algorithms (about a second: lazy imports), a Triton launch (driver utilities),
     and on a GPU a profiler session and events."""
-    from okgit.eval.warm import fill_kernel
+    from okgit.eval.worker.warm import fill_kernel
 
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.use_deterministic_algorithms(False)
     buf = torch.empty(16, device=device)
     fill_kernel[(1,)](buf, 16, BLOCK=16)
     if device == "cuda":
-        from okgit.eval.profile import profile_calls
+        from okgit.eval.worker.profiler import profile_calls
 
         profile_calls(lambda: buf.add_(1.0), calls=1)
         torch.cuda.synchronize()

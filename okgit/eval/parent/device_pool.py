@@ -26,7 +26,7 @@ from queue import Queue
 from typing import TYPE_CHECKING, TypeVar
 
 from okgit.eval.base import EvaluatorBase
-from okgit.eval.devices import physical_id, physical_name, visible_gpus
+from okgit.eval.parent.devices import physical_id, physical_name, visible_gpus
 
 if TYPE_CHECKING:
     from okgit.eval.base import Evaluator
@@ -183,7 +183,7 @@ def local_evaluator(device: str | None = None, reference_timeout_s: float | None
 
 
 def _local_evaluator(device: str | None, host_share: int = 1, reference_timeout_s: float | None = None) -> Evaluator:
-    from okgit.eval.local import LocalEvaluator
+    from okgit.eval.parent.local import LocalEvaluator
 
     # "cuda:N": one GPU of several; a CPU slot ("cpu:1") is the CPU; the slots share the host's memory
     return LocalEvaluator(device="cpu" if device and device.startswith("cpu") else device, host_share=host_share,

@@ -207,7 +207,7 @@ def main() -> int:
     todo = problems(kb, [int(x) for x in args.levels.split(",")], parse_only(args.problems))
     evaluator = None
     if args.eval:
-        from okgit.eval.local import LocalEvaluator
+        from okgit.eval.parent.local import LocalEvaluator
 
         evaluator = LocalEvaluator(device="cpu", prestart=False)
     rows = []

@@ -135,7 +135,7 @@ def test_scan_kernels_match_pytorch_under_the_interpreter(tmp_path):
 
 NUMERICS = r'''
 import json, sys, torch, types
-from okgit.eval.tolerance import check_leaf, leaf_tolerance, reference_error
+from okgit.eval.judge.tolerance import check_leaf, leaf_tolerance, reference_error
 path, length = sys.argv[1], int(sys.argv[2])
 mod = types.ModuleType("cand"); mod.__file__ = path
 exec(compile(open(path).read(), path, "exec"), mod.__dict__)

@@ -39,6 +39,11 @@ def _result_dtype(args) -> torch.dtype:
     return torch.int64 if any(d != torch.bool for d in dts) else torch.bool
 
 
+def _one_element(x: Node, dims: tuple[int, ...]) -> bool:
+    """Whether folding x over dims folds one element per result (every dim folded has size 1)."""
+    return bool(x.shape) and all(x.shape[d] == 1 for d in dims)
+
+
 COMPARE = {"gt", "ge", "lt", "le", "eq", "ne", "and", "or", "not"}
 
 
@@ -67,6 +72,8 @@ class Builder:
 
     def reduce(self, name: str, x: Node, dims, keepdim: bool) -> Node:
         dims = resolve_dims(x, dims)
+        if _one_element(x, dims) and (name in ("max", "min") or name == "sum" and x.dtype.is_floating_point):
+            return self.view(x, _reduced_shape(x.shape, dims, keepdim))  # a fold of one element is that element
         if name in ("argmax", "argmin") or name == "sum" and not x.dtype.is_floating_point:
             dtype = torch.int64
         else:
@@ -75,6 +82,8 @@ class Builder:
 
     def mean(self, x: Node, dims, keepdim: bool, correction: float = 0.0, of: Node | None = None) -> Node:
         s = self.reduce("sum", of if of is not None else x, dims, keepdim)
+        if s.kind != "reduce":  # over one element
+            return self.op("div", s, 1.0 - correction) if correction else s
         n = self.add(Node("count", "count", (s,), (), torch.float32))
         if correction:
             n = self.op("sub", n, float(correction))
@@ -115,6 +124,14 @@ class Builder:
                     return None
             args.append(a)
         return self.op(x.op, *args, dtype=x.dtype)
+
+    def reshape(self, x: Node, shape: tuple[int, ...], sizes: tuple) -> Node:
+        """x reshaped to `shape`, which splits or merges its dims; the forward makes it from x in
+        memory with `sizes`, one per dim: an int, a BoundInt, ("dim", j) for x's dim j at run
+        time, or -1 for the one the others leave (graph.reshapes)."""
+        if tuple(shape) == x.shape:
+            return x
+        return self.add(Node("view", "reshape", (x,), tuple(shape), x.dtype, kwargs={"sizes": tuple(sizes)}))
 
     def view(self, x: Node, shape: tuple[int, ...]) -> Node:
         if tuple(shape) == x.shape:

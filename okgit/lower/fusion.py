@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from okgit.lower.graph import Graph, Node, Unsupported
+from okgit.lower.graph import Graph, Node, Unsupported, reshapes
 
 if TYPE_CHECKING:
     from okgit.lower.kinds.base import TemplateKind
@@ -103,7 +103,7 @@ class _Partitioner:
         self.inline: set[int] = set()
         for n in graph.nodes:
             needed = id(n) in outs or any(u.kind == "extern" for u in users[id(n)])
-            if n.kind in ("op", "view") and n.inputs and not needed and all(
+            if n.kind in ("op", "view") and not reshapes(n) and n.inputs and not needed and all(
                 a.kind == "param" or id(a) in self.inline for a in n.inputs
             ):
                 self.inline.add(id(n))
@@ -112,7 +112,7 @@ class _Partitioner:
         for n in self.graph.nodes:
             if n.is_leaf or id(n) in self.inline:
                 continue
-            if n.kind == "view" and not (self.group and self.group.computes(n.args[0])):
+            if n.kind == "view" and (reshapes(n) or not (self.group and self.group.computes(n.args[0]))):
                 continue  # a view of a tensor in memory is read in place by its consumers
             if n.kind == "extern":
                 self._close()
@@ -158,7 +158,7 @@ class _Partitioner:
 
     # nodes -------------------------------------------------------------------------------
     def _add(self, g: Group, n: Node) -> bool:
-        if g.seed is not None and n.kind not in ("op", "view"):
+        if g.seed is not None and n.kind not in ("op", "view", "iota"):
             return False  # a seeded group is its call and an elementwise epilogue
         if n.kind == "reduce":
             return self._add_reduce(g, n)

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from okgit.lower import aten_scans  # noqa: F401 - registers its handlers
+from okgit.lower import aten_norms, aten_scans  # noqa: F401 - register their handlers
 from okgit.lower.aten import HANDLERS
 from okgit.lower.builder import Builder
 from okgit.lower.graph import Graph, ModeFlag, Node, Unsupported
@@ -54,6 +54,8 @@ def translate(ep, forward_args: list[str], entry: str) -> Graph:
                 env[fx.name] = b.add(Node("input", next(user), shape=tuple(val.shape), dtype=val.dtype))
             elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
                 env[fx.name] = b.add(Node("param", spec.target, shape=tuple(val.shape), dtype=val.dtype))
+            elif spec.kind == InputKind.CONSTANT_TENSOR:
+                env[fx.name] = _scalar_constant(ep.constants[spec.target])
             else:
                 raise Unsupported(f"unsupported graph input kind {spec.kind}")
         elif fx.op == "call_function":
@@ -70,6 +72,17 @@ def translate(ep, forward_args: list[str], entry: str) -> Graph:
             raise Unsupported(f"unsupported graph node {fx.op}")
     raise Unsupported("graph without output")
 
+
+
+def _scalar_constant(t: torch.Tensor) -> float | int | bool:
+    """A tensor the forward makes from a Python number (`torch.tensor(self.value)`), as that number:
+    in torch's type promotion a 0-dim tensor weighs as a Python scalar of its kind."""
+    if t.dim() != 0 or t.is_meta:
+        raise Unsupported("a tensor constant made in the forward" + (" on the input's device" if t.is_meta else ""))
+    v = t.item()
+    if isinstance(v, float):  # the shortest decimal that rounds to it: 0.3, not float32's 0.30000001192092896
+        v = next((c for c in (float(f"{v:.{d}g}") for d in range(1, 18)) if torch.tensor(c, dtype=t.dtype).item() == v), v)
+    return v
 
 
 def _live(nodes: list[Node], outputs: list[Node]) -> list[Node]:

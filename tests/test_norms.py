@@ -78,6 +78,26 @@ def get_inputs():
 def get_init_inputs():
     return [channels]
 """, {"size": 9}),
+    "batch_norm": ("""
+class Model(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(channels, momentum=0.2)
+        self.bn.weight.data.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        return torch.tanh(self.bn(x + 1.0))
+
+batch = 4
+channels = 6
+size = 5
+
+def get_inputs():
+    return [torch.randn(batch, channels, size, size + 3)]
+
+def get_init_inputs():
+    return [channels]
+""", {"channels": 3, "size": 11}),
     "triplet": ("""
 class Model(nn.Module):
     def __init__(self, margin=1.0):
@@ -135,6 +155,20 @@ def get_inputs():
 def get_init_inputs():
     return [0.3]
 """, {"size": 17}),
+    "device_constant": ("""
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.clamp(torch.min(x, torch.tensor(low, device=x.device)), min=-0.5)
+
+low = 0.25
+size = 32
+
+def get_inputs():
+    return [torch.randn(size, size)]
+
+def get_init_inputs():
+    return []
+""", {"size": 9}),
     "triangles": ("""
 class Model(nn.Module):
     def forward(self, a, b):
@@ -192,6 +226,8 @@ def test_folds_over_size_one_dims_and_tensor_constants_are_captured(tmp_path):
     _, _, graph = captured(tmp_path, "tensor_constant")
     (cap,) = [a for n in graph.nodes for a in n.args if isinstance(a, Bound)]
     assert cap.expr == "self.cap" and float(cap) == 0.3
+    _, _, graph = captured(tmp_path, "device_constant")  # made on the input's device: meta in a capture
+    assert [n.args[1] for n in graph.nodes if n.op == "minimum"] == [0.25]
 
 
 def test_triplet_margin_loss_binds_its_margin_and_triangles_use_coordinates(tmp_path):
@@ -216,3 +252,22 @@ def test_norms_losses_and_triangles_match_pytorch_under_the_interpreter(tmp_path
     results = run_ops(jobs, timeout=900)
     bad = [(job[0], job[2], r["why"][-600:]) for job, r in zip(jobs, results) if not r["ok"]]
     assert not bad, bad
+
+
+def test_batch_norm_picks_its_statistics_by_mode_and_updates_the_running_ones_in_its_kernel(tmp_path):
+    _, problem, graph = captured(tmp_path, "batch_norm")
+    items = partition(graph)
+    calls = [n.op for n in items if not isinstance(n, Group)]
+    assert calls == ["aten.add_.Tensor", "aten.copy_.default", "aten.copy_.default"]  # the counter; the two updates
+    source, _ = lowered_file(problem.source, graph, items)
+    assert "float(self.training)" in source and "float(1.0 - self.bn.momentum)" in source
+
+
+@pytest.mark.slow
+def test_the_evaluator_finds_batch_norm_right_in_both_modes_with_its_buffers(tmp_path, evaluator):
+    """The evaluator's modes case: training mode, the running statistics left as the reference
+    leaves them, then eval mode."""
+    path, problem, graph = captured(tmp_path, "batch_norm")
+    source, _ = lowered_file(problem.source, graph, partition(graph))
+    result = evaluator.evaluate(problem, source, mode="fast", backend="triton")
+    assert result.correct, result.error

@@ -98,12 +98,12 @@ class _Partitioner:
         outs = {id(o) for o in graph.outputs}
         self.items: list[Group | Node] = []
         self.group: Group | None = None
-        # Elementwise work on parameters alone is recomputed inside the kernel that reads it,
-        # unless someone needs it as a tensor.
+        # Elementwise work on parameters (or constants) alone is recomputed inside the kernel that
+        # reads it, unless someone needs it as a tensor.
         self.inline: set[int] = set()
         for n in graph.nodes:
             needed = id(n) in outs or any(u.kind == "extern" for u in users[id(n)])
-            if n.kind in ("op", "view") and not reshapes(n) and n.inputs and not needed and all(
+            if n.kind in ("op", "view") and not reshapes(n) and not needed and all(
                 a.kind == "param" or id(a) in self.inline for a in n.inputs
             ):
                 self.inline.add(id(n))

@@ -39,8 +39,9 @@ OP_CLASSES = {
 PURE_CALLS = {"aten.flip.default"}  # PyTorch calls that change nothing but their result: dropped when unused
 
 
-def translate(ep, forward_args: list[str], entry: str) -> Graph:
-    """The exported program as a Graph: its placeholders as leaves, each call as primitives."""
+def translate(ep, forward_args: list[str], entry: str, constants: dict[str, Any]) -> Graph:
+    """The exported program as a Graph: its placeholders as leaves (a tensor constant, from
+    `constants`, as the Python scalar it holds), each call as primitives."""
     from torch.export.graph_signature import InputKind
 
     b = Builder()
@@ -55,7 +56,7 @@ def translate(ep, forward_args: list[str], entry: str) -> Graph:
             elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
                 env[fx.name] = b.add(Node("param", spec.target, shape=tuple(val.shape), dtype=val.dtype))
             elif spec.kind == InputKind.CONSTANT_TENSOR:
-                env[fx.name] = _scalar_constant(ep.constants[spec.target])
+                env[fx.name] = _scalar_constant(constants[spec.target])
             else:
                 raise Unsupported(f"unsupported graph input kind {spec.kind}")
         elif fx.op == "call_function":

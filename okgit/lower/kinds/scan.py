@@ -1,7 +1,8 @@
 """Scan: cumulative sums and products along one dim, reversed too, with the elementwise work
 before and after them fused (scan.py.tmpl). Each program walks its rows' scanned dim in
-chunks: a chunk is scanned in registers with tl.associative_scan and offset by the carry of
-the chunks before it, so the input is read once and the output written once.
+chunks: a chunk is scanned in registers (tl.cumsum / tl.cumprod, an associative scan) and
+combined with the carry of the chunks before it, so the input is read once and the output
+written once.
 
 Layout: where the scanned dim is the innermost one that is not 1, a tile's fast axis runs
 along it (contiguous); otherwise along the rows, whose consecutive positions are then the
@@ -28,7 +29,6 @@ COMBINE = {"sum": "{0} + {1}", "prod": "{0} * {1}"}
 @template_kind(order=45)
 class Scan(TemplateKind):
     name = "scan"
-    helpers = {"_scan_combine": template(__package__, "scan_combine.py.tmpl")}
 
     def claims(self, g, low) -> bool:
         return g.seed is None and bool(g.scan)
@@ -61,10 +61,9 @@ class Scan(TemplateKind):
             x = n.args[0]
             v = code.as_float(x, code.value(x, body))
             lanes = code.emit(body, f"tl.where(mask, {v}, {NEUTRAL[n.op]})")
-            part = code.emit(body, f"tl.associative_scan({lanes}, {axis}, _scan_{n.op})")
+            part = code.emit(body, f"tl.cum{n.op}({lanes}, {axis})")  # Triton's own combine: the interpreter's fast path too
             val = code.emit(body, COMBINE[n.op].format(part, f"carry{k}"), n)
             body.lines.append(f"carry{k} = tl.sum(tl.where(last, {val}, 0.0), {axis}, keep_dims=True)")
-        low.helpers.add("_scan_combine")
         store_outputs(code, g, body, None, output_names(g))
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, first_leaf_device(leaves))
         NAME = name.upper()

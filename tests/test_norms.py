@@ -169,6 +169,19 @@ def get_inputs():
 def get_init_inputs():
     return []
 """, {"size": 9}),
+    "diagonal": ("""
+class Model(nn.Module):
+    def forward(self, a, b, c):
+        return torch.diag(a) @ b + torch.matmul(b, torch.diag(c))
+
+size = 24
+
+def get_inputs():
+    return [torch.randn(size), torch.randn(size, size), torch.randn(size)]
+
+def get_init_inputs():
+    return []
+""", {"size": 19}),
     "triangles": ("""
 class Model(nn.Module):
     def forward(self, a, b):
@@ -230,13 +243,15 @@ def test_folds_over_size_one_dims_and_tensor_constants_are_captured(tmp_path):
     assert [n.args[1] for n in graph.nodes if n.op == "minimum"] == [0.25]
 
 
-def test_triplet_margin_loss_binds_its_margin_and_triangles_use_coordinates(tmp_path):
+def test_triplet_margin_loss_binds_its_margin_and_triangles_and_diagonals_use_coordinates(tmp_path):
     _, _, graph = captured(tmp_path, "triplet")
     assert {a.expr for n in graph.nodes for a in n.args if isinstance(a, Bound)} == {"self.loss_fn.margin", "self.loss_fn.eps"}
     assert not [n for n in graph.nodes if n.kind == "extern"]
     _, _, graph = captured(tmp_path, "triangles")
     assert [n.op for n in graph.nodes if n.kind == "extern"] == ["aten.matmul.default"]
     assert len([n for n in graph.nodes if n.kind == "iota"]) == 4
+    _, _, graph = captured(tmp_path, "diagonal")  # row and column scalings: no matrix made, no matmul
+    assert not [n for n in graph.nodes if n.kind in ("extern", "iota")]
 
 
 @pytest.mark.slow

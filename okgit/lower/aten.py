@@ -200,18 +200,6 @@ def _hardswish(b, a, t):
     return b.op("mul", a["self"], b.op("div", b.clamp(b.op("add", a["self"], 3.0), 0.0, 6.0), 6.0))
 
 
-@_h("tril", "triu")
-def _triangle(b, a, t):
-    """tril / triu: the elements on the kept side of a diagonal, from the coordinates (iota)."""
-    x, k = a["self"], a["diagonal"]
-    if len(x.shape) < 2:
-        raise Unsupported("a triangle of a vector")
-    # over x's whole shape: a group that starts with it spans x
-    rows, cols = (b.add(Node("iota", "iota", (), x.shape, torch.int64, (d,))) for d in (len(x.shape) - 2, len(x.shape) - 1))
-    keep = b.op("le" if t._opname == "tril" else "ge", b.op("sub", cols, rows), k)
-    return b.op("where", keep, x, 0.0 if x.dtype.is_floating_point else 0)
-
-
 @_h("_to_copy", "to", "type_as")
 def _to(b, a, t):
     x = a["self"]

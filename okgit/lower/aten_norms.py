@@ -5,8 +5,11 @@ kind computes their statistics and the elementwise work around them in one kerne
 Group norm reads its input with the channels split into groups, (N, G, C/G, ...), a reshape
 made in the forward (Builder.reshape; G a BoundInt where the model's GroupNorm holds it), folds
 each group's channels and positions, and merges the groups back after its affine. Instance
-norm folds each channel's positions. Their running statistics, where a module keeps them, are
-left to PyTorch. The triplet margin loss is two pairwise distances (a norm per row) and a mean.
+norm folds each channel's positions (with running statistics it stays PyTorch's). Batch norm
+folds every dim but the channels; where the module keeps running statistics, the kernel picks
+the batch's or the running ones by the module's flag and computes the running ones' new values,
+which the forward copies back. The triplet margin loss is two pairwise distances (a norm per
+row) and a mean.
 """
 
 from __future__ import annotations

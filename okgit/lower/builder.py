@@ -54,6 +54,7 @@ class Builder:
     def __init__(self) -> None:
         self.nodes: list[Node] = []
         self._seen: dict[tuple, Node] = {}  # elementwise ops by operands: composites share work
+        self.diagonals: dict[int, Node] = {}  # a diagonal matrix torch.diag made -> its diagonal
 
     def add(self, n: Node) -> Node:
         self.nodes.append(n)

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from okgit.lower import aten_norms, aten_scans  # noqa: F401 - register their handlers
+from okgit.lower import aten_matrices, aten_norms, aten_scans  # noqa: F401 - register their handlers
 from okgit.lower.aten import HANDLERS
 from okgit.lower.builder import Builder
 from okgit.lower.graph import Graph, ModeFlag, Node, Unsupported

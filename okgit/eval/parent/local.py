@@ -35,6 +35,7 @@ from okgit.eval.parent.reference import PreparedReference, from_judge
 from okgit.eval.parent.rounds import summarize
 from okgit.eval.parent.sandbox import Outcome, WorkerPool, WorkerProcess, default_memory_limit, read_result
 from okgit.eval.parent.static import static_findings
+from okgit.eval.parent.streams import check_streams
 from okgit.eval.parent.verdict import allowed_matmul_rate, base_fields, crashed, judge
 from okgit.eval.protocol.jobs import PINNED_FLAGS, Job, Timing
 from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode, Reference, Status
@@ -214,9 +215,11 @@ class LocalEvaluator(EvaluatorBase):
 
     def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],
                        root: str | None = None, **kw: Any) -> Job:
+        own = dict(problem.knobs)
         return Job(role="candidate", source_path="", device=self._kind, backend=backend,
                    root=root or problem.candidate_root or problem.root, reference_path=prep.reference_path,
-                   cases=cases, shapes=prep.shapes, init_seed=prep.init_seed, **kw)
+                   cases=cases, shapes=prep.shapes, init_seed=prep.init_seed,
+                   own_knobs=own if prep.shapes and own != prep.shapes[0] else None, **kw)
 
     def _key(self, problem: Problem, mode: Mode) -> str:
         return hashlib.sha256(repr((problem.source, problem.root, sorted(problem.knobs.items()), problem.extra_shapes,
@@ -306,7 +309,7 @@ class LocalEvaluator(EvaluatorBase):
         if result is None or result.get("failure") or not result.get("timing"):
             why = result["failure"]["message"] if result and result.get("failure") else outcome.describe()
             raise OkgitError(f"a timing round failed: {why}")
-        return float(median(result["timing"]["samples_us"]))
+        return float(check_streams(result["timing"]).runtime_us)  # every stream's work inside
 
     def _gpu(self) -> contextlib.AbstractContextManager:
         """The device lock around anything this process's workers run on the GPU."""

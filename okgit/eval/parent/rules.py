@@ -38,8 +38,9 @@ GATE_RULES: dict[str, str] = {
               "(running statistics and num_batches_tracked updated in training mode only)."),
     "eval_mode": "Correct after model.eval() too: eval mode uses the running statistics, and dropout is off.",
     "backend_kernel": "The main work runs in your own kernels of the backend; a file that only calls PyTorch ops is rejected.",
+    "own_shape": "Your kernels must run at every shape the op takes, the op file's own included: no fallback to the original code at shapes you did not compile for.",
+    "streams": "Work on other streams is allowed only if the caller's stream waits for it before the call returns (wait_stream / events): outputs must be complete in the caller's stream order.",
     "timed_outputs": "Outputs of the timed calls must be as correct as the checked ones.",
-    "side_stream": "All work runs on the current stream and is finished when the call returns: no work escaping the timed stream.",
     "roofline": "A time below the roofline floor (less work than the op needs) is rejected as implausible.",
 }
 

@@ -3,8 +3,8 @@
 The judge compared every output on the device (okgit.eval.judge.process); the worker recorded the facts
 of each call. Here the gates are decided in a fixed order; the first that fails sets the status
 and EvalError. A gate that catches cheating (replaced entry points, aliasing, a tensor subclass,
-no completed kernel of the backend, outputs that change once timed, work escaping the timed
-stream, a time below the roofline) gives `rejected`; a wrong answer gives `incorrect`; a crash
+no completed kernel of the backend, outputs that change once timed, work escaping the
+caller's stream, a time below the roofline) gives `rejected`; a wrong answer gives `incorrect`; a crash
 gives `error`. Timing figures are taken from the raw samples here, not from the worker's.
 """
 
@@ -19,19 +19,20 @@ from okgit.eval import roofline
 from okgit.eval.parent.profile import profile_data
 from okgit.eval.parent.reference import PreparedReference
 from okgit.eval.parent.sandbox import Outcome
+from okgit.eval.parent.streams import check_streams
 from okgit.eval.protocol.checks import LeafCheck
 from okgit.eval.protocol.jobs import CASE_GATES, MODE_GATES, PINNED_FLAGS, Case
-from okgit.eval.types import EvalError, EvalResult, GateResult, Mode, ProfileData, Status
+from okgit.eval.types import EvalError, EvalResult, GateResult, KernelShape, Mode, ProfileData, Status
 
 GATES = [
     "static", "compile", "device", "entry_points", "output_type", "aliasing", "inputs_unchanged", "outputs_written", "nan_pattern",
     "seeds", "repeat", "determinism", "fresh_inputs", "remembered", "distribution", "extra_shapes", "init_inputs",
-    "train_mode", "state", "eval_mode", "backend_kernel",
-    "timed_outputs", "side_stream", "roofline",
+    "train_mode", "state", "eval_mode", "backend_kernel", "own_shape",
+    "streams", "timed_outputs", "roofline",
 ]
-REJECTING = {"static", "entry_points", "aliasing", "remembered", "backend_kernel", "timed_outputs", "side_stream",
-             "roofline"}
-SIDE_STREAM_MIN_US = 200.0
+REJECTING = {"static", "entry_points", "aliasing", "remembered", "backend_kernel", "own_shape", "timed_outputs",
+             "streams", "roofline"}
+SIDE_STREAM_MIN_US = 200.0  # device work left after a back-to-back batch that is more than a synchronize's noise
 NO_ROOFLINE = "OKGIT_TEST_NO_ROOFLINE"  # tests only: the roofline gate off, to show the other gates catch a cheat alone
 
 
@@ -116,6 +117,18 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ch
     if launches == 0:
         f.fail("backend_kernel", f"no {backend} kernel was launched in {len(calls)} calls: not an optimization "
                f"of the op (pure PyTorch or another backend)")
+    shapes = kernel_shapes(prep, cases, result, backend)
+    own = next((s for s in shapes if s.own), None)
+    if launches and own is not None and own.launches == 0:
+        f.fail("own_shape", f"its own kernels did not run at the op file's own shape ({_knobs(own.knobs)}): other "
+               "code (the original forward kept as a fallback, a library call) produced the outputs there, so what "
+               "was checked is not what a user of the op gets")
+    elif own is not None and own.launches is None:
+        f.notes["own_shape"] = f"not told at {_knobs(own.knobs)}: {own.why}"
+    elif launches:
+        others = [s for s in shapes if not s.ran() and not s.own]
+        if others:
+            f.notes["own_shape"] = f"only other code ran at {'; '.join(_knobs(s.knobs) for s in others)}"
 
     timing = result.get("timing")
     runtime = ref_runtime = None
@@ -130,12 +143,19 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ch
             _check_call(f, prep, key.split(":", 1)[1].split("~")[0], key, calls, checks, "timed_outputs",
                         what="an output of a timed call, on its own salted inputs")
     if timing:
-        runtime = median(timing["samples_us"])
+        streams = check_streams(timing)
+        runtime = streams.runtime_us
         ref_runtime = median(prep.timing["samples_us"]) if prep.timing else None
         residual, host = timing["residual_sync_us"], timing["batch_host_us"] * timing.get("batch_calls", 1)
-        if residual > max(SIDE_STREAM_MIN_US, 0.1 * host):
-            f.fail("side_stream", f"{residual:.0f} us of device work was still running after the timed stream "
+        if streams.escaped:
+            f.fail("streams", f"the outputs of {', '.join(streams.escaped[:3])} were still being written after the "
+                   "call's own stream had finished: its work runs on a stream the caller never waits for (make the "
+                   "caller's stream wait for it before returning, e.g. torch.cuda.current_stream().wait_stream(side))")
+        elif residual > max(SIDE_STREAM_MIN_US, 0.1 * host):
+            f.fail("streams", f"{residual:.0f} us of device work was still running after the timed stream "
                    f"finished: work escapes the timed stream")
+        elif streams.device_wide:
+            f.notes["streams"] = streams.note()
         if peaks and flops is not None and min_bytes is not None and not os.environ.get(NO_ROOFLINE):
             floor = roofline.floor_us(flops, min_bytes, peaks, rate)
             ref_ok = ref_runtime is None or ref_runtime >= roofline.PLAUSIBLE_FRACTION * floor
@@ -153,7 +173,7 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ch
 
     gates = [GateResult(name="static", passed=True), GateResult(name="compile", passed=True)]
     for gate in GATES[3:]:
-        if gate in ("side_stream", "roofline") and not timing:
+        if gate in ("streams", "roofline") and not timing:
             continue
         if gate == "timed_outputs" and not any(key.startswith("timed:") for key in calls):
             continue
@@ -172,6 +192,7 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ch
         max_abs_error=f.max_abs,
         max_rel_error=f.max_rel,
         profile=prof,
+        kernel_shapes=shapes,
         **base,
     )
     if timing and first is None:
@@ -180,6 +201,31 @@ def judge(prep: PreparedReference, cases: list[Case], result: dict[str, Any], ch
         out.ref_runtime_us = ref_runtime
         out.speedup = ref_runtime / runtime if ref_runtime and runtime else None
     return out
+
+
+def kernel_shapes(prep: PreparedReference, cases: list[Case], result: dict[str, Any], backend: str) -> list[KernelShape]:
+    """Per checked shape, the backend's launches over the calls made at it; the op file's own shape
+    is the first where it was checked (a GPU's), else the worker's meta-device call there."""
+    shape_of = {c.id: c.shape for c in cases}
+    totals: dict[int, int] = {}
+    for key, facts in result.get("calls", {}).items():
+        if "launches" not in facts:
+            continue  # timed calls: their launches are the seed's
+        case_id = key.split("#", 1)[0]
+        shape = shape_of.get(case_id, 0)  # fresh, fresh#1: the main shape's buffers
+        totals[shape] = totals.get(shape, 0) + int(facts["launches"].get(backend, 0))
+    meta = result.get("own_shape")
+    shapes = [KernelShape(knobs=prep.shapes[i], launches=n, own=i == 0 and meta is None)
+              for i, n in sorted(totals.items())]
+    if meta is not None:
+        launched = meta["launches"]
+        shapes.append(KernelShape(knobs=meta["knobs"], launches=None if launched is None else int(launched.get(backend, 0)),
+                                  own=True, how="meta", why=meta.get("why", "")))
+    return shapes
+
+
+def _knobs(knobs: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in knobs.items()) or "no shape knobs"
 
 
 def _check_call(f: Findings, prep: PreparedReference, case_id: str, key: str, calls: dict[str, Any],

@@ -71,6 +71,9 @@ class Job:
     cases: list[Case] = field(default_factory=list)  # candidate: the cases to run, in order
     shapes: list[dict[str, int]] = field(default_factory=list)  # candidate: knob values per shape
     init_seed: int = 0  # the seed get_init_inputs() runs under, in both processes
+    # candidate: the op file's own shape where shapes[0] is not it (a CPU scales shapes down): the
+    # worker calls the candidate there on the meta device, launches counted and not run
+    own_knobs: dict[str, int] | None = None
     # judge only: how to derive shapes and cases, and what to keep
     knobs: dict[str, int] = field(default_factory=dict)
     extra_shapes: list[dict[str, int]] | None = None

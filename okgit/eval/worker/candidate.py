@@ -162,6 +162,8 @@ class Worker:
                     run_case(case, f"{case.id}#repeat", "repeat")
                 if len(seeds) >= 2:
                     self.fresh_inputs(models[0], references[0], seeds[0], seeds[1], counters)
+            if job.own_knobs is not None:
+                self.own_shape(job, job.own_knobs)
         self.result["backend_launches"] = {k: sum(f["launches"][k] for f in self.result["calls"].values())
                                            for k in ("triton", "cuda")}
         self.result["failed_launches"] = {k: sum(f["failed_launches"][k] for f in self.result["calls"].values())
@@ -221,6 +223,37 @@ class Worker:
                 raise
             raise CallFailed("init_inputs", calls.status_of(e, "init_inputs"),
                              f"{case.id} ({case.note}): the constructor raised: {calls.describe(e)}") from None
+
+    def own_shape(self, job: Job, knobs: dict[str, int]) -> None:
+        """Whether the candidate's kernels launch at the op file's own shape, where the checked shapes
+        are smaller (the interpreter's): its model called there on the meta device, each launch
+        counted and not run, nothing computed. A call that cannot run without data is told apart
+        (launches None), unless a kernel launched before it stopped."""
+        torch = self.torch
+        self.phase("own_shape")
+        counters = (self.triton_launches, self.cuda_launches)
+        facts: dict[str, Any] = {"knobs": knobs, "launches": None, "why": ""}
+        for counter in counters:
+            counter.reset()
+            counter.dry = True
+        try:
+            reference = calls.load_op(job.reference_path, "okgit_reference_own", knobs)
+            module = calls.load_op(job.source_path, "okgit_candidate_own", knobs)
+            cls = getattr(module, "ModelNew", None) or module.Model
+            model, _ = calls.build(torch, cls, calls.init_args(torch, reference, job.init_seed, "meta"), "meta")
+            inputs = calls.draw_inputs(torch, reference, Case(id="own", kind="seed", shape=0, seed=job.init_seed), "meta")
+            with torch.no_grad():
+                model(*inputs)
+            facts["launches"] = {"triton": self.triton_launches.total(), "cuda": self.cuda_launches.total()}
+        except Exception as e:  # noqa: BLE001 - the candidate's code, on tensors without data
+            launched = {"triton": self.triton_launches.total(), "cuda": self.cuda_launches.total()}
+            facts["launches"] = launched if any(launched.values()) else None
+            facts["why"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+        finally:
+            for counter in counters:
+                counter.dry = False
+                counter.reset()
+        self.result["own_shape"] = facts
 
     def fresh_inputs(self, model: Any, reference: Any, first: Case, second: Case, counters: tuple[Any, ...]) -> None:
         """The same input buffers, refilled in place with new values, must give the new answer."""

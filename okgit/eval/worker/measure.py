@@ -5,7 +5,7 @@ then one profiled call."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from types import ModuleType
 from typing import Any
 
@@ -38,6 +38,8 @@ def time_model(torch: Any, model: Any, module: ModuleType, seeds: list[Case], jo
             "samples_us": timed.samples_us, "median_us": timed.median_us,
             "batch_event_us": timed.batch_event_us, "batch_host_us": timed.batch_host_us,
             "residual_sync_us": timed.residual_sync_us, "batch_calls": timed.batch_calls,
+            "host_us": timed.host_us, "escaped": timed.escaped, "wake_us": timed.wake_us,
+            "fenced": [asdict(f) for f in timed.fenced],
         }
         spot = [(replace(seeds[p.content], salt=p.salt), p.out) for p in timed.spot]
     if job.profile:

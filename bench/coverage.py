@@ -222,8 +222,9 @@ def main() -> int:
         if evaluator is not None:
             evaluator.close()
     date = datetime.date.today().isoformat()
-    text = (f"# Coverage of {kb} by okgit's own kernels ({date})\n\n`python3 bench/coverage.py"
-            f"{' --eval' if args.eval else ''}` (no model; templates as the proposer renders them)\n\n"
+    flags = (f" --problems \"{args.problems}\"" if args.problems else "") + (" --eval" if args.eval else "")
+    text = (f"# Coverage of {kb} by okgit's own kernels ({date})\n\n`python3 bench/coverage.py{flags}` "
+            "(no model; templates as the proposer renders them)\n\n"
             f"{summary(rows)}\n\n{table(rows, args.eval)}\n")
     print(text)
     out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"coverage-{date}.md"

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-
-class Status(str, Enum):
-    correct = "correct"
-    compile_error = "compile_error"
-    incorrect = "incorrect"
-    rejected = "rejected"
-    error = "error"
-
-
-Mode = Literal["fast", "thorough"]
+from okgit.config import Mode
+from okgit.status import Status
 
 
 class KernelTime(BaseModel):
@@ -120,6 +111,8 @@ class Reference(BaseModel):
     shapes: list[dict[str, int]] = Field(default_factory=list)
     flags: dict[str, Any] = Field(default_factory=dict)
     hardware: dict[str, Any] = Field(default_factory=dict)  # device name, measured peaks
+    # its own max |native - float64| over the checked cases and outputs (None: no float output)
+    max_abs_error: float | None = None
 
 
 class Comparison(BaseModel):

@@ -44,6 +44,10 @@ def gc(repo: Repo, keep: int = 20, runs: bool = False, names: list[str] | None =
         named = [resolve_run(repo, n) for n in names or []]
         if runs:
             _remove_runs(repo, report, finished, live, named, keep=keep, interrupted=interrupted)
+        elif finished:
+            tags = sum(t.split("/")[1] in finished for t in repo.git("tag", "--list", "okgit/*/*").split())
+            report.kept.append(f"{len(finished)} finished run{'s' * (len(finished) != 1)}: their directories and "
+                               f"{tags} tag{'s' * (tags != 1)} (gc --runs removes all but the newest {keep})")
         _remove_branches(repo, report, finished[: max(keep, 0)] if runs else finished)
     return report
 

@@ -54,6 +54,7 @@ def mma_step(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ec = np.where(c != 0, np.frexp(c)[1] - 1, -(1 << 20))
     extra = EXTRA_BITS + ((top_sig >= 2) & ((c == 0) | (top >= ec)) & nonzero.any(-1))
     quantum = np.ldexp(1.0, np.maximum((pre + (sig >= 2)).max(-1), ec) - 23 - extra)
+    quantum = np.where(quantum > 0, quantum, 1.0)  # all terms zero
     total = (np.trunc(p / quantum[..., None]) * quantum[..., None]).sum(-1) + np.trunc(c / quantum) * quantum
     return np.where(total == 0, 0.0, _truncate(total))
 

@@ -5,10 +5,14 @@ cores in strict fp32) with the epilogue as its own kernel.
 
 The GEMM family (gemm_plan.py.tmpl, _GemmPlan): fp32 operands multiplied in split precision,
 `<NAME>_PRECISION`: "tf32x3-split" splits each operand with one pass into a TF32 high part and a
-TF32 remainder (K-major, K padded to whole blocks) and adds three TF32 products per step, the
-plain TF32 GEMM a tensor core runs best; "tf32x3", "bf16x3", "bf16x6" let Triton split inside
-the kernel; "ieee" is strict fp32 on the CUDA cores. Either way its error against float64 is
-what the evaluator's precision rule for contractions judges (docs/evaluation.md). On Hopper the
+TF32 remainder (K-major, K padded to whole blocks) and sums three TF32 products per K step into
+a partial of their own, added to the accumulator in fp32 (a tensor core truncates its sum after
+every 8 products: the running total must not be the one it sums into), the plain TF32 GEMM a
+tensor core runs best; the plan splits ahead where the GEMM does enough work per operand
+element to win the pass back, and leaves the split to Triton inside the kernel elsewhere.
+"tf32x3", "bf16x3", "bf16x6" let Triton split inside the kernel; "ieee" is strict fp32 on the
+CUDA cores. Either way its error against float64 is what the evaluator's precision rule for
+contractions judges (docs/evaluation.md); autotune tries TUNED_PRECISIONS. On Hopper the
 operands go through TMA descriptors where their layout allows, tiles persistent or not
 (`PERSISTENT`) and warp-specialised or not (`WARP_SPECIALIZE`); on other GPUs and under
 Triton's interpreter through pointers (the interpreter computes in fp32 whatever the

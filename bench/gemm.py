@@ -80,7 +80,7 @@ AHEAD = {"GEMM_SPLIT_AHEAD_MIN": 0, "GEMM_SPLIT_AHEAD_MIN_TMA": 0}  # operands s
 PRECISIONS = [{"PRECISION": "bf16x3"}, {"PRECISION": "bf16x6"}, {"PRECISION": "tf32x3"}]
 CORE = [{}, *PRECISIONS, AHEAD]  # part 1, on every shape (AHEAD skipped where the defaults split ahead)
 TILES = {  # part 3: launch settings per class, each fitting or listed as not fitting
-    "square": [{"NUM_WARPS": 4}, {"NUM_STAGES": 2}, {"BLOCK_K": 16, "NUM_STAGES": 4}, {"BLOCK_K": 64, "NUM_STAGES": 1},
+    "square": [{"NUM_WARPS": 4}, {"NUM_WARPS": 16}, {"NUM_STAGES": 2}, {"BLOCK_K": 16, "NUM_STAGES": 4}, {"BLOCK_K": 64, "NUM_STAGES": 1},
                {"BLOCK_N": 256, "NUM_STAGES": 2}, {"BLOCK_M": 256, "NUM_STAGES": 2}, {"BLOCK_M": 64},
                {"BLOCK_M": 64, "NUM_WARPS": 4}, {"GROUP_M": 16}, {"WARP_SPECIALIZE": 1},
                {"PERSISTENT": 1, "NUM_STAGES": 2}, {"PERSISTENT": 1, "WARP_SPECIALIZE": 1, "NUM_STAGES": 2},

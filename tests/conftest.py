@@ -184,7 +184,7 @@ def crashed_run(root: Path, candidates: list[tuple[str, str]]) -> str:
 @pytest.fixture(scope="module")
 def evaluator():
     """The real evaluator on the CPU (Triton under its interpreter), one per test module."""
-    from okgit.eval.local import LocalEvaluator
+    from okgit.eval.parent.local import LocalEvaluator
 
     ev = LocalEvaluator(device="cpu")
     yield ev

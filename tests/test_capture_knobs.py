@@ -1,6 +1,5 @@
 """The capture refuses a graph whose constants follow the shape knobs, also where the first
-other setting it tries is invalid for the op (found on KernelBench level-2 problem 11, whose
-nn.GroupNorm now passes its group count as a ModuleArg, read from the module at run time)."""
+other setting it tries is invalid for the op (found on KernelBench level-2 problem 11)."""
 
 from __future__ import annotations
 
@@ -21,10 +20,9 @@ num_groups = 8
 class Model(nn.Module):
     def __init__(self, channels, num_groups):
         super().__init__()
-        self.num_groups = num_groups  # passed by the model's own forward: baked, not read back
 
     def forward(self, x):
-        return torch.tanh(torch.nn.functional.group_norm(x, self.num_groups))
+        return torch.tanh(torch.nn.functional.group_norm(x, num_groups))
 
 
 def get_inputs():
@@ -37,8 +35,9 @@ def get_init_inputs():
 
 
 def test_a_knob_sized_group_count_is_refused_where_knobs_plus_three_cannot_build() -> None:
-    # knobs + 3 give GroupNorm(11, 35): 35 channels do not split into 11 groups, so only the
-    # doubled setting (16 groups of 64 channels) shows that the group count follows a knob
+    # knobs + 3 give 11 groups of 35 channels, which do not split, so only the doubled setting
+    # (16 groups of 64 channels) shows that the group count follows a knob; no attribute of the
+    # model holds it (an nn.GroupNorm's would be read from it: tests/test_norms.py)
     problem = load_problem("op.py", source=GROUP_NORM)
     with pytest.raises(Unsupported, match="depend on the shape knobs"):
         capture(problem)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from okgit.eval.local import LocalEvaluator
+from okgit.eval.parent.local import LocalEvaluator
 from okgit.eval.types import Reference, Status
 from okgit.problem import load_problem
 from okgit.search.proposers.templates import plan

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_columns import ctx_for
 
-from okgit.eval.local import LocalEvaluator
+from okgit.eval.parent.local import LocalEvaluator
 from okgit.eval.types import Status
 from okgit.problem import load_problem
 from okgit.search.proposers.templates import plan

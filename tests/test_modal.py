@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from okgit.errors import OkgitError
-from okgit.eval import modal as om
-from okgit.eval import modal_remote as remote
+from okgit.eval.modal import client as om
+from okgit.eval.modal import remote
 from okgit.eval.types import Comparison, EvalResult, Reference, Status
 from okgit.problem import Problem, load_problem
 
@@ -209,7 +209,7 @@ def test_the_gpu_function_is_defined_with_isolation_and_bounded_cost(credentials
     assert isinstance(app, modal.App) and isinstance(fn, modal.Function)
     assert fn._spec_.gpus == "L40S"  # the GPU is the user's choice
     body = fn._raw_f_  # the plain function the container runs (pickled by reference to okgit)
-    assert (body.__module__, body.__qualname__) == ("okgit.eval.modal_remote", "remote_job")
+    assert (body.__module__, body.__qualname__) == ("okgit.eval.modal.remote", "remote_job")
     assert om.function_name().startswith("evaluate-")
 
 
@@ -261,7 +261,7 @@ TRITON_RELU2 = (Path(__file__).parent / "kb_fixture/candidates/1_ScaledRelu_trit
 
 @pytest.fixture
 def relu_problem():
-    pytest.importorskip("okgit.eval.local")
+    pytest.importorskip("okgit.eval.parent.local")
     path = Path(__file__).parent / "kb_fixture/KernelBench/level1/1_ScaledRelu.py"
     return load_problem(path.name, source=path.read_text(), root=None)
 
@@ -272,7 +272,7 @@ def _comparable(r: EvalResult) -> dict:
 
 @pytest.mark.slow
 def test_remote_body_gives_the_local_evaluators_result(relu_problem):
-    from okgit.eval.local import LocalEvaluator
+    from okgit.eval.parent.local import LocalEvaluator
 
     payload = {"kind": "evaluate", "problem": om.problem_payload(relu_problem), "source": TRITON_RELU2,
                "mode": "fast", "backend": "triton", "device": "cpu"}
@@ -410,7 +410,7 @@ def fresh_evaluators(monkeypatch):
 def test_sweep_baselines_run_in_the_sandboxed_worker(credentials, fresh_evaluators, tmp_path, relu_problem,
                                                      monkeypatch):
     pytest.importorskip("modal")
-    from okgit.kernelbench import sweep
+    from okgit.kernelbench import runs
 
     facts = tmp_path / "facts.json"
     # the reference records where it runs: its module is imported by the reference worker only
@@ -424,7 +424,7 @@ def test_sweep_baselines_run_in_the_sandboxed_worker(credentials, fresh_evaluato
     seen = json.loads(facts.read_text())
     assert seen["pid"] != os.getpid() and seen["cwd"] != os.getcwd()  # a worker process, in its own directory
     assert seen["token"] is None  # the scrubbed environment: no Modal token, though this process has one
-    assert Path(seen["okgit"]).resolve().parents[1] == Path(om.__file__).resolve().parents[2]  # PYTHONPATH
+    assert Path(seen["okgit"]).resolve().parents[1] == Path(om.__file__).resolve().parents[3]  # PYTHONPATH
     assert times.device == "modal:H100" and times.timed is False
     assert times.errors == {"all": "no GPU: timing is not claimed"} and times.disagreement is None
 
@@ -432,9 +432,9 @@ def test_sweep_baselines_run_in_the_sandboxed_worker(credentials, fresh_evaluato
     ref.write_text(relu_problem.source)
     good.write_text(TRITON_RELU2)
     bad.write_text(TRITON_RELU2.replace("* 2.0", "* 3.0"))
-    fields = sweep._baselines(ref, good, {}, timer=ev.time_baselines, gpu=False)
+    fields = runs.baselines(ref, good, {}, timer=ev.time_baselines, gpu=False)
     assert fields["untimed_reason"] == "all: no GPU: timing is not claimed" and "status" not in fields
-    wrong = sweep._baselines(ref, bad, {}, timer=ev.time_baselines, gpu=False)
+    wrong = runs.baselines(ref, bad, {}, timer=ev.time_baselines, gpu=False)
     assert wrong["status"] == "incorrect" and wrong["correct"] is False  # the evaluator's check, run again there
 
     class Down:
@@ -442,7 +442,7 @@ def test_sweep_baselines_run_in_the_sandboxed_worker(credentials, fresh_evaluato
             raise ConnectionError("no route to host")
 
     monkeypatch.setattr(ev, "_function", lambda: Down())
-    lost = sweep._baselines(ref, good, {}, timer=ev.time_baselines, gpu=False)
+    lost = runs.baselines(ref, good, {}, timer=ev.time_baselines, gpu=False)
     assert "Modal: ConnectionError: no route to host" in lost["untimed_reason"] and "status" not in lost
 
 
@@ -513,8 +513,8 @@ def test_a_batch_goes_through_one_map_and_comes_back_in_proposal_order(credentia
 
 @pytest.mark.slow
 def test_the_remote_side_imports_neither_the_client_nor_kernelbench():
-    code = ("import sys, okgit.eval.modal_remote\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('okgit.kernelbench', 'okgit.eval.modal_image'))"
-            " or m == 'okgit.eval.modal'))")
+    code = ("import sys, okgit.eval.modal.remote\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('okgit.kernelbench', 'okgit.eval.modal.image'))"
+            " or m == 'okgit.eval.modal.client'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert proc.stdout.strip() == "[]"

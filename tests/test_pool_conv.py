@@ -175,24 +175,16 @@ def test_grouped_convolution_kernels_match_torch(tmp_path, name):
     assert not kernels_match_torch(conv_file(tmp_path, name, *CONVS[name]), "grouped_conv", CONV_SETTINGS)
 
 
-def test_the_window_follows_the_module(tmp_path):
-    """A window set by knobs (kernel_size = 11 is a knob the evaluator varies) is read from the
-    module at run time: capture no longer refuses it, and the kernel takes it at launch."""
+def test_the_window_follows_the_knobs(tmp_path):
+    """A window set by a knob (kernel_size = 11, which the evaluator varies) is bound to the
+    module's attribute (okgit.lower.binding.bind_ints): the kernel takes it at launch."""
     path = pool_file(tmp_path, "avg", "nn.AvgPool2d(k, s, p)", "self.pool(x)", "batch, channels, size, size")
     path.write_text(path.read_text().replace("k = 3", "k = 11").replace("size = 11", "size = 40"))
     graph = capture(load_problem(path))
     (pool,) = [n for n in graph.nodes if n.kind == "extern"]
-    assert repr(pool.args[1]) == "ModuleArg([self.pool.kernel_size] * 2)"
+    assert [getattr(v, "expr", None) for v in pool.args[1]] == ["self.pool.kernel_size"] * 2
     (proposal,) = plan(ctx_for(path))
-    assert re.search(r"= fused_pool_0\(x, \[self.pool.kernel_size\] \* 2, \[self.pool.stride\] \* 2, ", proposal.source)
-
-
-def test_a_users_own_attribute_is_not_taken_for_the_window(tmp_path):
-    """Only torch.nn's modules pass their attributes unchanged; a user's forward may not."""
-    path = pool_file(tmp_path, "functional", "None", "torch.nn.functional.max_pool2d(x, 2)", "batch, channels, size, size")
-    path.write_text(path.read_text().replace("self.pool = None", "self.pool = None\n        self.kernel_size = 2"))
-    (pool,) = [n for n in capture(load_problem(path)).nodes if n.kind == "extern"]
-    assert pool.args[1] == [2, 2]
+    assert "= fused_pool_0(x, [int(self.pool.kernel_size), int(self.pool.kernel_size)], [2, 2], " in proposal.source
 
 
 @pytest.mark.parametrize("forward, why", [

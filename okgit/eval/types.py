@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-
-class Status(str, Enum):
-    correct = "correct"
-    compile_error = "compile_error"
-    incorrect = "incorrect"
-    rejected = "rejected"
-    error = "error"
-
-
-Mode = Literal["fast", "thorough"]
+from okgit.config import Mode
+from okgit.status import Status
 
 
 class KernelTime(BaseModel):
@@ -47,6 +38,22 @@ class GateResult(BaseModel):
     detail: str = ""
 
 
+class KernelShape(BaseModel):
+    """Whether the candidate's own kernels produced the outputs at one shape (docs/design.md: "The
+    kernel judged is the kernel that runs"): where they launched nothing, other code (an original
+    forward kept as a fallback, a vendor-only path) produced them, and that shape is no evidence
+    about the kernel."""
+
+    knobs: dict[str, int]
+    launches: int | None  # the candidate backend's launches over the calls at this shape; None: unknown
+    own: bool = False  # the op file's own shape
+    how: Literal["run", "meta"] = "run"  # called for real, or on the meta device with launches counted, not run
+    why: str = ""  # meta: why it could not be told, where launches is None
+
+    def ran(self) -> bool:
+        return bool(self.launches)
+
+
 class EvalError(BaseModel):
     gate: str  # the gate that failed, e.g. "compile", "outputs_written", "roofline"
     message: str
@@ -67,6 +74,7 @@ class EvalResult(BaseModel):
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     shapes: list[dict[str, int]] = Field(default_factory=list)  # knob settings checked
+    kernel_shapes: list[KernelShape] = Field(default_factory=list)  # where the candidate's own kernels ran
     flags: dict[str, Any] = Field(default_factory=dict)  # tf32/cudnn flags pinned in both arms
     wall_s: float | None = None  # the evaluation itself, where it ran
     # A remote evaluator's overhead, apart from wall_s: seconds from submitting the job to its start there
@@ -103,6 +111,8 @@ class Reference(BaseModel):
     shapes: list[dict[str, int]] = Field(default_factory=list)
     flags: dict[str, Any] = Field(default_factory=dict)
     hardware: dict[str, Any] = Field(default_factory=dict)  # device name, measured peaks
+    # its own max |native - float64| over the checked cases and outputs (None: no float output)
+    max_abs_error: float | None = None
 
 
 class Comparison(BaseModel):
@@ -122,7 +132,7 @@ class Comparison(BaseModel):
 
 class BaselineTimes(BaseModel):
     """The sweep's baselines of one problem: eager, torch.compile and okgit's winner, timed
-    alike (locally by okgit.kernelbench.baselines, on Modal by okgit.eval.modal_remote)."""
+    alike (locally by okgit.kernelbench.baselines, on Modal by okgit.eval.modal.remote)."""
 
     device: str
     timed: bool
@@ -134,3 +144,5 @@ class BaselineTimes(BaseModel):
     # evaluator: why they disagree, or None
     disagreement: str | None = None
     flags: dict[str, Any] = Field(default_factory=dict)  # the pinned library flags the arms ran under
+    noise: dict[str, float] = Field(default_factory=dict)  # arm -> spread of its round medians, (max - min) / median
+    state: str | None = None  # a model campaign's patch: `unchanged`, or how its state dict differs

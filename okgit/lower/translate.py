@@ -2,9 +2,6 @@
 
 Each call_function node goes to its ATen handler (okgit.lower.aten); an op no handler takes,
 or one a handler refuses, becomes an `extern` node the rewritten forward leaves to PyTorch.
-Where a torch.nn module's own forward made that call, the integer arguments it passes from
-its attributes (a pooling window, a convolution's stride and groups) become `ModuleArg`s, read
-from the module at run time rather than baked, so they may follow the shape knobs.
 """
 
 from __future__ import annotations
@@ -14,9 +11,10 @@ from typing import Any
 
 import torch
 
+from okgit.lower import aten_matrices, aten_norms, aten_scans  # noqa: F401 - register their handlers
 from okgit.lower.aten import HANDLERS
 from okgit.lower.builder import Builder
-from okgit.lower.graph import Graph, ModeFlag, ModuleArg, Node, Unsupported, module_expr
+from okgit.lower.graph import Graph, ModeFlag, Node, Unsupported
 
 # The class of an ATen op no handler lowers, for the note that says why no template took it
 OP_CLASSES = {
@@ -38,10 +36,12 @@ OP_CLASSES = {
 }
 
 
-def translate(ep, forward_args: list[str], entry: str, model: torch.nn.Module | None = None) -> Graph:
-    """The exported program as a Graph: its placeholders as leaves, each call as primitives;
-    with the exported `model`, the arguments its torch.nn modules pass from their attributes
-    bound to them (`ModuleArg`)."""
+PURE_CALLS = {"aten.flip.default"}  # PyTorch calls that change nothing but their result: dropped when unused
+
+
+def translate(ep, forward_args: list[str], entry: str, constants: dict[str, Any]) -> Graph:
+    """The exported program as a Graph: its placeholders as leaves (a tensor constant, from
+    `constants`, as the Python scalar it holds), each call as primitives."""
     from torch.export.graph_signature import InputKind
 
     b = Builder()
@@ -55,31 +55,54 @@ def translate(ep, forward_args: list[str], entry: str, model: torch.nn.Module | 
                 env[fx.name] = b.add(Node("input", next(user), shape=tuple(val.shape), dtype=val.dtype))
             elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
                 env[fx.name] = b.add(Node("param", spec.target, shape=tuple(val.shape), dtype=val.dtype))
+            elif spec.kind == InputKind.CONSTANT_TENSOR:
+                env[fx.name] = _scalar_constant(constants[spec.target])
             else:
                 raise Unsupported(f"unsupported graph input kind {spec.kind}")
         elif fx.op == "call_function":
             args = torch.fx.node.map_arg(fx.args, lambda a: env[a.name])
             kwargs = torch.fx.node.map_arg(fx.kwargs, lambda a: env[a.name])
             env[fx.name] = call(b, fx.target, args, kwargs, fx.meta.get("val"))
-            if isinstance(env[fx.name], Node) and env[fx.name].kind == "extern" and model is not None:
-                _module_args(env[fx.name], fx.meta.get("nn_module_stack"), model)
         elif fx.op == "output":
             outs = fx.args[0]
             flat = [env[o.name] for o in outs]
             if not all(isinstance(o, Node) for o in flat):
                 raise Unsupported("an output is not a tensor")
-            return Graph(b.nodes, flat, len(flat) > 1, forward_args, entry)
+            return Graph(_live(b.nodes, flat), flat, len(flat) > 1, forward_args, entry)
         else:
             raise Unsupported(f"unsupported graph node {fx.op}")
     raise Unsupported("graph without output")
 
 
 
+def _scalar_constant(t: torch.Tensor) -> float | int | bool:
+    """A tensor the forward makes from a Python number (`torch.tensor(self.value)`), as that number:
+    in torch's type promotion a 0-dim tensor weighs as a Python scalar of its kind."""
+    if t.dim() != 0 or t.is_meta:
+        raise Unsupported("a tensor constant made in the forward" + (" on the input's device" if t.is_meta else ""))
+    v = t.item()
+    if isinstance(v, float):  # the shortest decimal that rounds to it: 0.3, not float32's 0.30000001192092896
+        v = next((c for c in (float(f"{v:.{d}g}") for d in range(1, 18)) if torch.tensor(c, dtype=t.dtype).item() == v), v)
+    return v
+
+
+def _live(nodes: list[Node], outputs: list[Node]) -> list[Node]:
+    """The nodes the outputs need, the leaves, and every PyTorch call but a flip (a call may
+    update a buffer in place): a handler's rewrite (a flip absorbed by a scan) leaves the rest."""
+    live: set[int] = set()
+    stack = list(outputs) + [n for n in nodes if n.is_leaf or n.kind == "extern" and n.op not in PURE_CALLS]
+    while stack:
+        n = stack.pop()
+        if id(n) not in live:
+            live.add(id(n))
+            stack += n.inputs
+    return [n for n in nodes if id(n) in live]
+
+
 def schema_args(target, args, kwargs) -> dict[str, Any]:
     """ATen arguments by schema name, defaults filled in."""
     out: dict[str, Any] = {}
-    schema_args = target._schema.arguments
-    for i, a in enumerate(schema_args):
+    for i, a in enumerate(target._schema.arguments):
         if i < len(args):
             out[a.name] = args[i]
         elif a.name in kwargs:
@@ -110,41 +133,6 @@ def call(b: Builder, target, args, kwargs, val) -> Node | tuple | None:
         if out is not None:
             return out
     return _extern(b, target, args, kwargs, val)
-
-def _module_args(n: Node, stack: dict | None, model: torch.nn.Module) -> None:
-    """Bind n's arguments that its torch.nn module passed from the attribute of the same name
-    (`MaxPool2d.kernel_size`, `Conv2d.groups`): a module of torch.nn passes them unchanged, and
-    each is checked equal to the attribute as traced. A user's module is left alone: its
-    attribute `stride` need not be what its forward passes."""
-    if not stack or not isinstance(n.target, torch._ops.OpOverload):
-        return
-    path, cls = list(stack.values())[-1]
-    if not str(cls).startswith("torch.nn.modules."):
-        return
-    try:
-        mod = model.get_submodule(path)
-    except AttributeError:
-        return
-    names = [a.name for a in n.target._schema.arguments]
-    n.args = tuple(_from_attr(a, mod, path, names[i]) if i < len(names) else a for i, a in enumerate(n.args))
-    n.kwargs = {k: _from_attr(v, mod, path, k) for k, v in n.kwargs.items()}
-
-
-def _from_attr(traced: Any, mod: torch.nn.Module, path: str, name: str) -> Any:
-    """`traced` as a ModuleArg reading `mod.<name>` in the form the call takes it, where the two
-    agree; else `traced` itself. Only ints, bools and lists of ints (sizes, flags)."""
-    attr = getattr(mod, name, None) if name.isidentifier() else None
-    expr = f"{module_expr(path)}.{name}"
-    if type(traced) in (int, bool) and type(attr) is type(traced) and attr == traced:
-        return ModuleArg(traced, expr)
-    if not isinstance(traced, (list, tuple)) or not traced or any(type(v) is not int for v in traced):
-        return traced  # (fx hands lists over as its immutable_list)
-    if type(attr) is int and all(v == attr for v in traced):
-        return ModuleArg(traced, f"[{expr}] * {len(traced)}")
-    if isinstance(attr, (tuple, list)) and list(attr) == list(traced) and all(type(v) is int for v in attr):
-        return ModuleArg(traced, f"list({expr})")
-    return traced
-
 
 def _mode_dynamic(name: str, args: list) -> tuple:
     """The reference is traced in training mode, and a few calls take that mode as a constant:

@@ -18,6 +18,8 @@ to the first kind in that order that is on and claims it (okgit.lower.kinds.kind
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 class Rendered:
     name: str  # launcher
     source: str  # kernels + launcher
-    tunables: dict[str, int]
+    tunables: Mapping[str, int | str]  # module constants: launch settings (int), a GEMM's precision (str)
     args: list[str]  # forward expressions passed to the launcher
     outputs: list[Node]
     description: str
@@ -63,6 +65,11 @@ class TemplateKind:
     def candidate_state(self, low: Lowering) -> Any:
         """Per-candidate state, once before any group is lowered (Lowering.state[kind])."""
         return None
+
+    def rewrite(self, graph: Graph) -> Graph:
+        """The graph a candidate with this kind turned on partitions: a kind that recognises a
+        pattern of several calls (written-out attention) makes it one call that it seeds."""
+        return graph
 
     def seeds(self, n: Node) -> bool:
         """Whether the PyTorch call n starts a group this kind lowers, n computed in its kernel
@@ -123,6 +130,12 @@ def template_kind(order: int):
         return cls
 
     return add
+
+
+def constants(tunables: Mapping[str, int | str]) -> list[str]:
+    """Launch settings as the annotated module constants a file holds (annotated so they are not
+    taken for shape knobs)."""
+    return [f"{k}: {type(v).__name__} = {json.dumps(v)}" for k, v in tunables.items()]
 
 
 def output_names(g: Group) -> list[str]:

@@ -27,7 +27,6 @@ from okgit.lower.kinds.window import (
     input_parts,
     prologue_note,
     spatial_input,
-    traced,
 )
 from okgit.lower.template import template
 from okgit.lower.translate import schema_args
@@ -57,7 +56,7 @@ class GroupedConv(WindowKind):
             return False
         a = schema_args(t, n.args, n.kwargs)
         w = a["weight"]
-        return isinstance(w, Node) and traced(a.get("groups", 1)) > 1 and w.shape[1] <= MAX_GROUP_CHANNELS
+        return isinstance(w, Node) and a.get("groups", 1) > 1 and w.shape[1] <= MAX_GROUP_CHANNELS
 
     def what(self, g) -> str:
         a = schema_args(g.seed.target, g.seed.args, g.seed.kwargs)

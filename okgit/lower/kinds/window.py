@@ -4,9 +4,9 @@ the window's taps where a prologue makes it), its output domain, the epilogue on
 outputs, and `_window` (window.py.tmpl), the launcher-side helper that turns the call's window
 arguments into per-dim sizes and output sizes at run time.
 
-A window argument may be a `ModuleArg` (read from the module that holds it, okgit.lower.translate):
-the kernels take the window as launch-time constants, so a candidate follows a module built
-with another window, and the shape knobs that set it."""
+The kernels take the window as launch-time constants, rendered as the call's arguments: where
+the shape knobs set one, capture binds it to the module's attribute that holds it
+(okgit.lower.binding.bind_ints), so a candidate follows the knobs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from okgit.lower.fusion import Group
-from okgit.lower.graph import FLOAT, ModuleArg, Node
+from okgit.lower.graph import FLOAT, Node
 from okgit.lower.kernelcode import KernelCode, Scope, index_by_part, prod, store_outputs
 from okgit.lower.kinds.base import Rendered, TemplateKind, output_names
 from okgit.lower.template import fill, template
@@ -83,18 +83,12 @@ class WindowKind(TemplateKind):
         )
         device = f"{low.graph.forward_args[0]}.device"  # (no window argument is a device)
         forward = x_forward + list(head.values()) + [low.pyarg(v, device) for v in window.values()]
-        stride = window["stride"] if traced(window["stride"]) else window.get("kernel_size")
+        stride = window["stride"] or window.get("kernel_size")  # an empty stride is the window
         return Rendered(name, src, tile_tunables(name.upper(), last(stride, 1)), forward + args, g.outputs, self.describe(g))
-
-
-def traced(v: Any) -> Any:
-    """A call argument's value as traced (a ModuleArg's value)."""
-    return v.value if isinstance(v, ModuleArg) else v
 
 
 def last(v: Any, default: int) -> int:
     """The last spatial dim's entry of a window argument as traced (an int or a list)."""
-    v = traced(v)
     if isinstance(v, int):
         return v
     return int(v[-1]) if v else default

@@ -7,12 +7,17 @@ say they are launch settings (`*BLOCK*`, `*TILE*`, `*CHUNK*`, `*WARPS*`, `*STAGE
 setting and is an ordinary complete file, so the evaluator times exactly one configuration
 per file (no triton.autotune inside proposals: its own timing would hide in the first call).
 
-Order: the nearest values first (a factor of 2 before 4), settings interleaved, so the cheap,
-likely wins come first; blocks above the padded problem size and GEMM tiles that cannot fit
-in shared memory are pruned, and a best already near its roofline floor is left alone. When
-a variant becomes the new best, the neighbourhood of that one is explored next (hill climb).
-When a literal block size also appears in the launch's grid expression (`cdiv(n, 1024)`),
-both change together so the grid stays derived from the block.
+A split-precision GEMM's `*_PRECISION` (okgit.lower.kinds.gemm) is a setting too: its
+alternatives in the order measured fastest at fp32 accuracy, each judged by the evaluator's
+precision rule like any candidate (the only way to know whether bf16x3 passes on a problem).
+
+Order: a GEMM's precision first, then the nearest values (a factor of 2 before 4), settings
+interleaved, so the cheap, likely wins come first; blocks above the padded problem size and
+GEMM tiles that cannot fit in shared memory (as the GEMM kind counts it) are pruned, and a
+best already near its roofline floor is left alone. When a variant becomes the new best, the
+neighbourhood of that one is explored next (hill climb). When a literal block size also
+appears in the launch's grid expression (`cdiv(n, 1024)`), both change together so the grid
+stays derived from the block.
 
 Where nothing is timed (a CPU, Triton's interpreter) a launch setting cannot change the
 result, only the speed nobody measures there: the phase proposes nothing and says so once in
@@ -27,6 +32,7 @@ import re
 from dataclasses import dataclass
 
 from okgit.lower.graph import Unsupported
+from okgit.lower.kinds import gemm
 from okgit.lower.trace import input_extent
 from okgit.search.types import Context, Proposal, propose_several
 
@@ -35,7 +41,6 @@ STAGES = (1, 2, 3, 4, 5)
 GROUPS = (1, 4, 8, 16)
 MIN_BLOCK = 16
 MAX_VARIANTS = 24  # per parent file
-SHARED_BYTES = 200 * 1024  # GEMM tiles above this (fp32, all stages) do not fit an H100/H200 SM
 ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left to tune
 SETTING = re.compile(r"BLOCK|TILE|CHUNK|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
 
@@ -45,15 +50,15 @@ class Site:
     """One launch setting in the source and where to write a new value."""
 
     name: str  # "FUSED_ROWS_0_TILE" or "kernel.BLOCK_SIZE"
-    kind: str  # block | warps | stages | group | programs
-    value: int
+    control: str  # what the value sets: block | warps | stages | group | programs | precision
+    value: int | str
     spans: list[tuple[int, int]]  # source offsets holding the value (grid literals included)
     insert_at: int | None = None  # absent keyword: where ", name=value" goes
     keyword: str = ""
     kernel: str = ""
 
 
-def _kind(name: str) -> str | None:
+def _control(name: str) -> str | None:
     up = name.upper()
     if "WARPS" in up:
         return "warps"
@@ -112,52 +117,88 @@ def _int(node: ast.AST | None) -> int | None:
 
 
 def find_sites(source: str) -> list[Site]:
-    """Every launch setting the source exposes."""
+    """Every launch setting the source exposes: its module constants, then each launch's
+    keywords and the num_warps / num_stages a launch leaves to Triton's defaults."""
     tree = ast.parse(source)
     at = _Offsets(source)
-    sites: list[Site] = []
-    for node in tree.body:  # module constants
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name):
-            value, kind = _int(node.value), _kind(target.id)
-            if value is not None and kind is not None and value > 0:
-                assert node.value is not None  # _int found an integer there
-                sites.append(Site(target.id, kind, value, [at.span(node.value)]))
+    sites = _constant_sites(tree, at)
     kernels = {fn.name: fn for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and _is_jit(fn) and not _is_autotuned(fn)}
+    for fn, call, label in _launches(tree, kernels):
+        sub = call.func
+        assert isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name)  # _launches found kernel[grid](...)
+        kernel = kernels[sub.value.id]
+        sites += _keyword_sites(call, label, kernel, _grid_exprs(fn, sub.slice, call), at)
+        sites += _default_sites(call, label, kernel, at)
+    return sites
+
+
+def _constants(tree: ast.Module) -> list[tuple[str, ast.Constant]]:
+    """The module's `NAME = literal` (or `NAME: type = literal`) assignments."""
+    found: list[tuple[str, ast.Constant]] = []
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
+            found.append((target.id, node.value))
+    return found
+
+
+def _constant_sites(tree: ast.Module, at: _Offsets) -> list[Site]:
+    sites = []
+    for name, node in _constants(tree):
+        value, control = _int(node), _control(name)
+        if value is not None and control is not None and value > 0:
+            sites.append(Site(name, control, value, [at.span(node)]))
+        elif name.endswith("_PRECISION") and node.value in gemm.TUNED_PRECISIONS:
+            sites.append(Site(name, "precision", node.value, [at.span(node)]))
+    return sites
+
+
+def _launches(tree: ast.Module, kernels: dict[str, ast.FunctionDef]) -> list[tuple[ast.FunctionDef, ast.Call, str]]:
+    """Each `kernel[grid](...)` call of a kernel in `kernels`, in the function that makes it,
+    labelled by the kernel's name (`name#2` for its second launch)."""
     seen: dict[str, int] = {}
+    found = []
     for fn in (f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)):
         for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call)):
             sub = call.func
-            if not (isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) and sub.value.id in kernels):
-                continue
-            kernel = sub.value.id
-            seen[kernel] = seen.get(kernel, 0) + 1
-            label = kernel if seen[kernel] == 1 else f"{kernel}#{seen[kernel]}"
-            grid = _grid_exprs(fn, sub.slice, call)
-            constexprs = _constexprs(kernels[kernel])
-            present = set()
-            for kw in call.keywords:
-                value = _int(kw.value)
-                present.add(kw.arg)
-                if value is None or kw.arg is None:
-                    continue
-                kind = {"num_warps": "warps", "num_stages": "stages"}.get(kw.arg) or (
-                    _kind(kw.arg) if kw.arg in constexprs and value & (value - 1) == 0 else None
-                )
-                if kind is None:
-                    continue
-                spans = [at.span(kw.value)]
-                if kind == "block":  # the same literal in the grid moves with it
-                    spans += [at.span(c) for g in grid for c in ast.walk(g) if isinstance(c, ast.Constant) and _int(c) == value]
-                sites.append(Site(f"{label}.{kw.arg}", kind, value, spans, kernel=kernel))
-            last = (call.keywords[-1].value if call.keywords else call.args[-1]) if (call.keywords or call.args) else None
-            if last is not None:
-                end = at.end(last)
-                pipelined = any(isinstance(n, ast.For) for n in ast.walk(kernels[kernel]))
-                for setting, kind, default in (("num_warps", "warps", 4), ("num_stages", "stages", 3)):
-                    if setting not in present and (kind == "warps" or pipelined):
-                        sites.append(Site(f"{label}.{setting}", kind, default, [], insert_at=end, keyword=setting, kernel=kernel))
+            if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) and sub.value.id in kernels:
+                kernel = sub.value.id
+                seen[kernel] = seen.get(kernel, 0) + 1
+                found.append((fn, call, kernel if seen[kernel] == 1 else f"{kernel}#{seen[kernel]}"))
+    return found
+
+
+def _keyword_sites(call: ast.Call, label: str, kernel: ast.FunctionDef, grid: list[ast.AST], at: _Offsets) -> list[Site]:
+    """The launch's integer keywords that set num_warps, num_stages or a power-of-two constexpr."""
+    constexprs = _constexprs(kernel)
+    sites = []
+    for kw in call.keywords:
+        value = _int(kw.value)
+        if value is None or kw.arg is None:
+            continue
+        control = {"num_warps": "warps", "num_stages": "stages"}.get(kw.arg) or (
+            _control(kw.arg) if kw.arg in constexprs and value & (value - 1) == 0 else None
+        )
+        if control is None:
+            continue
+        spans = [at.span(kw.value)]
+        if control == "block":  # the same literal in the grid moves with it
+            spans += [at.span(c) for g in grid for c in ast.walk(g) if isinstance(c, ast.Constant) and _int(c) == value]
+        sites.append(Site(f"{label}.{kw.arg}", control, value, spans, kernel=kernel.name))
     return sites
+
+
+def _default_sites(call: ast.Call, label: str, kernel: ast.FunctionDef, at: _Offsets) -> list[Site]:
+    """num_warps, and num_stages where the kernel loops, when the launch leaves them to Triton:
+    inserted after its last argument."""
+    last = (call.keywords[-1].value if call.keywords else call.args[-1]) if (call.keywords or call.args) else None
+    if last is None:
+        return []
+    present = {kw.arg for kw in call.keywords}
+    pipelined = any(isinstance(n, ast.For) for n in ast.walk(kernel))
+    return [Site(f"{label}.{setting}", control, default, [], insert_at=at.end(last), keyword=setting, kernel=kernel.name)
+            for setting, control, default in (("num_warps", "warps", 4), ("num_stages", "stages", 3))
+            if setting not in present and (control == "warps" or pipelined)]
 
 
 def _grid_exprs(fn: ast.FunctionDef, grid: ast.AST, call: ast.Call) -> list[ast.AST]:
@@ -171,16 +212,18 @@ def _grid_exprs(fn: ast.FunctionDef, grid: ast.AST, call: ast.Call) -> list[ast.
     return [grid]
 
 
-def _candidates(site: Site, cap_numel: int, cap_dim: int) -> list[int]:
+def _candidates(site: Site, cap_numel: int, cap_dim: int) -> list:
     v = site.value
+    if isinstance(v, str):  # a GEMM's precision: the others, in their measured order
+        return [p for p in gemm.TUNED_PRECISIONS if p != v]
     pool: tuple[float, ...]
-    if site.kind == "warps":
+    if site.control == "warps":
         pool = WARPS
-    elif site.kind == "stages":
+    elif site.control == "stages":
         pool = STAGES
-    elif site.kind == "group":
+    elif site.control == "group":
         pool = GROUPS
-    elif site.kind == "programs":
+    elif site.control == "programs":
         pool = tuple(v * f for f in (0.25, 0.5, 2, 4) if 32 <= v * f <= 4096)
     else:
         if v & (v - 1):  # not a power of two: not ours to move
@@ -198,34 +241,38 @@ def _pow2_ceil(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def _fits(sites: list[Site], changed: Site, value: int) -> bool:
-    """GEMM tiles (fp32, every stage buffered) must fit in shared memory."""
-    prefix = changed.name.rsplit("_", 2)[0] if "_BLOCK_" in changed.name or "_NUM_" in changed.name else None
-    if prefix is None:
+def _fits(constants: dict[str, int | str], changed: Site, value: int | str) -> bool:
+    """GEMM tiles (a group's module constants BLOCK_M, BLOCK_N, BLOCK_K and their neighbours) must
+    fit in shared memory as the GEMM kind counts it (okgit.lower.kinds.gemm.shared_bytes)."""
+    prefix = re.match(r"(.*?)_?(BLOCK_[MNK]|NUM_STAGES|PRECISION)$", changed.name)
+    if prefix is None or "." in changed.name:
         return True
-    cur = {s.name: s.value for s in sites if s.name.startswith(prefix)}
-    cur[changed.name] = value
-    bm, bn, bk = (cur.get(f"{prefix}_BLOCK_{d}") for d in "MNK")
-    if bm is None or bn is None or bk is None:
+    start = f"{prefix[1]}_" if prefix[1] else ""
+    group = {name[len(start):]: v for name, v in constants.items() if name.startswith(start)}
+    group[prefix[2]] = value
+    if not all(isinstance(group.get(f"BLOCK_{d}"), int) for d in "MNK"):
         return True
-    stages = cur.get(f"{prefix}_NUM_STAGES", 2)
-    return (bm * bk + bk * bn) * 4 * max(stages, 1) <= SHARED_BYTES
+    return gemm.shared_bytes(group) <= gemm.SHARED_LIMIT
 
 
-def apply(source: str, site: Site, value: int) -> str:
+def apply(source: str, site: Site, value: int | str) -> str:
     if site.insert_at is not None:
         return source[: site.insert_at] + f", {site.keyword}={value}" + source[site.insert_at :]
     out = source
+    text = f'"{value}"' if isinstance(value, str) else str(value)
     for start, end in sorted(site.spans, reverse=True):
-        out = out[:start] + str(value) + out[end:]
+        out = out[:start] + text + out[end:]
     return out
 
 
-def variants(source: str, cap_numel: int, cap_dim: int) -> list[tuple[Site, int]]:
-    """One-setting changes of source, nearest first, settings interleaved."""
-    sites = find_sites(source)
-    per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim) if _fits(sites, s, v)] for s in sites]
-    out: list[tuple[Site, int]] = []
+def variants(source: str, cap_numel: int, cap_dim: int) -> list[tuple[Site, int | str]]:
+    """One-setting changes of source, nearest first, settings interleaved, a GEMM's precision
+    before its launch settings (between precisions the H200 measured the largest differences)."""
+    tree = ast.parse(source)
+    sites = sorted(find_sites(source), key=lambda s: s.control != "precision")
+    constants = {name: node.value for name, node in _constants(tree) if isinstance(node.value, (int, str))}
+    per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim) if _fits(constants, s, v)] for s in sites]
+    out: list[tuple[Site, int | str]] = []
     for rank in range(max((len(p) for p in per_site), default=0)):
         out += [p[rank] for p in per_site if rank < len(p)]
     return out[:MAX_VARIANTS]
@@ -241,7 +288,7 @@ class AutotuneProposer:
     name = "autotune"
 
     def __init__(self) -> None:
-        self._queue: list[tuple[str, str | None, Site, int]] = []
+        self._queue: list[tuple[str, str | None, Site, int | str]] = []
         self._bases: set[str] = set()
         self._proposed: set[str] = set()
         self._extent: tuple[int, int] | None = None
@@ -274,7 +321,8 @@ class AutotuneProposer:
                 origin=f"autotune:{parent or 'reference'}",
                 intent=f"Launch with {site.name}={value} (was {old}).",
                 parent=parent,
-                meta={"setting": site.name, "value": value, "previous": site.value, "kind": site.kind, "kernel": site.kernel},
+                meta={"setting": site.name, "value": value, "previous": site.value, "control": site.control,
+                      "kernel": site.kernel},
             )
         return None
 

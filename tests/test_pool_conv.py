@@ -1,10 +1,12 @@
 """The pooling and grouped-convolution kinds (okgit/lower/kinds/pool.py, grouped_conv.py): what
-they recognise, the window read from the module at run time, and their kernels' numerics
-against PyTorch under the Triton interpreter (NaN and -inf, padding, ceil mode, the average's
-divisors, dilation, channel multipliers), with both tile layouts and several programs."""
+they recognise, a window that a knob the evaluator varies sets bound to the module's attribute
+(okgit.lower.binding.bind_ints), and their kernels' numerics against PyTorch under the Triton
+interpreter (NaN and -inf, padding, ceil mode, the average's divisors, dilation, channel
+multipliers), with both tile layouts and several programs."""
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import os
@@ -18,14 +20,16 @@ import pytest
 import torch
 from oprun import run_ops
 
+from okgit.eval.judge.prepared import shape_variants
 from okgit.eval.types import Reference, Status
 from okgit.lower.capture import capture
 from okgit.lower.kinds.window import WINDOW
-from okgit.problem import load_problem
+from okgit.problem import load_problem, with_knobs
 from okgit.search.proposers.templates import plan
 from okgit.search.types import Context
 
-# window settings each candidate file is run at (it reads its window from the module)
+# windows each kernel is checked at: each the op file's own (knobs below 8, which the evaluator
+# leaves alone, stay literals in the candidate; see test_a_bound_window_is_correct for one it varies)
 WINDOWS = [{}, {"k": 2, "s": 1, "p": 0, "d": 1}, {"k": 4, "s": 3, "p": 2, "d": 1}]
 
 
@@ -152,13 +156,26 @@ def layouts(source: str) -> list[str]:
     return [re.sub(r"^(FUSED_\w+_ROW_LANES): int = \d+", rf"\1: int = {lanes}", small, flags=re.MULTILINE) for lanes in (1, 2)]
 
 
+def with_defaults(path: Path, knobs: dict[str, int]) -> Path:
+    """A copy of the op file `path` whose knobs default to `knobs` (`path` itself for none)."""
+    if not knobs:
+        return path
+    out = path.with_name(path.stem + "".join(f"_{k}{v}" for k, v in sorted(knobs.items())) + ".py")
+    out.write_text(ast.unparse(with_knobs(path.read_text(), str(path), knobs)))
+    return out
+
+
 def kernels_match_torch(path: Path, origin: str, settings: list[dict[str, int]]) -> list:
-    """Where the first candidate of `path` (which must be `origin`'s) differs from torch, under
-    each tile layout and each knob setting: (knobs, why)."""
-    proposal = plan(ctx_for(path))[0]
-    assert proposal.origin.split(":")[1].split("+")[-1] == origin, proposal.origin
-    jobs = [(path, variant, knobs) for variant in layouts(proposal.source) for knobs in settings]
-    return [(j[2], r["why"][-600:]) for j, r in zip(jobs, run_ops(jobs, timeout=600), strict=True) if not r["ok"]]
+    """Where the first candidate of `path` with its knobs defaulting to each setting (which must
+    be `origin`'s) differs from torch, under each tile layout: (knobs, why)."""
+    cases = []  # (knobs, job)
+    for knobs in settings:
+        op = with_defaults(path, knobs)
+        proposal = plan(ctx_for(op))[0]
+        assert proposal.origin.split(":")[1].split("+")[-1] == origin, proposal.origin
+        cases += [(knobs, (op, variant, {})) for variant in layouts(proposal.source)]
+    results = run_ops([job for _, job in cases], timeout=600)
+    return [(knobs, r["why"][-600:]) for (knobs, _), r in zip(cases, results, strict=True) if not r["ok"]]
 
 
 @pytest.mark.slow
@@ -175,16 +192,35 @@ def test_grouped_convolution_kernels_match_torch(tmp_path, name):
     assert not kernels_match_torch(conv_file(tmp_path, name, *CONVS[name]), "grouped_conv", CONV_SETTINGS)
 
 
-def test_the_window_follows_the_knobs(tmp_path):
-    """A window set by a knob (kernel_size = 11, which the evaluator varies) is bound to the
-    module's attribute (okgit.lower.binding.bind_ints): the kernel takes it at launch."""
+def bound_window_file(tmp_path: Path) -> Path:
+    """An average pooling whose window is a knob the evaluator varies (kernel_size = 11)."""
     path = pool_file(tmp_path, "avg", "nn.AvgPool2d(k, s, p)", "self.pool(x)", "batch, channels, size, size")
     path.write_text(path.read_text().replace("k = 3", "k = 11").replace("size = 11", "size = 40"))
+    return path
+
+
+def test_the_window_follows_the_knobs(tmp_path):
+    """A window set by a knob the evaluator varies is bound to the module's attribute
+    (okgit.lower.binding.bind_ints): the kernel takes it at launch."""
+    path = bound_window_file(tmp_path)
     graph = capture(load_problem(path))
     (pool,) = [n for n in graph.nodes if n.kind == "extern"]
     assert [getattr(v, "expr", None) for v in pool.args[1]] == ["self.pool.kernel_size"] * 2
     (proposal,) = plan(ctx_for(path))
     assert "= fused_pool_0(x, [int(self.pool.kernel_size), int(self.pool.kernel_size)], [2, 2], " in proposal.source
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_bound_window_is_correct(tmp_path):
+    """That candidate gives torch's result at the evaluator's other shapes, where the window
+    changes with the input's size and apart from it."""
+    path = bound_window_file(tmp_path)
+    (proposal,) = plan(ctx_for(path))
+    settings = shape_variants(load_problem(path).knobs)
+    assert {s["k"] for s in settings} == {4, 9, 11}
+    results = run_ops([(path, proposal.source, knobs) for knobs in settings], timeout=600)
+    assert all(r["ok"] for r in results), [(knobs, r["why"][-600:]) for knobs, r in zip(settings, results, strict=True)]
 
 
 @pytest.mark.parametrize("forward, why", [

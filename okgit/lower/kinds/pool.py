@@ -7,9 +7,9 @@ the epilogue as its own kernel, and the search times both.
 Recognition: a pooling call (POOL_OPS) on a floating tensor seeds a group of its own; inside
 the kernel its value is the pooled one, and the domain's sizes are the input's leading dims
 and the output sizes the window gives (`_window`, window.py.tmpl, evaluated by the launcher
-from the call's arguments at run time: a window a module holds is read from it, so it may
-follow the shape knobs). `return_indices` (the *_with_indices calls) is declined: it stays
-PyTorch's, and the note says no template covers it.
+from the call's arguments at run time: a window a knob sets is read from the module's
+attribute, okgit.lower.binding.bind_ints). `return_indices` (the *_with_indices calls) is
+declined: it stays PyTorch's, and the note says no template covers it.
 
 Against Inductor (torch 2.13's lowering.py): Inductor makes a pooling window a reduction per
 output, unrolled below 8 taps (25 for an average) and otherwise a reduction loop whose

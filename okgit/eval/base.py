@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol, TypeVar
 
-from okgit.eval.types import Comparison, EvalResult, Mode, Reference, Status
+from okgit.eval.types import Comparison, EvalResult, Mode, ProfileData, Reference, Status
 from okgit.problem import Problem
 
 E = TypeVar("E", bound="EvaluatorBase")
@@ -31,6 +31,11 @@ class Evaluator(Protocol):
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
         """The final gate: interleaved rounds of reference and candidate in fresh processes."""
 
+    def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
+                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData | None:
+        """The profiling pass, apart from any verdict: `base` (the evaluation's profile) with the
+        hardware counters read in a fresh worker; None where this evaluator has no such pass."""
+
     def close(self) -> None:
         """Stop what it started (idle workers, judges, a Modal app); idempotent."""
 
@@ -50,6 +55,10 @@ class EvaluatorBase:
     def evaluate_many(self, problem: Problem, sources: list[str], *, mode: Mode = "fast",
                       backend: str = "triton") -> list[EvalResult]:
         return [self.evaluate(problem, s, mode=mode, backend=backend) for s in sources]
+
+    def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
+                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData | None:
+        return None  # no profiling pass: the evaluation's own profile is all there is
 
     def close(self) -> None:
         pass

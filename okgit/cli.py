@@ -162,10 +162,26 @@ def cmd_show(args: argparse.Namespace) -> int:
     ref = patch.resolve_ref(repo, args.ref)
     diff = patch.resolve_diff(repo, ref)
     where = _applies_at(repo, ref)
-    _emit(args, {"ref": ref, "diff": diff, "applies_at": where}, diff.rstrip("\n"))
-    if where and not args.json:  # the diff alone on stdout, so that it can be piped to git apply
-        print(f"note: {ref}: {where}", file=sys.stderr)
+    winner, reference = patch.profiles(repo, ref)
+    _emit(args, {"ref": ref, "diff": diff, "applies_at": where, "profile": {"candidate": winner, "reference": reference}},
+          diff.rstrip("\n"))
+    if not args.json:  # the diff alone on stdout, so that it can be piped to git apply
+        if where:
+            print(f"note: {ref}: {where}", file=sys.stderr)
+        for line in _profile_lines(winner, reference):
+            print(line, file=sys.stderr)
     return 0
+
+
+def _profile_lines(winner: Any, reference: Any) -> list[str]:
+    """`okgit show`'s profile of the candidate beside the reference's, one figure a line."""
+    from okgit.search.profile_text import side_by_side
+
+    rows = side_by_side(winner, reference)
+    if not rows:
+        return []
+    width = max(len(f) for f, _, _ in rows)
+    return ["profile (candidate | reference):"] + [f"  {f:<{width}}  {w} | {r}" for f, w, r in rows]
 
 
 def _applies_at(repo: Any, ref: str) -> str:

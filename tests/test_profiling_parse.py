@@ -4,34 +4,12 @@ launch records with the occupancy calculator, and their merge into one ProfileDa
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
+from profiling_samples import GEMM, H200, RELU, SAMPLES, floor_profile, ncu_launches
 
 from okgit.eval.parent import ncu, proton
 from okgit.eval.parent.profile import classify, profile_data, with_counters
-from okgit.eval.types import ProfileData
-from okgit.eval.worker.occupancy import SmLimits, occupancy
-from okgit.eval.worker.profiler import add_launches
-
-SAMPLES = Path(__file__).parent / "profiling"
-H200 = SmLimits.of(9, 0, registers=65536, shared_bytes=233472, sms=132, threads=2048)
-RELU = "fused_add_relu_kernel"
-GEMM = "sm90_xmma_gemm_f32f32_tf32f32_f32_nt_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
-
-
-def ncu_launches() -> list[dict]:
-    return ncu.launches((SAMPLES / "ncu.csv").read_text())
-
-
-def floor_profile() -> ProfileData:
-    """What a timed evaluation holds before the pass: torch.profiler's kernels with their launches."""
-    kernels = {RELU: {"time_us": 210.9, "calls": 1}, GEMM: {"time_us": 1613.2, "calls": 1}}
-    add_launches(kernels, json.loads((SAMPLES / "kineto_trace.json").read_text()), H200)
-    return profile_data(kernels, {RELU}, launch_count=1, flops=2.1e11, min_bytes=1.2e9,
-                        roofline={"bottleneck_type": "compute", "roofline_position": 0.52, "floor_us": 948.0,
-                                  "bandwidth_utilization": 0.16, "compute_utilization": 0.52})
+from okgit.eval.worker.occupancy import occupancy
 
 
 def test_ncu_rows_become_one_launch_each_in_okgit_units():
@@ -98,7 +76,7 @@ def test_torch_profilers_launch_records_give_each_kernel_its_launch_and_occupanc
     assert relu.sources["registers"] == "torch.profiler" and relu.sources["occupancy_limiter"] == "occupancy calculator"
     assert prof.occupancy_limiter == "registers"  # the GEMM's, the longest kernel
     assert prof.occupancy is None  # achieved occupancy is measured, never calculated
-    assert prof.roofline.startswith("compute-bound by the roofline: its floor is 948 us")
+    assert prof.roofline.startswith("compute-bound: its floor is 948 us")
     assert prof.sources["bandwidth_utilization"] == "roofline"
 
 
@@ -160,4 +138,4 @@ def test_a_call_whose_kernels_leave_gaps_is_latency_bound():
     busy = profile_data({"k1": {"time_us": 18.0, "calls": 1}}, {"k1"}, launch_count=1, flops=0.0, min_bytes=4e6,
                         roofline={"bottleneck_type": "memory", "roofline_position": 0.3, "floor_us": 6.0})
     classify(busy, runtime_us=20.0)
-    assert busy.bottleneck_type == "memory" and busy.bottleneck_why == busy.roofline
+    assert busy.bottleneck_type == "memory" and busy.sources["bottleneck_type"] == "roofline"

@@ -74,16 +74,20 @@ class InMemoryEvaluator(EvaluatorBase):
     """Judges by a function of the source, without running anything. For tests of the search and
     the final gate. `width`: the batch the driver may hand it (evaluated one after another all
     the same). `ref_runtime_us`: a timed reference of that runtime (else untimed, as on a CPU);
-    `thorough`: the judge of thorough evaluations (the final gate's), where it differs."""
+    `thorough`: the judge of thorough evaluations (the final gate's), where it differs;
+    `profiler`: the profiling pass, (source, the evaluation's profile) -> the profile with counters."""
 
     def __init__(self, judge: Callable[[str], EvalResult], device: str = "cpu", width: int = 1,
-                 ref_runtime_us: float | None = None, thorough: Callable[[str], EvalResult] | None = None) -> None:
+                 ref_runtime_us: float | None = None, thorough: Callable[[str], EvalResult] | None = None,
+                 profiler: Callable[[str, ProfileData | None], ProfileData] | None = None) -> None:
         self.judge = judge
         self.device = device
         self.width = width
         self.ref_runtime_us = ref_runtime_us
         self.thorough = thorough or judge
+        self.profiler = profiler
         self.calls: list[str] = []
+        self.profiled: list[str] = []
 
     def reference(self, problem: Problem) -> Reference:
         return Reference(device=self.device, timed=self.ref_runtime_us is not None, runtime_us=self.ref_runtime_us)
@@ -91,6 +95,13 @@ class InMemoryEvaluator(EvaluatorBase):
     def evaluate(self, problem: Problem, source: str, *, mode: Mode = "fast", backend: str = "triton") -> EvalResult:
         self.calls.append(source)
         return (self.thorough if mode == "thorough" else self.judge)(source)
+
+    def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
+                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData | None:
+        if self.profiler is None:
+            return None
+        self.profiled.append(source)
+        return self.profiler(source, base)
 
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
         result = self.judge(source)

@@ -76,6 +76,7 @@ class ProfileData(BaseModel):
     roofline: str = ""  # what the roofline says, in a sentence
     bottleneck_why: str = ""  # the figures the bottleneck was read from
     sources: dict[str, str] = Field(default_factory=dict)  # field -> the tool it came from
+    tools: list[str] = Field(default_factory=list)  # the profiling pass's tools that read something ("ncu", "proton")
     not_run: dict[str, str] = Field(default_factory=dict)  # tool -> why it gave nothing
     profile_s: float | None = None  # seconds the profiling pass took, where one ran
 

@@ -165,7 +165,8 @@ class PoolEvaluator(EvaluatorBase):
         return self.evaluators[0].compare(problem, source, rounds=rounds, backend=backend)
 
     def profile(self, problem: Problem, source: str, **kw: Any) -> ProfileData | None:
-        return self.evaluators[0].profile(problem, source, **kw)
+        profile = getattr(self.evaluators[0], "profile", None)  # a plugin's evaluator may have no pass
+        return profile(problem, source, **kw) if profile else None
 
     def close(self) -> None:
         for ev in self.evaluators:

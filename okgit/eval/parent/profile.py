@@ -75,8 +75,7 @@ def roofline_sentence(p: ProfileData) -> str:
     side = "compute" if p.bottleneck_type == "compute" else "memory"
     work = (f"{p.flops:.3g} FLOP at the fastest matmul rate the tolerance allows" if side == "compute" and p.flops
             else f"{p.min_bytes:.3g} B moved once at the measured bandwidth" if p.min_bytes else "the work")
-    return (f"{side}-bound by the roofline: its floor is {p.floor_us:.4g} us ({work}); "
-            f"the call runs at {p.roofline_position:.0%} of it")
+    return f"{side}-bound: its floor is {p.floor_us:.4g} us ({work}); the call runs at {p.roofline_position:.0%} of it"
 
 
 def with_counters(base: ProfileData, ncu_launches: list[dict[str, Any]] | None,
@@ -86,8 +85,10 @@ def with_counters(base: ProfileData, ncu_launches: list[dict[str, Any]] | None,
     prof = base.model_copy(deep=True)
     if ncu_launches:
         _merge_ncu(prof, ncu_launches)
+        prof.tools.append("ncu")
     if proton_kernels:
         _merge_proton(prof, proton_kernels)
+        prof.tools.append("proton")
     return prof
 
 
@@ -216,11 +217,12 @@ def _merge_proton(prof: ProfileData, kernels: dict[str, dict[str, Any]]) -> None
         else:  # ncu's shares stay; Proton adds where in the source they fall
             for s in k.stalls:
                 s.line = s.line or v["lines"].get(s.reason)
+        if any(s.line for s in k.stalls):
+            k.sources["stall_lines"] = "proton"
         parts.append((max(k.time_us, 0.0) or v["samples"], v))
-    if not prof.stalls or prof.sources.get("stalls") == "proton":
+    if not prof.stalls or prof.sources.get("stalls") == "proton":  # over the kernels: each line is its kernel's
         weighed = _weighed_stalls([(w, v["stalls"]) for w, v in parts])
-        lines = {r: ln for _, v in sorted(parts, key=lambda wv: wv[0]) for r, ln in v["lines"].items()}
-        prof.stalls = [Stall(reason=r, share=s, line=lines.get(r)) for r, s in weighed[:5]]
+        prof.stalls = [Stall(reason=r, share=s) for r, s in weighed[:5]]
         if prof.stalls:
             prof.sources["stalls"] = "proton"
 
@@ -236,8 +238,6 @@ def classify(prof: ProfileData, runtime_us: float | None) -> None:
         prof.sources["bottleneck_type"] = "torch.profiler"
         prof.bottleneck_why = (f"torch.profiler: the kernels run {busy:.4g} us of the call's {runtime_us:.4g} us "
                                f"over {prof.launch_count or len(prof.top_kernels)} launches: the gaps dominate")
-    elif prof.bottleneck_type != "unknown" and not prof.bottleneck_why and prof.roofline:
-        prof.bottleneck_why = prof.roofline
 
 
 def _is_custom(kernel: str, names: set[str]) -> bool:

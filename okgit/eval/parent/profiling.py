@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 PROFILE_TIMEOUT_S = 180.0  # one tool's worker: start, compile, warm-up, the profiled call and its replays
 STARTUP_TIMEOUT_S = 300.0
-CHOICES = ("auto", "ncu", "proton", "all", "off")  # the `profiler` setting (okgit.config)
 
 
 class ProfilingPass:

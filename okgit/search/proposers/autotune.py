@@ -14,6 +14,16 @@ a variant becomes the new best, the neighbourhood of that one is explored next (
 When a literal block size also appears in the launch's grid expression (`cdiv(n, 1024)`),
 both change together so the grid stays derived from the block.
 
+Which settings it varies follows what bounds the kernel, as the base file's profile says
+(ProfileData.bottleneck_type: from Nsight Compute's counters where the profiling pass ran them,
+else the roofline and torch.profiler's kernel times; okgit.search.profiling). Memory-bound: the
+block shape, the loads in flight (stages) and the vector width (warps per block) first; compute-
+bound: warps, stages, the tile shape, the GEMM's group; latency-bound: the persistent program count
+and the block (fewer, larger programs), since fusion and fewer launches, the real levers, are not
+launch settings. Settings the bottleneck does not name are left out; where the occupancy is held
+low by registers or shared memory, smaller blocks and fewer stages come first. The journal says
+which settings and why, each time the bottleneck it tunes for changes.
+
 Where nothing is timed (a CPU, Triton's interpreter) a launch setting cannot change the
 result, only the speed nobody measures there: the phase proposes nothing and says so once in
 the journal, leaving the iterations to proposers whose candidates can still differ.
@@ -26,6 +36,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from okgit.eval.types import ProfileData
 from okgit.lower.graph import Unsupported
 from okgit.lower.trace import input_extent
 from okgit.search.types import Context, Proposal, propose_several
@@ -38,6 +49,38 @@ MAX_VARIANTS = 24  # per parent file
 SHARED_BYTES = 200 * 1024  # GEMM tiles above this (fp32, all stages) do not fit an H100/H200 SM
 ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left to tune
 SETTING = re.compile(r"BLOCK|TILE|CHUNK|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
+# bottleneck -> (the controls to vary, in order; what they are, for the journal)
+FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
+    "memory": (("block", "stages", "warps"), "the block shape, the loads in flight (stages) and the vector width (warps)"),
+    "compute": (("warps", "stages", "block", "group"), "the warps, the pipeline stages, the tile shape and the GEMM's group"),
+    "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs); "
+                "fusion and fewer launches are the levers there, and no launch setting"),
+}
+LOW_OCCUPANCY = 0.5  # held below this by registers or shared memory: smaller tiles and fewer stages first
+
+
+@dataclass(frozen=True)
+class Focus:
+    """What the bottleneck says to vary (okgit.eval.types.ProfileData.bottleneck_type)."""
+
+    bottleneck: str
+    controls: tuple[str, ...]
+    smaller_first: bool  # registers or shared memory hold the occupancy down
+    why: str
+
+    @classmethod
+    def of(cls, profile: ProfileData | None) -> Focus | None:
+        if profile is None or profile.bottleneck_type not in FOCUS:
+            return None
+        controls, what = FOCUS[profile.bottleneck_type]
+        smaller = (profile.occupancy_limiter in ("registers", "shared_memory")
+                   and (profile.occupancy_theoretical or 1.0) < LOW_OCCUPANCY)
+        how = profile.bottleneck_why or profile.sources.get("bottleneck_type", "the roofline")
+        why = f"{profile.bottleneck_type}-bound ({how}): varying {what}"
+        if smaller:
+            why += (f"; {profile.occupancy_limiter.replace('_', ' ')} hold the occupancy to "  # type: ignore[union-attr]
+                    f"{profile.occupancy_theoretical:.0%}, so smaller blocks and fewer stages first")
+        return cls(profile.bottleneck_type, controls, smaller, why)
 
 
 @dataclass
@@ -198,7 +241,7 @@ def _grid_exprs(fn: ast.FunctionDef, grid: ast.AST, call: ast.Call) -> list[ast.
     return [grid]
 
 
-def _candidates(site: Site, cap_numel: int, cap_dim: int) -> list[int]:
+def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = False) -> list[int]:
     v = site.value
     pool: tuple[float, ...]
     if site.control == "warps":
@@ -217,8 +260,10 @@ def _candidates(site: Site, cap_numel: int, cap_dim: int) -> list[int]:
         cap = _pow2_ceil(cap_dim if tile_dim else cap_numel)
         pool = tuple(int(v * f) for f in (0.5, 2, 0.25, 4) if MIN_BLOCK <= v * f <= max(cap, MIN_BLOCK))
     others = [int(p) for p in pool if int(p) != v]
-    # nearest first; on a tie the larger (realistic GPU sizes favour bigger tiles)
-    return sorted(others, key=lambda p: (max(p / v, v / p), -p))
+    # nearest first; on a tie the larger (realistic GPU sizes favour bigger tiles), unless registers
+    # or shared memory hold the occupancy down
+    smaller = smaller_first and site.control in ("block", "stages")
+    return sorted(others, key=lambda p: (max(p / v, v / p), p if smaller else -p))
 
 
 def _pow2_ceil(n: int) -> int:
@@ -248,10 +293,14 @@ def apply(source: str, site: Site, value: int) -> str:
     return out
 
 
-def variants(source: str, cap_numel: int, cap_dim: int) -> list[tuple[Site, int]]:
-    """One-setting changes of source, nearest first, settings interleaved."""
+def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = None) -> list[tuple[Site, int]]:
+    """One-setting changes of source, nearest first, settings interleaved; with a focus, only the
+    controls it names, in its order."""
     sites = find_sites(source)
-    per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim) if _fits(sites, s, v)] for s in sites]
+    chosen = sites if focus is None else sorted((s for s in sites if s.control in focus.controls),
+                                                key=lambda s: focus.controls.index(s.control))
+    smaller = focus is not None and focus.smaller_first
+    per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim, smaller) if _fits(sites, s, v)] for s in chosen]
     out: list[tuple[Site, int]] = []
     for rank in range(max((len(p) for p in per_site), default=0)):
         out += [p[rank] for p in per_site if rank < len(p)]
@@ -273,6 +322,7 @@ class AutotuneProposer:
         self._proposed: set[str] = set()
         self._extent: tuple[int, int] | None = None
         self._untimed_noted = False
+        self._focus_noted: str | None = None
 
     def propose(self, ctx: Context) -> Proposal | None:
         if not ctx.reference.timed:
@@ -285,9 +335,9 @@ class AutotuneProposer:
         profile = best.result.profile if best else None
         if profile is not None and (profile.roofline_position or 0.0) >= ROOFLINE_DONE:
             return None
-        self._refill(ctx, ctx.best_source, best.cand if best else None)
+        self._refill(ctx, ctx.best_source, best.cand if best else None, profile or ctx.reference.profile)
         if ctx.problem.source != ctx.best_source:
-            self._refill(ctx, ctx.problem.source, None)  # the user's own kernels, if any
+            self._refill(ctx, ctx.problem.source, None, ctx.reference.profile)  # the user's own kernels, if any
         while self._queue:
             base, parent, site, value = self._queue.pop(0)
             source = apply(base, site, value)
@@ -311,7 +361,7 @@ class AutotuneProposer:
         the neighbourhood of a new best found among them is queued after the batch."""
         return propose_several(self, ctx, limit)
 
-    def _refill(self, ctx: Context, source: str, parent: str | None) -> None:
+    def _refill(self, ctx: Context, source: str, parent: str | None, profile: ProfileData | None) -> None:
         key = _key(source)
         if key in self._bases:
             return
@@ -322,9 +372,16 @@ class AutotuneProposer:
                 self._extent = input_extent(ctx.problem)
             except Unsupported:
                 self._extent = (1 << 31, 1 << 16)  # sizes unknown: no size pruning
+        focus = Focus.of(profile)
         try:
-            found = variants(source, *self._extent)
+            found = variants(source, *self._extent, focus)
         except SyntaxError:
             return
+        if focus is not None and focus.why != self._focus_noted and find_sites(source):
+            left = sorted({s.control for s in find_sites(source)} - set(focus.controls))
+            ctx.log("note", message=f"autotune around {parent or 'the reference'}: {focus.why}"
+                    + (f"; left out: {', '.join(left)}" if left else "")
+                    + ("" if found else "; nothing of those to vary in this file"))
+            self._focus_noted = focus.why
         # a new best's neighbourhood goes first: that is where the next gain is likeliest
         self._queue[:0] = [(source, parent, site, value) for site, value in found]

@@ -192,6 +192,8 @@ class LocalEvaluator(EvaluatorBase):
     def close(self) -> None:
         atexit.unregister(self.close)
         self.pool.close()
+        if self._profiling is not None:
+            self._profiling.close()
         if self._spare_judge is not None:
             self._spare_judge.close()
             self._spare_judge = None

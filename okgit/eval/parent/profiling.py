@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from okgit.eval.parent import ncu, proton
+from okgit.eval.parent import memory, ncu, proton
 from okgit.eval.parent.profile import CPU_REASON, classify, with_counters
 from okgit.eval.parent.sandbox import WorkerProcess, read_result
 from okgit.eval.types import ProfileData
@@ -46,6 +46,15 @@ class ProfilingPass:
         self.ncu_path = ncu.find()
         # tool -> why it will not run on this machine (learned once, then not asked again)
         self.refused: dict[str, str] = {} if self.ncu_path else {"ncu": "not installed (no ncu on PATH)"}
+        # tool -> a worker started ahead for its next pass (after its first), and ncu's log directory
+        self.spare: dict[str, tuple[WorkerProcess, Path | None]] = {}
+
+    def close(self) -> None:
+        for worker, logs in self.spare.values():
+            worker.close()
+            if logs:
+                shutil.rmtree(logs, ignore_errors=True)
+        self.spare.clear()
 
     def run(self, problem: Problem, source: str, *, backend: str, base: ProfileData | None,
             runtime_us: float | None, tools: str = "auto", baseline: bool = False) -> ProfileData:
@@ -83,9 +92,8 @@ class ProfilingPass:
         seeds = [c for c in prep.cases if c.kind == "seed" and c.shape == 0][:1]
         root = problem.root if baseline else (problem.candidate_root or problem.root)
         job = ev._candidate_job(problem, prep, backend, cases=seeds, root=root, check=False, counters=tool)
-        logs = Path(tempfile.mkdtemp(prefix="okgit-ncu-")) if tool == "ncu" else None
-        wrap = ncu.command(self.ncu_path, logs / ncu.LOG_FILE) if logs and self.ncu_path else None
-        worker = WorkerProcess(ev._torch, ev.pool.memory_limit, ev.pool.base_dir, args=["--counters", tool], wrap=wrap)
+        worker, logs = self._take(tool)
+        worker.memory_limit = max(worker.memory_limit, memory.worker_bytes(prep.case_bytes))  # torch, its device, one case
         try:
             (worker.dir / "candidate.py").write_text(source)
             job.source_path = str(worker.dir / "candidate.py")
@@ -109,6 +117,23 @@ class ProfilingPass:
             worker.close()
             if logs:
                 shutil.rmtree(logs, ignore_errors=True)
+
+    def _take(self, tool: str) -> tuple[WorkerProcess, Path | None]:
+        """A fresh worker for the tool (the one started ahead, if it lives), and the next started ahead:
+        a pass then pays no interpreter, CUDA or ncu start."""
+        worker, logs = self.spare.pop(tool) if tool in self.spare else self._start(tool)
+        if not worker.alive():
+            worker.close()
+            worker, logs = self._start(tool)
+        if self.evaluator.prestart:
+            self.spare[tool] = self._start(tool)
+        return worker, logs
+
+    def _start(self, tool: str) -> tuple[WorkerProcess, Path | None]:
+        ev = self.evaluator
+        logs = Path(tempfile.mkdtemp(prefix="okgit-ncu-")) if tool == "ncu" else None
+        wrap = ncu.command(self.ncu_path, logs / ncu.LOG_FILE) if logs and self.ncu_path else None
+        return WorkerProcess(ev._torch, ev.pool.memory_limit, ev.pool.base_dir, args=["--counters", tool], wrap=wrap), logs
 
 
 def _order(tools: str) -> tuple[str, ...]:

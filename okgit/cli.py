@@ -21,6 +21,7 @@ from okgit.config import (
     EDIT_MODES,
     EVALUATORS,
     MODES,
+    PROFILERS,
     RUN_FLAGS,
 )
 from okgit.errors import OkgitError, UsageError
@@ -57,6 +58,9 @@ def _optimize_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--edit-mode", choices=EDIT_MODES,
                    help=f"how a model writes candidates: whole files or patches (default: {_default('edit_mode')})")
     p.add_argument("--modal-gpu", metavar="GPU", help=f"the GPU of --eval modal, e.g. H100, H200, A100-80GB (default: {_default('modal_gpu')})")
+    p.add_argument("--profiler", choices=PROFILERS,
+                   help="the profiling pass's hardware counters: auto (Nsight Compute where it runs, else Proton), ncu, "
+                        f"proton, all (both), off (torch.profiler's kernel times and the roofline only) (default: {_default('profiler')})")
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:

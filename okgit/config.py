@@ -35,7 +35,8 @@ PROFILERS = ("auto", "ncu", "proton", "all", "off")
 # time the registry is; a plugin through the entry-point group.
 EVALUATORS: Registry[Callable[..., Any]] = Registry("evaluator", "okgit.evaluators", builtins="okgit.eval.registry")
 # The settings `okgit optimize` takes as flags; `okgit bench kernelbench` passes them through.
-RUN_FLAGS = ("backend", "model", "api_base", "mode", "iterations", "budget_usd", "eval", "device", "edit_mode", "modal_gpu")
+RUN_FLAGS = ("backend", "model", "api_base", "mode", "iterations", "budget_usd", "eval", "device", "edit_mode", "modal_gpu",
+             "profiler")
 
 
 class OpConfig(BaseModel):

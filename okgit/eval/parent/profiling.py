@@ -19,6 +19,7 @@ torch.profiler's kernel times and launches (every timed evaluation's) stay the f
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import time
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 PROFILE_TIMEOUT_S = 180.0  # one tool's worker: start, compile, warm-up, the profiled call and its replays
 STARTUP_TIMEOUT_S = 300.0
+RAW_ENV = "OKGIT_PROFILE_RAW"  # a directory to keep each pass's raw tool output in (bench/profile_pass.py sets it)
 
 
 class ProfilingPass:
@@ -109,6 +111,7 @@ class ProfilingPass:
                 why = refused or (result["failure"]["message"].strip().splitlines()[-1] if result and result.get("failure")
                                   else f"{outcome.describe()} ({outcome.phase})")
                 return None, f"failed: {why}"[:300]
+            _keep(tool, text, worker.dir)
             found = ncu.launches(text) if tool == "ncu" else proton.read(worker.dir)
             if not found:
                 return None, refused or f"{tool} read nothing of the call"
@@ -134,6 +137,20 @@ class ProfilingPass:
         logs = Path(tempfile.mkdtemp(prefix="okgit-ncu-")) if tool == "ncu" else None
         wrap = ncu.command(self.ncu_path, logs / ncu.LOG_FILE) if logs and self.ncu_path else None
         return WorkerProcess(ev._torch, ev.pool.memory_limit, ev.pool.base_dir, args=["--counters", tool], wrap=wrap), logs
+
+
+def _keep(tool: str, ncu_text: str, job_dir: Path) -> None:
+    """Where OKGIT_PROFILE_RAW names a directory: what the tool wrote, kept there (numbered)."""
+    keep = os.environ.get(RAW_ENV)
+    if not keep:
+        return
+    into = Path(keep)
+    into.mkdir(parents=True, exist_ok=True)
+    n, hatchet = len(list(into.iterdir())), proton.written(job_dir)
+    if tool == "ncu" and ncu_text:
+        (into / f"{n:03d}-ncu.csv").write_text(ncu_text)
+    elif tool == "proton" and hatchet is not None:
+        shutil.copy(hatchet, into / f"{n:03d}-proton.hatchet")
 
 
 def _order(tools: str) -> tuple[str, ...]:

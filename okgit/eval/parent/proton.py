@@ -27,10 +27,16 @@ MAX_BYTES = 64 * 2**20
 LINE = re.compile(r"^(?P<file>.*):(?P<line>\d+)@(?P<function>.*)$")
 
 
+def written(job_dir: Path) -> Path | None:
+    """The file Proton wrote in `job_dir` (named for its session, with the format's extension)."""
+    found = sorted(p for p in job_dir.glob(f"{PROTON_FILE}*") if p.is_file())
+    return found[0] if found else None
+
+
 def read(job_dir: Path) -> dict[str, dict[str, Any]] | None:
     """The stalls of the profiled calls' kernels from the Proton file in `job_dir`; None without one."""
-    path = job_dir / f"{PROTON_FILE}.hatchet"
-    if not path.is_file() or path.stat().st_size > MAX_BYTES:
+    path = written(job_dir)
+    if path is None or path.stat().st_size > MAX_BYTES:
         return None
     try:
         return kernels(json.loads(path.read_text()))

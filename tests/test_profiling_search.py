@@ -4,6 +4,7 @@ prompt with the counters and their units, and the autotune phase's settings per 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -236,3 +237,76 @@ def test_the_autotune_phase_says_in_the_journal_what_it_varies_and_why(tmp_path)
 def test_each_focus_names_what_it_varies(bottleneck):
     focus = Focus.of(ProfileData(bottleneck_type=bottleneck))
     assert focus is not None and focus.why.startswith(f"{bottleneck}-bound (the roofline): varying ")
+
+
+# ---- a whole run: report.md, okgit show, --resume ----------------------------------------------
+
+
+@pytest.mark.slow  # a real repository, a run through okgit.run.optimize and `okgit show` as a subprocess
+def test_a_run_shows_the_winners_profile_beside_the_references(git_repo):
+    from conftest import OP as OP_FILE
+    from conftest import okgit, variant
+
+    from okgit import run as okgit_run
+    from okgit.eval.types import EvalResult, Status
+
+    def by_marker(source: str) -> EvalResult:
+        us = float(source.rsplit("# us=", 1)[1].split()[0])
+        return EvalResult(status=Status.correct, correct=True, timed=True, device="cuda:0", runtime_us=us,
+                          ref_runtime_us=10.0, speedup=10.0 / us, profile=ProfileData(bottleneck_type="memory"))
+
+    class Fixed:
+        name = "fixed"
+
+        def __init__(self, sources: list[str]) -> None:
+            self.queue = list(sources)
+
+        def propose(self, ctx):
+            return Proposal(source=self.queue.pop(0), origin="test") if self.queue else None
+
+    evaluator = InMemoryEvaluator(by_marker, device="cuda:0", ref_runtime_us=10.0,
+                                  profiler=lambda source, base: counters_profile())
+    sources = [variant("torch.clamp(x, min=0.0)") + f"\n# us={us}\n" for us in (8.0, 5.0)]
+    result = okgit_run.optimize(git_repo / OP_FILE, cwd=git_repo, flags={"iterations": 2}, evaluator=evaluator,
+                                proposers=[Fixed(sources)])
+    assert result.status == "optimized"
+    report = Path(result.report).read_text()
+    section = report.split("## Profile: the winner beside the reference", 1)[1].split("\n## ", 1)[0]
+    assert "| L2 hit rate | 79% [ncu] | 79% [ncu] |" in section
+    assert "| occupancy limiter | registers [ncu] | registers [ncu] |" in section
+    assert "long_scoreboard 73% (candidate.py:31)" in section  # the winner's kernels, with Proton's lines
+    shown = okgit("show", result.run_id, cwd=git_repo)
+    assert shown.returncode == 0 and shown.stdout.startswith("diff --git") and "profile" not in shown.stdout
+    assert "profile (candidate | reference):" in shown.stderr and "top warp stalls" in shown.stderr
+    as_json = json.loads(okgit("show", result.run_id, "--json", cwd=git_repo).stdout)
+    assert as_json["profile"]["candidate"]["tools"] == ["ncu", "proton"]
+
+
+def test_a_resumed_run_keeps_its_profiles_and_does_not_profile_them_again(tmp_path):
+    from types import SimpleNamespace
+
+    from okgit.eval.types import EvalResult, Status
+    from okgit.git.rundir import RunDir
+    from okgit.journal.files import Journal, JsonlWriter
+    from okgit.run import _restore
+    from okgit.search.profiling import ProfilePass
+
+    run_dir = RunDir(tmp_path)
+    journal = Journal(run_dir.journal, "r1")
+    prof = counters_profile()
+    journal.write("profiled", cand=None, profile=prof, seconds=7.5, tools=prof.tools)
+    journal.write("profiled", cand="c001", profile=prof, seconds=7.5, tools=prof.tools)
+    result = EvalResult(status=Status.correct, correct=True, timed=True, runtime_us=80.0, ref_runtime_us=100.0,
+                        speedup=1.25, profile=ProfileData(bottleneck_type="memory"))
+    JsonlWriter(run_dir.traces, "r1").write("candidate", cand="c001", origin="test", intent="", parent=None,
+                                             source=OP, result=result)
+    ctx = Context(problem=load_problem("relu2.py", source=OP), reference=REFERENCE, backend="triton", device="cuda")
+    _restore(SimpleNamespace(run_dir=tmp_path), ctx)
+    assert ctx.attempts[0].result.profile.sources["occupancy"] == "ncu"
+    assert ctx.reference.profile.cache_hit_rate == prof.cache_hit_rate
+    evaluator = InMemoryEvaluator(judge, device="cuda", ref_runtime_us=100.0, profiler=lambda s, b: counters_profile())
+    ctx.best = ctx.attempts[0]
+    again = ProfilePass(evaluator, ctx)
+    again.reference()
+    again.after(ctx.attempts)
+    assert evaluator.profiled == []

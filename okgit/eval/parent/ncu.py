@@ -23,6 +23,11 @@ from typing import Any
 LOG_FILE = "ncu.csv"
 LAUNCH_LIMIT = 32  # kernels profiled per pass: a call's launches, bounded
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_([a-z_]+)_per_issue_active\.ratio$")
+# the warp states of Nsight Compute's Warp State Statistics (its Kernel Profiling Guide names them),
+# each as cycles per issued instruction; named one by one: a metric ncu does not know stops the profile
+STALL_REASONS = ("barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss", "lg_throttle", "long_scoreboard",
+                 "math_pipe_throttle", "membar", "mio_throttle", "misc", "no_instruction", "not_selected", "selected",
+                 "short_scoreboard", "sleeping", "tex_throttle", "wait")
 METRICS = (
     "gpu__time_duration.sum",
     "dram__bytes_read.sum", "dram__bytes_write.sum",
@@ -36,7 +41,7 @@ METRICS = (
     "launch__registers_per_thread", "launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic",
     "launch__block_size", "launch__grid_size", "launch__waves_per_multiprocessor",
     "lts__t_sector_hit_rate.pct",
-    "regex:" + STALL.pattern,
+    *(f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio" for reason in STALL_REASONS),
 )
 # ncu's limit metrics -> okgit's limiter names (okgit.eval.types.Limiter), in the order ties are named
 LIMITS = {"launch__occupancy_limit_registers": "registers", "launch__occupancy_limit_shared_mem": "shared_memory",

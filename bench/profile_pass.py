@@ -11,7 +11,7 @@ each one call of at most about five minutes:
 - default: per problem (elementwise, reduction, GEMM + epilogue, convolution + epilogue, pooling),
   the reference prepared and the first template candidate (okgit.search.proposers.templates.plan)
   evaluated by okgit's LocalEvaluator, then the profiling pass (LocalEvaluator.profile) on both,
-  with `--tools` (all: Nsight Compute and Proton; auto: ncu where it runs, else Proton). Prints,
+  (the reference's with ncu where it runs, else Proton; the candidate's with both). Prints,
   per problem and arm, the tools that ran, what each did not say and why, the seconds the pass
   took, and the figures: DRAM bandwidth and its share of peak, SM throughput, occupancy achieved /
   theoretical with the limiter, L2 hits, the top stalls. The first two problems' candidates are
@@ -108,7 +108,7 @@ def verdict(r: Any) -> tuple:
     return (r.status.value, r.error.gate if r.error else None, [(g.name, g.passed) for g in r.gates])
 
 
-def one_problem(key: str, path: Path, device: str, tools: str, recheck: bool) -> tuple[dict[str, Any], Any]:
+def one_problem(key: str, path: Path, device: str, tools: str | None, recheck: bool) -> tuple[dict[str, Any], Any]:
     """The reference and the first template candidate, evaluated and profiled."""
     from okgit.eval.parent.local import LocalEvaluator
     from okgit.problem import load_problem
@@ -122,8 +122,8 @@ def one_problem(key: str, path: Path, device: str, tools: str, recheck: bool) ->
         ref = ev.reference(problem)
         row["reference_s"], row["ref_us"] = round(time.monotonic() - t0, 2), ref.runtime_us
         t0 = time.monotonic()
-        ref_prof = ev.profile(problem, problem.source, base=ref.profile, runtime_us=ref.runtime_us, tools=tools,
-                              baseline=True)
+        ref_prof = ev.profile(problem, problem.source, base=ref.profile, runtime_us=ref.runtime_us,
+                              tools=tools or "auto", baseline=True)
         row["reference"] = {"pass_s": round(time.monotonic() - t0, 2), **figures(ref_prof)}
         ctx = Context(problem=problem, reference=ref.model_copy(update={"profile": ref_prof}), backend="triton",
                       device=ev.device, hardware=ref.hardware)
@@ -138,7 +138,7 @@ def one_problem(key: str, path: Path, device: str, tools: str, recheck: bool) ->
         if not first.correct:
             return row, None
         t0 = time.monotonic()
-        prof = ev.profile(problem, cand.source, base=first.profile, runtime_us=first.runtime_us, tools=tools)
+        prof = ev.profile(problem, cand.source, base=first.profile, runtime_us=first.runtime_us, tools=tools or "all")
         row["candidate"].update(pass_s=round(time.monotonic() - t0, 2), **figures(prof))
         if recheck:
             again = ev.evaluate(problem, cand.source)
@@ -180,6 +180,13 @@ def table(rows: list[dict[str, Any]]) -> None:
                   f"{a['pass_s']:>6.1f} {a['bottleneck']:<8} {bw:>14} {pct(a['compute_utilization']):>5} "
                   f"{pct(a['occupancy']) + '/' + pct(a['occupancy_theoretical']):>9} {a['limiter'] or '-':<13} "
                   f"{pct(a['l2_hit_rate']):>5}  {stall}")
+
+
+    arms = [row.get(arm) or {} for row in rows for arm in ("reference", "candidate")]
+    full = [a for a in arms if set(a.get("filled", [])) == set(FIGURES)]
+    print(f"{len(full)} of {len(arms)} profiles carry all of {', '.join(FIGURES)}; tools that ran: "
+          f"{sorted({t for a in arms for t in a.get('tools', [])}) or 'none'}; pass seconds: "
+          f"{', '.join(str(a['pass_s']) for a in arms if 'pass_s' in a) or '-'}")
 
 
 def pct(v: Any) -> str:
@@ -300,7 +307,8 @@ def main() -> int:
     parser.add_argument("kb", nargs="?", default=".kb")
     parser.add_argument("--problems")
     parser.add_argument("--tools", choices=["auto", "ncu", "proton", "all", "off"],
-                        help="the pass's tools (default: all; --autotune and --cost: auto, as a run uses)")
+                        help="the pass's tools (default: the reference auto, the candidate all (Proton reads its Triton "
+                             "kernels' source lines); --autotune and --cost: auto, as a run uses)")
     parser.add_argument("--time-limit", type=float, default=270.0, metavar="S")
     parser.add_argument("--resume", metavar="FILE", help="an earlier call's profile.json")
     parser.add_argument("--autotune", action="store_true")
@@ -309,7 +317,7 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="the CPU, Triton's interpreter, two problems")
     args = parser.parse_args()
     args.device = "cpu" if args.smoke else "cuda"
-    args.tools = args.tools or ("auto" if args.autotune or args.cost else "all")
+    args.tools = args.tools or ("auto" if args.autotune or args.cost else None)
     kb = Path(args.kb)
     if args.smoke and not kb.exists():
         kb = Path("/work/shared/kernelbench")

@@ -69,7 +69,8 @@ class RunResult(BaseModel):
         if self.best_tag:
             lines.append(f"  {'kept for inspection' if self.status == RunStatus.slower else 'best'}: {self.best_tag}")
         lines.append(f"  report: {self.report}")
-        lines.append(f"  diff:   {self.diff}")
+        if self.status in CORRECT and self.best_tag:  # otherwise report.diff is empty: nothing is handed out
+            lines.append(f"  diff:   {self.diff}")
         return "\n".join(lines)
 
 

@@ -65,6 +65,10 @@ def gc(repo: Repo, keep: int = 20, runs: bool = False, names: list[str] | None =
                                       + f": its directory, branch and {tags} tag{'s' * (tags != 1)}")
             if finished[: max(keep, 0)] and not named:
                 report.kept.append(f"the {len(finished[:max(keep, 0)])} newest finished runs (--keep {keep})")
+        elif finished:
+            tags = sum(t.split("/")[1] in finished for t in repo.git("tag", "--list", "okgit/*/*").split())
+            report.kept.append(f"{len(finished)} finished run{'s' * (len(finished) != 1)}: their directories and "
+                               f"{tags} tag{'s' * (tags != 1)} (gc --runs removes all but the newest {keep})")
         for run_id in finished[: max(keep, 0)] if runs else finished:
             branch = f"refs/heads/okgit/{run_id}"
             if not repo.git("rev-parse", "--verify", "--quiet", branch, check=False).strip():

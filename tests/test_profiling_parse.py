@@ -139,3 +139,11 @@ def test_a_call_whose_kernels_leave_gaps_is_latency_bound():
                         roofline={"bottleneck_type": "memory", "roofline_position": 0.3, "floor_us": 6.0})
     classify(busy, runtime_us=20.0)
     assert busy.bottleneck_type == "memory" and busy.sources["bottleneck_type"] == "roofline"
+
+
+def test_a_kernel_proton_names_otherwise_weighs_in_the_totals_but_adds_no_kernel():
+    stalls = {"_ZN2at6native29vectorized_elementwise_kernelILi4EEEviT_": {
+        "samples": 500.0, "stalled": 450.0, "stalls": [("wait", 1.0)], "lines": {}}}
+    prof = with_counters(floor_profile(), None, stalls)
+    assert [k.name for k in prof.top_kernels] == [k.name for k in floor_profile().top_kernels]
+    assert [(s.reason, s.share) for s in prof.stalls] == [("wait", 1.0)] and prof.sources["stalls"] == "proton"

@@ -92,9 +92,9 @@ def with_counters(base: ProfileData, ncu_launches: list[dict[str, Any]] | None,
     return prof
 
 
-def _match(prof: ProfileData, name: str) -> KernelTime:
+def _match(prof: ProfileData, name: str, add: bool = True) -> KernelTime | None:
     """The kernel of `prof` a tool names (tools spell names alike, or one holds the other's base
-    name); a new entry when torch.profiler did not see it."""
+    name); where torch.profiler did not see it, a new entry (`add`) or None."""
     for k in prof.top_kernels:
         if k.name == name:
             return k
@@ -102,6 +102,8 @@ def _match(prof: ProfileData, name: str) -> KernelTime:
     for k in prof.top_kernels:
         if base and (base in k.name or k.name.split("(")[0] in name):
             return k
+    if not add:
+        return None
     k = KernelTime(name=name, time_us=0.0)
     prof.top_kernels.append(k)
     return k
@@ -116,6 +118,7 @@ def _merge_ncu(prof: ProfileData, launches: list[dict[str, Any]]) -> None:
     weights: list[tuple[float, dict[str, Any]]] = []
     for name, runs in per_kernel.items():
         k, c = _match(prof, name), _combine(runs)
+        assert k is not None  # added where torch.profiler did not see it
         if k.time_us == 0.0 and c["time_s"]:
             k.time_us, k.calls = c["time_s"] * 1e6, len(runs)
         for field in NCU_FIELDS:
@@ -210,7 +213,10 @@ def _merge_proton(prof: ProfileData, kernels: dict[str, dict[str, Any]]) -> None
     """Stall shares (and the source line behind each) from PC sampling, where ncu gave none."""
     parts = []
     for name, v in kernels.items():
-        k = _match(prof, name)
+        k = _match(prof, name, add=False)  # a library kernel's name may be mangled here: it weighs in the totals only
+        parts.append((v["samples"], v))  # samples fall in proportion to a kernel's time
+        if k is None:
+            continue
         stalls = [Stall(reason=r, share=s, line=v["lines"].get(r)) for r, s in v["stalls"][:5]]
         if not k.stalls or k.sources.get("stalls") == "proton":
             k.stalls, k.sources["stalls"] = stalls, "proton"
@@ -219,7 +225,6 @@ def _merge_proton(prof: ProfileData, kernels: dict[str, dict[str, Any]]) -> None
                 s.line = s.line or v["lines"].get(s.reason)
         if any(s.line for s in k.stalls):
             k.sources["stall_lines"] = "proton"
-        parts.append((max(k.time_us, 0.0) or v["samples"], v))
     if not prof.stalls or prof.sources.get("stalls") == "proton":  # over the kernels: each line is its kernel's
         weighed = _weighed_stalls([(w, v["stalls"]) for w, v in parts])
         prof.stalls = [Stall(reason=r, share=s) for r, s in weighed[:5]]

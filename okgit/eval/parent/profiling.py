@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 PROFILE_TIMEOUT_S = 180.0  # one tool's worker: start, compile, warm-up, the profiled call and its replays
 STARTUP_TIMEOUT_S = 300.0
+FAILURES_BEFORE_REFUSAL = 2
 RAW_ENV = "OKGIT_PROFILE_RAW"  # a directory to keep each pass's raw tool output in (bench/profile_pass.py sets it)
 
 
@@ -50,6 +51,7 @@ class ProfilingPass:
         self.refused: dict[str, str] = {} if self.ncu_path else {"ncu": "not installed (no ncu on PATH)"}
         # tool -> a worker started ahead for its next pass (after its first), and ncu's log directory
         self.spare: dict[str, tuple[WorkerProcess, Path | None]] = {}
+        self.failures: dict[str, int] = {}  # a tool that failed FAILURES_BEFORE_REFUSAL times is not asked again
 
     def close(self) -> None:
         for worker, logs in self.spare.values():
@@ -76,10 +78,13 @@ class ProfilingPass:
             found, why = self._one(problem, source, backend, tool, baseline)
             if why:
                 prof.not_run[tool] = why
+                self.failures[tool] = self.failures.get(tool, 0) + 1
+                if self.failures[tool] >= FAILURES_BEFORE_REFUSAL and tool not in self.refused:
+                    self.refused[tool] = f"{why} ({self.failures[tool]} passes in a row: not asked again)"
             elif tool == "ncu":
-                launches = found
+                launches, self.failures[tool] = found, 0
             else:
-                stalls = found
+                stalls, self.failures[tool] = found, 0
         if tools == "off":
             prof.not_run["counters"] = "the profiler setting is off"
         prof = with_counters(prof, launches, stalls)

@@ -72,7 +72,7 @@ def run_sweep(
     done, pending = _finished(out_dir, selected, say)
     started = time.monotonic()
     with contextlib.ExitStack() as owned:  # the evaluator made here, closed when the sweep ends
-        timer, extra_env = _modal_baselines(config, flags, parallel, owned) if modal else (None, {})
+        timer, extra_env = _modal_baselines(config, flags, parallel, owned, say) if modal else (None, {})
         sweep = _Sweep(flags, out_dir, timeout_s, timer, gpu, checking, extra_env, top,
                        f"modal:{config.modal_gpu}" if modal else None, say)
         try:
@@ -142,8 +142,8 @@ class _Sweep:
         return result
 
 
-def _modal_baselines(config: Config, flags: dict[str, Any], parallel: int,
-                     owned: contextlib.ExitStack) -> tuple[Timer, dict[str, str]]:
+def _modal_baselines(config: Config, flags: dict[str, Any], parallel: int, owned: contextlib.ExitStack,
+                     say: Callable[[str], None]) -> tuple[Timer, dict[str, str]]:
     """On Modal: the baselines' timer and the environment of each problem's process. One
     container limit for the whole sweep: each problem's process, and the baselines timed after
     it in the same slot, get an equal share of it (at least one each)."""
@@ -151,7 +151,7 @@ def _modal_baselines(config: Config, flags: dict[str, Any], parallel: int,
     from okgit.eval.registry import make_evaluator
 
     share = max(1, max_containers_setting() // parallel)
-    baselines = owned.enter_context(make_evaluator(config, max_containers=share))
+    baselines = owned.enter_context(make_evaluator(config, max_containers=share, on_note=say))
     assert isinstance(baselines, ModalEvaluator)  # config.eval is "modal" here
     timer = functools.partial(baselines.time_baselines, backend=flags.get("backend") or "triton")
     return timer, {MAX_CONTAINERS_ENV: str(share)}

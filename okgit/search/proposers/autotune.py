@@ -53,8 +53,8 @@ SETTING = re.compile(r"BLOCK|TILE|CHUNK|WARPS|STAGES|GROUP|PROGRAMS", re.IGNOREC
 FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
     "memory": (("block", "stages", "warps"), "the block shape, the loads in flight (stages) and the vector width (warps)"),
     "compute": (("warps", "stages", "block", "group"), "the warps, the pipeline stages, the tile shape and the GEMM's group"),
-    "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs); "
-                "fusion and fewer launches are the levers there, and no launch setting"),
+    "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs) only: "
+                "fusion and fewer launches are the levers there, and they are not launch settings"),
 }
 LOW_OCCUPANCY = 0.5  # held below this by registers or shared memory: smaller tiles and fewer stages first
 

@@ -310,3 +310,12 @@ def test_a_resumed_run_keeps_its_profiles_and_does_not_profile_them_again(tmp_pa
     again.reference()
     again.after(ctx.attempts)
     assert evaluator.profiled == []
+
+
+def test_a_gemms_precision_comes_first_whatever_bounds_it():
+    from okgit.lower.kinds.gemm import TUNED_PRECISIONS
+
+    source = TUNABLE.replace("FUSED_GEMM_0_GROUP_M = 8\n", f'FUSED_GEMM_0_GROUP_M = 8\nFUSED_GEMM_0_PRECISION = "{TUNED_PRECISIONS[0]}"\n')
+    for bottleneck in ("memory", "compute", "latency"):
+        found = [s.control for s, _ in variants(source, 1 << 20, 4096, Focus.of(ProfileData(bottleneck_type=bottleneck)))]
+        assert found[0] == "precision" and "precision" in first_seen(found)[:1], (bottleneck, found)

@@ -7,12 +7,17 @@ say they are launch settings (`*BLOCK*`, `*TILE*`, `*CHUNK*`, `*WARPS*`, `*STAGE
 setting and is an ordinary complete file, so the evaluator times exactly one configuration
 per file (no triton.autotune inside proposals: its own timing would hide in the first call).
 
-Order: the nearest values first (a factor of 2 before 4), settings interleaved, so the cheap,
-likely wins come first; blocks above the padded problem size and GEMM tiles that cannot fit
-in shared memory are pruned, and a best already near its roofline floor is left alone. When
-a variant becomes the new best, the neighbourhood of that one is explored next (hill climb).
-When a literal block size also appears in the launch's grid expression (`cdiv(n, 1024)`),
-both change together so the grid stays derived from the block.
+A split-precision GEMM's `*_PRECISION` (okgit.lower.kinds.gemm) is a setting too: its
+alternatives in the order measured fastest at fp32 accuracy, each judged by the evaluator's
+precision rule like any candidate (the only way to know whether bf16x3 passes on a problem).
+
+Order: a GEMM's precision first, then the nearest values (a factor of 2 before 4), settings
+interleaved, so the cheap, likely wins come first; blocks above the padded problem size and
+GEMM tiles that cannot fit in shared memory (as the GEMM kind counts it) are pruned, and a
+best already near its roofline floor is left alone. When a variant becomes the new best, the
+neighbourhood of that one is explored next (hill climb). When a literal block size also
+appears in the launch's grid expression (`cdiv(n, 1024)`), both change together so the grid
+stays derived from the block.
 
 Which settings it varies follows what bounds the kernel, as the base file's profile says
 (ProfileData.bottleneck_type: from Nsight Compute's counters where the profiling pass ran them,
@@ -20,7 +25,8 @@ else the roofline and torch.profiler's kernel times; okgit.search.profiling). Me
 block shape, the loads in flight (stages) and the vector width (warps per block) first; compute-
 bound: warps, stages, the tile shape, the GEMM's group; latency-bound: the persistent program count
 and the block (fewer, larger programs), since fusion and fewer launches, the real levers, are not
-launch settings. Settings the bottleneck does not name are left out; where the occupancy is held
+launch settings. Settings the bottleneck does not name are left out (a GEMM's precision never is: it
+comes first whatever bounds the kernel); where the occupancy is held
 low by registers or shared memory, smaller blocks and fewer stages come first. The journal says
 which settings and why, each time the bottleneck it tunes for changes.
 
@@ -38,6 +44,7 @@ from dataclasses import dataclass
 
 from okgit.eval.types import ProfileData
 from okgit.lower.graph import Unsupported
+from okgit.lower.kinds import gemm
 from okgit.lower.trace import input_extent
 from okgit.search.types import Context, Proposal, propose_several
 
@@ -46,7 +53,6 @@ STAGES = (1, 2, 3, 4, 5)
 GROUPS = (1, 4, 8, 16)
 MIN_BLOCK = 16
 MAX_VARIANTS = 24  # per parent file
-SHARED_BYTES = 200 * 1024  # GEMM tiles above this (fp32, all stages) do not fit an H100/H200 SM
 ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left to tune
 SETTING = re.compile(r"BLOCK|TILE|CHUNK|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
 # bottleneck -> (the controls to vary, in order; what they are, for the journal)
@@ -88,8 +94,8 @@ class Site:
     """One launch setting in the source and where to write a new value."""
 
     name: str  # "FUSED_ROWS_0_TILE" or "kernel.BLOCK_SIZE"
-    control: str  # what the value sets: block | warps | stages | group | programs
-    value: int
+    control: str  # what the value sets: block | warps | stages | group | programs | precision
+    value: int | str
     spans: list[tuple[int, int]]  # source offsets holding the value (grid literals included)
     insert_at: int | None = None  # absent keyword: where ", name=value" goes
     keyword: str = ""
@@ -170,15 +176,24 @@ def find_sites(source: str) -> list[Site]:
     return sites
 
 
-def _constant_sites(tree: ast.Module, at: _Offsets) -> list[Site]:
-    sites = []
+def _constants(tree: ast.Module) -> list[tuple[str, ast.Constant]]:
+    """The module's `NAME = literal` (or `NAME: type = literal`) assignments."""
+    found: list[tuple[str, ast.Constant]] = []
     for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name):
-            value, control = _int(node.value), _control(target.id)
-            if value is not None and control is not None and value > 0:
-                assert node.value is not None  # _int found an integer there
-                sites.append(Site(target.id, control, value, [at.span(node.value)]))
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
+            found.append((target.id, node.value))
+    return found
+
+
+def _constant_sites(tree: ast.Module, at: _Offsets) -> list[Site]:
+    sites = []
+    for name, node in _constants(tree):
+        value, control = _int(node), _control(name)
+        if value is not None and control is not None and value > 0:
+            sites.append(Site(name, control, value, [at.span(node)]))
+        elif name.endswith("_PRECISION") and node.value in gemm.TUNED_PRECISIONS:
+            sites.append(Site(name, "precision", node.value, [at.span(node)]))
     return sites
 
 
@@ -241,8 +256,10 @@ def _grid_exprs(fn: ast.FunctionDef, grid: ast.AST, call: ast.Call) -> list[ast.
     return [grid]
 
 
-def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = False) -> list[int]:
+def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = False) -> list:
     v = site.value
+    if isinstance(v, str):  # a GEMM's precision: the others, in their measured order
+        return [p for p in gemm.TUNED_PRECISIONS if p != v]
     pool: tuple[float, ...]
     if site.control == "warps":
         pool = WARPS
@@ -270,39 +287,44 @@ def _pow2_ceil(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def _fits(sites: list[Site], changed: Site, value: int) -> bool:
-    """GEMM tiles (fp32, every stage buffered, twice: the template's split operands stage their
-    TF32 highs and remainders) must fit in shared memory."""
-    prefix = changed.name.rsplit("_", 2)[0] if "_BLOCK_" in changed.name or "_NUM_" in changed.name else None
-    if prefix is None:
+def _fits(constants: dict[str, int | str], changed: Site, value: int | str) -> bool:
+    """GEMM tiles (a group's module constants BLOCK_M, BLOCK_N, BLOCK_K and their neighbours) must
+    fit in shared memory as the GEMM kind counts it (okgit.lower.kinds.gemm.shared_bytes)."""
+    prefix = re.match(r"(.*?)_?(BLOCK_[MNK]|NUM_STAGES|PRECISION)$", changed.name)
+    if prefix is None or "." in changed.name:
         return True
-    cur = {s.name: s.value for s in sites if s.name.startswith(prefix)}
-    cur[changed.name] = value
-    bm, bn, bk = (cur.get(f"{prefix}_BLOCK_{d}") for d in "MNK")
-    if bm is None or bn is None or bk is None:
+    start = f"{prefix[1]}_" if prefix[1] else ""
+    group = {name[len(start):]: v for name, v in constants.items() if name.startswith(start)}
+    group[prefix[2]] = value
+    if not all(isinstance(group.get(f"BLOCK_{d}"), int) for d in "MNK"):
         return True
-    stages = cur.get(f"{prefix}_NUM_STAGES", 2)
-    return 2 * (bm * bk + bk * bn) * 4 * max(stages, 1) <= SHARED_BYTES
+    return gemm.shared_bytes(group) <= gemm.SHARED_LIMIT
 
 
-def apply(source: str, site: Site, value: int) -> str:
+def apply(source: str, site: Site, value: int | str) -> str:
     if site.insert_at is not None:
         return source[: site.insert_at] + f", {site.keyword}={value}" + source[site.insert_at :]
     out = source
+    text = f'"{value}"' if isinstance(value, str) else str(value)
     for start, end in sorted(site.spans, reverse=True):
-        out = out[:start] + str(value) + out[end:]
+        out = out[:start] + text + out[end:]
     return out
 
 
-def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = None) -> list[tuple[Site, int]]:
-    """One-setting changes of source, nearest first, settings interleaved; with a focus, only the
-    controls it names, in its order."""
-    sites = find_sites(source)
-    chosen = sites if focus is None else sorted((s for s in sites if s.control in focus.controls),
-                                                key=lambda s: focus.controls.index(s.control))
+def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = None) -> list[tuple[Site, int | str]]:
+    """One-setting changes of source, nearest first, settings interleaved, a GEMM's precision
+    before its launch settings (between precisions the H200 measured the largest differences);
+    with a focus, of the launch settings only the controls it names, in its order."""
+    tree = ast.parse(source)
+    found = find_sites(source)
+    launch = [s for s in found if s.control != "precision"]
+    if focus is not None:
+        launch = sorted((s for s in launch if s.control in focus.controls), key=lambda s: focus.controls.index(s.control))
+    sites = [s for s in found if s.control == "precision"] + launch
     smaller = focus is not None and focus.smaller_first
-    per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim, smaller) if _fits(sites, s, v)] for s in chosen]
-    out: list[tuple[Site, int]] = []
+    constants = {name: node.value for name, node in _constants(tree) if isinstance(node.value, (int, str))}
+    per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim, smaller) if _fits(constants, s, v)] for s in sites]
+    out: list[tuple[Site, int | str]] = []
     for rank in range(max((len(p) for p in per_site), default=0)):
         out += [p[rank] for p in per_site if rank < len(p)]
     return out[:MAX_VARIANTS]
@@ -318,7 +340,7 @@ class AutotuneProposer:
     name = "autotune"
 
     def __init__(self) -> None:
-        self._queue: list[tuple[str, str | None, Site, int]] = []
+        self._queue: list[tuple[str, str | None, Site, int | str]] = []
         self._bases: set[str] = set()
         self._proposed: set[str] = set()
         self._extent: tuple[int, int] | None = None
@@ -379,7 +401,7 @@ class AutotuneProposer:
         except SyntaxError:
             return
         if focus is not None and focus.why != self._focus_noted and find_sites(source):
-            left = sorted({s.control for s in find_sites(source)} - set(focus.controls))
+            left = sorted({s.control for s in find_sites(source)} - set(focus.controls) - {"precision"})
             ctx.log("note", message=f"autotune around {parent or 'the reference'}: {focus.why}"
                     + (f"; left out: {', '.join(left)}" if left else "")
                     + ("" if found else "; nothing of those to vary in this file"))

@@ -34,6 +34,7 @@ from okgit.eval.parent.gates import call_gates
 from okgit.eval.parent.gates.static import static_findings
 from okgit.eval.parent.gates.timed import allowed_matmul_rate
 from okgit.eval.parent.profile import CPU_REASON, profile_data
+from okgit.eval.parent.profiling import ProfilingPass
 from okgit.eval.parent.reference import PreparedReference, from_judge
 from okgit.eval.parent.rounds import summarize
 from okgit.eval.parent.sandbox import Outcome, WorkerPool, WorkerProcess, default_memory_limit, read_result
@@ -111,7 +112,7 @@ class LocalEvaluator(EvaluatorBase):
         self._busy = threading.RLock()  # one call at a time: its caches, workers and judge are not shared
         self._prepared: dict[str, PreparedReference] = {}
         self._spare_judge: WorkerProcess | None = None  # started ahead: a preparation pays no process start
-        self._profiling: Any = None  # okgit.eval.parent.profiling.ProfilingPass, made at its first use
+        self._profiling: ProfilingPass | None = None  # made at its first use
         if prestart:
             self.pool.prestart(self._torch)  # they wait for their jobs, no candidate code loaded
             self._spare_judge = self._new_judge()
@@ -158,8 +159,6 @@ class LocalEvaluator(EvaluatorBase):
         """The profiling pass of a candidate (`baseline`: the problem's own file, as the final gate
         times it), apart from its evaluation: `base`, its evaluation's profile, with the counters put
         in (okgit.eval.parent.profiling)."""
-        from okgit.eval.parent.profiling import ProfilingPass
-
         self._profiling = self._profiling or ProfilingPass(self)
         return self._profiling.run(problem, source, backend=backend, base=base, runtime_us=runtime_us, tools=tools,
                                    baseline=baseline)

@@ -24,15 +24,18 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from okgit.eval.parent import memory, ncu, proton
 from okgit.eval.parent.profile import CPU_REASON, classify, with_counters
-from okgit.eval.parent.sandbox import WorkerProcess, read_result
+from okgit.eval.parent.sandbox import WorkerPool, WorkerProcess, read_result
 from okgit.eval.types import ProfileData
 
 if TYPE_CHECKING:
-    from okgit.eval.parent.local import LocalEvaluator
+    from contextlib import AbstractContextManager
+
+    from okgit.eval.parent.reference import PreparedReference
+    from okgit.eval.protocol.jobs import Job
     from okgit.problem import Problem
 
 PROFILE_TIMEOUT_S = 180.0  # one tool's worker: start, compile, warm-up, the profiled call and its replays
@@ -41,10 +44,27 @@ FAILURES_BEFORE_REFUSAL = 2
 RAW_ENV = "OKGIT_PROFILE_RAW"  # a directory to keep each pass's raw tool output in (bench/profile_pass.py sets it)
 
 
+class Host(Protocol):
+    """What a pass uses of the LocalEvaluator that owns it (stated here, so that this module
+    imports nothing of local.py, which imports it)."""
+
+    _kind: str
+    _torch: str
+    pool: WorkerPool
+    prestart: bool
+
+    def prepared(self, problem: Problem) -> PreparedReference: ...
+
+    def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],
+                       root: str | None = None, **kw: Any) -> Job: ...
+
+    def _gpu(self) -> AbstractContextManager: ...
+
+
 class ProfilingPass:
     """The pass of one LocalEvaluator: what each tool's worker read, merged into a profile."""
 
-    def __init__(self, evaluator: LocalEvaluator) -> None:
+    def __init__(self, evaluator: Host) -> None:
         self.evaluator = evaluator
         self.ncu_path = ncu.find()
         # tool -> why it will not run on this machine (learned once, then not asked again)

@@ -52,7 +52,7 @@ CONFIGS = {  # (BLOCK_ROWS, BLOCK_W, ROW_LANES, NUM_WARPS); ROW_LANES is capped 
 SYNTHETIC = {  # name -> (module, input shape, knobs); sizes of KernelBench's level-1 classes
     "synthetic_max_pool3d_k3": ("nn.MaxPool3d(k, stride=2, padding=1)", "batch, channels, dim, dim, dim",
                                 {"batch": 16, "channels": 32, "dim": 128, "k": 3}),
-    "synthetic_max_pool2d_dilated": ("nn.MaxPool2d(k, stride=1, padding=2, dilation=2)", "batch, channels, dim, dim",
+    "synthetic_max_pool2d_dilated": ("nn.MaxPool2d(k, stride=1, padding=1, dilation=2)", "batch, channels, dim, dim",
                                      {"batch": 32, "channels": 64, "dim": 512, "k": 3}),
     "synthetic_avg_pool3d_padded": ("nn.AvgPool3d(k, stride=2, padding=1)", "batch, channels, dim, dim, dim",
                                     {"batch": 16, "channels": 32, "dim": 128, "k": 3}),

@@ -144,3 +144,5 @@ class BaselineTimes(BaseModel):
     # evaluator: why they disagree, or None
     disagreement: str | None = None
     flags: dict[str, Any] = Field(default_factory=dict)  # the pinned library flags the arms ran under
+    compile_s: float | None = None  # torch.compile's first call (compile and autotuning) in the baselines' process
+    compile_cache: str | None = None  # "hit": Inductor's caches held its graph (a seed compiled it), "miss", "not used"

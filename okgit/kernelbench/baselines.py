@@ -3,10 +3,23 @@
 The arms are timed in one process on one device, interleaved over rounds, with the
 evaluator's own timer (okgit.eval.worker.timing: CUDA events, L2 flushed before each sample,
 warm-up excluded, pre-generated input sets rotated, median) and its pinned library flags,
-under the device's cross-process lock. Run as
-`python -m okgit.kernelbench.baselines REF [WINNER]` in a process pinned to one GPU; prints
-one JSON object. Without a winner (a problem okgit found no kernel for) only eager and
-torch.compile are timed. On a CPU nothing is timed: no speedup is ever claimed from a CPU.
+holding the device alone (the device's lock, exclusive); the models are built, the inputs drawn
+and torch.compile compiled holding it shared, Inductor's autotuning alone
+(okgit.inductor.locking), as a seed's compile holds it. Run as
+`python -m okgit.kernelbench.baselines REF [WINNER [BACKEND]] [--checked]` in a process pinned
+to one GPU; prints one JSON object. Without a winner (a problem okgit found no kernel for) only
+eager and torch.compile are timed. `--checked`: the winner was checked already, by the run's own
+evaluator (okgit.kernelbench.solve), so it is not checked again here. On a CPU nothing is timed:
+no speedup is ever claimed from a CPU.
+
+The torch.compile arm is torch.compile of the reference, default mode, in this process. Its
+compile may come from Inductor's own caches (on disk, shared by the processes of this user),
+which the problem's Inductor seed filled when it compiled the same reference at the same shapes
+under the same pinned flags (the seed's static compile: okgit.inductor.capture); Inductor keys a
+cached graph by the graph itself, its inputs' sizes and types, its configuration and the
+versions, so a hit is the code a cold compile makes, and its autotuning was done with the
+device held alone. `compile_s` and `compile_cache` in the result say how long the compile took
+here and whether Inductor found it cached.
 """
 
 from __future__ import annotations
@@ -75,27 +88,31 @@ def _pin_flags() -> dict[str, Any]:
     return dict(PINNED_FLAGS)
 
 
-def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", backend: str = "triton") -> BaselineTimes:
+def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", backend: str = "triton",
+            checked: bool = False) -> BaselineTimes:
     """Time the arms on `device` (no okgit arm without a winner); an arm that fails (e.g.
-    torch.compile) is left out, named. The winner is checked again first (`check`)."""
+    torch.compile) is left out, named. The winner is checked again first (`check`) unless
+    `checked` (the run's own evaluator did)."""
     import torch
 
     ref_source = ref_path.read_text()
     if not device.startswith("cuda") or not torch.cuda.is_available():
         return BaselineTimes(device=device, timed=False, errors={"all": "no GPU: timing is not claimed"})
-    disagreement, error = check(ref_path, winner_source, device, backend) if winner_source is not None else (None, None)
-    from okgit.eval.parent.devices import device_lock, physical_name
+    disagreement, error = (check(ref_path, winner_source, device, backend) if winner_source is not None and not checked
+                           else (None, None))
+    from okgit.eval.parent.devices import DeviceHold, physical_name
     from okgit.eval.protocol.jobs import MODEL_SEED
+    from okgit.inductor.locking import exclusive_benchmarks
 
     result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags(), disagreement=disagreement)
     if error:
         result.errors["okgit"] = error
+    hold = DeviceHold(device, "baselines")
+    alone_for_compile = not exclusive_benchmarks(hold)  # no benchmarker to hold it for: the compile holds it alone
     with tempfile.TemporaryDirectory(prefix="okgit-baselines-") as tmp:
         ref = _load(ref_source, "okgit_bench_ref", Path(tmp))
         win = _load(winner_source, "okgit_bench_winner", Path(tmp)) if winner_source is not None else None
-        # the lock over all of it, compilation included: torch.compile benchmarks its kernel
-        # configurations on the GPU at the first call, which would disturb another job's timing
-        with device_lock(device):
+        with hold.region("shared"):
             init = ref.get_init_inputs()
             torch.manual_seed(MODEL_SEED)
             eager = ref.Model(*init).to(device).eval()
@@ -109,18 +126,40 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
                 fast = getattr(win, "ModelNew", win.Model)(*init).to(device).eval()
                 if not error:
                     arms["okgit"] = fast
-            try:
-                compiled = torch.compile(eager)
-                with torch.no_grad():
-                    compiled(*input_sets[0])
+            with hold.region("exclusive") if alone_for_compile else contextlib.nullcontext():
+                compiled = _compiled(torch, eager, input_sets[0], device, result)
+            if compiled is not None:
                 arms["compile"] = compiled
-            except Exception as e:  # noqa: BLE001 - an op torch.compile cannot handle: that baseline is missing, not zero
-                result.errors["compile"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            torch.cuda.synchronize(device)
+        with hold.region("exclusive"):
             times = _time_arms(arms, input_sets, device)
     result.eager_us = times.get("eager")
     result.compile_us = times.get("compile")
     result.okgit_us = times.get("okgit")
     return result
+
+
+def _compiled(torch: Any, eager: Any, inputs: list[Any], device: str, result: BaselineTimes) -> Any:
+    """torch.compile of eager, compiled by its first call (None when it fails: the error is
+    recorded); how long that took, and whether Inductor's caches held the graph, in `result`."""
+    import time
+
+    from torch._dynamo.utils import counters
+
+    before = {k: counters["inductor"][k] for k in ("fxgraph_cache_hit", "fxgraph_cache_miss")}
+    started = time.monotonic()
+    try:
+        compiled = torch.compile(eager)
+        with torch.no_grad():
+            compiled(*inputs)
+        torch.cuda.synchronize(device)
+    except Exception as e:  # noqa: BLE001 - an op torch.compile cannot handle: that baseline is missing, not zero
+        result.errors["compile"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        return None
+    result.compile_s = round(time.monotonic() - started, 2)
+    hits, misses = (counters["inductor"][k] - before[k] for k in ("fxgraph_cache_hit", "fxgraph_cache_miss"))
+    result.compile_cache = "hit" if hits and not misses else "miss" if misses else "not used"
+    return compiled
 
 
 def check(ref_path: Path, winner_source: str, device: str, backend: str = "triton",
@@ -139,12 +178,14 @@ def check(ref_path: Path, winner_source: str, device: str, backend: str = "trito
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    checked = "--checked" in args
+    args = [a for a in args if a != "--checked"]
     if len(args) not in (1, 2, 3):
-        print("usage: python -m okgit.kernelbench.baselines REF.py [WINNER.py [BACKEND]]", file=sys.stderr)
+        print("usage: python -m okgit.kernelbench.baselines REF.py [WINNER.py [BACKEND]] [--checked]", file=sys.stderr)
         return 2
     winner = Path(args[1]).read_text() if len(args) >= 2 else None
-    print(json.dumps(measure(Path(args[0]).resolve(), winner, backend=args[2] if len(args) == 3 else "triton")
-                     .model_dump(mode="json")))
+    print(json.dumps(measure(Path(args[0]).resolve(), winner, backend=args[2] if len(args) == 3 else "triton",
+                             checked=checked).model_dump(mode="json")))
     return 0
 
 

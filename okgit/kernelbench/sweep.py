@@ -106,7 +106,10 @@ def run_sweep(
     report.calls_wall_s = _add_call(out_dir, report.wall_s)
     _write_report(report, out_dir, reran, stop)
     if stop.signalled:
-        raise KeyboardInterrupt(f"{stop.signalled}: the sweep stopped; its state is in {out_dir}")
+        from okgit.run import Stopped
+
+        raise Stopped(f"{stop.signalled}: the sweep stopped with {len(report.in_flight)} problem(s) in flight; "
+                      f"rerun with --out {out_dir} to go on")
     return report
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import signal
 import threading
 import time
@@ -89,6 +90,7 @@ def run_sweep(
     admission = Admission(device_capacity(pool.devices), lambda key: last_footprint(_ledger(out_dir, key))) if gpu else None
     with contextlib.ExitStack() as owned:  # the evaluator made here, closed when the sweep ends
         timer, extra_env = _modal_baselines(config, flags, parallel, owned) if modal else (None, {})
+        extra_env = {**_compile_threads(parallel), **extra_env}
         sweep = _Sweep(flags, out_dir, timeout_s, timer, gpu, checking, extra_env,
                        f"modal:{config.modal_gpu}" if modal else None, say, stop, admission)
         with stop.on_signals():
@@ -111,6 +113,15 @@ def run_sweep(
         raise Stopped(f"{stop.signalled}: the sweep stopped with {len(report.in_flight)} problem(s) in flight; "
                       f"rerun with --out {out_dir} to go on")
     return report
+
+
+def _compile_threads(parallel: int) -> dict[str, str]:
+    """Inductor's compile workers per process, so that N problems compiling at once share the
+    host's cores rather than each starting one per core (what is compiled does not change);
+    a setting of the user's stays."""
+    if "TORCHINDUCTOR_COMPILE_THREADS" in os.environ or parallel == 1:
+        return {}
+    return {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 1) // parallel))}
 
 
 class _Stop(threading.Event):

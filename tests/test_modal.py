@@ -424,7 +424,7 @@ def test_sweep_baselines_run_in_the_sandboxed_worker(credentials, fresh_evaluato
     seen = json.loads(facts.read_text())
     assert seen["pid"] != os.getpid() and seen["cwd"] != os.getcwd()  # a worker process, in its own directory
     assert seen["token"] is None  # the scrubbed environment: no Modal token, though this process has one
-    assert Path(seen["okgit"]).resolve().parents[1] == Path(om.__file__).resolve().parents[2]  # PYTHONPATH
+    assert Path(seen["okgit"]).resolve().parents[1] == Path(om.__file__).resolve().parents[3]  # PYTHONPATH
     assert times.device == "modal:H100" and times.timed is False
     assert times.errors == {"all": "no GPU: timing is not claimed"} and times.disagreement is None
 

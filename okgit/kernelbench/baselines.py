@@ -6,20 +6,23 @@ warm-up excluded, pre-generated input sets rotated, median) and its pinned libra
 holding the device alone (the device's lock, exclusive); the models are built, the inputs drawn
 and torch.compile compiled holding it shared, Inductor's autotuning alone
 (okgit.inductor.locking), as a seed's compile holds it. Run as
-`python -m okgit.kernelbench.baselines REF [WINNER [BACKEND]] [--checked]` in a process pinned
-to one GPU; prints one JSON object. Without a winner (a problem okgit found no kernel for) only
-eager and torch.compile are timed. `--checked`: the winner was checked already, by the run's own
-evaluator (okgit.kernelbench.solve), so it is not checked again here. On a CPU nothing is timed:
-no speedup is ever claimed from a CPU.
+`python -m okgit.kernelbench.baselines REF [WINNER [BACKEND]] [--device D] [--checked] [--model-patch]`
+in a process pinned to one GPU; prints one JSON object. Without a winner (a problem okgit found
+no kernel for) only eager and torch.compile are timed. `--checked`: the winner was checked
+already, by the run's own evaluator (okgit.kernelbench.solve), so it is not checked again here.
+On a CPU nothing is timed: no speedup is ever claimed from a CPU.
 
-The torch.compile arm is torch.compile of the reference, default mode, in this process. Its
-compile may come from Inductor's own caches (on disk, shared by the processes of this user),
-which the problem's Inductor seed filled when it compiled the same reference at the same shapes
-under the same pinned flags (the seed's static compile: okgit.inductor.capture); Inductor keys a
-cached graph by the graph itself, its inputs' sizes and types, its configuration and the
-versions, so a hit is the code a cold compile makes, and its autotuning was done with the
-device held alone. `compile_s` and `compile_cache` in the result say how long the compile took
-here and whether Inductor found it cached.
+The torch.compile arm is torch.compile of the reference, default mode, compiled cold in this
+process as a user's first call would: the seed's capture keeps Inductor's compiled-graph caches
+off (okgit.inductor.capture), so no graph of the seed's is served here; what Inductor keeps per
+kernel on disk (Triton's compiled kernels, a kernel's autotuned launch settings, found with the
+device held alone) may be. `compile_s` and `compile_cache` in the result say how long the
+compile took here and whether Inductor's graph cache served it.
+
+Each arm's noise is the spread of its per-round medians ((max - min) / median over ROUNDS
+rounds). `--model-patch` (a model campaign's patched model, okgit.campaign.model): the winner was
+verified just before, so it is not checked again here; its state dict must be the reference's
+(the same names, shapes, dtypes and values), on a CPU too.
 """
 
 from __future__ import annotations
@@ -58,9 +61,10 @@ def _to(device: str, values):
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def _time_arms(arms: dict[str, Callable], input_sets: list[list], device: str) -> dict[str, float]:
-    """Median microseconds per arm, by the evaluator's own timer; arms interleaved round by round
-    so that clock and thermal drift hit all three alike."""
+def _time_arms(arms: dict[str, Callable], input_sets: list[list], device: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Median microseconds per arm, by the evaluator's own timer, and each arm's noise (the
+    spread of its round medians); arms interleaved round by round so that clock and thermal
+    drift hit all three alike."""
     import torch
 
     from okgit.eval.worker import timing
@@ -68,13 +72,16 @@ def _time_arms(arms: dict[str, Callable], input_sets: list[list], device: str) -
     timing.bind()
     flush = timing.l2_flush_buffer(device)
     samples: dict[str, list[float]] = {name: [] for name in arms}
+    rounds: dict[str, list[float]] = {name: [] for name in arms}
     with torch.no_grad():
         for r in range(ROUNDS):
             for name, fn in arms.items():
                 timed = timing.time_calls(fn, input_sets, warmup=WARMUP if r == 0 else 1,
                                           samples=SAMPLES_PER_ROUND, flush=flush)
                 samples[name] += timed.samples_us
-    return {name: statistics.median(ts) for name, ts in samples.items()}
+                rounds[name].append(statistics.median(timed.samples_us))
+    return ({name: statistics.median(ts) for name, ts in samples.items()},
+            {name: (max(ms) - min(ms)) / statistics.median(ms) for name, ms in rounds.items() if statistics.median(ms)})
 
 
 def _pin_flags() -> dict[str, Any]:
@@ -89,22 +96,26 @@ def _pin_flags() -> dict[str, Any]:
 
 
 def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", backend: str = "triton",
-            checked: bool = False) -> BaselineTimes:
+            checked: bool = False, model_patch: bool = False) -> BaselineTimes:
     """Time the arms on `device` (no okgit arm without a winner); an arm that fails (e.g.
     torch.compile) is left out, named. The winner is checked again first (`check`) unless
-    `checked` (the run's own evaluator did)."""
+    `checked` (the run's own evaluator did), or, a model campaign's patched model (`model_patch`),
+    its state dict compared with the reference's."""
     import torch
 
     ref_source = ref_path.read_text()
-    if not device.startswith("cuda") or not torch.cuda.is_available():
-        return BaselineTimes(device=device, timed=False, errors={"all": "no GPU: timing is not claimed"})
-    disagreement, error = (check(ref_path, winner_source, device, backend) if winner_source is not None and not checked
-                           else (None, None))
+    gpu = device.startswith("cuda") and torch.cuda.is_available()
+    state = same_state(ref_path, winner_source, device if gpu else "cpu") if model_patch and winner_source is not None else None
+    if not gpu:
+        return BaselineTimes(device=device, timed=False, errors={"all": "no GPU: timing is not claimed"}, state=state)
+    disagreement, error = ((None, None) if winner_source is None or model_patch or checked
+                           else check(ref_path, winner_source, device, backend))
     from okgit.eval.parent.devices import DeviceHold, physical_name
     from okgit.eval.protocol.jobs import MODEL_SEED
     from okgit.inductor.locking import exclusive_benchmarks
 
-    result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags(), disagreement=disagreement)
+    result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags(), disagreement=disagreement,
+                           state=state)
     if error:
         result.errors["okgit"] = error
     hold = DeviceHold(device, "baselines")
@@ -132,7 +143,7 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
                 arms["compile"] = compiled
             torch.cuda.synchronize(device)
         with hold.region("exclusive"):
-            times = _time_arms(arms, input_sets, device)
+            times, result.noise = _time_arms(arms, input_sets, device)
     result.eager_us = times.get("eager")
     result.compile_us = times.get("compile")
     result.okgit_us = times.get("okgit")
@@ -176,16 +187,45 @@ def check(ref_path: Path, winner_source: str, device: str, backend: str = "trito
         return check_winner(evaluator, problem, winner_source, backend)
 
 
+def same_state(ref_path: Path, winner_source: str, device: str = "cpu") -> str:
+    """`unchanged`, or how the winner's state dict differs from the reference's, both built from
+    the same arguments and seed on `device`."""
+    import torch
+
+    from okgit.eval.protocol.jobs import MODEL_SEED
+
+    with tempfile.TemporaryDirectory(prefix="okgit-state-") as tmp:
+        ref = _load(ref_path.read_text(), "okgit_state_ref", Path(tmp))
+        win = _load(winner_source, "okgit_state_winner", Path(tmp))
+        states = []
+        for module in (ref, win):
+            torch.manual_seed(MODEL_SEED)
+            with torch.device(device):
+                states.append(getattr(module, "ModelNew", module.Model)(*ref.get_init_inputs()).state_dict())
+    want, got = states
+    if list(got) != list(want):
+        extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
+        return f"other names: {', '.join(extra[:3]) or '-'} added, {', '.join(missing[:3]) or '-'} missing"
+    for name, tensor in want.items():
+        if got[name].shape != tensor.shape or got[name].dtype != tensor.dtype or not torch.equal(got[name], tensor):
+            return f"{name} differs (shape, dtype or values)"
+    return "unchanged"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    checked = "--checked" in args
-    args = [a for a in args if a != "--checked"]
-    if len(args) not in (1, 2, 3):
-        print("usage: python -m okgit.kernelbench.baselines REF.py [WINNER.py [BACKEND]] [--checked]", file=sys.stderr)
-        return 2
-    winner = Path(args[1]).read_text() if len(args) >= 2 else None
-    print(json.dumps(measure(Path(args[0]).resolve(), winner, backend=args[2] if len(args) == 3 else "triton",
-                             checked=checked).model_dump(mode="json")))
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m okgit.kernelbench.baselines")
+    parser.add_argument("ref")
+    parser.add_argument("winner", nargs="?")
+    parser.add_argument("backend", nargs="?", default="triton")
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--checked", action="store_true", help="the winner was checked by the run's own evaluator")
+    parser.add_argument("--model-patch", action="store_true", help="a model campaign's patched model (see the docstring)")
+    args = parser.parse_args(argv)
+    winner = Path(args.winner).read_text() if args.winner else None
+    print(json.dumps(measure(Path(args.ref).resolve(), winner, device=args.device, backend=args.backend,
+                             checked=args.checked, model_patch=args.model_patch).model_dump(mode="json")))
     return 0
 
 

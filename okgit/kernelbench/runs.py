@@ -226,7 +226,7 @@ def run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, 
         update.update(baselines(p.path, winner, space.env, timer=timer, gpu=gpu, backend=backend,
                                 checked=bool(solved.get("checked")), stop=space.stop))
         if cross_check:
-            data = _helper("crosscheck", p.path, winner, space.env, extra=[backend], stop=space.stop)
+            data = helper("crosscheck", p.path, winner, space.env, extra=[backend], stop=space.stop)
             update["cross_check"] = CrossCheck(error=data) if isinstance(data, str) else CrossCheck.model_validate(data)
     else:  # no kernel, or none the check could judge: the reference's two baselines still place the problem
         times = baselines(p.path, None, space.env, timer=timer, gpu=gpu, stop=space.stop)
@@ -334,7 +334,7 @@ def baselines(ref: Path, winner: Path | None, env: dict[str, str], *, timer: Tim
         times = timer(ref.read_text(), winner.read_text() if winner else None)
     elif gpu:
         extra = ([backend] + (["--checked"] if checked else [])) if winner else None
-        data = _helper("baselines", ref, winner, env, extra=extra, stop=stop)
+        data = helper("baselines", ref, winner, env, extra=extra, stop=stop)
         if isinstance(data, str):  # the helper itself failed: no figures, and why
             return {"untimed_reason": data}
         times = BaselineTimes.model_validate(data)
@@ -356,7 +356,7 @@ def baselines(ref: Path, winner: Path | None, env: dict[str, str], *, timer: Tim
     return fields
 
 
-def _helper(module: str, ref: Path, winner: Path | None, env: dict[str, str], extra: list[str] | None = None,
+def helper(module: str, ref: Path, winner: Path | None, env: dict[str, str], extra: list[str] | None = None,
             stop: threading.Event | None = None) -> dict[str, Any] | str:
     """Run okgit.kernelbench.<module> REF [WINNER] in a process pinned like the problem's run.
 

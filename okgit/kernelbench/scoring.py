@@ -62,7 +62,7 @@ class ProblemResult(BaseModel):
     speedup_compile: float | None = None
     untimed_reason: str | None = None
     compile_s: float | None = None  # torch.compile's first call in the baselines (okgit.kernelbench.baselines)
-    compile_cache: str | None = None  # whether Inductor's caches held that compile (the seed's): hit, miss, not used
+    compile_cache: str | None = None  # whether Inductor's graph cache served that compile: hit, miss, not used
     gpu_s: float = 0.0  # wall seconds of the run's candidate evaluations (journal `evaluated` wall_s)
     llm_usd: float = 0.0
     iterations: int = 0  # candidates evaluated
@@ -72,6 +72,8 @@ class ProblemResult(BaseModel):
     cross_check: CrossCheck | None = None
     time: dict[str, StageTime] = Field(default_factory=dict)  # stage -> where its time went (okgit.kernelbench.timeline)
     calls: int = 1  # the sweep calls that worked on it (more when it was in flight at a stop)
+    modules_swapped: int | None = None  # level 3: the model's modules whose forward okgit's patch replaces
+    noise: dict[str, float] = Field(default_factory=dict)  # level 3: arm -> spread of its round medians
 
     def speedup(self, baseline: str) -> float | None:
         return self.speedup_eager if baseline == "eager" else self.speedup_compile
@@ -191,6 +193,18 @@ class SweepReport(BaseModel):
             lines += [_cross_check(r.key, r.cross_check) for r in self.problems if r.cross_check]
         for note in self.notes:
             lines.append(f"note: {note}")
+        models = [r for r in self.problems if r.level == 3]
+        if models:
+            lines += ["", "Whole models (level 3), each a model campaign; its three arms timed in one process, interleaved; "
+                      "noise: the spread of each arm's round medians; device min: the campaign's wall time, its GPU "
+                      "held throughout.", "",
+                      "| model | status | eager us | compile us | okgit us | vs eager | vs compile | noise e/c/o "
+                      "| modules swapped | device min |", "|---|---|---|---|---|---|---|---|---|---|"]
+            for r in models:
+                noise = "/".join(f"{r.noise[a] * 100:.1f}%" if a in r.noise else "-" for a in ("eager", "compile", "okgit"))
+                lines.append(f"| {r.key} | {r.status} | {fmt_us(r.eager_us)} | {fmt_us(r.compile_us)} | {fmt_us(r.okgit_us)} "
+                             f"| {_x(r.speedup_eager, r)} | {_x(r.speedup_compile, r)} | {noise} "
+                             f"| {r.modules_swapped if r.modules_swapped is not None else '-'} | {r.wall_s / 60:.1f} |")
         errors = [r for r in self.problems if r.error]
         if errors:
             lines += ["", "Errors:"] + [f"- {r.key}: {r.error}" for r in errors]

@@ -43,6 +43,7 @@ from okgit.kernelbench.runs import ProblemInterrupted, Timer, out_of_memory, run
 from okgit.kernelbench.scoring import ProblemResult, SweepReport, summarize
 from okgit.kernelbench.timeline import last_footprint
 
+CAMPAIGN_TOP = 4  # level 3: the modules and chains each model campaign optimizes (--top)
 DEFAULT_TIMEOUT_S = 3600.0  # one problem's whole okgit run; a hang past it is recorded as `timeout`
 SETTINGS_FILE = "sweep.json"
 STOP_MARGIN_S = 60.0  # before a time limit: the problems in flight are stopped here, to write their state
@@ -61,6 +62,7 @@ def run_sweep(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     time_limit_s: float | None = None,
     progress: Callable[[str], None] | None = None,
+    top: int = CAMPAIGN_TOP,
 ) -> SweepReport:
     """`progress` is told one line per stage (the CLI prints them to stderr); None: silent.
     `time_limit_s`: the sweep ends cleanly before this many seconds, everything resumable (the
@@ -75,7 +77,8 @@ def run_sweep(
     flags = {k: v for k, v in (flags or {}).items() if k in RUN_FLAGS and v is not None}  # optimize's, passed on
     config = load_config(None, flags)  # bad flags fail here, before any problem starts
     out_dir = _out_dir(out)
-    _check_settings(out_dir, flags)
+    # a level-3 problem's figures depend on how many modules its campaign optimizes too
+    _check_settings(out_dir, {**flags, "top": top} if any(p.level == 3 for p in selected) else flags)
     say = progress or (lambda line: None)
     say(f"sweep state in {out_dir} (rerun with --out {out_dir} to resume)")
 
@@ -89,9 +92,9 @@ def run_sweep(
     stop = _Stop(started + time_limit_s - STOP_MARGIN_S if time_limit_s is not None else None)
     admission = Admission(device_capacity(pool.devices), lambda key: last_footprint(_ledger(out_dir, key))) if gpu else None
     with contextlib.ExitStack() as owned:  # the evaluator made here, closed when the sweep ends
-        timer, extra_env = _modal_baselines(config, flags, parallel, owned) if modal else (None, {})
+        timer, extra_env = _modal_baselines(config, flags, parallel, owned, say) if modal else (None, {})
         extra_env = {**_compile_threads(parallel), **extra_env}
-        sweep = _Sweep(flags, out_dir, timeout_s, timer, gpu, checking, extra_env,
+        sweep = _Sweep(flags, out_dir, timeout_s, timer, gpu, checking, extra_env, top,
                        f"modal:{config.modal_gpu}" if modal else None, say, stop, admission)
         with stop.on_signals():
             reran = _run_all(pool, sweep.job, pending, done, out_dir, say)
@@ -194,6 +197,7 @@ class _Sweep:
     gpu: bool
     cross_check: bool
     extra_env: dict[str, str]
+    top: int  # level 3: the modules and chains each campaign optimizes
     device: str | None  # modal:<gpu>; None: each slot's own
     say: Callable[[str], None]
     stop: _Stop = field(default_factory=lambda: _Stop(None))
@@ -211,9 +215,10 @@ class _Sweep:
             try:
                 result = _run_problem(problem, slot, self.flags, self.out_dir, self.timeout_s, timer=self.timer,
                                       gpu=self.gpu, cross_check=self.cross_check, device=device,
-                                      extra_env=self.extra_env, stop=self.stop)
+                                      extra_env=self.extra_env, stop=self.stop, top=self.top)
             except ProblemInterrupted:
-                self.say(f"{problem.key}: stopped in flight; the next sweep with this --out resumes it")
+                again = "resumes it" if problem.level < 3 else "starts it over"  # a campaign is not resumable
+                self.say(f"{problem.key}: stopped in flight; the next sweep with this --out {again}")
                 return None
             except OkgitError as e:  # e.g. git or Modal failing for this problem: recorded, the sweep goes on
                 result = ProblemResult(key=problem.key, level=problem.level, id=problem.id, name=problem.name,
@@ -243,8 +248,8 @@ class _Sweep:
             self.admission.leave(problem.key, slot.device)
 
 
-def _modal_baselines(config: Config, flags: dict[str, Any], parallel: int,
-                     owned: contextlib.ExitStack) -> tuple[Timer, dict[str, str]]:
+def _modal_baselines(config: Config, flags: dict[str, Any], parallel: int, owned: contextlib.ExitStack,
+                     say: Callable[[str], None]) -> tuple[Timer, dict[str, str]]:
     """On Modal: the baselines' timer and the environment of each problem's process. One
     container limit for the whole sweep: each problem's process, and the baselines timed after
     it in the same slot, get an equal share of it (at least one each)."""
@@ -252,7 +257,7 @@ def _modal_baselines(config: Config, flags: dict[str, Any], parallel: int,
     from okgit.eval.registry import make_evaluator
 
     share = max(1, max_containers_setting() // parallel)
-    baselines = owned.enter_context(make_evaluator(config, max_containers=share))
+    baselines = owned.enter_context(make_evaluator(config, max_containers=share, on_note=say))
     assert isinstance(baselines, ModalEvaluator)  # config.eval is "modal" here
     timer = functools.partial(baselines.time_baselines, backend=flags.get("backend") or "triton")
     return timer, {MAX_CONTAINERS_ENV: str(share)}
@@ -372,9 +377,10 @@ def _cross_check_plan(wanted: bool, *, gpu: bool, modal: bool) -> tuple[str | No
 
 def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, timeout_s: float, *,
                  timer: Timer | None, gpu: bool, cross_check: bool, device: str,
-                 extra_env: dict[str, str] | None = None, stop: threading.Event | None = None) -> ProblemResult:
-    if p.level == 3:  # a whole model: one campaign over its top modules (stopped, it starts over)
+                 extra_env: dict[str, str] | None = None, stop: threading.Event | None = None,
+                 top: int = CAMPAIGN_TOP) -> ProblemResult:
+    if p.level == 3:  # a whole model: one campaign over its top modules and chains (stopped, it starts over)
         return run_model_problem(p, slot, flags, out_dir, timeout_s, timer=timer, gpu=gpu, device=device,
-                                 extra_env=extra_env)
+                                 extra_env=extra_env, top=top, stop=stop)
     return run_problem(p, slot, flags, out_dir, timeout_s, timer=timer, gpu=gpu, cross_check=cross_check,
                        device=device, extra_env=extra_env, stop=stop)

@@ -129,9 +129,15 @@ class Workspace:
         proc = self.process([sys.executable, "-m", "okgit", *args], timeout_s, what)
         if isinstance(proc, dict):
             return proc
-        if proc.returncode in (130, -2):
+        if self.stopped(proc):
             raise ProblemInterrupted()
         return proc
+
+    def stopped(self, proc: subprocess.CompletedProcess[str]) -> bool:
+        """Whether the process ended for a stop: interrupted (130, SIGINT), or killed by the
+        sweep's SIGTERM before it could take the signal as Ctrl-C (still importing), so that a
+        problem stopped as it started is resumed, never recorded as an error."""
+        return proc.returncode in (130, -2) or (self.stop.is_set() and proc.returncode != 0)
 
     def process(self, cmd: list[str], timeout_s: float, what: str) -> subprocess.CompletedProcess[str] | dict[str, Any]:
         """CMD in the repository (stopped with the sweep), its stderr kept as the problem's log;
@@ -209,7 +215,7 @@ def run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, 
     solved = last_json(proc.stdout) or {}
     space.walls = dict(solved.get("walls") or {})
     run = solved.get("run")
-    if proc.returncode in (130, -2) or solved.get("interrupted"):
+    if space.stopped(proc) or solved.get("interrupted"):
         space.keep_in_flight()
         raise ProblemInterrupted()
     if not isinstance(run, dict):

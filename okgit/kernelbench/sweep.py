@@ -277,8 +277,9 @@ def _run_all(pool: DevicePool, job: Callable[[KBProblem, Slot], ProblemResult | 
         for p in [p for p in pending if p.key in done and out_of_memory(done[p.key], out_dir, p)]:
             say(f"{p.key}: out of memory with {len(pool.slots)} problems at once; running it again alone")
             again = job(p, pool.slots[0])
-            if again is None:
-                del done[p.key]  # stopped: it runs again in the next sweep
+            if again is None:  # stopped: it runs again in the next sweep, not counted as its first run's error
+                del done[p.key]
+                _state_path(out_dir, p).unlink(missing_ok=True)
                 continue
             done[p.key] = again
             reran.append(p.key)

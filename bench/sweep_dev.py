@@ -1,6 +1,6 @@
 """The whole development set (KernelBench levels 1 and 2) swept across device calls, each within its limit.
 
-    python3 bench/sweep_dev.py [KB] [--limit S] [--parallel N] [--state DIR] [--smoke] [okgit bench flags]
+    python3 bench/sweep_dev.py [KB] [--limit S] [--parallel N] [--state DIR] [--smoke] [okgit bench flags, as --flag=value]
 
 KB is the development set's checkout (default `.kb`, a copy of ../shared/kernelbench carried to
 the GPU machine); only its level1 and level2 folders are swept, at their real sizes and okgit's

@@ -164,19 +164,39 @@ def _dynamic_config(torch: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _no_caches(torch: Any) -> Iterator[None]:
-    """Inductor's compiled-graph caches off: a graph served from one is never generated, so the
-    patched codegen sees no code. On the H200 the eval-mode graph, the same as the training-mode
-    one compiled just before, came from the FX graph cache and every seed failed with "Inductor
-    generated no code" (a CPU never finishes a compile here, so it never caches)."""
-    inductor = {k: False for k in ("fx_graph_cache", "fx_graph_remote_cache", "autotune_remote_cache")
-                if hasattr(torch._inductor.config, k)}
+def _generated_afresh(torch: Any) -> Iterator[None]:
+    """Every graph compiled here generated, none served from Inductor's graph cache: a served
+    graph is never generated, so the patched codegen would see no code (on the H200 the
+    eval-mode graph, the same as the training-mode one compiled just before, came from the FX
+    graph cache and every seed failed with "Inductor generated no code"). The cache's lookups
+    miss, but what is generated is still saved, under the key Inductor gives the graph (the graph,
+    its inputs' sizes and types, the configuration, the versions: nothing here changes the
+    configuration), so torch.compile of the same graph in another process (the sweep's baseline,
+    okgit.kernelbench.baselines) is served the code a cold compile makes. The autograd cache,
+    which would skip Inductor altogether, is off. Where this torch keeps no such lookup, the graph
+    caches are off altogether."""
     import torch._functorch.config as functorch_config
+    from torch._inductor.codecache import FxGraphCache
 
     functorch = {k: False for k in ("enable_autograd_cache", "enable_remote_autograd_cache")
                  if hasattr(functorch_config, k)}
-    with torch._inductor.config.patch(inductor), functorch_config.patch(functorch):
-        yield
+    lookup = FxGraphCache.__dict__.get("_lookup_graph")
+    if not isinstance(lookup, staticmethod):
+        off = {k: False for k in ("fx_graph_cache", "fx_graph_remote_cache", "autotune_remote_cache")
+               if hasattr(torch._inductor.config, k)}
+        with torch._inductor.config.patch(off), functorch_config.patch(functorch):
+            yield
+        return
+
+    def miss(*args: Any, **kwargs: Any) -> tuple[None, dict[str, Any]]:
+        return None, {}  # (no graph, no cache facts): load_with_key counts a miss and the caller saves
+
+    FxGraphCache._lookup_graph = staticmethod(miss)  # type: ignore[method-assign,assignment]
+    try:
+        with functorch_config.patch(functorch):
+            yield
+    finally:
+        FxGraphCache._lookup_graph = lookup  # type: ignore[method-assign]
 
 
 def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, externs: dict[str, str], reader: Reader,
@@ -227,7 +247,7 @@ def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, exte
     before = {id(o) for o in _autotuners()} if device == "cuda" else set()
     inductor_graph.GraphLowering.codegen = codegen  # type: ignore[method-assign]
     try:
-        with torch.no_grad(), _cpu_triton(device), _dynamic_config(torch), _no_caches(torch), warnings.catch_warnings():
+        with torch.no_grad(), _cpu_triton(device), _dynamic_config(torch), _generated_afresh(torch), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compiled = torch._dynamo.optimize(backend, nopython=True, guard_export_fn=export)(model)
             result = compiled(*inputs)  # compiles; on a GPU Inductor autotunes here

@@ -12,12 +12,14 @@ no kernel for) only eager and torch.compile are timed. `--checked`: the winner w
 already, by the run's own evaluator (okgit.kernelbench.solve), so it is not checked again here.
 On a CPU nothing is timed: no speedup is ever claimed from a CPU.
 
-The torch.compile arm is torch.compile of the reference, default mode, compiled cold in this
-process as a user's first call would: the seed's capture keeps Inductor's compiled-graph caches
-off (okgit.inductor.capture), so no graph of the seed's is served here; what Inductor keeps per
-kernel on disk (Triton's compiled kernels, a kernel's autotuned launch settings, found with the
-device held alone) may be. `compile_s` and `compile_cache` in the result say how long the
-compile took here and whether Inductor's graph cache served it.
+The torch.compile arm is torch.compile of the reference, default mode, in this process. Its
+compile may be served by Inductor's graph cache (on disk, shared by the processes of this user),
+which the problem's Inductor seed filled when it compiled the same reference at the same shapes
+under the same pinned flags (the seed's static compile; okgit.inductor.capture generates every
+graph afresh but saves it); Inductor keys a cached graph by the graph itself, its inputs' sizes
+and types, its configuration and the versions, so a hit is the code a cold compile makes, and
+its autotuning was done with the device held alone. `compile_s` and `compile_cache` in the result
+say how long the compile took here and whether Inductor's graph cache served it.
 
 Each arm's noise is the spread of its per-round medians ((max - min) / median over ROUNDS
 rounds). `--model-patch` (a model campaign's patched model, okgit.campaign.model): the winner was

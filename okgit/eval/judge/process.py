@@ -10,7 +10,9 @@ evaluations while they fit `Job.cache_bytes`, drawn and computed again otherwise
 memory of a check is bounded by one case whatever the number of cases.
 
 Messages (okgit.eval.protocol.channel): {"op": "prepare", "job": Job} -> the prepared facts;
-{"op": "check", "case", "gate", "leaves", "outputs", "dir"} -> {"checks", "fingerprints"}.
+{"op": "measure"} -> the reference's timing and profile on a GPU (a request of its own, since the
+parent holds the device alone for it and shares it for the rest); {"op": "check", "case", "gate",
+"leaves", "outputs", "dir"} -> {"checks", "fingerprints"}.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class Judge:
             sys.path.insert(0, job.root)
         prep = self.prep = Prepared(job)
         result: dict[str, Any] = {"calls": {}}
+        if job.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         self.phase("reference: import")
         main = dict(job.knobs)
         if job.device == "cpu":
@@ -121,9 +125,8 @@ class Judge:
             case_bytes=max(s.nbytes for s in stats.values()), cached=sorted(prep.cache),
         )
         del first[:]
-        if job.device == "cuda":
-            self.measure(job, result)
-            torch.cuda.empty_cache()
+        if job.device == "cuda":  # what this problem holds on the device, for a sweep's admission
+            result["device_peak_bytes"] = int(torch.cuda.max_memory_reserved())
         return result
 
     def arm(self, job: Job, key: int | str, knobs: dict[str, int], perturbed: list[Any] | None = None) -> Arm:
@@ -374,11 +377,12 @@ class Judge:
         return {"flops": float(counter.get_total_flops()), "min_bytes": float(read + calls.nbytes(leaves)),
                 "dtypes": dtypes}
 
-    def measure(self, job: Job, result: dict[str, Any]) -> None:
+    def measure(self) -> dict[str, Any]:
         """Device peaks (once per device), then the time to beat: ModelNew's where the op file has one."""
         from okgit.eval.worker.measure import time_model
 
         assert self.prep is not None
+        job = self.prep.job
         if job.peaks_path and not Path(job.peaks_path).exists():
             self.phase("reference: device peaks")
             from okgit.eval.roofline import measure_peaks
@@ -394,7 +398,8 @@ class Judge:
         seeds = [c for c in self.prep.cases.values() if c.kind == "seed"]
         self.phase("reference: timing")
         measured, _ = time_model(self.torch, model, arm.module, seeds, job, self.device)
-        result.update(measured)
+        self.torch.cuda.empty_cache()
+        return measured
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -409,6 +414,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             if message.get("op") == "prepare":
                 reply = judge.prepare(Job.from_dict(message["job"]))
+            elif message.get("op") == "measure":
+                reply = judge.measure()
             elif message.get("op") == "check":
                 reply = judge.check(message)
             else:

@@ -114,6 +114,17 @@ def test_every_form_matches_float64(tmp_path):
             source = setting(source, key, value)
         jobs.append((path, source, {}))
         names.append(f"{name}, small tiles")
+    # an input that needs no padding read in its own layout (NCHW, strided channels), no copy
+    for name in ("conv2d, lone, no bias", "conv2d, 1x1"):
+        path, source = conv_source(tmp_path, name)
+        jobs.append((path, setting(source, "INPUT_COPY", 0), {}))
+        names.append(f"{name}, read in place")
+    # 32-bit indices, as on a GPU (the interpreter takes 64-bit ones: it checks each 32-bit operation)
+    path, source = conv_source(tmp_path, "transposed 2d, strided, output padding")
+    narrow = source.replace('return device.type != "cuda" or max(numels) >= 2**31', "return max(numels) >= 2**31")
+    assert narrow != source
+    jobs.append((path, narrow, {}))
+    names.append("transposed 2d, 32-bit indices")
     results = run_ops(jobs, timeout=900)
     bad = [(n, r["why"]) for n, r in zip(names, results, strict=True) if not r["ok"]]
     assert not bad, bad

@@ -115,6 +115,7 @@ class Conv(TemplateKind):
     label = "Triton convolution (3xTF32)"
     alone = True  # a candidate of its own, before the channels-last one that keeps cuDNN
     precision = "tf32x3"
+    stands_in_for = "cuDNN's convolution"
     helpers: ClassVar[dict[str, Traversable]] = {"_gemm_plan": Gemm.helpers["_gemm_plan"],
                                                  "_conv_plan": template(__package__, "conv_plan.py.tmpl")}
 
@@ -160,6 +161,7 @@ class Conv(TemplateKind):
             f"{NAME}_BLOCK_M": 128, f"{NAME}_BLOCK_N": min(128, max(16, 1 << (cog - 1).bit_length())),
             f"{NAME}_BLOCK_K": 32, f"{NAME}_GROUP_M": 8, f"{NAME}_NUM_WARPS": 4, f"{NAME}_NUM_STAGES": 3,
             f"{NAME}_PRECISION": self.precision,
+            f"{NAME}_INPUT_COPY": 1,  # 0: an input that needs no padding read in its own layout
         }
 
     def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:

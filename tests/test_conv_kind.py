@@ -236,3 +236,53 @@ def test_the_proposers_conv_candidate_is_judged_correct_by_the_evaluator(tmp_pat
     gpu = {p.origin: p for p in plan(ctx_for(path, "cuda"))}
     tf32 = evaluator.evaluate(problem, gpu["template:conv_tf32"].source)
     assert tf32.status is Status.incorrect and tf32.error is not None, tf32.status
+
+
+SM90_SCRIPT = r"""
+import inspect, json, sys, types
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler.compiler import ASTSource
+path, kernel, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
+mod = types.ModuleType("cand")
+mod.__file__ = path
+exec(compile(open(path).read(), path, "exec"), mod.__dict__)
+fn = getattr(mod, kernel)
+params = list(inspect.signature(fn.fn).parameters.values())
+setting = lambda key: getattr(mod, f"{prefix}_{key}")
+out = {}
+for wide in (False, True):
+    values = {"BLOCK_M": setting("BLOCK_M"), "BLOCK_N": setting("BLOCK_N"), "BLOCK_K": setting("BLOCK_K"),
+              "GROUP_M": setting("GROUP_M"), "PRECISION": setting("PRECISION"),
+              "ROUND": setting("PRECISION") == "tf32", "WIDE": wide}
+    signature = {p.name: "constexpr" if "constexpr" in str(p.annotation) else "*fp32" if p.name.endswith("_ptr")
+                 else "i32" for p in params}
+    constants = {p.name: values[p.name] for p in params if signature[p.name] == "constexpr"}
+    compiled = triton.compile(ASTSource(fn, signature, constants), target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": setting("NUM_WARPS"), "num_stages": setting("NUM_STAGES")})
+    ptx = compiled.asm["ptx"]
+    out[str(wide)] = {"wgmma": ptx.count("wgmma.mma_async"), "cp_async": ptx.count("cp.async."),
+                      "shared": compiled.metadata.shared}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("origin", ["template:conv", "template:conv_tf32"])
+def test_the_kernel_compiles_for_hopper_on_tensor_cores(tmp_path, origin):
+    """Compiled for sm_90 here, without a GPU (Triton's bundled ptxas), at the defaults and with
+    64-bit indices: the products run as wgmma (Hopper's tensor-core instruction) and the tile
+    loads are pipelined (cp.async); a kernel that only ran under the interpreter would not show it."""
+    pytest.importorskip("triton.backends.nvidia")
+    path, source = conv_source(tmp_path, "transposed 3d, grouped", origin)
+    cand = tmp_path / "cand.py"
+    cand.write_text(source)
+    name = "fused_conv_0" if origin == "template:conv" else "fused_conv_tf32_0"
+    proc = subprocess.run([sys.executable, "-c", SM90_SCRIPT, str(cand), f"{name}_kernel", name.upper()],
+                          capture_output=True, text=True, timeout=600, check=False,
+                          env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+    if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr:
+        pytest.skip("no ptxas in this Triton")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for wide, got in json.loads(proc.stdout.splitlines()[-1]).items():
+        assert got["wgmma"] > 0 and got["cp_async"] > 0, (wide, got)

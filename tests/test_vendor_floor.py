@@ -7,9 +7,9 @@ from pathlib import Path
 
 from okgit.eval.types import EvalResult, Reference, Status
 from okgit.problem import load_problem
-from okgit.report import vendor_floor
 from okgit.search.types import Attempt, Context, Proposal
 from okgit.status import RunStatus
+from okgit.views.report import vendor_floor
 
 OP = Path(__file__).parent / "ops" / "conv_sub_mish.py"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -18,12 +19,14 @@ from filelock import FileLock
 from pydantic import BaseModel
 
 from okgit.campaign import plan
-from okgit.campaign.store import campaigns_dir
 from okgit.config import Config, load_config
 from okgit.errors import OkgitError
 from okgit.eval.base import Evaluator
-from okgit.git.journal import JsonlWriter
+from okgit.git.campaigns import campaigns_dir
 from okgit.git.repo import Repo
+from okgit.journal.campaign import CAMPAIGN_EVENTS, CampaignPreparing
+from okgit.journal.events import Event, RunStarted
+from okgit.journal.files import Journal
 from okgit.locks import try_hold
 from okgit.problem import REQUIRED, Problem, load_problem, top_level_names
 from okgit.status import RunStatus
@@ -64,6 +67,7 @@ class ProblemRow(BaseModel):
 class Outcome:
     rows: list[ProblemRow]  # in plan order, the refused last
     device: str
+    backend: str
     ordered_by: str
     interrupted: bool = False  # Ctrl-C or SIGTERM during a problem's run: the rest were not run
 
@@ -74,13 +78,24 @@ class CampaignSpace:
     repo: Repo  # the user's repository: where the campaign directory, and its patch, belong
     dir: Path
     base: str  # HEAD when the campaign started
-    journal: JsonlWriter
+    journal: Journal  # its events: okgit.journal.campaign
     holder: FileLock | None = None  # held while the campaign's process lives (history: running)
 
     def release(self) -> None:
         if self.holder is not None:
             self.holder.release()
             self.holder = None
+
+    def announce(self, on_event: Callable[[Event], None] | None, doing: str) -> None:
+        """The campaign's first line, at once: before the evaluator starts or a model is
+        profiled (never journaled, as a run's `Preparing`)."""
+        if on_event:
+            on_event(CampaignPreparing(ts=time.time(), run=self.campaign_id, doing=doing))
+
+    def discard(self) -> None:
+        """Remove the campaign whole: it was refused, or stopped, before its first problem."""
+        self.release()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def start_campaign(repo: Repo) -> CampaignSpace:
@@ -93,7 +108,7 @@ def start_campaign(repo: Repo) -> CampaignSpace:
             campaign_id = new_run_id()
         path = campaigns_dir(repo) / campaign_id
         (path / "ops").mkdir(parents=True)
-    return CampaignSpace(campaign_id, repo, path, repo.head(), JsonlWriter(path / "journal.jsonl", campaign_id),
+    return CampaignSpace(campaign_id, repo, path, repo.head(), Journal(path / "journal.jsonl", campaign_id, CAMPAIGN_EVENTS),
                          try_hold(path / ".lock"))
 
 
@@ -101,7 +116,9 @@ def find_ops(repo: Repo, directory: Path, config: Config) -> tuple[list[str], li
     """The op files of `directory` (repository-relative) and the files skipped, with why.
 
     okgit.toml's `[[op]]` entries under the directory, when it lists any; else every tracked
-    Python file there (recursively) that defines Model, get_inputs and get_init_inputs.
+    Python file there (recursively) that defines Model, get_inputs and get_init_inputs, or
+    that cannot be read as Python at all: such a file is a problem that the screening refuses
+    on its own line (it may be a broken op file), not a helper passed over in silence.
     """
     rel_dir = repo.relpath(directory)
     prefix = "" if rel_dir in ("", ".") else rel_dir.rstrip("/") + "/"
@@ -114,12 +131,10 @@ def find_ops(repo: Repo, directory: Path, config: Config) -> tuple[list[str], li
             continue
         rel = repo.relpath(path)
         try:
-            names = top_level_names(path.read_text(), rel)
+            if not set(REQUIRED) <= top_level_names(path.read_text(), rel):
+                continue  # a helper module, not an op file
         except (OkgitError, UnicodeDecodeError):
-            skipped.append(f"{rel}: not valid Python")
-            continue
-        if not set(REQUIRED) <= names:
-            continue  # a helper module, not an op file
+            pass  # unreadable: refused when the campaign screens it, with the reason
         if not repo.is_tracked(rel):
             skipped.append(f"{rel}: not tracked by git (commit it first)")
             continue
@@ -128,7 +143,7 @@ def find_ops(repo: Repo, directory: Path, config: Config) -> tuple[list[str], li
 
 
 def run_problems(space: CampaignSpace, ops_repo: Repo, ops: list[str], flags: dict[str, Any], *,
-                 on_event: Callable[[dict[str, Any]], None] | None = None,
+                 on_event: Callable[[Event], None] | None = None,
                  modules: dict[str, str] | None = None, weights_us: dict[str, float] | None = None,
                  evaluator: Evaluator | None = None, notes: tuple[str, ...] = ()) -> Outcome:
     """Screen every op, split the budget, run each problem with budget; the rows in plan order.
@@ -143,7 +158,7 @@ def run_problems(space: CampaignSpace, ops_repo: Repo, ops: list[str], flags: di
 
     config = load_config(ops_repo.root, flags)
 
-    def log(type: str, **fields: Any) -> dict[str, Any]:
+    def log(type: str, **fields: Any) -> Event:
         event = space.journal.write(type, **fields)
         if on_event:
             on_event(event)
@@ -161,6 +176,11 @@ def run_problems(space: CampaignSpace, ops_repo: Repo, ops: list[str], flags: di
             rows[op] = row
             try:
                 problem = _load(ops_repo, op, config)
+            except OkgitError as e:
+                row.reason = f"cannot be loaded: {e}"
+                log("screened", op=op, refused=row.reason)
+                continue
+            try:
                 reference = evaluator.reference(problem)
             except OkgitError as e:
                 row.reason = str(e)
@@ -208,7 +228,7 @@ def run_problems(space: CampaignSpace, ops_repo: Repo, ops: list[str], flags: di
                 interrupted = True
                 break
         ordered = [rows[a.screen.op] for a in allotted] + [r for r in rows.values() if r.status == REFUSED]
-    return Outcome(ordered, evaluator.device, ordered_by, interrupted)
+    return Outcome(ordered, evaluator.device, config.backend, ordered_by, interrupted)
 
 
 def _load(repo: Repo, op: str, config: Config) -> Problem:
@@ -216,7 +236,11 @@ def _load(repo: Repo, op: str, config: Config) -> Problem:
 
     path = repo.root / op
     check_op(repo, path)
-    problem = load_problem(op, source=path.read_text(), root=str(path.parent))
+    try:
+        source = path.read_text()
+    except UnicodeDecodeError:
+        raise OkgitError(f"{op}: not UTF-8 text") from None
+    problem = load_problem(op, source=source, root=str(path.parent))
     return replace(problem, **config.problem_settings(op))
 
 
@@ -228,8 +252,7 @@ def _time_shares(rows: dict[str, ProblemRow], weights_us: dict[str, float] | Non
 
 
 def _run_one(space: CampaignSpace, ops_repo: Repo, row: ProblemRow, flags: dict[str, Any], a: plan.Allotment,
-             evaluator: Evaluator, log: Callable[..., dict[str, Any]],
-             on_event: Callable[[dict[str, Any]], None] | None) -> None:
+             evaluator: Evaluator, log: Callable[..., Event], on_event: Callable[[Event], None] | None) -> None:
     from okgit.run import optimize
 
     log("problem_started", op=row.op, iterations=a.iterations, time_s=a.time_s, usd=a.usd)
@@ -239,9 +262,9 @@ def _run_one(space: CampaignSpace, ops_repo: Repo, row: ProblemRow, flags: dict[
     if a.usd is not None:
         own["budget_usd"] = a.usd
 
-    def forward(event: dict[str, Any]) -> None:
-        if event.get("type") == "run_started":
-            row.run_id = event.get("run")
+    def forward(event: Event) -> None:
+        if isinstance(event, RunStarted):
+            row.run_id = event.run
             log("problem_run", op=row.op, run_id=row.run_id, run_dir=str(ops_repo.runs_dir / str(row.run_id)))
         if on_event:
             on_event(event)

@@ -1,4 +1,6 @@
-"""Where candidates run: the evaluators `--eval` chooses from, and the one place that builds one.
+"""Where candidates run: the built-in evaluators `--eval` chooses from (registered in
+`okgit.config.EVALUATORS`, which config checks `--eval` against), and the one place that
+builds one.
 
 `optimize`, `verify` and the KernelBench sweep all get their evaluator here. A factory takes
 the run's `Config` and options of its own kind (the sweep's share of Modal containers).
@@ -8,14 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from okgit.registry import Registry
+from okgit.config import EVALUATORS, Config
 
 if TYPE_CHECKING:
-    from okgit.config import Config
     from okgit.eval.base import Evaluator
 
-EVALUATORS: Registry[Callable[..., "Evaluator"]] = Registry("evaluator", "okgit.evaluators")
-evaluator = EVALUATORS.register
+evaluator = EVALUATORS.register  # the registry is config's, which checks `--eval` against it
 
 
 @evaluator("local", order=0)
@@ -38,5 +38,9 @@ def _modal(config: Config, **options: Any) -> Evaluator:
     return evaluator
 
 
-def make_evaluator(config: Config, **options: Any) -> Evaluator:
-    return EVALUATORS.get(config.eval).factory(config, **options)
+def make_evaluator(config: Config, *, on_note: Callable[[str], None] | None = None, **options: Any) -> Evaluator:
+    """The evaluator `config.eval` names; `on_note` gets what it says while it starts (the CLI's progress)."""
+    evaluator = EVALUATORS.get(config.eval).factory(config, **options)
+    if on_note is not None:
+        evaluator.on_note = on_note
+    return evaluator

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-
-class Status(str, Enum):
-    correct = "correct"
-    compile_error = "compile_error"
-    incorrect = "incorrect"
-    rejected = "rejected"
-    error = "error"
-
-
-Mode = Literal["fast", "thorough"]
+from okgit.config import Mode
+from okgit.status import Status
 
 
 class KernelTime(BaseModel):
@@ -153,3 +144,5 @@ class BaselineTimes(BaseModel):
     # evaluator: why they disagree, or None
     disagreement: str | None = None
     flags: dict[str, Any] = Field(default_factory=dict)  # the pinned library flags the arms ran under
+    noise: dict[str, float] = Field(default_factory=dict)  # arm -> spread of its round medians, (max - min) / median
+    state: str | None = None  # a model campaign's patch: `unchanged`, or how its state dict differs

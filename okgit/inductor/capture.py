@@ -250,7 +250,14 @@ class _cpu_triton:
 def _autotuners() -> list[Any]:
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-    return [o for o in gc.get_objects() if isinstance(o, CachingAutotuner)]
+    found = []
+    for o in gc.get_objects():
+        try:
+            if isinstance(o, CachingAutotuner):
+                found.append(o)
+        except ReferenceError:  # a weak proxy whose object is gone (dynamo leaves some): isinstance reads its class
+            continue
+    return found
 
 
 def _name(autotuner: Any) -> str:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from okgit.eval.types import Comparison
+from okgit.eval.types import Comparison, Reference
 from okgit.fmt import fmt_speed, fmt_us
 from okgit.git.rundir import RunDir
-from okgit.result_text import INTERPRETER_NOTE, applies_at
+from okgit.journal.events import Note
 from okgit.search.types import Attempt, Context
 from okgit.status import RunStatus
+from okgit.views.eval_text import INTERPRETER_NOTE, applies_at, interpreted
 
 STATUS_MEANING = {
     RunStatus.optimized: "beats the baseline past the noise on every round, correct and plausible",
@@ -25,8 +26,8 @@ STATUS_MEANING = {
 
 
 def _figures(run_dir: Path, winner: str | None) -> list[str]:
-    """The figures section: PNGs beside report.md, drawn from the journal by okgit.figures."""
-    from okgit.figures import write_figures
+    """The figures section: PNGs beside report.md, drawn from the journal by okgit.views.figures."""
+    from okgit.views.figures import write_figures
 
     try:
         paths = write_figures(run_dir, RunDir(run_dir).events(), winner=winner)
@@ -60,13 +61,28 @@ def vendor_floor(ctx: Context, winner: Attempt | None, status: RunStatus) -> lis
 
 
 def write_report(space, ctx: Context, result, winner: Attempt | None, comparison: Comparison | None, diff: str) -> None:
+    lines = [f"# okgit run {result.run_id}: {result.status}", "", f"{STATUS_MEANING.get(result.status, '')}.", ""]
+    lines += _summary(ctx, result)
+    if winner:
+        lines += _winner(winner, result, comparison, ctx.reference)
+    lines += vendor_floor(ctx, winner, result.status)
+    if not ctx.attempts:
+        lines += ["", "No candidate was proposed; the search's notes below say why."]
+    notes = [e.message for e in RunDir(space.run_dir).events() if isinstance(e, Note)]
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    lines += _candidates(ctx.attempts)
+    lines += _figures(space.run_dir, winner.cand if winner else None)
+    if diff:
+        lines += _apply(ctx, result, diff)
+    RunDir(space.run_dir).report.write_text("\n".join(lines) + "\n")
+
+
+def _summary(ctx: Context, result) -> list[str]:
+    """The run at a glance: what, where, how far the search went."""
     ref = ctx.reference
     knobs = ", ".join(f"{k}={v}" for k, v in ctx.problem.knobs.items()) or "-"
     lines = [
-        f"# okgit run {result.run_id}: {result.status}",
-        "",
-        f"{STATUS_MEANING.get(result.status, '')}.",
-        "",
         "| | |",
         "|---|---|",
         f"| op | `{result.op}` |",
@@ -81,54 +97,61 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
     if ref.flags and ref.timed:  # cuDNN/TF32 flags mean nothing to a CPU run
         lines.append(f"| precision flags (both arms) | {', '.join(f'{k}={v}' for k, v in ref.flags.items())} |")
     if ref.shapes:
-        lines.append(f"| shapes checked | {'; '.join(', '.join(f'{k}={v}' for k, v in s.items()) for s in ref.shapes)} |")
-    if winner:
-        r = winner.result
-        title = "Fastest correct candidate (slower: not handed out)" if result.status == RunStatus.slower else "Winner"
-        lines += ["", f"## {title}", "", f"`{winner.tag}` ({winner.proposal.origin}): {winner.proposal.intent}", ""]
-        if comparison:
-            lines += [
-                "| final gate | value |",
-                "|---|---|",
-                f"| baseline, median of rounds | {fmt_us(result.baseline_us)} us |",
-                f"| candidate, median of rounds | {fmt_us(result.best_us)} us |",
-                f"| speedup | {fmt_speed(comparison.speedup)} |",
-                f"| rounds won | {comparison.wins} of {comparison.rounds} |",
-                f"| A/A noise | {comparison.noise * 100:.2f}% |",
-                f"| sign test p | {comparison.sign_test_p:.4f} |",
-            ]
-            if r.profile and r.profile.roofline_position is not None:
-                lines.append(f"| roofline fraction | {r.profile.roofline_position:.2f} ({r.profile.bottleneck_type}-bound) |")
-        passed = [g.name for g in r.gates if g.passed]
-        if passed:
-            lines += ["", f"Gates passed: {', '.join(passed)}."]
-        if r.shapes:
-            lines.append(f"Correctness checked at: {'; '.join(', '.join(f'{k}={v}' for k, v in s.items()) for s in r.shapes)}.")
-        where = applies_at(r.kernel_shapes)
-        if where:
-            lines.append(f"{where[0].upper()}{where[1:]}. At any other shape the kernels run only if the code's own "
-                         "conditions allow; where they do not, the original code runs.")
-        if r.max_abs_error is not None and ref.max_abs_error is not None:
-            lines.append(f"Error against float64 (max abs over the checked cases): the winner {r.max_abs_error:.2e}, "
-                         f"the reference itself {ref.max_abs_error:.2e}.")
-    lines += vendor_floor(ctx, winner, result.status)
-    if not ctx.attempts:
-        lines += ["", "No candidate was proposed; the search's notes below say why."]
-    notes = [e.get("message", "") for e in RunDir(space.run_dir).events() if e["type"] == "note"]
-    if notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    lines += ["", "## Candidates", "", "| cand | origin | status | speedup | runtime us | note |", "|---|---|---|---|---|---|"]
-    for a in ctx.attempts:
+        lines.append(f"| shapes checked | {_shapes(ref.shapes)} |")
+    return lines
+
+
+def _winner(winner: Attempt, result, comparison: Comparison | None, ref: Reference) -> list[str]:
+    """The winner (or the fastest correct candidate of a slower run), its final gate and checks."""
+    r = winner.result
+    title = "Fastest correct candidate (slower: not handed out)" if result.status == RunStatus.slower else "Winner"
+    lines = ["", f"## {title}", "", f"`{winner.tag}` ({winner.proposal.origin}): {winner.proposal.intent}", ""]
+    if comparison:
+        lines += [
+            "| final gate | value |",
+            "|---|---|",
+            f"| baseline, median of rounds | {fmt_us(result.baseline_us)} us |",
+            f"| candidate, median of rounds | {fmt_us(result.best_us)} us |",
+            f"| speedup | {fmt_speed(comparison.speedup)} |",
+            f"| rounds won | {comparison.wins} of {comparison.rounds} |",
+            f"| A/A noise | {comparison.noise * 100:.2f}% |",
+            f"| sign test p | {comparison.sign_test_p:.4f} |",
+        ]
+        if r.profile and r.profile.roofline_position is not None:
+            lines.append(f"| roofline fraction | {r.profile.roofline_position:.2f} ({r.profile.bottleneck_type}-bound) |")
+    passed = [g.name for g in r.gates if g.passed]
+    if passed:
+        lines += ["", f"Gates passed: {', '.join(passed)}."]
+    if r.shapes:
+        lines.append(f"Correctness checked at: {_shapes(r.shapes)}.")
+    where = applies_at(r.kernel_shapes)
+    if where:
+        lines.append(f"{where[0].upper()}{where[1:]}. At any other shape the kernels run only if the code's own "
+                     "conditions allow; where they do not, the original code runs.")
+    if r.max_abs_error is not None and ref.max_abs_error is not None:
+        lines.append(f"Error against float64 (max abs over the checked cases): the winner {r.max_abs_error:.2e}, "
+                     f"the reference itself {ref.max_abs_error:.2e}.")
+    return lines
+
+
+def _shapes(shapes: list[dict[str, int]]) -> str:
+    return "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in shapes)
+
+
+def _candidates(attempts: list[Attempt]) -> list[str]:
+    lines = ["", "## Candidates", "", "| cand | origin | status | speedup | runtime us | note |", "|---|---|---|---|---|---|"]
+    for a in attempts:
         note = f"{a.result.error.gate}: {a.result.error.message}" if a.result.error else (a.tag or "")
         note = note.replace("|", "\\|").replace("\n", " ")[:160]
         lines.append(f"| {a.cand} | {a.proposal.origin} | {a.result.status.value} | {fmt_speed(a.result.speedup)} | {fmt_us(a.result.runtime_us)} | {note} |")
-    lines += _figures(space.run_dir, winner.cand if winner else None)
-    if diff:
-        lines += [
-            "", "## Apply", "",
-            f"    okgit apply {result.run_id}      # or: git apply {result.diff}",
-            f"    okgit revert {result.run_id}     # undo",
-            *(["", f"The winner was {INTERPRETER_NOTE}."] if ctx.device == "cpu" and ctx.backend == "triton" else []),
-            "", "## Diff", "", "```diff", diff.rstrip("\n"), "```",
-        ]
-    RunDir(space.run_dir).report.write_text("\n".join(lines) + "\n")
+    return lines
+
+
+def _apply(ctx: Context, result, diff: str) -> list[str]:
+    return [
+        "", "## Apply", "",
+        f"    okgit apply {result.run_id}      # or: git apply {result.diff}",
+        f"    okgit revert {result.run_id}     # undo",
+        *(["", f"The winner was {INTERPRETER_NOTE}."] if interpreted(ctx.device, ctx.backend) else []),
+        "", "## Diff", "", "```diff", diff.rstrip("\n"), "```",
+    ]

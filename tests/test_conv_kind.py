@@ -60,7 +60,7 @@ FORMS = {
                                      "torch.rand(batch, cin, 23)", 6, 10, 1),
     "conv2d, grouped, asymmetric": form(
         "nn.Conv2d(cin, cout, (3, 2), stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)", "y * self.p",
-        "torch.randn(batch, cin, 9, 8)", 8, 12, 2),
+        "torch.randn(batch, cin, 9, 8)", 20, 12, 2),
     "conv3d, padded": form("nn.Conv3d(cin, cout, (2, 3, 1), padding=1)", "torch.sigmoid(y) - self.p",
                            "torch.rand(batch, cin, 4, 5, 6)", 3, 16, 3),
     "conv2d, lone, no bias": form("nn.Conv2d(cin, cout, 3, bias=False)", "y", "torch.rand(batch, cin, 9, 10)", 7, 20, 2),
@@ -198,10 +198,12 @@ def _graph(tmp_path, conv: str, inputs: str):
 
 
 @pytest.mark.parametrize(("conv", "inputs", "why"), [
-    ("nn.Conv2d(8, 16, 3, groups=8)", "torch.rand(2, 8, 9, 9)", "depthwise-like"),
+    ("nn.Conv2d(8, 16, 3, groups=8)", "torch.rand(2, 8, 9, 9)", "1 input channel per group (depthwise"),
     ("nn.Conv2d(8, 16, 3, padding='same')", "torch.rand(2, 8, 9, 9)", "padding given as 'same'"),
     ("nn.Conv2d(8, 16, 3).half()", "torch.rand(2, 8, 9, 9).half()", "float16"),
-    ("nn.Conv2d(8, 16, 3, groups=2)", "torch.rand(2, 8, 9, 9)", None),
+    ("nn.Conv2d(16, 16, 3, groups=2)", "torch.rand(2, 16, 9, 9)", "8 input channels per group"),
+    ("nn.Conv2d(18, 16, 3, groups=2)", "torch.rand(2, 18, 9, 9)", None),
+    ("nn.ConvTranspose2d(8, 16, 3, groups=2)", "torch.rand(2, 8, 9, 9)", None),
 ])
 def test_which_convolutions_it_takes_and_the_note_where_not(tmp_path, conv, inputs, why):
     path, graph = _graph(tmp_path, conv, inputs)

@@ -22,9 +22,10 @@ a candidate alone; the TF32 one not on a CPU, whose reference never runs in TF32
 evaluator keeps what it judges correct. The tile order is the GEMM
 kind's (`_gemm_tile`).
 
-Declined, with a note: other dtypes, padding given as a string, a (nearly) depthwise grouping
-(fewer than MIN_GROUP_CHANNELS input or output channels per group: a direct kernel serves those
-better than tensor-core tiles)."""
+Declined, with a note: other dtypes, padding given as a string, a grouped convolution with at
+most DIRECT_GROUP_CHANNELS input channels per group (depthwise ones among them: the grouped_conv
+kind's direct kernel, kernels-pool, owns those), and a transposed one with fewer than
+MIN_GROUP_CHANNELS input or output channels per group (too few for tensor-core tiles)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,10 @@ if TYPE_CHECKING:
 
 TEMPLATE = template(__package__, "conv.py.tmpl")
 CONV_OPS = {"conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution"}
-MIN_GROUP_CHANNELS = 4  # a grouped convolution with fewer channels per group is declined
+# a grouped convolution (not transposed) with this many input channels per group or fewer is the
+# grouped_conv kind's (its MAX_GROUP_CHANNELS): one kind per convolution, so one candidate for it
+DIRECT_GROUP_CHANNELS = 8
+MIN_GROUP_CHANNELS = 4  # a transposed grouped convolution with fewer channels per group is declined
 
 
 @dataclass(frozen=True)
@@ -93,9 +97,13 @@ def conv_spec(n: Node) -> ConvSpec:
     groups = bound.get("groups", 1)
     cin = x.shape[1]
     cout = w.shape[1] * groups if transposed else w.shape[0]
-    if groups > 1 and min(cin // groups, cout // groups) < MIN_GROUP_CHANNELS:
-        raise Unsupported(f"a grouped convolution with {cin // groups} input and {cout // groups} output channels "
-                          "per group (depthwise-like: a direct kernel's, not implicit-GEMM tiles')")
+    cin_g, cout_g = cin // groups, cout // groups
+    if groups > 1 and not transposed and cin_g <= DIRECT_GROUP_CHANNELS:
+        raise Unsupported(f"a grouped convolution with {cin_g} input channel{'s' * (cin_g > 1)} per group "
+                          f"({'depthwise' if cin_g == 1 else 'few'}: the direct grouped kernel's, not implicit-GEMM tiles')")
+    if groups > 1 and min(cin_g, cout_g) < MIN_GROUP_CHANNELS:
+        raise Unsupported(f"a grouped convolution with {cin_g} input and {cout_g} output channels per group "
+                          "(depthwise-like: a direct kernel's, not implicit-GEMM tiles')")
     return ConvSpec(x, w, bias if isinstance(bias, Node) else None, per_dim("stride", 1), per_dim("padding", 0),
                     per_dim("dilation", 1), groups, transposed, per_dim("output_padding", 0))
 

@@ -136,11 +136,14 @@ def problems(b: Bench, files: list, compile_too: bool, tiles: bool, rows: list, 
 
 def spec(files: list) -> str:
     """Problem keys ("L2/7") as --problems takes them ("2:7,47 1:54"), in their order."""
-    levels: dict[str, list[str]] = {}
+    runs: list[tuple[str, list[str]]] = []  # consecutive problems of one level
     for key, _ in files:
         level, i = key.removeprefix("L").split("/")
-        levels.setdefault(level, []).append(i)
-    return " ".join(f"{level}:{','.join(ids)}" for level, ids in levels.items())
+        if runs and runs[-1][0] == level:
+            runs[-1][1].append(i)
+        else:
+            runs.append((level, [i]))
+    return " ".join(f"{level}:{','.join(ids)}" for level, ids in runs)
 
 
 def tile_arms(row: dict, sources: dict[str, str]) -> list[str]:

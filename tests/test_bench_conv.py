@@ -3,6 +3,7 @@ that would crash on the device fails here first, and the precision rule's verdic
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +13,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_problems_left_are_the_next_calls_problems(tmp_path):
+    """Past --time-limit the script prints the problems it did not start as a --problems value:
+    that value selects the same files, in the same order, levels interleaved as given."""
+    spec = importlib.util.spec_from_file_location("bench_conv", ROOT / "bench" / "conv.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for level, ids in (("1", (54, 63, 75)), ("2", (7, 15, 87))):
+        (tmp_path / f"level{level}").mkdir()
+        for i in ids:
+            (tmp_path / f"level{level}" / f"{i}_Conv.py").write_text("")
+    files = bench.problem_files(tmp_path, "2:87,7 1:63 2:15 1:54,75")
+    assert [k for k, _ in files] == ["L2/87", "L2/7", "L1/63", "L2/15", "L1/54", "L1/75"]
+    left = bench.spec(files[2:])
+    assert bench.problem_files(tmp_path, left) == files[2:], left
 
 
 @pytest.mark.slow

@@ -212,12 +212,12 @@ def test_which_convolutions_it_takes_and_the_note_where_not(tmp_path, conv, inpu
     notes: list[str] = []
     ctx = Context(problem=load_problem(path), reference=Reference(device="cpu", timed=False), backend="triton",
                   device="cuda", log=lambda type, **f: notes.append(f.get("message", "")))
-    origins = [p.origin for p in plan(ctx)]
+    # the conv kinds' candidates (another kind's, e.g. a direct grouped convolution, may stand beside them)
+    ours = [p.origin for p in plan(ctx) if {"conv", "conv_tf32"} & set(p.origin.removeprefix("template:").split("+"))]
     if why is None:
-        assert origins == ["template:conv", "template:conv_tf32"], origins
+        assert ours == ["template:conv", "template:conv_tf32"], ours
     else:
-        assert origins == [] and any(n.startswith("templates (Triton convolution (3xTF32)): ") and why in n
-                                     for n in notes), notes
+        assert ours == [] and any("Triton convolution (3xTF32)): " in n and why in n for n in notes), notes
 
 
 @pytest.mark.slow

@@ -237,7 +237,7 @@ class Judge:
         arm = self.prep.arms[case.model]
         self.phase(f"reference: {case.id}")
         if case.kind == "modes":
-            return self.compute_modes(case, arm)
+            return self.compute_modes(case, arm, record)
         inputs = calls.draw_inputs(torch, arm.module, case, self.device)
         inputs_bytes = calls.nbytes(inputs)
         native = calls.call(torch, arm.model, inputs, self.device, label=case.id, gate=f"reference: {case.id}",
@@ -260,16 +260,25 @@ class Judge:
             del doubled
         return native.leaves, f64, native.facts, inputs_bytes
 
-    def compute_modes(self, case: Case, arm: Arm) -> tuple[list[Any], list[Any] | None, dict[str, Any], int]:
+    def compute_modes(self, case: Case, arm: Arm, record: bool = False) -> tuple[list[Any], list[Any] | None,
+                                                                               dict[str, Any], int]:
         """The modes case on fresh reference models (native, and float64 where it has one): each
-        computation starts from the state the candidate's model starts from."""
+        computation starts from the state the candidate's model starts from. While recording, a
+        fresh model in channels_last runs it too, as every other case's reference does (its own
+        error is the worse of the two layouts: cuDNN may take TF32 kernels in one layout only)."""
         torch = self.torch
         model, _ = calls.build(torch, arm.module.Model, arm.init, self.device)
         buffers = sorted(name for name, _ in model.named_buffers())
         assert self.prep is not None
         gates = self.prep.job.gates
+        twin = calls.layout_twin(torch, model) if record else None  # a copy while the model is fresh
         native = calls.mode_sequence(torch, model, arm.module, case, self.device, label=case.id, buffers=buffers,
                                      gates=gates)
+        if twin is not None:
+            self.layout_outputs[case.id] = calls.mode_sequence(
+                torch, twin, arm.module, case, self.device, label=f"{case.id} (channels_last)", buffers=buffers,
+                gates=gates, convert=lambda xs: calls.channels_last_inputs(torch, xs)).leaves
+            del twin
         f64 = None
         double = self.double_model(arm.module, arm.init)
         if double is not None:

@@ -28,8 +28,11 @@ class CrossCheck(BaseModel):
     error: str | None = None
 
 
+STAGES = ("reference", "seeds", "search", "final gate", "check", "baselines")  # a problem's stages, in order
+
+
 class StageTime(BaseModel):
-    """One stage of a problem (okgit.kernelbench.timeline.STAGES): its wall time, and its holds on
+    """One stage of a problem (STAGES; okgit.kernelbench.timeline reads them): its wall time, and its holds on
     the device's lock: shared (beside other problems' work that times nothing) and exclusive (the
     device alone: timing, autotuning), and what it waited for the lock."""
 
@@ -241,8 +244,6 @@ def _scores(s: Summary) -> list[str]:
 
 def _time_lines(report: SweepReport) -> list[str]:
     """Where the time went: per problem and in total, by stage; device seconds against wall."""
-    from okgit.kernelbench.timeline import STAGES
-
     timed = [r for r in report.problems if r.time]
     if not timed:
         return []

@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 
 from okgit.journal.events import Event, Note, Preparing, ProposalEvent, ReferenceEvent, Resumed, RunFinished
-from okgit.kernelbench.scoring import StageTime
+from okgit.kernelbench.scoring import STAGES, StageTime
 
-STAGES = ("reference", "seeds", "search", "final gate", "check", "baselines")
 _LEDGER_STAGES = {"reference": "reference", "seed": "seeds", "evaluation": "search", "final gate": "final gate",
                   "check": "check", "baselines": "baselines"}
 SEARCH_ENDED = "search ended"  # the note okgit.run writes between the search and the final gate

@@ -52,6 +52,8 @@ class TemplateKind:
     label_off = ""  # ... and turned off, where that is worth naming ("vendor GEMM")
     before_plain = False  # its candidate comes before the same candidate without it
     alone = False  # its candidate turns no other optional kind on (and comes after the others)
+    devices: tuple[str, ...] = ("cpu", "cuda")  # where its candidate can be right (TF32: a GPU's)
+    stands_in_for = ""  # the vendor call its kernel replaces ("cuDNN's convolution"), named where that stays faster
     helpers: ClassVar[dict[str, Traversable]] = {}  # the Triton helpers its kernels or launch code may call
 
     def offered(self, graph: Graph) -> bool:

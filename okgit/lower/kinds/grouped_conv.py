@@ -44,6 +44,7 @@ class GroupedConv(WindowKind):
     name = "grouped_conv"
     label = "direct grouped convolution"
     label_off = "vendor grouped convolution"
+    stands_in_for = "cuDNN's convolution"
     OPS = CONV_OPS
     template = TEMPLATE
     leading = ["xshape[0]", "w.shape[0]"]

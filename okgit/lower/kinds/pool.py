@@ -44,6 +44,7 @@ class Pool(WindowKind):
     name = "pool"
     label = "Triton pooling"
     label_off = "vendor pooling"
+    stands_in_for = "PyTorch's pooling"
     OPS = POOL_OPS
     template = TEMPLATE
     leading = [f"xshape[{i}]" for i in range(4)]

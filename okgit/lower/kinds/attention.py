@@ -17,7 +17,6 @@ import dataclasses
 
 import torch
 
-from okgit.lower.fusion import Group
 from okgit.lower.graph import Bound, Graph, Node, Unsupported
 from okgit.lower.kernelcode import KernelCode, Scope, literal, store_outputs
 from okgit.lower.kinds.base import Rendered, TemplateKind, output_names, template_kind
@@ -91,12 +90,6 @@ class Attention(TemplateKind):
 
     def what(self, g) -> str:
         return "a flash-attention kernel with the epilogue on its output"
-
-    def describe(self, g: Group) -> str:
-        ops = [n.op for n in g.nodes if n.kind in ("op", "reduce")]
-        if not ops:  # the attention call alone: no epilogue to count
-            return "a flash-attention kernel"
-        return super().describe(g)
 
     def tunables(self, NAME: str, e: int, ev: int) -> dict[str, int]:
         """Q K^T in one chunk of the head dim up to 128 (Q in registers); past that 64 at a time,

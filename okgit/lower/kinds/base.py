@@ -110,8 +110,9 @@ class TemplateKind:
 
     def describe(self, g: Group) -> str:
         ops = [n.op for n in g.nodes if n.kind in ("op", "reduce")]
-        names = ", ".join(dict.fromkeys(ops)) or "copy"
-        return f"{self.what(g)} ({len(ops)} ops: {names})"
+        if not ops:  # a copy, or a GEMM, convolution or attention with nothing after it
+            return f"{self.what(g)} (no elementwise ops)"
+        return f"{self.what(g)} ({len(ops)} ops: {', '.join(dict.fromkeys(ops))})"
 
     def lower(self, low: Lowering, g: Group, name: str, code: KernelCode, leaves: dict[int, Leaf],
               args: list[str], params: list[str]) -> Rendered:

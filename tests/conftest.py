@@ -181,12 +181,39 @@ def crashed_run(root: Path, candidates: list[tuple[str, str]]) -> str:
     return proc.stdout.strip()
 
 
-@pytest.fixture(scope="module")
-def evaluator():
-    """The real evaluator on the CPU (Triton under its interpreter), one per test module."""
+OPS = Path(__file__).parent / "ops"
+
+
+@pytest.fixture(scope="session")
+def _cpu_evaluator():
     from okgit.eval.local import LocalEvaluator
 
     ev = LocalEvaluator(device="cpu")
+    yield ev
+    ev.close()
+
+
+@pytest.fixture(scope="module")
+def evaluator(_cpu_evaluator):
+    """The real evaluator on the CPU (Triton under its interpreter), one for the whole session:
+    its workers start once, and the reference of each op of tests/ops is prepared once for every
+    module that judges against it. Sharing leaks nothing between tests: every candidate runs in
+    a fresh worker. A reference prepared from anywhere else (an op a test wrote to its tmp_path)
+    is closed with its module, since each holds a judge process."""
+    yield _cpu_evaluator
+    shared = {p.read_text() for p in OPS.glob("*.py")}
+    for key, prep in list(_cpu_evaluator._prepared.items()):
+        if not prep.judge.alive() or Path(prep.reference_path).read_text() not in shared:
+            del _cpu_evaluator._prepared[key]
+            prep.close()
+
+
+@pytest.fixture(scope="module")
+def gpu_evaluator():
+    """The real evaluator on the first CUDA GPU (the gpu-marked tests skip without one)."""
+    from okgit.eval.local import LocalEvaluator
+
+    ev = LocalEvaluator(device="cuda")
     yield ev
     ev.close()
 
@@ -196,7 +223,7 @@ def evaluator():
 # "not slow"` (the README's fast subset) keeps every fast test. CI runs everything (.ci/run).
 # A test that asks for the real evaluator starts workers: it must say it is slow (or need a GPU).
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    unmarked = [item.nodeid for item in items if "evaluator" in getattr(item, "fixturenames", ())
+    unmarked = [item.nodeid for item in items if {"evaluator", "gpu_evaluator"} & set(getattr(item, "fixturenames", ()))
                 and item.get_closest_marker("slow") is None and item.get_closest_marker("gpu") is None]
     if unmarked:
         raise pytest.UsageError(f"tests using the real evaluator must be marked slow: {', '.join(unmarked)}")

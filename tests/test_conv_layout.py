@@ -1,6 +1,6 @@
 """The channels-last candidate of convolutions with a fused epilogue: proposed after the NCHW
-candidate, judged correct by the real evaluator under the Triton interpreter, and returning
-the same contiguous NCHW output as the reference."""
+candidate, right against the reference under the Triton interpreter (and judged correct by the
+real evaluator on one of them), and returning the same contiguous NCHW output as the reference."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from oprun import run_ops
 from test_columns import ctx_for
 
-from okgit.eval.local import LocalEvaluator
 from okgit.eval.types import Status
 from okgit.problem import load_problem
 from okgit.search.proposers.templates import plan
@@ -79,72 +79,99 @@ def scale_tanh(tmp_path: Path) -> Path:
 
 CONTIGUITY = r'''
 import json, sys, types, torch
-ref, cand = (types.ModuleType(n) for n in ("ref", "cand"))
-for mod, path in ((ref, sys.argv[1]), (cand, sys.argv[2])):
-    mod.__file__ = path
-    exec(compile(open(path).read(), path, "exec"), mod.__dict__)
-torch.manual_seed(0)
-model = cand.Model(*ref.get_init_inputs())
-with torch.no_grad():
-    want = ref.Model.forward(model, *ref.get_inputs())
-    got = model(*ref.get_inputs())
-print(json.dumps([list(want.stride()), list(got.stride()), got.is_contiguous()]))
+for ref_path, cand_path in json.loads(sys.argv[1]):
+    ref, cand = (types.ModuleType(n) for n in ("ref", "cand"))
+    for mod, path in ((ref, ref_path), (cand, cand_path)):
+        mod.__file__ = path
+        exec(compile(open(path).read(), path, "exec"), mod.__dict__)
+    torch.manual_seed(0)
+    model = cand.Model(*ref.get_init_inputs())
+    with torch.no_grad():
+        want = ref.Model.forward(model, *ref.get_inputs())
+        got = model(*ref.get_inputs())
+    print("STRIDES " + json.dumps([list(want.stride()), list(got.stride()), got.is_contiguous()]))
 '''
 
 
-def strides(reference: Path, source: str, tmp_path: Path) -> tuple[list[int], list[int], bool]:
-    """(reference output strides, candidate output strides, candidate output contiguous)."""
-    cand = tmp_path / "candidate.py"
-    cand.write_text(source)
+def strides(pairs: list[tuple[Path, str]], tmp_path: Path) -> list[tuple[list[int], list[int], bool]]:
+    """(reference output strides, candidate output strides, candidate output contiguous) of each
+    (reference, candidate source), in one interpreter process."""
+    jobs = []
+    for i, (reference, source) in enumerate(pairs):
+        cand = tmp_path / f"candidate_{i}.py"
+        cand.write_text(source)
+        jobs.append((str(reference), str(cand)))
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", CONTIGUITY, str(reference), str(cand)], capture_output=True,
-                          text=True, timeout=300, env=env, check=False)
+    proc = subprocess.run([sys.executable, "-c", CONTIGUITY, json.dumps(jobs)], capture_output=True,
+                          text=True, timeout=600, env=env, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return tuple(json.loads(proc.stdout.splitlines()[-1]))
+    return [tuple(json.loads(line[8:])) for line in proc.stdout.splitlines() if line.startswith("STRIDES ")]
 
 
-def check(evaluator: LocalEvaluator, path: Path, tmp_path: Path, epilogue: str = "pointwise") -> str:
-    """Both conv candidates are offered, NCHW first, each correct; the channels-last one's
-    output is contiguous NCHW like the reference's. Returns that candidate's source."""
-    problem = load_problem(path)
-    proposals = plan(ctx_for(path))
-    assert [p.origin for p in proposals] == [NCHW.format(epilogue), CL.format(epilogue)]
-    for p in proposals:
-        result = evaluator.evaluate(problem, p.source)
-        assert result.status is Status.correct, (p.origin, result.status.value, result.error)
-    want, got, contiguous = strides(path, proposals[1].source, tmp_path)
-    assert contiguous and got == want
-    return proposals[1].source
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name, epilogue", [
-    ("17_conv2d_relu_bias", "pointwise"), ("18_conv_channel_scale_tanh", "pointwise"), ("20_conv_instance_norm", "rows"),
-])
-def test_examples_get_a_correct_channels_last_candidate(evaluator, tmp_path, name, epilogue):
-    check(evaluator, shrunk(tmp_path, name), tmp_path, epilogue)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("forward", [
+SPATIAL = [
     # a normalisation over H and W: mean, then variance, then the elementwise output
     ("y = self.conv(x)\nm = y.mean(dim=(2, 3), keepdim=True)\n"
      "return (y - m) * torch.rsqrt(((y - m) ** 2).mean(dim=(2, 3), keepdim=True) + 1e-5) * self.scale"),
     "return torch.amax(torch.relu(self.conv(x)), dim=(2, 3))",  # per-row outputs only
-])
-def test_spatial_reductions_of_an_odd_sized_conv_get_a_correct_channels_last_candidate(evaluator, tmp_path, forward):
+]
+EXAMPLE_EPILOGUES = {"17_conv2d_relu_bias": "pointwise", "18_conv_channel_scale_tanh": "pointwise",
+                     "20_conv_instance_norm": "rows"}
+
+
+def spatial(tmp_path: Path, i: int) -> Path:
     # 11 channels (two channel blocks, a masked tail), a 13x12 image (several position chunks)
-    path = conv_op(tmp_path, "spatial", "nn.Conv2d(in_channels, out_channels, kernel_size, padding=1)", forward,
+    return conv_op(tmp_path, f"spatial_{i}", "nn.Conv2d(in_channels, out_channels, kernel_size, padding=1)", SPATIAL[i],
                    "self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)",
                    knobs={"out_channels": 11, "height": 13, "width": 12})
-    source = check(evaluator, path, tmp_path, "rows")
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory) -> dict[str, dict]:
+    """Every conv op below: its candidates, each run against the reference (oprun: the tolerance,
+    every element written, two calls alike, inputs unchanged), and the strides of the
+    channels-last candidate's output, all in two interpreter processes."""
+    tmp = tmp_path_factory.mktemp("conv")
+    ops = {**{name: shrunk(tmp, name) for name in EXAMPLE_EPILOGUES}, "scale_tanh": scale_tanh(tmp),
+           **{f"spatial_{i}": spatial(tmp, i) for i in range(len(SPATIAL))}}
+    proposals = {name: plan(ctx_for(path)) for name, path in ops.items()}
+    jobs = [(ops[name], p.source, {}) for name in ops for p in proposals[name]]
+    results = iter(run_ops(jobs, timeout=900))
+    cl = [name for name in ops if len(proposals[name]) == 2]
+    laid_out = dict(zip(cl, strides([(ops[name], proposals[name][1].source) for name in cl], tmp)))
+    return {name: {"proposals": proposals[name], "results": [next(results) for _ in proposals[name]],
+                   "strides": laid_out.get(name)} for name in ops}
+
+
+def check(checked: dict[str, dict], name: str, epilogue: str = "pointwise") -> str:
+    """Both conv candidates are offered, NCHW first, each right against the reference; the
+    channels-last one's output is contiguous NCHW like the reference's. Returns that
+    candidate's source."""
+    got = checked[name]
+    assert [p.origin for p in got["proposals"]] == [NCHW.format(epilogue), CL.format(epilogue)]
+    for p, result in zip(got["proposals"], got["results"]):
+        assert result["ok"], (p.origin, result["why"])
+    want, out, contiguous = got["strides"]
+    assert contiguous and out == want
+    return got["proposals"][1].source
+
+
+@pytest.mark.slow  # two interpreter processes run all of the module's candidates
+@pytest.mark.parametrize("name, epilogue", list(EXAMPLE_EPILOGUES.items()))
+def test_examples_get_a_correct_channels_last_candidate(checked, name, epilogue):
+    check(checked, name, epilogue)
+
+
+@pytest.mark.slow  # two interpreter processes run all of the module's candidates
+@pytest.mark.parametrize("i", range(len(SPATIAL)), ids=["normalisation", "per_row_outputs"])
+def test_spatial_reductions_of_an_odd_sized_conv_get_a_correct_channels_last_candidate(checked, i):
+    source = check(checked, f"spatial_{i}", "rows")
     kernel = source.split("def fused_rows_cl_1_kernel")[1].split("\ndef ")[0]
     assert "nhwc = nhwc_base + col * n_chan" in kernel and "tl.load(in0_ptr + nhwc, mask=mask" in kernel
 
 
-@pytest.mark.slow
-def test_an_odd_sized_conv_gets_a_correct_channels_last_candidate(evaluator, tmp_path):
-    source = check(evaluator, scale_tanh(tmp_path), tmp_path)
+@pytest.mark.slow  # two interpreter processes run all of the module's candidates
+def test_an_odd_sized_conv_gets_a_correct_channels_last_candidate(checked):
+    source = check(checked, "scale_tanh")
     forward = source.split("def forward")[1]
     # input and weight channels-last, by a tiled Triton copy; the conv bias moves into the epilogue
     assert "conv2d(_to_channels_last(x), _to_channels_last(self.conv.weight), None, " in forward
@@ -159,7 +186,7 @@ def test_an_odd_sized_conv_gets_a_correct_channels_last_candidate(evaluator, tmp
         assert re.search(rf"^FUSED_POINTWISE_CL_1_{setting}: int = \d+$", source, flags=re.MULTILINE)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator's gates, on one channels-last candidate
 def test_a_conv_without_bias_keeps_its_call(evaluator, tmp_path):
     path = conv_op(tmp_path, "no_bias", "nn.Conv2d(in_channels, out_channels, kernel_size, stride=2, bias=False)",
                    "return torch.relu(self.conv(x)) * 2.0 + x.mean()")

@@ -49,13 +49,6 @@ def get_init_inputs():
 '''
 
 
-@pytest.fixture(scope="module")
-def evaluator():
-    ev = LocalEvaluator(device="cpu")
-    yield ev
-    ev.close()
-
-
 @pytest.mark.slow
 def test_globals_derived_from_knobs_follow_them(evaluator, tmp_path):
     """Scaled down for the CPU and varied for extra shapes, out_channels changes bias_shape with it

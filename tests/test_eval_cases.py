@@ -27,13 +27,6 @@ def _cases() -> list[str]:
     return sorted(p.name for p in CASES.iterdir() if (p / "expected.json").is_file())
 
 
-@pytest.fixture(scope="module")
-def evaluator():
-    ev = LocalEvaluator(device="cpu")
-    yield ev
-    ev.close()
-
-
 def _problem(op: str):
     path = OPS / f"{op}.py"
     return load_problem(path, root=str(OPS))

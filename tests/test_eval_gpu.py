@@ -10,18 +10,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-from okgit.eval.local import LocalEvaluator  # noqa: E402
 from okgit.eval.types import Status  # noqa: E402
 from okgit.problem import Problem, load_problem  # noqa: E402
 
 OPS = Path(__file__).parent / "ops"
-
-
-@pytest.fixture(scope="module")
-def evaluator():
-    ev = LocalEvaluator(device="cuda")
-    yield ev
-    ev.close()
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +28,16 @@ def big_relu() -> Problem:
     return load_problem(OPS / "relu.py", source=source, root=str(OPS))
 
 
-def test_honest_kernel_is_timed(evaluator, big_relu):
-    result = evaluator.evaluate(big_relu, (OPS / "relu_triton.py").read_text())
+def test_honest_kernel_is_timed(gpu_evaluator, big_relu):
+    result = gpu_evaluator.evaluate(big_relu, (OPS / "relu_triton.py").read_text())
     assert result.status is Status.correct, result.error
     assert result.timed and result.runtime_us and result.ref_runtime_us and result.speedup
     assert result.profile and result.profile.roofline_position and result.profile.top_kernels
     assert any(k.custom for k in result.profile.top_kernels)
 
 
-def test_reference_has_floor(evaluator, big_relu):
-    ref = evaluator.reference(big_relu)
+def test_reference_has_floor(gpu_evaluator, big_relu):
+    ref = gpu_evaluator.reference(big_relu)
     assert ref.timed and ref.runtime_us and ref.profile.floor_us
     assert ref.runtime_us >= 0.9 * ref.profile.floor_us
     assert ref.hardware.get("copy_bandwidth", 0) > 1e11
@@ -56,14 +48,14 @@ def test_reference_has_floor(evaluator, big_relu):
     ("cache_when_timed", {"timed_outputs"}),
     ("skip_after_warmup", {"timed_outputs", "repeat"}),
 ])
-def test_timed_cheats_rejected(evaluator, big_relu, name, gates):
-    result = evaluator.evaluate(big_relu, (OPS / "gpu" / f"{name}.py").read_text())
+def test_timed_cheats_rejected(gpu_evaluator, big_relu, name, gates):
+    result = gpu_evaluator.evaluate(big_relu, (OPS / "gpu" / f"{name}.py").read_text())
     assert result.status in (Status.rejected, Status.incorrect), result
     assert result.error.gate in gates, result.error
 
 
-def test_compare_honest_vs_reference(evaluator, big_relu):
-    cmp = evaluator.compare(big_relu, (OPS / "relu_triton.py").read_text(), rounds=3)
+def test_compare_honest_vs_reference(gpu_evaluator, big_relu):
+    cmp = gpu_evaluator.compare(big_relu, (OPS / "relu_triton.py").read_text(), rounds=3)
     assert len(cmp.baseline_us) == 3 and cmp.noise < 0.2
 
 
@@ -133,15 +125,15 @@ class ModelNew(nn.Module):
 '''
 
 
-def test_outputs_past_two_to_the_31_elements_are_compared_on_the_device(evaluator, tmp_path):
+def test_outputs_past_two_to_the_31_elements_are_compared_on_the_device(gpu_evaluator, tmp_path):
     """A 4 GiB fp16 output: the honest kernel passes, and one wrong element at its very end is
     found, with its position, by the judge's chunked comparison."""
     op = tmp_path / "huge.py"
     op.write_text(HUGE)
     problem = load_problem(op, root=str(tmp_path))
-    honest = evaluator.evaluate(problem, HUGE_KERNEL.replace("WRONG_AT", "-1"))
+    honest = gpu_evaluator.evaluate(problem, HUGE_KERNEL.replace("WRONG_AT", "-1"))
     assert honest.status is Status.correct, honest.error
-    wrong = evaluator.evaluate(problem, HUGE_KERNEL.replace("WRONG_AT", "0"))
+    wrong = gpu_evaluator.evaluate(problem, HUGE_KERNEL.replace("WRONG_AT", "0"))
     assert wrong.status is Status.incorrect and wrong.error.gate == "seeds", wrong.error
     assert "1 of 2147549184 elements" in wrong.error.message and "(32768, 65535)" in wrong.error.message
 
@@ -150,7 +142,7 @@ REMEMBERING = ["remember_fingerprint", "remember_full_hash", "remember_address",
 
 
 @pytest.mark.parametrize("name", REMEMBERING)
-def test_remembered_outputs_rejected_without_the_roofline(evaluator, big_relu, name, monkeypatch):
+def test_remembered_outputs_rejected_without_the_roofline(gpu_evaluator, big_relu, name, monkeypatch):
     """The four caches of tests/cases, at a size where the lookup would be all that is timed,
     with the roofline gate off (docs/evaluation.md, "Remembered outputs")."""
     import json
@@ -158,17 +150,17 @@ def test_remembered_outputs_rejected_without_the_roofline(evaluator, big_relu, n
     monkeypatch.setenv("OKGIT_TEST_NO_ROOFLINE", "1")
     cases = Path(__file__).parent / "cases"
     expected = json.loads((cases / name / "expected.json").read_text())
-    result = evaluator.evaluate(big_relu, (cases / name / "candidate.py").read_text())
+    result = gpu_evaluator.evaluate(big_relu, (cases / name / "candidate.py").read_text())
     if name == "remember_address" and result.correct:
         # in fast mode no timed sample puts the same contents in the same buffer twice: the
         # cache never hits, so it did the work; it must not look faster than the honest kernel
-        honest = evaluator.evaluate(big_relu, (OPS / "relu_triton.py").read_text())
+        honest = gpu_evaluator.evaluate(big_relu, (OPS / "relu_triton.py").read_text())
         assert result.runtime_us >= 0.9 * honest.runtime_us, (result.runtime_us, honest.runtime_us)
         return
     assert result.status.value == expected["status"] and result.error.gate == expected["gate"], result.error
 
 
-def test_a_channels_last_convolution_is_judged_by_what_the_flags_allow(evaluator):
+def test_a_channels_last_convolution_is_judged_by_what_the_flags_allow(gpu_evaluator):
     """At KernelBench level-2 problem 87's sizes, cuDNN under PyTorch's default flags takes TF32
     kernels for the convolution in channels_last and not in NCHW: torch.compile's own kernels and
     okgit's channels-last template were both `incorrect` by the NCHW reference's error alone
@@ -176,7 +168,7 @@ def test_a_channels_last_convolution_is_judged_by_what_the_flags_allow(evaluator
     an honest channels-last candidate passes and one 1% off still fails."""
     problem = load_problem(OPS / "conv_sub_mish.py", root=str(OPS))
     source = (OPS / "gpu" / "conv_channels_last.py").read_text()
-    honest = evaluator.evaluate(problem, source)
+    honest = gpu_evaluator.evaluate(problem, source)
     assert honest.status is Status.correct, honest.error
-    off = evaluator.evaluate(problem, source.replace("SCALE: float = 1.0", "SCALE: float = 1.01"))
+    off = gpu_evaluator.evaluate(problem, source.replace("SCALE: float = 1.0", "SCALE: float = 1.01"))
     assert off.status is Status.incorrect, off.status

@@ -26,13 +26,6 @@ from okgit.result_text import eval_text
 OPS = Path(__file__).parent / "ops"
 
 
-@pytest.fixture(scope="module")
-def evaluator():
-    ev = LocalEvaluator(device="cpu")
-    yield ev
-    ev.close()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("op", ["softmax", "matmul"])
 def test_honest_kernels_pass(evaluator, op):

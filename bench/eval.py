@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from okgit.errors import OkgitError  # noqa: E402
-from okgit.eval.local import LocalEvaluator  # noqa: E402
+from okgit.eval.parent.local import LocalEvaluator  # noqa: E402
 from okgit.problem import load_problem, top_level_names  # noqa: E402
 
 SMOKE_OPS = [ROOT / "tests" / "ops" / "relu.py", ROOT / "examples" / "01_relu_bias_scale.py"]

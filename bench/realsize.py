@@ -60,7 +60,7 @@ print(json.dumps({"wall_s": time.monotonic() - t0, "host_peak": peak, "median_ms
 ONE = r'''
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[3])
-from okgit.eval.local import LocalEvaluator
+from okgit.eval.parent.local import LocalEvaluator
 from okgit.problem import load_problem
 path, device = sys.argv[1], sys.argv[2]
 problem = load_problem(path, root=str(__import__("pathlib").Path(path).parent))

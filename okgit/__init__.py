@@ -20,8 +20,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "optimize": "okgit.run",
     "RunResult": "okgit.run",
-    "evaluate_file": "okgit.eval.local",
-    "LocalEvaluator": "okgit.eval.local",
+    "evaluate_file": "okgit.eval.parent.local",
+    "LocalEvaluator": "okgit.eval.parent.local",
     "Evaluator": "okgit.eval.base",
     "InMemoryEvaluator": "okgit.eval.base",
     "EvalResult": "okgit.eval.types",

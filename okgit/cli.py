@@ -123,7 +123,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from okgit.eval.local import evaluate_file
+    from okgit.eval.parent.local import evaluate_file
 
     result = evaluate_file(Path(args.candidate), Path(args.ref), device=args.device, mode=args.mode or "fast", backend=args.backend)
     from okgit.result_text import eval_text
@@ -163,8 +163,19 @@ def cmd_show(args: argparse.Namespace) -> int:
     repo = Repo.find(Path.cwd())
     ref = patch.resolve_ref(repo, args.ref)
     diff = patch.resolve_diff(repo, ref)
-    _emit(args, {"ref": ref, "diff": diff}, diff.rstrip("\n"))
+    where = _applies_at(repo, ref)
+    _emit(args, {"ref": ref, "diff": diff, "applies_at": where}, diff.rstrip("\n"))
+    if where and not args.json:  # the diff alone on stdout, so that it can be piped to git apply
+        print(f"note: {ref}: {where}", file=sys.stderr)
     return 0
+
+
+def _applies_at(repo: Any, ref: str) -> str:
+    from okgit.eval.types import KernelShape
+    from okgit.git import patch
+    from okgit.result_text import applies_at
+
+    return applies_at([KernelShape(**s) for s in patch.kernel_shapes(repo, ref)])
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
@@ -180,7 +191,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
         from okgit.result_text import INTERPRETER_NOTE
 
         text += f"\nnote: {ref} was {INTERPRETER_NOTE}"
-    _emit(args, {"ref": ref, "check": args.check, "files": files}, text)
+    where = _applies_at(repo, ref)
+    if where:
+        text += f"\nnote: {where}"
+    _emit(args, {"ref": ref, "check": args.check, "files": files, "applies_at": where}, text)
     return 0
 
 

@@ -147,7 +147,7 @@ def _modal_version() -> list[Check]:
         version = importlib.metadata.version("modal")
     except importlib.metadata.PackageNotFoundError:
         return []
-    from okgit.eval.modal_image import version_problem
+    from okgit.eval.modal.image import version_problem
 
     problem = version_problem(version)
     return [Check(name="modal version", ok=problem is None, detail=f"too old: --eval modal needs {problem}" if problem else version)]

@@ -72,6 +72,7 @@ class Evaluated(Event):
     profile: dict[str, Any] | None
     wall_s: float | None
     cost_usd: float | None = None  # priced GPU-seconds (Modal), counted in the dollar budget
+    kernel_shapes: list[dict[str, Any]] | None = None  # okgit.eval.types.KernelShape: where its own kernels ran
 
 
 class Accepted(Event):

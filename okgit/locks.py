@@ -6,7 +6,7 @@ would let two processes hold "the same" lock on two files), and a filesystem wit
 is an error rather than a silent fallback to a lock that outlives a crash.
 
 Used for: okgit's git operations in a repository (`Repo.lock`), one GPU at a time
-(`okgit.eval.devices.device_lock`), and a run's liveness (`RunSpace.hold`, `is_live`).
+(`okgit.eval.parent.devices.device_lock`), and a run's liveness (`RunSpace.hold`, `is_live`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from pathlib import Path
 from okgit.eval.types import Comparison
 from okgit.fmt import fmt_speed, fmt_us
 from okgit.git.rundir import RunDir
-from okgit.result_text import INTERPRETER_NOTE
+from okgit.result_text import INTERPRETER_NOTE, applies_at
 from okgit.search.types import Attempt, Context
 from okgit.status import RunStatus
 
@@ -82,6 +82,10 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
             lines += ["", f"Gates passed: {', '.join(passed)}."]
         if r.shapes:
             lines.append(f"Correctness checked at: {'; '.join(', '.join(f'{k}={v}' for k, v in s.items()) for s in r.shapes)}.")
+        where = applies_at(r.kernel_shapes)
+        if where:
+            lines.append(f"{where[0].upper()}{where[1:]}. At any other shape the kernels run only if the code's own "
+                         "conditions allow; where they do not, the original code runs.")
     if not ctx.attempts:
         lines += ["", "No candidate was proposed; the search's notes below say why."]
     notes = [e.get("message", "") for e in RunDir(space.run_dir).events() if e["type"] == "note"]

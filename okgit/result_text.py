@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
-from okgit.eval.types import EvalResult
+from okgit.eval.types import EvalResult, KernelShape
 
 # A kernel okgit checked on a CPU ran under Triton's interpreter; outside okgit, Triton without
 # it looks for a GPU driver and fails ("0 active drivers"). Said in the report and by `apply`.
 INTERPRETER_NOTE = ("checked on a CPU under Triton's interpreter: to run the applied kernel on a CPU, set "
                     "TRITON_INTERPRET=1 before Python starts (TRITON_INTERPRET=1 python your_script.py); "
                     "on a machine with an NVIDIA GPU it runs as it is")
+
+
+def applies_at(shapes: list[KernelShape]) -> str:
+    """Where a kernel's own code ran ("its kernels ran at: ...") and where only other code did, from
+    its evaluation; "" when nothing was recorded (an older run)."""
+    if not shapes:
+        return ""
+
+    def name(s: KernelShape) -> str:
+        knobs = ", ".join(f"{k}={v}" for k, v in s.knobs.items()) or "no shape knobs"
+        tags = (["the op file's own shape"] if s.own else []) + (["counted on the meta device"] if s.how == "meta" else [])
+        return knobs + (f" ({', '.join(tags)})" if tags else "")
+
+    shapes = sorted(shapes, key=lambda s: not s.own)  # the op file's own first
+    ran = [name(s) for s in shapes if s.ran()]
+    other = [name(s) for s in shapes if s.launches == 0]
+    unknown = [f"{name(s)}: {s.why}" for s in shapes if s.launches is None]
+    text = f"its kernels ran at: {'; '.join(ran) or 'no checked shape'}"
+    if other:
+        text += f"; only other code (the original) ran at: {'; '.join(other)}"
+    if unknown:
+        text += f"; not told at: {'; '.join(unknown)}"
+    return text
 
 
 def eval_text(result: EvalResult) -> str:
@@ -24,6 +47,8 @@ def eval_text(result: EvalResult) -> str:
             lines.append(f"  note {g.name}: {g.detail}")
     if result.shapes:
         lines.append("shapes: " + "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) or "(no knobs)" for s in result.shapes))
+    if result.kernel_shapes:
+        lines.append(applies_at(result.kernel_shapes))
     if result.max_abs_error is not None and result.correct:
         lines.append(f"max error: abs {result.max_abs_error:.3e}, rel {result.max_rel_error or 0:.3e}")
     if result.timed and result.runtime_us is not None:

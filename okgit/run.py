@@ -22,8 +22,8 @@ from pydantic import BaseModel, PrivateAttr
 from okgit.config import Config, load_config
 from okgit.errors import OkgitError
 from okgit.eval.base import Evaluator
+from okgit.eval.parent.sandbox import live_processes, stop_all  # before any handler: a Ctrl-C mid-import breaks cleanup
 from okgit.eval.registry import make_evaluator
-from okgit.eval.sandbox import live_processes, stop_all  # before any handler: a Ctrl-C mid-import breaks cleanup
 from okgit.eval.types import Comparison, EvalResult, Reference
 from okgit.fmt import fmt_speed
 from okgit.git.repo import Repo

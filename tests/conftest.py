@@ -186,7 +186,7 @@ OPS = Path(__file__).parent / "ops"
 
 @pytest.fixture(scope="session")
 def _cpu_evaluator():
-    from okgit.eval.local import LocalEvaluator
+    from okgit.eval.parent.local import LocalEvaluator
 
     ev = LocalEvaluator(device="cpu")
     yield ev
@@ -211,7 +211,7 @@ def evaluator(_cpu_evaluator):
 @pytest.fixture(scope="module")
 def gpu_evaluator():
     """The real evaluator on the first CUDA GPU (the gpu-marked tests skip without one)."""
-    from okgit.eval.local import LocalEvaluator
+    from okgit.eval.parent.local import LocalEvaluator
 
     ev = LocalEvaluator(device="cuda")
     yield ev

@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass, field
 
 from okgit import llm
+from okgit.eval.parent.verdict import GATES
 from okgit.eval.types import EvalError, EvalResult, ProfileData, Reference, Status
-from okgit.eval.verdict import GATES
 
 OP = '''import torch
 import torch.nn as nn

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from okgit.eval.base import InMemoryEvaluator
-from okgit.eval.device_pool import DevicePool
+from okgit.eval.parent.device_pool import DevicePool
 from okgit.eval.types import EvalResult, Status
 from okgit.problem import Problem
 from okgit.search.driver import Budget, Search

@@ -3,7 +3,7 @@ on the adversarial suite (tests/cases): the baselines process checks with the ev
 contract and code, in an evaluator of its own that prepares the reference again, so a winner the
 evaluator passed is never called wrong by the sweep, nor the other way round.
 
-Both sides run the same code (okgit.eval.local.check_winner), so one case of each op and verdict
+Both sides run the same code (okgit.eval.parent.local.check_winner), so one case of each op and verdict
 stands for the rest (test_eval_cases judges every case): the first case, by name, of each op,
 verdict and kind of gate (static: nothing runs; or a gate that runs the candidate)."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_eval_cases import CASES, OPS, _cases
 
-from okgit.eval.local import LocalEvaluator
+from okgit.eval.parent.local import LocalEvaluator
 from okgit.eval.types import Status
 from okgit.kernelbench import baselines
 from okgit.problem import load_problem

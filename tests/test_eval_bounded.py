@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from okgit.eval.local import LocalEvaluator
+from okgit.eval.parent.local import LocalEvaluator
 from okgit.eval.types import Status
 from okgit.problem import load_problem
 

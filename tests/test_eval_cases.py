@@ -19,7 +19,7 @@ FAKE_KEY = "sk-fake-0123456789"
 os.environ["OPENAI_API_KEY"] = FAKE_KEY
 os.environ["MODAL_TOKEN_SECRET"] = FAKE_KEY
 
-from okgit.eval.local import LocalEvaluator  # noqa: E402
+from okgit.eval.parent.local import LocalEvaluator  # noqa: E402
 from okgit.problem import load_problem  # noqa: E402
 
 

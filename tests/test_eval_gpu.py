@@ -44,7 +44,7 @@ def test_reference_has_floor(gpu_evaluator, big_relu):
 
 
 @pytest.mark.parametrize("name,gates", [
-    ("side_stream", {"side_stream", "timed_outputs"}),
+    ("side_stream", {"streams"}),
     ("cache_when_timed", {"timed_outputs"}),
     ("skip_after_warmup", {"timed_outputs", "repeat"}),
 ])
@@ -52,6 +52,34 @@ def test_timed_cheats_rejected(gpu_evaluator, big_relu, name, gates):
     result = gpu_evaluator.evaluate(big_relu, (OPS / "gpu" / f"{name}.py").read_text())
     assert result.status in (Status.rejected, Status.incorrect), result
     assert result.error.gate in gates, result.error
+
+
+# Work on other streams (docs/evaluation.md, "Streams"): with the roofline gate off, so that only the
+# stream checks can catch each variant; each is rejected at `streams` or timed with its work inside.
+STREAM_VARIANTS = [("side_stream", "triton"), ("side_stream_unordered", "triton"), ("graph_side_stream", "triton"),
+                   ("cuda_own_stream", "cuda")]
+
+
+@pytest.mark.parametrize("name,backend", STREAM_VARIANTS)
+def test_work_on_other_streams_is_rejected_or_timed_whole(gpu_evaluator, big_relu, name, backend, monkeypatch):
+    from okgit.eval.parent.verdict import NO_ROOFLINE
+
+    monkeypatch.setenv(NO_ROOFLINE, "1")
+    honest = gpu_evaluator.evaluate(big_relu, (OPS / "relu_triton.py").read_text())
+    result = gpu_evaluator.evaluate(big_relu, (OPS / "gpu" / f"{name}.py").read_text(), backend=backend)
+    if result.status is Status.rejected:
+        assert result.error.gate == "streams", result.error
+        return
+    assert result.status is Status.correct, result.error
+    note = next(g.detail for g in result.gates if g.name == "streams")
+    assert "timed device-wide" in note, result.gates
+    assert result.runtime_us >= 0.9 * honest.runtime_us, (result.runtime_us, honest.runtime_us)
+
+
+def test_two_streams_joined_back_are_honest(gpu_evaluator, big_relu):
+    result = gpu_evaluator.evaluate(big_relu, (OPS / "gpu" / "two_streams_joined.py").read_text())
+    assert result.status is Status.correct, result.error
+    assert not next(g.detail for g in result.gates if g.name == "streams"), result.gates
 
 
 def test_compare_honest_vs_reference(gpu_evaluator, big_relu):
@@ -64,7 +92,7 @@ def test_host_latency_before_launch_is_not_timed():
     event lets the launch queue first, so the events time the kernel, not the host."""
     import time
 
-    from okgit.eval import timing
+    from okgit.eval.worker import timing
 
     timing.bind()
     flush = timing.l2_flush_buffer("cuda")

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from okgit.errors import OkgitError
-from okgit.eval.gates import static_findings
-from okgit.eval.local import LocalEvaluator
-from okgit.eval.rounds import sign_test_p, summarize
-from okgit.eval.sandbox import worker_env
-from okgit.eval.tolerance import check_leaf, degenerate_reason, leaf_tolerance, summarize_outputs
+from okgit.eval.judge.tolerance import check_leaf, degenerate_reason, leaf_tolerance, summarize_outputs
+from okgit.eval.parent.local import LocalEvaluator
+from okgit.eval.parent.rounds import sign_test_p, summarize
+from okgit.eval.parent.sandbox import worker_env
+from okgit.eval.parent.static import static_findings
 from okgit.eval.types import Status
 from okgit.problem import load_problem
 from okgit.result_text import eval_text
@@ -219,7 +219,7 @@ def test_extra_shapes_from_settings_are_checked():
 def test_perturb_floats_changes_floats_only():
     import torch
 
-    from okgit.eval.jobs import perturb_floats
+    from okgit.eval.protocol.jobs import perturb_floats
 
     t = torch.ones(2)
     new, changes = perturb_floats([0.5, 3, True, "mean", t, (2.0, [4.0, 7]), 0.0], ["scale", "n"])

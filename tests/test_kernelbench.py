@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from okgit.errors import OkgitError, UsageError
-from okgit.eval.device_pool import Slot
+from okgit.eval.parent.device_pool import Slot
 from okgit.kernelbench import sweep
 from okgit.kernelbench.crosscheck import as_kernelbench_candidate
 from okgit.kernelbench.reader import find_problems, level_dirs, parse_ids

@@ -18,9 +18,9 @@ from test_llm_e2e import GOOD, ScriptedServer
 
 from okgit.config import Config, SearchSettings
 from okgit.eval.base import InMemoryEvaluator
-from okgit.eval.device_pool import DevicePool
-from okgit.eval.rules import GATE_RULES, rules_text
-from okgit.eval.verdict import GATES
+from okgit.eval.parent.device_pool import DevicePool
+from okgit.eval.parent.rules import GATE_RULES, rules_text
+from okgit.eval.parent.verdict import GATES
 from okgit.git.journal import JsonlWriter, read_jsonl
 from okgit.problem import load_problem
 from okgit.search.driver import Budget, Search

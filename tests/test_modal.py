@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from okgit.errors import OkgitError
-from okgit.eval import modal as om
-from okgit.eval import modal_remote as remote
+from okgit.eval.modal import client as om
+from okgit.eval.modal import remote
 from okgit.eval.types import Comparison, EvalResult, Reference, Status
 from okgit.problem import Problem, load_problem
 
@@ -209,7 +209,7 @@ def test_the_gpu_function_is_defined_with_isolation_and_bounded_cost(credentials
     assert isinstance(app, modal.App) and isinstance(fn, modal.Function)
     assert fn._spec_.gpus == "L40S"  # the GPU is the user's choice
     body = fn._raw_f_  # the plain function the container runs (pickled by reference to okgit)
-    assert (body.__module__, body.__qualname__) == ("okgit.eval.modal_remote", "remote_job")
+    assert (body.__module__, body.__qualname__) == ("okgit.eval.modal.remote", "remote_job")
     assert om.function_name().startswith("evaluate-")
 
 
@@ -261,7 +261,7 @@ TRITON_RELU2 = (Path(__file__).parent / "kb_fixture/candidates/1_ScaledRelu_trit
 
 @pytest.fixture
 def relu_problem():
-    pytest.importorskip("okgit.eval.local")
+    pytest.importorskip("okgit.eval.parent.local")
     path = Path(__file__).parent / "kb_fixture/KernelBench/level1/1_ScaledRelu.py"
     return load_problem(path.name, source=path.read_text(), root=None)
 
@@ -272,7 +272,7 @@ def _comparable(r: EvalResult) -> dict:
 
 @pytest.mark.slow
 def test_remote_body_gives_the_local_evaluators_result(relu_problem):
-    from okgit.eval.local import LocalEvaluator
+    from okgit.eval.parent.local import LocalEvaluator
 
     payload = {"kind": "evaluate", "problem": om.problem_payload(relu_problem), "source": TRITON_RELU2,
                "mode": "fast", "backend": "triton", "device": "cpu"}
@@ -513,8 +513,8 @@ def test_a_batch_goes_through_one_map_and_comes_back_in_proposal_order(credentia
 
 @pytest.mark.slow
 def test_the_remote_side_imports_neither_the_client_nor_kernelbench():
-    code = ("import sys, okgit.eval.modal_remote\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('okgit.kernelbench', 'okgit.eval.modal_image'))"
-            " or m == 'okgit.eval.modal'))")
+    code = ("import sys, okgit.eval.modal.remote\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('okgit.kernelbench', 'okgit.eval.modal.image'))"
+            " or m == 'okgit.eval.modal.client'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert proc.stdout.strip() == "[]"

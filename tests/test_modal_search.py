@@ -11,9 +11,9 @@ import pytest
 
 from okgit.config import Config, load_config
 from okgit.errors import OkgitError
-from okgit.eval import modal as om
 from okgit.eval.base import InMemoryEvaluator
-from okgit.eval.modal_image import MIN_MODAL, version_problem
+from okgit.eval.modal import client as om
+from okgit.eval.modal.image import MIN_MODAL, version_problem
 from okgit.eval.types import EvalResult, Status
 from okgit.problem import Problem
 from okgit.search.driver import Budget, Search

@@ -15,9 +15,9 @@ from typing import ClassVar
 
 import pytest
 
-from okgit.eval import device_pool as pool
-from okgit.eval.device_pool import DevicePool, Slot
-from okgit.eval.devices import device_lock, lock_path, physical_id, physical_name
+from okgit.eval.parent import device_pool as pool
+from okgit.eval.parent.device_pool import DevicePool, Slot
+from okgit.eval.parent.devices import device_lock, lock_path, physical_id, physical_name
 from okgit.eval.types import EvalResult, Status
 from okgit.problem import Problem
 
@@ -99,8 +99,8 @@ def test_physical_ids_follow_cuda_visible_devices(monkeypatch):
 
 _LOCKING_PROCESS = textwrap.dedent("""
     import json, os, sys, time
-    from okgit.eval.devices import device_lock
-    from okgit.eval.device_pool import DevicePool
+    from okgit.eval.parent.devices import device_lock
+    from okgit.eval.parent.device_pool import DevicePool
 
     out, go = sys.argv[1], sys.argv[2]
     while not os.path.exists(go):  # both processes start their jobs together
@@ -170,7 +170,7 @@ def test_pool_evaluate_names_each_result_by_its_slot():
 
 @pytest.mark.slow
 def test_pool_evaluate_with_the_local_evaluator_on_cpu_slots():
-    pytest.importorskip("okgit.eval.local")
+    pytest.importorskip("okgit.eval.parent.local")
     fixture = Path(__file__).parent / "kb_fixture"
     candidate = (fixture / "candidates/1_ScaledRelu_triton.py").read_text()
     source = (fixture / "KernelBench/level1/1_ScaledRelu.py").read_text()
@@ -189,7 +189,7 @@ class TimedSlot:
     spans: ClassVar[list[tuple[str, float, float]]] = []  # (slot device, start, end)
 
     def __init__(self, device: str) -> None:
-        from okgit.eval.local import LocalEvaluator
+        from okgit.eval.parent.local import LocalEvaluator
 
         self.slot = device
         self.inner = LocalEvaluator(device="cpu")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from okgit.eval import jobs
+from okgit.eval.protocol import jobs
 from okgit.lower.trace import instantiate
 from okgit.problem import INIT_FLOAT_FACTOR, perturb_floats
 

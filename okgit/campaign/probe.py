@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 def probe(model_path: Path, device: str) -> dict[str, Any]:
     import torch
 
-    from okgit.eval.calls import pin_flags
+    from okgit.eval.worker.calls import pin_flags
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -52,7 +52,7 @@ def probe(model_path: Path, device: str) -> dict[str, Any]:
     torch.manual_seed(0)
     with torch.device(device):
         init = list(module.get_init_inputs())
-    torch.manual_seed(1)  # okgit.eval.calls.MODEL_SEED's role: the same model every time
+    torch.manual_seed(1)  # okgit.eval.worker.calls.MODEL_SEED's role: the same model every time
     with torch.device(device):
         model = module.Model(*init)
     model = model.to(device)

@@ -22,7 +22,7 @@ evaluator = EVALUATORS.register
 def _local(config: Config) -> Evaluator:
     """Worker processes on this machine: its GPUs (every visible one when there are several), or
     its CPU through the Triton interpreter."""
-    from okgit.eval.device_pool import local_evaluator
+    from okgit.eval.parent.device_pool import local_evaluator
 
     return local_evaluator(config.device, reference_timeout_s=config.reference_timeout_s)
 
@@ -30,7 +30,7 @@ def _local(config: Config) -> Evaluator:
 @evaluator("modal", order=1)
 def _modal(config: Config, **options: Any) -> Evaluator:
     """The same judge and workers in a Modal GPU function."""
-    from okgit.eval.modal import ModalEvaluator
+    from okgit.eval.modal.client import ModalEvaluator
 
     evaluator = ModalEvaluator(gpu=config.modal_gpu, **options)
     if config.modal_usd_per_s is not None:

@@ -47,6 +47,22 @@ class GateResult(BaseModel):
     detail: str = ""
 
 
+class KernelShape(BaseModel):
+    """Whether the candidate's own kernels produced the outputs at one shape (docs/design.md: "The
+    kernel judged is the kernel that runs"): where they launched nothing, other code (an original
+    forward kept as a fallback, a vendor-only path) produced them, and that shape is no evidence
+    about the kernel."""
+
+    knobs: dict[str, int]
+    launches: int | None  # the candidate backend's launches over the calls at this shape; None: unknown
+    own: bool = False  # the op file's own shape
+    how: Literal["run", "meta"] = "run"  # called for real, or on the meta device with launches counted, not run
+    why: str = ""  # meta: why it could not be told, where launches is None
+
+    def ran(self) -> bool:
+        return bool(self.launches)
+
+
 class EvalError(BaseModel):
     gate: str  # the gate that failed, e.g. "compile", "outputs_written", "roofline"
     message: str
@@ -67,6 +83,7 @@ class EvalResult(BaseModel):
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     shapes: list[dict[str, int]] = Field(default_factory=list)  # knob settings checked
+    kernel_shapes: list[KernelShape] = Field(default_factory=list)  # where the candidate's own kernels ran
     flags: dict[str, Any] = Field(default_factory=dict)  # tf32/cudnn flags pinned in both arms
     wall_s: float | None = None  # the evaluation itself, where it ran
     # A remote evaluator's overhead, apart from wall_s: seconds from submitting the job to its start there
@@ -122,7 +139,7 @@ class Comparison(BaseModel):
 
 class BaselineTimes(BaseModel):
     """The sweep's baselines of one problem: eager, torch.compile and okgit's winner, timed
-    alike (locally by okgit.kernelbench.baselines, on Modal by okgit.eval.modal_remote)."""
+    alike (locally by okgit.kernelbench.baselines, on Modal by okgit.eval.modal.remote)."""
 
     device: str
     timed: bool

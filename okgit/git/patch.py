@@ -15,6 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
@@ -161,6 +162,27 @@ def checked_on(repo: Repo, ref: str) -> tuple[str, str] | None:
     except OkgitError:
         return None
     return str(started.get("device") or ""), str(started.get("backend") or "")
+
+
+def kernel_shapes(repo: Repo, ref: str) -> list[dict[str, Any]]:
+    """Where the candidate REF names (a tag, or a run's winner) ran its own kernels, as its
+    evaluation recorded (okgit.eval.types.KernelShape); [] for a diff file or an older run."""
+    ref = resolve_ref(repo, ref)
+    tag = _TAG.fullmatch(ref)
+    run = tag.group(1) if tag else ref
+    if not _is_run(repo, run):
+        return []
+    run_dir = RunDir(repo.run_dir(run))
+    if tag:
+        cand = tag.group(2)
+    else:
+        try:
+            best = json.loads(run_dir.result.read_text()).get("best_tag") or ""
+        except (OSError, ValueError):
+            return []
+        cand = best.rsplit("/", 1)[-1]
+    found = [e for e in run_dir.events() if e.get("type") == "evaluated" and e.get("cand") == cand]
+    return list(found[-1].get("kernel_shapes") or []) if found else []
 
 
 def revert(repo: Repo, ref: str) -> list[str]:

@@ -23,7 +23,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from okgit.eval.calls import build, init_args, load_op, pin_flags
+from okgit.eval.worker.calls import build, init_args, load_op, pin_flags
 
 MODE_NAMES = {True: "train", False: "eval"}
 MAX_CONSTANT = 64  # elements of a constant tensor written into the file as a literal

@@ -1,7 +1,7 @@
 """Live baselines for a sweep: eager reference, torch.compile of it, and okgit's winner.
 
 The arms are timed in one process on one device, interleaved over rounds, with the
-evaluator's own timer (okgit.eval.timing: CUDA events, L2 flushed before each sample,
+evaluator's own timer (okgit.eval.worker.timing: CUDA events, L2 flushed before each sample,
 warm-up excluded, pre-generated input sets rotated, median) and its pinned library flags,
 under the device's cross-process lock. Run as
 `python -m okgit.kernelbench.baselines REF [WINNER]` in a process pinned to one GPU; prints
@@ -50,7 +50,7 @@ def _time_arms(arms: dict[str, Callable], input_sets: list[list], device: str) -
     so that clock and thermal drift hit all three alike."""
     import torch
 
-    from okgit.eval import timing
+    from okgit.eval.worker import timing
 
     timing.bind()
     flush = timing.l2_flush_buffer(device)
@@ -68,8 +68,8 @@ def _pin_flags() -> dict[str, Any]:
     """The evaluator's pinned library flags, so the baselines run torch as the evaluation did."""
     import torch
 
-    from okgit.eval.calls import pin_flags
-    from okgit.eval.jobs import PINNED_FLAGS
+    from okgit.eval.protocol.jobs import PINNED_FLAGS
+    from okgit.eval.worker.calls import pin_flags
 
     pin_flags(torch)
     return dict(PINNED_FLAGS)
@@ -84,8 +84,8 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
     if not device.startswith("cuda") or not torch.cuda.is_available():
         return BaselineTimes(device=device, timed=False, errors={"all": "no GPU: timing is not claimed"})
     disagreement, error = check(ref_path, winner_source, device, backend) if winner_source is not None else (None, None)
-    from okgit.eval.devices import device_lock, physical_name
-    from okgit.eval.jobs import MODEL_SEED
+    from okgit.eval.parent.devices import device_lock, physical_name
+    from okgit.eval.protocol.jobs import MODEL_SEED
 
     result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags(), disagreement=disagreement)
     if error:
@@ -126,9 +126,9 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
 def check(ref_path: Path, winner_source: str, device: str, backend: str = "triton",
           evaluator: Any = None) -> tuple[str | None, str | None]:
     """The winner checked again here, at the problem's default shapes, by the evaluator's own
-    contract and code (okgit.eval.local.check_winner): both modes and the module's state where
+    contract and code (okgit.eval.parent.local.check_winner): both modes and the module's state where
     the reference has them. (disagreement, error): why it is wrong, why there is no verdict."""
-    from okgit.eval.local import LocalEvaluator, check_winner
+    from okgit.eval.parent.local import LocalEvaluator, check_winner
     from okgit.problem import load_problem
 
     problem = load_problem(ref_path.name, source=ref_path.read_text(), root=str(ref_path.parent))

@@ -47,7 +47,7 @@ def cross_check(ref_source: str, winner_source: str, backend: str = "triton") ->
     }
     # KernelBench's signature has changed across releases: pass only what this one accepts.
     accepted = inspect.signature(eval_kernel_against_ref).parameters
-    from okgit.eval.devices import device_lock
+    from okgit.eval.parent.devices import device_lock
 
     try:
         with device_lock("cuda:0"):  # it times on the GPU: other okgit jobs wait, as for their own timing

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from okgit.eval.device_pool import Slot
+from okgit.eval.parent.device_pool import Slot
 from okgit.eval.types import BaselineTimes
 from okgit.git.repo import git
 from okgit.kernelbench.reader import KBProblem

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from okgit.errors import OkgitError, UsageError
-from okgit.eval.device_pool import DevicePool, Slot
+from okgit.eval.parent.device_pool import DevicePool, Slot
 from okgit.fmt import fmt_speed
 from okgit.git.repo import Repo, git
 from okgit.git.rundir import RunDir
@@ -81,7 +81,7 @@ def run_sweep(
     extra_env: dict[str, str] = {}
     owned = contextlib.ExitStack()  # the evaluator made here, closed when the sweep ends
     if modal:
-        from okgit.eval.modal import MAX_CONTAINERS_ENV, ModalEvaluator, max_containers_setting
+        from okgit.eval.modal.client import MAX_CONTAINERS_ENV, ModalEvaluator, max_containers_setting
         from okgit.eval.registry import make_evaluator
 
         # One container limit for the whole sweep: each problem's process, and the baselines

@@ -191,6 +191,7 @@ class Search:
             profile=result.profile,
             wall_s=result.wall_s,
             cost_usd=self._gpu_usd(result),
+            kernel_shapes=result.kernel_shapes,
         )
         attempt = Attempt(cand=cand, proposal=proposal, result=result)
         ctx.trace(

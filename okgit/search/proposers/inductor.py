@@ -60,8 +60,8 @@ class InductorProposer:
 def seed_file(reference: str, root: str | None, device: str, mode: str = "default",
               knobs: dict[str, int] | None = None) -> tuple[str | None, str]:
     """(the seed file, what it holds), or (None, why there is none)."""
-    from okgit.eval.devices import device_lock
-    from okgit.eval.sandbox import worker_env
+    from okgit.eval.parent.devices import device_lock
+    from okgit.eval.parent.sandbox import worker_env
 
     env = worker_env(device)
     package = str(Path(__file__).resolve().parents[3])  # okgit importable in the child, as in a worker

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from okgit.config import Config
 from okgit.errors import OkgitError
-from okgit.eval.rules import rules_text
+from okgit.eval.parent.rules import rules_text
 from okgit.llm import Completion, Message, prompt_messages
 from okgit.paths import skills_path
 from okgit.problem import top_level_names

@@ -1,0 +1,491 @@
+"""The judge: `python -m okgit.eval.judge`, the trusted process that owns a problem's reference.
+
+One judge per prepared reference, alive while the evaluator is. It loads the reference at each
+shape, draws every case's inputs on the problem's device, runs the reference natively and in
+float64, and fixes what every candidate is judged by (cases, tolerances, the reference's own
+facts, degeneracy, determinism, cost, its timing). Then, for each output a candidate's worker
+exports (okgit.eval.worker.export), it compares in place on the device and answers with the gates'
+findings and a fingerprint of the output. Expected outputs live only here: kept between
+evaluations while they fit `Job.cache_bytes`, drawn and computed again otherwise, so the
+memory of a check is bounded by one case whatever the number of cases.
+
+Messages (okgit.eval.protocol.channel): {"op": "prepare", "job": Job} -> the prepared facts;
+{"op": "check", "case", "gate", "leaves", "outputs", "dir"} -> {"checks", "fingerprints"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from okgit.eval.judge.tolerance import (
+    OutputSummary,
+    check_leaf,
+    degenerate_reason,
+    fingerprint,
+    magnitude,
+    reference_error,
+    summarize_outputs,
+    tolerance_from,
+)
+from okgit.eval.protocol.channel import READY, Channel
+from okgit.eval.protocol.checks import LeafTolerance
+from okgit.eval.protocol.jobs import Case, Job, flatten, perturb_floats
+from okgit.eval.worker import calls
+from okgit.eval.worker.tensors import bitwise_equal
+
+GiB = 2**30
+
+
+@dataclass
+class Arm:
+    """The reference at one shape (or built from the init_inputs case's arguments)."""
+
+    module: ModuleType
+    model: Any
+    double: Any  # the float64 copy, None where the op has none or it does not fit
+    init: list[Any]
+    channels_last: Any = None  # the same model in channels_last, where it has 4-D or 5-D tensors (calls.layout_twin)
+
+
+@dataclass
+class CaseStats:
+    """What the preparation keeps of one case's reference outputs."""
+
+    finite: bool
+    ref_errors: list[float]
+    scales: list[float]
+    dtypes: list[str]
+    summary: OutputSummary
+    nbytes: int  # inputs + outputs
+
+
+@dataclass
+class Prepared:
+    job: Job
+    shapes: list[dict[str, int]] = field(default_factory=list)
+    arms: dict[int | str, Arm] = field(default_factory=dict)
+    cases: dict[str, Case] = field(default_factory=dict)
+    tolerances: dict[str, list[LeafTolerance]] = field(default_factory=dict)
+    cache: dict[str, tuple[list[Any], list[Any] | None]] = field(default_factory=dict)
+    cached_bytes: int = 0
+    parts: dict[str, list[list[str]]] = field(default_factory=dict)  # modes case: [gate, what] per output
+
+
+class Judge:
+    def __init__(self, device: str) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = device
+        calls.start(torch, device)
+        if device == "cuda":
+            from okgit.eval.worker import timing
+
+            timing.bind()
+        calls.warm_up(torch, device)
+        self.prep: Prepared | None = None
+        self.layout_outputs: dict[str, list[Any]] = {}  # case -> the channels_last reference's outputs, until its stats
+        self.phase_file: Path | None = None
+
+    def phase(self, gate: str) -> None:
+        if self.phase_file is not None:
+            self.phase_file.write_text(gate)
+
+    # ---- preparation ---------------------------------------------------------------------------
+    def prepare(self, job: Job) -> dict[str, Any]:
+        torch = self.torch
+        if job.root and job.root not in sys.path:
+            sys.path.insert(0, job.root)
+        prep = self.prep = Prepared(job)
+        result: dict[str, Any] = {"calls": {}}
+        self.phase("reference: import")
+        main = dict(job.knobs)
+        if job.device == "cpu":
+            self.phase("reference: scale shapes for the CPU")
+            main = self.scale_for_cpu(job, main)
+        prep.shapes = [main]
+        seeds = job.seeds
+        stats: dict[str, CaseStats] = {}
+        first: list[Any] = []
+        dropped: list[str] = []
+
+        def run_case(case: Case) -> None:
+            native, f64, facts, inputs_bytes = self.compute(case, record=True)
+            result["calls"][case.id] = facts
+            if "parts" in facts:
+                prep.parts[case.id] = facts["parts"]
+            if not first:
+                first.extend(native)
+            stats[case.id] = self.stats(native, f64, inputs_bytes, first if case.id != "s0" else None,
+                                        self.layout_outputs.pop(case.id, None))
+            self.keep(case, native, f64)
+
+        with calls.poisoned(torch):
+            prep.arms[0] = self.arm(job, 0, main)
+            main_cases = [Case(id=f"s{i}", kind="seed", shape=0, seed=s) for i, s in enumerate(seeds)]
+            main_cases.append(Case(id="signed", kind="distribution", shape=0, seed=seeds[0], signed=True))
+            for case in main_cases:
+                prep.cases[case.id] = case
+                run_case(case)
+            # determinism of the reference itself: a second model, called again on seed 0
+            self.phase("reference: determinism")
+            again_model, _ = calls.build(torch, prep.arms[0].module.Model, prep.arms[0].init, self.device)
+            again = calls.call(torch, again_model, calls.draw_inputs(torch, prep.arms[0].module, main_cases[0],
+                                                                     self.device), self.device,
+                               label="s0#again", gate="reference: determinism", check_inputs=False)
+            deterministic = len(again.leaves) == len(first) and all(
+                bitwise_equal(a, b) for a, b in zip(again.leaves, first, strict=True))
+            del again, again_model
+            self.init_case(prep, run_case, dropped)
+            self.modes_case(prep, run_case)
+            self.extra_shapes(prep, main, run_case, dropped)
+        kept = self.drop_nonfinite(prep, stats, dropped)
+        self.fix_tolerances(prep, stats, kept)
+        summaries = [stats[c.id].summary for c in kept if c.kind in ("seed", "distribution")]
+        result.update(
+            shapes=prep.shapes, cases=[vars(c) for c in kept], dropped_shapes=dropped, deterministic=deterministic,
+            degenerate=degenerate_reason(summaries),
+            tolerances={cid: [asdict(t) for t in tols] for cid, tols in prep.tolerances.items()},
+            case_bytes=max(s.nbytes for s in stats.values()), cached=sorted(prep.cache),
+        )
+        del first[:]
+        self.phase("reference: flops")
+        result["cost"] = self.count_cost(prep)
+        if job.device == "cuda":
+            self.measure(job, result)
+            torch.cuda.empty_cache()
+        return result
+
+    def arm(self, job: Job, key: int | str, knobs: dict[str, int], perturbed: list[Any] | None = None) -> Arm:
+        torch = self.torch
+        module = calls.load_op(job.source_path, f"okgit_reference_{key}", knobs)
+        init = perturbed if perturbed is not None else calls.init_args(torch, module, job.init_seed, self.device)
+        model, _ = calls.build(torch, module.Model, init, self.device)
+        return Arm(module, model, self.double_model(module, init), init, calls.layout_twin(torch, model))
+
+    def init_case(self, prep: Prepared, run_case: Any, dropped: list[str]) -> None:
+        """Constructor arguments baked into a kernel: the same model from perturbed floats, one seed."""
+        base = prep.arms[0]
+        perturbed, changes = perturb_floats(list(base.init), calls.init_names(base.module.Model))
+        if not changes:
+            dropped.append("init_inputs: no float constructor argument to perturb")
+            return
+        case = Case(id="i0", kind="init_inputs", shape=0, seed=prep.job.seeds[0],
+                    note="built with constructor arguments " + ", ".join(changes))
+        try:
+            prep.arms[case.id] = self.arm(prep.job, case.id, prep.shapes[0], perturbed)
+            prep.cases[case.id] = case
+            run_case(case)
+        except Exception as e:
+            if calls.out_of_memory(e):
+                raise
+            dropped.append(f"init_inputs: the reference raises with {', '.join(changes)}: "
+                           f"{calls.describe(e).splitlines()[-1]}")
+            self.forget(prep, case)
+
+    def modes_case(self, prep: Prepared, run_case: Any) -> None:
+        """Where the reference's behaviour or state depends on its mode: one case that calls a fresh
+        model in training mode, reads its buffers, and calls it in eval mode (calls.mode_sequence)."""
+        base = prep.arms[0]
+        with open(prep.job.source_path) as f:
+            source = f.read()
+        if not calls.mode_dependent(self.torch, base.model, source):
+            return
+        seeds = prep.job.seeds
+        case = Case(id="m0", kind="modes", shape=0, seed=seeds[2 % len(seeds)],
+                    note="a fresh model: training mode, its buffers, then eval mode")
+        prep.arms[case.id] = Arm(base.module, None, None, base.init)
+        prep.cases[case.id] = case
+        run_case(case)
+
+    def extra_shapes(self, prep: Prepared, main: dict[str, int], run_case: Any, dropped: list[str]) -> None:
+        job = prep.job
+        variants = [{**main, **s} for s in job.extra_shapes] if job.extra_shapes is not None else _variants(main)
+        for knobs in variants:
+            if len(prep.shapes) > 2 or knobs in prep.shapes:
+                continue
+            idx = len(prep.shapes)
+            case = Case(id=f"x{idx}", kind="extra_shape", shape=idx, seed=job.seeds[1 % len(job.seeds)])
+            try:
+                prep.arms[idx] = self.arm(job, idx, knobs)
+                prep.shapes.append(knobs)
+                prep.cases[case.id] = case
+                run_case(case)
+            except Exception as e:
+                if calls.out_of_memory(e):
+                    raise
+                dropped.append(f"{knobs}: {calls.describe(e).splitlines()[-1]}")
+                if prep.shapes[-1] is knobs:
+                    prep.shapes.pop()
+                self.forget(prep, case)
+
+    def forget(self, prep: Prepared, case: Case) -> None:
+        prep.arms.pop(case.model, None)
+        prep.cases.pop(case.id, None)
+        nbytes = sum(calls.nbytes(part or []) for part in prep.cache.pop(case.id, ([], None)))
+        prep.cached_bytes -= nbytes
+
+    def drop_nonfinite(self, prep: Prepared, stats: dict[str, CaseStats], dropped: list[str]) -> list[Case]:
+        # a variant (distribution, shape) where the reference stops being finite proves nothing
+        base_finite = stats["s0"].finite
+        kept = []
+        for case in list(prep.cases.values()):
+            if case.kind != "seed" and base_finite and not stats[case.id].finite:
+                dropped.append(f"{case.id}: the reference is not finite there")
+                self.forget(prep, case)
+                continue
+            kept.append(case)
+        return kept
+
+    def fix_tolerances(self, prep: Prepared, stats: dict[str, CaseStats], kept: list[Case]) -> None:
+        """The reference's own error, worst over the cases of the same shape: fixed per leaf up front."""
+        def key(case: Case) -> int | str:  # the modes case's outputs are its own: training, buffers, eval
+            return case.id if case.kind == "modes" else case.shape
+
+        worst: dict[tuple[int | str, int], float] = {}
+        for case in kept:
+            for j, err in enumerate(stats[case.id].ref_errors):
+                worst[(key(case), j)] = max(worst.get((key(case), j), 0.0), err)
+        job = prep.job
+        for case in kept:
+            s = stats[case.id]
+            prep.tolerances[case.id] = [
+                tolerance_from(s.dtypes[j], s.scales[j], worst[(key(case), j)], job.rtol, job.atol)
+                if s.dtypes[j] else LeafTolerance(0.0, 0.0, 0.0)
+                for j in range(len(s.dtypes))
+            ]
+
+    # ---- one case ------------------------------------------------------------------------------
+    def compute(self, case: Case, record: bool = False) -> tuple[list[Any], list[Any] | None, dict[str, Any], int]:
+        """The case's expected outputs, native and float64 (None where there is none)."""
+        torch = self.torch
+        assert self.prep is not None
+        arm = self.prep.arms[case.model]
+        self.phase(f"reference: {case.id}")
+        if case.kind == "modes":
+            return self.compute_modes(case, arm)
+        inputs = calls.draw_inputs(torch, arm.module, case, self.device)
+        inputs_bytes = calls.nbytes(inputs)
+        native = calls.call(torch, arm.model, inputs, self.device, label=case.id, gate=f"reference: {case.id}",
+                            check_inputs=record)
+        if record and arm.channels_last is not None:  # the same op in the other layout: part of its own error
+            self.layout_outputs[case.id] = calls.call(
+                torch, arm.channels_last, calls.channels_last_inputs(torch, inputs), self.device, label=case.id,
+                gate=f"reference: {case.id} (channels_last)", check_inputs=False).leaves
+        f64 = None
+        if arm.double is not None:
+            doubled = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+            del inputs
+            try:
+                with torch.no_grad():
+                    f64 = flatten(arm.double(*doubled))
+            except Exception as e:  # noqa: BLE001 - the op has no float64 path, or it does not fit
+                if record and calls.out_of_memory(e):
+                    arm.double = None  # for every later call too: the tolerances rest on the native output
+                f64 = None
+            del doubled
+        return native.leaves, f64, native.facts, inputs_bytes
+
+    def compute_modes(self, case: Case, arm: Arm) -> tuple[list[Any], list[Any] | None, dict[str, Any], int]:
+        """The modes case on fresh reference models (native, and float64 where it has one): each
+        computation starts from the state the candidate's model starts from."""
+        torch = self.torch
+        model, _ = calls.build(torch, arm.module.Model, arm.init, self.device)
+        buffers = sorted(name for name, _ in model.named_buffers())
+        native = calls.mode_sequence(torch, model, arm.module, case, self.device, label=case.id, buffers=buffers)
+        f64 = None
+        double = self.double_model(arm.module, arm.init)
+        if double is not None:
+            def doubled(xs: list[Any]) -> list[Any]:
+                return [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
+
+            try:
+                f64 = calls.mode_sequence(torch, double, arm.module, case, self.device, label=case.id,
+                                          buffers=buffers, convert=doubled).leaves
+            except Exception:  # noqa: BLE001 - no float64 path, or it does not fit: the native outputs stand
+                f64 = None
+        return native.leaves, f64, native.facts, calls.nbytes(native.leaves)
+
+    def stats(self, native: list[Any], f64: list[Any] | None, inputs_bytes: int, first: list[Any] | None,
+              layout: list[Any] | None = None) -> CaseStats:
+        finite = all(not (t.is_floating_point() or t.is_complex()) or bool(self.torch.isfinite(t).all())
+                     for t in native)
+        floats = [t.is_floating_point() or t.is_complex() for t in native]
+        # the reference's own error: the worse of its run as written and in channels_last, where
+        # the library flags let cuDNN take TF32 kernels for one layout and not the other
+        errors = [reference_error(t, f64[j] if f64 else None) for j, t in enumerate(native)]
+        if layout is not None and f64 and len(layout) == len(native):
+            errors = [max(e, reference_error(layout[j], f64[j]) if floats[j] else 0.0) for j, e in enumerate(errors)]
+        return CaseStats(
+            finite=finite,
+            ref_errors=errors,
+            scales=[magnitude(t, f64[j] if f64 else None) if floats[j] else 0.0 for j, t in enumerate(native)],
+            dtypes=[str(t.dtype).replace("torch.", "") if floats[j] else "" for j, t in enumerate(native)],
+            summary=summarize_outputs(native, first),
+            nbytes=inputs_bytes + calls.nbytes(native),
+        )
+
+    def keep(self, case: Case, native: list[Any], f64: list[Any] | None) -> None:
+        """Keep the case's expected outputs for later checks while they fit the cache."""
+        assert self.prep is not None
+        size = calls.nbytes(native) + calls.nbytes(f64 or [])
+        if self.prep.cached_bytes + size <= self.prep.job.cache_bytes:
+            self.prep.cache[case.id] = (native, f64)
+            self.prep.cached_bytes += size
+
+    def expected(self, case: Case) -> tuple[list[Any], list[Any] | None]:
+        assert self.prep is not None
+        if case.id in self.prep.cache and not case.salt:
+            return self.prep.cache[case.id]
+        native, f64, _, _ = self.compute(case)
+        return native, f64
+
+    def check(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The gates of one candidate call's outputs against its case's expected outputs."""
+        from okgit.eval.judge.exported import open_exported
+
+        assert self.prep is not None
+        case = self.prep.cases[str(message["case"])]
+        if message.get("salt"):  # a timed call's inputs: the case's, salted (okgit.eval.worker.calls.salt_inputs)
+            case = replace(case, salt=int(message["salt"]))
+        native, f64 = self.expected(case)
+        outputs = open_exported(message["outputs"], self.device, Path(str(message["dir"])))
+        leaves = message["leaves"]
+        tolerances = self.prep.tolerances[case.id]
+        # the modes case names the gate of each output (training mode, a buffer, eval mode)
+        gates = [g for g, _ in self.prep.parts.get(case.id, [])] or [str(message["gate"])] * len(native)
+        checks = [asdict(check_leaf(out, leaves[j], native[j], f64[j] if f64 else None, tolerances[j], gates[j]))
+                  for j, out in enumerate(outputs[: len(native)])]
+        prints = [fingerprint(o) if o is not None else None for o in outputs]
+        del outputs, native, f64
+        if self.device == "cuda" and (case.salt or case.id not in self.prep.cache):
+            self.torch.cuda.empty_cache()  # what a recomputed case held goes back to the candidate
+        return {"checks": checks, "fingerprints": prints}
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def scale_for_cpu(self, job: Job, knobs: dict[str, int]) -> dict[str, int]:
+        """Halve every knob >= 16 until the inputs hold <= limit elements (the interpreter is slow)."""
+        torch = self.torch
+        current = dict(knobs)
+        while True:
+            module = calls.load_op(job.source_path, "okgit_reference_scaled", current)
+            n = sum(x.numel() for x in _shapes_of_inputs(torch, module) if isinstance(x, torch.Tensor))
+            smaller = {k: v // 2 for k, v in current.items() if v >= 16}
+            if n <= job.cpu_input_limit or not smaller:
+                return current
+            current.update(smaller)
+
+    def double_model(self, module: ModuleType, init: list[Any]) -> Any:
+        try:
+            model, _ = calls.build(self.torch, module.Model, init, self.device)
+            return model.double() if isinstance(model, self.torch.nn.Module) else model
+        except Exception:  # noqa: BLE001 - no float64 version: compare against the native output
+            return None
+
+    def count_cost(self, prep: Prepared) -> dict[str, Any]:
+        """FLOPs of one call and its minimum bytes: inputs and parameters read once, outputs written once."""
+        torch = self.torch
+        from torch.utils.flop_counter import FlopCounterMode
+
+        arm = prep.arms[0]
+        inputs = calls.draw_inputs(torch, arm.module, prep.cases["s0"], self.device)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            out = arm.model(*inputs)
+        model = arm.model
+        params = sum(t.nbytes for t in model.state_dict().values()) if isinstance(model, torch.nn.Module) else 0
+        read = calls.nbytes(inputs) + params
+        leaves = flatten(out)
+        dtypes = sorted({str(t.dtype).replace("torch.", "") for t in leaves + [x for x in inputs
+                                                                           if isinstance(x, torch.Tensor)]})
+        return {"flops": float(counter.get_total_flops()), "min_bytes": float(read + calls.nbytes(leaves)),
+                "dtypes": dtypes}
+
+    def measure(self, job: Job, result: dict[str, Any]) -> None:
+        """Device peaks (once per device), then the time to beat: ModelNew's where the op file has one."""
+        from okgit.eval.worker.measure import time_model
+
+        assert self.prep is not None
+        if job.peaks_path and not Path(job.peaks_path).exists():
+            self.phase("reference: device peaks")
+            from okgit.eval.roofline import measure_peaks
+
+            Path(job.peaks_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(job.peaks_path).write_text(json.dumps(measure_peaks(self.device)))
+        arm = self.prep.arms[0]
+        cls = getattr(arm.module, "ModelNew", None) or arm.module.Model
+        model = arm.model
+        if cls is not arm.module.Model:
+            model, _ = calls.build(self.torch, cls, arm.init, self.device, arm.model.state_dict()
+                                   if isinstance(arm.model, self.torch.nn.Module) else None)
+        seeds = [c for c in self.prep.cases.values() if c.kind == "seed"]
+        self.phase("reference: timing")
+        measured, _ = time_model(self.torch, model, arm.module, seeds, job, self.device)
+        result.update(measured)
+
+
+def _shapes_of_inputs(torch: Any, module: ModuleType) -> list[Any]:
+    """get_inputs() on the meta device (shapes, no data: KernelBench inputs reach 6 GB); on the
+    CPU where an op of it has no meta version."""
+    torch.manual_seed(0)
+    try:
+        with torch.device("meta"):
+            return list(module.get_inputs())
+    except Exception:  # noqa: BLE001 - drawn for real, as the shape is needed
+        return list(module.get_inputs())
+
+
+def _variants(main: dict[str, int]) -> list[dict[str, int]]:
+    """Odd and smaller shapes from the knobs >= 8: all together first, then one knob at a time."""
+    big = {k: v for k, v in main.items() if v >= 8}
+    if not big:
+        return []
+    odd = {k: v - 1 if v % 2 == 0 else v - 2 for k, v in big.items()}
+    half = {k: max(3, v // 2 - 1) for k, v in big.items()}
+    out = [{**main, **odd}, {**main, **half}]
+    out += [{**main, k: odd[k]} for k in big]
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="okgit.eval.judge")
+    parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
+    args = parser.parse_args(argv)
+    channel = Channel()
+    judge = Judge(args.device)
+    judge.phase_file = Path.cwd() / "phase"
+    channel.send(READY)
+    while (message := channel.receive()) is not None:
+        try:
+            if message.get("op") == "prepare":
+                reply = judge.prepare(Job.from_dict(message["job"]))
+            elif message.get("op") == "check":
+                reply = judge.check(message)
+            else:
+                reply = {"failure": {"status": "error", "gate": "judge", "message": f"unknown request {message!r}"}}
+        except calls.CallFailed as e:
+            reply = {"failure": {"status": e.status, "gate": e.gate, "message": e.message[-4000:]}}
+        except BaseException as e:  # noqa: BLE001 - reported to the parent, which says it in one line
+            reply = {"failure": {"status": "error", "gate": "judge", "message": calls.describe(e)[-4000:],
+                                 "out_of_memory": calls.out_of_memory(e), "free": _free_memory(args.device)}}
+        from okgit.eval.worker.own_memory import own_memory
+
+        reply["memory"] = own_memory()
+        channel.send(reply)
+    os._exit(0)
+
+
+def _free_memory(device: str) -> list[int] | None:
+    if device != "cuda":
+        return None
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    return [int(free), int(total)]
+

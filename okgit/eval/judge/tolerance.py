@@ -1,0 +1,212 @@
+"""Tolerances and output comparison, run in the judge (the candidate never sees this code run).
+
+Tolerances are fixed per dtype before any candidate: |out - ref64| <= atol + rtol * |ref64|
+with atol = rtol_dtype * max|ref64| (scaled to the reference's magnitude), and never tighter
+than REF_ERROR_MULTIPLE times the reference implementation's own error against float64 (a TF32
+cuDNN convolution is far from 1e-4 of strict fp32). Positions where the native reference is
+NaN or inf must hold the same non-finite value; a NaN where the reference is finite is an
+element the candidate never wrote (memory is poisoned with NaN) or a NaN it produced.
+
+Every pass over an output walks it in flat chunks of CHUNK elements, where the tensors live
+(on the GPU for a GPU problem): the float64 temporaries of one chunk are what a comparison
+adds to memory, whatever the output's size (KernelBench outputs reach 1.6e9 elements).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from okgit.eval.protocol.checks import LeafCheck, LeafTolerance
+from okgit.eval.worker.tensors import bitwise_equal, chunks
+
+REF_ERROR_MULTIPLE = 4.0
+RTOL = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1.6e-2, "float64": 1e-7, "complex64": 1e-4, "complex128": 1e-7}
+
+
+def reference_error(native: Any, f64: Any) -> float:
+    import torch
+
+    if f64 is None or native is None or not native.is_floating_point():
+        return 0.0
+    worst = 0.0
+    for _, (a, b) in chunks(native, f64):
+        a, b = a.double(), b.double()
+        finite = torch.isfinite(a) & torch.isfinite(b)
+        if bool(finite.any()):
+            worst = max(worst, float((a - b).abs()[finite].max()))
+    return worst
+
+
+def magnitude(native: Any, f64: Any) -> float:
+    """max |reference| over its finite elements (float64 where it exists)."""
+    import torch
+
+    worst = 0.0
+    for _, (ref,) in chunks(f64 if f64 is not None else native):
+        ref = ref.double()
+        finite = ref[torch.isfinite(ref)]
+        if finite.numel():
+            worst = max(worst, float(finite.abs().max()))
+    return worst
+
+
+def leaf_tolerance(native: Any, f64: Any, ref_error: float, rtol: float | None = None,
+                   atol: float | None = None) -> LeafTolerance:
+    """The tolerance of one output leaf; `rtol`/`atol` override the dtype rule (okgit.toml)."""
+    if not (native.is_floating_point() or native.is_complex()):
+        return LeafTolerance(0.0, 0.0, 0.0)
+    return tolerance_from(str(native.dtype).replace("torch.", ""), magnitude(native, f64), ref_error, rtol, atol)
+
+
+def tolerance_from(dtype: str, scale: float, ref_error: float, rtol: float | None = None,
+                   atol: float | None = None) -> LeafTolerance:
+    r = RTOL.get(dtype, 1e-4) if rtol is None else rtol
+    a = r * scale if atol is None else atol
+    return LeafTolerance(rtol=r, atol=max(a, REF_ERROR_MULTIPLE * ref_error), ref_error=ref_error, scale=scale)
+
+
+def check_leaf(out: Any, facts: dict[str, Any], native: Any, f64: Any, tol: LeafTolerance, gate: str) -> LeafCheck:
+    """One output leaf of one call against the expected one. `gate` names a plain mismatch."""
+    if not facts.get("exact") or out is None:
+        return LeafCheck(False, "output_type", f"returned {facts.get('type')}, not exactly torch.Tensor")
+    if list(out.shape) != list(native.shape):
+        return LeafCheck(False, "output_type", f"shape {list(out.shape)}, expected {list(native.shape)}")
+    if out.dtype != native.dtype:
+        return LeafCheck(False, "output_type", f"dtype {out.dtype}, expected {native.dtype}")
+    if not (native.is_floating_point() or native.is_complex()):
+        return _check_integers(out, native, gate)
+    return _check_floats(out, native, f64, tol, gate)
+
+
+def _check_integers(out: Any, native: Any, gate: str) -> LeafCheck:
+    import torch
+
+    bad_n = poison_n = 0
+    poison = None if out.dtype == torch.bool else torch.iinfo(out.dtype).max
+    for _, (o, nat) in chunks(out, native):
+        bad = o != nat
+        bad_n += int(bad.sum())
+        if poison is not None:
+            poison_n += int((bad & (o == poison)).sum())
+    if bad_n:
+        if poison is not None and poison_n == bad_n:
+            return LeafCheck(False, "outputs_written", f"{bad_n} of {out.numel()} elements never written (poison value)")
+        return LeafCheck(False, gate, f"{bad_n} of {out.numel()} integer elements differ")
+    return LeafCheck(True)
+
+
+def _check_floats(out: Any, native: Any, f64: Any, tol: LeafTolerance, gate: str) -> LeafCheck:
+    """The gates of one float leaf in their order (unwritten, NaN pattern, inf, tolerance), each
+    a pass over the chunks so that the first failing gate reports its first position."""
+    import torch
+
+    n = out.numel()
+    unwritten = _count_first(out, native, f64, lambda o, nat, ref: torch.isnan(o) & torch.isfinite(nat))
+    if unwritten[0]:
+        return LeafCheck(False, "outputs_written",
+                         f"{unwritten[0]} of {n} elements are NaN where the reference is finite, first at "
+                         f"{_unravel(unwritten[1], out.shape)}: never written (memory was poisoned with NaN) or a "
+                         "NaN the kernel produced")
+    pattern = _count_first(out, native, f64, lambda o, nat, ref: ~torch.isfinite(nat) & ~(
+        (torch.isnan(nat) & torch.isnan(o)) | (nat == o)))
+    if pattern[0]:
+        return LeafCheck(False, "nan_pattern", f"{pattern[0]} NaN/inf positions differ from the reference's")
+    inf = _count_first(out, native, f64, lambda o, nat, ref: ~torch.isfinite(o) & torch.isfinite(nat))
+    if inf[0]:
+        return LeafCheck(False, "nan_pattern", f"{inf[0]} elements are inf where the reference is finite")
+    max_abs = max_rel = 0.0
+    over_n, first, got, want = 0, -1, 0.0, 0.0
+    for start, (o, nat, ref) in chunks(out, native, f64):
+        ref = (ref if ref is not None else nat).double()
+        finite = torch.isfinite(nat) & torch.isfinite(ref)
+        if not bool(finite.any()):
+            continue
+        o = o.double()
+        diff = (o - ref).abs()
+        diff[~finite] = 0
+        over = (diff > tol.atol + tol.rtol * ref.abs()) & finite
+        max_abs = max(max_abs, float(diff.max()))
+        max_rel = max(max_rel, float((diff / ref.abs().clamp_min(tol.atol or 1e-30))[finite].max()))
+        k = int(over.sum())
+        if k and first < 0:
+            at = int(torch.nonzero(over)[0])
+            first, got, want = start + at, float(o[at]), float(ref[at])
+        over_n += k
+    if over_n:
+        return LeafCheck(False, gate, f"{over_n} of {n} elements outside tolerance; max abs error "
+                         f"{max_abs:.3e} (allowed {tol.describe}); first at {_unravel(first, out.shape)}: got "
+                         f"{got:.6g}, expected {want:.6g}", max_abs, max_rel)
+    return LeafCheck(True, max_abs=max_abs, max_rel=max_rel)
+
+
+def _count_first(out: Any, native: Any, f64: Any, mask_of: Any) -> tuple[int, int]:
+    """(how many elements the mask marks, flat index of the first) over the chunks."""
+    import torch
+
+    count, first = 0, -1
+    for start, (o, nat, ref) in chunks(out, native, f64):
+        mask = mask_of(o, nat, ref)
+        k = int(mask.sum())
+        if k and first < 0:
+            first = start + int(torch.nonzero(mask)[0])
+        count += k
+    return count, first
+
+
+def _unravel(flat: int, shape: Any) -> tuple[int, ...]:
+    index = []
+    for dim in reversed(list(shape)):
+        index.append(flat % dim if dim else 0)
+        flat = flat // dim if dim else 0
+    return tuple(reversed(index))
+
+
+def fingerprint(t: Any) -> str:
+    """A digest of a tensor's values (not its strides), to tell two outputs apart without
+    keeping both: sums of its 32-bit words, plain and position-weighted, in wrapping int64."""
+    import torch
+
+    flat = t.detach().contiguous().reshape(-1)
+    words = flat.view(torch.int32) if flat.numel() * flat.element_size() % 4 == 0 else flat.view(torch.uint8)
+    plain = weighted = 0
+    for start, (w,) in chunks(words):
+        w = w.to(torch.int64)
+        plain += int(w.sum())
+        pos = torch.arange(start + 1, start + 1 + w.numel(), device=w.device, dtype=torch.int64) * 2654435761
+        weighted += int((w * pos).sum())
+    return f"{t.dtype}:{list(t.shape)}:{plain & (2**64 - 1):x}:{weighted & (2**64 - 1):x}"
+
+
+@dataclass(frozen=True)
+class OutputSummary:
+    """What the degeneracy rules need of one case's reference outputs, so that no case's
+    outputs are kept for them but the first's."""
+
+    all_zero: bool
+    constant: bool  # every leaf has several elements, all equal (a scalar loss is not "constant")
+    same_as_first: bool  # bitwise the first case's outputs
+
+
+def summarize_outputs(leaves: list[Any], first: list[Any] | None) -> OutputSummary:
+    floats = [t for t in leaves if t is not None and t.numel()]
+    return OutputSummary(
+        all_zero=bool(floats) and all(bool((t == 0).all()) for t in floats),
+        constant=bool(floats) and all(t.numel() > 1 and bool((t == t.reshape(-1)[0]).all()) for t in floats),
+        same_as_first=first is not None and len(first) == len(leaves) and all(
+            bitwise_equal(a, b) for a, b in zip(leaves, first, strict=True)),
+    )
+
+
+def degenerate_reason(summaries: list[OutputSummary]) -> str | None:
+    """Why the reference's outputs cannot tell a right kernel from a wrong one, if they cannot."""
+    if not summaries:
+        return None
+    if all(s.all_zero for s in summaries):
+        return "the reference's output is identically zero on every seed and input distribution"
+    # a scalar that never changes is caught by the rule across seeds below
+    if all(s.constant for s in summaries):
+        return "every output of the reference is a constant tensor on every seed and input distribution"
+    if len(summaries) >= 2 and all(s.same_as_first for s in summaries[1:]):
+        return "the reference's output does not change with its inputs across seeds"
+    return None

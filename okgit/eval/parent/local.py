@@ -1,0 +1,454 @@
+"""LocalEvaluator: the Evaluator on this machine's GPU, or its CPU through the Triton interpreter.
+
+The parent (this module) never imports candidate code and holds no tensor. It prepares the
+reference once per problem in a judge process (okgit.eval.judge.process), runs each candidate in a
+fresh worker (pre-started idle workers wait so that a warm evaluation pays no interpreter or
+CUDA start), relays each call's exported outputs from the worker to the judge and its answer
+back, and decides the verdict from the worker's facts and the judge's findings
+(okgit.eval.parent.verdict). Each GPU has its own file lock (okgit.eval.parent.devices): jobs of all okgit
+processes on one GPU take turns, so two evaluations never time each other's kernels, while
+several GPUs work at once.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import contextlib
+import functools
+import hashlib
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from okgit.errors import OkgitError
+from okgit.eval import roofline
+from okgit.eval.base import EvaluatorBase
+from okgit.eval.parent import memory
+from okgit.eval.parent.devices import device_lock, physical_name
+from okgit.eval.parent.profile import profile_data
+from okgit.eval.parent.reference import PreparedReference, from_judge
+from okgit.eval.parent.rounds import summarize
+from okgit.eval.parent.sandbox import Outcome, WorkerPool, WorkerProcess, default_memory_limit, read_result
+from okgit.eval.parent.static import static_findings
+from okgit.eval.parent.streams import check_streams
+from okgit.eval.parent.verdict import allowed_matmul_rate, base_fields, crashed, judge
+from okgit.eval.protocol.jobs import PINNED_FLAGS, Job, Timing
+from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode, Reference, Status
+from okgit.problem import Problem, load_problem
+
+
+def _one_at_a_time(method):
+    """Calls of one LocalEvaluator from several threads take turns (a pool gives each device its own)."""
+    @functools.wraps(method)
+    def serialized(self, *args, **kwargs):
+        with self._busy:
+            return method(self, *args, **kwargs)
+
+    return serialized
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    seeds: int
+    warmup: int
+    samples: int
+
+
+MODES: dict[str, ModeSpec] = {"fast": ModeSpec(seeds=5, warmup=3, samples=10),
+                              "thorough": ModeSpec(seeds=8, warmup=10, samples=100)}
+SEED_BASE = 1000
+COMPARE_TIMING = Timing(warmup=5, samples=30)
+STARTUP_TIMEOUT_S = 300.0
+# The reference's own limit for its preparation (every case, float64, cost, timing): a forward
+# that hangs ends there, in one line. `reference_timeout_s` (okgit.toml, OKGIT_REFERENCE_TIMEOUT_S) sets it.
+REFERENCE_TIMEOUT_S = {"cpu": 600.0, "cuda": 360.0}
+MAX_IDLE = 10  # pre-started workers at most: each holds torch and a CUDA context (~1 GB of host memory)
+
+
+class LocalEvaluator(EvaluatorBase):
+    """One device's evaluator: one candidate at a time (`evaluate_many` runs a batch in turn; a
+    PoolEvaluator of okgit.eval.parent.device_pool runs one LocalEvaluator per device at once).
+    `host_share`: how many evaluators of this process share the host's memory (a pool's slots)."""
+
+    def __init__(self, device: str | None = None, timeout_s: float | None = None,
+                 memory_limit_bytes: int | None = None, prestart: bool = True, idle_workers: int | None = None,
+                 judge_cache_bytes: int | None = None, host_share: int = 1,
+                 reference_timeout_s: float | None = None) -> None:
+        if device is None:
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda":
+            device = "cuda:0"
+        if device != "cpu" and not re.fullmatch(r"cuda:\d+", device):
+            raise OkgitError(f"unknown device {device!r} (cpu, cuda or cuda:N)")
+        if device != "cpu":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise OkgitError(f"device {device}: no CUDA GPU is visible to torch {torch.__version__}"
+                                 " (device cpu checks correctness only)")
+        self._torch = device  # as this process addresses it; workers see only that GPU
+        self._kind = "cpu" if device == "cpu" else "cuda"
+        self.device = physical_name(device)  # how results name it, also under CUDA_VISIBLE_DEVICES
+        # the interpreter is slow and a first Triton compile on a GPU takes seconds
+        self.timeout_s = timeout_s or (300.0 if self._kind == "cpu" else 180.0)
+        self.reference_timeout_s = reference_timeout_s or REFERENCE_TIMEOUT_S[self._kind]
+        # a GPU worker takes ~4 s to start (torch + CUDA), two warm evaluations ~2 s each: keep three waiting
+        self.pool = WorkerPool(memory_limit_bytes or default_memory_limit(),
+                               idle=idle_workers or (3 if self._kind == "cuda" else 1))
+        self.prestart = prestart
+        self.judge_cache_bytes = judge_cache_bytes  # None: okgit.eval.parent.memory's rule
+        self.host_share = max(1, host_share)
+        self._busy = threading.RLock()  # one call at a time: its caches, workers and judge are not shared
+        self._prepared: dict[str, PreparedReference] = {}
+        self._spare_judge: WorkerProcess | None = None  # started ahead: a preparation pays no process start
+        if prestart:
+            self.pool.prestart(self._torch)  # they wait for their jobs, no candidate code loaded
+            self._spare_judge = self._new_judge()
+        atexit.register(self.close)
+
+    # ---- the Evaluator protocol -----------------------------------------------------------------
+    @_one_at_a_time
+    def reference(self, problem: Problem) -> Reference:
+        prep = self._prepare(problem, "fast")
+        timing = prep.timing
+        prof = None
+        if prep.cost:
+            rate, _ = allowed_matmul_rate(prep)
+            roof = (roofline.position(prep.cost["flops"], prep.cost["min_bytes"], median(timing["samples_us"]),
+                                      prep.peaks, rate)
+                    if timing and prep.peaks else None)
+            prof = profile_data(prep.kernels or {}, set(), launch_count=None, flops=prep.cost.get("flops"),
+                                min_bytes=prep.cost.get("min_bytes"), roofline=roof)
+        return Reference(
+            device=self.device,
+            timed=timing is not None,
+            runtime_us=median(timing["samples_us"]) if timing else None,
+            profile=prof,
+            degenerate=prep.degenerate,
+            shapes=[prep.shapes[i] for i in sorted({c.shape for c in prep.cases})],
+            flags=dict(PINNED_FLAGS),
+            hardware=prep.peaks or {"device": self.device},
+        )
+
+    @_one_at_a_time
+    def evaluate(self, problem: Problem, source: str, *, mode: Mode = "fast", backend: str = "triton") -> EvalResult:
+        t0 = time.monotonic()
+        result = self._evaluate(problem, source, mode=mode, backend=backend)
+        result.wall_s = time.monotonic() - t0
+        return result
+
+    @_one_at_a_time
+    def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
+        if self._kind != "cuda":
+            raise OkgitError("compare needs a GPU: no timing is claimed on a CPU")
+        first = self.evaluate(problem, source, mode="fast", backend=backend)
+        if first.status is not Status.correct:
+            raise OkgitError(f"compare needs a correct candidate: {first.status.value}"
+                             + (f" at {first.error.gate}: {first.error.message}" if first.error else ""))
+        prep = self._prepare(problem, "fast")
+        self.prestart_for(2 * rounds)
+        base: list[float] = []
+        cand: list[float] = []
+        for _ in range(rounds):
+            for src, root, into in ((problem.source, problem.root, base),
+                                    (source, problem.candidate_root or problem.root, cand)):
+                into.append(self.time_once(problem, prep, src, backend, root=root))
+        return summarize(base, cand)
+
+    def prestart_for(self, jobs: int) -> None:
+        """Start workers for `jobs` back-to-back jobs at once (at most MAX_IDLE): rounds in fresh
+        processes would otherwise wait, one after another, for each worker's torch and CUDA start."""
+        if self.prestart:
+            self.pool.prestart(self._torch, at_least=min(jobs, MAX_IDLE))
+
+    def wait_warm(self, timeout_s: float = 120.0) -> bool:
+        """Block until the pre-started workers are ready: what "a warm evaluation" is timed from."""
+        return self.pool.wait_warm(self._torch, timeout_s)
+
+    def close(self) -> None:
+        atexit.unregister(self.close)
+        self.pool.close()
+        if self._spare_judge is not None:
+            self._spare_judge.close()
+            self._spare_judge = None
+        for prep in self._prepared.values():
+            prep.close()
+        self._prepared.clear()
+
+    # ---- steps ----------------------------------------------------------------------------------
+    def _evaluate(self, problem: Problem, source: str, *, mode: Mode, backend: str) -> EvalResult:
+        base = {"device": self.device, "mode": mode, "flags": dict(PINNED_FLAGS)}
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as e:
+            return _early(Status.compile_error, "compile", f"line {e.lineno}: {e.msg}", base)
+        findings = static_findings(tree)
+        if findings:
+            return _early(Status.rejected, "static", "; ".join(str(f) for f in findings[:5]), base)
+        prep = self._prepare(problem, mode)
+        cases = list(prep.cases)
+        base = base_fields(prep, cases, device=self.device, mode=mode)
+        spec = MODES[mode]
+        job = self._candidate_job(problem, prep, backend, cases=cases,
+                                  timing=Timing(spec.warmup, spec.samples) if self._kind == "cuda" else None,
+                                  profile=self._kind == "cuda")
+        relay = _Relay(prep, {c.id for c in cases}, self._kind, self.timeout_s)
+        outcome, result = self._run(job, source, self.timeout_s, relay)
+        if relay.judge_failure:
+            self._forget(prep)
+            return crashed(outcome, base, judge_failure=relay.judge_failure)
+        if result is None:
+            return crashed(outcome, base)
+        out = judge(prep, cases, result, relay.checks, backend=backend, device=self.device, mode=mode, base=base)
+        if out.profile is not None:  # where an evaluation's time goes, for the benchmark
+            out.profile.raw["eval_s"] = {**result.get("phase_s", {}), "ready_wait": outcome.ready_wait_s,
+                                         "worker_total": outcome.wall_s, "judge": relay.judge_s}
+            out.profile.raw["memory"] = {"worker": result.get("memory", {}), "judge": relay.judge_memory}
+        return out
+
+    def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],
+                       root: str | None = None, **kw: Any) -> Job:
+        own = dict(problem.knobs)
+        return Job(role="candidate", source_path="", device=self._kind, backend=backend,
+                   root=root or problem.candidate_root or problem.root, reference_path=prep.reference_path,
+                   cases=cases, shapes=prep.shapes, init_seed=prep.init_seed,
+                   own_knobs=own if prep.shapes and own != prep.shapes[0] else None, **kw)
+
+    def _key(self, problem: Problem, mode: Mode) -> str:
+        return hashlib.sha256(repr((problem.source, problem.root, sorted(problem.knobs.items()), problem.extra_shapes,
+                                    problem.atol, problem.rtol, MODES[mode].seeds)).encode()).hexdigest()
+
+    def _prepare(self, problem: Problem, mode: Mode) -> PreparedReference:
+        key = self._key(problem, mode)
+        if key in self._prepared:
+            return self._prepared[key]
+        seeds = [SEED_BASE + i for i in range(MODES[mode].seeds)]
+        judge_process = self._take_judge()
+        reference_path = judge_process.dir / "reference.py"
+        reference_path.write_text(problem.source)
+        reference_path.chmod(0o444)
+        peaks_file = device_total = None
+        if self._kind == "cuda":
+            import torch
+
+            props = torch.cuda.get_device_properties(self._torch)
+            peaks_file, device_total = roofline.peaks_path(props.name), int(props.total_memory)
+        job = Job(role="judge", source_path=str(reference_path), device=self._kind, backend="torch",
+                  root=problem.root, knobs=dict(problem.knobs), init_seed=seeds[0],
+                  extra_shapes=[dict(s) for s in problem.extra_shapes] if problem.extra_shapes is not None else None,
+                  seeds=seeds, cache_bytes=self.judge_cache_bytes if self.judge_cache_bytes is not None else
+                  memory.cache_bytes(device_total) if device_total else memory.GiB,
+                  rtol=problem.rtol, atol=problem.atol,
+                  timing=Timing(MODES[mode].warmup, MODES[mode].samples) if self._kind == "cuda" else None,
+                  profile=self._kind == "cuda", peaks_path=str(peaks_file) if peaks_file else None)
+        started = judge_process.wait_ready(STARTUP_TIMEOUT_S)
+        with self._gpu():
+            t0 = time.monotonic()
+            reply = judge_process.request({"op": "prepare", "job": job.to_dict()}, self.reference_timeout_s) if started else None
+        if reply is None and started and judge_process.alive() and time.monotonic() - t0 >= self.reference_timeout_s:
+            phase = (judge_process.dir / "phase").read_text() if (judge_process.dir / "phase").exists() else "preparing"
+            judge_process.close()
+            raise OkgitError(f"{problem.path}: the reference did not finish within its limit of "
+                             f"{self.reference_timeout_s:.0f} s ({phase}; reference_timeout_s sets the limit)")
+        if reply is None or reply.get("failure"):
+            why = _judge_failure(reply, judge_process, "the reference")
+            judge_process.close()
+            raise OkgitError(f"{problem.path}: the reference does not run: {why}")
+        prep = from_judge(judge_process, str(reference_path), reply, seeds[0])
+        try:
+            refusal = memory.refusal(prep.case_bytes, self.pool.idle_count + self.prestart, self._kind, memory.host_available(),
+                                     memory.parallel() * self.host_share)
+        except ValueError as e:
+            prep.close()
+            raise OkgitError(str(e)) from None
+        if refusal:
+            prep.close()
+            raise OkgitError(f"{problem.path}: {refusal}")
+        # a worker's budget: torch and its device plus one case, never less than the pool's floor
+        judge_process.memory_limit = max(judge_process.memory_limit, memory.worker_bytes(prep.case_bytes))
+        if peaks_file is not None:
+            prep.peaks = roofline.load_peaks(peaks_file)
+        self._prepared[key] = prep
+        return prep
+
+    def _new_judge(self) -> WorkerProcess:
+        return WorkerProcess(self._torch, self.pool.memory_limit, self.pool.base_dir, program="okgit.eval.judge")
+
+    def _take_judge(self) -> WorkerProcess:
+        judge_process, self._spare_judge = self._spare_judge, None
+        if judge_process is None or not judge_process.alive():
+            judge_process = self._new_judge()
+        if self.prestart:
+            self._spare_judge = self._new_judge()
+        return judge_process
+
+    def _forget(self, prep: PreparedReference) -> None:
+        """A judge that failed is not asked again: the next evaluation prepares a new one."""
+        for key, known in list(self._prepared.items()):
+            if known is prep:
+                del self._prepared[key]
+        prep.close()
+
+    def prepared(self, problem: Problem, mode: Mode = "fast") -> PreparedReference:
+        return self._prepare(problem, mode)
+
+    def time_once(self, problem: Problem, prep: PreparedReference, source: str, backend: str,
+                  root: str | None = None) -> float:
+        """Median event time of `source` in one fresh worker, without the correctness calls (the
+        final gate's rounds, and the A/A check of the benchmark script)."""
+        job = self._candidate_job(problem, prep, backend, root=root or problem.root,
+                                  cases=[c for c in prep.cases if c.kind == "seed"], check=False, timing=COMPARE_TIMING)
+        outcome, result = self._run(job, source, self.timeout_s, None)
+        if result is None or result.get("failure") or not result.get("timing"):
+            why = result["failure"]["message"] if result and result.get("failure") else outcome.describe()
+            raise OkgitError(f"a timing round failed: {why}")
+        return float(check_streams(result["timing"]).runtime_us)  # every stream's work inside
+
+    def _gpu(self) -> contextlib.AbstractContextManager:
+        """The device lock around anything this process's workers run on the GPU."""
+        return device_lock(self._torch) if self._kind == "cuda" else contextlib.nullcontext()
+
+    def _run(self, job: Job, source: str, timeout_s: float,
+             relay: "_Relay | None") -> tuple[Outcome, dict[str, Any] | None]:
+        """One job in one fresh worker; (outcome, result or None if it crashed)."""
+        worker = self.pool.take(self._torch, prestart_next=self.prestart)
+        try:
+            path = worker.dir / "candidate.py"
+            path.write_text(source)
+            job.source_path = str(path)
+            prep_bytes = relay.prep.case_bytes if relay else 0
+            worker.memory_limit = max(worker.memory_limit, memory.worker_bytes(prep_bytes))
+            if relay:
+                relay.job_dir = worker.dir
+            # started before the lock: spawning and importing never hold up another job's GPU work
+            started = worker.wait_ready(STARTUP_TIMEOUT_S)
+            with self._gpu() if started else contextlib.nullcontext():
+                outcome = worker.run(job, timeout_s, relay, startup_timeout_s=0.0)  # ready, or it never will be
+            if outcome.crashed:
+                return outcome, None
+            return outcome, read_result(worker.dir)
+        finally:
+            worker.close()
+
+
+class _Relay:
+    """Carries a candidate's exported outputs to the judge and its answers back. The case a call
+    is judged against follows from the call's key, never from what the worker says."""
+
+    def __init__(self, prep: PreparedReference, case_ids: set[str], kind: str, timeout_s: float) -> None:
+        self.prep = prep
+        self.case_ids = case_ids
+        self.kind = kind
+        self.timeout_s = timeout_s
+        self.job_dir: Path | None = None
+        self.checks: dict[str, Any] = {}
+        self.judge_failure: str | None = None
+        self.judge_s = 0.0
+        self.judge_memory: dict[str, int] = {}
+        seeds = [c.id for c in prep.cases if c.kind == "seed" and c.id in case_ids]
+        self.fresh_case = seeds[1] if len(seeds) >= 2 else None
+
+    def case_of(self, key: str) -> str | None:
+        if key in self.case_ids:
+            return key
+        if key == "fresh":
+            return self.fresh_case
+        base = key.removesuffix("#repeat").removeprefix("timed:").split("~")[0]
+        return base if base != key and base in self.case_ids else None
+
+    @staticmethod
+    def salt_of(key: str) -> int:
+        """A timed call's salt, from its key (`timed:s0~SALT`): the judge redraws those inputs."""
+        if not key.startswith("timed:") or "~" not in key:
+            return 0
+        try:
+            return int(key.rsplit("~", 1)[1])
+        except ValueError:
+            return 0
+
+    def __call__(self, message: dict[str, Any]) -> dict[str, Any]:
+        key = str(message.get("key", ""))
+        case = self.case_of(key)
+        if message.get("op") != "check" or case is None or key in self.checks or self.judge_failure:
+            return {"ok": False}
+        t0 = time.monotonic()
+        answer = self.prep.judge.request({"op": "check", "case": case, "salt": self.salt_of(key), "gate": message.get("gate"),
+                                          "leaves": message.get("leaves"), "outputs": message.get("outputs"),
+                                          "dir": str(self.job_dir)}, self.timeout_s)
+        self.judge_s += time.monotonic() - t0
+        for leaf in message.get("outputs") or []:
+            if isinstance(leaf, dict) and isinstance(leaf.get("file"), str) and self.job_dir is not None:
+                (self.job_dir / Path(leaf["file"]).name).unlink(missing_ok=True)
+        if answer is None or answer.get("failure"):
+            self.judge_failure = _judge_failure(answer, self.prep.judge, f"the check of {key}")
+            return {"ok": False}
+        self.checks[key] = answer
+        for name, value in (answer.get("memory") or {}).items():
+            self.judge_memory[name] = max(self.judge_memory.get(name, 0), int(value))
+        return {"ok": True}
+
+
+def _judge_failure(reply: dict[str, Any] | None, judge_process: WorkerProcess, what: str) -> str:
+    """One line: why the judge did not answer, with the sizes involved when memory ran out."""
+    if reply and reply.get("failure"):
+        failure = reply["failure"]
+        why = _last_line(failure["message"])
+        if failure.get("out_of_memory"):
+            free = failure.get("free")
+            room = f"; {memory.gib(free[0])} of the device's {memory.gib(free[1])} free afterwards" if free else ""
+            why = f"{what} does not fit in memory ({why}{room})"
+        return why
+    if judge_process.alive() and not judge_process.over_budget():
+        return f"{what}: the judge gave no answer in time"
+    outcome = judge_process.run_outcome()
+    return f"{outcome.describe()} during {outcome.phase}: {_last_line(outcome.stderr_tail)}"
+
+
+def evaluate_file(cand: str | Path, ref: str | Path, device: str | None = None, mode: Mode = "fast",
+                  backend: str | None = "triton") -> EvalResult:
+    """`okgit eval CAND --ref REF`: the reference file's Model against the candidate file."""
+    ref_path = Path(ref).resolve()
+    cand_path = Path(cand)
+    if not cand_path.is_file():
+        raise OkgitError(f"{cand}: no such file")
+    problem = load_problem(ref_path, root=str(ref_path.parent))
+    with LocalEvaluator(device=device, prestart=False) as evaluator:
+        return evaluator.evaluate(problem, cand_path.read_text(), mode=mode, backend=backend or "triton")
+
+
+def check_winner(evaluator: Any, problem: Problem, source: str, backend: str = "triton") -> tuple[str | None, str | None]:
+    """The sweep's own check of a winner (okgit.kernelbench.baselines, and on Modal
+    okgit.eval.modal.remote): the evaluator's contract and code, so the two cannot disagree.
+    (disagreement: the winner gives a wrong answer, error: no verdict here); both None when it holds."""
+    check = evaluator.evaluate(problem, source, mode="fast", backend=backend)
+    why = f"{check.error.gate}: {_first_and_last_line(check.error.message)}" if check.error else check.status.value
+    if check.status is Status.incorrect:
+        return why[:300], None
+    if check.status is not Status.correct:  # rejected, or the worker died: no figure for it
+        return None, f"the winner's check here ended {check.status.value}: {why}"[:300]
+    return None, None
+
+
+def _first_and_last_line(text: str) -> str:
+    """A message on one line: its first line, and its last (a traceback's exception) when they differ."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else "no message"
+
+
+def _early(status: Status, gate: str, message: str, base: dict[str, Any]) -> EvalResult:
+    # Only the gate that ran: a file that does not parse never reached the static checks.
+    gates = [GateResult(name=gate, passed=False, detail=message)]
+    return EvalResult(status=status, error=EvalError(gate=gate, message=message), gates=gates, **base)
+
+
+def _last_line(text: str) -> str:
+    """The exception line of a traceback: what the user's code said, on one line."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "no message"

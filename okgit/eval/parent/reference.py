@@ -1,0 +1,60 @@
+"""The reference, prepared once per problem: the facts every candidate is judged by, and the
+judge process that holds its expected outputs.
+
+The parent keeps no tensor of the reference: the judge (okgit.eval.judge.process) fixed the cases,
+tolerances, the reference's own call facts, determinism, degeneracy and cost before any
+candidate ran, and answers each check of a candidate's outputs. What the parent keeps is what
+the verdict and the reports need, as plain data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from okgit.eval.parent.sandbox import WorkerProcess
+from okgit.eval.protocol.checks import LeafTolerance
+from okgit.eval.protocol.jobs import Case
+
+
+@dataclass
+class PreparedReference:
+    judge: WorkerProcess
+    reference_path: str  # the reference's source, in the judge's directory (read-only)
+    shapes: list[dict[str, int]]  # indexed by Case.shape
+    cases: list[Case]
+    calls: dict[str, dict[str, Any]]  # the reference's own call facts (aliasing, inputs changed)
+    tolerances: dict[str, list[LeafTolerance]]
+    deterministic: bool
+    degenerate: str | None
+    cost: dict[str, Any]
+    case_bytes: int  # the largest case's inputs and outputs
+    init_seed: int
+    dropped: list[str] = field(default_factory=list)
+    cached: list[str] = field(default_factory=list)  # cases whose expected outputs the judge keeps
+    timing: dict[str, Any] | None = None
+    kernels: dict[str, Any] | None = None
+    peaks: dict[str, Any] | None = None
+
+    def close(self) -> None:
+        self.judge.close()
+
+
+def from_judge(judge: WorkerProcess, reference_path: str, result: dict[str, Any], init_seed: int) -> PreparedReference:
+    return PreparedReference(
+        judge=judge,
+        reference_path=reference_path,
+        shapes=result["shapes"],
+        cases=[Case(**c) for c in result["cases"]],
+        calls=result["calls"],
+        tolerances={cid: [LeafTolerance(**t) for t in tols] for cid, tols in result["tolerances"].items()},
+        deterministic=bool(result["deterministic"]),
+        degenerate=result.get("degenerate"),
+        cost=result.get("cost", {}),
+        case_bytes=int(result.get("case_bytes", 0)),
+        init_seed=init_seed,
+        dropped=list(result.get("dropped_shapes", [])),
+        cached=list(result.get("cached", [])),
+        timing=result.get("timing"),
+        kernels=result.get("profile"),
+    )

@@ -1,0 +1,345 @@
+"""Worker processes: spawned clean, limited, killed with their whole process group.
+
+Each worker runs in its own session (process group) with a private temp directory as cwd, an
+environment with no credentials, no core dumps, and a watchdog that kills a worker whose
+resident memory passes its budget (okgit.eval.parent.memory). A `WorkerPool` keeps pre-started idle
+candidate workers per device: torch, triton and CUDA are up, no candidate code is loaded; each
+runs one job and exits. The judge is a worker process too, long-lived, asked one request at a
+time. Messages go both ways as JSON lines (okgit.eval.protocol.channel).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from okgit.eval.parent.devices import physical_id
+from okgit.eval.protocol.jobs import Job
+
+# Names a worker keeps (then the credential filter still applies to them).
+_KEEP = re.compile(
+    r"^(PATH|HOME|USER|LOGNAME|SHELL|LANG|LC_\w+|TZ|TMPDIR|TEMP|TMP|TERM|PYTHONPATH|PYTHONHOME|VIRTUAL_ENV|"
+    r"CONDA_PREFIX|LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|CC|CXX|CUDA_\w*|CUDNN_\w*|NVIDIA_\w*|NVCC_\w*|"
+    r"TRITON_\w*|TORCH_\w*|TORCHINDUCTOR_\w*|PYTORCH_\w*|CUBLAS_\w*|OMP_\w*|MKL_\w*|OPENBLAS_\w*|NCCL_\w*|"
+    r"NVSHMEM_\w*|XDG_CACHE_HOME|OKGIT_DATA_DIR|MAX_JOBS)$"
+)
+CREDENTIAL = re.compile(
+    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|MODAL_|OPENAI|ANTHROPIC|AWS_|"
+    r"HF_|HUGGING|GITHUB|GH_|AZURE|GOOGLE|GCP_|GEMINI|MISTRAL|COHERE|GROQ|LITELLM|WANDB|NETRC",
+    re.IGNORECASE,
+)
+
+
+def worker_env(device: str, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Only what torch, triton and the compilers need; never a credential."""
+    source = os.environ if environ is None else environ
+    env = {k: v for k, v in source.items() if _KEEP.match(k) and not CREDENTIAL.search(k)}
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # Triton kernels run on CPU tensors, in numpy
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    else:
+        env.pop("TRITON_INTERPRET", None)
+        # the worker sees its one GPU only, as "cuda": nothing it runs can touch another
+        env["CUDA_VISIBLE_DEVICES"] = physical_id(device)
+    return env
+
+
+def default_memory_limit() -> int:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        total = 16 * 2**30
+    return int(min(32 * 2**30, max(4 * 2**30, total // 2)))
+
+
+@dataclass
+class Outcome:
+    """How a worker ended, and where its files are."""
+
+    returncode: int | None
+    timed_out: bool
+    memory_killed: bool
+    phase: str
+    stderr_tail: str
+    job_dir: Path
+    wall_s: float
+    ready_wait_s: float = 0.0
+    memory_limit: int = 0
+
+    @property
+    def crashed(self) -> bool:
+        return self.timed_out or self.memory_killed or not (self.job_dir / "result.json").exists()
+
+    def describe(self) -> str:
+        if self.timed_out:
+            return "time limit exceeded (killed)"
+        if self.memory_killed:
+            return f"host memory budget of {_gib(self.memory_limit)} exceeded (killed)"
+        rc = self.returncode
+        if rc is not None and rc < 0:
+            name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
+            return f"worker killed by signal {name}"
+        return f"worker exited with code {rc} without a result"
+
+
+_STARTED: dict[int, "WorkerProcess"] = {}  # every worker and judge this process started and has not closed
+
+
+def live_processes() -> list[str]:
+    """What `stop_all` would stop, one name each ("judge 1234", "worker 1235")."""
+    return [f"{w.role} {w.proc.pid}" for w in list(_STARTED.values()) if w.alive()]
+
+
+def stop_all() -> list[str]:
+    """Kill every worker and judge this process started (their process groups: their children
+    too) and remove their directories (under /dev/shm). On Ctrl-C, SIGTERM and exit, whatever
+    state the evaluators were in (a judge still preparing is held by no evaluator yet)."""
+    stopped = live_processes()
+    for worker in list(_STARTED.values()):
+        worker.close()
+    return stopped
+
+
+atexit.register(stop_all)
+
+
+class WorkerProcess:
+    def __init__(self, device: str, memory_limit: int, base_dir: Path | None = None,
+                 program: str = "okgit.eval.worker") -> None:
+        self.role = "judge" if program.endswith("judge") else "worker"
+        self.device = device
+        self.memory_limit = memory_limit
+        self.dir = Path(tempfile.mkdtemp(prefix="okgit-worker-", dir=base_dir))
+        self.started = time.monotonic()
+        self.ready_wait_s = 0.0  # how long a job waited for this worker to finish starting
+        self._ready = False
+        self._buffer = b""
+        with open(self.dir / "stderr.log", "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", program, "--device", "cpu" if device == "cpu" else "cuda"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.dir,
+                env=worker_env(device), start_new_session=True, preexec_fn=self._limits,
+            )
+        _STARTED[id(self)] = self
+
+    def _limits(self) -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """True once the worker has said it is ready (torch imported, device up); waits at most timeout_s."""
+        if not self._ready:
+            t0 = time.monotonic()
+            line = self._read_line(t0 + max(0.0, timeout_s))
+            self._ready = line is not None and json.loads(line or "{}").get("ready") is True
+            self.ready_wait_s += time.monotonic() - t0
+        return self._ready
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it died: the caller sees that when it reads
+
+    def _read_line(self, deadline: float) -> bytes | None:
+        """The worker's next line, or None at the deadline, on its exit, or past the memory budget."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            if time.monotonic() > deadline or self.over_budget():
+                return None
+            ready, _, _ = select.select([fd], [], [], 0.05)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return None
+                self._buffer += chunk
+            elif self.proc.poll() is not None:
+                return None
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
+    def over_budget(self) -> bool:
+        return _rss_bytes(self.proc.pid) > self.memory_limit
+
+    def peak_rss(self) -> int:
+        """The process's peak resident memory so far (VmHWM), 0 once it is gone."""
+        return _status_bytes(self.proc.pid, "VmHWM:")
+
+    def request(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
+        """One request to a long-lived worker (the judge): its answer, or None if it never came."""
+        self.send(message)
+        line = self._read_line(time.monotonic() + timeout_s)
+        try:
+            return json.loads(line) if line else None
+        except ValueError:
+            return None
+
+    def run(self, job: Job, timeout_s: float, on_message: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+            startup_timeout_s: float = 300.0) -> Outcome:
+        """Hand the job over, answer its messages, wait for its exit; kill its group on timeout or
+        past its memory budget."""
+        t0 = time.monotonic()
+        if not self.wait_ready(startup_timeout_s):
+            self.kill()
+            return self._outcome(t0, timed_out=False, memory_killed=False, phase="worker start")
+        job.save(self.dir / "job.json")
+        self.send({"job": str(self.dir)})
+        t0 = time.monotonic()
+        deadline = t0 + timeout_s
+        while True:
+            line = self._read_line(deadline)
+            if line is None:
+                break
+            try:
+                message = json.loads(line)
+            except ValueError:
+                message = {}
+            self.send(on_message(message) if on_message and isinstance(message, dict) else {"ok": False})
+        timed_out = memory_killed = False
+        if self.alive():
+            memory_killed = self.over_budget()
+            timed_out = not memory_killed and time.monotonic() > deadline
+            if timed_out or memory_killed:
+                self.kill()
+            else:
+                try:
+                    self.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    self.kill()
+        return self._outcome(t0, timed_out=timed_out, memory_killed=memory_killed)
+
+    def _outcome(self, t0: float, *, timed_out: bool, memory_killed: bool, phase: str | None = None) -> Outcome:
+        phase_file = self.dir / "phase"
+        return Outcome(
+            returncode=self.proc.returncode,
+            timed_out=timed_out,
+            memory_killed=memory_killed,
+            phase=phase or (phase_file.read_text() if phase_file.exists() else "worker start"),
+            stderr_tail=_tail(self.dir / "stderr.log"),
+            job_dir=self.dir,
+            wall_s=time.monotonic() - t0,
+            ready_wait_s=self.ready_wait_s,
+            memory_limit=self.memory_limit,
+        )
+
+    def run_outcome(self) -> Outcome:
+        """How a long-lived worker (the judge) ended, stopping it if it is still there."""
+        memory_killed = self.alive() and self.over_budget()
+        if self.alive():
+            self.kill()
+        return self._outcome(self.started, timed_out=False, memory_killed=memory_killed)
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+
+    def close(self) -> None:
+        if self.alive():
+            self.kill()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe and not pipe.closed:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+        _STARTED.pop(id(self), None)
+
+
+class WorkerPool:
+    """One idle, pre-started worker per device; `take()` hands it out and starts the next."""
+
+    def __init__(self, memory_limit: int, base_dir: Path | None = None, idle: int = 1) -> None:
+        self.memory_limit = memory_limit
+        self.idle_count = idle  # back-to-back jobs outrun one pre-started worker (torch + CUDA start)
+        # outputs travel through files: keep them in memory where the machine allows
+        shm = Path("/dev/shm")
+        self.base_dir = base_dir or (shm if shm.is_dir() and os.access(shm, os.W_OK) else None)
+        self.idle: dict[str, list[WorkerProcess]] = {}
+
+    def take(self, device: str, *, prestart_next: bool = True) -> WorkerProcess:
+        """The oldest idle worker (fresh one if none), topping the idle ones up again."""
+        queue = self.idle.setdefault(device, [])
+        worker = None
+        while queue and worker is None:
+            w = queue.pop(0)
+            if w.alive():
+                worker = w
+            else:
+                w.close()
+        worker = worker or WorkerProcess(device, self.memory_limit, self.base_dir)
+        if prestart_next:
+            self.prestart(device)
+        return worker
+
+    def prestart(self, device: str, at_least: int = 0) -> None:
+        queue = self.idle.setdefault(device, [])
+        while len(queue) < max(self.idle_count, at_least):
+            queue.append(WorkerProcess(device, self.memory_limit, self.base_dir))
+
+    def wait_warm(self, device: str, timeout_s: float) -> bool:
+        """Wait until every idle worker of `device` is ready (a benchmark of warm evaluations)."""
+        deadline = time.monotonic() + timeout_s
+        return all(w.wait_ready(deadline - time.monotonic()) for w in self.idle.get(device, []))
+
+    def close(self) -> None:
+        for queue in self.idle.values():
+            for worker in queue:
+                worker.close()
+        self.idle.clear()
+
+
+def _rss_bytes(pid: int) -> int:
+    return _status_bytes(pid, "VmRSS:")
+
+
+def _status_bytes(pid: int | str, field: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _tail(path: Path, limit: int = 3000) -> str:
+    try:
+        data = path.read_bytes()[-limit:]
+    except OSError:
+        return ""
+    return data.decode(errors="replace")
+
+
+def read_result(job_dir: Path) -> dict[str, Any]:
+    """The worker's result.json."""
+    return json.loads((job_dir / "result.json").read_text())
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"

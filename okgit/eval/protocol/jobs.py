@@ -1,0 +1,125 @@
+"""What the parent asks of a worker and what comes back: plain data, JSON.
+
+Two kinds of worker process: the judge (one per prepared reference, long-lived: it runs the
+reference, holds the expected outputs and compares, okgit.eval.judge.process) and a candidate's worker
+(one per evaluation, okgit.eval.worker.candidate). A candidate's job directory holds job.json (the Job);
+the worker writes result.json (per-call facts, timing) there, and the `phase` file naming the
+gate in progress. Outputs never pass through the parent: okgit.eval.worker.export.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+# the init_inputs case's perturbation is the op-file contract's, shared with the lowering
+from okgit.problem import INIT_FLOAT_FACTOR as INIT_FLOAT_FACTOR
+from okgit.problem import perturb_floats as perturb_floats
+
+Role = Literal["judge", "candidate"]
+CaseKind = Literal["seed", "distribution", "extra_shape", "init_inputs", "modes"]
+# the gate that judges each kind of case (the modes case names its gate per output: okgit.eval.worker.calls.mode_sequence)
+CASE_GATES: dict[str, str] = {"seed": "seeds", "distribution": "distribution", "extra_shape": "extra_shapes",
+                              "init_inputs": "init_inputs", "modes": "eval_mode"}
+MODE_GATES = ("train_mode", "state", "eval_mode")  # the modes case's gates, in the order of its outputs
+
+MODEL_SEED = 12345  # set before every model construction, in both arms
+PINNED_FLAGS: dict[str, Any] = {
+    # PyTorch's defaults, pinned so that both arms run the library exactly alike (docs/evaluation.md).
+    "torch.backends.cuda.matmul.allow_tf32": False,
+    "torch.backends.cudnn.allow_tf32": True,
+    "torch.backends.cudnn.benchmark": False,
+    "torch.backends.cudnn.deterministic": False,
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": True,
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": True,
+}
+
+
+@dataclass
+class Case:
+    id: str
+    kind: CaseKind
+    shape: int  # index into the job's shapes
+    seed: int
+    signed: bool = False  # the second input distribution: floating x -> 3x - 1
+    note: str = ""  # init_inputs: which constructor arguments changed, for the verdict's message
+    salt: int = 0  # a timed call's inputs: the seed's, with elements moved by okgit.eval.worker.calls.salt_inputs
+
+    @property
+    def model(self) -> int | str:
+        """Which model runs the case: the shape's, or a model of its own: for init_inputs built
+        from its (perturbed) constructor arguments, for modes a fresh one whose state it follows."""
+        return self.id if self.kind in ("init_inputs", "modes") else self.shape
+
+
+@dataclass
+class Timing:
+    warmup: int
+    samples: int
+
+
+@dataclass
+class Job:
+    role: Role
+    source_path: str  # judge: the reference file; candidate: the candidate file
+    device: str
+    backend: str
+    root: str | None
+    reference_path: str = ""  # candidate: the reference file, whose get_inputs() draws its inputs
+    cases: list[Case] = field(default_factory=list)  # candidate: the cases to run, in order
+    shapes: list[dict[str, int]] = field(default_factory=list)  # candidate: knob values per shape
+    init_seed: int = 0  # the seed get_init_inputs() runs under, in both processes
+    # candidate: the op file's own shape where shapes[0] is not it (a CPU scales shapes down): the
+    # worker calls the candidate there on the meta device, launches counted and not run
+    own_knobs: dict[str, int] | None = None
+    # judge only: how to derive shapes and cases, and what to keep
+    knobs: dict[str, int] = field(default_factory=dict)
+    extra_shapes: list[dict[str, int]] | None = None
+    seeds: list[int] = field(default_factory=list)
+    cpu_input_limit: int = 65536
+    cache_bytes: int = 0  # expected outputs kept between evaluations up to this; the rest recomputed
+    rtol: float | None = None  # tolerance overrides from okgit.toml; None = per-dtype rules
+    atol: float | None = None
+    # both
+    check: bool = True  # run the correctness calls (False: timing only, for the final gate)
+    timing: Timing | None = None
+    profile: bool = False
+    peaks_path: str | None = None  # judge on a GPU: measure device peaks into this file if absent
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Job":
+        data = dict(data)
+        data["cases"] = [Case(**c) for c in data["cases"]]
+        data["timing"] = Timing(**data["timing"]) if data["timing"] else None
+        return cls(**data)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict()))
+
+    @classmethod
+    def load(cls, path: Path) -> "Job":
+        return cls.from_dict(json.loads(path.read_text()))
+
+
+def tree_spec(obj: Any) -> Any:
+    """The nesting of an output: 't' for a tensor leaf, lists for tuples/lists, repr for other values."""
+    if isinstance(obj, (tuple, list)):
+        return [tree_spec(o) for o in obj]
+    return "t" if _is_tensor(obj) else {"value": repr(obj)}
+
+
+def flatten(obj: Any) -> list[Any]:
+    if isinstance(obj, (tuple, list)):
+        return [leaf for o in obj for leaf in flatten(o)]
+    return [obj] if _is_tensor(obj) else []
+
+
+def _is_tensor(obj: Any) -> bool:
+    import torch
+
+    return isinstance(obj, torch.Tensor)

@@ -1,11 +1,14 @@
-"""Real git repositories in tmp_path, the CLI as a real subprocess, and a snapshot of
+"""Real git repositories in tmp_path, the CLI as a real subprocess (or in this process, where a
+process of its own adds nothing), the real evaluator shared by the session, and a snapshot of
 everything of the user's that okgit promises not to touch."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -55,6 +58,65 @@ def sh(cwd: Path, *args: str) -> str:
 
 def okgit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "okgit", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+class _Lent:
+    """The session's evaluator lent to one okgit command run in this process: the command's
+    close() closes only the references it prepared (each holds a judge process), and the
+    workers stay warm for the next command."""
+
+    def __init__(self, shared) -> None:
+        self._shared = shared
+        self._before = set(shared._prepared)
+
+    def __getattr__(self, name: str):
+        return getattr(self._shared, name)
+
+    def close(self) -> None:
+        for key in set(self._shared._prepared) - self._before:
+            self._shared._prepared.pop(key).close()
+
+    def __enter__(self) -> _Lent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@pytest.fixture
+def cli(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """`cli(*args, cwd=..., env=...)`: `okgit ARGS` in this process (okgit.cli.main), its exit
+    code, stdout and stderr as `okgit(...)` returns them, without a Python and torch start of its
+    own. A command that evaluates on the CPU borrows the session's evaluator (its workers warm),
+    so the test must be marked slow, as for the `evaluator` fixture."""
+    import torch
+
+    from okgit.cli import main
+    from okgit.eval.registry import EVALUATORS
+    from okgit.registry import Entry
+
+    local = EVALUATORS.get("local")
+
+    def lend(config, **options):
+        on_cpu = config.device == "cpu" or (config.device is None and not torch.cuda.is_available())
+        if not on_cpu or options or config.reference_timeout_s is not None:
+            return local.factory(config, **options)
+        if request.node.get_closest_marker("slow") is None:
+            pytest.fail(f"{request.node.nodeid} evaluates through `cli`: mark it slow")
+        return _Lent(request.getfixturevalue("_cpu_evaluator"))
+
+    monkeypatch.setitem(EVALUATORS._entries, "local", Entry(local.name, lend, local.order))
+
+    def run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        out, err = io.StringIO(), io.StringIO()
+        with monkeypatch.context() as scoped, redirect_stdout(out), redirect_stderr(err):
+            scoped.chdir(cwd)
+            for key, value in (env or {}).items():
+                scoped.setenv(key, value)
+            code = main(list(args))
+        return subprocess.CompletedProcess(["okgit", *args], code, out.getvalue(), err.getvalue())
+
+    return run
 
 
 @pytest.fixture

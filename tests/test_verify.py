@@ -1,15 +1,15 @@
 """`okgit verify`, `apply` and `revert` on a diff, tried as a new user would: one clone runs
 `okgit optimize`, its report.diff travels as a file to another clone of the same repository
-and is checked, applied and reverted there. Real repositories, the CLI as a subprocess, real
-Triton kernels under the interpreter (`--device cpu`: every gate but timing)."""
+and is checked, applied and reverted there. Real repositories, real Triton kernels under the
+interpreter (`--device cpu`: every gate but timing); the CLI as a subprocess for the producing
+run and the first user's whole round trip, in this process (`cli`, the session's evaluator)
+for the rest."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -102,16 +102,16 @@ def test_copied_diff_is_verified_applied_and_reverted_in_another_clone(made: dic
 
 
 @pytest.mark.slow
-def test_run_id_and_tag_verify_in_the_producing_clone(made: dict) -> None:
+def test_run_id_and_tag_verify_in_the_producing_clone(cli, made: dict) -> None:
     for ref in (made["run"], made["tag"]):
-        proc = okgit("verify", ref, "--device", "cpu", cwd=made["origin"])
+        proc = cli("verify", ref, "--device", "cpu", cwd=made["origin"])
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith(f"verify {ref} against HEAD ") and ": OK" in proc.stdout.splitlines()[0]
         assert f"{OP}: correct on cpu" in proc.stdout
 
 
 @pytest.mark.slow
-def test_tampered_kernel_fails_with_the_failing_gate_named(made: dict, tmp_path: Path) -> None:
+def test_tampered_kernel_fails_with_the_failing_gate_named(cli, made: dict, tmp_path: Path) -> None:
     # The stored value of the Triton kernel changed: same lines, so the hunks still fit.
     tampered, n = re.subn(r"^(\+\s*tl\.store\([^,]+, )(\w+)(, mask=)", r"\1\2 * 2.0 + 1.0\3", made["diff"],
                           count=1, flags=re.MULTILINE)
@@ -120,7 +120,7 @@ def test_tampered_kernel_fails_with_the_failing_gate_named(made: dict, tmp_path:
     before = snapshot(root)
     assert subprocess.run(["git", "apply", "--check", "pr.diff"], cwd=root, check=False).returncode == 0
 
-    proc = okgit("verify", "pr.diff", "--device", "cpu", "--json", cwd=root)
+    proc = cli("verify", "pr.diff", "--device", "cpu", "--json", cwd=root)
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
     verdict = report["ops"][0]
@@ -130,63 +130,62 @@ def test_tampered_kernel_fails_with_the_failing_gate_named(made: dict, tmp_path:
     assert gate and f"gate {gate} failed" in verdict["reason"]
     assert any(g["name"] == gate and not g["passed"] for g in verdict["result"]["gates"])
 
-    text = okgit("verify", "pr.diff", "--device", "cpu", cwd=root)
+    text = cli("verify", "pr.diff", "--device", "cpu", cwd=root)
     assert text.returncode == 1 and "FAILED" in text.stdout.splitlines()[0]
     assert f"{OP}: incorrect on cpu" in text.stdout and f"gate {gate} failed" in text.stdout
     assert snapshot(root) == before
 
 
 @pytest.mark.slow
-def test_diff_that_no_longer_applies_is_refused_in_one_line(made: dict, tmp_path: Path) -> None:
+def test_diff_that_no_longer_applies_is_refused_in_one_line(cli, made: dict, tmp_path: Path) -> None:
     root = user_clone(made, tmp_path)
     (root / OP).write_text(OP_SOURCE.replace("return torch.relu(x)", "return torch.clamp(x, min=0)"))
     sh(root, "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "op changed", "--", OP)
     before = snapshot(root)
 
-    check = okgit("apply", "--check", "pr.diff", cwd=root)
+    check = cli("apply", "--check", "pr.diff", cwd=root)
     assert "pr.diff does not apply to the working tree" in one_line(check) and check.stdout == ""
     assert OP in check.stderr  # the reason names the file that changed
-    proc = okgit("verify", "pr.diff", "--device", "cpu", cwd=root)
+    proc = cli("verify", "pr.diff", "--device", "cpu", cwd=root)
     head = sh(root, "rev-parse", "HEAD")[:12]
     assert f"pr.diff does not apply to HEAD {head}" in one_line(proc) and proc.stdout == ""
     assert snapshot(root) == before and len(sh(root, "worktree", "list").splitlines()) == 1
 
 
 @pytest.mark.slow
-def test_require_speedup_fails_on_a_cpu_where_nothing_can_be_timed(made: dict) -> None:
-    proc = okgit("verify", made["run"], "--device", "cpu", "--require-speedup", "1.1", cwd=made["origin"])
+def test_require_speedup_fails_on_a_cpu_where_nothing_can_be_timed(cli, made: dict) -> None:
+    proc = cli("verify", made["run"], "--device", "cpu", "--require-speedup", "1.1", cwd=made["origin"])
     assert proc.returncode == 1, proc.stderr
     assert "FAILED" in proc.stdout.splitlines()[0]
     assert "--require-speedup 1.1 needs timing, impossible on cpu" in proc.stdout
 
 
 @pytest.mark.slow
-def test_diff_without_an_op_file_and_bad_settings_are_one_line_errors(made: dict, tmp_path: Path) -> None:
+def test_diff_without_an_op_file_and_bad_settings_are_one_line_errors(cli, made: dict, tmp_path: Path) -> None:
     readme = ("diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n"
               "@@ -1 +1,2 @@\n # project\n+Run `okgit verify` in CI.\n")  # not Python: not parsed as an op
     root = user_clone(made, tmp_path, readme)
     (root / "README.md").write_text("# project\n")  # clean, so the diff applies
     before = snapshot(root)
-    line = one_line(okgit("verify", "pr.diff", "--device", "cpu", cwd=root))
+    line = one_line(cli("verify", "pr.diff", "--device", "cpu", cwd=root))
     assert "pr.diff changes no op file" in line and "README.md" in line
-    line = one_line(okgit("verify", "no-such.diff", cwd=root))
+    line = one_line(cli("verify", "no-such.diff", cwd=root))
     assert "unknown run, tag or diff file: no-such.diff" in line
     # verify reads OKGIT_* like optimize does (CI sets OKGIT_DEVICE=cpu)
-    proc = subprocess.run([sys.executable, "-m", "okgit", "verify", "pr.diff"], check=False, cwd=root, capture_output=True,
-                          text=True, env={**os.environ, "OKGIT_DEVICE": "tpu"}, timeout=120)
+    proc = cli("verify", "pr.diff", cwd=root, env={"OKGIT_DEVICE": "tpu"})
     assert "OKGIT_" in one_line(proc) and "device" in proc.stderr
     assert snapshot(root) == before
 
 
 @pytest.mark.slow
-def test_the_ops_tolerance_in_okgit_toml_holds_in_verify(made: dict, tmp_path: Path) -> None:
+def test_the_ops_tolerance_in_okgit_toml_holds_in_verify(cli, made: dict, tmp_path: Path) -> None:
     off_by_a_little, n = re.subn(r"^(\+\s*tl\.store\([^,]+, )(\w+)(, mask=)", r"\1\2 + 1e-3\3", made["diff"],
                                  count=1, flags=re.MULTILINE)
     assert n == 1
     root = user_clone(made, tmp_path, off_by_a_little)
-    assert okgit("verify", "pr.diff", "--device", "cpu", cwd=root).returncode == 1  # default tolerance
+    assert cli("verify", "pr.diff", "--device", "cpu", cwd=root).returncode == 1  # default tolerance
     (root / "okgit.toml").write_text(f'[[op]]\npath = "{OP}"\natol = 0.01\n')
-    proc = okgit("verify", "pr.diff", "--device", "cpu", cwd=root)
+    proc = cli("verify", "pr.diff", "--device", "cpu", cwd=root)
     assert proc.returncode == 0 and f"{OP}: correct on cpu" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -227,7 +226,7 @@ def get_init_inputs():
 
 
 @pytest.mark.slow
-def test_a_diff_cannot_move_the_reference_through_a_helper_module(git_repo: Path) -> None:
+def test_a_diff_cannot_move_the_reference_through_a_helper_module(cli, git_repo: Path) -> None:
     """Reference and candidate both import `scaling`; a diff that changes it with the op must be
     judged against HEAD's helper, not its own."""
     (git_repo / "ops" / "scaled.py").write_text(HELPER_OP)
@@ -241,7 +240,7 @@ def test_a_diff_cannot_move_the_reference_through_a_helper_module(git_repo: Path
     (git_repo / "ops" / "scaled.py").write_text(HELPER_OP)
     (git_repo / "ops" / "scaling.py").write_text("SCALE = 2.0\n")
     (git_repo.parent / "bad.diff").write_text(bad)
-    proc = okgit("verify", str(git_repo.parent / "bad.diff"), "--device", "cpu", "--json", cwd=git_repo)
+    proc = cli("verify", str(git_repo.parent / "bad.diff"), "--device", "cpu", "--json", cwd=git_repo)
     report = json.loads(proc.stdout)
     assert proc.returncode == 1 and not report["ok"], proc.stderr
     assert report["ops"][0]["result"]["status"] == "incorrect"

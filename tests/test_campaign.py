@@ -1,10 +1,10 @@
 """Campaigns over a directory of op files: the plan (pure), the refusals, and the whole flow as a
-user runs it (real repository, the CLI as a subprocess, real Triton kernels under the interpreter)."""
+user runs it (real repository, real Triton kernels under the interpreter; the CLI in this
+process, `cli`, but as a subprocess where a signal interrupts it)."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -66,8 +66,7 @@ def test_every_problem_at_its_floor_gets_no_budget() -> None:
     assert [(a.iterations, a.share) for a in allotted] == [(0, 0.0)]
 
 
-@pytest.mark.slow
-def test_campaign_refusals_are_one_line(git_repo: Path) -> None:
+def test_campaign_refusals_are_one_line(cli, git_repo: Path) -> None:
     (git_repo / "empty").mkdir()
     (git_repo / "empty" / "notes.py").write_text("X = 1\n")
     cases = [
@@ -82,19 +81,18 @@ def test_campaign_refusals_are_one_line(git_repo: Path) -> None:
         (("history", "campaign:x"), "unknown campaign: x"),
     ]
     for args, message in cases:
-        proc = okgit(*args, cwd=git_repo)
+        proc = cli(*args, cwd=git_repo)
         assert proc.returncode == (2 if "--resume" in args else 1), (args, proc.stdout, proc.stderr)
         assert message in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
 
 
 @pytest.mark.slow
-def test_a_directory_of_ops_is_one_campaign_with_one_patch(git_repo: Path) -> None:
+def test_a_directory_of_ops_is_one_campaign_with_one_patch(cli, git_repo: Path) -> None:
     kernels = commit_kernels(git_repo)
     (kernels / "draft.py").write_text(SMALL)  # an untracked op: skipped, said so
     before = snapshot(git_repo)
 
-    proc = subprocess.run([sys.executable, "-m", "okgit", "optimize", "kernels/", "--device", "cpu", "--iterations", "2",
-                           "--json"], cwd=git_repo, capture_output=True, text=True, timeout=900)
+    proc = cli("optimize", "kernels/", "--device", "cpu", "--iterations", "2", "--json", cwd=git_repo)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert snapshot(git_repo) == before  # nothing of the user's touched
@@ -105,7 +103,7 @@ def test_a_directory_of_ops_is_one_campaign_with_one_patch(git_repo: Path) -> No
     campaign_dir = git_repo / ".okgit" / "campaigns" / result["campaign_id"]
     for p in result["problems"]:
         assert p["status"] == "unverified" and p["best_tag"].startswith(f"okgit/{p['run_id']}/")
-        run = json.loads(okgit("history", p["run_id"], "--json", cwd=git_repo).stdout)
+        run = json.loads(cli("history", p["run_id"], "--json", cwd=git_repo).stdout)
         assert any(c["tag"] == p["best_tag"] for c in run["candidates"])  # a normal run, with its tags
         assert Path(p["diff"]).parent == campaign_dir / "ops" and Path(p["diff"]).is_file()
     journal = (campaign_dir / "journal.jsonl").read_text()
@@ -116,27 +114,25 @@ def test_a_directory_of_ops_is_one_campaign_with_one_patch(git_repo: Path) -> No
     assert diff == "".join(Path(p["diff"]).read_text() for p in result["problems"])
     assert "a/kernels/large.py" in diff and "a/kernels/small.py" in diff
 
-    listed = okgit("history", cwd=git_repo)
+    listed = cli("history", cwd=git_repo)
     assert f"campaign:{result['campaign_id']}" in listed.stdout
-    runs = json.loads(okgit("history", "--json", cwd=git_repo).stdout)
+    runs = json.loads(cli("history", "--json", cwd=git_repo).stdout)
     assert {r["campaign"] for r in runs} == {result["campaign_id"]}
-    detail = json.loads(okgit("history", "campaign:latest", "--json", cwd=git_repo).stdout)
+    detail = json.loads(cli("history", "campaign:latest", "--json", cwd=git_repo).stdout)
     assert [p["status"] for p in detail["problems"]] == ["unverified", "unverified"] and detail["status"] == "unverified"
 
     # The combined patch, as the user takes it: show, check, apply, verify, revert.
     ref = f"campaign:{result['campaign_id'][9:]}"  # a prefix without the date, as for runs
-    assert okgit("show", ref, cwd=git_repo).stdout.strip() == diff.strip()
-    assert okgit("apply", ref, "--check", cwd=git_repo).returncode == 0
-    applied = okgit("apply", ref, cwd=git_repo)
+    assert cli("show", ref, cwd=git_repo).stdout.strip() == diff.strip()
+    assert cli("apply", ref, "--check", cwd=git_repo).returncode == 0
+    applied = cli("apply", ref, cwd=git_repo)
     assert applied.returncode == 0, applied.stderr
     assert "@triton.jit" in (kernels / "large.py").read_text() and "@triton.jit" in (kernels / "small.py").read_text()
-    reverted = okgit("revert", ref, cwd=git_repo)
+    reverted = cli("revert", ref, cwd=git_repo)
     assert reverted.returncode == 0, reverted.stderr
     assert (kernels / "large.py").read_text() == LARGE and (kernels / "small.py").read_text() == SMALL
 
-    env = {**os.environ, "OKGIT_DEVICE": "cpu"}
-    verified = subprocess.run([sys.executable, "-m", "okgit", "verify", "campaign:latest", "--mode", "fast", "--json"],
-                              cwd=git_repo, capture_output=True, text=True, timeout=600, env=env)
+    verified = cli("verify", "campaign:latest", "--mode", "fast", "--json", cwd=git_repo, env={"OKGIT_DEVICE": "cpu"})
     assert verified.returncode == 0, verified.stderr
     report_json = json.loads(verified.stdout)
     assert report_json["ok"] and {v["op"] for v in report_json["ops"]} == {"kernels/large.py", "kernels/small.py"}
@@ -173,7 +169,7 @@ def test_watching_a_campaign_moves_to_each_problem_s_run_as_it_starts(tmp_path: 
     assert seen == [None, "cpu-failures", "gpu-optimized"]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a signal to a real okgit process
 def test_an_interrupted_campaign_writes_what_it_has(git_repo: Path) -> None:
     import signal
     import time

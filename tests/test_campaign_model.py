@@ -1,6 +1,7 @@
 """A whole model: `okgit profile` ranks its modules, `okgit optimize MODEL.py --campaign` extracts
-the top ones, optimizes them and swaps the winners back in. Real repositories, the CLI as a
-subprocess, the model in its own process, Triton kernels under the interpreter (CPU)."""
+the top ones, optimizes them and swaps the winners back in. Real repositories, the CLI in this
+process (`cli`; the sweep as a subprocess), the model in its own process, Triton kernels under
+the interpreter (CPU)."""
 
 from __future__ import annotations
 
@@ -75,9 +76,9 @@ def _commit(root: Path, rel: str, text: str) -> None:
     sh(root, "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", f"add {rel}")
 
 
-def test_profile_ranks_the_leaf_modules_and_call_sites(git_repo: Path) -> None:
+def test_profile_ranks_the_leaf_modules_and_call_sites(cli, git_repo: Path) -> None:
     _commit(git_repo, "model.py", MODEL)
-    proc = okgit("profile", "model.py", "--device", "cpu", "--json", cwd=git_repo)
+    proc = cli("profile", "model.py", "--device", "cpu", "--json", cwd=git_repo)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["device"] == "cpu" and not report["timed"] and "CPU" in report["note"]
@@ -91,16 +92,15 @@ def test_profile_ranks_the_leaf_modules_and_call_sites(git_repo: Path) -> None:
     assert modules["blocks.0.fc1"]["extractable"] and modules["blocks.0.fc1"]["flops"] == 2 * 4 * 8 * 32 * 64
     assert modules["blocks.0.fc1"]["type"] == "torch.nn.modules.linear.Linear"
     assert not modules["scale"]["extractable"] and "model's own class" in modules["scale"]["refused"]
-    text = okgit("profile", "model.py", "--device", "cpu", "--top", "3", cwd=git_repo).stdout
+    text = cli("profile", "model.py", "--device", "cpu", "--top", "3", cwd=git_repo).stdout
     assert "Profiled on the CPU" in text and "more rows" in text
 
 
-def test_a_model_campaign_swaps_the_winners_into_the_model_file(git_repo: Path, tmp_path: Path) -> None:
+def test_a_model_campaign_swaps_the_winners_into_the_model_file(cli, git_repo: Path, tmp_path: Path) -> None:
     _commit(git_repo, "model.py", MODEL)
     before = snapshot(git_repo)
-    proc = subprocess.run([sys.executable, "-m", "okgit", "optimize", "model.py", "--campaign", "--top", "4",
-                           "--iterations", "1", "--device", "cpu", "--json"],
-                          cwd=git_repo, capture_output=True, text=True, timeout=1200)
+    proc = cli("optimize", "model.py", "--campaign", "--top", "4", "--iterations", "1", "--device", "cpu", "--json",
+               cwd=git_repo)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert snapshot(git_repo) == before  # the extracted op files live in the campaign's own repository
@@ -108,7 +108,7 @@ def test_a_model_campaign_swaps_the_winners_into_the_model_file(git_repo: Path, 
     assert all(p["module"] and p["time_share"] for p in result["problems"])
     assert all(p["run_id"] for p in result["problems"])  # each a normal run in the ops repository
     ops_repo = Path(result["ops_repo"])
-    history = json.loads(okgit("history", "--json", cwd=ops_repo).stdout)
+    history = json.loads(cli("history", "--json", cwd=ops_repo).stdout)
     assert {r["run_id"] for r in history} == {p["run_id"] for p in result["problems"]}
     end = result["end_to_end"]
     assert end and end["status"] == result["status"] == "unverified" and end["ok"] and not end["timed"]
@@ -146,8 +146,8 @@ print(json.dumps({"err": float((got - want).abs().max()), "keys": list(fast.stat
     assert "blocks.0.norm.weight" in out["keys"] and not any("layer" in k for k in out["keys"])
 
     # okgit's own commands take the campaign like a run.
-    assert okgit("apply", "campaign:latest", "--check", cwd=git_repo).returncode == 0
-    listed = json.loads(okgit("history", "campaign:latest", "--json", cwd=git_repo).stdout)
+    assert cli("apply", "campaign:latest", "--check", cwd=git_repo).returncode == 0
+    listed = json.loads(cli("history", "campaign:latest", "--json", cwd=git_repo).stdout)
     assert listed["kind"] == "model" and listed["status"] == "unverified"
 
 
@@ -178,6 +178,7 @@ def get_init_inputs():
 '''
 
 
+# a process of its own, as the sweep runs each problem in one
 def test_a_level3_sweep_goes_through_the_model_campaign(tmp_path: Path) -> None:
     level3 = tmp_path / "KernelBench" / "level3"
     level3.mkdir(parents=True)

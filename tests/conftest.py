@@ -260,12 +260,14 @@ def evaluator(_cpu_evaluator):
     """The real evaluator on the CPU (Triton under its interpreter), one for the whole session:
     its workers start once, and the reference of each op of tests/ops is prepared once for every
     module that judges against it. Sharing leaks nothing between tests: every candidate runs in
-    a fresh worker. A reference prepared from anywhere else (an op a test wrote to its tmp_path)
-    is closed with its module, since each holds a judge process."""
+    a fresh worker. Any other reference (an op a test wrote to its tmp_path, a tests/ops op with
+    settings of its own) is closed with its module, since each holds a judge process."""
+    from okgit.problem import load_problem
+
     yield _cpu_evaluator
-    shared = {p.read_text() for p in OPS.glob("*.py")}
+    shared = {_cpu_evaluator._key(load_problem(p, root=str(OPS)), mode) for p in OPS.glob("*.py") for mode in ("fast", "thorough")}
     for key, prep in list(_cpu_evaluator._prepared.items()):
-        if not prep.judge.alive() or Path(prep.reference_path).read_text() not in shared:
+        if key not in shared or not prep.judge.alive():
             del _cpu_evaluator._prepared[key]
             prep.close()
 

@@ -142,15 +142,20 @@ def test_degenerate_reason():
     assert "does not change" in _reason(stuck)
 
 
-@pytest.mark.slow
-def test_compare_rounds_start_their_workers_at_once():
-    """Each round of the final gate is a fresh worker: they are started together, not one by one."""
+@pytest.mark.slow  # starts worker processes
+def test_compare_rounds_start_their_workers_at_once(monkeypatch):
+    """Each round of the final gate is a fresh worker: they are started together, not one by one,
+    up to a cap (10; 3 here, for fewer processes to start)."""
+    from okgit.eval.parent import local
+
+    assert local.MAX_IDLE == 10
+    monkeypatch.setattr(local, "MAX_IDLE", 3)
     evaluator = LocalEvaluator(device="cpu", idle_workers=1)
     try:
-        evaluator.prestart_for(6)
-        assert len(evaluator.pool.idle["cpu"]) == 6
+        evaluator.prestart_for(2)
+        assert len(evaluator.pool.idle["cpu"]) == 2
         evaluator.prestart_for(50)
-        assert len(evaluator.pool.idle["cpu"]) == 10  # capped: each holds torch in memory
+        assert len(evaluator.pool.idle["cpu"]) == 3  # capped: each holds torch in memory
         assert evaluator.wait_warm(120)
     finally:
         evaluator.close()
@@ -202,18 +207,14 @@ def test_a_gpu_of_several_is_named_by_its_physical_id_and_pinned_in_workers(monk
         LocalEvaluator(device="gpu", prestart=False)
 
 
-@pytest.mark.slow
-def test_extra_shapes_from_settings_are_checked():
+@pytest.mark.slow  # the real evaluator prepares the reference
+def test_extra_shapes_from_settings_are_checked(evaluator):
     from dataclasses import replace
 
     problem = load_problem(OPS / "relu.py", root=str(OPS))
     knob = sorted(problem.knobs)[0]
     problem = replace(problem, extra_shapes=(((knob, 37),),))
-    evaluator = LocalEvaluator(device="cpu", prestart=False)
-    try:
-        assert any(shape.get(knob) == 37 for shape in evaluator.reference(problem).shapes)
-    finally:
-        evaluator.close()
+    assert any(shape.get(knob) == 37 for shape in evaluator.reference(problem).shapes)
 
 
 def test_perturb_floats_changes_floats_only():

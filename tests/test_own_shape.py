@@ -7,8 +7,6 @@ counted."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -38,16 +36,9 @@ def get_init_inputs():
 CASES = Path(__file__).parent / "cases"
 
 
-def _optimize(root: Path, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "okgit", "optimize", "op.py", "--device", "cpu", "--json", *args],
-                          cwd=root, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
-@pytest.mark.slow  # two interpreter searches through the CLI, one with the Inductor seed (~60 s)
+@pytest.mark.slow  # an interpreter search through the CLI, with the Inductor seed (~60 s)
 @pytest.mark.timeout(1200)
-def test_a_kernel_that_runs_only_at_other_shapes_is_not_handed_out(tmp_path: Path) -> None:
+def test_a_kernel_that_runs_only_at_other_shapes_is_not_handed_out(cli, tmp_path: Path) -> None:
     root = tmp_path / "repo"
     root.mkdir()
     sh(tmp_path, "init", "-q", "-b", "main", str(root))
@@ -60,7 +51,9 @@ def test_a_kernel_that_runs_only_at_other_shapes_is_not_handed_out(tmp_path: Pat
     traces.write_text(json.dumps({"type": "candidate", "cand": "c001", "origin": "llm:m", "intent": "small shapes",
                                   "parent": None, "source": fallback, "result": {}}) + "\n")
 
-    result = _optimize(root, "--model", f"replay:{traces}", "--iterations", "4")
+    proc = cli("optimize", "op.py", "--device", "cpu", "--json", "--model", f"replay:{traces}", "--iterations", "4", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
     run_dir = root / ".okgit" / "runs" / result["run_id"]
     events = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
     origin = {e["cand"]: e["origin"] for e in events if e["type"] == "proposal"}
@@ -81,7 +74,6 @@ def test_a_kernel_that_runs_only_at_other_shapes_is_not_handed_out(tmp_path: Pat
     if best:
         report = (run_dir / "report.md").read_text()
         assert "Its kernels ran at: batch_size=16, dim=16384 (the op file's own shape" in report
-        shown = subprocess.run([sys.executable, "-m", "okgit", "apply", best], cwd=root, capture_output=True, text=True,
-                               timeout=120)
+        shown = cli("apply", best, cwd=root)
         assert shown.returncode == 0, shown.stderr
         assert "its kernels ran at: batch_size=16, dim=16384" in shown.stdout

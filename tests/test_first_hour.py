@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import OP, okgit, record_run, sh, variant
+from conftest import OP, record_run, sh, variant
 
 from okgit.tui.app import WatchApp
 from okgit.tui.widgets import ExperimentTable
@@ -34,7 +34,7 @@ def _one_line(proc: subprocess.CompletedProcess[str], needle: str, code: int = 1
     assert needle in proc.stderr, proc.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a real okgit process, timed from its start
 def test_a_missing_key_ends_optimize_at_once_naming_the_variable(git_repo: Path) -> None:
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "okgit", "optimize", OP, "--model", "gpt-5-mini", "--device", "cpu"],
@@ -74,7 +74,7 @@ class _Refusing:
         self.httpd.server_close()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # two real doctor processes, timed, the interpreter probe included
 def test_doctor_exits_1_within_seconds_when_the_model_is_unusable(git_repo: Path) -> None:
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "okgit", "doctor", "--model", "gpt-5-mini", "--json"],
@@ -94,7 +94,7 @@ def test_doctor_exits_1_within_seconds_when_the_model_is_unusable(git_repo: Path
     assert server.calls == 1
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # litellm's import (seconds) and two local servers
 def test_a_refused_key_is_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
     from okgit import llm
     from okgit.errors import OkgitError
@@ -115,45 +115,43 @@ def test_a_refused_key_is_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
         busy.close()
 
 
-@pytest.mark.slow
-def test_runs_by_prefix_and_latest(git_repo: Path) -> None:
+def test_runs_by_prefix_and_latest(cli, git_repo: Path) -> None:
     first, _ = record_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp")])
     time.sleep(1.1)  # run ids have seconds
     second, tags = record_run(git_repo, [("x.clamp(min=0)", "method clamp")])
     for ref, run in (("latest", second), ("latest~1", first), (second.run_id[:15], second), (first.run_id[9:15], first)):
-        detail = json.loads(okgit("history", ref, "--json", cwd=git_repo).stdout)
+        detail = json.loads(cli("history", ref, "--json", cwd=git_repo).stdout)
         assert detail["summary"]["run_id"] == run.run_id, ref
-    assert okgit("show", "latest", cwd=git_repo).stdout == (second.run_dir / "report.diff").read_text()
-    assert okgit("show", f"okgit/latest/{tags[0].rsplit('/', 1)[1]}", cwd=git_repo).returncode == 0
-    _one_line(okgit("history", "latest~5", cwd=git_repo), "there are only 2 runs")
-    _one_line(okgit("history", second.run_id[:8], cwd=git_repo), "is ambiguous")
-    applied = okgit("apply", "latest", cwd=git_repo)
+    assert cli("show", "latest", cwd=git_repo).stdout == (second.run_dir / "report.diff").read_text()
+    assert cli("show", f"okgit/latest/{tags[0].rsplit('/', 1)[1]}", cwd=git_repo).returncode == 0
+    _one_line(cli("history", "latest~5", cwd=git_repo), "there are only 2 runs")
+    _one_line(cli("history", second.run_id[:8], cwd=git_repo), "is ambiguous")
+    applied = cli("apply", "latest", cwd=git_repo)
     assert applied.returncode == 0 and applied.stdout.startswith(second.run_id), applied
     (git_repo / OP).write_text((git_repo / OP).read_text() + "# mine\n")  # an unrelated edit since
-    reverted = okgit("revert", "latest", cwd=git_repo)
+    reverted = cli("revert", "latest", cwd=git_repo)
     assert reverted.returncode == 0, reverted.stderr
     assert (git_repo / OP).read_text() == variant("torch.relu(x)") + "# mine\n"
 
 
-def test_resuming_a_finished_run_says_it_is_finished(git_repo: Path) -> None:
+def test_resuming_a_finished_run_says_it_is_finished(cli, git_repo: Path) -> None:
     space, _ = record_run(git_repo, [("x.clamp(min=0)", "clamp")])
     (space.run_dir / "result.json").write_text(json.dumps({
         "run_id": space.run_id, "status": "optimized", "report": "r.md", "diff": "r.diff", "op": OP, "device": "cpu"}))
-    proc = okgit("optimize", OP, "--resume", "latest", cwd=git_repo)
+    proc = cli("optimize", OP, "--resume", "latest", cwd=git_repo)
     assert proc.returncode == 0 and "already finished; nothing to resume" in proc.stdout, proc
     assert "resumed" not in (space.run_dir / "journal.jsonl").read_text()
 
 
-@pytest.mark.slow
-def test_gc_drops_a_stale_applied_record_and_says_what_it_keeps(git_repo: Path) -> None:
+def test_gc_drops_a_stale_applied_record_and_says_what_it_keeps(cli, git_repo: Path) -> None:
     runs = []
     for expr in ("torch.clamp_min(x, 0.0)", "x.clamp(min=0)", "torch.relu(x) + 0"):
         runs.append(record_run(git_repo, [(expr, expr)])[0])
         time.sleep(1.1)
-    assert okgit("apply", runs[0].run_id, cwd=git_repo).returncode == 0
+    assert cli("apply", runs[0].run_id, cwd=git_repo).returncode == 0
     sh(git_repo, "-c", "core.hooksPath=/dev/null", "checkout", "-q", "--", OP)  # undone by hand: the record is stale
-    assert okgit("apply", runs[1].run_id, cwd=git_repo).returncode == 0
-    report = json.loads(okgit("gc", "--runs", "--keep", "1", "--json", cwd=git_repo).stdout)
+    assert cli("apply", runs[1].run_id, cwd=git_repo).returncode == 0
+    report = json.loads(cli("gc", "--runs", "--keep", "1", "--json", cwd=git_repo).stdout)
     assert any(r.startswith(f"run {runs[0].run_id}: ") for r in report["removed"]), report  # and what it took
     assert any(k.startswith(f"run {runs[1].run_id}: its diff is applied to {OP}") for k in report["kept"]), report
     assert "the 1 newest finished runs (--keep 1)" in report["kept"]

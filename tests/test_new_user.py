@@ -1,6 +1,7 @@
 """A new user's first hour, second pass (issue 25): progress from the first second, the Ctrl-C
 line under --watch, the preparing state of the live view. Real git repositories in tmp_path,
-the CLI as a real subprocess."""
+the CLI as a real subprocess where the process matters (its first line, signals, its imports),
+in this process (`cli`) elsewhere."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from okgit.progress import Printer
 from okgit.tui.app import WatchApp
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a real okgit process, its first line timed, then a signal
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_the_first_line_names_the_run_before_the_reference_and_a_stop_there_leaves_no_trace(git_repo: Path, sig: int) -> None:
     from okgit.git.repo import Repo
@@ -169,44 +170,44 @@ def test_doctor_without_a_key_imports_neither_torch_nor_litellm_and_names_the_mo
     assert "torch " in proc.stdout and "triton interpreter  ok" in proc.stdout  # the child process checked them
 
 
-def test_revert_tells_not_applied_from_applied_then_edited(git_repo: Path) -> None:
+def test_revert_tells_not_applied_from_applied_then_edited(cli, git_repo: Path) -> None:
 
     space, _ = record_run(git_repo, [("x.clamp(min=0)", "clamp")])
     # never applied, and an edit of the user's next to the lines the run changed
     mine = OP_SOURCE.replace("    def forward(self, x):", "    # tried by hand\n    def forward(self, x):")
     (git_repo / OP).write_text(mine)
-    proc = okgit("revert", space.run_id, cwd=git_repo)
+    proc = cli("revert", space.run_id, cwd=git_repo)
     assert proc.returncode == 1 and proc.stderr == (
         f"okgit: {space.run_id} is not applied in the working tree (okgit apply has no record of it, "
         f"and its lines are not in {OP})\n"), proc.stderr
     assert (git_repo / OP).read_text() == mine and not list(git_repo.rglob("*.rej"))
 
     (git_repo / OP).write_text(OP_SOURCE)
-    assert okgit("apply", space.run_id, cwd=git_repo).returncode == 0
+    assert cli("apply", space.run_id, cwd=git_repo).returncode == 0
     edited = (git_repo / OP).read_text().replace("x.clamp(min=0)", "x.clamp(min=0.5)")
     (git_repo / OP).write_text(edited)
-    proc = okgit("revert", space.run_id, cwd=git_repo)
+    proc = cli("revert", space.run_id, cwd=git_repo)
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert "it was applied, then the lines it changed were edited" in proc.stderr
     assert proc.stderr.rstrip().endswith(f"okgit show {space.run_id} | git apply -R --reject"), proc.stderr
     assert (git_repo / OP).read_text() == edited
 
 
-def test_version_and_resume_without_the_path(git_repo: Path) -> None:
+def test_version_and_resume_without_the_path(cli, git_repo: Path) -> None:
 
-    proc = okgit("--version", cwd=git_repo)
+    proc = cli("--version", cwd=git_repo)
     assert (proc.returncode, proc.stdout) == (0, f"okgit {__version__}\n")
     space, _ = record_run(git_repo, [("x.clamp(min=0)", "clamp")])
     for ref in ("latest", space.run_id[9:]):  # a RUN as every other command takes it, no PATH
-        proc = okgit("optimize", "--resume", ref, cwd=git_repo)
+        proc = cli("optimize", "--resume", ref, cwd=git_repo)
         assert proc.returncode == 1 and proc.stderr == (
             f"okgit: run {space.run_id} is finished; nothing to resume (see okgit history {space.run_id})\n"), proc.stderr
-    proc = okgit("optimize", cwd=git_repo)
+    proc = cli("optimize", cwd=git_repo)
     assert (proc.returncode, proc.stderr) == (2, "okgit: optimize needs PATH, the op file (or --resume RUN to continue a run)\n")
 
 
-@pytest.mark.slow
-def test_resume_without_the_path_continues_the_run(git_repo: Path) -> None:
+@pytest.mark.slow  # a real okgit process stopped by a signal, then resumed here with real evaluation
+def test_resume_without_the_path_continues_the_run(cli, git_repo: Path) -> None:
 
 
     proc = subprocess.Popen([sys.executable, "-m", "okgit", "optimize", OP, "--device", "cpu", "--iterations", "2"],
@@ -228,20 +229,20 @@ def test_resume_without_the_path_continues_the_run(git_repo: Path) -> None:
     assert okgit("optimize", "--resume", run_id, cwd=git_repo).stdout.startswith(f"run {run_id}: ")
 
 
-def test_apply_of_a_cpu_run_says_how_to_run_it_on_a_cpu(git_repo: Path) -> None:
+def test_apply_of_a_cpu_run_says_how_to_run_it_on_a_cpu(cli, git_repo: Path) -> None:
     space, tags = record_run(git_repo, [("x.clamp(min=0)", "clamp")])  # recorded as a cpu, triton run
-    proc = okgit("apply", tags[0], cwd=git_repo)
+    proc = cli("apply", tags[0], cwd=git_repo)
     assert proc.returncode == 0, proc.stderr
     first, note = proc.stdout.splitlines()
     assert first == f"{tags[0]} applied to {OP}"
     assert note.startswith(f"note: {tags[0]} was checked on a CPU under Triton's interpreter: ") and \
         "set TRITON_INTERPRET=1 before Python starts" in note, note
-    assert okgit("revert", tags[0], cwd=git_repo).returncode == 0
-    checked = okgit("apply", space.run_id, "--check", cwd=git_repo)
+    assert cli("revert", tags[0], cwd=git_repo).returncode == 0
+    checked = cli("apply", space.run_id, "--check", cwd=git_repo)
     assert checked.stdout == f"{space.run_id} applies cleanly to {OP}\n"  # --check: one line
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # two fresh Python processes, with and without the variable
 def test_what_the_note_says_holds_on_a_cpu(tmp_path: Path) -> None:
     """Without TRITON_INTERPRET=1 a Triton kernel on a machine without a GPU fails; with it, it runs."""
     if shutil.which("nvidia-smi"):

@@ -69,7 +69,7 @@ def test_sites_of_a_user_kernel_move_the_grid_with_the_block(tmp_path):
     assert blocks == [512, 128, 1024, 64]  # nearest first; 2048 exceeds the padded size (1024)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates run under the interpreter (oprun)
 def test_variants_of_a_user_kernel_are_correct(tmp_path):
     path = tmp_path / "own.py"
     path.write_text(OWN_KERNEL)
@@ -96,7 +96,6 @@ def test_nothing_is_proposed_where_nothing_is_timed(tmp_path):
     assert len(notes) == 1 and notes[0][0] == "note" and "autotune: skipped on cpu" in notes[0][1], notes
 
 
-@pytest.mark.slow
 def test_template_constants_are_tuned_around_the_best():
     path = EXAMPLES / "04_softmax.py"
     (template,) = plan(ctx_for(path))
@@ -115,7 +114,6 @@ def test_template_constants_are_tuned_around_the_best():
         assert {s.name: s.value for s in find_sites(second.source)}[setting] == value
 
 
-@pytest.mark.slow
 def test_gemm_tiles_that_cannot_fit_are_pruned():
     path = EXAMPLES / "14_linear_gelu.py"
     gemm = next(p for p in plan(ctx_for(path)) if p.origin == "template:gemm")
@@ -132,7 +130,7 @@ def test_a_best_at_its_roofline_is_left_alone():
     assert AutotuneProposer().propose(ctx) is None
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates run under the interpreter (oprun)
 def test_template_variants_stay_correct():
     path = EXAMPLES / "13_cross_entropy.py"
     (template,) = plan(ctx_for(path))
@@ -143,7 +141,7 @@ def test_template_variants_stay_correct():
     assert all(r["ok"] for r in results), results
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates run under the interpreter (oprun)
 def test_column_layout_blocks_are_tuned_within_the_dims():
     """The column layout's BLOCK_J, BLOCK_R and NUM_WARPS are module constants the autotune
     varies; BLOCK_J and BLOCK_R, each along one dim, stay within the largest dim."""

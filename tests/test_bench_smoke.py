@@ -30,7 +30,7 @@ def table_rows(stdout: str, header_start: str) -> list[str]:
     return lines[i + 1:]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the bench script as the GPU machine runs it: a process, real evaluation
 def test_eval_smoke(tmp_path):
     proc = run([sys.executable, str(BENCH / "eval.py"), "--smoke"], tmp_path)
     assert "smoke: skipped A/A timing rounds" in proc.stdout
@@ -55,7 +55,7 @@ def test_eval_smoke(tmp_path):
                                "aa_within_1pct": None, "aa_rows": 0}
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the bench script as the GPU machine runs it, twice: processes, real runs
 def test_offline_smoke(tmp_path):
     proc = run([sys.executable, str(BENCH / "offline.py"), "--smoke"], tmp_path / "out")
     assert "smoke: CPU under the Triton interpreter" in proc.stdout
@@ -79,7 +79,7 @@ def test_offline_smoke(tmp_path):
     assert json.loads((tmp_path / "again" / "offline.json").read_text())["problems"] == data["problems"]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the shell script and the Python it starts
 def test_gpu_sh_checks_its_arguments_and_reports_facts(tmp_path):
     script = str(BENCH / "gpu.sh")
     assert subprocess.run(["bash", "-n", script], check=False).returncode == 0
@@ -128,7 +128,7 @@ def test_gpu_rows_render_and_summarize():
     assert ev.select([Path(str(i)) for i in range(1, 22)], "11-21", 30)[0] == Path("11")
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the bench script as the GPU machine runs it: a process, the interpreter
 def test_space_smoke(tmp_path):
     """Each template candidate of a row and a column reduction is rendered, loaded, checked
     against eager and walked over its settings; a variant that disagrees would be named."""
@@ -144,7 +144,7 @@ def test_space_smoke(tmp_path):
                                                               "_BLOCK_J", "_BLOCK_R", "_BLOCK")) for k in r["best"])
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the bench script as the GPU machine runs it, twice: processes, real evaluation
 def test_trust_smoke(tmp_path):
     proc = run([sys.executable, str(BENCH / "trust.py"), "--smoke"], tmp_path, timeout=900)
     rows = table_rows(proc.stdout, "problem | parallel 2 | alone")

@@ -86,7 +86,7 @@ def test_campaign_refusals_are_one_line(cli, git_repo: Path) -> None:
         assert message in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # two real runs and a verify through the evaluator
 def test_a_directory_of_ops_is_one_campaign_with_one_patch(cli, git_repo: Path) -> None:
     kernels = commit_kernels(git_repo)
     (kernels / "draft.py").write_text(SMALL)  # an untracked op: skipped, said so
@@ -138,7 +138,7 @@ def test_a_directory_of_ops_is_one_campaign_with_one_patch(cli, git_repo: Path) 
     assert report_json["ok"] and {v["op"] for v in report_json["ops"]} == {"kernels/large.py", "kernels/small.py"}
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the live view driven through its pauses
 def test_watching_a_campaign_moves_to_each_problem_s_run_as_it_starts(tmp_path: Path) -> None:
     import asyncio
     import shutil
@@ -204,7 +204,6 @@ def test_an_interrupted_campaign_writes_what_it_has(git_repo: Path) -> None:
     assert run and json.loads(okgit("history", run, "--json", cwd=git_repo).stdout)["summary"]["status"] == "interrupted"
 
 
-@pytest.mark.slow
 def test_the_problems_of_a_directory_are_its_tracked_op_files_or_okgit_toml_s(git_repo: Path) -> None:
     from okgit.campaign.core import find_ops
     from okgit.config import load_config

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import okgit, sh, snapshot
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # profiles, campaigns and a sweep with real evaluation
 
 MODEL = '''"""Two small blocks: Linear, GELU, LayerNorm, then a scale of the model's own and a softmax."""
 import torch

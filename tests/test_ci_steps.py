@@ -82,7 +82,7 @@ def pull_request(root: Path, branch: str, files: dict[str, str]) -> str:
     return sh(root, "rev-parse", "main").strip()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # docs/ci.md's steps as a CI runner runs them: shell, okgit processes
 def test_optimize_step_then_verify_step_on_its_pull_request(ci) -> None:
     root, runner_temp, run = ci
     proc = run("optimize")
@@ -108,7 +108,7 @@ def test_optimize_step_then_verify_step_on_its_pull_request(ci) -> None:
     assert report["ok"] and report["head"] == base and report["ops"][0]["result"]["device"] == "cpu"
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # docs/ci.md's steps as a CI runner runs them: shell, okgit processes
 def test_verify_step_fails_a_wrong_kernel_and_passes_a_pull_request_without_ops(ci) -> None:
     root, runner_temp, run = ci
     base = pull_request(root, "wrong-kernel", {OP: WRONG_KERNEL})

@@ -128,7 +128,6 @@ def test_the_evaluator_judges_both_layouts_of_an_argmin_with_ties_and_nan_correc
         assert result.status is Status.correct, (p.origin, result.status.value, result.error)
 
 
-@pytest.mark.slow
 def test_the_column_kernel_reads_tiles_along_the_contiguous_axis(tmp_path):
     source = plan(ctx_for(op_files(tmp_path)["mean_prologue"]))[0].source
     kernel = source.split("def fused_columns_0_kernel")[1].split("\ndef ")[0]

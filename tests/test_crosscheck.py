@@ -20,7 +20,7 @@ from okgit.eval.types import Status
 from okgit.kernelbench import baselines
 from okgit.problem import load_problem
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # the real evaluator, and a second one that prepares on its own
 
 
 def _representatives() -> list[str]:

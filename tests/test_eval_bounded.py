@@ -49,7 +49,7 @@ def get_init_inputs():
 '''
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator
 def test_globals_derived_from_knobs_follow_them(evaluator, tmp_path):
     """Scaled down for the CPU and varied for extra shapes, out_channels changes bias_shape with it
     (with the knob set after import the reference failed: size 8 against 16)."""
@@ -63,7 +63,7 @@ def test_globals_derived_from_knobs_follow_them(evaluator, tmp_path):
     assert result.status is Status.rejected and result.error.gate == "backend_kernel", result.error
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # two evaluators of its own (no judge cache, the default)
 def test_cases_beyond_the_judges_cache_are_computed_again(tmp_path):
     """With no room to keep expected outputs, every case is drawn and computed again when it is
     checked: the verdicts are the same, and a wrong candidate is still caught."""
@@ -86,7 +86,7 @@ def test_cases_beyond_the_judges_cache_are_computed_again(tmp_path):
         roomy.close()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a real okgit process under a host-memory setting
 def test_a_problem_that_does_not_fit_the_host_is_one_line():
     env = {**os.environ, "OKGIT_HOST_MEMORY": "64M"}
     done = subprocess.run([sys.executable, "-m", "okgit", "eval", str(OPS / "relu_triton.py"), "--ref",

@@ -32,7 +32,7 @@ def _problem(op: str):
     return load_problem(path, root=str(OPS))
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator, one candidate each
 @pytest.mark.parametrize("name", _cases())
 def test_case(name: str, evaluator: LocalEvaluator) -> None:
     expected = json.loads((CASES / name / "expected.json").read_text())

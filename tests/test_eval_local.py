@@ -26,7 +26,7 @@ from okgit.result_text import eval_text
 OPS = Path(__file__).parent / "ops"
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator
 @pytest.mark.parametrize("op", ["softmax", "matmul"])
 def test_honest_kernels_pass(evaluator, op):
     problem = load_problem(OPS / f"{op}.py", root=str(OPS))
@@ -45,7 +45,7 @@ def test_honest_kernels_pass(evaluator, op):
         assert result.profile.flops and result.profile.min_bytes
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator prepares the reference
 def test_reference_scaled_for_cpu_and_not_degenerate(evaluator):
     problem = load_problem(OPS / "relu.py", root=str(OPS))
     ref = evaluator.reference(problem)
@@ -54,7 +54,7 @@ def test_reference_scaled_for_cpu_and_not_degenerate(evaluator):
     assert main["batch_size"] * main["dim"] <= 65536 < 16 * 16384
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator prepares the reference
 def test_degenerate_reference_flagged(evaluator, tmp_path):
     op = tmp_path / "zero.py"
     op.write_text((OPS / "relu.py").read_text().replace("return torch.relu(x)", "return torch.relu(x) * 0"))
@@ -169,7 +169,7 @@ def test_final_gate_statistics():
     assert not noisy.optimized and noisy.wins == 3
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator
 def test_render_cpu_result(evaluator):
     problem = load_problem(OPS / "relu.py", root=str(OPS))
     text = eval_text(evaluator.evaluate(problem, "import torch\nclass ModelNew(torch.nn.Module):\n"
@@ -177,7 +177,7 @@ def test_render_cpu_result(evaluator):
     assert "status: rejected" in text and "backend_kernel" in text and "not claimed on cpu" in text
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # `okgit eval` as a process: its stdout only the JSON
 def test_cli_eval_json(tmp_path):
     env = {**os.environ, "OPENAI_API_KEY": "sk-fake"}
     proc = subprocess.run([sys.executable, "-m", "okgit", "eval", str(OPS / "relu_triton.py"), "--ref",
@@ -230,7 +230,7 @@ def test_perturb_floats_changes_floats_only():
     assert perturb_floats([64, False, "x"]) == ([64, False, "x"], [])
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator prepares four references
 def test_init_inputs_case_dropped_where_it_proves_nothing(evaluator, tmp_path):
     """No float to perturb, a reference that raises on the perturbed arguments, or one that is
     not finite there: the case is dropped, as the other variants are."""
@@ -256,7 +256,7 @@ def test_init_inputs_case_dropped_where_it_proves_nothing(evaluator, tmp_path):
     assert case.shape == 0 and case.note.endswith("temperature=1.05 (was 0.7)")
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator
 def test_candidate_refusing_other_constructor_arguments_is_incorrect(evaluator):
     src = (Path(__file__).parent / "cases" / "honest_init_arg" / "candidate.py").read_text()
     src = src.replace("self.temperature = temperature", "assert temperature == 0.7\n        self.temperature = temperature")

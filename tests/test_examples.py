@@ -52,7 +52,7 @@ def checked() -> dict[str, list[tuple[str, dict, str]]]:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # every example's candidates under the interpreter (one process)
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_templates_cover_and_are_correct(path, checked):
     results = checked[path.stem]
@@ -73,7 +73,7 @@ FLOAT_ATTRIBUTES = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # shares the module's interpreter run
 @pytest.mark.parametrize("stem", sorted(FLOAT_ATTRIBUTES))
 def test_float_constructor_arguments_are_read_at_run_time(stem, checked):
     assert checked[stem]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from okgit.figures import write_figures
 from okgit.git.journal import iter_events
 from okgit.report import _figures
@@ -18,7 +16,6 @@ def events(run: str) -> list[dict]:
     return list(iter_events(JOURNALS / run / "journal.jsonl"))
 
 
-@pytest.mark.slow
 def test_a_timed_run_gets_speedup_and_roofline(tmp_path):
     paths = write_figures(tmp_path, events("gpu-optimized"))
     assert [p.name for p in paths] == ["speedup.png", "roofline.png"]

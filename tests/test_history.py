@@ -14,7 +14,6 @@ from okgit.git.journal import JsonlWriter
 from okgit.git.repo import Repo
 
 
-@pytest.mark.slow
 def test_runs_newest_first_with_their_status(git_repo: Path) -> None:
     repo = Repo.find(git_repo)
     assert history.list_runs(repo) == []

@@ -72,7 +72,7 @@ def test_a_capture_the_file_cannot_express_is_refused_in_words() -> None:
         standalone_file(OP.read_text() + "\n\nclass ModelNew(Model):\n    pass\n", _fixture(), "cpu")
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # Inductor compiles, then the interpreter runs the seed
 @pytest.mark.timeout(900)
 def test_a_fresh_seed_runs_under_the_interpreter_and_matches_in_both_modes(tmp_path: Path) -> None:
     out = tmp_path / "seed.py"
@@ -110,7 +110,7 @@ print("ok")
     assert run.stdout.strip().endswith("ok"), run.stderr[-2000:]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a real okgit process: Inductor, then the evaluator
 @pytest.mark.timeout(900)  # Inductor's compile and the interpreter: minutes on a loaded 2-core machine
 def test_optimize_proposes_the_seed_tags_it_and_its_patch_applies(git_repo: Path) -> None:
     from conftest import okgit, sh

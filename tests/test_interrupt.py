@@ -16,7 +16,7 @@ import pytest
 from conftest import OP
 from test_optimize import POINTWISE, commit_op
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # signals to real okgit processes and their workers
 
 HANGING = '''import time
 import torch

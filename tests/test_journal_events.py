@@ -49,7 +49,6 @@ class Queue:
         return Proposal(source=self.sources.pop(0), origin="template:test", intent="try") if self.sources else None
 
 
-@pytest.mark.slow
 def test_a_real_runs_journal_matches_the_models(git_repo):
     base = (git_repo / OP).read_text()
     good, bad = base + "\n# a\n", base + "\n# b\n"

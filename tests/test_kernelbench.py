@@ -290,7 +290,7 @@ def test_a_winner_that_disagrees_with_float64_eager_is_not_scored_correct(tmp_pa
     assert fields["correct"] is False and fields["status"] == "incorrect" and "disagrees with float64 eager" in fields["error"]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the baselines module as a process
 def test_a_problem_without_a_kernel_times_only_its_two_baselines(tmp_path):
     """The user keeps the reference: eager and torch.compile place the problem, and no third
     arm times the reference again as if it were okgit's."""

@@ -1,5 +1,6 @@
 """`okgit bench kernelbench` as a user runs it: a real subprocess over the fixture folder
-(problems okgit has not seen), on the CPU under the Triton interpreter, then resumed."""
+(problems okgit has not seen), on the CPU under the Triton interpreter, then resumed; its
+refusals in this process (`cli`)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ def bench(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.slow
-def test_usage_and_input_errors_are_one_line(tmp_path):
+def test_usage_and_input_errors_are_one_line(cli, tmp_path):
+    def bench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return cli("bench", "kernelbench", *args, cwd=cwd, env={"CUDA_VISIBLE_DEVICES": ""})
+
     bad = bench(str(FIXTURE), "--problems", "x-y", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--problems" in bad.stderr
     missing = bench(str(tmp_path / "nowhere"), cwd=tmp_path)
@@ -31,7 +34,7 @@ def test_usage_and_input_errors_are_one_line(tmp_path):
     assert empty.returncode == 1 and "no problems" in empty.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a sweep of three problems, each in an okgit process of its own, then resumed
 def test_cpu_sweep_reports_every_problem_and_resumes(tmp_path):
     # The whole offline pipeline (templates and autotune proposers) must exist for a real run.
     pytest.importorskip("okgit.search.proposers.autotune")

@@ -12,7 +12,7 @@ from okgit.errors import OkgitError
 MSG = [{"role": "user", "content": "hi"}]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # litellm's import and its cost map
 def test_completion_carries_text_usage_and_cost():
     c = llm.complete(MSG, model="gpt-4o", mock_response="hello")
     assert c.text == "hello" and c.model == "gpt-4o"

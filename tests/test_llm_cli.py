@@ -27,7 +27,7 @@ def scripted():
     s.close()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a real okgit process with the keys in its environment, real evaluation
 def test_optimize_with_a_model_on_loopback(git_repo: Path, tmp_path: Path, scripted: ScriptedServer) -> None:
     (git_repo / "ops" / "relu2.py").write_text(OP)
     sh(git_repo, "add", "ops/relu2.py")

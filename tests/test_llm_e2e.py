@@ -194,7 +194,7 @@ def server():
     s.close()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a search with real evaluation, the model on loopback
 def test_model_on_loopback_end_to_end(tmp_path, monkeypatch, server):
     monkeypatch.setenv("OKGIT_API_KEY", SECRET)
     monkeypatch.setenv("OKGIT_DATA_DIR", str(tmp_path / "data"))
@@ -251,13 +251,13 @@ def test_model_on_loopback_end_to_end(tmp_path, monkeypatch, server):
     assert len(server.requests) == requests
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # litellm over a loopback server
 def test_ping_and_doctor_line(server):
     line = llm.ping("scripted-coder", api_base=server.url)
     assert line.startswith("answered 'ok' in") or line.startswith("answered "), line
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # two searches with real evaluation, the model on loopback
 def test_a_resumed_run_counts_what_its_earlier_model_calls_cost(tmp_path, monkeypatch, server):
     """--resume rebuilds the spend from the journal's llm_call events: the dollar budget holds
     across the interruption instead of starting again at $0."""

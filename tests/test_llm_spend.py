@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import okgit
 from scripted_model import HARDWARE, OP, REFERENCE, ContentModel, judge
 from test_llm_e2e import GOOD, ScriptedServer
 
@@ -202,7 +201,7 @@ def shadow_litellm(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": f"{shadow.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a process whose import path hides litellm
 def test_model_without_litellm_fails_fast_in_one_line(git_repo: Path, tmp_path: Path):
     env = {**shadow_litellm(tmp_path), "OKGIT_API_KEY": "sk-test-0123456789"}
     proc = subprocess.run([sys.executable, "-m", "okgit", "optimize", "ops/softmax.py", "--model", "gpt-4o", "--device", "cpu"],
@@ -212,9 +211,8 @@ def test_model_without_litellm_fails_fast_in_one_line(git_repo: Path, tmp_path: 
     assert not (git_repo / ".okgit" / "runs").exists() or not list((git_repo / ".okgit" / "runs").iterdir())
 
 
-@pytest.mark.slow
-def test_budget_without_a_price_is_refused_in_one_line(git_repo: Path):
-    proc = okgit("optimize", "ops/softmax.py", "--model", "house-model", "--api-base", "http://127.0.0.1:9/v1",
+def test_budget_without_a_price_is_refused_in_one_line(cli, git_repo: Path):
+    proc = cli("optimize", "ops/softmax.py", "--model", "house-model", "--api-base", "http://127.0.0.1:9/v1",
                  "--budget-usd", "1", "--device", "cpu", cwd=git_repo)
     assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "--budget-usd needs a price for house-model" in proc.stderr and '[prices."house-model"]' in proc.stderr

@@ -68,7 +68,7 @@ def test_credentials_from_the_modal_toml_profiles(tmp_path):
     assert om.has_credentials({"HOME": str(tmp_path), "MODAL_CONFIG_PATH": str(moved)})
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # modal's import
 def test_no_credentials_is_one_clear_error(no_credentials):
     pytest.importorskip("modal")
     with pytest.raises(OkgitError) as e:
@@ -82,7 +82,7 @@ def test_missing_modal_package_is_one_clear_error(credentials, monkeypatch):
         om.ModalEvaluator()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a real okgit process, modal's import
 def test_cli_without_credentials_exits_1_with_one_line(no_credentials, tmp_path):
     pytest.importorskip("modal")
     from okgit.git.repo import git
@@ -270,7 +270,7 @@ def _comparable(r: EvalResult) -> dict:
     return r.model_dump(mode="json", exclude={"wall_s", "runtime_us", "ref_runtime_us", "speedup", "profile"})
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator, in the remote body and here
 def test_remote_body_gives_the_local_evaluators_result(relu_problem):
     from okgit.eval.parent.local import LocalEvaluator
 
@@ -285,7 +285,7 @@ def test_remote_body_gives_the_local_evaluators_result(relu_problem):
     assert ref.timed is False
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the remote body's evaluator prepares the reference
 def test_remote_body_reports_the_users_error_once(relu_problem):
     broken = Problem(path="bad.py", source="import torch\nclass Model: pass\ndef get_inputs(): raise ValueError('no')\n"
                      "def get_init_inputs(): return []\n")
@@ -307,7 +307,7 @@ class LocalFunction:
             yield RuntimeError("container lost") if i in self.fail else self.remote(payload)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the remote body's real evaluator
 def test_modal_evaluator_end_to_end_through_a_local_function(credentials, relu_problem, monkeypatch):
     pytest.importorskip("modal")
     ev = om.ModalEvaluator(gpu="H100")
@@ -322,7 +322,7 @@ def test_modal_evaluator_end_to_end_through_a_local_function(credentials, relu_p
     assert results[0].queue_s is not None and results[0].queue_s >= 0 and results[0].cold_start is not None
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # modal's import
 def test_modal_evaluator_turns_service_failures_into_one_line(credentials, relu_problem, monkeypatch):
     pytest.importorskip("modal")
 
@@ -375,7 +375,7 @@ class _Hanging:
         time.sleep(30)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a job past its 1 s limit
 @pytest.mark.parametrize("evaluator, expect", [(_Raising(), "RuntimeError: CUDA error: an illegal memory access"),
                                               (_Hanging(), "ran past its 1 s limit")], ids=["raises", "hangs"])
 def test_remote_job_returns_failures_as_data(relu_problem, monkeypatch, evaluator, expect):
@@ -406,7 +406,7 @@ def fresh_evaluators(monkeypatch):
         ev.close()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the remote body's real evaluator and workers
 def test_sweep_baselines_run_in_the_sandboxed_worker(credentials, fresh_evaluators, tmp_path, relu_problem,
                                                      monkeypatch):
     pytest.importorskip("modal")
@@ -446,7 +446,7 @@ def test_sweep_baselines_run_in_the_sandboxed_worker(credentials, fresh_evaluato
     assert "Modal: ConnectionError: no route to host" in lost["untimed_reason"] and "status" not in lost
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the remote body's real evaluator
 def test_a_winner_failing_its_check_there_is_untimed_or_incorrect(credentials, fresh_evaluators, relu_problem):
     rejected = "import threading\n" + TRITON_RELU2  # the static gate refuses it: no figure, not a wrong answer
     times = om.remote_baselines(relu_problem.source, rejected, "cpu")
@@ -475,7 +475,7 @@ class MappedLocally:
         yield from reversed(outs)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the remote body's real evaluator
 def test_a_batch_goes_through_one_map_and_comes_back_in_proposal_order(credentials, relu_problem, monkeypatch):
     pytest.importorskip("modal")
     from okgit.search.driver import Budget, Search
@@ -511,7 +511,7 @@ def test_a_batch_goes_through_one_map_and_comes_back_in_proposal_order(credentia
     assert all(a.result.device == "modal:H100" and a.result.queue_s is not None for a in ctx.attempts)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a fresh process's imports
 def test_the_remote_side_imports_neither_the_client_nor_kernelbench():
     code = ("import sys, okgit.eval.modal.remote\n"
             "print(sorted(m for m in sys.modules if m.startswith(('okgit.kernelbench', 'okgit.eval.modal.image'))"

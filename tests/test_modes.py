@@ -16,7 +16,7 @@ from okgit.search.types import Context
 
 TESTS = Path(__file__).parent
 OPS = TESTS / "ops"
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # the real evaluator
 
 
 def problem(op: str):

@@ -118,7 +118,7 @@ _LOCKING_PROCESS = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # two processes holding the device locks
 def test_device_locks_hold_across_two_processes(tmp_path):
     import os
 
@@ -168,7 +168,7 @@ def test_pool_evaluate_names_each_result_by_its_slot():
     assert sorted(SlotEvaluator.built) == ["cpu:0", "cpu:1"]  # one evaluator per slot, reused
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # two real evaluators at once
 def test_pool_evaluate_with_the_local_evaluator_on_cpu_slots():
     pytest.importorskip("okgit.eval.parent.local")
     fixture = Path(__file__).parent / "kb_fixture"
@@ -209,7 +209,7 @@ class TimedSlot:
         self.inner.close()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a run with real evaluation on two CPU slots
 def test_optimize_evaluates_a_batch_on_two_cpu_workers_at_once(git_repo: Path):
     """Two template kernels (real Triton, under the interpreter) proposed together run at the
     same time, each in its own slot's worker; the journal has them in proposal order."""

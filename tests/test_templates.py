@@ -135,7 +135,7 @@ def get_init_inputs():
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates under the interpreter (oprun)
 def test_groups_follow_the_graph(tmp_path):
     kinds = {}
     for name, body in (("chain", CHANNEL_CHAIN), ("rows", ROW_OPS), ("losses", LOSSES), ("modelnew", MODELNEW)):
@@ -193,7 +193,7 @@ def test_modelnew_reference_becomes_a_subclass(tmp_path):
         assert "class ModelNew(Model):" in p.source
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates under the interpreter (oprun)
 def test_candidates_are_correct_at_odd_sizes_and_with_streamed_rows(tmp_path):
     jobs = []
     for name, body, knobs in (
@@ -325,7 +325,7 @@ def get_init_inputs():
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates under the interpreter (oprun)
 def test_float_attributes_are_read_at_run_time(tmp_path):
     """Constants from the module's float attributes reach the kernels as scalar arguments,
     recomputed in the forward from self (also through log, 1 - a, a * a and a submodule)."""
@@ -351,7 +351,7 @@ def test_float_attributes_are_read_at_run_time(tmp_path):
     assert not bad, bad
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates under the interpreter (oprun)
 def test_the_harness_rejects_a_baked_attribute(tmp_path):
     """A candidate that bakes self.temperature passes at the default argument only."""
     path = op(tmp_path, "temperature", """
@@ -442,7 +442,7 @@ def get_init_inputs():
     assert [a.expr for n in graph.nodes for a in n.args if isinstance(a, Bound)] == ["self.shift"]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates under the interpreter (oprun)
 def test_attributes_the_constructor_floats_do_not_set_may_stay_baked(tmp_path):
     """nn.Softplus()'s beta of 1 and a zero dropout change the structure when moved, but no
     constructor float sets them: they stay as they are, the constructor's float is bound."""
@@ -495,7 +495,7 @@ def get_init_inputs():
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates under the interpreter (oprun)
 @pytest.mark.parametrize("share", [0.0, 0.001, 1.0])
 def test_scalar_max_and_min_are_nan_when_torch_says_so(tmp_path, share):
     """torch's max and min over everything are NaN when any element is: a single NaN (about 6

@@ -101,27 +101,26 @@ def model_run(root: Path) -> str:
     return space.run_id
 
 
-@pytest.mark.slow
-def test_cli_says_how_many_records_it_wrote(git_repo: Path) -> None:
+def test_cli_says_how_many_records_it_wrote(cli, git_repo: Path) -> None:
     runs = git_repo / ".okgit" / "runs"
-    proc = okgit("traces", "export", cwd=git_repo)
+    proc = cli("traces", "export", cwd=git_repo)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "0 records (no runs yet): nothing written\n", "")
 
     offline, _ = record_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp")])
     offline.traces.write("reference", path=OP, source=OP_SOURCE)
-    proc = okgit("traces", "export", offline.run_id, cwd=git_repo)
+    proc = cli("traces", "export", offline.run_id, cwd=git_repo)
     assert (proc.returncode, proc.stdout) == (0, f"0 records (no model calls in run {offline.run_id}): nothing written\n")
     assert not list(runs.rglob("training.*"))
 
     with_model = model_run(git_repo)
-    proc = okgit("traces", "export", "--json", cwd=git_repo)
+    proc = cli("traces", "export", "--json", cwd=git_repo)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"path": str(runs / "training.jsonl"), "records": 2,
                                        "runs": sorted([offline.run_id, with_model])}
-    proc = okgit("traces", "export", with_model, cwd=git_repo)
+    proc = cli("traces", "export", with_model, cwd=git_repo)
     assert proc.stdout == f"wrote 2 records to {runs / with_model / 'training.jsonl'}\n{CONTENTS}\n"
 
-    proc = okgit("traces", "export", "20990101-000000-dead", cwd=git_repo)
+    proc = cli("traces", "export", "20990101-000000-dead", cwd=git_repo)
     assert (proc.returncode, proc.stderr) == (1, "okgit: unknown run: 20990101-000000-dead\n")
 
 

@@ -72,7 +72,7 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # okgit processes as the user runs them, real evaluation
 def test_copied_diff_is_verified_applied_and_reverted_in_another_clone(made: dict, tmp_path: Path) -> None:
     root = user_clone(made, tmp_path)
     before = snapshot(root)
@@ -101,7 +101,7 @@ def test_copied_diff_is_verified_applied_and_reverted_in_another_clone(made: dic
     assert sh(root, "status", "--porcelain", "--", OP) == ""
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator
 def test_run_id_and_tag_verify_in_the_producing_clone(cli, made: dict) -> None:
     for ref in (made["run"], made["tag"]):
         proc = cli("verify", ref, "--device", "cpu", cwd=made["origin"])
@@ -110,7 +110,7 @@ def test_run_id_and_tag_verify_in_the_producing_clone(cli, made: dict) -> None:
         assert f"{OP}: correct on cpu" in proc.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator
 def test_tampered_kernel_fails_with_the_failing_gate_named(cli, made: dict, tmp_path: Path) -> None:
     # The stored value of the Triton kernel changed: same lines, so the hunks still fit.
     tampered, n = re.subn(r"^(\+\s*tl\.store\([^,]+, )(\w+)(, mask=)", r"\1\2 * 2.0 + 1.0\3", made["diff"],
@@ -136,7 +136,7 @@ def test_tampered_kernel_fails_with_the_failing_gate_named(cli, made: dict, tmp_
     assert snapshot(root) == before
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the module's optimize run (`made`)
 def test_diff_that_no_longer_applies_is_refused_in_one_line(cli, made: dict, tmp_path: Path) -> None:
     root = user_clone(made, tmp_path)
     (root / OP).write_text(OP_SOURCE.replace("return torch.relu(x)", "return torch.clamp(x, min=0)"))
@@ -152,7 +152,7 @@ def test_diff_that_no_longer_applies_is_refused_in_one_line(cli, made: dict, tmp
     assert snapshot(root) == before and len(sh(root, "worktree", "list").splitlines()) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator
 def test_require_speedup_fails_on_a_cpu_where_nothing_can_be_timed(cli, made: dict) -> None:
     proc = cli("verify", made["run"], "--device", "cpu", "--require-speedup", "1.1", cwd=made["origin"])
     assert proc.returncode == 1, proc.stderr
@@ -160,7 +160,7 @@ def test_require_speedup_fails_on_a_cpu_where_nothing_can_be_timed(cli, made: di
     assert "--require-speedup 1.1 needs timing, impossible on cpu" in proc.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the module's optimize run (`made`)
 def test_diff_without_an_op_file_and_bad_settings_are_one_line_errors(cli, made: dict, tmp_path: Path) -> None:
     readme = ("diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n"
               "@@ -1 +1,2 @@\n # project\n+Run `okgit verify` in CI.\n")  # not Python: not parsed as an op
@@ -177,7 +177,7 @@ def test_diff_without_an_op_file_and_bad_settings_are_one_line_errors(cli, made:
     assert snapshot(root) == before
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator
 def test_the_ops_tolerance_in_okgit_toml_holds_in_verify(cli, made: dict, tmp_path: Path) -> None:
     off_by_a_little, n = re.subn(r"^(\+\s*tl\.store\([^,]+, )(\w+)(, mask=)", r"\1\2 + 1e-3\3", made["diff"],
                                  count=1, flags=re.MULTILINE)
@@ -225,7 +225,7 @@ def get_init_inputs():
 '''
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator
 def test_a_diff_cannot_move_the_reference_through_a_helper_module(cli, git_repo: Path) -> None:
     """Reference and candidate both import `scaling`; a diff that changes it with the op must be
     judged against HEAD's helper, not its own."""

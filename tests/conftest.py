@@ -265,7 +265,8 @@ def evaluator(_cpu_evaluator):
     from okgit.problem import load_problem
 
     yield _cpu_evaluator
-    shared = {_cpu_evaluator._key(load_problem(p, root=str(OPS)), mode) for p in OPS.glob("*.py") for mode in ("fast", "thorough")}
+    ops = [load_problem(p, root=str(OPS)) for p in OPS.glob("*.py") if "def get_inputs" in p.read_text()]
+    shared = {_cpu_evaluator._key(problem, mode) for problem in ops for mode in ("fast", "thorough")}
     for key, prep in list(_cpu_evaluator._prepared.items()):
         if key not in shared or not prep.judge.alive():
             del _cpu_evaluator._prepared[key]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import okgit
 from okgit.errors import OkgitError
 from okgit.eval.modal import client as om
 from okgit.eval.modal import remote
@@ -271,13 +272,11 @@ def _comparable(r: EvalResult) -> dict:
 
 
 @pytest.mark.slow  # the real evaluator, in the remote body and here
-def test_remote_body_gives_the_local_evaluators_result(relu_problem):
-    from okgit.eval.parent.local import LocalEvaluator
-
+def test_remote_body_gives_the_local_evaluators_result(relu_problem, evaluator):
     payload = {"kind": "evaluate", "problem": om.problem_payload(relu_problem), "source": TRITON_RELU2,
                "mode": "fast", "backend": "triton", "device": "cpu"}
     remote = EvalResult.model_validate(om.remote_job(payload)["result"])
-    local = LocalEvaluator(device="cpu").evaluate(relu_problem, TRITON_RELU2, mode="fast", backend="triton")
+    local = evaluator.evaluate(relu_problem, TRITON_RELU2, mode="fast", backend="triton")
     assert remote.status is Status.correct, remote.error
     assert _comparable(remote) == _comparable(local)
     ref = Reference.model_validate(om.remote_job({"kind": "reference", "problem": om.problem_payload(relu_problem),
@@ -424,7 +423,7 @@ def test_sweep_baselines_run_in_the_sandboxed_worker(credentials, fresh_evaluato
     seen = json.loads(facts.read_text())
     assert seen["pid"] != os.getpid() and seen["cwd"] != os.getcwd()  # a worker process, in its own directory
     assert seen["token"] is None  # the scrubbed environment: no Modal token, though this process has one
-    assert Path(seen["okgit"]).resolve().parents[1] == Path(om.__file__).resolve().parents[2]  # PYTHONPATH
+    assert Path(seen["okgit"]).resolve() == Path(okgit.__file__).resolve()  # PYTHONPATH: this checkout's okgit
     assert times.device == "modal:H100" and times.timed is False
     assert times.errors == {"all": "no GPU: timing is not claimed"} and times.disagreement is None
 

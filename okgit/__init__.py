@@ -26,7 +26,7 @@ _EXPORTS = {
     "InMemoryEvaluator": "okgit.eval.base",
     "EvalResult": "okgit.eval.types",
     "ProfileData": "okgit.eval.types",
-    "Status": "okgit.eval.types",
+    "Status": "okgit.status",
     "Proposer": "okgit.search.types",
     "Proposal": "okgit.search.types",
     "Context": "okgit.search.types",

@@ -13,7 +13,16 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
-from okgit.config import BACKENDS, DEFAULT_ITERATIONS, DEFAULT_MODEL_ITERATIONS, DEVICES, EDIT_MODES, MODES, RUN_FLAGS
+from okgit.config import (
+    BACKENDS,
+    DEFAULT_ITERATIONS,
+    DEFAULT_MODEL_ITERATIONS,
+    DEVICES,
+    EDIT_MODES,
+    EVALUATORS,
+    MODES,
+    RUN_FLAGS,
+)
 from okgit.errors import OkgitError, UsageError
 
 
@@ -31,12 +40,6 @@ def _default(name: str) -> Any:
     return Config.model_fields[name].default
 
 
-def _evaluators() -> tuple[str, ...]:
-    from okgit.eval.registry import EVALUATORS
-
-    return EVALUATORS.names()
-
-
 def _optimize_flags(p: argparse.ArgumentParser) -> None:
     """The run settings (config.RUN_FLAGS); each overrides okgit.toml / [tool.okgit] and OKGIT_* variables."""
     p.add_argument("--backend", choices=BACKENDS, help=f"kernel language (default: {_default('backend')})")
@@ -49,7 +52,7 @@ def _optimize_flags(p: argparse.ArgumentParser) -> None:
                    help="candidates to evaluate, all proposers together "
                         f"(default: {DEFAULT_ITERATIONS}, {DEFAULT_MODEL_ITERATIONS} with --model)")
     p.add_argument("--budget-usd", type=float, metavar="X", help="stop once model calls cost this much (default: no limit)")
-    p.add_argument("--eval", choices=_evaluators(), help=f"where candidates run (default: {_default('eval')})")
+    p.add_argument("--eval", choices=EVALUATORS.names(), help=f"where candidates run (default: {_default('eval')})")
     p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu (Triton's interpreter, untimed)")
     p.add_argument("--edit-mode", choices=EDIT_MODES,
                    help=f"how a model writes candidates: whole files or patches (default: {_default('edit_mode')})")
@@ -61,8 +64,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from okgit.progress import printer
     from okgit.run import optimize
+    from okgit.views.progress import printer
 
     if not args.path and not args.resume:
         raise UsageError("optimize needs PATH, the op file (or --resume RUN to continue a run)")
@@ -85,23 +88,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 def _campaign(args: argparse.Namespace) -> int:
     """`optimize DIR/` and `optimize MODEL.py --campaign`: each problem's progress as a run's."""
-    from okgit.campaign.text import campaign_line
-    from okgit.progress import printer
+    from okgit.views.progress import CampaignPrinter
 
     if args.resume or args.watch:
         raise UsageError("a campaign takes neither --resume nor --watch (follow it with: okgit watch campaign:latest)")
-    current: list[Callable[[dict[str, Any]], None]] = []
-
-    def progress(event: dict[str, Any]) -> None:
-        if event.get("type") == "problem_started":
-            current[:] = [printer(sys.stdout, event.get("op"))]
-        line = campaign_line(event)
-        if line:
-            print(line, flush=True)
-        elif line is None and current:  # an event of the problem's run
-            current[0](event)
-
-    on_event = None if args.json else progress
+    on_event = None if args.json else CampaignPrinter(sys.stdout)
     if Path(args.path).is_dir():
         from okgit.campaign.directory import optimize_dir
 
@@ -126,19 +117,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from okgit.eval.parent.local import evaluate_file
 
     result = evaluate_file(Path(args.candidate), Path(args.ref), device=args.device, mode=args.mode or "fast", backend=args.backend)
-    from okgit.result_text import eval_text
+    from okgit.views.eval_text import eval_text
 
     _emit(args, result.model_dump(mode="json"), eval_text(result))
     return 0
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from okgit import presentation
     from okgit.campaign import listing
-    from okgit.campaign.store import is_campaign_ref, resolve_campaign
     from okgit.git import history
+    from okgit.git.campaigns import is_campaign_ref, resolve_campaign
     from okgit.git.repo import Repo
+    from okgit.views import tables
 
+    if args.log and (not args.run or is_campaign_ref(args.run)):
+        raise UsageError("history --log takes a run: okgit history RUN --log")
     repo = Repo.find(Path.cwd())
     if args.run and is_campaign_ref(args.run):
         campaign = listing.campaign_summary(repo, resolve_campaign(repo, args.run))
@@ -146,12 +139,17 @@ def cmd_history(args: argparse.Namespace) -> int:
     elif args.run:
         from okgit.git.workspace import resolve_run
 
-        detail = history.run_detail(repo, resolve_run(repo, args.run))
-        _emit(args, detail.model_dump(mode="json"), presentation.detail_text(detail))
+        run_id = resolve_run(repo, args.run)
+        if args.log:
+            view = history.run_view(repo, run_id)
+            _emit(args, [vars(line) for line in view.log], "\n".join(view.log_lines()))
+            return 0
+        detail = history.run_detail(repo, run_id)
+        _emit(args, detail.model_dump(mode="json"), tables.detail_text(detail))
     else:
         campaigns = listing.list_campaigns(repo)
         runs = listing.with_campaigns(history.list_runs(repo), campaigns)
-        text = presentation.runs_text(runs) + ("\n\n" + listing.campaigns_text(campaigns) if campaigns else "")
+        text = tables.runs_text(runs) + ("\n\n" + listing.campaigns_text(campaigns) if campaigns else "")
         _emit(args, [r.model_dump(mode="json") for r in runs], text)
     return 0
 
@@ -173,7 +171,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def _applies_at(repo: Any, ref: str) -> str:
     from okgit.eval.types import KernelShape
     from okgit.git import patch
-    from okgit.result_text import applies_at
+    from okgit.views.eval_text import applies_at
 
     return applies_at([KernelShape(**s) for s in patch.kernel_shapes(repo, ref)])
 
@@ -188,7 +186,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     verb = "applies cleanly to" if args.check else "applied to"
     text = f"{ref} {verb} {', '.join(files)}"
     if not args.check and patch.checked_on(repo, ref) == ("cpu", "triton"):
-        from okgit.result_text import INTERPRETER_NOTE
+        from okgit.views.eval_text import INTERPRETER_NOTE
 
         text += f"\nnote: {ref} was {INTERPRETER_NOTE}"
     where = _applies_at(repo, ref)
@@ -229,14 +227,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return INTERRUPTED_RUN if watch(None, attach_fd=args.attach, run_pid=args.run_pid) else 0
     if not args.run:
         raise UsageError("watch needs a RUN (a run id, a unique prefix of one, latest, or a run directory)")
-    from okgit.campaign.store import is_campaign_ref
+    from okgit.git.campaigns import is_campaign_ref
     from okgit.git.rundir import RunDir
 
     if is_campaign_ref(args.run):  # the view moves to each problem's run as the campaign starts it
         from functools import partial
 
         from okgit.campaign.listing import current_run_dir
-        from okgit.campaign.store import resolve_campaign
+        from okgit.git.campaigns import resolve_campaign
         from okgit.git.repo import Repo
 
         repo = Repo.find(Path.cwd())
@@ -362,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("history", cmd_history, "list runs and campaigns, or one run's candidates, or one campaign's problems")
     p.add_argument("run", nargs="?", metavar="RUN", help=f"show this run's candidates ({RUN_HELP}; or campaign:ID, campaign:latest; default: list every run and campaign)")
+    p.add_argument("--log", action="store_true", help="with RUN: the run's log, line by line, as okgit watch shows it")
 
     p = command("show", cmd_show, "a run's or a candidate's diff against the run's base")
     p.add_argument("ref", metavar="REF", help=f"a run ({RUN_HELP}), a tag okgit/<run>/<cand> or a campaign (campaign:ID)")
@@ -375,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("verify", cmd_verify, "re-run every gate on a diff against the current HEAD (for CI)")
     p.add_argument("ref", metavar="PATCH_OR_REF", help="a .diff file, a run, a tag okgit/<run>/<cand> or a campaign (campaign:ID)")
-    p.add_argument("--eval", choices=_evaluators(), help=f"where the candidate runs (default: {_default('eval')}, or okgit.toml's)")
+    p.add_argument("--eval", choices=EVALUATORS.names(), help=f"where the candidate runs (default: {_default('eval')}, or okgit.toml's)")
     p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu (correctness only)")
     p.add_argument("--mode", choices=MODES, help="default: thorough")
     p.add_argument("--require-speedup", type=float, metavar="X", help="also fail unless the diff is X times faster (default: not required)")
@@ -446,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except KeyboardInterrupt as e:
-        stopped = getattr(e, "message", "")  # okgit.run.Interrupted: the signal and what it stopped
+        stopped = getattr(e, "message", "")  # okgit.run.Stopped: the signal and what it stopped
         print(f"okgit: interrupted ({stopped})" if stopped else "okgit: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `okgit history | head`: the reader has all it wanted

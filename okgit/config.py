@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
 from okgit.errors import OkgitError, UsageError
+from okgit.registry import Registry
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,9 +24,13 @@ else:  # pragma: no cover
 
 # The choices of the run settings, read by the CLI's flags too (one list each).
 BACKENDS = ("triton", "cuda")
-MODES = ("fast", "thorough")
+Mode = Literal["fast", "thorough"]  # the evaluator's too (okgit.eval.types)
+MODES: tuple[Mode, ...] = get_args(Mode)
 DEVICES = ("cuda", "cpu")
 EDIT_MODES = ("whole", "patch")
+# Where candidates run (`--eval`): the built-ins register in okgit.eval.registry, read the first
+# time the registry is; a plugin through the entry-point group.
+EVALUATORS: Registry[Callable[..., Any]] = Registry("evaluator", "okgit.evaluators", builtins="okgit.eval.registry")
 # The settings `okgit optimize` takes as flags; `okgit bench kernelbench` passes them through.
 RUN_FLAGS = ("backend", "model", "api_base", "mode", "iterations", "budget_usd", "eval", "device", "edit_mode", "modal_gpu")
 
@@ -74,14 +79,14 @@ class Config(BaseModel):
     backend: Literal[BACKENDS] = "triton"  # type: ignore[valid-type]
     model: str | None = None  # a litellm model string, or replay:PATH; None = offline templates
     api_base: str | None = None
-    mode: Literal[MODES] = "fast"  # type: ignore[valid-type]
+    mode: Mode = "fast"
     iterations: int | None = Field(default=None, ge=1)  # None: DEFAULT_ITERATIONS, or DEFAULT_MODEL_ITERATIONS with a model
     budget_usd: float | None = Field(default=None, ge=0)
     time_budget_s: float | None = Field(default=None, gt=0)
     reference_timeout_s: float | None = Field(default=None, gt=0)  # the reference's preparation; None: 600 s CPU, 360 s GPU
     patience: int = Field(default=6, ge=1)  # correct candidates in a row that set no new best (okgit.search.driver)
     target_speedup: float | None = Field(default=None, gt=0)
-    eval: str = "local"  # a name in okgit.eval.registry.EVALUATORS
+    eval: str = "local"  # a name in EVALUATORS
     device: Literal[DEVICES] | None = None  # type: ignore[valid-type]  # None: cuda when a GPU is visible
     edit_mode: Literal[EDIT_MODES] = "whole"  # type: ignore[valid-type]
     inductor: bool | None = None  # the torch.compile seed; None: on unless the run is on a CPU
@@ -99,8 +104,6 @@ class Config(BaseModel):
     @classmethod
     def _known_evaluator(cls, value: str) -> str:
         # Checked against the registry when validated, so an evaluator a plugin registers counts.
-        from okgit.eval.registry import EVALUATORS
-
         names = EVALUATORS.names()
         if value not in names:
             expected = " or ".join(filter(None, (", ".join(map(repr, names[:-1])), repr(names[-1]))))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from okgit.presentation import table
+from okgit.views.tables import table
 
 # Environment variables that hold model credentials (names only: values are never shown).
 MODEL_KEYS = (

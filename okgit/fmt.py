@@ -3,7 +3,14 @@ the same figure looks the same everywhere."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
+
+
+class GateError(Protocol):
+    """A gate's failure as journal events and EvalResult carry it."""
+
+    gate: str
+    message: str
 
 
 def fmt_speed(x: float | None, missing: str = "-") -> str:
@@ -15,10 +22,10 @@ def fmt_us(x: float | None) -> str:
     return f"{x:.1f}" if x is not None else "-"
 
 
-def fmt_error(error: dict[str, Any] | None, width: int = 80) -> str:
+def fmt_error(error: GateError | None, width: int = 80) -> str:
     if not error:
         return ""
-    text = f"{error.get('gate', '?')}: {error.get('message', '')}".replace("\n", " ")
+    text = f"{error.gate}: {error.message}".replace("\n", " ")
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

@@ -11,7 +11,6 @@ Prompts are versioned text files in okgit/prompts; `prompt_messages` fills one i
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -334,8 +333,3 @@ def prompt_messages(name: str, **fields: Any) -> list[Message]:
         return [{"role": "user", "content": text.strip()}]
     return [{"role": "system", "content": system.strip()}, {"role": "user", "content": user.strip()}]
 
-
-def recommended_models() -> list[dict[str, Any]]:
-    """okgit/data/models.json: a few models worth starting with, their strengths and cost tier."""
-    text = (resources.files("okgit") / "data" / "models.json").read_text(encoding="utf-8")
-    return json.loads(text)["models"]

@@ -1,9 +1,11 @@
 """Named implementations of one seam, in the style of simonw/llm: one registry per kind of
-plugin (`okgit.eval.registry.EVALUATORS`, `okgit.search.registry.PROPOSERS`).
+plugin (`okgit.config.EVALUATORS`, `okgit.search.registry.PROPOSERS`).
 
 The built-ins register themselves with the same decorator an extension uses. An installed
 package adds its own through an entry point in the registry's group (`okgit.evaluators`,
-`okgit.proposers`): the entry point's module registers on import. Every choice the CLI
+`okgit.proposers`): the entry point's module registers on import. A registry declared below
+the modules that fill it (the evaluators', in okgit.config, which checks `--eval` against it)
+names its built-ins' module, imported as an entry point's is, when it is first read. Every choice the CLI
 offers, every value `Config` accepts and every flag the sweep passes through is read from
 these registries, so a new implementation is one registration, not five edits.
 """
@@ -11,6 +13,7 @@ these registries, so a new implementation is one registration, not five edits.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import import_module
 from importlib.metadata import entry_points
 from typing import Callable, Generic, TypeVar
 
@@ -27,9 +30,10 @@ class Entry(Generic[F]):
 
 
 class Registry(Generic[F]):
-    def __init__(self, kind: str, group: str) -> None:
-        self.kind = kind
+    def __init__(self, noun: str, group: str, builtins: str | None = None) -> None:
+        self.noun = noun  # what one implementation is called: "evaluator", "proposer", "template kind"
         self.group = group
+        self.builtins = builtins
         self._entries: dict[str, Entry[F]] = {}
         self._plugins_loaded = False
 
@@ -53,11 +57,13 @@ class Registry(Generic[F]):
         try:
             return self._entries[name]
         except KeyError:
-            raise UsageError(f"unknown {self.kind} {name!r} (known: {', '.join(self.names())})") from None
+            raise UsageError(f"unknown {self.noun} {name!r} (known: {', '.join(self.names())})") from None
 
     def _load_plugins(self) -> None:
         if self._plugins_loaded:
             return
         self._plugins_loaded = True  # first, so a plugin that reads the registry does not recurse
+        if self.builtins:
+            import_module(self.builtins)
         for point in entry_points(group=self.group):
             point.load()

@@ -28,6 +28,7 @@ from okgit.eval.types import Comparison, EvalResult, Reference
 from okgit.fmt import fmt_speed
 from okgit.git.repo import Repo
 from okgit.git.rundir import RunDir
+from okgit.journal.events import Accepted, Evaluated, Event, LlmCall, Preparing
 from okgit.problem import Problem, load_problem
 from okgit.search.driver import Budget, Search, is_better
 from okgit.search.registry import make_proposers
@@ -77,14 +78,15 @@ def optimize(
     *,
     flags: dict[str, Any] | None = None,
     resume: str | None = None,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_event: Callable[[Event], None] | None = None,
     watcher: Watcher | None = None,
     cwd: Path | None = None,
     evaluator: Evaluator | None = None,
     proposers: list[Proposer] | None = None,
 ) -> RunResult:
-    """`path` may be None with `resume` (the run's own op). `watcher`: a live view already
-    started (`optimize --watch`), told the run's directory."""
+    """`path` may be None with `resume` (the run's own op). `on_event` gets each journal event
+    as its model once written (okgit.journal.events), and a `Preparing` before the first.
+    `watcher`: a live view already started (`optimize --watch`), told the run's directory."""
     repo = Repo.find(cwd or Path.cwd())
     # From the start: a signal while the reference is prepared must stop its judge too.
     in_main = threading.current_thread() is threading.main_thread()
@@ -94,9 +96,9 @@ def optimize(
     except KeyboardInterrupt as e:
         if watcher:
             watcher.abort()
-        reason, live = (e.reason, e.live) if isinstance(e, _Interrupted) else ("Ctrl-C", [])
+        reason, live = (e.reason, e.live) if isinstance(e, _Signalled) else ("Ctrl-C", [])
         stopped = sorted(set(live) | set(stop_all()), key=lambda n: int(n.split()[1]))  # with what no evaluator held
-        raise Interrupted(f"{reason}: stopped {_processes(stopped)}; their directories are removed" if stopped
+        raise Stopped(f"{reason}: stopped {_processes(stopped)}; their directories are removed" if stopped
                           else f"{reason}: no process of okgit was running") from None
     except BaseException:
         if watcher:
@@ -107,7 +109,7 @@ def optimize(
             signal.signal(sig, handler)
 
 
-class Interrupted(KeyboardInterrupt):
+class Stopped(KeyboardInterrupt):
     """Ctrl-C or SIGTERM ended `optimize`: `message` says what okgit stopped (the CLI prints it)."""
 
     def __init__(self, message: str) -> None:
@@ -123,7 +125,7 @@ def _processes(names: list[str]) -> str:
 
 
 def _on_signal(signum, frame):
-    raise _Interrupted("Ctrl-C" if signum == signal.SIGINT else "SIGTERM", live_processes())
+    raise _Signalled("Ctrl-C" if signum == signal.SIGINT else "SIGTERM", live_processes())
 
 
 class Watcher(Protocol):
@@ -147,11 +149,7 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
         check_credentials(config.model, config.api_base)  # a missing key: one line now, not a fallback later
         check_price(config.model, config.api_base, config.prices, config.budget_usd)
     if resume:
-        resume = workspace.resolve_run(repo, resume)
-        op = workspace.started_event(repo, resume)["op"]
-        given = None if path is None else Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
-        if given is not None and repo.relpath(given) != op:
-            raise OkgitError(f"run {resume} optimizes {op}, not {path}")
+        resume = _resumed_run(repo, resume, path, cwd)
         if not workspace.resumable(repo, resume):
             return _finished_result(repo, resume)
         space = workspace.resume(repo, resume)
@@ -160,7 +158,7 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
     else:
         if path is None:
             raise OkgitError("optimize needs the op file's path (or a run to resume)")
-        op_path = Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
+        op_path = _given(path, cwd)
         rel = workspace.check_op(repo, op_path)
         problem = load_problem(rel, source=op_path.read_text(), root=str(op_path.parent))
     problem = replace(problem, **config.problem_settings(problem.path))
@@ -169,7 +167,7 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
     if watcher:
         watcher.attach(space.run_dir)
     if on_event:  # progress before the journal can say anything (run_started needs the evaluator's device)
-        on_event({"type": "preparing", "run": space.run_id, "op": space.op, "eval": config.eval})
+        on_event(Preparing(ts=time.time(), run=space.run_id, op=space.op, eval=config.eval))
     with contextlib.ExitStack() as owned:  # an evaluator made here is closed here; a given one is the caller's
         try:
             evaluator = evaluator or owned.enter_context(make_evaluator(config))
@@ -185,6 +183,21 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
             raise
         return _run(space, config, problem, reference, evaluator, proposers, on_event, resumed=bool(resume),
                     watcher=watcher)
+
+
+def _given(path: Path, cwd: Path | None) -> Path:
+    return Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
+
+
+def _resumed_run(repo: Repo, resume: str, path: Path | None, cwd: Path | None) -> str:
+    """The full id of the run `--resume` names, refused when PATH is another op than its own."""
+    from okgit.git import workspace
+
+    resume = workspace.resolve_run(repo, resume)
+    op = workspace.started_event(repo, resume).op
+    if path is not None and repo.relpath(_given(path, cwd)) != op:
+        raise OkgitError(f"run {resume} optimizes {op}, not {path}")
+    return resume
 
 
 def _log_started(space, config: Config, device: str, on_event) -> None:
@@ -214,7 +227,7 @@ def _base_source(space) -> str:
     return space.repo.git("show", f"{space.base_commit}:{space.op}", cwd=space.worktree)
 
 
-class _Interrupted(KeyboardInterrupt):
+class _Signalled(KeyboardInterrupt):
     """Ctrl-C or SIGTERM, turned into an exception so the run writes what it has; `live`: the
     processes okgit had running when it came."""
 
@@ -233,7 +246,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
 
     def log(type: str, **fields):
         if signals:  # a signal whose exception some library swallowed: honour it at the next event
-            raise _Interrupted(signals[0])
+            raise _Signalled(signals[0])
         event = space.journal.write(type, **fields)
         if on_event:
             on_event(event)
@@ -284,13 +297,13 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
             log("note", message=f"the run ends in error: {e}")
             return _finish(space, ctx, RunStatus.error, None, None, stop_reason, search.spent_usd, log, cause=str(e))
         return _finish(space, ctx, status, winner, comparison, stop_reason, search.spent_usd, log)
-    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (_Interrupted)
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (_Signalled)
         reason = signals[0] if signals else "Ctrl-C"
-        live = e.live if isinstance(e, _Interrupted) else []
+        live = e.live if isinstance(e, _Signalled) else []
         signals.clear()
         log("interrupted", reason=reason)
         _finish(space, ctx, RunStatus.interrupted, ctx.best, None, "interrupted", search.spent_usd, log)
-        raise _Interrupted(reason, live) from None
+        raise _Signalled(reason, live) from None
     except Exception as e:
         # Still write what the run has and leave the repository consistent, then report.
         signals.clear()
@@ -307,11 +320,11 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
 def _restore(space, ctx: Context) -> None:
     """Rebuild the attempts of an interrupted run from its traces, and what its model calls
     cost from its journal, so the search continues within the same budgets."""
-    from okgit.git.journal import read_jsonl
+    from okgit.journal.files import read_jsonl
 
     events = RunDir(space.run_dir).events()
-    tags = {e["cand"]: e["tag"] for e in events if e["type"] == "accepted"}
-    ctx.spent_usd = sum(float(e.get("cost_usd") or 0.0) for e in events if e["type"] in ("llm_call", "evaluated"))
+    tags = {e.cand: e.tag for e in events if isinstance(e, Accepted)}
+    ctx.spent_usd = sum(e.cost_usd or 0.0 for e in events if isinstance(e, (LlmCall, Evaluated)))
     ctx.earlier = events  # the model proposer rebuilds its intent tree and failures from them
     for rec in read_jsonl(RunDir(space.run_dir).traces)[0]:
         if rec["type"] != "candidate":
@@ -344,21 +357,9 @@ def _final_gate(ctx: Context, evaluator: Evaluator, config: Config, log) -> tupl
     ranked = sorted((a for a in correct if a.result.timed), key=lambda a: -(a.result.speedup or 0.0))
     slower: tuple[Attempt, Comparison] | None = None  # the fastest of those that lost: for inspection
     for attempt in ranked[:3]:
-        def thorough(a: Attempt = attempt) -> EvalResult:
-            return evaluator.evaluate(ctx.problem, a.proposal.source, mode="thorough", backend=a.proposal.backend)
-
-        def rounds(a: Attempt = attempt) -> Comparison:
-            return evaluator.compare(ctx.problem, a.proposal.source, rounds=10 if config.mode == "thorough" else 5,
-                                     backend=a.proposal.backend)
-
-        check = _retried(thorough, attempt.cand, "the thorough check", log)
-        log("gate", name="thorough", cand=attempt.cand, passed=check.correct,
-            detail=check.error.message if check.error else "all correctness gates passed")
-        if not check.correct:
+        comparison = _gated(ctx, evaluator, config, attempt, log)
+        if comparison is None:
             continue
-        comparison = _retried(rounds, attempt.cand, "the interleaved rounds", log)
-        log("gate", name="interleaved", cand=attempt.cand, passed=not comparison.slower, detail=comparison.detail,
-            **comparison.model_dump(exclude={"detail"}))
         if comparison.optimized:
             return RunStatus.optimized, attempt, comparison
         if not comparison.slower:
@@ -368,6 +369,27 @@ def _final_gate(ctx: Context, evaluator: Evaluator, config: Config, log) -> tupl
     if slower:
         return RunStatus.slower, *slower
     return RunStatus.fallback, None, None
+
+
+def _gated(ctx: Context, evaluator: Evaluator, config: Config, attempt: Attempt, log) -> Comparison | None:
+    """One candidate through the final gate: the thorough check, then (when it holds) the
+    interleaved rounds against the baseline; None when the check failed."""
+    def thorough() -> EvalResult:
+        return evaluator.evaluate(ctx.problem, attempt.proposal.source, mode="thorough", backend=attempt.proposal.backend)
+
+    def rounds() -> Comparison:
+        return evaluator.compare(ctx.problem, attempt.proposal.source, rounds=10 if config.mode == "thorough" else 5,
+                                 backend=attempt.proposal.backend)
+
+    check = _retried(thorough, attempt.cand, "the thorough check", log)
+    log("gate", name="thorough", cand=attempt.cand, passed=check.correct,
+        detail=check.error.message if check.error else "all correctness gates passed")
+    if not check.correct:
+        return None
+    comparison = _retried(rounds, attempt.cand, "the interleaved rounds", log)
+    log("gate", name="interleaved", cand=attempt.cand, passed=not comparison.slower, detail=comparison.detail,
+        **comparison.model_dump(exclude={"detail"}))
+    return comparison
 
 
 def _retried(step: Callable[[], Any], cand: str, what: str, log) -> Any:
@@ -393,7 +415,7 @@ def _retried(step: Callable[[], Any], cand: str, what: str, log) -> Any:
 def _finish(space, ctx: Context, status: RunStatus, winner: Attempt | None, comparison: Comparison | None,
             stop_reason: str, cost_usd: float, log, cause: str | None = None) -> RunResult:
     from okgit.git import patch
-    from okgit.report import write_report
+    from okgit.views.report import write_report
 
     handed_out = winner is not None and winner.tag is not None and status in CORRECT  # `slower` shows its tag only
     diff = space.diff(winner.tag) if handed_out and winner and winner.tag else ""

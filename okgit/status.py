@@ -1,12 +1,19 @@
-"""A run's final status: part of the contract (`--json`'s `status`, run_finished, result.json).
-
-A candidate's status is `okgit.eval.types.Status`. Both are str enums, so a value read back
-from a journal or result.json compares equal to its member.
+"""A candidate's status (the evaluator's verdict: `evaluated` events, EvalResult) and a run's
+final status (`--json`'s `status`, run_finished, result.json): part of the contract. Both are
+str enums, so a value read back from a journal or result.json compares equal to its member.
 """
 
 from __future__ import annotations
 
 from enum import Enum
+
+
+class Status(str, Enum):
+    correct = "correct"
+    compile_error = "compile_error"
+    incorrect = "incorrect"
+    rejected = "rejected"
+    error = "error"
 
 
 class RunStatus(str, Enum):

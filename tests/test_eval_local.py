@@ -21,7 +21,7 @@ from okgit.eval.parent.sandbox import worker_env
 from okgit.eval.parent.static import static_findings
 from okgit.eval.types import Status
 from okgit.problem import load_problem
-from okgit.result_text import eval_text
+from okgit.views.eval_text import eval_text
 
 OPS = Path(__file__).parent / "ops"
 

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from okgit.figures import write_figures
-from okgit.git.journal import iter_events
-from okgit.report import _figures
+from okgit.journal.events import Event, ReferenceEvent
+from okgit.journal.files import read_events
+from okgit.views.figures import write_figures
+from okgit.views.report import _figures
 
 JOURNALS = Path(__file__).parent / "journals"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def events(run: str) -> list[dict]:
-    return list(iter_events(JOURNALS / run / "journal.jsonl"))
+def events(run: str) -> list[Event]:
+    return read_events(JOURNALS / run / "journal.jsonl")[0]
 
 
 def test_a_timed_run_gets_speedup_and_roofline(tmp_path):
@@ -28,7 +29,8 @@ def test_an_untimed_run_gets_no_roofline(tmp_path):
 
 def test_missing_numbers_skip_figures_instead_of_guessing(tmp_path):
     assert write_figures(tmp_path, []) == []
-    no_peaks = [dict(e, hardware={"device": "cuda"}) if e["type"] == "reference" else e for e in events("gpu-optimized")]
+    no_peaks = [e.model_copy(update={"hardware": {"device": "cuda"}}) if isinstance(e, ReferenceEvent) else e
+                for e in events("gpu-optimized")]
     assert [p.name for p in write_figures(tmp_path, no_peaks)] == ["speedup.png"]
 
 
@@ -50,11 +52,7 @@ def _green_pixels(path: Path) -> int:
 
 
 def test_an_untimed_run_with_one_candidate_shows_it(tmp_path):
-    one = [
-        {"type": "run_started", "run": "r", "op": "ops/a.py", "device": "cpu", "backend": "triton", "mode": "fast", "ts": 1.0},
-        {"type": "reference", "timed": False, "device": "cpu", "ts": 2.0},
-        {"type": "proposal", "cand": "c001", "origin": "template:pointwise", "ts": 3.0},
-        {"type": "evaluated", "cand": "c001", "status": "correct", "correct": True, "timed": False, "ts": 4.0},
-    ]
+    untimed = events("cpu-failures")  # its first candidate is correct
+    one = untimed[: next(i for i, e in enumerate(untimed) if e.type == "evaluated") + 1]
     (path,) = write_figures(tmp_path, one)
     assert path.name == "speedup.png" and _green_pixels(path) > 20  # a visible marker, not an empty plot

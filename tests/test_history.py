@@ -7,17 +7,17 @@ from pathlib import Path
 import pytest
 from conftest import OP, crashed_run, record_run
 
-from okgit import presentation
 from okgit.errors import OkgitError
 from okgit.git import history
-from okgit.git.journal import JsonlWriter
 from okgit.git.repo import Repo
+from okgit.journal.files import JsonlWriter
+from okgit.views import tables
 
 
 def test_runs_newest_first_with_their_status(git_repo: Path) -> None:
     repo = Repo.find(git_repo)
     assert history.list_runs(repo) == []
-    assert "no runs yet" in presentation.runs_text([])
+    assert "no runs yet" in tables.runs_text([])
 
     done, tags = record_run(git_repo, [("torch.clamp_min(x, 0.0)", "clamp"), ("x.clamp(min=0)", "method")])
     died = crashed_run(git_repo, [("x.clamp(min=0)", "method")])  # no run_finished, no holder
@@ -37,7 +37,7 @@ def test_runs_newest_first_with_their_status(git_repo: Path) -> None:
     assert by_id[live.run_id].status == "running"
     assert by_id[live.run_id].speedup == 1.1 and by_id[live.run_id].best_tag == f"okgit/{live.run_id}/c001"
 
-    text = presentation.runs_text(runs)
+    text = tables.runs_text(runs)
     assert text.splitlines()[0].split()[:3] == ["RUN", "STARTED", "(UTC)"]
     assert f"{done.run_id}" in text and "optimized" in text and "1.20x" in text and "running" in text
     live.close()
@@ -58,7 +58,7 @@ def test_run_detail(git_repo: Path) -> None:
         {"cand": "c003", "tag": None, "parent": "c002", "origin": "template:test", "intent": "broken",
          "status": "compile_error", "speedup": None, "runtime_us": None},
     ]
-    lines = presentation.detail_text(detail).splitlines()
+    lines = tables.detail_text(detail).splitlines()
     assert lines[0].startswith(f"run {space.run_id}  optimized  speedup 1.20x  op {OP}")
     assert lines[1].split() == ["CAND", "TAG", "PARENT", "STATUS", "SPEEDUP", "RUNTIME_US", "ORIGIN", "INTENT"]
     assert lines[3].split()[:6] == ["c002", tags[1], "c001", "correct", "1.20x", "83.3"]

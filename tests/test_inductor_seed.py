@@ -46,21 +46,32 @@ def test_the_file_has_plain_triton_kernels_launchers_and_no_compiler_at_run_time
     assert [i for i in imports if "_inductor" in i] == ["from torch._inductor.runtime import triton_helpers"]
     # both module modes compiled (batch norm reads self.training), the reference kept for the rest
     assert "def call_train(" in text and "def call_eval(" in text and "def forward_reference(self, x)" in text
+    assert "def fits_train(self, x)" in text and "return reference_forward(self, x)" in text
     assert static_findings(ast.parse(text)) == []
 
 
-def test_the_forward_guards_what_the_kernels_were_specialised_to(tmp_path: Path) -> None:
+def test_the_forward_checks_what_the_kernels_assumed(tmp_path: Path) -> None:
     text = standalone_file(OP.read_text(), _fixture(), "cpu")
     path = tmp_path / "seed.py"  # a real file: @triton.jit reads its kernels' source
     path.write_text(text)
     ns: dict = {"__file__": str(path)}
     exec(compile(text, str(path), "exec"), ns)
-    baked = ns["BAKED"]
-    assert baked[""]["ceiling"] == 0.5 and baked["bn"]["eps"] == 1e-5
-    args = ns["ARGS_train"]
-    assert tuple(args[-1][0]) == (24, 40)  # the input, at the default knobs
-    # a constant tensor the forward makes is rebuilt from its literal
-    assert "torch.tensor(0.5, dtype=torch.float32, device='cpu')" in text
+    torch = ns["torch"]
+    model = ns["Model"](40, 48, 0.5)
+    fits = ns["fits_eval"]
+    model.eval()
+    with torch.no_grad():
+        # the batch and the knob-following sizes are free: another batch, other features
+        assert fits(model, torch.randn(7, 40))
+        assert fits(ns["Model"](33, 17, 0.5).eval(), torch.randn(5, 33))
+        assert not fits(model, torch.randn(7, 41))  # not the weight's
+        assert not fits(model, torch.randn(1, 40))  # a size of 1 was not compiled for
+        assert not fits(model, torch.randn(40, 7).t())  # strides
+        assert not fits(model, torch.randn(7, 40, dtype=torch.float64))
+    assert not fits(model, torch.randn(7, 40))  # a gradient wanted of the parameters: the kernels compute the forward only
+    model.ceiling = 0.25  # a module attribute the kernels baked in
+    with torch.no_grad():
+        assert not fits(model, torch.randn(7, 40))
 
 
 def test_a_capture_the_file_cannot_express_is_refused_in_words() -> None:
@@ -101,8 +112,15 @@ for training in (True, False, True):
     for k, v in a.state_dict().items():
         assert torch.allclose(v.float(), b.state_dict()[k].float(), atol=1e-6), k
 assert calls == ["train", "eval", "train"], calls
-y = torch.randn(7, 40)  # a shape it was not compiled for: the reference's own forward
-assert torch.allclose(a(y), b(y), atol=1e-5) and calls == ["train", "eval", "train"]
+y = torch.randn(7, 40)  # another batch: the same kernels (their sizes are arguments)
+assert torch.allclose(a(y), b(y), atol=1e-5) and calls == ["train", "eval", "train", "train"]
+y = torch.randn(1, 40)  # a size of 1, which dynamo specialises: the reference's own forward, said in a warning
+a.eval(); b.eval()
+import warnings
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    assert torch.allclose(a(y), b(y), atol=1e-5) and len(calls) == 4
+assert any("do not apply to inputs [(1, 40)] (eval mode)" in str(w.message) for w in seen), [str(w.message) for w in seen]
 print("ok")
 '''
     run = subprocess.run([sys.executable, "-c", check], env={**env, "TRITON_INTERPRET": "1"}, capture_output=True,

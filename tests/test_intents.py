@@ -3,6 +3,7 @@ ending in progress, stale or failed, selection, and the tree rebuilt from its ev
 
 from __future__ import annotations
 
+from okgit.journal.events import Event, check_event
 from okgit.search.intents import InsertOp, IntentTree, PruneOp, UpdateOp, parse_ops
 
 
@@ -98,8 +99,8 @@ def test_selection_prefers_priority_but_explores_untried_ideas():
 
 
 def test_the_tree_is_rebuilt_from_its_events():
-    events: list[dict] = []
-    t = IntentTree(lambda **f: events.append({"type": "intent", **f}))
+    events: list[Event] = []
+    t = IntentTree(lambda **f: events.append(check_event({"type": "intent", "ts": 1.0, "run": "r", **f})))
     a = t.insert("idea")
     t.insert("child", parent=a.id)
     t.select()

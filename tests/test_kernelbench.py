@@ -18,7 +18,7 @@ import pytest
 
 from okgit.errors import OkgitError, UsageError
 from okgit.eval.parent.device_pool import Slot
-from okgit.kernelbench import sweep
+from okgit.kernelbench import runs, sweep
 from okgit.kernelbench.crosscheck import as_kernelbench_candidate
 from okgit.kernelbench.reader import find_problems, level_dirs, parse_ids
 from okgit.kernelbench.scoring import (
@@ -155,7 +155,7 @@ class FakeRuns:
 
     def __call__(self, p, slot: Slot, flags, out_dir, timeout_s, **kw) -> ProblemResult:
         if p.key == self.interrupt_at:
-            raise sweep._Interrupted()
+            raise runs.ProblemInterrupted()
         self.calls.append(p.key)
         correct = p.id != 3
         return ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, device=kw["device"],
@@ -223,13 +223,13 @@ def test_a_cut_short_state_file_is_run_again(tmp_path, monkeypatch):
 
 
 def test_helpers_of_one_problem(tmp_path):
-    assert sweep._flag_args({"device": "cpu", "iterations": 2, "budget_usd": 0.5}) == [
+    assert runs.flag_args({"device": "cpu", "iterations": 2, "budget_usd": 0.5}) == [
         "--device", "cpu", "--iterations", "2", "--budget-usd", "0.5"]
-    assert sweep._last_json('warning: x\n{\n  "status": "unverified"\n}\n') == {"status": "unverified"}
-    assert sweep._last_json("no json here") is None
+    assert runs.last_json('warning: x\n{\n  "status": "unverified"\n}\n') == {"status": "unverified"}
+    assert runs.last_json("no json here") is None
     problem = find_problems(FIXTURE, level=2)[0]
     work = tmp_path / "repo"
-    sweep._init_repo(work, problem.file_name, problem.path.read_text())
+    runs.init_repo(work, problem.file_name, problem.path.read_text())
     from okgit.git.repo import git
 
     assert git("ls-files", cwd=work).split() == ["1_ScaleShift.py"]
@@ -237,7 +237,7 @@ def test_helpers_of_one_problem(tmp_path):
 
 
 def test_untimed_baselines_on_a_cpu(tmp_path):
-    fields = sweep._baselines(tmp_path / "ref.py", tmp_path / "win.py", {}, timer=None, gpu=False)
+    fields = runs.baselines(tmp_path / "ref.py", tmp_path / "win.py", {}, timer=None, gpu=False)
     assert fields == {"untimed_reason": "no GPU: timing is not claimed"}
 
 
@@ -247,11 +247,11 @@ def test_baselines_from_a_timer_give_both_speedups(tmp_path):
     (tmp_path / "ref.py").write_text("ref")
     (tmp_path / "win.py").write_text("win")
     times = BaselineTimes(device="cuda:0", timed=True, eager_us=30.0, compile_us=15.0, okgit_us=10.0)
-    fields = sweep._baselines(tmp_path / "ref.py", tmp_path / "win.py", {}, timer=lambda r, w: times, gpu=True)
+    fields = runs.baselines(tmp_path / "ref.py", tmp_path / "win.py", {}, timer=lambda r, w: times, gpu=True)
     assert fields["speedup_eager"] == pytest.approx(3.0) and fields["speedup_compile"] == pytest.approx(1.5)
     assert fields["timed"] is True
     failed = BaselineTimes(device="cuda:0", timed=True, eager_us=30.0, okgit_us=10.0, errors={"compile": "Unsupported: sort"})
-    fields = sweep._baselines(tmp_path / "ref.py", tmp_path / "win.py", {}, timer=lambda r, w: failed, gpu=True)
+    fields = runs.baselines(tmp_path / "ref.py", tmp_path / "win.py", {}, timer=lambda r, w: failed, gpu=True)
     assert "speedup_compile" not in fields and fields["untimed_reason"] == "compile: Unsupported: sort"
 
 
@@ -286,7 +286,7 @@ def test_a_winner_that_disagrees_with_float64_eager_is_not_scored_correct(tmp_pa
     (tmp_path / "win.py").write_text("win")
     times = BaselineTimes(device="cuda:0", timed=True, eager_us=30.0, compile_us=15.0, okgit_us=10.0,
                           disagreement="output 0: mismatch: 1 of 8 elements outside tolerance")
-    fields = sweep._baselines(tmp_path / "ref.py", tmp_path / "win.py", {}, timer=lambda r, w: times, gpu=True)
+    fields = runs.baselines(tmp_path / "ref.py", tmp_path / "win.py", {}, timer=lambda r, w: times, gpu=True)
     assert fields["correct"] is False and fields["status"] == "incorrect" and "disagrees with float64 eager" in fields["error"]
 
 
@@ -299,7 +299,7 @@ def test_a_problem_without_a_kernel_times_only_its_two_baselines(tmp_path):
     (tmp_path / "ref.py").write_text("ref")
     winners = []
     times = BaselineTimes(device="cuda:0", timed=True, eager_us=30.0, compile_us=15.0)
-    fields = sweep._baselines(tmp_path / "ref.py", None, {}, timer=lambda r, w: winners.append(w) or times, gpu=True)
+    fields = runs.baselines(tmp_path / "ref.py", None, {}, timer=lambda r, w: winners.append(w) or times, gpu=True)
     assert winners == [None]
     assert (fields["eager_us"], fields["compile_us"], fields["okgit_us"], fields["timed"]) == (30.0, 15.0, None, False)
     assert "speedup_eager" not in fields

@@ -16,7 +16,7 @@ from okgit import llm
 from okgit.config import Config
 from okgit.eval.base import InMemoryEvaluator
 from okgit.eval.types import EvalError, EvalResult, Status
-from okgit.git.journal import JsonlWriter, read_jsonl
+from okgit.journal.files import JsonlWriter, read_jsonl
 from okgit.problem import load_problem
 from okgit.search.driver import Budget, Search
 from okgit.search.proposers.llm import LLMProposer, proposer_for_model

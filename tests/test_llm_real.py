@@ -22,7 +22,7 @@ from test_pool import TimedSlot, overlaps
 from okgit import llm
 from okgit.config import Config
 from okgit.eval.parent.device_pool import DevicePool
-from okgit.git.journal import read_jsonl
+from okgit.journal.files import read_jsonl
 from okgit.run import optimize
 from okgit.search.memory import SkillLibrary
 from okgit.search.proposers.llm import LLMProposer

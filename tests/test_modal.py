@@ -409,7 +409,7 @@ def fresh_evaluators(monkeypatch):
 def test_sweep_baselines_run_in_the_sandboxed_worker(credentials, fresh_evaluators, tmp_path, relu_problem,
                                                      monkeypatch):
     pytest.importorskip("modal")
-    from okgit.kernelbench import sweep
+    from okgit.kernelbench import runs
 
     facts = tmp_path / "facts.json"
     # the reference records where it runs: its module is imported by the reference worker only
@@ -431,9 +431,9 @@ def test_sweep_baselines_run_in_the_sandboxed_worker(credentials, fresh_evaluato
     ref.write_text(relu_problem.source)
     good.write_text(TRITON_RELU2)
     bad.write_text(TRITON_RELU2.replace("* 2.0", "* 3.0"))
-    fields = sweep._baselines(ref, good, {}, timer=ev.time_baselines, gpu=False)
+    fields = runs.baselines(ref, good, {}, timer=ev.time_baselines, gpu=False)
     assert fields["untimed_reason"] == "all: no GPU: timing is not claimed" and "status" not in fields
-    wrong = sweep._baselines(ref, bad, {}, timer=ev.time_baselines, gpu=False)
+    wrong = runs.baselines(ref, bad, {}, timer=ev.time_baselines, gpu=False)
     assert wrong["status"] == "incorrect" and wrong["correct"] is False  # the evaluator's check, run again there
 
     class Down:
@@ -441,7 +441,7 @@ def test_sweep_baselines_run_in_the_sandboxed_worker(credentials, fresh_evaluato
             raise ConnectionError("no route to host")
 
     monkeypatch.setattr(ev, "_function", lambda: Down())
-    lost = sweep._baselines(ref, good, {}, timer=ev.time_baselines, gpu=False)
+    lost = runs.baselines(ref, good, {}, timer=ev.time_baselines, gpu=False)
     assert "Modal: ConnectionError: no route to host" in lost["untimed_reason"] and "status" not in lost
 
 

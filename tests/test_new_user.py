@@ -20,8 +20,9 @@ import pytest
 from conftest import OP, OP_SOURCE, okgit, record_run, sh, snapshot
 
 from okgit import __version__
-from okgit.progress import Printer
+from okgit.journal.events import Event, InterruptedEvent, Note, Preparing, ProposalEvent, ReferenceEvent, RunStarted
 from okgit.tui.app import WatchApp
+from okgit.views.progress import Printer
 
 
 @pytest.mark.slow  # a real okgit process, its first line timed, then a signal
@@ -55,7 +56,7 @@ def test_the_first_line_names_the_run_before_the_reference_and_a_stop_there_leav
     assert snapshot(git_repo) == before
 
 
-def _printer_with_a_view(events: list[dict]) -> tuple[Printer, io.StringIO, dict[str, bool]]:
+def _printer_with_a_view(events: list[Event]) -> tuple[Printer, io.StringIO, dict[str, bool]]:
     out = io.StringIO()
     printer = Printer(out, "ops/relu.py")
     view = {"open": True}
@@ -65,12 +66,14 @@ def _printer_with_a_view(events: list[dict]) -> tuple[Printer, io.StringIO, dict
     return printer, out, view
 
 
-RUN = [
-    {"type": "run_started", "run": "20260101-000000-ab12", "op": "ops/relu.py", "device": "cpu", "backend": "triton",
-     "mode": "fast", "iterations": 3, "ts": 1.0},
-    {"type": "proposal", "run": "20260101-000000-ab12", "cand": "c001", "origin": "template:pointwise", "ts": 2.0},
+RUN_ID = "20260101-000000-ab12"
+RUN: list[Event] = [
+    RunStarted(run=RUN_ID, op="ops/relu.py", device="cpu", backend="triton", mode="fast", iterations=3, ts=1.0,
+               base="0" * 40, base_dirty=False, branch=f"okgit/{RUN_ID}", worktree=f".okgit/worktrees/{RUN_ID}",
+               model=None, eval="local"),
+    ProposalEvent(run=RUN_ID, cand="c001", origin="template:pointwise", intent="", parent=None, backend="triton", ts=2.0),
 ]
-INTERRUPTED = {"type": "interrupted", "run": "20260101-000000-ab12", "reason": "Ctrl-C", "ts": 3.0}
+INTERRUPTED = InterruptedEvent(run=RUN_ID, reason="Ctrl-C", ts=3.0)
 
 
 def test_ctrl_c_in_the_view_prints_only_the_interrupted_line() -> None:
@@ -99,15 +102,15 @@ def test_q_in_the_view_says_where_the_run_stands() -> None:
 
 def test_the_preparing_line_names_the_run_and_the_op() -> None:
     out = io.StringIO()
-    Printer(out)({"type": "preparing", "run": "20260101-000000-ab12", "op": "ops/relu.py", "eval": "local"})
+    Printer(out)(Preparing(run="20260101-000000-ab12", op="ops/relu.py", eval="local", ts=1.0))
     assert out.getvalue() == ("okgit run 20260101-000000-ab12: preparing ops/relu.py "
                               "(starting the local evaluator; the reference runs next)\n")
 
 
-def _status(view_events: list[dict], tmp_path: Path) -> str:
+def _status(view_events: list[Event], tmp_path: Path) -> str:
     run_dir = tmp_path / "20260101-000000-ab12"
     run_dir.mkdir(parents=True)
-    (run_dir / "journal.jsonl").write_text("".join(json.dumps(e) + "\n" for e in view_events))
+    (run_dir / "journal.jsonl").write_text("".join(e.model_dump_json() + "\n" for e in view_events))
     shown: list[str] = []
 
     async def main() -> None:
@@ -122,9 +125,11 @@ def _status(view_events: list[dict], tmp_path: Path) -> str:
 
 def test_the_view_shows_a_run_being_prepared(tmp_path: Path) -> None:
     assert "preparing: starting the evaluator" in _status([], tmp_path / "a")
-    status = _status(RUN[:1] + [{"type": "note", "message": "running the reference", "ts": 1.5}], tmp_path / "b")
+    status = _status(RUN[:1] + [Note(run=RUN_ID, message="running the reference", ts=1.5)], tmp_path / "b")
     assert "iter 0/3" in status and "preparing (last event" in status and "running" not in status, status
-    status = _status(RUN[:1] + [{"type": "reference", "timed": False, "device": "cpu", "ts": 1.5}], tmp_path / "c")
+    reference = ReferenceEvent(run=RUN_ID, runtime_us=None, timed=False, device="cpu", profile=None, degenerate=None,
+                               shapes=[], flags={}, hardware={}, ts=1.5)
+    status = _status(RUN[:1] + [reference], tmp_path / "c")
     assert "running (last event" in status, status
 
 
@@ -261,7 +266,7 @@ def test_what_the_note_says_holds_on_a_cpu(tmp_path: Path) -> None:
 
 def test_eval_text_claims_no_flop_count_it_does_not_have() -> None:
     from okgit.eval.types import EvalResult, ProfileData, Status
-    from okgit.result_text import eval_text
+    from okgit.views.eval_text import eval_text
 
     pointwise = eval_text(EvalResult(status=Status.correct, correct=True, profile=ProfileData(flops=0.0, min_bytes=2.1e6)))
     assert "FLOP" not in pointwise and "2.1e+06 B min" in pointwise, pointwise

@@ -216,7 +216,7 @@ def test_optimize_evaluates_a_batch_on_two_cpu_workers_at_once(git_repo: Path):
     from conftest import OP, OP_SOURCE
 
     from okgit.eval.types import Reference
-    from okgit.git.journal import read_jsonl
+    from okgit.journal.files import read_jsonl
     from okgit.run import optimize
     from okgit.search.proposers.templates import plan
     from okgit.search.types import Context, Proposal, propose_several

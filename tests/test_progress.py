@@ -6,15 +6,15 @@ import io
 import re
 from pathlib import Path
 
-from okgit.git.journal import iter_events
-from okgit.progress import printer
+from okgit.journal.files import Journal, read_events
+from okgit.views.progress import printer
 
 JOURNALS = Path(__file__).parent / "journals"
 
 
 def play(run: str, stream: io.StringIO) -> list[str]:
     on_event = printer(stream)
-    for event in iter_events(JOURNALS / run / "journal.jsonl"):
+    for event in read_events(JOURNALS / run / "journal.jsonl")[0]:
         on_event(event)
     return stream.getvalue().splitlines()
 
@@ -56,14 +56,21 @@ def test_a_terminal_gets_colour(monkeypatch):
     assert "\x1b[" in text and "compile_error" in text
 
 
-def test_events_handed_over_before_serialization_print_the_same():
-    """run.py calls on_event with the event it wrote, whose fields may still be pydantic models."""
+def test_events_handed_over_by_the_writer_print_as_read_back(tmp_path):
+    """run.py hands on_event what the journal's writer returns: the event as its model, built
+    from the line as written, though the writer was given pydantic models for its fields."""
     from okgit.eval.types import EvalError, ProfileData
 
     stream = io.StringIO()
     on_event = printer(stream)
-    on_event({"type": "proposal", "ts": 1.0, "run": "r", "cand": "c001", "origin": "llm", "intent": "x", "parent": None, "backend": "triton"})
-    on_event({"type": "evaluated", "ts": 2.0, "run": "r", "cand": "c001", "status": "compile_error", "correct": False,
-              "timed": False, "speedup": None, "runtime_us": None, "ref_runtime_us": None,
-              "error": EvalError(gate="compile", message="boom"), "profile": ProfileData(), "wall_s": 1.0})
+    journal = Journal(tmp_path / "journal.jsonl", "r")
+    on_event(journal.write("proposal", cand="c001", origin="llm", intent="x", parent=None, backend="triton"))
+    on_event(journal.write("evaluated", cand="c001", status="compile_error", correct=False, timed=False, speedup=None,
+                           runtime_us=None, ref_runtime_us=None, error=EvalError(gate="compile", message="boom"),
+                           profile=ProfileData(), wall_s=1.0))
     assert stream.getvalue().splitlines()[-1] == "        compile_error compile: boom | 0 correct so far (untimed)"
+    replayed = io.StringIO()
+    again = printer(replayed)
+    for event in read_events(tmp_path / "journal.jsonl")[0]:
+        again(event)
+    assert replayed.getvalue() == stream.getvalue()

@@ -40,7 +40,10 @@ def make_run(root, run, records):
     d = root / run
     d.mkdir(parents=True)
     (d / "traces.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (d / "journal.jsonl").write_text(json.dumps({"type": "run_started", "op": "ops/relu.py", "run": run}) + "\n")
+    started = {"type": "run_started", "ts": 1.0, "run": run, "op": "ops/relu.py", "base": "0" * 40, "base_dirty": False,
+               "branch": f"okgit/{run}", "worktree": f".okgit/worktrees/{run}", "backend": "triton", "device": "cpu",
+               "mode": "fast", "model": "gpt-4o", "eval": "local", "iterations": 4}
+    (d / "journal.jsonl").write_text(json.dumps(started) + "\n")
 
 
 @pytest.fixture

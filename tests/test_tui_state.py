@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from okgit.git.journal import iter_events
-from okgit.runview import RUNNING, RunView
+from okgit.journal.events import parse_event
+from okgit.journal.files import read_events, read_jsonl
+from okgit.journal.runview import RUNNING, RunView
 from okgit.tui.sources import Sources, Tail
 
 JOURNALS = Path(__file__).parent / "journals"
@@ -14,7 +15,7 @@ JOURNALS = Path(__file__).parent / "journals"
 
 def folded(run: str) -> RunView:
     view = RunView()
-    view.apply(list(iter_events(JOURNALS / run / "journal.jsonl")))
+    view.apply(read_events(JOURNALS / run / "journal.jsonl")[0])
     return view
 
 
@@ -25,7 +26,7 @@ def test_finished_gpu_run_folds_into_its_numbers():
     assert view.evaluated == 6
     assert [c.status for c in view.candidates.values()] == ["correct", "compile_error", "correct", "incorrect", "correct", "rejected"]
     assert view.candidates["c005"].tag == "okgit/gpu-optimized/c005"
-    assert view.candidates["c001"].diagnosis["recommendation"] == "online softmax: one read of x"
+    assert view.candidates["c001"].diagnosis.recommendation == "online softmax: one read of x"
     assert view.progress() == [1.5, 1.5, 2.1, 2.1, 2.3, 2.3]
     assert view.best_speedup() == 2.3
     assert view.cost_usd == 0.03  # run_finished's total
@@ -44,18 +45,22 @@ def test_untimed_cpu_run_counts_correct_candidates():
 
 
 def test_a_proposal_without_its_result_is_running_and_the_run_too():
-    events = list(iter_events(JOURNALS / "gpu-optimized" / "journal.jsonl"))
+    events = read_events(JOURNALS / "gpu-optimized" / "journal.jsonl")[0]
     view = RunView()
-    view.apply(events[: next(i for i, e in enumerate(events) if e["type"] == "evaluated")])
+    view.apply(events[: next(i for i, e in enumerate(events) if e.type == "evaluated")])
     assert view.candidates["c001"].status == RUNNING and not view.candidates["c001"].failed
     assert view.status == RUNNING and view.evaluated == 0 and view.progress() == []
     assert view.elapsed(now=view.started + 90) == 90
 
 
-def test_unknown_events_and_missing_fields_are_tolerated():
+def test_unknown_events_and_lines_missing_fields_are_skipped(tmp_path):
+    lines = [{"type": "from_the_future", "ts": 1.0, "run": "r"}, {"type": "evaluated", "ts": 2.0, "run": "r", "cand": "c001"},
+             {"type": "note", "ts": 3.0, "run": "r", "message": "kept"}]
+    assert [parse_event(line) is None for line in lines] == [True, True, False]
+    (tmp_path / "journal.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     view = RunView()
-    view.apply([{"type": "from_the_future", "ts": 1.0}, {"type": "evaluated", "cand": "c001"}, {"type": "intent", "id": "x"}])
-    assert view.candidates["c001"].status == "error" and "x" in view.intents
+    view.apply(read_events(tmp_path / "journal.jsonl")[0])
+    assert not view.candidates and [line.text for line in view.log] == ["kept"] and view.version == 1
 
 
 def test_tail_ignores_a_half_written_line_until_it_is_complete(tmp_path):
@@ -65,10 +70,10 @@ def test_tail_ignores_a_half_written_line_until_it_is_complete(tmp_path):
     whole = json.dumps({"type": "note", "ts": 1.0, "run": "r", "message": "one"})
     half = json.dumps({"type": "note", "ts": 2.0, "run": "r", "message": "two"})
     path.write_text(whole + "\n" + half[:10])
-    assert [e["message"] for e in tail.poll()] == ["one"]
+    assert [e.message for e in tail.poll()] == ["one"]
     with open(path, "a") as f:
         f.write(half[10:] + "\n")
-    assert [e["message"] for e in tail.poll()] == ["two"]
+    assert [e.message for e in tail.poll()] == ["two"]
 
 
 def test_diff_against_the_base_and_without_it(tmp_path):
@@ -80,7 +85,7 @@ def test_diff_against_the_base_and_without_it(tmp_path):
     assert sources.diff("c999").startswith("# no source for c999")
 
     # An older run: no `reference` record in traces. The candidate is shown whole.
-    records = [r for r in iter_events(JOURNALS / "gpu-optimized" / "traces.jsonl") if r["type"] != "reference"]
+    records = [r for r in read_jsonl(JOURNALS / "gpu-optimized" / "traces.jsonl")[0] if r["type"] != "reference"]
     (tmp_path / "traces.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     old = Sources(tmp_path / "traces.jsonl")
     old.poll()

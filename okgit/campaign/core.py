@@ -18,12 +18,14 @@ from filelock import FileLock
 from pydantic import BaseModel
 
 from okgit.campaign import plan
-from okgit.campaign.store import campaigns_dir
 from okgit.config import Config, load_config
 from okgit.errors import OkgitError
 from okgit.eval.base import Evaluator
-from okgit.git.journal import JsonlWriter
+from okgit.git.campaigns import campaigns_dir
 from okgit.git.repo import Repo
+from okgit.journal.campaign import CAMPAIGN_EVENTS
+from okgit.journal.events import Event, RunStarted
+from okgit.journal.files import Journal
 from okgit.locks import try_hold
 from okgit.problem import REQUIRED, Problem, load_problem, top_level_names
 from okgit.status import RunStatus
@@ -74,7 +76,7 @@ class CampaignSpace:
     repo: Repo  # the user's repository: where the campaign directory, and its patch, belong
     dir: Path
     base: str  # HEAD when the campaign started
-    journal: JsonlWriter
+    journal: Journal  # its events: okgit.journal.campaign
     holder: FileLock | None = None  # held while the campaign's process lives (history: running)
 
     def release(self) -> None:
@@ -93,7 +95,7 @@ def start_campaign(repo: Repo) -> CampaignSpace:
             campaign_id = new_run_id()
         path = campaigns_dir(repo) / campaign_id
         (path / "ops").mkdir(parents=True)
-    return CampaignSpace(campaign_id, repo, path, repo.head(), JsonlWriter(path / "journal.jsonl", campaign_id),
+    return CampaignSpace(campaign_id, repo, path, repo.head(), Journal(path / "journal.jsonl", campaign_id, CAMPAIGN_EVENTS),
                          try_hold(path / ".lock"))
 
 
@@ -128,7 +130,7 @@ def find_ops(repo: Repo, directory: Path, config: Config) -> tuple[list[str], li
 
 
 def run_problems(space: CampaignSpace, ops_repo: Repo, ops: list[str], flags: dict[str, Any], *,
-                 on_event: Callable[[dict[str, Any]], None] | None = None,
+                 on_event: Callable[[Event], None] | None = None,
                  modules: dict[str, str] | None = None, weights_us: dict[str, float] | None = None,
                  evaluator: Evaluator | None = None, notes: tuple[str, ...] = ()) -> Outcome:
     """Screen every op, split the budget, run each problem with budget; the rows in plan order.
@@ -143,7 +145,7 @@ def run_problems(space: CampaignSpace, ops_repo: Repo, ops: list[str], flags: di
 
     config = load_config(ops_repo.root, flags)
 
-    def log(type: str, **fields: Any) -> dict[str, Any]:
+    def log(type: str, **fields: Any) -> Event:
         event = space.journal.write(type, **fields)
         if on_event:
             on_event(event)
@@ -228,8 +230,7 @@ def _time_shares(rows: dict[str, ProblemRow], weights_us: dict[str, float] | Non
 
 
 def _run_one(space: CampaignSpace, ops_repo: Repo, row: ProblemRow, flags: dict[str, Any], a: plan.Allotment,
-             evaluator: Evaluator, log: Callable[..., dict[str, Any]],
-             on_event: Callable[[dict[str, Any]], None] | None) -> None:
+             evaluator: Evaluator, log: Callable[..., Event], on_event: Callable[[Event], None] | None) -> None:
     from okgit.run import optimize
 
     log("problem_started", op=row.op, iterations=a.iterations, time_s=a.time_s, usd=a.usd)
@@ -239,9 +240,9 @@ def _run_one(space: CampaignSpace, ops_repo: Repo, row: ProblemRow, flags: dict[
     if a.usd is not None:
         own["budget_usd"] = a.usd
 
-    def forward(event: dict[str, Any]) -> None:
-        if event.get("type") == "run_started":
-            row.run_id = event.get("run")
+    def forward(event: Event) -> None:
+        if isinstance(event, RunStarted):
+            row.run_id = event.run
             log("problem_run", op=row.op, run_id=row.run_id, run_dir=str(ops_repo.runs_dir / str(row.run_id)))
         if on_event:
             on_event(event)

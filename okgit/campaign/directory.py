@@ -10,10 +10,11 @@ from okgit.campaign.result import CampaignResult, write_outputs
 from okgit.config import load_config
 from okgit.errors import OkgitError
 from okgit.git.repo import Repo
+from okgit.journal.events import Event
 
 
 def optimize_dir(directory: Path, *, flags: dict[str, Any] | None = None, cwd: Path | None = None,
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> CampaignResult:
+                 on_event: Callable[[Event], None] | None = None) -> CampaignResult:
     repo = Repo.find(cwd or Path.cwd())
     path = directory if directory.is_absolute() else (cwd or Path.cwd()) / directory
     if not path.is_dir():

@@ -4,17 +4,28 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
-from okgit.campaign.store import PREFIX, campaign_dir, campaign_ids
 from okgit.fmt import fmt_speed
+from okgit.git.campaigns import PREFIX, campaign_dir, campaign_ids
 from okgit.git.history import RunSummary
-from okgit.git.journal import read_jsonl
 from okgit.git.repo import Repo
+from okgit.git.rundir import RunDir
+from okgit.journal.campaign import (
+    CAMPAIGN_EVENTS,
+    CampaignFinished,
+    CampaignStarted,
+    Planned,
+    ProblemFinished,
+    ProblemRun,
+    ProblemStarted,
+    Screened,
+)
+from okgit.journal.events import Event
+from okgit.journal.files import read_events
 from okgit.locks import is_held
-from okgit.presentation import table
+from okgit.views.tables import table
 
 
 class ProblemSummary(BaseModel):
@@ -43,42 +54,43 @@ def list_campaigns(repo: Repo) -> list[CampaignSummary]:
 
 def campaign_summary(repo: Repo, campaign_id: str) -> CampaignSummary:
     path = campaign_dir(repo, campaign_id)
-    events, _ = read_jsonl(path / "journal.jsonl")
-    return fold(campaign_id, events, live=is_held(path / ".lock"))
+    return fold(campaign_id, _events(path), live=is_held(path / ".lock"))
 
 
-def fold(campaign_id: str, events: list[dict[str, Any]], live: bool) -> CampaignSummary:
-    started: dict[str, Any] = {}
-    finished: dict[str, Any] | None = None
+def _events(path: Path) -> list[Event]:
+    return read_events(RunDir(path).journal, models=CAMPAIGN_EVENTS)[0]
+
+
+def fold(campaign_id: str, events: list[Event], live: bool) -> CampaignSummary:
+    """The campaign as its journal tells it; `live`: a process holds it."""
+    summary = CampaignSummary(campaign_id=campaign_id, started=None, kind="ops", status="running" if live else "interrupted",
+                              device=None, problems=[])
     problems: dict[str, ProblemSummary] = {}
     for e in events:
-        kind, op = e.get("type"), e.get("op")
-        if kind == "campaign_started":
-            started = e
-            problems = {o: ProblemSummary(op=o, status="pending") for o in e.get("ops") or []}
-        elif kind == "screened" and op in problems and e.get("refused"):
-            problems[op].status = "refused"
-        elif kind == "planned":
-            for o, n in zip(e.get("order") or [], e.get("iterations") or []):
+        if isinstance(e, CampaignStarted):
+            summary.started, summary.kind, summary.device = datetime.fromtimestamp(e.ts, timezone.utc), e.kind, e.device
+            problems = {o: ProblemSummary(op=o, status="pending") for o in e.ops}
+        elif isinstance(e, CampaignFinished):
+            summary.status, summary.speedup = e.status or "finished", (e.end_to_end or {}).get("speedup")
+        elif isinstance(e, Planned):
+            for o, n in zip(e.order, e.iterations):
                 if o in problems:
                     problems[o].iterations = n
-        elif kind == "problem_started" and op in problems:
-            problems[op].status = "running" if live else "interrupted"
-        elif kind == "problem_run" and op in problems:
-            problems[op].run_id = e.get("run_id")
-        elif kind == "problem_finished" and op in problems:
-            p = problems[op]
-            p.status, p.run_id, p.speedup, p.best_tag = e.get("status") or "?", e.get("run_id") or p.run_id, \
-                e.get("speedup"), e.get("best_tag")
-        elif kind == "campaign_finished":
-            finished = e
-    status = (finished.get("status") or "finished") if finished else ("running" if live else "interrupted")
-    end = (finished or {}).get("end_to_end") or {}
-    ts = started.get("ts")
-    return CampaignSummary(
-        campaign_id=campaign_id, started=datetime.fromtimestamp(ts, timezone.utc) if ts is not None else None,
-        kind=started.get("kind", "ops"), status=status, device=started.get("device"),
-        problems=list(problems.values()), speedup=end.get("speedup"))
+        elif isinstance(e, (Screened, ProblemStarted, ProblemRun, ProblemFinished)) and e.op in problems:
+            _problem(problems[e.op], e, live)
+    summary.problems = list(problems.values())
+    return summary
+
+
+def _problem(p: ProblemSummary, e: Screened | ProblemStarted | ProblemRun | ProblemFinished, live: bool) -> None:
+    if isinstance(e, Screened) and e.refused:
+        p.status = "refused"
+    elif isinstance(e, ProblemStarted):
+        p.status = "running" if live else "interrupted"
+    elif isinstance(e, ProblemRun):
+        p.run_id = e.run_id
+    elif isinstance(e, ProblemFinished):
+        p.status, p.run_id, p.speedup, p.best_tag = e.status or "?", e.run_id or p.run_id, e.speedup, e.best_tag
 
 
 def run_campaigns(campaigns: list[CampaignSummary]) -> dict[str, str]:
@@ -108,6 +120,5 @@ def detail_text(c: CampaignSummary) -> str:
 
 def current_run_dir(repo: Repo, campaign_id: str) -> Path | None:
     """The run directory of the problem the campaign is on now (or its last); None before any."""
-    events, _ = read_jsonl(campaign_dir(repo, campaign_id) / "journal.jsonl")
-    dirs = [str(e["run_dir"]) for e in events if e.get("type") == "problem_run" and e.get("run_dir")]
+    dirs = [e.run_dir for e in _events(campaign_dir(repo, campaign_id)) if isinstance(e, ProblemRun) and e.run_dir]
     return Path(dirs[-1]) if dirs else None

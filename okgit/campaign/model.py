@@ -24,6 +24,7 @@ from okgit.campaign.result import CampaignResult, EndToEnd, write_outputs
 from okgit.config import load_config
 from okgit.errors import OkgitError
 from okgit.git.repo import Repo, git
+from okgit.journal.events import Event
 from okgit.status import RunStatus
 
 _IDENTITY = {"GIT_AUTHOR_NAME": "okgit", "GIT_AUTHOR_EMAIL": "okgit@localhost",
@@ -33,7 +34,7 @@ SWAPPED = (RunStatus.optimized.value, RunStatus.unverified.value)  # a winner wo
 
 
 def optimize_model(path: Path, *, flags: dict[str, Any] | None = None, top: int = 4, cwd: Path | None = None,
-                   on_event: Callable[[dict[str, Any]], None] | None = None) -> CampaignResult:
+                   on_event: Callable[[Event], None] | None = None) -> CampaignResult:
     from okgit.git.workspace import check_op
 
     repo = Repo.find(cwd or Path.cwd())
@@ -90,7 +91,7 @@ def _winner(ops_repo: Repo, row: core.ProblemRow) -> str:
 
 
 def _verify_model(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str, extract.Group],
-                  winners: dict[str, str], config: Any, on_event: Callable[[dict[str, Any]], None] | None
+                  winners: dict[str, str], config: Any, on_event: Callable[[Event], None] | None
                   ) -> tuple[EndToEnd | None, str]:
     """The model patch with every winner, else with those that hold alone; verified; (result, diff)."""
     if not winners:

@@ -51,7 +51,7 @@ class ProfileReport(BaseModel):
     rows: list[ProfileRow]
 
     def text(self, top: int | None = None) -> str:
-        from okgit.presentation import table
+        from okgit.views.tables import table
 
         shown = self.rows[:top] if top else self.rows
         rows = [[str(i), r.kind, r.name, r.type.rsplit(".", 1)[-1] if r.type else "-", f"{r.share:.1%}",

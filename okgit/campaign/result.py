@@ -64,12 +64,6 @@ class CampaignResult(BaseModel):
         return "\n".join(lines)
 
 
-STATUS_NOTE = {
-    AT_FLOOR: "already at its roofline floor: no budget",
-    REFUSED: "not optimized",
-}
-
-
 def write_outputs(space: CampaignSpace, result: CampaignResult, diff: str) -> None:
     Path(result.diff).write_text(diff)
     Path(result.report).write_text(report_text(result))

@@ -1,4 +1,6 @@
-"""Where candidates run: the evaluators `--eval` chooses from, and the one place that builds one.
+"""Where candidates run: the built-in evaluators `--eval` chooses from (registered in
+`okgit.config.EVALUATORS`, which config checks `--eval` against), and the one place that
+builds one.
 
 `optimize`, `verify` and the KernelBench sweep all get their evaluator here. A factory takes
 the run's `Config` and options of its own kind (the sweep's share of Modal containers).
@@ -6,16 +8,14 @@ the run's `Config` and options of its own kind (the sweep's share of Modal conta
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from okgit.registry import Registry
+from okgit.config import EVALUATORS, Config
 
 if TYPE_CHECKING:
-    from okgit.config import Config
     from okgit.eval.base import Evaluator
 
-EVALUATORS: Registry[Callable[..., "Evaluator"]] = Registry("evaluator", "okgit.evaluators")
-evaluator = EVALUATORS.register
+evaluator = EVALUATORS.register  # the registry is config's, which checks `--eval` against it
 
 
 @evaluator("local", order=0)

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-
-class Status(str, Enum):
-    correct = "correct"
-    compile_error = "compile_error"
-    incorrect = "incorrect"
-    rejected = "rejected"
-    error = "error"
-
-
-Mode = Literal["fast", "thorough"]
+from okgit.config import Mode
+from okgit.status import Status
 
 
 class KernelTime(BaseModel):

@@ -80,7 +80,7 @@ def gc(repo: Repo, keep: int = 20, runs: bool = False, names: list[str] | None =
 
 def _op(repo: Repo, run_id: str) -> str:
     try:
-        return str(started_event(repo, run_id)["op"])
+        return started_event(repo, run_id).op
     except (OkgitError, KeyError):
         return "PATH"
 

@@ -1,17 +1,16 @@
-"""Runs and their candidates, read only from each run's journal.jsonl (see docs/internals.md);
-their text is okgit.presentation's."""
+"""Runs and their candidates as `okgit history` lists them: a projection of each run's
+journal folded into its RunView (okgit.journal.runview); their text is okgit.views.tables's."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
 
 from pydantic import BaseModel
 
 from okgit.git.repo import Repo
 from okgit.git.rundir import RunDir
 from okgit.git.workspace import is_live, run_id_time, run_ids
-from okgit.presentation import proposer_name
+from okgit.journal.runview import RUNNING, RunView, proposer_name
 
 
 class RunSummary(BaseModel):
@@ -51,48 +50,35 @@ def list_runs(repo: Repo) -> list[RunSummary]:
 
 
 def run_detail(repo: Repo, run_id: str) -> RunDetail:
-    run_dir = repo.run_dir(run_id)
-    events = RunDir(run_dir).events()
-    return _fold(run_id, events, live=is_live(run_dir))
+    return detail(run_id, run_view(repo, run_id), live=is_live(repo.run_dir(run_id)))
 
 
-def _fold(run_id: str, events: list[dict[str, Any]], live: bool) -> RunDetail:
-    started: dict[str, Any] = {}
-    finished: dict[str, Any] | None = None
-    best: dict[str, Any] | None = None
-    rows: dict[str, CandidateRow] = {}
-    for e in events:
-        kind = e.get("type")
-        if kind == "run_started":
-            started = started or e  # a resume writes another; the first one holds the start
-            finished = None
-        elif kind == "run_finished":
-            finished = e
-        elif kind == "resumed":
-            finished = None  # an interrupted run goes on
-        elif kind == "best":
-            best = e
-        elif kind in ("proposal", "evaluated", "accepted") and e.get("cand"):
-            row = rows.setdefault(e["cand"], CandidateRow(cand=e["cand"]))
-            fields = {"proposal": ("origin", "intent", "parent"), "evaluated": ("status", "speedup", "runtime_us"),
-                      "accepted": ("tag",)}[kind]
-            for name in fields:
-                if name in e:
-                    setattr(row, name, e[name])
+def run_view(repo: Repo, run_id: str) -> RunView:
+    """The run's journal, folded."""
+    view = RunView(run=run_id)
+    view.apply(RunDir(repo.run_dir(run_id)).events())
+    return view
+
+
+def detail(run_id: str, view: RunView, live: bool) -> RunDetail:
+    """The run as history shows it, from its journal's fold; `live`: a process holds it."""
+    finished, best = view.finished, view.best
     if finished:
-        status, speedup, best_tag = finished.get("status") or "finished", finished.get("speedup"), finished.get("best_tag")
+        status, speedup, best_tag = view.status, finished.speedup, finished.best_tag
     else:
         status = "running" if live else "interrupted"
-        speedup = best.get("speedup") if best else None
-        best_row = rows.get(best.get("cand", "")) if best else None
+        speedup = best.speedup if best else None
+        best_row = view.candidates.get(best.cand) if best else None
         best_tag = best_row.tag if best_row else None
-    ts = started.get("ts")
+    start = view.started_event
     summary = RunSummary(
         run_id=run_id,
-        started=datetime.fromtimestamp(ts, timezone.utc) if ts is not None else run_id_time(run_id),
-        op=started.get("op", ""),
-        status=status, speedup=speedup, best_tag=best_tag,
-        device=started.get("device"), backend=started.get("backend"), model=started.get("model"),
-        proposer=proposer_name(started.get("model")), candidates=len(rows),
+        started=datetime.fromtimestamp(start.ts, timezone.utc) if start else run_id_time(run_id),
+        op=view.op, status=status, speedup=speedup, best_tag=best_tag,
+        device=start.device if start else None, backend=start.backend if start else None, model=view.model,
+        proposer=proposer_name(view.model), candidates=len(view.candidates),
     )
-    return RunDetail(summary=summary, candidates=list(rows.values()))
+    rows = [CandidateRow(cand=c.cand, tag=c.tag, parent=c.parent, origin=c.origin, intent=c.intent,
+                         status=None if c.status == RUNNING else c.status, speedup=c.speedup, runtime_us=c.runtime_us)
+            for c in view.candidates.values()]
+    return RunDetail(summary=summary, candidates=rows)

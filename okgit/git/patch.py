@@ -21,9 +21,11 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from okgit.errors import OkgitError
+from okgit.git.campaigns import PREFIX, campaign_diff, is_campaign_ref, resolve_campaign
 from okgit.git.repo import Repo
 from okgit.git.rundir import RunDir
 from okgit.git.workspace import op_diff, resolve_run, started_event
+from okgit.journal.events import Evaluated
 
 _TAG = re.compile(r"okgit/([^/]+)/([^/]+)")
 _INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
@@ -77,8 +79,6 @@ def resolve_ref(repo: Repo, ref: str) -> str:
     the full id, a tag `okgit/<run>/<cand>` gets its run's full id, a diff file stays as given.
     An unknown REF is returned as it is, for `resolve_diff` to refuse in its own words.
     A campaign (`campaign:<id>`, `campaign:latest`, ...) becomes `campaign:<full id>`."""
-    from okgit.campaign.store import PREFIX, is_campaign_ref, resolve_campaign
-
     if is_campaign_ref(ref):
         return PREFIX + resolve_campaign(repo, ref)
     tag = _TAG.fullmatch(ref)
@@ -100,24 +100,17 @@ def resolve_ref(repo: Repo, ref: str) -> str:
 def resolve_diff(repo: Repo, ref: str) -> str:
     """The diff REF names: a tag's candidate against its run's base, a run's report.diff,
     or a diff file's text (see `resolve_ref` for the spellings of a run)."""
-    from okgit.campaign.store import campaign_diff, is_campaign_ref
-
     ref = resolve_ref(repo, ref)
     if is_campaign_ref(ref):  # its combined patch
         return campaign_diff(repo, ref)
     tag = _TAG.fullmatch(ref)
     if tag and repo.git("rev-parse", "--verify", "--quiet", f"refs/tags/{ref}^{{commit}}", check=False).strip():
         started = started_event(repo, tag.group(1))
-        return op_diff(repo, started["base"], f"refs/tags/{ref}", started["op"])
+        return op_diff(repo, started.base, f"refs/tags/{ref}", started.op)
     if _is_run(repo, ref):
-        report = RunDir(repo.run_dir(ref)).diff
-        if not report.is_file():
-            raise OkgitError(f"run {ref} has no report.diff (still running or interrupted); "
-                             f"pick a candidate tag from: okgit history {ref}")
-        diff = report.read_text()
-        if not diff.strip():
-            raise OkgitError(f"run {ref} has no winner ({_no_winner(repo, ref)}): its report.diff is empty")
-        return diff
+        return RunDir(repo.run_dir(ref)).winner_diff(
+            f"run {ref}", f"run {ref} has no report.diff (still running or interrupted); "
+            f"pick a candidate tag from: okgit history {ref}", lambda: _no_winner(repo, ref))
     if Path(ref).is_file():
         try:
             diff = Path(ref).read_text()
@@ -161,7 +154,7 @@ def checked_on(repo: Repo, ref: str) -> tuple[str, str] | None:
         started = started_event(repo, run)
     except OkgitError:
         return None
-    return str(started.get("device") or ""), str(started.get("backend") or "")
+    return started.device, started.backend
 
 
 def kernel_shapes(repo: Repo, ref: str) -> list[dict[str, Any]]:
@@ -181,8 +174,8 @@ def kernel_shapes(repo: Repo, ref: str) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             return []
         cand = best.rsplit("/", 1)[-1]
-    found = [e for e in run_dir.events() if e.get("type") == "evaluated" and e.get("cand") == cand]
-    return list(found[-1].get("kernel_shapes") or []) if found else []
+    found = [e for e in run_dir.events() if isinstance(e, Evaluated) and e.cand == cand]
+    return list(found[-1].kernel_shapes or []) if found else []
 
 
 def revert(repo: Repo, ref: str) -> list[str]:

@@ -26,9 +26,11 @@ from typing import Any
 from filelock import FileLock
 
 from okgit.errors import OkgitError
-from okgit.git.journal import Journal, JsonlWriter
 from okgit.git.repo import Repo
 from okgit.git.rundir import RunDir
+from okgit.journal.events import RunStarted
+from okgit.journal.files import Journal, JsonlWriter
+from okgit.journal.runview import RunView
 from okgit.locks import is_held, try_hold
 from okgit.status import RESUMABLE
 
@@ -195,11 +197,11 @@ def start_run(repo: Repo, op_path: Path | str) -> RunSpace:
     return space
 
 
-def started_event(repo: Repo, run_id: str) -> dict[str, Any]:
+def started_event(repo: Repo, run_id: str) -> RunStarted:
     """The run's `run_started` journal event (the first one: a resume does not change it)."""
     events = RunDir(repo.run_dir(run_id)).events()
     for event in events:
-        if event.get("type") == "run_started":
+        if isinstance(event, RunStarted):
             return event
     raise OkgitError(f"run {run_id} has no run_started event in its journal")
 
@@ -210,8 +212,8 @@ def resume(repo: Repo, run_id: str) -> RunSpace:
     started = started_event(repo, run_id)
     worktree = repo.worktrees_dir / run_id
     space = RunSpace(
-        run_id=run_id, repo=repo, op=started["op"], worktree=worktree, run_dir=run_dir,
-        branch=started["branch"], base_commit=started["base"], base_dirty=bool(started["base_dirty"]),
+        run_id=run_id, repo=repo, op=started.op, worktree=worktree, run_dir=run_dir,
+        branch=started.branch, base_commit=started.base, base_dirty=started.base_dirty,
         journal=Journal(RunDir(run_dir).journal, run_id),
         traces=JsonlWriter(RunDir(run_dir).traces, run_id),
     )
@@ -285,14 +287,9 @@ def is_live(run_dir: Path) -> bool:
 
 def resumable(repo: Repo, run_id: str) -> bool:
     """Whether a run can still go on: its journal ends without a final run_finished."""
-    events = RunDir(repo.runs_dir / run_id).events()
-    status = None
-    for e in events:
-        if e.get("type") == "run_finished":
-            status = e.get("status")
-        elif e.get("type") == "resumed":
-            status = None
-    return status is None or status in RESUMABLE
+    view = RunView()
+    view.apply(RunDir(repo.runs_dir / run_id).events())
+    return view.finished is None or view.finished.status in RESUMABLE
 
 
 def remove_worktree(repo: Repo, worktree: Path) -> None:

@@ -1,32 +1,38 @@
 """What Inductor makes of the reference, captured in a child process (`python -m okgit.inductor`).
 
-The reference is built at its default knobs on the device, exported with torch.export (one
-graph per module mode where the modes differ) and compiled by Inductor (default mode, the
-evaluator's pinned library flags). What is kept is plain data for okgit.inductor.standalone:
-the wrapper's `call` body, each Triton kernel's source with the launch settings Inductor chose
-and its grid as expressions of the kernel's sizes, the placeholders in order (parameters and
-buffers by name, then the forward's inputs), the shapes, strides and dtypes the code was
-specialised to, the module attributes it baked in, and the public torch function behind each
-`extern_kernels` call.
+The reference is built on the device at the knobs asked for and traced by torch.compile's
+front end (dynamo, one graph, once per module mode; one graph kept where both modes give the
+same code) with the batch and the dims that follow the shape knobs dynamic (okgit.inductor.shapes),
+then compiled by Inductor (default mode, or the mode asked for, the evaluator's pinned library
+flags): its kernels take their sizes as arguments, so one file serves every shape the op takes.
+What is kept is plain data for okgit.inductor.standalone: the wrapper's `call` body, each Triton
+kernel's source with the launch settings Inductor chose and its grid as expressions of the
+kernel's sizes, how each argument of `call` is read from the forward's names, what the code
+assumed of them (shapes as expressions of size symbols, the relations between those, the
+constants it baked in), and the public torch function behind each `extern_kernels` call.
 
-On a GPU Inductor's own autotuning chooses among its configs (the compiled graph is run once).
-On a CPU Inductor is asked for Triton code (`cpu_backend = "triton"`) that is never compiled:
-the first config of each kernel is taken, and the result runs under Triton's interpreter, which
-is how the tests check it.
+On a GPU Inductor's own autotuning chooses among its configs (the compiled model is run once,
+at the knobs asked for). On a CPU Inductor is asked for Triton code (`cpu_backend = "triton"`)
+that is never compiled: the first config of each kernel is taken, and the result runs under
+Triton's interpreter, which is how the tests check it.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import gc
 import re
+import textwrap
+import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from okgit.eval.worker.calls import build, init_args, load_op, pin_flags
+from okgit.inductor.shapes import Assumed, NotAssumable, Reader, assumed, dynamic_dims, mark_dynamic, source_name
 
 MODE_NAMES = {True: "train", False: "eval"}
-MAX_CONSTANT = 64  # elements of a constant tensor written into the file as a literal
 
 
 @dataclass
@@ -43,30 +49,30 @@ class Kernel:
 
 @dataclass
 class Graph:
-    mode: str  # "train", "eval", or "any" when both modes give the same graph
+    mode: str  # "train", "eval", or "any" when both modes give the same code
     body: str  # the wrapper's `call(args)` body, as written
     kernels: list[Kernel]
-    placeholders: list[dict[str, Any]]  # {kind: parameter|buffer|input|constant, target[, value, dtype, device]}
-    mutations: list[str]  # buffers written back from leading outputs (BUFFER_MUTATION specs)
-    specs: list[dict[str, Any]]  # per placeholder: shape, stride, dtype
+    assumed: Assumed  # its arguments, and what the code assumed of them
+    tuple_output: bool  # the forward returns a tuple of the call's outputs (else the one tensor)
 
 
 @dataclass
 class Capture:
     graphs: list[Graph]
     externs: dict[str, str]  # extern_kernels.<name> -> public torch function
-    attributes: dict[str, dict[str, Any]] = field(default_factory=dict)  # module path -> baked scalars
     forward_args: list[str] = field(default_factory=list)
+    dynamic: bool = True  # the knob-following dims were compiled dynamic
 
 
 class NotCaptured(Exception):
     """Inductor gave nothing okgit can make a standalone file of (the message says why)."""
 
 
-def capture(path: str, knobs: dict[str, int], device: str, mode: str = "default") -> dict[str, Any]:
+def capture(path: str, knobs: dict[str, int], device: str, mode: str = "default", dynamic: bool = True) -> dict[str, Any]:
     """What Inductor makes of the reference in torch.compile's `mode` (default, or
     max-autotune-no-cudagraphs: more configs tried, Triton GEMM and convolution templates
-    against the vendor's, coordinate descent on the launch settings)."""
+    against the vendor's, coordinate descent on the launch settings); `dynamic=False` compiles
+    every size static, as torch.compile does by default."""
     import inspect
 
     import torch
@@ -79,69 +85,61 @@ def capture(path: str, knobs: dict[str, int], device: str, mode: str = "default"
         inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs())
     if not all(isinstance(x, torch.Tensor) for x in inputs):
         raise NotCaptured("get_inputs returns non-tensor values")
-    exports = {}
+    forward_args = list(inspect.signature(model.forward).parameters)
+    if len(forward_args) != len(inputs):
+        raise NotCaptured(f"get_inputs gives {len(inputs)} values for forward's {len(forward_args)} arguments")
+    if dynamic:
+        mark_dynamic(torch, model, inputs, dynamic_dims(path, knobs))
+    reader = Reader(model, forward_args, inputs, vars(module))
+    externs: dict[str, str] = {}
+    options = torch._inductor.list_mode_options(mode) if mode != "default" else {}
+    graphs = {}
     for training in (True, False):
         model.train(training)
-        exports[MODE_NAMES[training]] = _export(torch, model, inputs)
-    same = str(exports["train"].graph_module.code) == str(exports["eval"].graph_module.code)
-    modes = {"any": exports["train"]} if same else exports
-    externs: dict[str, str] = {}
-    graphs = []
-    options = torch._inductor.list_mode_options(mode) if mode != "default" else {}
-    for module_mode, ep in modes.items():
-        model.train(module_mode != "eval")
         with torch._inductor.config.patch(options):
-            graphs.append(_compile(torch, model, ep, inputs, device, module_mode, externs))
+            graphs[MODE_NAMES[training]] = _compile(torch, model, inputs, device, MODE_NAMES[training], externs, reader)
     model.train(True)
-    result = Capture(graphs, externs, _attributes(torch, model), list(inspect.signature(model.forward).parameters))
-    return asdict(result)
+    train, eval_ = graphs["train"], graphs["eval"]
+    kept = [_merged(train, eval_)] if _same_code(train, eval_) else [train, eval_]
+    return asdict(Capture(kept, externs, forward_args, dynamic))
 
 
-def _export(torch: Any, model: Any, inputs: tuple) -> Any:
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return torch.export.export(model, inputs, strict=False)
-    except Exception as e:  # noqa: BLE001 - any failure to export means: no seed
-        first = (str(e).strip().splitlines() or [""])[0][:160]
-        raise NotCaptured(f"torch.export failed: {type(e).__name__}: {first}") from None
+def _same_code(a: Graph, b: Graph) -> bool:
+    return (a.body, a.kernels, a.tuple_output) == (b.body, b.kernels, b.tuple_output) and (
+        a.assumed.args, a.assumed.symbols, a.assumed.tensors, a.assumed.relations) == (
+        b.assumed.args, b.assumed.symbols, b.assumed.tensors, b.assumed.relations)
 
 
-def _placeholders(torch: Any, model: Any, ep: Any, inputs: tuple) -> tuple[list[dict[str, Any]], list[Any], list[str]]:
-    kinds = {"PARAMETER": "parameter", "BUFFER": "buffer", "USER_INPUT": "input", "CONSTANT_TENSOR": "constant"}
-    specs: list[dict[str, Any]] = []
-    flat = []
-    user = iter(inputs)
-    for spec in ep.graph_signature.input_specs:
-        kind = kinds.get(spec.kind.name)
-        if kind is None:
-            raise NotCaptured(f"the exported graph takes a {spec.kind.name.lower()} ({spec.arg.name})")
-        if kind == "constant":  # a tensor the forward makes from constants (torch.tensor(self.value))
-            value = ep.constants[spec.target]
-            if value.numel() > MAX_CONSTANT:
-                raise NotCaptured(f"the forward makes a constant tensor of {value.numel()} elements")
-            specs.append({"kind": kind, "target": spec.target, "value": value.tolist(), "dtype": str(value.dtype),
-                          "device": value.device.type})
-        elif kind == "input":
-            value = next(user)
-            specs.append({"kind": kind, "target": spec.arg.name})
-        else:
-            value = model.get_parameter(spec.target) if kind == "parameter" else model.get_buffer(spec.target)
-            specs.append({"kind": kind, "target": spec.target})
-        flat.append(value)
-    mutations = [s.target for s in ep.graph_signature.output_specs if s.kind.name == "BUFFER_MUTATION"]
-    if any(s.kind.name not in ("BUFFER_MUTATION", "USER_OUTPUT") for s in ep.graph_signature.output_specs):
-        raise NotCaptured("the exported graph mutates an input or returns a gradient")
-    return specs, flat, mutations
+def _merged(a: Graph, b: Graph) -> Graph:
+    """The one graph for both modes: the constants either mode baked in, less those the modes
+    disagree on (the training flags), which the same code shows it does not depend on."""
+    constants = {**a.assumed.constants, **b.assumed.constants}
+    for key in set(a.assumed.constants) & set(b.assumed.constants):
+        if a.assumed.constants[key] != b.assumed.constants[key]:
+            del constants[key]
+    kept = Assumed(a.assumed.args, a.assumed.symbols, a.assumed.tensors, a.assumed.relations, constants)
+    return Graph("any", a.body, a.kernels, kept, a.tuple_output)
 
 
-def _compile(torch: Any, model: Any, ep: Any, inputs: tuple, device: str, mode: str, externs: dict[str, str]) -> Graph:
+@contextlib.contextmanager
+def _dynamic_config(torch: Any) -> Iterator[None]:
+    """Dynamo's settings for the seed: only the dims marked dynamic are (parameters' and buffers'
+    too), and two sizes that happen to be equal are not taken for one (no duck sizing)."""
+    import torch.fx.experimental._config as fx_config
+
+    wanted = {"force_parameter_static_shapes": False, "force_nn_module_property_static_shapes": False,
+              "assume_static_by_default": True, "automatic_dynamic_shapes": False}
+    with torch._dynamo.config.patch({k: v for k, v in wanted.items() if hasattr(torch._dynamo.config, k)}), \
+            fx_config.patch(use_duck_shape=False):  # type: ignore[attr-defined]
+        yield
+
+
+def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, externs: dict[str, str], reader: Reader) -> Graph:
     from torch._inductor import graph as inductor_graph
+    from torch._inductor.compile_fx import compile_fx
 
-    placeholders, flat, mutations = _placeholders(torch, model, ep, inputs)
     codes: list[str] = []
+    seen: dict[str, Any] = {}
     original = inductor_graph.GraphLowering.codegen
 
     def codegen(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -152,19 +150,37 @@ def _compile(torch: Any, model: Any, ep: Any, inputs: tuple, device: str, mode: 
             raise _Generated()  # a CPU has no Triton backend to compile it with: the text is all we need
         return result
 
+    def backend(gm: Any, example_inputs: list[Any]) -> Any:
+        nodes = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        seen["placeholders"] = [(source_name(n.meta["grapharg"].source), n.meta["example_value"]) for n in nodes]
+        seen["outputs"] = len(next(n for n in gm.graph.nodes if n.op == "output").args[0])
+        fake = torch._guards.detect_fake_mode([v for _, v in seen["placeholders"]])
+        seen["shape_env"] = fake.shape_env if fake is not None else None
+        try:
+            return compile_fx(gm, example_inputs)
+        except Exception:
+            if device == "cpu" and codes:
+                return gm.forward  # the code was captured; the call runs eagerly
+            raise
+
+    guards: list[tuple[str, str]] = []
+
+    def export(found: Any) -> None:
+        guards.extend((g.name, getattr(g.create_fn, "func", g.create_fn).__name__) for g in found)
+
+    torch._dynamo.reset()
     before = {id(o) for o in _autotuners()} if device == "cuda" else set()
     inductor_graph.GraphLowering.codegen = codegen  # type: ignore[method-assign]
     try:
-        with torch.no_grad(), _cpu_triton(device):
-            compiled = torch._inductor.compile(ep.graph_module, flat)
+        with torch.no_grad(), _cpu_triton(device), _dynamic_config(torch), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled = torch._dynamo.optimize(backend, nopython=True, guard_export_fn=export)(model)
+            result = compiled(*inputs)  # compiles; on a GPU Inductor autotunes here
             if device == "cuda":
-                compiled(*[x.clone() if x.dtype.is_floating_point else x for x in flat])  # autotunes
                 torch.cuda.synchronize()
-    except _Generated:
-        pass
-    except Exception as e:  # noqa: BLE001 - whatever Inductor raises, the seed is not made
-        if not codes:
-            raise NotCaptured(f"Inductor failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:160]}") from None
+    except Exception as e:  # noqa: BLE001 - whatever torch.compile raises, the seed is not made
+        first = (str(e).strip().splitlines() or [""])[0][:160]
+        raise NotCaptured(f"torch.compile failed: {type(e).__name__}: {first}") from None
     finally:
         inductor_graph.GraphLowering.codegen = original  # type: ignore[method-assign]
     if not codes:
@@ -174,8 +190,32 @@ def _compile(torch: Any, model: Any, ep: Any, inputs: tuple, device: str, mode: 
     kernels = [_kernel(name, src, comment, chosen.get(name)) for name, src, comment in _kernel_sources(code)]
     body = _call_body(code)
     _note_externs(body, externs)
-    specs = [{"shape": list(x.shape), "stride": list(x.stride()), "dtype": str(x.dtype)} for x in flat]
-    return Graph(mode, body, kernels, placeholders, mutations, specs)
+    try:
+        what = assumed(torch, seen["shape_env"], seen["placeholders"], guards, reader)
+    except NotAssumable as e:
+        raise NotCaptured(str(e)) from None
+    tuple_output = _check_outputs(torch, body, seen, result)
+    return Graph(mode, body, kernels, what, tuple_output)
+
+
+def _check_outputs(torch: Any, body: str, seen: dict[str, Any], result: Any) -> bool:
+    """Whether the forward returns a tuple; the call takes one argument per graph input and returns
+    the forward's tensors, in order (not so where aot_autograd merged aliased inputs, or the
+    forward returns an input or one tensor twice)."""
+    tree = ast.parse("def call(args):\n" + textwrap.indent(textwrap.dedent(body), "    "))
+    fn = tree.body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    unpack = next((n for n in fn.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id == "args"), None)
+    taken = len(unpack.targets[0].elts) if unpack is not None and isinstance(unpack.targets[0], ast.Tuple) else 1 if unpack else 0
+    if taken != len(seen["placeholders"]):
+        raise NotCaptured(f"Inductor's call takes {taken} arguments for the graph's {len(seen['placeholders'])}")
+    returned = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    given = len(returned[-1].value.elts) if returned and isinstance(returned[-1].value, ast.Tuple) else -1
+    wanted = 1 if isinstance(result, torch.Tensor) else len(result) if isinstance(result, tuple) and all(
+        isinstance(r, torch.Tensor) for r in result) else -1
+    if wanted < 0 or not given == seen["outputs"] == wanted:
+        raise NotCaptured("the forward's return value is not the compiled graph's tensors in order")
+    return isinstance(result, tuple)
 
 
 class _Generated(Exception):
@@ -289,20 +329,3 @@ def _note_externs(body: str, externs: dict[str, str]) -> None:
         if public is None:
             raise NotCaptured(f"extern kernel {name} has no public torch function")
         externs[name] = public
-
-
-def _attributes(torch: Any, model: Any) -> dict[str, dict[str, Any]]:
-    """The scalar attributes of every submodule (floats, ints, bools and tuples of them): Inductor
-    bakes them into the code, so the standalone file runs its kernels only while they hold."""
-    out: dict[str, dict[str, Any]] = {}
-    for path, sub in model.named_modules():
-        kept = {k: v for k, v in vars(sub).items() if k != "training" and not k.startswith("_") and _scalar(v)}
-        if kept:
-            out[path] = kept
-    return out
-
-
-def _scalar(v: Any) -> bool:
-    if isinstance(v, (bool, int, float)):
-        return True
-    return isinstance(v, tuple) and all(isinstance(x, (bool, int, float)) for x in v)

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from okgit.eval.parent.device_pool import Slot
-from okgit.eval.types import BaselineTimes
 from okgit.git.repo import git
 from okgit.kernelbench.reader import KBProblem
+from okgit.kernelbench.runs import ProblemInterrupted, Timer, Workspace, baselines, flag_args, last_json, slug
 from okgit.kernelbench.scoring import ProblemResult
 from okgit.status import RunStatus
 
@@ -29,36 +26,17 @@ CAMPAIGN_TOP = 4  # modules optimized per model
 
 
 def run_model_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, timeout_s: float, *,
-                      timer: Callable[[str, str | None], BaselineTimes] | None, gpu: bool, device: str,
-                      extra_env: dict[str, str] | None = None) -> ProblemResult:
-    from okgit.kernelbench import sweep
-
-    started = time.monotonic()
+                      timer: Timer | None, gpu: bool, device: str, extra_env: dict[str, str] | None = None) -> ProblemResult:
     result = ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, status="error", device=device)
-    work = out_dir / "repos" / sweep._slug(p)
-    logs = out_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    import shutil
-
-    shutil.rmtree(work, ignore_errors=True)  # a problem cut short last time starts clean
-    sweep._init_repo(work, p.file_name, p.path.read_text())
-    env = {**os.environ, **slot.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "okgit", "optimize", p.file_name, "--campaign", "--top", str(CAMPAIGN_TOP), "--json",
-           *sweep._flag_args(flags)]
-    try:
-        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as e:
-        (logs / f"{sweep._slug(p)}.log").write_text(sweep._text(e.stderr))
-        return result.model_copy(update={"status": "timeout", "wall_s": round(time.monotonic() - started, 1),
-                                         "error": f"okgit optimize --campaign ran past {timeout_s:.0f} s"})
-    (logs / f"{sweep._slug(p)}.log").write_text(proc.stderr)
-    if proc.returncode in (130, -2):
-        raise KeyboardInterrupt
-    campaign = sweep._last_json(proc.stdout) if proc.returncode == 0 else None
+    space = Workspace(p, out_dir, {**os.environ, **slot.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"})
+    space.create()
+    proc = space.okgit(["optimize", p.file_name, "--campaign", "--top", str(CAMPAIGN_TOP), "--json", *flag_args(flags)],
+                       timeout_s, "okgit optimize --campaign")
+    if isinstance(proc, dict):
+        return result.model_copy(update=proc)
+    campaign = last_json(proc.stdout) if proc.returncode == 0 else None
     if campaign is None:
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        reason = lines[-1] if lines else f"exit status {proc.returncode}"
-        return result.model_copy(update={"wall_s": round(time.monotonic() - started, 1), "error": reason[:500]})
+        return result.model_copy(update=space.failed(proc))
     end = campaign.get("end_to_end") or {}
     swapped = bool(end.get("ok") and end.get("swapped"))
     update: dict[str, Any] = {
@@ -67,20 +45,24 @@ def run_model_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: 
         "iterations": sum(int(r.get("iterations") or 0) for r in campaign.get("problems") or []),
     }
     if swapped:
-        git("apply", campaign["diff"], cwd=work)  # the winners' package beside the patched model file
-        winner = out_dir / "winners" / f"{sweep._slug(p)}.py"
-        winner.parent.mkdir(parents=True, exist_ok=True)
-        winner.write_text((work / p.file_name).read_text())
-        if timer is not None:  # Modal times sources, and the patched model needs its package beside it
-            update["untimed_reason"] = "a whole model's winners are timed locally only (they import their package)"
-        else:
-            with_package = {**env, "PYTHONPATH": os.pathsep.join([str(work), env.get("PYTHONPATH", "")])}
-            update.update(sweep._baselines(p.path, work / p.file_name, with_package, timer=None, gpu=gpu))
+        update.update(_swapped(space, campaign["diff"], timer, gpu))
     else:
-        times = sweep._baselines(p.path, None, env, timer=timer, gpu=gpu)
+        times = baselines(p.path, None, space.env, timer=timer, gpu=gpu)
         update.update({k: times[k] for k in ("eager_us", "compile_us") if times.get(k) is not None})
         if campaign.get("status") == RunStatus.interrupted:
-            raise KeyboardInterrupt
-    update["wall_s"] = round(time.monotonic() - started, 1)
-    (logs / f"{sweep._slug(p)}.campaign.json").write_text(json.dumps(campaign, indent=1))
+            raise ProblemInterrupted()
+    update["wall_s"] = space.wall_s()
+    (space.logs / f"{slug(p)}.campaign.json").write_text(json.dumps(campaign, indent=1))
     return result.model_copy(update=update)
+
+
+def _swapped(space: Workspace, diff: str, timer: Timer | None, gpu: bool) -> dict[str, Any]:
+    """The campaign's patch applied in the problem's repository (the winners' package beside the
+    patched model file), kept as the winner, and timed where it can be."""
+    p = space.problem
+    git("apply", diff, cwd=space.work)
+    space.winner_path().write_text((space.work / p.file_name).read_text())
+    if timer is not None:  # Modal times sources, and the patched model needs its package beside it
+        return {"untimed_reason": "a whole model's winners are timed locally only (they import their package)"}
+    with_package = {**space.env, "PYTHONPATH": os.pathsep.join([str(space.work), space.env.get("PYTHONPATH", "")])}
+    return baselines(p.path, space.work / p.file_name, with_package, timer=None, gpu=gpu)

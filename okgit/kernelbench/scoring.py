@@ -146,45 +146,51 @@ class SweepReport(BaseModel):
              "| device s | LLM $ | iters to best |"),
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
-        for r in self.problems:
-            lines.append(
-                f"| {r.key} | {r.status} | {'yes' if r.correct else 'no'} | {fmt_us(r.eager_us)} | {fmt_us(r.compile_us)} "
-                f"| {fmt_us(r.okgit_us)} | {_x(r.speedup_eager, r)} | {_x(r.speedup_compile, r)} | {r.gpu_s:.1f} "
-                f"| {r.llm_usd:.4f} | {r.best_iteration if r.best_iteration is not None else '-'}/{r.iterations} |"
-            )
-        s = self.summary
-        lines += [
-            "",
-            "| baseline | " + " | ".join(f"fast_{threshold_key(p)}" for p in THRESHOLDS) + " | geomean (correct, timed) |",
-            "|---|" + "---|" * (len(THRESHOLDS) + 1),
-        ]
-        for b in s.scores:
-            cells = " | ".join(_share(b.fast_p[threshold_key(p)]) for p in THRESHOLDS)
-            gm = f"{b.geomean_speedup:.2f}x over {b.timed}" if b.geomean_speedup is not None else "-"
-            lines.append(f"| {b.baseline} | {cells} | {gm} |")
-        lines += [
-            "",
-            f"correct {s.correct}/{s.problems} ({s.correctness_rate:.0%}); timed {s.timed}; "
-            f"device time {s.gpu_s:.1f} s; LLM ${s.llm_usd:.4f}"
-            + (f" (${s.cost_per_kernel:.4f} per correct kernel)" if s.cost_per_kernel is not None else ""),
-        ]
-        if not s.timed:
-            lines.append("No timing on this device: fast_0 is the correctness rate; no speedup is claimed.")
+        lines += [_row(r) for r in self.problems]
+        lines += _scores(self.summary)
         if self.cross_check:
             lines.append(f"cross-check: {self.cross_check}")
-            for r in self.problems:
-                if r.cross_check:
-                    c = r.cross_check
-                    verdict = "error: " + c.error if c.error else ("correct" if c.correct else "incorrect")
-                    lines.append(f"- {r.key}: KernelBench says {verdict}"
-                                 + (f", {c.runtime_us:.1f} us vs ref {c.ref_runtime_us:.1f} us"
-                                    if c.runtime_us and c.ref_runtime_us else ""))
+            lines += [_cross_check(r.key, r.cross_check) for r in self.problems if r.cross_check]
         for note in self.notes:
             lines.append(f"note: {note}")
         errors = [r for r in self.problems if r.error]
         if errors:
             lines += ["", "Errors:"] + [f"- {r.key}: {r.error}" for r in errors]
         return "\n".join(lines) + "\n"
+
+
+def _row(r: ProblemResult) -> str:
+    return (f"| {r.key} | {r.status} | {'yes' if r.correct else 'no'} | {fmt_us(r.eager_us)} | {fmt_us(r.compile_us)} "
+            f"| {fmt_us(r.okgit_us)} | {_x(r.speedup_eager, r)} | {_x(r.speedup_compile, r)} | {r.gpu_s:.1f} "
+            f"| {r.llm_usd:.4f} | {r.best_iteration if r.best_iteration is not None else '-'}/{r.iterations} |")
+
+
+def _scores(s: Summary) -> list[str]:
+    """fast_p per baseline at each threshold, then correctness, time and cost."""
+    lines = [
+        "",
+        "| baseline | " + " | ".join(f"fast_{threshold_key(p)}" for p in THRESHOLDS) + " | geomean (correct, timed) |",
+        "|---|" + "---|" * (len(THRESHOLDS) + 1),
+    ]
+    for b in s.scores:
+        cells = " | ".join(_share(b.fast_p[threshold_key(p)]) for p in THRESHOLDS)
+        gm = f"{b.geomean_speedup:.2f}x over {b.timed}" if b.geomean_speedup is not None else "-"
+        lines.append(f"| {b.baseline} | {cells} | {gm} |")
+    lines += [
+        "",
+        f"correct {s.correct}/{s.problems} ({s.correctness_rate:.0%}); timed {s.timed}; "
+        f"device time {s.gpu_s:.1f} s; LLM ${s.llm_usd:.4f}"
+        + (f" (${s.cost_per_kernel:.4f} per correct kernel)" if s.cost_per_kernel is not None else ""),
+    ]
+    if not s.timed:
+        lines.append("No timing on this device: fast_0 is the correctness rate; no speedup is claimed.")
+    return lines
+
+
+def _cross_check(key: str, c: CrossCheck) -> str:
+    verdict = "error: " + c.error if c.error else ("correct" if c.correct else "incorrect")
+    return (f"- {key}: KernelBench says {verdict}"
+            + (f", {c.runtime_us:.1f} us vs ref {c.ref_runtime_us:.1f} us" if c.runtime_us and c.ref_runtime_us else ""))
 
 
 def _x(v: float | None, r: ProblemResult) -> str:

@@ -31,6 +31,7 @@ from typing import Any, Callable, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
+from okgit.journal.events import Event, IntentEvent
 from okgit.search.extract import extract_json
 
 IntentStatus = Literal["open", "active", "done", "pruned"]
@@ -298,13 +299,13 @@ class IntentTree:
         return "\n".join(lines)
 
     @classmethod
-    def from_events(cls, events: list[dict[str, Any]], **options: Any) -> IntentTree:
+    def from_events(cls, events: list[Event], **options: Any) -> IntentTree:
         """The tree as a run's `intent` events left it (for --resume)."""
         tree = cls(**options)
         fields = set(Intent.model_fields)
         for e in events:
-            if e.get("type") == "intent" and e.get("id"):
-                tree.nodes[str(e["id"])] = Intent.model_validate({k: v for k, v in e.items() if k in fields})
+            if isinstance(e, IntentEvent) and e.id:
+                tree.nodes[e.id] = Intent.model_validate(e.model_dump(include=fields & e.model_fields_set))
         for node in tree.nodes.values():
             if node.status == "active":  # it was being worked on when the run stopped: open again
                 node.status = "open"

@@ -65,23 +65,12 @@ def signature(problem: Problem, reference: Reference | None, backend: str) -> Si
     A torch.fx trace would name ops more exactly but means importing and running the user's
     module in the orchestrator, which okgit keeps out of its own process.
     """
-    ops: set[str] = set()
     try:
         tree = ast.parse(problem.source)
     except SyntaxError:
         tree = ast.Module(body=[], type_ignores=[])
-    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in ("Model", "ModelNew")):
-        # `self.lin(x)` calls the submodule whose construction (nn.Linear) already names the op.
-        members = {t.attr for n in ast.walk(cls) if isinstance(n, ast.Assign) for t in n.targets
-                   if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
-        for node in ast.walk(cls):
-            if isinstance(node, ast.Call):
-                func = node.func
-                if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" and func.attr in members:
-                    continue
-                name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-                if name and name.lower() not in _NOISE:
-                    ops.add(name.lower())
+    ops = {op for cls in tree.body if isinstance(cls, ast.ClassDef) and cls.name in ("Model", "ModelNew")
+           for op in _calls(cls)}
     sizes = [v for v in problem.knobs.values() if v > 0]
     profile = reference.profile if reference else None
     return Signature(
@@ -90,6 +79,24 @@ def signature(problem: Problem, reference: Reference | None, backend: str) -> Si
         log2_size=round(math.log2(math.prod(sizes)), 2) if sizes else 0.0,
         backend=backend,
     )
+
+
+def _calls(cls: ast.ClassDef) -> set[str]:
+    """The names a model class calls, lower-cased, noise and its own submodules left out."""
+    # `self.lin(x)` calls the submodule whose construction (nn.Linear) already names the op.
+    members = {t.attr for n in ast.walk(cls) if isinstance(n, ast.Assign) for t in n.targets
+               if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+    ops = set()
+    for node in ast.walk(cls):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" and func.attr in members:
+            continue
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if name and name.lower() not in _NOISE:
+            ops.add(name.lower())
+    return ops
 
 
 def similarity(a: Signature, b: Signature) -> float:

@@ -3,7 +3,7 @@
 An attempt is one implementation of an intent and its repairs. A failed candidate is either
 a compile failure (the file did not run: a compile error, a crash, a reply with no usable
 code, a file already evaluated) or a mismatch (it ran and was wrong, or a gate rejected it).
-Each kind has its own budget of repairs within the attempt (`compile_retries`,
+Each has its own budget of repairs within the attempt (`compile_retries`,
 `mismatch_retries`); the failure past a budget ends the attempt as failed, and the intent's
 next attempt starts again from the intent's base instead of the broken file.
 """
@@ -18,10 +18,10 @@ from okgit.search.critic import describe_result
 from okgit.search.extract import lookup_symbols
 from okgit.search.types import Attempt
 
-FailureKind = Literal["compile", "mismatch"]
+Failure = Literal["compile", "mismatch"]  # the two budgets a failed candidate counts against
 
 
-def failure_kind(result: EvalResult | None) -> FailureKind:
+def failure_of(result: EvalResult | None) -> Failure:
     if result is None or result.status in (Status.compile_error, Status.error):
         return "compile"
     return "mismatch"
@@ -36,9 +36,9 @@ class Refine:
     compile_failures: int = 0
     mismatch_failures: int = 0
 
-    def failed(self, kind: FailureKind) -> bool:
-        """Count a failure of this attempt; True when it was past its kind's repair budget."""
-        if kind == "compile":
+    def failed(self, failure: Failure) -> bool:
+        """Count a failure of this attempt; True when it was past its repair budget."""
+        if failure == "compile":
             self.compile_failures += 1
             return self.compile_failures > self.compile_retries
         self.mismatch_failures += 1

@@ -20,8 +20,9 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from okgit.errors import OkgitError
-from okgit.git.journal import read_jsonl
 from okgit.git.rundir import RunDir
+from okgit.journal.events import Evaluated, RunStarted
+from okgit.journal.files import read_jsonl
 from okgit.search.types import source_key
 
 
@@ -47,45 +48,52 @@ def run_records(run_dir: Path) -> list[dict[str, Any]]:
     """The training records of one run directory."""
     traces, _ = read_jsonl(RunDir(run_dir).traces)
     journal = RunDir(run_dir).events()
-    started = next((e for e in journal if e.get("type") == "run_started"), {})
-    evaluated = {e.get("cand"): e for e in journal if e.get("type") == "evaluated"}
-    by_key: dict[str, dict[str, Any]] = {}
-    for rec in traces:
-        if rec.get("type") == "candidate" and isinstance(rec.get("source"), str):
-            # The trace's result is whole; the journal's evaluated event stands in for a run cut short.
-            result = rec.get("result") or evaluated.get(rec.get("cand"))
-            by_key.setdefault(source_key(rec["source"]), {**rec, "result": result})
+    started = next((e for e in journal if isinstance(e, RunStarted)), None)
+    by_key = _candidates(traces, {e.cand: e.model_dump(mode="json") for e in journal if isinstance(e, Evaluated)})
     out = []
     for rec in traces:
         if rec.get("type") != "llm":
             continue
         if not rec.get("messages"):
             continue  # a run with record_prompts = false kept only the call's size and cost
-        role = rec.get("role")
         cand_rec = by_key.get(rec.get("source_key") or "")
-        result = cand_rec["result"] if cand_rec else None
-        if role == "generator":
-            if rec.get("source_key") and cand_rec is None:
-                continue  # its candidate was never evaluated (the run stopped first): no reward to give
-            value: float | None = reward(result)
-        else:
-            value = None
-        out.append({
-            "run": run_dir.name,
-            "op": started.get("op"),
-            "cand": cand_rec.get("cand") if cand_rec else rec.get("cand"),
-            "role": role,
-            "model": rec.get("model"),
-            "messages": rec.get("messages") or [],
-            "completion": rec.get("reply") or "",
-            "status": (result or {}).get("status") if role == "generator" else None,
-            "speedup": (result or {}).get("speedup") if role == "generator" else None,
-            "reward": value,
-            "prompt_tokens": (rec.get("usage") or {}).get("prompt_tokens"),
-            "completion_tokens": (rec.get("usage") or {}).get("completion_tokens"),
-            "cost_usd": rec.get("cost_usd"),
-        })
+        if rec.get("role") == "generator" and rec.get("source_key") and cand_rec is None:
+            continue  # its candidate was never evaluated (the run stopped first): no reward to give
+        out.append(_record(rec, cand_rec, run_dir.name, started.op if started else None))
     return out
+
+
+def _candidates(traces: list[dict[str, Any]], evaluated: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Candidate records by source key, each with its result: the trace's, which is whole, else
+    the journal's `evaluated` event (a run cut short)."""
+    by_key: dict[str, dict[str, Any]] = {}
+    for rec in traces:
+        if rec.get("type") == "candidate" and isinstance(rec.get("source"), str):
+            result = rec.get("result") or evaluated.get(rec.get("cand") or "")
+            by_key.setdefault(source_key(rec["source"]), {**rec, "result": result})
+    return by_key
+
+
+def _record(rec: dict[str, Any], cand_rec: dict[str, Any] | None, run: str, op: str | None) -> dict[str, Any]:
+    """One model call as a training record; a generator's is rewarded by its candidate's result."""
+    role = rec.get("role")
+    result = (cand_rec["result"] if cand_rec else None) if role == "generator" else None
+    usage = rec.get("usage") or {}
+    return {
+        "run": run,
+        "op": op,
+        "cand": cand_rec.get("cand") if cand_rec else rec.get("cand"),
+        "role": role,
+        "model": rec.get("model"),
+        "messages": rec.get("messages") or [],
+        "completion": rec.get("reply") or "",
+        "status": (result or {}).get("status") if role == "generator" else None,
+        "speedup": (result or {}).get("speedup") if role == "generator" else None,
+        "reward": reward(result) if role == "generator" else None,
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": usage.get("completion_tokens"),
+        "cost_usd": rec.get("cost_usd"),
+    }
 
 
 # Said with every export: what the file holds and so where it may go.

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from okgit.eval.types import EvalResult, Reference
+from okgit.journal.events import Event
 from okgit.problem import Problem
 
 
@@ -55,7 +56,7 @@ class Context:
     trace: Callable[..., Any] = lambda type, **fields: None
     spent_usd: float = 0.0
     deadline: float | None = None  # time.monotonic() at which the time budget ends; the driver sets it
-    earlier: list[dict[str, Any]] = field(default_factory=list)  # a resumed run's journal events so far
+    earlier: list[Event] = field(default_factory=list)  # a resumed run's journal events so far
 
     @property
     def best_source(self) -> str:

@@ -24,7 +24,7 @@ from textual.widgets import DataTable, Footer, Sparkline
 
 from okgit.fmt import fmt_speed
 from okgit.git.rundir import RunDir
-from okgit.runview import RunView
+from okgit.journal.runview import RunView
 from okgit.tui.sources import Sources, Tail
 from okgit.tui.widgets import (
     AgentLog,

@@ -13,9 +13,9 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
-from okgit.progress import Printer
+from okgit.journal.events import Event, InterruptedEvent
+from okgit.views.progress import Printer
 
 INTERRUPTED_RUN = 130  # the view's exit status when Ctrl-C there stopped the run
 
@@ -44,9 +44,9 @@ class WatchProcess:
     def attach(self, run_dir: Path) -> None:
         self._say(f"run {run_dir}")
 
-    def open(self, event: dict[str, Any] | None = None) -> bool:
+    def open(self, event: Event | None = None) -> bool:
         """Whether the view still holds the terminal (plain progress waits until it does not)."""
-        if event and event.get("type") == "interrupted" and self.proc.poll() is None:
+        if isinstance(event, InterruptedEvent) and self.proc.poll() is None:
             try:  # Ctrl-C in the view: it signals us as it exits; let it give the terminal back
                 self.proc.wait(timeout=3)
             except subprocess.TimeoutExpired:

@@ -1,7 +1,8 @@
-"""Where the view's data comes from: the run's journal.jsonl and traces.jsonl, tailed.
+"""Where the view's data comes from: the run's journal.jsonl (as events) and traces.jsonl,
+tailed.
 
 Both files are read by byte offset, so a poll costs only what was appended since the last
-one, and a half-written last line waits for the next poll (okgit.git.journal.read_jsonl).
+one, and a half-written last line waits for the next poll (okgit.journal.files.read_jsonl).
 Nothing here touches git: a run directory copied from another machine shows the same.
 """
 
@@ -9,18 +10,21 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
+from typing import Any
 
-from okgit.git.journal import read_jsonl
-from okgit.runview import Event
+from okgit.journal.events import Event
+from okgit.journal.files import read_events, read_jsonl
 
 
 class Tail:
+    """A journal's events appended since the last poll."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
 
     def poll(self) -> list[Event]:
-        events, self.offset = read_jsonl(self.path, self.offset)
+        events, self.offset = read_events(self.path, self.offset)
         return events
 
 
@@ -28,14 +32,17 @@ class Sources:
     """The base source (the `reference` trace record) and every candidate's source."""
 
     def __init__(self, traces: Path) -> None:
-        self.tail = Tail(traces)
+        self.traces = traces
+        self.offset = 0
         self.base: str | None = None
         self.path = "op.py"
         self.candidates: dict[str, str] = {}
 
     def poll(self) -> bool:
         changed = False
-        for rec in self.tail.poll():
+        records: list[dict[str, Any]]
+        records, self.offset = read_jsonl(self.traces, self.offset)
+        for rec in records:
             if rec.get("type") == "reference" and isinstance(rec.get("source"), str):
                 self.base, self.path = rec["source"], rec.get("path") or self.path
                 changed = True

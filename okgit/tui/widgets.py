@@ -9,11 +9,9 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable, Log, Static, Tree
 
-from okgit.eval.types import Status
 from okgit.fmt import fmt_duration, fmt_error, fmt_speed, fmt_us
-from okgit.presentation import OFFLINE
-from okgit.runview import RUNNING, Candidate, RunView
-from okgit.status import RunStatus
+from okgit.journal.runview import OFFLINE, RUNNING, Candidate, RunView
+from okgit.status import RunStatus, Status
 
 STATUS_STYLE = {
     Status.correct: "bold green",
@@ -56,7 +54,7 @@ class StatusBar(Static):
             t.append(PREPARING, style=RUN_STATUS_STYLE[PREPARING])
             self.update(t)
             return
-        name = (view.reference.get("hardware") or {}).get("device")
+        name = view.reference.hardware.get("device") if view.reference else None
         device = f"{view.device} ({name})" if name and name != view.device else view.device or "?"
         t.append(f" {view.op}  {device} · {view.backend or '?'} · {view.model or OFFLINE}")
         total = f"/{view.iterations}" if view.iterations else ""
@@ -64,8 +62,8 @@ class StatusBar(Static):
         # Until the reference event, the run is still being prepared (on a CPU that takes a while).
         status = PREPARING if view.status == RUNNING and not view.reference and not view.candidates else view.status
         t.append(status, style=RUN_STATUS_STYLE.get(status, "bold"))
-        if view.finished and view.finished.get("speedup") is not None:
-            t.append(f" {fmt_speed(view.finished['speedup'])}", style="bold")
+        if view.finished and view.finished.speedup is not None:
+            t.append(f" {fmt_speed(view.finished.speedup)}", style="bold")
         elif view.status == RUNNING and view.last_ts:
             # A run that died without a word looks "running" forever; the age says otherwise.
             t.append(f" (last event {fmt_duration(now - view.last_ts)} ago)", style="dim")
@@ -177,7 +175,7 @@ class ProfilePanel(Static):
         t.append(f"  {c.origin}  ")
         t.append(c.status, style=STATUS_STYLE.get(c.status, ""))
         if c.timed:
-            t.append(f"  {fmt_speed(c.speedup)}  {fmt_us(c.runtime_us)} us vs {fmt_us(view.reference.get('runtime_us'))} us")
+            t.append(f"  {fmt_speed(c.speedup)}  {fmt_us(c.runtime_us)} us vs {fmt_us(view.reference.runtime_us if view.reference else None)} us")
         elif c.correct:
             t.append("  untimed (correctness only on this device)", style="dim")
         if c.tag:
@@ -202,9 +200,9 @@ class ProfilePanel(Static):
             t.append("\nno profile (untimed or failed before timing)", style="dim")
         d = c.diagnosis
         if d:
-            t.append(f"\ncritic: {d.get('specific_issue') or d.get('bottleneck_type') or ''}", style="italic")
-            if d.get("recommendation"):
-                t.append(f"\n  -> {d['recommendation']}", style="italic")
+            t.append(f"\ncritic: {d.specific_issue or d.bottleneck_type}", style="italic")
+            if d.recommendation:
+                t.append(f"\n  -> {d.recommendation}", style="italic")
         self.update(t)
 
 
@@ -225,7 +223,6 @@ class AgentLog(Log):
         self._written = 0
 
     def sync(self, view: RunView) -> None:
-        start = view.started or (view.log[0].ts if view.log else 0.0)
-        for line in view.log[self._written:]:
-            self.write_line(f"+{fmt_duration(max(0.0, line.ts - start)):>6} {line.text}")
+        for line in view.log_lines(self._written):
+            self.write_line(line)
         self._written = len(view.log)

@@ -2,7 +2,7 @@
 
 Each run is a run directory (journal.jsonl + traces.jsonl) following docs/internals.md, with
 profiles and results built from okgit's own types and every event checked against its model
-(okgit.events, as the run's own writer does), so the recorded shapes match the real ones.
+(okgit.journal.events, as the run's own writer does), so the recorded shapes match the real ones.
   gpu-optimized: a timed triton run on a GPU that ends `optimized`, with an LLM, intents,
                  a critic's diagnosis and the final gate.
   cpu-failures:  an untimed run on a CPU with every failure status, ending `unverified`.
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from okgit.eval.types import EvalError, EvalResult, KernelTime, ProfileData, Status
-from okgit.events import check_event
+from okgit.journal.events import check_event
 
 HERE = Path(__file__).parent
 T0 = 1_700_000_000.0
@@ -74,8 +74,9 @@ class Recorder:
 
     def log(self, type: str, dt: float = 1.0, **fields: Any) -> None:
         self.t += dt
-        check_event(type, json.loads(json.dumps(fields, default=lambda o: o.model_dump(mode="json"))))
-        self.journal.append({"type": type, "ts": round(self.t, 3), "run": self.run, **fields})
+        line = {"type": type, "ts": round(self.t, 3), "run": self.run, **fields}
+        check_event(json.loads(json.dumps(line, default=lambda o: o.model_dump(mode="json"))))
+        self.journal.append(line)
 
     def trace(self, type: str, **fields: Any) -> None:
         self.traces.append({"type": type, "ts": round(self.t, 3), "run": self.run, **fields})

@@ -5,6 +5,8 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 |-------|-----------|--------------|-------------------------------------------------------------|
 | 0     | gemm      | gemm.py      | matmul / linear with its elementwise epilogue fused         |
 |       |           |              | (optional: the vendor GEMM first)                           |
+| 5     | attention | attention.py | scaled dot-product attention, the call or written out,      |
+|       |           |              | flash-style (optional: before the vendor's / the matmuls)   |
 | 10    | columns   | columns.py   | strided row reductions in the column layout (optional: a    |
 |       |           |              | second candidate, before the row layout)                    |
 | 20    | conv_cl   | conv_cl.py   | the epilogue of a 2D convolution run channels-last          |
@@ -17,7 +19,7 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 from __future__ import annotations
 
 # each built-in kind's module registers it on import
-from okgit.lower.kinds import columns, conv_cl, gemm, pointwise, rows, scalar  # noqa: F401
+from okgit.lower.kinds import attention, columns, conv_cl, gemm, pointwise, rows, scalar  # noqa: F401
 from okgit.lower.kinds.base import KINDS, TemplateKind
 
 _made: dict[type[TemplateKind], TemplateKind] = {}

@@ -64,6 +64,11 @@ class TemplateKind:
         """Per-candidate state, once before any group is lowered (Lowering.state[kind])."""
         return None
 
+    def rewrite(self, graph: Graph) -> Graph:
+        """The graph a candidate with this kind turned on partitions: a kind that recognises a
+        pattern of several calls (written-out attention) makes it one call that it seeds."""
+        return graph
+
     def seeds(self, n: Node) -> bool:
         """Whether the PyTorch call n starts a group this kind lowers, n computed in its kernel
         (fusion.partition, with this kind turned on)."""

@@ -45,7 +45,7 @@ class Site:
     """One launch setting in the source and where to write a new value."""
 
     name: str  # "FUSED_ROWS_0_TILE" or "kernel.BLOCK_SIZE"
-    kind: str  # block | warps | stages | group | programs
+    control: str  # what the value sets: block | warps | stages | group | programs
     value: int
     spans: list[tuple[int, int]]  # source offsets holding the value (grid literals included)
     insert_at: int | None = None  # absent keyword: where ", name=value" goes
@@ -53,7 +53,7 @@ class Site:
     kernel: str = ""
 
 
-def _kind(name: str) -> str | None:
+def _control(name: str) -> str | None:
     up = name.upper()
     if "WARPS" in up:
         return "warps"
@@ -112,52 +112,79 @@ def _int(node: ast.AST | None) -> int | None:
 
 
 def find_sites(source: str) -> list[Site]:
-    """Every launch setting the source exposes."""
+    """Every launch setting the source exposes: its module constants, then each launch's
+    keywords and the num_warps / num_stages a launch leaves to Triton's defaults."""
     tree = ast.parse(source)
     at = _Offsets(source)
-    sites: list[Site] = []
-    for node in tree.body:  # module constants
+    sites = _constant_sites(tree, at)
+    kernels = {fn.name: fn for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and _is_jit(fn) and not _is_autotuned(fn)}
+    for fn, call, label in _launches(tree, kernels):
+        sub = call.func
+        assert isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name)  # _launches found kernel[grid](...)
+        kernel = kernels[sub.value.id]
+        sites += _keyword_sites(call, label, kernel, _grid_exprs(fn, sub.slice, call), at)
+        sites += _default_sites(call, label, kernel, at)
+    return sites
+
+
+def _constant_sites(tree: ast.Module, at: _Offsets) -> list[Site]:
+    sites = []
+    for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name):
-            value, kind = _int(node.value), _kind(target.id)
-            if value is not None and kind is not None and value > 0:
+            value, control = _int(node.value), _control(target.id)
+            if value is not None and control is not None and value > 0:
                 assert node.value is not None  # _int found an integer there
-                sites.append(Site(target.id, kind, value, [at.span(node.value)]))
-    kernels = {fn.name: fn for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and _is_jit(fn) and not _is_autotuned(fn)}
+                sites.append(Site(target.id, control, value, [at.span(node.value)]))
+    return sites
+
+
+def _launches(tree: ast.Module, kernels: dict[str, ast.FunctionDef]) -> list[tuple[ast.FunctionDef, ast.Call, str]]:
+    """Each `kernel[grid](...)` call of a kernel in `kernels`, in the function that makes it,
+    labelled by the kernel's name (`name#2` for its second launch)."""
     seen: dict[str, int] = {}
+    found = []
     for fn in (f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)):
         for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call)):
             sub = call.func
-            if not (isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) and sub.value.id in kernels):
-                continue
-            kernel = sub.value.id
-            seen[kernel] = seen.get(kernel, 0) + 1
-            label = kernel if seen[kernel] == 1 else f"{kernel}#{seen[kernel]}"
-            grid = _grid_exprs(fn, sub.slice, call)
-            constexprs = _constexprs(kernels[kernel])
-            present = set()
-            for kw in call.keywords:
-                value = _int(kw.value)
-                present.add(kw.arg)
-                if value is None or kw.arg is None:
-                    continue
-                kind = {"num_warps": "warps", "num_stages": "stages"}.get(kw.arg) or (
-                    _kind(kw.arg) if kw.arg in constexprs and value & (value - 1) == 0 else None
-                )
-                if kind is None:
-                    continue
-                spans = [at.span(kw.value)]
-                if kind == "block":  # the same literal in the grid moves with it
-                    spans += [at.span(c) for g in grid for c in ast.walk(g) if isinstance(c, ast.Constant) and _int(c) == value]
-                sites.append(Site(f"{label}.{kw.arg}", kind, value, spans, kernel=kernel))
-            last = (call.keywords[-1].value if call.keywords else call.args[-1]) if (call.keywords or call.args) else None
-            if last is not None:
-                end = at.end(last)
-                pipelined = any(isinstance(n, ast.For) for n in ast.walk(kernels[kernel]))
-                for setting, kind, default in (("num_warps", "warps", 4), ("num_stages", "stages", 3)):
-                    if setting not in present and (kind == "warps" or pipelined):
-                        sites.append(Site(f"{label}.{setting}", kind, default, [], insert_at=end, keyword=setting, kernel=kernel))
+            if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) and sub.value.id in kernels:
+                kernel = sub.value.id
+                seen[kernel] = seen.get(kernel, 0) + 1
+                found.append((fn, call, kernel if seen[kernel] == 1 else f"{kernel}#{seen[kernel]}"))
+    return found
+
+
+def _keyword_sites(call: ast.Call, label: str, kernel: ast.FunctionDef, grid: list[ast.AST], at: _Offsets) -> list[Site]:
+    """The launch's integer keywords that set num_warps, num_stages or a power-of-two constexpr."""
+    constexprs = _constexprs(kernel)
+    sites = []
+    for kw in call.keywords:
+        value = _int(kw.value)
+        if value is None or kw.arg is None:
+            continue
+        control = {"num_warps": "warps", "num_stages": "stages"}.get(kw.arg) or (
+            _control(kw.arg) if kw.arg in constexprs and value & (value - 1) == 0 else None
+        )
+        if control is None:
+            continue
+        spans = [at.span(kw.value)]
+        if control == "block":  # the same literal in the grid moves with it
+            spans += [at.span(c) for g in grid for c in ast.walk(g) if isinstance(c, ast.Constant) and _int(c) == value]
+        sites.append(Site(f"{label}.{kw.arg}", control, value, spans, kernel=kernel.name))
     return sites
+
+
+def _default_sites(call: ast.Call, label: str, kernel: ast.FunctionDef, at: _Offsets) -> list[Site]:
+    """num_warps, and num_stages where the kernel loops, when the launch leaves them to Triton:
+    inserted after its last argument."""
+    last = (call.keywords[-1].value if call.keywords else call.args[-1]) if (call.keywords or call.args) else None
+    if last is None:
+        return []
+    present = {kw.arg for kw in call.keywords}
+    pipelined = any(isinstance(n, ast.For) for n in ast.walk(kernel))
+    return [Site(f"{label}.{setting}", control, default, [], insert_at=at.end(last), keyword=setting, kernel=kernel.name)
+            for setting, control, default in (("num_warps", "warps", 4), ("num_stages", "stages", 3))
+            if setting not in present and (control == "warps" or pipelined)]
 
 
 def _grid_exprs(fn: ast.FunctionDef, grid: ast.AST, call: ast.Call) -> list[ast.AST]:
@@ -174,13 +201,13 @@ def _grid_exprs(fn: ast.FunctionDef, grid: ast.AST, call: ast.Call) -> list[ast.
 def _candidates(site: Site, cap_numel: int, cap_dim: int) -> list[int]:
     v = site.value
     pool: tuple[float, ...]
-    if site.kind == "warps":
+    if site.control == "warps":
         pool = WARPS
-    elif site.kind == "stages":
+    elif site.control == "stages":
         pool = STAGES
-    elif site.kind == "group":
+    elif site.control == "group":
         pool = GROUPS
-    elif site.kind == "programs":
+    elif site.control == "programs":
         pool = tuple(v * f for f in (0.25, 0.5, 2, 4) if 32 <= v * f <= 4096)
     else:
         if v & (v - 1):  # not a power of two: not ours to move
@@ -274,7 +301,8 @@ class AutotuneProposer:
                 origin=f"autotune:{parent or 'reference'}",
                 intent=f"Launch with {site.name}={value} (was {old}).",
                 parent=parent,
-                meta={"setting": site.name, "value": value, "previous": site.value, "kind": site.kind, "kernel": site.kernel},
+                meta={"setting": site.name, "value": value, "previous": site.value, "control": site.control,
+                      "kernel": site.kernel},
             )
         return None
 

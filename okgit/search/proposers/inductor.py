@@ -1,9 +1,11 @@
 """The Inductor seed: torch.compile's own kernels as one standalone candidate (origin `inductor`).
 
 Inductor (default mode) compiles the reference in a child process on the run's device, which
-also runs its autotuning; okgit.inductor.standalone turns its code into an op file that
-launches the same Triton kernels with the settings Inductor chose, without torch.compile. The
-candidate is then judged like any other; the autotune phase tunes its launches where it is
+also runs its autotuning, with the batch and the dims that follow the shape knobs dynamic;
+okgit.inductor.standalone turns its code into an op file that launches the same Triton kernels
+with the settings Inductor chose, without torch.compile, at every size the op takes (the
+reference's own forward, with a warning, where the arguments fall outside what was compiled).
+The candidate is then judged like any other; the autotune phase tunes its launches where it is
 the best, and a model continues from it.
 
 On by default on a GPU, where a second seed comes from max-autotune-no-cudagraphs. On a CPU (Triton's interpreter, nothing timed) it is off unless
@@ -27,9 +29,13 @@ TIME_LIMIT_S = 900  # the compile, Inductor's autotuning and one run of the refe
 
 
 class InductorProposer:
-    """One seed in torch.compile's default mode; on a GPU then one in max-autotune-no-cudagraphs
-    (more launch configs, coordinate descent, Triton GEMM and convolution templates against the
-    vendor's), which costs minutes of compilation and can find faster kernels."""
+    """One seed in torch.compile's default mode; on a GPU, where Inductor's kernels at static
+    sizes differ in kind from its dynamic ones (a reduction kept in registers rather than
+    looped), a second that takes the static kernels at exactly the timed shape and the dynamic
+    ones elsewhere, so that the search keeps the specialisation only where it times faster; then
+    one in max-autotune-no-cudagraphs (more launch configs, coordinate descent, Triton GEMM and
+    convolution templates against the vendor's), which costs minutes of compilation and can find
+    faster kernels."""
 
     name = "inductor"
 
@@ -37,29 +43,40 @@ class InductorProposer:
         self.on_cpu = on_cpu  # decided by the run's device, known once the evaluator is made
         self._source: str | None = None
         self._modes: list[str] = []
+        self._ready: list[Proposal] = []  # made together with the last one, proposed next
 
     def propose(self, ctx: Context) -> Proposal | None:
         if self._source != ctx.problem.source:
             self._source = ctx.problem.source
             gpu = ctx.device.startswith("cuda")
             self._modes = ["default", "max-autotune-no-cudagraphs"] if gpu else ["default"] if self.on_cpu else []
+            self._ready = []
+        if self._ready:
+            return self._ready.pop(0)
         while self._modes:
             mode = self._modes.pop(0)
-            # at the shape the evaluator times (a CPU's is scaled down for the interpreter)
+            # at the shape the evaluator times (a CPU's is scaled down for the interpreter); the
+            # specialised variant only where the timing can tell whether it pays
             knobs = ctx.reference.shapes[0] if ctx.reference.shapes else {}
-            source, why = seed_file(ctx.problem.source, ctx.problem.root, ctx.device, mode, knobs)
-            if source is not None:
-                return Proposal(source=source, origin="inductor" if mode == "default" else f"inductor:{mode}",
-                                intent=why, parent=None, meta={"kernels": [], "tunables": {}})
+            sizes = "both" if mode == "default" and ctx.device.startswith("cuda") else "dynamic"
+            files, why = seed_files(ctx.problem.source, ctx.problem.root, ctx.device, mode, knobs, sizes)
+            if files:
+                origin = "inductor" if mode == "default" else f"inductor:{mode}"
+                made = [Proposal(source=source, origin=origin + ("" if j == 0 else ":specialised"), intent=what, parent=None,
+                                 meta={"kernels": [], "tunables": {}}) for j, (source, what) in enumerate(files)]
+                self._ready = made[1:]
+                return made[0]
             ctx.log("note", message=f"inductor ({mode}): {why}")
             if mode == "default":
                 self._modes = []  # what the default mode cannot take, max-autotune cannot either
         return None
 
 
-def seed_file(reference: str, root: str | None, device: str, mode: str = "default",
-              knobs: dict[str, int] | None = None) -> tuple[str | None, str]:
-    """(the seed file, what it holds), or (None, why there is none)."""
+def seed_files(reference: str, root: str | None, device: str, mode: str = "default",
+               knobs: dict[str, int] | None = None, sizes: str = "dynamic") -> tuple[list[tuple[str, str]], str]:
+    """([(seed file, what it holds)], ""), or ([], why there is none). `sizes`: "dynamic" (the
+    batch and the knob-following dims), "static" (every size, torch.compile's default) or
+    "both" (the dynamic file, then the specialised one where Inductor's static kernels differ)."""
     from okgit.eval.parent.devices import device_lock
     from okgit.eval.parent.sandbox import worker_env
 
@@ -75,18 +92,25 @@ def seed_file(reference: str, root: str | None, device: str, mode: str = "defaul
         try:
             with lock:
                 proc = subprocess.run([sys.executable, "-m", "okgit.inductor", str(ref), device.split(":")[0], str(out), mode,
-                                       json.dumps(knobs or {})],
+                                       json.dumps(knobs or {}), sizes],
                                       cwd=tmp, env=env, capture_output=True, text=True, timeout=TIME_LIMIT_S)
         except subprocess.TimeoutExpired:
-            return None, f"torch.compile of the reference took over {TIME_LIMIT_S} s"
+            return [], f"torch.compile of the reference took over {TIME_LIMIT_S} s"
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         if proc.returncode != 0 or not lines:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
-            return None, f"the seed's process failed: {tail}"
+            return [], f"the seed's process failed: {tail}"
         answer = json.loads(lines[-1])
         if not answer.get("ok"):
-            return None, str(answer.get("why"))
+            return [], str(answer.get("why"))
         modes = " and ".join(m for m in answer["modes"] if m != "any")
+        free = answer.get("dynamic") or []
+        free_sizes = f"; sizes compiled dynamic: {', '.join(free)}" if free else "; every size static"
         what = (f"torch.compile's {answer['kernels']} Triton kernel(s) (Inductor, {mode} mode) launched from a "
-                f"standalone file{f', one graph each for {modes} mode' if modes else ''}")
-        return out.read_text(), what
+                f"standalone file{f', one graph each for {modes} mode' if modes else ''}{free_sizes}")
+        files = [(out.read_text(), what)]
+        if answer.get("specialised"):
+            files.append((Path(answer["specialised"]).read_text(),
+                          f"{what}; and Inductor's kernels compiled static for exactly the timed shape, taken there "
+                          f"(they differ in kind: {answer.get('differs')}), kept only if this times faster"))
+        return files, ""

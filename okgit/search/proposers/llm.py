@@ -30,6 +30,7 @@ from typing import Any, Callable
 from okgit.config import Config
 from okgit.errors import OkgitError
 from okgit.eval.parent.rules import rules_text
+from okgit.journal.events import IntentEvent, LlmCall
 from okgit.llm import Completion, Message, prompt_messages
 from okgit.paths import skills_path
 from okgit.problem import top_level_names
@@ -38,12 +39,12 @@ from okgit.search.critic import Diagnosis, describe_current, describe_hardware, 
 from okgit.search.extract import PatchError, apply_patch, extract_code, extract_patch
 from okgit.search.intents import SEEDS, Intent, IntentTree, parse_ops
 from okgit.search.model_calls import ModelCalls
-from okgit.search.refine import Refine, failure_feedback, failure_kind
+from okgit.search.refine import Refine, failure_feedback, failure_of
 from okgit.search.types import Attempt, Context, Proposal, Proposer
 
 MAX_FAILURES_SHOWN = 6
 TEMPLATE_SCORE = 0.8  # a retrieved strategy this close brings its winning code along
-GENERATOR, CRITIC, PLANNER = "generator_{backend}.v2", "critic.v2", "intents.v2"
+GENERATOR, PLANNER = "generator_{backend}.v2", "intents.v2"  # the critic's prompt is okgit.search.critic's
 
 
 @dataclass
@@ -141,7 +142,7 @@ class LLMProposer:
             top = retrieved[0][0]
             self.skills_text += (f"\nThe code with which {top.name} won on a very similar problem (a template to adapt, "
                                  f"not to copy):\n```python\n{top.template}```")
-        if any(e.get("type") == "intent" for e in ctx.earlier):
+        if any(isinstance(e, IntentEvent) for e in ctx.earlier):
             self._resume(ctx)
             ctx.log("note", message=f"llm: resumed with {len(self.tree.live())} live intents of {len(self.tree.nodes)}")
             return
@@ -165,8 +166,9 @@ class LLMProposer:
             owner = by_description.get(a.proposal.intent)
             if owner is not None and not a.result.correct:
                 self.failures.append((a.cand, self._failure_line(a, owner)))
-        self.plan_rounds -= sum(1 for e in ctx.earlier if e.get("type") == "llm_call" and e.get("role") == "intents")
-        self.calls.made = sum(1 for e in ctx.earlier if e.get("type") == "llm_call")
+        calls = [e for e in ctx.earlier if isinstance(e, LlmCall)]
+        self.plan_rounds -= sum(1 for e in calls if e.role == "intents")
+        self.calls.made = len(calls)
 
     def _seed(self, ctx: Context) -> None:
         for description, priority in SEEDS.get(ctx.backend, SEEDS["triton"]):
@@ -224,21 +226,19 @@ class LLMProposer:
             refine.fix_from = attempt
             self._failed(ctx, intent, refine, result, failure_feedback(attempt))
             return
+        self._correct(ctx, attempt, intent, refine, diagnose)
+
+    def _correct(self, ctx: Context, attempt: Attempt, intent: Intent, refine: Refine, diagnose: bool) -> None:
+        """A correct candidate: the idea's progress (faster than its best version, or its first
+        working one where nothing is timed), the critic's word, the attempt ended."""
+        result = attempt.result
         self.tree.candidate(intent.id, correct=True, speedup=result.speedup if result.timed else None)
         before = self.bases.get(intent.id)
         if result.timed:
             progress = before is None or (result.speedup or 0.0) > (before.result.speedup or 0.0)
         else:  # nothing is timed here: a first working version of an idea is the progress there is
             progress = before is None
-        diagnosis = None
-        # The critic reads measurements: without timing it has nothing to go on.
-        if diagnose and result.timed and not self.calls.stopped(ctx, quiet=True):
-            # By description too: a resumed run's earlier candidates carry no meta
-            trajectory = critic.describe_trajectory([a for a in ctx.attempts if a.proposal.meta.get("intent_id") == intent.id
-                                                     or (not a.proposal.meta and a.proposal.intent == intent.description)])
-            diagnosis = critic.diagnose(self.calls.asker(ctx), ctx, attempt, describe_hardware(ctx), trajectory)
-        if diagnosis:
-            self.diagnoses[attempt.cand] = diagnosis
+        diagnosis = self._diagnosis(ctx, attempt, intent) if diagnose else None
         if progress:
             self.bases[intent.id] = attempt
             feedback = ""
@@ -253,9 +253,22 @@ class LLMProposer:
                               profile=diagnosis.text() if diagnosis and progress else "")
         self._after_attempt(ctx, intent, progress)
 
+    def _diagnosis(self, ctx: Context, attempt: Attempt, intent: Intent) -> Diagnosis | None:
+        """The critic's diagnosis of a correct candidate, kept by its name; it reads
+        measurements: without timing it has nothing to go on."""
+        if not attempt.result.timed or self.calls.stopped(ctx, quiet=True):
+            return None
+        # By description too: a resumed run's earlier candidates carry no meta
+        trajectory = critic.describe_trajectory([a for a in ctx.attempts if a.proposal.meta.get("intent_id") == intent.id
+                                                 or (not a.proposal.meta and a.proposal.intent == intent.description)])
+        diagnosis = critic.diagnose(self.calls.asker(ctx), ctx, attempt, describe_hardware(ctx), trajectory)
+        if diagnosis:
+            self.diagnoses[attempt.cand] = diagnosis
+        return diagnosis
+
     def _failed(self, ctx: Context, intent: Intent, refine: Refine, result: Any, feedback: str) -> None:
         """A failed candidate or reply: repair within the budget, else the attempt has failed."""
-        if not refine.failed(failure_kind(result)):
+        if not refine.failed(failure_of(result)):
             refine.feedback = feedback
             return
         spent = refine.repairs()

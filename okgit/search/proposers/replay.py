@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from okgit.errors import OkgitError
-from okgit.git.journal import read_jsonl
+from okgit.journal.files import read_jsonl
 from okgit.search.types import Context, Proposal, source_key
 
 

@@ -83,10 +83,13 @@ def plan(ctx: Context) -> list[Proposal]:
     out: list[Proposal] = []
     for turned_on in candidates(graph):
         try:
-            items = partition(graph, seeding=turned_on)
+            shaped = graph
+            for kind in turned_on:
+                shaped = kind.rewrite(shaped)
+            items = partition(shaped, seeding=turned_on)
             if not all(k.changes(items) for k in turned_on):
                 continue  # the candidate without that kind is the same file
-            source, low = lowered_file(ctx.problem.source, graph, items, turned_on)
+            source, low = lowered_file(ctx.problem.source, shaped, items, turned_on)
         except Unsupported as e:
             what = label(graph, turned_on)
             ctx.log("note", message=f"templates{f' ({what})' if what else ''}: {e}")

@@ -1,5 +1,5 @@
-"""How runs read in text: the tables of `okgit history` and `doctor`, and the names that
-history, watch, doctor and --help share. Pure: strings in, strings out."""
+"""How runs read in text: the tables of `okgit history` and `doctor`. Pure: strings in,
+strings out."""
 
 from __future__ import annotations
 
@@ -7,20 +7,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from okgit.fmt import fmt_speed
+from okgit.journal.runview import OFFLINE
 
 if TYPE_CHECKING:
     from okgit.git.history import RunDetail, RunSummary
-
-OFFLINE = "offline"  # the search without a model: kernel templates, then autotune
-
-
-def proposer_name(model: str | None) -> str:
-    """What searched: `offline` (no model), `replay` (a recorded traces file) or `llm`; the
-    one name history, watch, doctor and --help use for the search without a model."""
-    if not model:
-        return OFFLINE
-    return "replay" if model.startswith("replay:") else "llm"
-
 
 def runs_text(runs: list[RunSummary]) -> str:
     if not runs:

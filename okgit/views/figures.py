@@ -13,7 +13,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from okgit.runview import RUNNING, Event, RunView
+from okgit.journal.events import Event, GateEvent
+from okgit.journal.runview import RUNNING, Candidate, RunView
 
 
 def write_figures(run_dir: Path, events: list[Event], winner: str | None = None) -> list[Path]:
@@ -32,15 +33,15 @@ def write_figures(run_dir: Path, events: list[Event], winner: str | None = None)
     return [p for p in paths if p]
 
 
-def _final_gate(view: RunView, winner: str | None) -> Event | None:
+def _final_gate(view: RunView, winner: str | None) -> GateEvent | None:
     """The winner's interleaved comparison against the baseline, when the final gate ran one."""
     for gate in view.gates:
-        if gate.get("name") == "interleaved" and gate.get("cand") == winner and gate.get("baseline_us") and gate.get("candidate_us"):
+        if gate.name == "interleaved" and gate.cand == winner and gate.baseline_us and gate.candidate_us:
             return gate
     return None
 
 
-def _speedup(Figure, view: RunView, final: Event | None, path: Path) -> Path | None:
+def _speedup(Figure, view: RunView, final: GateEvent | None, path: Path) -> Path | None:
     done = [c for c in view.candidates.values() if c.status != RUNNING]
     points = view.progress()
     if not points:
@@ -50,25 +51,9 @@ def _speedup(Figure, view: RunView, final: Event | None, path: Path) -> Path | N
     ax = fig.add_subplot()
     ax.step(xs, points, where="post", color="tab:blue", label="best so far" if view.timed else "correct so far")
     if view.timed:
-        timed = [(i, c.speedup) for i, c in zip(xs, done) if c.correct and c.timed and c.speedup is not None]
-        if timed:
-            ax.scatter(*zip(*timed), color="tab:green", zorder=3, s=18, label="correct candidate (fast mode)")
-        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="baseline")
-        if final and final.get("speedup") is not None:
-            ax.axhline(final["speedup"], color="tab:orange", linestyle=":", linewidth=1.5,
-                       label=f"final gate {final['speedup']:.2f}x ({final.get('cand')})")
-        ax.set_ylabel("speedup vs baseline")
-        ax.set_title(f"best speedup over {len(points)} candidates on {view.device}")
+        _speedups(ax, view, xs, done, final)
     else:
-        # A marker per correct candidate: with one candidate the step line has no length.
-        correct = [(i, n) for i, c, n in zip(xs, done, points) if c.correct]
-        if correct:
-            ax.scatter(*zip(*correct), color="tab:green", zorder=3, s=18, label="correct candidate")
-        ax.set_ylabel("correct candidates")
-        ax.set_title(f"correct candidates over iterations (untimed on {view.device}: no speedup claimed)")
-        from matplotlib.ticker import MaxNLocator
-
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # a count of candidates
+        _correct_counts(ax, view, xs, done, points)
     failed = [i for i, c in zip(xs, done) if c.failed]
     if failed:
         ax.scatter(failed, [0] * len(failed), marker="x", color="tab:red", s=18, label="failed candidate", clip_on=False)
@@ -83,27 +68,53 @@ def _speedup(Figure, view: RunView, final: Event | None, path: Path) -> Path | N
     return path
 
 
+def _speedups(ax, view: RunView, xs: list[int], done: list[Candidate], final: GateEvent | None) -> None:
+    timed = [(i, c.speedup) for i, c in zip(xs, done) if c.correct and c.timed and c.speedup is not None]
+    if timed:
+        ax.scatter(*zip(*timed), color="tab:green", zorder=3, s=18, label="correct candidate (fast mode)")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="baseline")
+    if final and final.speedup is not None:
+        ax.axhline(final.speedup, color="tab:orange", linestyle=":", linewidth=1.5,
+                   label=f"final gate {final.speedup:.2f}x ({final.cand})")
+    ax.set_ylabel("speedup vs baseline")
+    ax.set_title(f"best speedup over {len(xs)} candidates on {view.device}")
+
+
+def _correct_counts(ax, view: RunView, xs: list[int], done: list[Candidate], points: list[float]) -> None:
+    # A marker per correct candidate: with one candidate the step line has no length.
+    correct = [(i, n) for i, c, n in zip(xs, done, points) if c.correct]
+    if correct:
+        ax.scatter(*zip(*correct), color="tab:green", zorder=3, s=18, label="correct candidate")
+    ax.set_ylabel("correct candidates")
+    ax.set_title(f"correct candidates over iterations (untimed on {view.device}: no speedup claimed)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # a count of candidates
+
+
 def _times(view: RunView, winner: str | None) -> tuple[float | None, float | None]:
     """Baseline and winner runtimes in us: the final gate's interleaved medians when the winner
     has them (both arms under the same conditions), else the fast-mode numbers."""
     gate = _final_gate(view, winner)
-    if gate:
-        return median(gate["baseline_us"]), median(gate["candidate_us"])
+    if gate and gate.baseline_us and gate.candidate_us:
+        return median(gate.baseline_us), median(gate.candidate_us)
     c = view.candidates.get(winner) if winner else None
-    return view.reference.get("runtime_us"), (c.runtime_us if c and c.timed and c.correct else None)
+    return view.reference.runtime_us if view.reference else None, (c.runtime_us if c and c.timed and c.correct else None)
 
 
 def _roofline(Figure, view: RunView, winner: str | None, path: Path) -> Path | None:
     ref = view.reference
+    if ref is None or not ref.timed:
+        return None
     # The evaluator's measured peaks (okgit.eval.roofline.measure_peaks): bandwidths in bytes/s
     # and dense matmul rates in FLOP/s per precision.
-    hw: dict[str, Any] = ref.get("hardware") or {}
+    hw: dict[str, Any] = ref.hardware
     bandwidth = max(hw.get("copy_bandwidth") or 0.0, hw.get("read_bandwidth") or 0.0)
     rates: dict[str, float] = {k: v for k, v in (hw.get("matmul") or {}).items() if v}
-    profile = ref.get("profile") or {}
+    profile = ref.profile or {}
     flops, min_bytes = profile.get("flops"), profile.get("min_bytes")
     base_us, win_us = _times(view, winner)
-    if not (ref.get("timed") and bandwidth and rates and flops and min_bytes and base_us):
+    if not (bandwidth and rates and flops and min_bytes and base_us):
         return None
     ai = flops / min_bytes
     top = max(rates.values())

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from okgit.errors import OkgitError
 from okgit.git.repo import Repo
+from okgit.git.rundir import RunDir
+from okgit.git.workspace import newest_first, resolve_among
 
 PREFIX = "campaign:"
 
@@ -31,15 +33,11 @@ def is_campaign_ref(ref: str) -> bool:
 
 def campaign_ids(repo: Repo) -> list[str]:
     """Every campaign, newest first (by the time of its first event, else its id)."""
-    from okgit.git.workspace import newest_first
-
     return newest_first(campaigns_dir(repo))
 
 
 def resolve_campaign(repo: Repo, ref: str) -> str:
     """The campaign id `campaign:...` names (the same spellings as a run's after the prefix)."""
-    from okgit.git.workspace import resolve_among
-
     if not ref.startswith(PREFIX):
         raise OkgitError(f"not a campaign: {ref} (campaigns are named campaign:<id> or campaign:latest)")
     return resolve_among(campaign_ids(repo), ref[len(PREFIX):], "campaign",
@@ -56,11 +54,6 @@ def campaign_dir(repo: Repo, campaign_id: str) -> Path:
 def campaign_diff(repo: Repo, ref: str) -> str:
     """The combined patch of the campaign `ref` names, refusing one without any."""
     campaign_id = resolve_campaign(repo, ref)
-    path = campaign_dir(repo, campaign_id) / "report.diff"
-    if not path.is_file():
-        raise OkgitError(f"campaign {campaign_id} has no report.diff yet (still running or interrupted); "
-                         f"see okgit history {PREFIX}{campaign_id}")
-    diff = path.read_text()
-    if not diff.strip():
-        raise OkgitError(f"campaign {campaign_id} has no winner (nothing passed every gate): its report.diff is empty")
-    return diff
+    return RunDir(campaign_dir(repo, campaign_id)).winner_diff(
+        f"campaign {campaign_id}", f"campaign {campaign_id} has no report.diff yet (still running or interrupted); "
+        f"see okgit history {PREFIX}{campaign_id}", lambda: "nothing passed every gate")

@@ -1,12 +1,14 @@
 """The run journal's events as code: one model per event type, the contract between the one
-writer (okgit.git.journal.Journal, which validates every event it writes) and the readers
-(runview, history, progress, figures, traces, the sweep). docs/internals.md's table lists the
-same fields; tests/test_journal_events.py holds the three together and checks the journals
-that a real run and tests/journals/make.py write.
+writer (okgit.journal.files.Journal, which validates every line it writes) and every reader,
+which reads lines as these models (`parse_event`, `okgit.journal.files.read_events`) and folds
+them in one place (okgit.journal.runview.RunView). docs/internals.md's table lists the same
+fields; tests/test_journal_events.py holds the three together and checks the journals that a
+real run, tests/journals/make.py and older okgit versions wrote.
 
-Every line also has `type`, `ts` (unix seconds) and `run`, which the writer adds. A field a
-model does not name is kept (a newer writer's, read by an older reader), but the names below
-must be there with these types.
+Every line has `type`, `ts` (unix seconds) and `run`, which the writer adds. A field a model
+does not name is kept (a newer writer's, read by an older reader), but the names below must be
+there with these types; a reader skips a line of a type it does not know, as a view that reads
+a newer okgit's journal must.
 """
 
 from __future__ import annotations
@@ -17,12 +19,19 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Event(BaseModel):
+    """What every line holds; each model below narrows `type` to its own name."""
+
     model_config = ConfigDict(extra="allow")
+
+    type: str
+    ts: float
+    run: str
 
 
 class RunStarted(Event):
     """Always the first event of a run."""
 
+    type: Literal["run_started"] = "run_started"
     op: str
     base: str
     base_dirty: bool
@@ -37,6 +46,7 @@ class RunStarted(Event):
 
 
 class ReferenceEvent(Event):
+    type: Literal["reference"] = "reference"
     runtime_us: float | None
     timed: bool
     device: str
@@ -48,6 +58,7 @@ class ReferenceEvent(Event):
 
 
 class ProposalEvent(Event):
+    type: Literal["proposal"] = "proposal"
     cand: str
     origin: str
     intent: str
@@ -61,6 +72,7 @@ class EvalErrorFields(BaseModel):
 
 
 class Evaluated(Event):
+    type: Literal["evaluated"] = "evaluated"
     cand: str
     status: str
     correct: bool
@@ -76,6 +88,7 @@ class Evaluated(Event):
 
 
 class Accepted(Event):
+    type: Literal["accepted"] = "accepted"
     cand: str
     tag: str
     commit: str
@@ -83,11 +96,13 @@ class Accepted(Event):
 
 
 class Best(Event):
+    type: Literal["best"] = "best"
     cand: str
     speedup: float | None
 
 
 class IntentEvent(Event):
+    type: Literal["intent"] = "intent"
     op: Literal["insert", "update", "prune"]
     id: str
     description: str
@@ -110,6 +125,7 @@ class IntentEvent(Event):
 
 
 class DiagnosisEvent(Event):
+    type: Literal["diagnosis"] = "diagnosis"
     cand: str
     bottleneck_type: str
     roofline_position: float | None
@@ -120,6 +136,7 @@ class DiagnosisEvent(Event):
 
 
 class LlmCall(Event):
+    type: Literal["llm_call"] = "llm_call"
     role: str
     model: str | None
     prompt_tokens: int
@@ -131,28 +148,42 @@ class LlmCall(Event):
 
 
 class Note(Event):
+    type: Literal["note"] = "note"
     message: str  # free text for the agent log
 
 
 class GateEvent(Event):
-    """A final-gate step; the interleaved one also carries its Comparison's figures (rounds,
-    baseline_us, candidate_us, noise, wins, sign_test_p, speedup, optimized)."""
+    """A final-gate step; the interleaved one also carries its comparison's figures
+    (okgit.eval.types.Comparison)."""
 
+    type: Literal["gate"] = "gate"
     name: str
     cand: str
     passed: bool
     detail: str
+    rounds: int | None = None
+    baseline_us: list[float] | None = None  # per round
+    candidate_us: list[float] | None = None
+    noise: float | None = None
+    wins: int | None = None
+    sign_test_p: float | None = None
+    speedup: float | None = None
+    optimized: bool | None = None
+    slower: bool | None = None
 
 
-class Interrupted(Event):
+class InterruptedEvent(Event):
+    type: Literal["interrupted"] = "interrupted"
     reason: str
 
 
 class Resumed(Event):
+    type: Literal["resumed"] = "resumed"
     message: str  # `optimize --resume`: the run goes on after an interrupted run_finished
 
 
 class RunFinished(Event):
+    type: Literal["run_finished"] = "run_finished"
     status: str
     speedup: float | None
     baseline_us: float | None
@@ -170,6 +201,7 @@ class Retry(Event):
     """A step the machine failed (out of memory beside other work, a lost judge or worker, a
     device error), tried again after a wait."""
 
+    type: Literal["retry"] = "retry"
     cand: str | None
     step: str
     cause: str
@@ -177,29 +209,39 @@ class Retry(Event):
     message: str
 
 
-EVENTS: dict[str, type[Event]] = {
-    "run_started": RunStarted,
-    "reference": ReferenceEvent,
-    "proposal": ProposalEvent,
-    "evaluated": Evaluated,
-    "accepted": Accepted,
-    "best": Best,
-    "intent": IntentEvent,
-    "diagnosis": DiagnosisEvent,
-    "llm_call": LlmCall,
-    "note": Note,
-    "gate": GateEvent,
-    "interrupted": Interrupted,
-    "resumed": Resumed,
-    "retry": Retry,
-    "run_finished": RunFinished,
-}
+class Preparing(Event):
+    """Never written: what `optimize` hands its `on_event` (the progress printer) before
+    run_started, while the evaluator starts; the journal cannot name the device yet."""
+
+    type: Literal["preparing"] = "preparing"
+    op: str
+    eval: str
 
 
-def check_event(type: str, fields: dict[str, Any]) -> Event:
-    """The event as its model; ValueError for a type the journal does not know, pydantic's
-    ValidationError for a field missing or of the wrong type."""
-    model = EVENTS.get(type)
+def by_type(*models: type[Event]) -> dict[str, type[Event]]:
+    """Models keyed by the `type` each one narrows to."""
+    return {model.model_fields["type"].default: model for model in models}
+
+
+EVENTS = by_type(RunStarted, ReferenceEvent, ProposalEvent, Evaluated, Accepted, Best, IntentEvent, DiagnosisEvent,
+                 LlmCall, Note, GateEvent, InterruptedEvent, Resumed, Retry, RunFinished)
+
+
+def check_event(line: dict[str, Any], models: dict[str, type[Event]] = EVENTS) -> Event:
+    """A whole line (type, ts, run and the fields) as its model: the writer's check. ValueError
+    for a type the journal does not know, pydantic's ValidationError for a field missing or of
+    the wrong type."""
+    model = models.get(str(line.get("type")))
     if model is None:
-        raise ValueError(f"unknown journal event type {type!r} (okgit/events.py lists them)")
-    return model.model_validate(fields)
+        raise ValueError(f"unknown journal event type {line.get('type')!r} (okgit/journal lists them)")
+    return model.model_validate(line)
+
+
+def parse_event(line: dict[str, Any], models: dict[str, type[Event]] = EVENTS) -> Event | None:
+    """A line as a reader takes it: its model, or None for a line no model reads (a type a
+    newer okgit writes, or fields of the wrong shape), which the reader skips as it skips a
+    torn line."""
+    try:
+        return check_event(line, models)
+    except ValueError:  # pydantic's ValidationError is one
+        return None

@@ -12,6 +12,9 @@
 #   realsize[:A-B]   bench/realsize.py over the development set (.kb/, a copy of ../shared/kernelbench,
 #                    carried), levels REALSIZE_LEVELS (default "2 1"), problems A-B; resumes from
 #                    bench/results/realsize-resume.json when present
+#   gemm             bench/gemm.py: the split-precision GEMM family's configurations on bare GEMMs, then the
+#                    development set's GEMM-bound problems (.kb/, carried) against eager and torch.compile;
+#                    GEMM_ARGS passes more (--no-compile, --family-only, --no-family, --problems ...)
 #   trust            bench/trust.py (issue 20): the contract's GPU tests, the batch-norm problems with the
 #                    cross-check, 8 development problems at --parallel 6 and alone (.kb/, carried); resumes
 #                    from bench/results/trust-resume.json when present
@@ -44,7 +47,7 @@ usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 seen=" "
 for arg in "$@"; do
   stage="${arg%%:*}"; range="${arg#"$stage"}"; range="${range#:}"
-  case "$stage" in tests|eval|offline|space|realsize|trust|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
+  case "$stage" in tests|eval|offline|space|realsize|trust|gemm|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
   if [ -n "$range" ] && ! [[ "$range" =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]]; then echo "bad range in $arg (want A-B or a list A,B-C)" >&2; exit 2; fi
   case "$seen" in *" $stage "*) echo "stage $stage twice in one call: its JSON would be overwritten" >&2; exit 2;; esac
   seen="$seen$stage "
@@ -134,6 +137,9 @@ for arg in "$@"; do
       need_gpu realsize || { final=3; continue; }
       resume=""; [ -f bench/results/realsize-resume.json ] && resume="--resume bench/results/realsize-resume.json"
       run_stage realsize 560 'python3 bench/realsize.py --kb .kb --level '"${REALSIZE_LEVELS:-2 1}"' '"${range:+--problems $range} $resume"' --time-limit $LIMIT' ;;
+    gemm)
+      need_gpu gemm || { final=3; continue; }
+      run_stage gemm 330 'python3 bench/gemm.py --kb .kb ${GEMM_ARGS:-} --time-limit $LIMIT' ;;
     trust)
       need_gpu trust || { final=3; continue; }
       resume=""; [ -f bench/results/trust-resume.json ] && resume="--resume bench/results/trust-resume.json"

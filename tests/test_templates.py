@@ -188,7 +188,7 @@ def test_proposals_are_complete_reviewable_files(tmp_path):
 def test_modelnew_reference_becomes_a_subclass(tmp_path):
     path = op(tmp_path, "modelnew", MODELNEW)
     proposals = plan(ctx_for(path))
-    assert [p.origin for p in proposals] == ["template:vendor_gemm+pointwise", "template:gemm"]
+    assert [p.origin for p in proposals] == ["template:gemm", "template:vendor_gemm+pointwise"]
     for p in proposals:
         assert "class ModelNew(Model):" in p.source
 
@@ -296,7 +296,7 @@ def test_proposer_yields_each_candidate_once(tmp_path):
     origins = []
     while (p := proposer.propose(ctx)) is not None:
         origins.append(p.origin)
-    assert origins == ["template:vendor_gemm+pointwise", "template:gemm"]
+    assert origins == ["template:gemm", "template:vendor_gemm+pointwise"]
 
 
 ATTRIBUTES = """

@@ -3,7 +3,8 @@
 Peaks are measured, not copied from datasheets: copy bandwidth (bytes read + written), read
 bandwidth (a sum over a large buffer: reductions read faster than copies), and dense matmul
 rates in fp32 with TF32 off, TF32, bf16 and fp16. The floor of a problem is
-max(flops / the fastest rate its tolerance allows, min_bytes / the best bandwidth); a measured
+max(flops / the fastest rate its tolerance allows, min_bytes / the best bandwidth), a
+split-precision rate (3xTF32: a third of the TF32 rate) counted where its accuracy is allowed; a measured
 time well below it means the candidate did less work than the problem needs.
 """
 
@@ -15,8 +16,15 @@ from typing import Any
 
 from okgit.paths import data_dir
 
-# Unit roundoff of each matmul precision, to decide which rates a tolerance allows.
-UNIT_ROUNDOFF = {"fp32": 2.0**-24, "tf32": 2.0**-11, "fp16": 2.0**-11, "bf16": 2.0**-8}
+# Each way to run a matmul: the measured rate it runs at, its passes over the tensor cores and
+# its unit roundoff, to decide which rates a tolerance allows. The split-precision ones (each
+# operand split into a high part and remainders, several products accumulated in fp32) reach
+# fp32 accuracy on tensor cores at a fraction of their rate.
+PRECISIONS = {
+    "fp32": ("fp32", 1, 2.0**-24), "tf32": ("tf32", 1, 2.0**-11), "fp16": ("fp16", 1, 2.0**-11),
+    "bf16": ("bf16", 1, 2.0**-8), "tf32x3": ("tf32", 3, 2.0**-22), "bf16x3": ("bf16", 3, 2.0**-16),
+    "bf16x6": ("bf16", 6, 2.0**-24),
+}
 PLAUSIBLE_FRACTION = 0.9  # a time below 0.9x the floor is rejected
 
 
@@ -88,7 +96,8 @@ def allowed_rate(peaks: dict[str, Any], dtypes: set[str], allowed_rel_error: flo
     """The fastest matmul rate whose rounding the tolerance admits (generous: a floor must not
     reject an honest kernel). Half-precision problems always allow their own rate."""
     rates: dict[str, float] = peaks.get("matmul", {})
-    ok = [r for name, r in rates.items() if UNIT_ROUNDOFF.get(name, 1.0) <= 8 * allowed_rel_error]
+    ok = [rates[rate] / passes for rate, passes, roundoff in PRECISIONS.values()
+          if rate in rates and roundoff <= 8 * allowed_rel_error]
     ok += [rates[d] for d in dtypes if d in rates]
     return max(ok, default=rates.get("fp32", 0.0))
 

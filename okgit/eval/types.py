@@ -111,6 +111,8 @@ class Reference(BaseModel):
     shapes: list[dict[str, int]] = Field(default_factory=list)
     flags: dict[str, Any] = Field(default_factory=dict)
     hardware: dict[str, Any] = Field(default_factory=dict)  # device name, measured peaks
+    # its own max |native - float64| over the checked cases and outputs (None: no float output)
+    max_abs_error: float | None = None
 
 
 class Comparison(BaseModel):

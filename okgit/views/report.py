@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from okgit.eval.types import Comparison
+from okgit.eval.types import Comparison, Reference
 from okgit.fmt import fmt_speed, fmt_us
 from okgit.git.rundir import RunDir
 from okgit.journal.events import Note
@@ -42,7 +42,7 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
     lines = [f"# okgit run {result.run_id}: {result.status}", "", f"{STATUS_MEANING.get(result.status, '')}.", ""]
     lines += _summary(ctx, result)
     if winner:
-        lines += _winner(winner, result, comparison)
+        lines += _winner(winner, result, comparison, ctx.reference)
     if not ctx.attempts:
         lines += ["", "No candidate was proposed; the search's notes below say why."]
     notes = [e.message for e in RunDir(space.run_dir).events() if isinstance(e, Note)]
@@ -78,7 +78,7 @@ def _summary(ctx: Context, result) -> list[str]:
     return lines
 
 
-def _winner(winner: Attempt, result, comparison: Comparison | None) -> list[str]:
+def _winner(winner: Attempt, result, comparison: Comparison | None, ref: Reference) -> list[str]:
     """The winner (or the fastest correct candidate of a slower run), its final gate and checks."""
     r = winner.result
     title = "Fastest correct candidate (slower: not handed out)" if result.status == RunStatus.slower else "Winner"
@@ -105,6 +105,9 @@ def _winner(winner: Attempt, result, comparison: Comparison | None) -> list[str]
     if where:
         lines.append(f"{where[0].upper()}{where[1:]}. At any other shape the kernels run only if the code's own "
                      "conditions allow; where they do not, the original code runs.")
+    if r.max_abs_error is not None and ref.max_abs_error is not None:
+        lines.append(f"Error against float64 (max abs over the checked cases): the winner {r.max_abs_error:.2e}, "
+                     f"the reference itself {ref.max_abs_error:.2e}.")
     return lines
 
 

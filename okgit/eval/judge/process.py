@@ -147,7 +147,9 @@ class Judge:
             self.modes_case(prep, run_case)
             self.extra_shapes(prep, main, run_case, dropped)
         kept = self.drop_nonfinite(prep, stats, dropped)
-        self.fix_tolerances(prep, stats, kept)
+        self.phase("reference: flops")
+        result["cost"] = self.count_cost(prep)
+        self.fix_tolerances(prep, stats, kept, contraction=result["cost"]["flops"] > 0)
         summaries = [stats[c.id].summary for c in kept if c.kind in ("seed", "distribution")]
         result.update(
             shapes=prep.shapes, cases=[vars(c) for c in kept], dropped_shapes=dropped, deterministic=deterministic,
@@ -156,8 +158,6 @@ class Judge:
             case_bytes=max(s.nbytes for s in stats.values()), cached=sorted(prep.cache),
         )
         del first[:]
-        self.phase("reference: flops")
-        result["cost"] = self.count_cost(prep)
         if job.device == "cuda":
             self.measure(job, result)
             torch.cuda.empty_cache()
@@ -244,8 +244,9 @@ class Judge:
             kept.append(case)
         return kept
 
-    def fix_tolerances(self, prep: Prepared, stats: dict[str, CaseStats], kept: list[Case]) -> None:
-        """The reference's own error, worst over the cases of the same shape: fixed per leaf up front."""
+    def fix_tolerances(self, prep: Prepared, stats: dict[str, CaseStats], kept: list[Case], contraction: bool) -> None:
+        """The reference's own error, worst over the cases of the same shape: fixed per leaf up front
+        (`contraction`: the op does matmul or convolution FLOPs, its float32 outputs judged by precision)."""
         def key(case: Case) -> int | str:  # the modes case's outputs are its own: training, buffers, eval
             return case.id if case.kind == "modes" else case.shape
 
@@ -257,7 +258,7 @@ class Judge:
         for case in kept:
             s = stats[case.id]
             prep.tolerances[case.id] = [
-                tolerance_from(s.dtypes[j], s.scales[j], worst[(key(case), j)], job.rtol, job.atol)
+                tolerance_from(s.dtypes[j], s.scales[j], worst[(key(case), j)], job.rtol, job.atol, contraction)
                 if s.dtypes[j] else LeafTolerance(0.0, 0.0, 0.0)
                 for j in range(len(s.dtypes))
             ]

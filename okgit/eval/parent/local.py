@@ -135,6 +135,8 @@ class LocalEvaluator(EvaluatorBase):
             shapes=[prep.shapes[i] for i in sorted({c.shape for c in prep.cases})],
             flags=dict(PINNED_FLAGS),
             hardware=prep.peaks or {"device": self.device},
+            max_abs_error=max((t.ref_error for tols in prep.tolerances.values() for t in tols if t.scale > 0),
+                              default=None),
         )
 
     @_one_at_a_time

@@ -23,7 +23,10 @@ GATE_RULES: dict[str, str] = {
     "inputs_unchanged": "Never write to the inputs: the inputs must be unchanged after the call.",
     "outputs_written": "Write every element of every output (masked stores must still cover the whole tensor).",
     "nan_pattern": "NaN and inf must appear exactly where the reference has them.",
-    "seeds": "Correct within the tolerance on inputs drawn under several random seeds.",
+    "seeds": ("Correct within the tolerance on inputs drawn under several random seeds. A float32 "
+              "matmul or convolution must be as accurate as the fp32 reference (within 4x its own error "
+              "against float64): single-pass TF32 or bf16 products fail, tl.dot(..., input_precision=\"tf32x3\") "
+              "does not."),
     "repeat": "A second call on the same inputs must be correct too (no state carried between calls).",
     "determinism": "Bitwise deterministic: two calls on identical inputs give identical bits (no atomics whose order changes the result).",
     "fresh_inputs": "Correct when the same input buffers are refilled with new values: cache nothing keyed on an input's address.",

@@ -258,7 +258,7 @@ def allowed_matmul_rate(prep: PreparedReference) -> tuple[float, dict[str, Any] 
     peaks = prep.peaks
     if not peaks:
         return 0.0, None
-    tols = [t for leaves in prep.tolerances.values() for t in leaves if t.rtol > 0]
+    tols = [t for leaves in prep.tolerances.values() for t in leaves if t.relative > 0]
     allowed = max((t.relative for t in tols), default=1e-4)
     dtypes = {d.replace("float16", "fp16").replace("bfloat16", "bf16") for d in prep.cost.get("dtypes", [])}
     return roofline.allowed_rate(peaks, dtypes, allowed), peaks

@@ -21,7 +21,8 @@ class LeafTolerance:
 
     @property
     def describe(self) -> str:
-        return f"rtol {self.rtol:.1e}, atol {self.atol:.2e}"
+        own = f"; the reference's own error {self.ref_error:.2e}" if self.ref_error > 0 else ""
+        return f"rtol {self.rtol:.1e}, atol {self.atol:.2e}{own}"
 
 
 @dataclass

@@ -3,8 +3,9 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 
 | order | kind      | module       | covers                                                      |
 |-------|-----------|--------------|-------------------------------------------------------------|
-| 0     | gemm      | gemm.py      | matmul / linear with its elementwise epilogue fused         |
-|       |           |              | (optional: the vendor GEMM first)                           |
+| 0     | gemm      | gemm.py      | matmul / linear / bmm with its elementwise epilogue fused,  |
+|       |           |              | split precision on tensor cores (optional: before the       |
+|       |           |              | vendor GEMM)                                                |
 | 5     | attention | attention.py | scaled dot-product attention, the call or written out,      |
 |       |           |              | flash-style (optional: before the vendor's / the matmuls)   |
 | 10    | columns   | columns.py   | strided row reductions in the column layout (optional: a    |

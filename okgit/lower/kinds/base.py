@@ -18,6 +18,8 @@ to the first kind in that order that is on and claims it (okgit.lower.kinds.kind
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 class Rendered:
     name: str  # launcher
     source: str  # kernels + launcher
-    tunables: dict[str, int]
+    tunables: Mapping[str, int | str]  # module constants: launch settings (int), a GEMM's precision (str)
     args: list[str]  # forward expressions passed to the launcher
     outputs: list[Node]
     description: str
@@ -122,6 +124,12 @@ def template_kind(order: int):
         return cls
 
     return add
+
+
+def constants(tunables: Mapping[str, int | str]) -> list[str]:
+    """Launch settings as the annotated module constants a file holds (annotated so they are not
+    taken for shape knobs)."""
+    return [f"{k}: {type(v).__name__} = {json.dumps(v)}" for k, v in tunables.items()]
 
 
 def output_names(g: Group) -> list[str]:

@@ -1,23 +1,44 @@
-"""GEMM: a matmul or linear with its elementwise epilogue on the accumulator, one Triton GEMM
-(gemm.py.tmpl). Optional: the first candidate keeps the vendor GEMM (a PyTorch call, origin
-vendor_gemm) with the epilogue as its own kernel, since cuBLAS beats a Triton GEMM in strict
-fp32; the second turns this kind on.
+"""GEMM: a matmul, batched matmul or linear with its elementwise epilogue on the accumulator, one
+Triton GEMM (gemm.py.tmpl) on tensor cores at fp32 accuracy. Optional, its candidate first: the
+one without it keeps the vendor GEMM (a PyTorch call, origin vendor_gemm, cuBLAS on the CUDA
+cores in strict fp32) with the epilogue as its own kernel.
 
-Recognition: a 2D fp32 matmul-like PyTorch call (GEMM_OPS) seeds a group of its own, its
-elementwise epilogue after it; inside the kernel its value is the accumulator (plus the bias of
-a linear or addmm), and the domain's sizes are A's rows and B's columns."""
+The GEMM family (gemm_plan.py.tmpl, _GemmPlan): fp32 operands multiplied in split precision,
+`<NAME>_PRECISION`: "tf32x3-split" splits each operand with one pass into a TF32 high part and a
+TF32 remainder (K-major, K padded to whole blocks) and adds three TF32 products per step, the
+plain TF32 GEMM a tensor core runs best; "tf32x3", "bf16x3", "bf16x6" let Triton split inside
+the kernel; "ieee" is strict fp32 on the CUDA cores. Either way its error against float64 is
+what the evaluator's precision rule for contractions judges (docs/evaluation.md). On Hopper the
+operands go through TMA descriptors where their layout allows, tiles persistent or not
+(`PERSISTENT`) and warp-specialised or not (`WARP_SPECIALIZE`); on other GPUs and under
+Triton's interpreter through pointers (the interpreter computes in fp32 whatever the
+precision). Where the output has fewer tiles than the GPU has SMs, K is split into ranges
+(`SPLIT_K`, 0: chosen from the shape) whose sums a second kernel adds in a fixed order before
+the epilogue: bitwise deterministic, no atomics.
+
+Recognition: a fp32 matmul-like PyTorch call (GEMM_OPS) with operands of 2 or more dims whose
+batch dims agree (or one operand 2D) seeds a group of its own, its elementwise epilogue after
+it; inside the kernel its value is the accumulator (plus the bias of a linear or addmm), and
+the domain's sizes are A's rows and B's columns (and the batch dims)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
 from okgit.lower.graph import Bound, Node, Unsupported
 from okgit.lower.kernelcode import KernelCode, Leaf, Scope, store_outputs
-from okgit.lower.kinds.base import Rendered, TemplateKind, output_names, template_kind
+from okgit.lower.kinds.base import Rendered, TemplateKind, constants, output_names, template_kind
 from okgit.lower.template import fill, template
 
+if TYPE_CHECKING:
+    from okgit.lower.template import Traversable
+
 TEMPLATE = template(__package__, "gemm.py.tmpl")
-GEMM_OPS = {"linear", "mm", "addmm", "matmul"}  # the ATen calls a Triton GEMM may replace
+EXTERN = template(__package__, "gemm_extern.py.tmpl")  # stand-ins for torch.mm / addmm / bmm
+GEMM_OPS = {"linear", "mm", "addmm", "matmul", "bmm"}  # the ATen calls a Triton GEMM may replace
+PRECISION = "tf32x3-split"  # the default of <NAME>_PRECISION (the module docstring lists the others)
 
 
 @template_kind(order=0)
@@ -26,13 +47,23 @@ class Gemm(TemplateKind):
     optional = True
     label = "Triton GEMM"
     label_off = "vendor GEMM"
+    before_plain = True  # expected faster than cuBLAS's strict fp32: its candidate first
+    helpers: ClassVar[dict[str, Traversable]] = {"_gemm_plan": template(__package__, "gemm_plan.py.tmpl")}
 
     def seeds(self, n: Node) -> bool:
-        """A matmul-like call whose first two tensor operands are 2D, in fp32."""
+        """A matmul-like fp32 call whose operands have 2 or more dims, batch dims alike or one 2D."""
         if n.kind != "extern" or not isinstance(n.target, torch._ops.OpOverload) or n.target._opname not in GEMM_OPS:
             return False
-        operands = [a for a in _flatten(n.args) if isinstance(a, Node)]
-        return len(operands) >= 2 and all(len(a.shape) == 2 for a in operands[:2]) and n.dtype == torch.float32
+        try:
+            a, b, _ = gemm_operands(n)
+        except Unsupported:
+            return False
+        if not (isinstance(a, Node) and isinstance(b, Node)) or n.dtype != torch.float32:
+            return False
+        sa, sb = a.shape, b.shape
+        if a.dtype != torch.float32 or b.dtype != torch.float32 or len(sa) < 2 or len(sb) < 2:
+            return False
+        return len(sb) == 2 or len(sa) == 2 or sa[:-2] == sb[:-2]
 
     def offered(self, graph) -> bool:
         return any(self.seeds(n) for n in graph.nodes)
@@ -41,18 +72,26 @@ class Gemm(TemplateKind):
         return g.seed is not None and self.seeds(g.seed)
 
     def domain_source(self, g, d: int) -> str | None:
-        return ("a.shape[0]", "b.shape[1]")[d]
+        """The output's last dim is B's columns, the one before A's rows, the others the batch
+        dims of whichever operand has them all."""
+        rank = len(g.shape)
+        if d >= rank - 2:
+            return "b.shape[-1]" if d == rank - 1 else "a.shape[-2]"
+        a, _, _ = gemm_operands(g.seed)
+        return f"{'a' if len(a.shape) == rank else 'b'}.shape[{d}]"
 
     def extern_origin(self, n: Node, low) -> str | None:
         return "vendor_gemm" if self.seeds(n) else None
 
     def what(self, g) -> str:
-        return "a Triton GEMM with the epilogue on its accumulator"
+        return "a Triton GEMM on tensor cores at fp32 accuracy with the epilogue on its accumulator"
 
-    def tunables(self, NAME: str) -> dict[str, int]:
+    def tunables(self, NAME: str) -> dict[str, int | str]:
         return {
-            f"{NAME}_BLOCK_M": 64, f"{NAME}_BLOCK_N": 64, f"{NAME}_BLOCK_K": 32,
-            f"{NAME}_GROUP_M": 8, f"{NAME}_NUM_WARPS": 4, f"{NAME}_NUM_STAGES": 3,
+            f"{NAME}_BLOCK_M": 128, f"{NAME}_BLOCK_N": 128, f"{NAME}_BLOCK_K": 32,
+            f"{NAME}_GROUP_M": 8, f"{NAME}_NUM_WARPS": 8, f"{NAME}_NUM_STAGES": 3,
+            f"{NAME}_PRECISION": PRECISION, f"{NAME}_SPLIT_K": 0, f"{NAME}_PERSISTENT": 0,
+            f"{NAME}_WARP_SPECIALIZE": 0,
         }
 
     def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:
@@ -72,12 +111,44 @@ class Gemm(TemplateKind):
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, "a.device")
         a_expr = low.tensor(a)
         b_expr = low.tensor(b) + (".t()" if mm.op.startswith("aten.linear") else "")
+        low.helpers.add("_gemm_plan")
         src = fill(
             TEMPLATE, name=name, NAME=name.upper(), params=sig, body="\n".join(body.lines),
             args=", ".join(["a", "b"] + ([largs] if largs else [])), doc=self.describe(g), prepare="\n".join(prep),
             call_args=call, returns=returns,
         )
         return Rendered(name, src, self.tunables(name.upper()), [a_expr, b_expr] + args, g.outputs, self.describe(g))
+
+
+# the stand-ins' epilogue: alpha * A @ B (+ beta * bias) written through out's strides, bias broadcast
+_EXTERN_PARAMS = ["bias_ptr", "out_ptr", "alpha", "beta", "n_rows", "n_cols", "bias_z", "bias_m", "bias_n", "out_z",
+                  "out_m", "out_n", "HAS_BIAS: tl.constexpr"]
+_EXTERN_ARGS = ["bias3", "out3", "alpha", "beta", "out3.shape[1]", "out3.shape[2]", "bias3.stride(0)", "bias3.stride(1)",
+                "bias3.stride(2)", "out3.stride(0)", "out3.stride(1)", "out3.stride(2)", "bias is not None and beta != 0"]
+_EXTERN_BODY = """o_n = flat % n_cols
+o_m = (flat // n_cols) % n_rows
+o_z = flat // (n_cols * n_rows)
+v = acc * alpha
+if HAS_BIAS:
+    v += beta * tl.load(bias_ptr + o_z * bias_z + o_m * bias_m + o_n * bias_n, mask=mask, other=0.0)
+tl.store(out_ptr + o_z * out_z + o_m * out_m + o_n * out_n, v, mask=mask)"""
+_EXTERN_PREPARE = """out3 = out if out.dim() == 3 else out.unsqueeze(0)
+bias3 = out3 if bias is None else bias.expand(out.shape)
+bias3 = bias3 if bias3.dim() == 3 else bias3.unsqueeze(0)"""
+VENDOR_STAND_INS = {"mm": "_split_mm", "addmm": "_split_addmm", "bmm": "_split_bmm"}
+
+
+def vendor_stand_ins() -> str:
+    """Python text defining `_split_mm`, `_split_addmm` and `_split_bmm`: torch.mm, addmm and bmm
+    (their arguments, `out=` included) on this kind's GEMM at its default settings, for code
+    that calls the vendor (the Inductor seed, okgit.inductor.gemm)."""
+    kernel = fill(
+        TEMPLATE, name="_split_gemm", NAME="SPLIT_GEMM", params="\n".join(f"{p}," for p in _EXTERN_PARAMS),
+        body=_EXTERN_BODY, args="a, b, bias, out, alpha, beta", doc="alpha * a @ b (+ beta * bias) into out.",
+        prepare=_EXTERN_PREPARE, call_args="\n".join(f"{a}," for a in _EXTERN_ARGS), returns="out",
+    )
+    settings = "\n".join(constants(Gemm().tunables("SPLIT_GEMM")))
+    return "\n\n\n".join([fill(Gemm.helpers["_gemm_plan"]), settings, kernel, fill(EXTERN)])
 
 
 def gemm_operands(mm: Node) -> tuple[Node, Node, Node | None]:

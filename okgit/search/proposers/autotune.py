@@ -226,7 +226,8 @@ def _pow2_ceil(n: int) -> int:
 
 
 def _fits(sites: list[Site], changed: Site, value: int) -> bool:
-    """GEMM tiles (fp32, every stage buffered) must fit in shared memory."""
+    """GEMM tiles (fp32, every stage buffered, twice: the template's split operands stage their
+    TF32 highs and remainders) must fit in shared memory."""
     prefix = changed.name.rsplit("_", 2)[0] if "_BLOCK_" in changed.name or "_NUM_" in changed.name else None
     if prefix is None:
         return True
@@ -236,7 +237,7 @@ def _fits(sites: list[Site], changed: Site, value: int) -> bool:
     if bm is None or bn is None or bk is None:
         return True
     stages = cur.get(f"{prefix}_NUM_STAGES", 2)
-    return (bm * bk + bk * bn) * 4 * max(stages, 1) <= SHARED_BYTES
+    return 2 * (bm * bk + bk * bn) * 4 * max(stages, 1) <= SHARED_BYTES
 
 
 def apply(source: str, site: Site, value: int) -> str:

@@ -8,7 +8,9 @@ reference's own forward, with a warning, where the arguments fall outside what w
 The candidate is then judged like any other; the autotune phase tunes its launches where it is
 the best, and a model continues from it.
 
-On by default on a GPU, where a second seed comes from max-autotune-no-cudagraphs. On a CPU (Triton's interpreter, nothing timed) it is off unless
+A seed that calls vendor GEMMs is followed by the same seed with them on the split-precision
+GEMM family (origin `inductor:split_gemm`, okgit.inductor.gemm). On by default on a GPU, where a
+last seed comes from max-autotune-no-cudagraphs. On a CPU (Triton's interpreter, nothing timed) it is off unless
 `inductor = true` in okgit.toml: the compile costs tens of seconds there for a candidate whose
 speed nobody can measure.
 """
@@ -23,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from okgit.inductor.gemm import split_gemm_seed
 from okgit.search.types import Context, Proposal
 
 TIME_LIMIT_S = 900  # the compile, Inductor's autotuning and one run of the reference at its real size
@@ -64,6 +67,11 @@ class InductorProposer:
                 origin = "inductor" if mode == "default" else f"inductor:{mode}"
                 made = [Proposal(source=source, origin=origin + ("" if j == 0 else ":specialised"), intent=what, parent=None,
                                  meta={"kernels": [], "tunables": {}}) for j, (source, what) in enumerate(files)]
+                split = split_gemm_seed(made[0].source) if mode == "default" else None
+                if split is not None:  # the seed with its vendor GEMMs on the split-precision GEMM, next
+                    why_split = f"{made[0].intent}; its vendor GEMMs on tensor cores at fp32 accuracy (3xTF32)"
+                    made.insert(1, Proposal(source=split, origin=f"{origin}:split_gemm", intent=why_split, parent=None,
+                                            meta={"kernels": [], "tunables": {}}))
                 self._ready = made[1:]
                 return made[0]
             ctx.log("note", message=f"inductor ({mode}): {why}")

@@ -24,7 +24,7 @@ def _bench():
     return module
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the bench script as the GPU machine runs it: a process, the interpreter
 def test_smoke_runs_every_step_and_judges_by_the_rule(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke"], cwd=ROOT, env=env, capture_output=True, text=True,

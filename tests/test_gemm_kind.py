@@ -192,7 +192,7 @@ def paths(source: str) -> dict[str, str]:
     }
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates under the interpreter (oprun)
 def test_every_form_and_path_matches_float64(tmp_path):
     jobs, names = [], []
     for form in FORMS:
@@ -205,7 +205,7 @@ def test_every_form_and_path_matches_float64(tmp_path):
     assert not bad, bad
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates under the interpreter (oprun)
 def test_tma_takes_operands_as_they_are_where_aligned(tmp_path):
     """A batched product with K-major B (B^T stored row-major): TMA descriptors of the operands as
     they are where rows are 16-byte multiples (K 40), pointers where not (K 41); both right."""
@@ -310,16 +310,15 @@ def test_the_plan_picks_its_path_from_the_layout(tmp_path):
     assert got["long_k"]["grid"] == [4]  # persistent: as many programs as SMs
 
 
-@pytest.mark.slow
-def test_optimize_hands_out_the_split_gemm_with_its_error_beside_the_references(git_repo):
+@pytest.mark.slow  # a run with real evaluation
+def test_optimize_hands_out_the_split_gemm_with_its_error_beside_the_references(cli, git_repo):
     """okgit optimize on a linear + GELU (CPU): the split-precision GEMM is the first candidate,
     judged correct by the real evaluator under the precision rule, and report.md states the
     winner's error against float64 beside the reference's own."""
     (git_repo / "linear_gelu.py").write_text(HEADER + textwrap.dedent(FORMS["linear3d"][0]))
     sh(git_repo, "add", "linear_gelu.py")
     sh(git_repo, "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "op")
-    proc = subprocess.run([sys.executable, "-m", "okgit", "optimize", "linear_gelu.py", "--device", "cpu",
-                           "--iterations", "1", "--json"], cwd=git_repo, capture_output=True, text=True, timeout=900)
+    proc = cli("optimize", "linear_gelu.py", "--device", "cpu", "--iterations", "1", "--json", cwd=git_repo)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result["status"] == "unverified" and result["best_tag"], result

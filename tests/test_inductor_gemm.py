@@ -87,7 +87,7 @@ print(json.dumps(worst))
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the stand-ins under the interpreter, in a process
 def test_stand_ins_match_torch(tmp_path):
     path = tmp_path / "stand_ins.py"
     path.write_text(IMPORTS + vendor_stand_ins())
@@ -117,7 +117,7 @@ print(json.dumps({"calls": len(calls), "err": float((got.double() - want).abs().
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the seed under the interpreter, in a process
 def test_the_rewritten_seed_runs_its_compiled_path_with_the_stand_in(tmp_path):
     path = tmp_path / "seed.py"
     path.write_text(split_gemm_seed(_seed()))

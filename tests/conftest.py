@@ -8,8 +8,10 @@ import io
 import os
 import subprocess
 import sys
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -292,3 +294,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 and item.get_closest_marker("slow") is None and item.get_closest_marker("gpu") is None]
     if unmarked:
         raise pytest.UsageError(f"tests using the real evaluator must be marked slow: {', '.join(unmarked)}")
+
+
+def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Two (start, end) spans share some time."""
+    return a[0] < b[1] and b[0] < a[1]
+
+
+class TimedSlot:
+    """One slot's real LocalEvaluator, recording when each of its evaluations ran."""
+
+    spans: ClassVar[list[tuple[str, float, float]]] = []  # (slot device, start, end)
+
+    def __init__(self, device: str) -> None:
+        from okgit.eval.parent.local import LocalEvaluator
+
+        self.slot = device
+        self.inner = LocalEvaluator(device="cpu")
+        self.device = self.inner.device
+
+    def reference(self, problem):
+        return self.inner.reference(problem)
+
+    def evaluate(self, problem, source, *, mode="fast", backend="triton"):
+        start = time.monotonic()
+        try:
+            return self.inner.evaluate(problem, source, mode=mode, backend=backend)
+        finally:
+            TimedSlot.spans.append((self.slot, start, time.monotonic()))
+
+    def close(self) -> None:
+        self.inner.close()
+

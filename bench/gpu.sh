@@ -120,9 +120,9 @@ for arg in "$@"; do
   stage="${arg%%:*}"; range="${arg#"$stage"}"; range="${range#:}"
   case "$stage" in
     facts) ;;
-    tests)
+    tests)  # one process (-o addopts=): the device carries okgit's dependencies, not pytest-xdist
       need_gpu tests || { final=3; continue; }
-      run_stage tests 300 'python3 -m pytest -m gpu tests/eval/test_eval_gpu.py -q -rA -p no:cacheprovider --junitxml="$OUT/tests.xml"' ;;
+      run_stage tests 300 'python3 -m pytest -o addopts= -m gpu tests/eval/test_eval_gpu.py -q -rA -p no:cacheprovider --junitxml="$OUT/tests.xml"' ;;
     eval)
       need_gpu eval || { final=3; continue; }
       run_stage eval 560 'python3 bench/eval.py --range '"${range:-1-10}"' --repeats 2 --aa-rounds 3 --time-limit $LIMIT' ;;

@@ -63,7 +63,9 @@ def sweep(kb: Path, level: int, problems: str, parallel: int, out: Path, flags: 
 
 
 def gpu_tests(limit_s: float) -> dict:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/eval/test_eval_gpu.py", "-k", "remembered", "-p", "no:cacheprovider"]
+    # one process (no pyproject addopts): the device carries okgit's dependencies, not pytest-xdist
+    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-m", "gpu", "tests/eval/test_eval_gpu.py", "-k", "remembered",
+           "-p", "no:cacheprovider"]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(10.0, limit_s))
     except subprocess.TimeoutExpired:

@@ -4,9 +4,6 @@ that does not fit the host refused in one line."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -63,8 +60,8 @@ def test_globals_derived_from_knobs_follow_them(evaluator, tmp_path):
     assert result.status is Status.rejected and result.error.gate == "backend_kernel", result.error
 
 
-@pytest.mark.slow  # two evaluators of its own (no judge cache, the default)
-def test_cases_beyond_the_judges_cache_are_computed_again(tmp_path):
+@pytest.mark.slow  # an evaluator of its own (no judge cache), and the real one's cache
+def test_cases_beyond_the_judges_cache_are_computed_again(evaluator):
     """With no room to keep expected outputs, every case is drawn and computed again when it is
     checked: the verdicts are the same, and a wrong candidate is still caught."""
     problem = load_problem(OPS / "softmax.py", root=str(OPS))
@@ -79,19 +76,13 @@ def test_cases_beyond_the_judges_cache_are_computed_again(tmp_path):
         assert result.status is Status.incorrect and result.error.gate == "seeds", result.error
     finally:
         ev.close()
-    roomy = LocalEvaluator(device="cpu", prestart=False)
-    try:
-        assert "s0" in roomy.prepared(problem).cached
-    finally:
-        roomy.close()
+    assert "s0" in evaluator.prepared(problem).cached  # the default: room for them
 
 
-@pytest.mark.slow  # a real okgit process under a host-memory setting
-def test_a_problem_that_does_not_fit_the_host_is_one_line():
-    env = {**os.environ, "OKGIT_HOST_MEMORY": "64M"}
-    done = subprocess.run([sys.executable, "-m", "okgit", "eval", str(OPS / "relu_triton.py"), "--ref",
-                           str(OPS / "relu.py"), "--device", "cpu"], capture_output=True, text=True, env=env,
-                          timeout=300)
+@pytest.mark.slow  # `okgit eval` prepares the reference in a judge process before it refuses
+def test_a_problem_that_does_not_fit_the_host_is_one_line(cli, tmp_path):
+    done = cli("eval", str(OPS / "relu_triton.py"), "--ref", str(OPS / "relu.py"), "--device", "cpu", cwd=tmp_path,
+               env={"OKGIT_HOST_MEMORY": "64M"})
     assert done.returncode == 1
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "does not fit in host memory" in lines[0] and "0.1 GiB available" in lines[0], lines

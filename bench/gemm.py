@@ -3,27 +3,33 @@ variants, and the development set's GEMM-bound problems at their real sizes, aga
 (eager, PyTorch's default flags) and torch.compile (default mode).
 
     python3 bench/gemm.py --kb .kb/KernelBench [--problems 1:3,6,9,12,15,18,87 2:39,51,55,59,63,75,95,99]
-                          [--time-limit 280] [--no-compile] [--family-only] [--smoke]
+                          [--time-limit 280] [--no-compile] [--family-only | --no-family] [--smoke]
 
-1. The family: a bare GEMM (the template's own kernel, no epilogue) on a few shapes (4096^3, a
-   linear at level-2 problem 63's size, a long K at level-1 problem 6's, a 2D operand shared by a
-   batch at level-1 problem 87's 1x1 convolution) over a compact set of configurations, each
-   one setting away from the template's defaults: precision (TF32 split ahead of the GEMM,
-   Triton's own tf32x3 / bf16x3 / bf16x6, strict ieee), tiles, stages, warps, persistent,
-   warp-specialised, split-K. Each is checked against float64 (max abs error, and the same
-   over max|float64|) beside cuBLAS fp32's error, on uniform inputs (KernelBench's) and on
-   zero-mean ones, then timed.
-2. The problems: each file at its real size; eager (its error against float64 is the
-   reference's own, what the evaluator's precision rule compares with), torch.compile, and
-   okgit's template candidates as `okgit optimize` proposes them (the split-precision GEMM
-   first, then the vendor GEMM with its fused epilogue) at their defaults. `rule` says whether
-   the candidate's error is within 4x the reference's (docs/evaluation.md).
+1. The family, on a bare GEMM (the template's own kernel, no epilogue) of each shape class at a
+   development problem's size: square (4096^3), a linear (level-2 problem 63), a linear with a
+   short side (problem 59's 128 rows), a long K (level-1 problem 6), a batched product (problem
+   3), a tall-skinny one (problem 9, K 32) and a 2D operand shared by a batch (problem 87's 1x1
+   convolution). Each shape's core configurations first: the defaults, the precisions autotune
+   tries (bf16x3, bf16x6) and Triton's own tf32x3, the operands split ahead or inside the kernel
+   against what the plan chose; each checked against float64 (max abs error, and the same over
+   max|float64|) beside cuBLAS fp32's error, on uniform inputs (KernelBench's) and on zero-mean
+   ones, then timed. The plan's choice (operands split ahead, TMA, K ranges) is recorded per run.
+2. The problems: each file at its real size; eager (its error against float64 is the reference's
+   own, what the evaluator's precision rule compares with), torch.compile, okgit's template
+   candidates as `okgit optimize` proposes them (the split-precision GEMM first, then the vendor
+   GEMM with its fused epilogue) at their defaults, and the GEMM candidate at bf16x3, autotune's
+   first variant. `rule` says whether an arm's error is within 4x the reference's
+   (docs/evaluation.md).
+3. Then, time left, each family shape's launch settings one or two away from the defaults (tiles,
+   stages, warps, persistent, warp-specialised, split-K), those the kind counts as not fitting in
+   shared memory (okgit.lower.kinds.gemm.shared_bytes) listed, not run.
 
 Timing: triton.testing.do_bench (CUDA events, L2 cleared before each call, median), in this one
 process; TFLOP/s from the FLOPs torch's counter finds in the eager call. Exploration figures,
 not okgit's claims. Stops starting new work after --time-limit seconds and reports what
-finished. Writes $OUT/gemm.json (OUT defaults to /tmp/out). --smoke: CPU, Triton interpreter,
-tiny shapes and two problems of its own, nothing timed: the plumbing only.
+finished (--family-only: parts 1 and 3; --no-family: part 2). Writes $OUT/gemm.json (OUT
+defaults to /tmp/out). --smoke: CPU, Triton interpreter, tiny shapes and two problems of its
+own, nothing timed: the plumbing only.
 """
 
 from __future__ import annotations
@@ -49,32 +55,44 @@ DEFAULT_PROBLEMS = "1:3,6,9,12,15,18,87 2:39,51,55,59,63,75,95,99"
 RULE_MULTIPLE = 4.0  # okgit.eval.judge.tolerance.REF_ERROR_MULTIPLE
 HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 
-# name: (forward, input expressions, knobs, smoke knobs, which configurations)
+# name: (forward, input expressions, knobs, smoke knobs, configurations: core, then launch settings)
+LINEAR = "torch.rand(m, k), (torch.rand(n, k) * 2 - 1) / k ** 0.5"  # nn.Linear's weight, as its init draws it
 SHAPES = {
     "4096^3 matmul": ("torch.matmul(a, b)", "torch.rand(m, k), torch.rand(k, n)",
-                      {"m": 4096, "k": 4096, "n": 4096}, {"m": 40, "k": 48, "n": 24}, "all"),
-    "L2/63 linear 1024x8192x8192": ("F.linear(a, b)", "torch.randn(m, k), torch.randn(n, k) / k ** 0.5",
-                                    {"m": 1024, "k": 8192, "n": 8192}, {"m": 24, "k": 64, "n": 40}, "all"),
+                      {"m": 4096, "k": 4096, "n": 4096}, {"m": 40, "k": 48, "n": 24}, "square"),
+    "L2/63 linear 1024x8192x8192": ("F.linear(a, b)", LINEAR, {"m": 1024, "k": 8192, "n": 8192},
+                                    {"m": 24, "k": 64, "n": 40}, "square"),
+    "L2/59 linear 128x32768x32768": ("F.linear(a, b)", LINEAR, {"m": 128, "k": 32768, "n": 32768},
+                                     {"m": 8, "k": 64, "n": 40}, "short"),
     "L1/6 long K 256x524288x256": ("torch.matmul(a, b)", "torch.rand(m, k), torch.rand(k, n)",
-                                   {"m": 256, "k": 524288, "n": 256}, {"m": 16, "k": 512, "n": 16}, "split-K"),
+                                   {"m": 256, "k": 524288, "n": 256}, {"m": 16, "k": 512, "n": 16}, "long K"),
+    "L1/3 bmm 128x512x1024x2048": ("torch.bmm(a, b)", "torch.rand(z, m, k), torch.rand(z, k, n)",
+                                   {"z": 128, "m": 512, "k": 1024, "n": 2048}, {"z": 2, "m": 24, "k": 16, "n": 40},
+                                   "batched"),
+    "L1/9 tall-skinny 32768x32x32768": ("torch.matmul(a, b)", "torch.rand(m, k), torch.rand(k, n)",
+                                        {"m": 32768, "k": 32, "n": 32768}, {"m": 40, "k": 16, "n": 24}, "tall"),
     "L1/87 1x1 conv as GEMM": ("torch.matmul(a, b)", "torch.rand(m, k) - 0.5, torch.rand(z, k, n)",
-                               {"z": 16, "m": 128, "k": 64, "n": 1048576}, {"z": 2, "m": 24, "k": 16, "n": 40}, "few"),
+                               {"z": 16, "m": 128, "k": 64, "n": 1048576}, {"z": 2, "m": 24, "k": 16, "n": 40},
+                               "batched"),
 }
-CONFIGS = [  # one setting away from the template's defaults (okgit/lower/kinds/gemm.py)
-    {},
-    {"PRECISION": "tf32x3"}, {"PRECISION": "bf16x3"}, {"PRECISION": "bf16x6"}, {"PRECISION": "ieee"},
-    {"BLOCK_N": 256}, {"BLOCK_M": 64}, {"BLOCK_K": 64, "NUM_STAGES": 2},
-    {"NUM_STAGES": 2}, {"NUM_STAGES": 4}, {"NUM_WARPS": 4},
-    {"PERSISTENT": 1}, {"PERSISTENT": 1, "WARP_SPECIALIZE": 1}, {"WARP_SPECIALIZE": 1},
-    {"PRECISION": "tf32x3", "PERSISTENT": 1}, {"PRECISION": "tf32x3", "BLOCK_N": 256, "NUM_STAGES": 4},
-]
-SUBSETS = {
-    "all": CONFIGS,
-    # short sides: the defaults split inside the kernel; GEMM_SPLIT_AHEAD_MIN 0 splits ahead all the same
-    "split-K": [{}, {"GEMM_SPLIT_AHEAD_MIN": 0}, {"PERSISTENT": 1}, {"SPLIT_K": 1}, {"SPLIT_K": 16}, {"SPLIT_K": 128}],
-    "few": [{}, {"GEMM_SPLIT_AHEAD_MIN": 0}, {"PERSISTENT": 1}, {"BLOCK_N": 256}],
-    "precision": CONFIGS[:5],  # zero-mean inputs: where the precisions' errors part
+AHEAD = {"GEMM_SPLIT_AHEAD_MIN": 0, "GEMM_SPLIT_AHEAD_MIN_TMA": 0}  # operands split ahead whatever the shape
+# Triton's tf32x3 is the defaults' path where they split inside; autotune tries bf16x3 and bf16x6
+PRECISIONS = [{"PRECISION": "bf16x3"}, {"PRECISION": "bf16x6"}, {"PRECISION": "tf32x3"}]
+CORE = [{}, *PRECISIONS, AHEAD]  # part 1, on every shape (AHEAD skipped where the defaults split ahead)
+TILES = {  # part 3: launch settings per class, each fitting or listed as not fitting
+    "square": [{"NUM_WARPS": 4}, {"NUM_WARPS": 16}, {"NUM_STAGES": 2}, {"BLOCK_K": 16, "NUM_STAGES": 4}, {"BLOCK_K": 64, "NUM_STAGES": 1},
+               {"BLOCK_N": 256, "NUM_STAGES": 2}, {"BLOCK_M": 256, "NUM_STAGES": 2}, {"BLOCK_M": 64},
+               {"BLOCK_M": 64, "NUM_WARPS": 4}, {"GROUP_M": 16}, {"WARP_SPECIALIZE": 1},
+               {"PERSISTENT": 1, "NUM_STAGES": 2}, {"PERSISTENT": 1, "WARP_SPECIALIZE": 1, "NUM_STAGES": 2},
+               {"PERSISTENT": 1}],
+    "short": [{"NUM_WARPS": 4}, {"BLOCK_N": 256, "NUM_STAGES": 2}, {"BLOCK_M": 64}, {"PERSISTENT": 1, "NUM_STAGES": 2}],
+    "long K": [{"SPLIT_K": 16}, {"SPLIT_K": 64}, {"SPLIT_K": 128}, {"BLOCK_K": 16, "NUM_STAGES": 4},
+               {"PERSISTENT": 1, "NUM_STAGES": 2}],
+    "batched": [{"NUM_WARPS": 4}, {"BLOCK_N": 256, "NUM_STAGES": 2}, {"PERSISTENT": 1, "NUM_STAGES": 2}],
+    "tall": [{"NUM_WARPS": 4}, {"BLOCK_N": 256, "NUM_STAGES": 2}, {"BLOCK_M": 256, "NUM_STAGES": 2},
+             {"NUM_STAGES": 1}, {"PERSISTENT": 1, "NUM_STAGES": 2}],
 }
+ZERO_MEAN = [{}, *PRECISIONS, {"PRECISION": "ieee"}]  # zero-mean inputs: where the precisions' errors part
 SETTING = re.compile(r"^(FUSED_GEMM_\d+_)?(\w+): (int|str) = (.*)$", re.MULTILINE)  # a group's, or the helper's
 
 
@@ -208,20 +226,48 @@ def flop_count(fn) -> float:
     return float(counter.get_total_flops())
 
 
-def family(b: Bench, rows: list, pool, tmp: Path) -> None:
-    torch = b.torch
+def shared_need(source: str, settings: dict) -> int:
+    """Shared memory the GEMM group of `source` takes with `settings` changed, as the kind counts it."""
+    from okgit.lower.kinds.gemm import shared_bytes
+
+    current = {m[2]: json.loads(m[4]) for m in SETTING.finditer(source) if m[1]}
+    return shared_bytes({**current, **settings})
+
+
+def record_plans(module: types.ModuleType) -> list[dict]:
+    """What each _GemmPlan the module's GEMM makes chose (operands split ahead, TMA, K ranges), as it runs."""
+    seen: list[dict] = []
+
+    class Recording(module._GemmPlan):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            seen.append({"ahead": self.switches["SPLIT"], "tma": self.switches["TMA"], "split_k": self.split_k})
+
+    module._GemmPlan = Recording
+    return seen
+
+
+def render_shapes(b: Bench, pool, tmp: Path) -> dict:
     ops = {}
     for i, (name, (forward, inputs, knobs, small, _)) in enumerate(SHAPES.items()):
         path = tmp / f"shape{i}.py"
         path.write_text(op_source(forward, inputs, small if b.smoke else knobs))
         ops[name] = (path, pool.submit(render, str(path), b.device))
-    for name, (_, _, _, _, subset) in SHAPES.items():
+    return ops
+
+
+def family(b: Bench, rows: list, ops: dict, tiles: bool) -> None:
+    """Part 1 (each shape's CORE configurations, uniform then zero-mean inputs) or part 3 (its TILES)."""
+    from okgit.lower.kinds.gemm import SHARED_LIMIT
+
+    torch = b.torch
+    for name, (_, _, _, _, cls) in SHAPES.items():
         path, rendered = ops[name]
         source = next(s for o, s in rendered.result()["candidates"] if o.startswith("template:gemm"))
         model, args = build(load(path.read_text(), "ref"), b.device)
-        for zero_mean in (False, True):
+        for zero_mean in (False,) if tiles else (False, True):
             if b.out_of_time():
-                print(f"time limit: family shape {name} and later not run", flush=True)
+                print(f"time limit: family {'launch settings' if tiles else 'shape'} {name} and later not run", flush=True)
                 return
             if zero_mean:
                 args = [x - x.mean() for x in args]
@@ -229,19 +275,33 @@ def family(b: Bench, rows: list, pool, tmp: Path) -> None:
             with torch.no_grad():
                 want64 = model(*[x.double() for x in args])
             ref_err, ref_us, _ = b.run(lambda: model(*args), want64, timed=not zero_mean)
-            print(f"{name}{', zero-mean inputs' if zero_mean else ''}: cuBLAS fp32 {fmt_us(ref_us)} "
-                  f"{tflops(flops, ref_us)} error {fmt_err(ref_err)}", flush=True)
-            for settings in SUBSETS["precision" if zero_mean else subset][: 2 if b.smoke else None]:
+            print(f"{name}{', zero-mean inputs' if zero_mean else ''}{', launch settings' if tiles else ''}: cuBLAS fp32 "
+                  f"{fmt_us(ref_us)} {tflops(flops, ref_us)} error {fmt_err(ref_err)}", flush=True)
+            configs = TILES[cls] if tiles else ZERO_MEAN if zero_mean else CORE
+            default_plan: dict = {}
+            for settings in configs[: 2 if b.smoke else None]:
                 if b.out_of_time():
                     break
-                cand, _ = build(load(with_settings(source, settings), "cand"), b.device)
-                err, us, why = b.run(lambda cand=cand: cand(*args), want64, timed=not zero_mean)
-                rule = within_rule(err, ref_err) if err and ref_err else None
-                rows.append({"part": "family", "shape": name, "zero_mean": zero_mean, "settings": settings,
-                             "flops": flops, "cublas_us": ref_us, "cublas_err": ref_err, "us": us, "err": err,
-                             "rule": rule, "error": why})
-                print(f"  {label(settings):40s} {why or fmt_us(us) + ' ' + tflops(flops, us)} error {fmt_err(err)} "
-                      f"rule {fmt_rule(rule)}", flush=True)
+                if settings == AHEAD and default_plan.get("ahead"):
+                    continue  # the defaults already split ahead
+                row = {"part": "family", "shape": name, "class": cls, "zero_mean": zero_mean, "settings": settings,
+                       "tiles": tiles, "flops": flops, "cublas_us": ref_us, "cublas_err": ref_err, "us": None,
+                       "err": None, "rule": None, "plan": None, "error": None}
+                need = shared_need(source, settings)
+                if need > SHARED_LIMIT:
+                    row["error"] = f"does not fit: {need} bytes of shared memory (limit {SHARED_LIMIT})"
+                else:
+                    module = load(with_settings(source, settings), "cand")
+                    plans = record_plans(module)
+                    cand, _ = build(module, b.device)
+                    row["err"], row["us"], row["error"] = b.run(lambda cand=cand: cand(*args), want64, timed=not zero_mean)
+                    row["plan"] = plans[-1] if plans else None
+                    row["rule"] = within_rule(row["err"], ref_err) if row["err"] and ref_err else None
+                if not settings:
+                    default_plan = row["plan"] or {}
+                rows.append(row)
+                print(f"  {label(settings):40s} {row['error'] or fmt_us(row['us']) + ' ' + tflops(flops, row['us'])} "
+                      f"error {fmt_err(row['err'])} rule {fmt_rule(row['rule'])} {fmt_plan(row['plan'])}", flush=True)
             want64 = None  # freed before the next shape's tensors
         model = args = None
 
@@ -264,9 +324,13 @@ def problems(b: Bench, files: list[tuple[str, Path]], compile_too: bool, rows: l
             want64 = copy.deepcopy(model).double()(*[x.double() if x.is_floating_point() else x for x in args])
         arms = [("eager", model)]
         for origin, source in found["candidates"]:
-            cand, _ = build(load(source, tag + "_cand"), b.device, knobs)
-            cand.load_state_dict(model.state_dict())
-            arms.append((origin, cand))
+            # the GEMM candidate, then at bf16x3: autotune's first variant of it
+            variants = [(origin, source)] + ([(f"{origin} precision=bf16x3", with_settings(source, {"PRECISION": "bf16x3"}))]
+                                             if origin.startswith("template:gemm") else [])
+            for arm, text in variants:
+                cand, _ = build(load(text, tag + "_cand"), b.device, knobs)
+                cand.load_state_dict(model.state_dict())
+                arms.append((arm, cand))
         if compile_too and not b.smoke:
             arms.append(("torch.compile", torch.compile(model)))
         for arm, fn in arms:
@@ -311,27 +375,30 @@ def problem_line(row: dict) -> str:
 
 
 def summary(rows: list) -> list[str]:
-    out = ["", "| shape | cuBLAS fp32 | defaults | fastest within the rule | its settings |", "|---|---|---|---|---|"]
+    out = ["", "| shape | cuBLAS fp32 | defaults | their plan | error: defaults / cuBLAS | fastest within the rule "
+           "| its settings |", "|---|---|---|---|---|---|---|"]
     for shape in dict.fromkeys(r["shape"] for r in rows if r["part"] == "family"):
         timed = [r for r in rows if r["part"] == "family" and r["shape"] == shape and not r["zero_mean"]]
-        if not timed:
+        default = next((r for r in timed if not r["settings"]), None)
+        if default is None:
             continue
-        default = next((r for r in timed if not r["settings"]), timed[0])
         passing = [r for r in timed if r["rule"] and r["us"] is not None]
         best = min(passing, key=lambda r: r["us"]) if passing else default
         out.append(f"| {shape} | {fmt_us(default['cublas_us'])} {tflops(default['flops'], default['cublas_us'])} "
-                   f"| {fmt_us(default['us'])} {tflops(default['flops'], default['us'])} "
+                   f"| {fmt_us(default['us'])} {tflops(default['flops'], default['us'])} | {fmt_plan(default['plan'])} "
+                   f"| {fmt_rel(default['err'])} / {fmt_rel(default['cublas_err'])} "
                    f"| {fmt_us(best['us'])} {tflops(best['flops'], best['us'])} | {label(best['settings'])} |")
-    out += ["", "| problem | eager us | torch.compile us | okgit GEMM us | vs compile | TFLOP/s | error eager | error okgit | rule |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out += ["", "| problem | eager us | torch.compile us | okgit GEMM us | vs compile | TFLOP/s | error eager | error okgit "
+            "| rule | at bf16x3 | rule |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in (r for r in rows if r["part"] == "problem"):
         a = row["arms"]
-        gemm = next((v for k, v in a.items() if k.startswith("template:gemm")), {})
+        gemm = next((v for k, v in a.items() if k.startswith("template:gemm") and "precision=" not in k), {})
+        bf16x3 = next((v for k, v in a.items() if k.endswith("precision=bf16x3")), {})
         comp = a.get("torch.compile", {})
         vs = f"{comp['us'] / gemm['us']:.2f}x" if comp.get("us") and gemm.get("us") else "-"
         out.append(f"| {row['key']} | {fmt_us(a['eager']['us'])} | {fmt_us(comp.get('us'))} | {fmt_us(gemm.get('us'))} | {vs} "
                    f"| {tflops(row['flops'], gemm.get('us'))} | {fmt_err(a['eager']['err'])} | {fmt_err(gemm.get('err'))} "
-                   f"| {fmt_rule(gemm.get('rule'))} |")
+                   f"| {fmt_rule(gemm.get('rule'))} | {fmt_us(bf16x3.get('us'))} | {fmt_rule(bf16x3.get('rule'))} |")
     return out
 
 
@@ -351,8 +418,19 @@ def fmt_err(err: dict | None) -> str:
     return f"{err['abs']:.2e} abs, {err['rel']:.1e} of max" if err and err["rel"] is not None else "-"
 
 
+def fmt_rel(err: dict | None) -> str:
+    return f"{err['rel']:.1e}" if err and err["rel"] is not None else "-"
+
+
 def fmt_rule(ok: bool | None) -> str:
     return "-" if ok is None else ("pass" if ok else "FAIL")
+
+
+def fmt_plan(plan: dict | None) -> str:
+    if not plan:
+        return "-"
+    ranges = f", {plan['split_k']} K ranges" if plan["split_k"] > 1 else ""
+    return f"[{'ahead' if plan['ahead'] else 'inside'}{', TMA' if plan['tma'] else ''}{ranges}]"
 
 
 def smoke_kb(tmp: Path) -> Path:
@@ -389,8 +467,8 @@ def main() -> int:
     parser.add_argument("--problems", default=DEFAULT_PROBLEMS, help="LEVEL:ID,ID ... (default: %(default)s)")
     parser.add_argument("--time-limit", type=float, default=280.0)
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile arm (its compiles take most of the time)")
-    parser.add_argument("--family-only", action="store_true", help="only the configurations on bare GEMMs")
-    parser.add_argument("--no-family", action="store_true", help="only the problems")
+    parser.add_argument("--family-only", action="store_true", help="only the configurations on bare GEMMs (parts 1 and 3)")
+    parser.add_argument("--no-family", action="store_true", help="only the problems (part 2)")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     if args.smoke:
@@ -413,9 +491,12 @@ def main() -> int:
             concurrent.futures.ProcessPoolExecutor(max_workers=8, mp_context=spawn) as pool:
         files = [] if args.family_only else problem_files(smoke_kb(Path(tmp)) if args.smoke else args.kb,
                                                           "1:1 2:2" if args.smoke else args.problems)
-        if not args.no_family:
-            family(b, rows, pool, Path(tmp))
+        shapes = {} if args.no_family else render_shapes(b, pool, Path(tmp))
+        if shapes:
+            family(b, rows, shapes, tiles=False)
         problems(b, files, not args.no_compile, rows, pool)
+        if shapes:
+            family(b, rows, shapes, tiles=True)
     lines = summary(rows)
     device = "smoke: CPU, Triton interpreter, nothing timed" if args.smoke else torch.cuda.get_device_name(0)
     lines += ["", f"exploration figures (do_bench medians, one process; {device}); {time.monotonic() - t0:.0f} s"]

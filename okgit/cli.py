@@ -185,10 +185,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
     files = patch.apply(repo, ref, check=args.check)
     verb = "applies cleanly to" if args.check else "applied to"
     text = f"{ref} {verb} {', '.join(files)}"
-    if not args.check and patch.checked_on(repo, ref) == ("cpu", "triton"):
-        from okgit.views.eval_text import INTERPRETER_NOTE
+    checked = None if args.check else patch.checked_on(repo, ref)
+    if checked:
+        from okgit.views.eval_text import INTERPRETER_NOTE, interpreted
 
-        text += f"\nnote: {ref} was {INTERPRETER_NOTE}"
+        if interpreted(*checked):
+            text += f"\nnote: {ref} was {INTERPRETER_NOTE}"
     where = _applies_at(repo, ref)
     if where:
         text += f"\nnote: {where}"
@@ -281,7 +283,7 @@ def cmd_bench_kernelbench(args: argparse.Namespace) -> int:
 
     report = run_sweep(
         Path(args.dir), level=args.level, problems=args.problems, parallel=args.parallel,
-        flags=_flags(args), cross_check=args.cross_check, out=args.out,
+        flags=_flags(args), cross_check=args.cross_check, out=args.out, top=args.top,
         progress=lambda line: print(f"okgit bench: {line}", file=sys.stderr, flush=True),
     )
     _emit(args, report.model_dump(mode="json"), report.markdown())
@@ -411,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--parallel", type=int, default=1, metavar="N", help="problems at once (default: 1)")
     b.add_argument("--cross-check", action="store_true", help="also score each correct winner with KernelBench's own evaluator, when installed (default: off)")
     b.add_argument("--out", help="directory for the sweep's state and tables; rerun with the same one to resume (default: .okgit/bench/<time>, or a temporary directory outside a repository)")
+    b.add_argument("--top", type=int, default=4, metavar="N", help="level 3: the modules and chains each model's campaign optimizes (default: 4)")
     b.add_argument("--json", action="store_true", help="machine-readable output")
     _optimize_flags(b)
 

@@ -69,7 +69,8 @@ class RunResult(BaseModel):
         if self.best_tag:
             lines.append(f"  {'kept for inspection' if self.status == RunStatus.slower else 'best'}: {self.best_tag}")
         lines.append(f"  report: {self.report}")
-        lines.append(f"  diff:   {self.diff}")
+        if self.status in CORRECT and self.best_tag:  # otherwise report.diff is empty: nothing is handed out
+            lines.append(f"  diff:   {self.diff}")
         return "\n".join(lines)
 
 
@@ -170,7 +171,10 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
         on_event(Preparing(ts=time.time(), run=space.run_id, op=space.op, eval=config.eval))
     with contextlib.ExitStack() as owned:  # an evaluator made here is closed here; a given one is the caller's
         try:
-            evaluator = evaluator or owned.enter_context(make_evaluator(config))
+            # what the evaluator says while it starts (a Modal app: minutes), shaped as the journal's notes
+            note = (lambda message: on_event({"type": "note", "ts": round(time.time(), 3), "run": space.run_id,
+                                               "message": message})) if on_event else None
+            evaluator = evaluator or owned.enter_context(make_evaluator(config, on_note=note))
             if not resume:
                 _log_started(space, config, evaluator.device, on_event)
             reference = evaluator.reference(problem)

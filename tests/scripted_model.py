@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from okgit import llm
-from okgit.eval.parent.verdict import GATES
+from okgit.eval.parent.gates import gate_names
 from okgit.eval.types import EvalError, EvalResult, ProfileData, Reference, Status
 
 OP = '''import torch
@@ -137,7 +137,7 @@ class ContentModel:
     def generator(self, s: Shown) -> str:
         sec = s.sections
         self.need(s, "reference source", "return torch.relu(x) * 2.0" in sec.get("Reference operator (relu2)", ""))
-        self.need(s, "gate rules", all(f"[{g}]" in s.system for g in GATES))
+        self.need(s, "gate rules", all(f"[{g}]" in s.system for g in gate_names()))
         hw = sec.get("Device and measured figures", "")
         self.need(s, "hardware with units", all(x in hw for x in ("compute capability: 9.0", "KiB", "TB/s", "registers per SM")))
         self.need(s, "reference figures", f"reference runtime: {REF_US:.2f} us" in sec.get("Reference measurements", ""))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -23,7 +24,7 @@ from okgit.errors import OkgitError
 from okgit.eval.base import Evaluator
 from okgit.git.campaigns import campaigns_dir
 from okgit.git.repo import Repo
-from okgit.journal.campaign import CAMPAIGN_EVENTS
+from okgit.journal.campaign import CAMPAIGN_EVENTS, CampaignPreparing
 from okgit.journal.events import Event, RunStarted
 from okgit.journal.files import Journal
 from okgit.locks import try_hold
@@ -66,6 +67,7 @@ class ProblemRow(BaseModel):
 class Outcome:
     rows: list[ProblemRow]  # in plan order, the refused last
     device: str
+    backend: str
     ordered_by: str
     interrupted: bool = False  # Ctrl-C or SIGTERM during a problem's run: the rest were not run
 
@@ -83,6 +85,17 @@ class CampaignSpace:
         if self.holder is not None:
             self.holder.release()
             self.holder = None
+
+    def announce(self, on_event: Callable[[Event], None] | None, doing: str) -> None:
+        """The campaign's first line, at once: before the evaluator starts or a model is
+        profiled (never journaled, as a run's `Preparing`)."""
+        if on_event:
+            on_event(CampaignPreparing(ts=time.time(), run=self.campaign_id, doing=doing))
+
+    def discard(self) -> None:
+        """Remove the campaign whole: it was refused, or stopped, before its first problem."""
+        self.release()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def start_campaign(repo: Repo) -> CampaignSpace:
@@ -103,7 +116,9 @@ def find_ops(repo: Repo, directory: Path, config: Config) -> tuple[list[str], li
     """The op files of `directory` (repository-relative) and the files skipped, with why.
 
     okgit.toml's `[[op]]` entries under the directory, when it lists any; else every tracked
-    Python file there (recursively) that defines Model, get_inputs and get_init_inputs.
+    Python file there (recursively) that defines Model, get_inputs and get_init_inputs, or
+    that cannot be read as Python at all: such a file is a problem that the screening refuses
+    on its own line (it may be a broken op file), not a helper passed over in silence.
     """
     rel_dir = repo.relpath(directory)
     prefix = "" if rel_dir in ("", ".") else rel_dir.rstrip("/") + "/"
@@ -116,12 +131,10 @@ def find_ops(repo: Repo, directory: Path, config: Config) -> tuple[list[str], li
             continue
         rel = repo.relpath(path)
         try:
-            names = top_level_names(path.read_text(), rel)
+            if not set(REQUIRED) <= top_level_names(path.read_text(), rel):
+                continue  # a helper module, not an op file
         except (OkgitError, UnicodeDecodeError):
-            skipped.append(f"{rel}: not valid Python")
-            continue
-        if not set(REQUIRED) <= names:
-            continue  # a helper module, not an op file
+            pass  # unreadable: refused when the campaign screens it, with the reason
         if not repo.is_tracked(rel):
             skipped.append(f"{rel}: not tracked by git (commit it first)")
             continue
@@ -163,6 +176,11 @@ def run_problems(space: CampaignSpace, ops_repo: Repo, ops: list[str], flags: di
             rows[op] = row
             try:
                 problem = _load(ops_repo, op, config)
+            except OkgitError as e:
+                row.reason = f"cannot be loaded: {e}"
+                log("screened", op=op, refused=row.reason)
+                continue
+            try:
                 reference = evaluator.reference(problem)
             except OkgitError as e:
                 row.reason = str(e)
@@ -210,7 +228,7 @@ def run_problems(space: CampaignSpace, ops_repo: Repo, ops: list[str], flags: di
                 interrupted = True
                 break
         ordered = [rows[a.screen.op] for a in allotted] + [r for r in rows.values() if r.status == REFUSED]
-    return Outcome(ordered, evaluator.device, ordered_by, interrupted)
+    return Outcome(ordered, evaluator.device, config.backend, ordered_by, interrupted)
 
 
 def _load(repo: Repo, op: str, config: Config) -> Problem:
@@ -218,7 +236,11 @@ def _load(repo: Repo, op: str, config: Config) -> Problem:
 
     path = repo.root / op
     check_op(repo, path)
-    problem = load_problem(op, source=path.read_text(), root=str(path.parent))
+    try:
+        source = path.read_text()
+    except UnicodeDecodeError:
+        raise OkgitError(f"{op}: not UTF-8 text") from None
+    problem = load_problem(op, source=source, root=str(path.parent))
     return replace(problem, **config.problem_settings(op))
 
 

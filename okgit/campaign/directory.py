@@ -25,6 +25,8 @@ def optimize_dir(directory: Path, *, flags: dict[str, Any] | None = None, cwd: P
         why = f" ({'; '.join(skipped)})" if skipped else ""
         raise OkgitError(f"{directory}: no op file found (KernelBench format: Model, get_inputs, get_init_inputs){why}")
     space = core.start_campaign(repo)
+    space.announce(on_event, f"{len(ops)} op file{'s' * (len(ops) != 1)} under {repo.relpath(path) or '.'}; "
+                             f"starting the {config.eval} evaluator, then each reference is screened")
     dirty = [op for op in ops if repo.is_dirty(op)]
     outcome = core.run_problems(space, repo, ops, dict(flags or {}), on_event=on_event,
                                 notes=tuple(f"skipped {line}" for line in skipped))
@@ -35,7 +37,7 @@ def optimize_dir(directory: Path, *, flags: dict[str, Any] | None = None, cwd: P
         validate(repo, diff, space.base)
     result = CampaignResult(
         campaign_id=space.campaign_id, kind="ops", status=core.overall_status(outcome), device=outcome.device,
-        ordered_by=outcome.ordered_by, problems=outcome.rows,
+        backend=outcome.backend, ordered_by=outcome.ordered_by, problems=outcome.rows,
         report=str(space.dir / "report.md"), diff=str(space.dir / "report.diff"))
     write_outputs(space, result, diff)
     if outcome.interrupted:

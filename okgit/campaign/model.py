@@ -13,6 +13,7 @@ whole model with the winners in.
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -23,6 +24,7 @@ from okgit.campaign.profile import check_model, run_probe
 from okgit.campaign.result import CampaignResult, EndToEnd, write_outputs
 from okgit.config import load_config
 from okgit.errors import OkgitError
+from okgit.eval.types import BaselineTimes
 from okgit.git.repo import Repo, git
 from okgit.journal.events import Event
 from okgit.status import RunStatus
@@ -46,17 +48,24 @@ def optimize_model(path: Path, *, flags: dict[str, Any] | None = None, top: int 
     if top < 1:
         raise OkgitError(f"--top {top}: at least one module")
     config = load_config(repo.root, flags)
-    found = run_probe(model_path, config.device)
-    ranked, refused = extract.groups(found)
-    if not ranked:
-        reasons = "; ".join(f"{m}: {why}" for m, why in list(refused.items())[:4]) or "it has no leaf module"
-        raise OkgitError(f"{rel}: no module okgit can extract ({reasons})")
-    chosen = ranked[:top]
     space = core.start_campaign(repo)
+    space.announce(on_event, f"profiling {rel} in its own process (its top modules become op files next)")
+    try:
+        found = run_probe(model_path, config.device)
+        ranked, refused = extract.groups(found)
+        if not ranked:
+            reasons = "; ".join(f"{m}: {why}" for m, why in list(refused.items())[:4]) or "it has no leaf module"
+            raise OkgitError(f"{rel}: no module okgit can extract ({reasons})")
+    except BaseException:  # refused or stopped before its first problem: it leaves no trace
+        space.discard()
+        raise
+    chosen = ranked[:top]
     ops_repo = _ops_repo(space.dir / "ops-repo", chosen, rel)
     ops = {f"{g.slug}.py": g for g in chosen}
-    notes = [f"profiled {rel} on {found['device']}: {len(found['rows'])} rows, {len(ranked)} extractable problems, "
-             f"the top {len(chosen)} optimized"] + [f"not extracted: {m}: {why}" for m, why in refused.items()]
+    fused = sum(len(g.infos) > 1 for g in ranked)
+    notes = [f"profiled {rel} on {found['device']}: {len(found['rows'])} rows, {len(ranked)} extractable problems "
+             f"({fused} of them chains of modules), the top {len(chosen)} optimized"] + [
+        f"not extracted: {m}: {why}" for m, why in refused.items()]
     outcome = core.run_problems(space, ops_repo, list(ops), dict(flags or {}), on_event=on_event,
                                 modules={op: g.label for op, g in ops.items()},
                                 weights_us={op: g.time_us for op, g in ops.items()}, notes=tuple(notes))
@@ -66,7 +75,7 @@ def optimize_model(path: Path, *, flags: dict[str, Any] | None = None, top: int 
     end, diff = (None, "") if outcome.interrupted else _verify_model(space, repo, rel, ops, winners, config, on_event)
     result = CampaignResult(
         campaign_id=space.campaign_id, kind="model", status=RunStatus(end.status) if end else core.overall_status(outcome),
-        device=outcome.device, ordered_by=outcome.ordered_by, problems=outcome.rows,
+        device=outcome.device, backend=outcome.backend, ordered_by=outcome.ordered_by, problems=outcome.rows,
         report=str(space.dir / "report.md"), diff=str(space.dir / "report.diff"), ops_repo=str(ops_repo.root),
         end_to_end=end)
     write_outputs(space, result, diff)
@@ -103,6 +112,7 @@ def _verify_model(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str
             on_event(event)
 
     dropped: dict[str, str] = {}
+    kept = winners
     end, diff = _check(space, repo, rel, ops, winners, config)
     if not end.ok and len(winners) > 1:
         log(status="fallback", reason=f"with every winner: {end.reason}; trying each alone", swapped=end.swapped)
@@ -114,13 +124,48 @@ def _verify_model(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str
             else:
                 dropped[ops[op].label] = alone.reason
         end, diff = _check(space, repo, rel, ops, kept, config) if kept else (end, "")
+    if end.ok:
+        end = _whole_model(end, repo, rel, space.campaign_id, [(ops[op], source) for op, source in kept.items()], config)
     if not end.ok:
         dropped.update({ops[op].label: end.reason for op in winners if ops[op].label not in dropped})
-        end = end.model_copy(update={"swapped": [], "status": RunStatus.fallback.value})
+        end = end.model_copy(update={"swapped": [], "modules_swapped": 0, "status": RunStatus.fallback.value})
         diff = ""
     end.dropped = dropped
-    log(status=end.status, reason=end.reason, swapped=end.swapped, speedup=end.speedup, dropped=dropped)
+    log(status=end.status, reason=end.reason, swapped=end.swapped, speedup=end.speedup, dropped=dropped,
+        state=end.state, eager_us=end.eager_us, compile_us=end.compile_us, patched_us=end.patched_us,
+        arm_noise=end.arm_noise, untimed=end.untimed)
     return end, diff
+
+
+def _whole_model(end: EndToEnd, repo: Repo, rel: str, campaign_id: str, winners: list[tuple[extract.Group, str]],
+                 config: Any) -> EndToEnd:
+    """The verified patch's model against the original: its state dict (the same names, shapes
+    and values), and on a GPU eager, torch.compile and the patched model timed in one process,
+    interleaved, each with its noise (okgit.kernelbench.baselines); a CPU times nothing."""
+    from okgit.kernelbench.runs import helper
+
+    with tempfile.TemporaryDirectory(prefix="okgit-whole-") as tmp:
+        for name, text in patched_files(repo, rel, campaign_id, winners).items():
+            (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(tmp) / name).write_text(text)
+        original = Path(tmp) / "original" / Path(rel).name
+        original.parent.mkdir()
+        original.write_text(repo.git("show", f"HEAD:{rel}"))
+        # the package beside the patched model, and the model's own directory for its siblings
+        path = [str((Path(tmp) / rel).parent), str((repo.root / rel).parent), os.environ.get("PYTHONPATH", "")]
+        device = "cpu" if config.device == "cpu" else "cuda:0"
+        found = helper("baselines", original, Path(tmp) / rel, {**os.environ, "PYTHONPATH": os.pathsep.join(path)},
+                       extra=[config.backend, "--device", device, "--model-patch"])
+    if isinstance(found, str):
+        return end.model_copy(update={"untimed": found})
+    times = BaselineTimes.model_validate(found)
+    update: dict[str, Any] = {"state": times.state, "eager_us": times.eager_us, "compile_us": times.compile_us,
+                              "patched_us": times.okgit_us, "arm_noise": times.noise,
+                              "untimed": "; ".join(why if arm == "all" else f"{arm}: {why}"
+                                                   for arm, why in times.errors.items()) or None}
+    if times.state != "unchanged":
+        update.update(ok=False, status=RunStatus.fallback.value, reason=f"the patched model's state dict: {times.state}")
+    return end.model_copy(update=update)
 
 
 def _check(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str, extract.Group], winners: dict[str, str],
@@ -129,6 +174,7 @@ def _check(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str, extra
 
     diff = model_diff(repo, rel, space.campaign_id, [(ops[op], source) for op, source in winners.items()])
     swapped = [ops[op].label for op in winners]
+    modules = sum(len(site) for op in winners for site in ops[op].paths)
     with tempfile.NamedTemporaryFile("w", suffix=".diff", dir=space.dir, delete=False) as f:
         f.write(diff)
     try:
@@ -147,7 +193,7 @@ def _check(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str, extra
     else:
         status = RunStatus.optimized if c.optimized else RunStatus.matched
     end = EndToEnd(model=rel, ok=verdict.ok, status=status.value, reason=verdict.reason, swapped=swapped,
-                   device=verdict.result.device, timed=c is not None, comparison=c,
+                   modules_swapped=modules, device=verdict.result.device, timed=c is not None, comparison=c,
                    baseline_us=statistics.median(c.baseline_us) if c else None,
                    optimized_us=statistics.median(c.candidate_us) if c else None,
                    speedup=c.speedup if c else None, noise=c.noise if c else None)
@@ -157,17 +203,7 @@ def _check(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str, extra
 def model_diff(repo: Repo, rel: str, campaign_id: str, winners: list[tuple[extract.Group, str]]) -> str:
     """The diff against HEAD that adds `okgit_<model>/` (the winners and swap_in) and appends
     the two lines applying it to the model file; built in a throwaway index."""
-    package = extract.package_name(rel)
-    folder = (Path(rel).parent / package).as_posix()
-    folder = folder.removeprefix("./")
-    sites: dict[str, tuple[str, str, list[Any], dict[str, list[int]]]] = {}
-    files = {}
-    for group, source in winners:
-        files[f"{folder}/{group.slug}.py"] = source
-        for path in group.paths:
-            sites[path] = (group.slug, group.info["class"], group.info["ctor"], group.info["shapes"])
-    files[f"{folder}/__init__.py"] = extract.package_init(campaign_id, Path(rel).name, sites)
-    files[rel] = repo.git("show", f"HEAD:{rel}") + extract.model_hook(campaign_id, package)
+    files = patched_files(repo, rel, campaign_id, winners)
     with tempfile.TemporaryDirectory(prefix="okgit-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         repo.git("read-tree", "HEAD", env=env)
@@ -176,3 +212,14 @@ def model_diff(repo: Repo, rel: str, campaign_id: str, winners: list[tuple[extra
             repo.git("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}", env=env)
         tree = repo.git("write-tree", env=env).strip()
     return repo.git("diff-tree", "-p", "--full-index", "--no-renames", "HEAD", tree, "--", *(f":(top,literal){n}" for n in files))
+
+
+def patched_files(repo: Repo, rel: str, campaign_id: str, winners: list[tuple[extract.Group, str]]) -> dict[str, str]:
+    """Repository-relative path -> text of every file the model patch writes."""
+    package = extract.package_name(rel)
+    folder = (Path(rel).parent / package).as_posix().removeprefix("./")
+    files = {f"{folder}/{group.slug}.py": source for group, source in winners}
+    sites = [site for group, _ in winners for site in group.sites()]
+    files[f"{folder}/__init__.py"] = extract.package_init(campaign_id, Path(rel).name, sites)
+    files[rel] = repo.git("show", f"HEAD:{rel}") + extract.model_hook(campaign_id, package)
+    return files

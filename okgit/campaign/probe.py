@@ -2,11 +2,12 @@
 
 Run in its own process (the model is the user's code, and CUDA is started there, not in the
 okgit process). It builds the model as the evaluator does (seeded, get_init_inputs), calls it
-under torch.profiler with a named range around every leaf module, and writes one JSON file:
-each leaf's time per model call, its share, its kernels, the inputs of its first call (shape,
-dtype, integer range), its FLOPs and bytes, and the constructor arguments that rebuild it, or
-why it cannot be rebuilt. Time outside every leaf is attributed to the model file's lines that
-called it (call sites).
+REPEATS times under torch.profiler with a named range around every call and every leaf module,
+and writes one JSON file: each leaf's time in every repeat, its kernels, the inputs of its first
+call (shape, dtype, integer range), its FLOPs and bytes, and the constructor arguments that
+rebuild it, or why it cannot be rebuilt; the model's own time in every repeat; and the chains
+of neighbouring leaves a kernel could fuse (okgit.campaign.chains). Time outside every leaf is
+attributed to the model file's lines that called it (call sites).
 
 A leaf is rebuilt from its constructor's signature: each parameter read back from the module's
 attribute of that name (a Parameter or None standing for a bool, e.g. `bias`), else its default.
@@ -25,8 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from okgit.campaign import chains
+
 RANGE = "okgit.module::"
-CALLS = 5  # model calls profiled; times are divided back to one call
+CALL = "okgit.call::"  # the range around one profiled model call: its index follows
+REPEATS = 10  # model calls profiled, one after another: each row's time in each is one sample
 LITERALS = (int, float, bool, str, type(None))
 
 
@@ -61,20 +65,23 @@ def probe(model_path: Path, device: str) -> dict[str, Any]:
         inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
     leaves = {name: m for name, m in model.named_modules() if name and not list(m.children())}
     captured: dict[str, dict[str, Any]] = {}
+    trace: dict[str, Any] = {"order": None, "last": None}  # one call's leaf calls, while "order" is a list
     handles = []
     for name, leaf in leaves.items():
         handles.append(leaf.register_forward_pre_hook(_enter(name), with_kwargs=True))
-        handles.append(leaf.register_forward_hook(_leave(name, captured), with_kwargs=True))
+        handles.append(leaf.register_forward_hook(_leave(name, captured, trace), with_kwargs=True))
     with torch.no_grad():
-        for _ in range(2):  # warm: lazy initialisation, caches, the profiler's own start
-            model(*inputs)
+        trace["order"] = []
+        model(*inputs)  # also warms: lazy initialisation, caches
+        order, trace["order"], trace["last"] = trace["order"], None, None
+        model(*inputs)  # the profiler's own start
         # One call with Python frames, for the lines that call ops outside the leaves: the
         # frames' tracer slows everything, so the timed calls go without it.
-        staged, _ = _profile(torch, model, inputs, device, calls=1, with_stack=True)
+        staged = _profile(torch, model, inputs, device, calls=1, with_stack=True)
         sites = [_site(e, model_path.name) for e in _outside(staged)]
         start = time.perf_counter()
-        events, total_us = _profile(torch, model, inputs, device, calls=CALLS, with_stack=False)
-        wall_us = (time.perf_counter() - start) * 1e6 / CALLS
+        events = _profile(torch, model, inputs, device, calls=REPEATS, with_stack=False)
+        wall_us = (time.perf_counter() - start) * 1e6 / REPEATS
     for h in handles:
         h.remove()
     rows = _attribute(events, device, sites)
@@ -82,9 +89,12 @@ def probe(model_path: Path, device: str) -> dict[str, Any]:
     for row in rows:
         if row["kind"] == "module":
             row.update({k: info[row["name"]][k] for k in ("type", "flops", "min_bytes", "inputs")})
-    attributed = sum(r["time_us"] for r in rows)  # a CPU's: the rows' medians, whatever stalled the calls
-    return {"model": str(model_path), "device": device, "calls": CALLS, "total_us": total_us or attributed,
-            "wall_us": wall_us, "rows": rows, "leaves": info, "peaks": _peaks(torch) if device == "cuda" else None}
+    kinds = {name: type(m).__name__ for name, m in leaves.items() if getattr(torch.nn, type(m).__name__, None) is type(m)}
+    found_chains = chains.check(torch, model, inputs, chains.find(order, kinds), info, model_path.name)
+    totals = _totals(events, device)
+    return {"model": str(model_path), "device": device, "repeats": REPEATS, "total_us": statistics.median(totals),
+            "total_samples_us": totals, "wall_us": wall_us, "rows": rows, "leaves": info, "chains": found_chains,
+            "peaks": _peaks(torch) if device == "cuda" else None}
 
 
 def _peaks(torch: Any) -> dict[str, Any]:
@@ -121,11 +131,15 @@ def _enter(name: str) -> Any:
     return hook
 
 
-def _leave(name: str, captured: dict[str, dict[str, Any]]) -> Any:
+def _leave(name: str, captured: dict[str, dict[str, Any]], trace: dict[str, Any]) -> Any:
     def hook(mod: Any, args: Any, kwargs: Any, out: Any) -> None:
         mod._okgit_range.__exit__(None, None, None)
+        del mod._okgit_range  # the model is copied later (okgit.campaign.chains): a live range cannot be
         if name not in captured:  # the first call's inputs are the ones extracted
             captured[name] = {"args": [_clone(a) for a in args], "kwargs": sorted(kwargs), "out": _clone(out)}
+        if trace["order"] is not None:  # is its one argument the previous leaf's output, that very tensor?
+            trace["order"].append((name, len(args) == 1 and not kwargs and args[0] is trace["last"]))
+            trace["last"] = out
 
     return hook
 
@@ -136,24 +150,31 @@ def _clone(x: Any) -> Any:
     return x.detach().clone() if isinstance(x, torch.Tensor) else x
 
 
-def _profile(torch: Any, model: Any, inputs: list[Any], device: str, calls: int,
-             with_stack: bool) -> tuple[list[Any], float | None]:
-    from torch.profiler import ProfilerActivity, profile
+def _profile(torch: Any, model: Any, inputs: list[Any], device: str, calls: int, with_stack: bool) -> list[Any]:
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     if device == "cuda":
         torch.cuda.synchronize()
     with profile(activities=activities, with_stack=with_stack) as prof:
-        for _ in range(calls):
-            model(*inputs)
+        for i in range(calls):
+            with record_function(f"{CALL}{i}"):
+                model(*inputs)
         if device == "cuda":
             torch.cuda.synchronize()
-    events = list(prof.events())
-    total = None
-    if device == "cuda":  # every kernel's time, each counted once at the op that launched it
-        total = sum(float(k.duration) for e in events if str(e.device_type).endswith("CPU")
-                    for k in e.kernels or []) / calls
-    return events, total
+    return list(prof.events())
+
+
+def _time(e: Any, device: str) -> float:
+    """An event's time: its kernels' device time (GPU), its CPU time (CPU)."""
+    return float(e.device_time_total if device == "cuda" else e.cpu_time_total)
+
+
+def _totals(events: list[Any], device: str) -> list[float]:
+    """The model's time in each repeat: every kernel it launched (GPU), its CPU time (CPU)."""
+    calls = sorted((e for e in events if str(e.device_type).endswith("CPU") and e.name.startswith(CALL)),
+                   key=lambda e: int(e.name[len(CALL):]))
+    return [_time(e, device) for e in calls]
 
 
 def _outside(events: list[Any]) -> list[Any]:
@@ -164,39 +185,44 @@ def _outside(events: list[Any]) -> list[Any]:
 
 def _attribute(events: list[Any], device: str, sites: list[str | None]) -> list[dict[str, Any]]:
     """Time per leaf module (its range) and per call site (the model file's line that called an
-    op outside every leaf; `sites`: those lines for one call's ops, in order), per model call,
-    with the names of their kernels or top ops."""
-    def time_of(e: Any) -> float:
-        return float(e.device_time_total if device == "cuda" else e.cpu_time_total)
-
+    op outside every leaf; `sites`: those lines for one call's ops, in order) in each repeat,
+    with the names of their kernels or top ops; time_us is the median over the repeats."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
 
     def add(kind: str, name: str, e: Any) -> None:
-        row = rows.setdefault((kind, name), {"kind": kind, "name": name, "samples": [], "kernels": {}})
-        row["samples"].append(time_of(e))
+        row = rows.setdefault((kind, name), {"kind": kind, "name": name, "samples_us": [0.0] * REPEATS, "count": 0,
+                                             "kernels": {}})
+        row["samples_us"][_repeat(e)] += _time(e, device)
+        row["count"] += 1
         for k, t in _kernels(e, device).items():
-            row["kernels"][k] = row["kernels"].get(k, 0.0) + t / CALLS
+            row["kernels"][k] = row["kernels"].get(k, 0.0) + t / REPEATS
 
     for e in events:
         if str(e.device_type).endswith("CPU") and e.name.startswith(RANGE):
             add("module", e.name[len(RANGE):], e)
     outside = _outside(events)
-    aligned = len(outside) == len(sites) * CALLS  # the same ops each call: line i is op i's
+    aligned = len(outside) == len(sites) * REPEATS  # the same ops each call: line i is op i's
     for i, e in enumerate(outside):
         site = sites[i % len(sites)] if aligned and sites else None
         add("call site", site or e.name, e)
     for r in rows.values():
-        # The median over the model calls: one call stalled by a busy machine does not move it.
-        samples = r.pop("samples")
-        per_call = max(1, len(samples) // CALLS)
-        r["calls"] = per_call
-        r["time_us"] = statistics.median(sum(samples[i * per_call:(i + 1) * per_call]) for i in range(CALLS))
+        # The median over the repeats: one call stalled by a busy machine does not move it.
+        r["calls"] = max(1, round(r.pop("count") / REPEATS))
+        r["time_us"] = statistics.median(r["samples_us"])
     total = sum(r["time_us"] for r in rows.values()) or 1.0
     out = []
     for r in sorted(rows.values(), key=lambda r: -r["time_us"]):
         kernels = sorted(r["kernels"].items(), key=lambda kv: -kv[1])[:3]
         out.append({**r, "share": r["time_us"] / total, "kernels": [{"name": k, "time_us": t} for k, t in kernels]})
     return out
+
+
+def _repeat(e: Any) -> int:
+    """The index of the profiled model call an event belongs to."""
+    p = e.cpu_parent
+    while p is not None and not p.name.startswith(CALL):
+        p = p.cpu_parent
+    return int(p.name[len(CALL):]) if p is not None else 0
 
 
 def _inside(e: Any, test: Any) -> bool:
@@ -239,7 +265,7 @@ def _kernels(e: Any, device: str) -> dict[str, float]:
 def _leaf_info(torch: Any, name: str, leaf: Any, call: dict[str, Any] | None, device: str) -> dict[str, Any]:
     cls = type(leaf)
     info: dict[str, Any] = {"path": name, "type": f"{cls.__module__}.{cls.__qualname__}", "class": cls.__name__,
-                            "ctor": None, "ctor_names": None, "param_dtype": None, "inputs": None,
+                            "ctor": None, "ctor_names": None, "ctor_keywords": [], "param_dtype": None, "inputs": None,
                             "shapes": {}, "flops": None, "min_bytes": None, "refused": None}
     if call is None:
         info["refused"] = "never called in a forward pass"
@@ -256,7 +282,7 @@ def _leaf_info(torch: Any, name: str, leaf: Any, call: dict[str, Any] | None, de
     info["flops"], info["min_bytes"] = _cost(torch, leaf, call)
     if info["refused"] is None:
         try:
-            info["ctor_names"], info["ctor"] = _rebuild(torch, leaf, call, device)
+            info["ctor_names"], info["ctor"], info["ctor_keywords"] = _rebuild(torch, leaf, call, device)
         except ValueError as e:
             info["refused"] = str(e)
     return info
@@ -290,7 +316,8 @@ def _cost(torch: Any, leaf: Any, call: dict[str, Any]) -> tuple[float | None, fl
     return float(counter.get_total_flops()), float(nbytes(call["args"]) + state + nbytes(call["out"]))
 
 
-def _rebuild(torch: Any, leaf: Any, call: dict[str, Any], device: str) -> tuple[list[str], list[Any]]:
+def _rebuild(torch: Any, leaf: Any, call: dict[str, Any], device: str) -> tuple[list[str], list[Any], list[str]]:
+    """The constructor's (names, values, the names it takes by keyword only) that rebuild `leaf`."""
     cls = type(leaf)
     if not cls.__module__.startswith("torch.nn"):
         raise ValueError(f"{cls.__name__} is the model's own class, not a torch.nn module: okgit rebuilds only "
@@ -299,7 +326,7 @@ def _rebuild(torch: Any, leaf: Any, call: dict[str, Any], device: str) -> tuple[
         raise ValueError(f"{cls.__module__}.{cls.__name__} is not torch.nn.{cls.__name__}")
     if "Dropout" in cls.__name__:
         raise ValueError(f"{cls.__name__} draws random numbers: nothing to check a kernel against")
-    names, values = [], []
+    names, values, keywords = [], [], []
     for pname, p in list(inspect.signature(cls.__init__).parameters.items())[1:]:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or pname in ("device", "dtype"):
             continue
@@ -315,8 +342,12 @@ def _rebuild(torch: Any, leaf: Any, call: dict[str, Any], device: str) -> tuple[
             raise ValueError(f"{cls.__name__}'s {pname} is a {type(value).__name__}, not a plain value")
         names.append(pname)
         values.append(list(value) if isinstance(value, tuple) else value)
+        if p.kind == p.KEYWORD_ONLY:
+            keywords.append(pname)
+    given = [tuple(v) if isinstance(v, list) else v for v in values]
     with torch.device(device):
-        twin = cls(*[tuple(v) if isinstance(v, list) else v for v in values])
+        twin = cls(*[v for n, v in zip(names, given) if n not in keywords],
+                   **{n: v for n, v in zip(names, given) if n in keywords})
     try:
         twin.load_state_dict(leaf.state_dict(), strict=True)
     except RuntimeError as e:
@@ -328,31 +359,17 @@ def _rebuild(torch: Any, leaf: Any, call: dict[str, Any], device: str) -> tuple[
         again = twin(*call["args"])
         # As strict as the module itself: bit for bit, unless the original does not repeat its
         # own outputs bit for bit (some GPU kernels), then within float32 rounding.
-        same = _same(torch, again, call["out"]) or (
-            not _same(torch, leaf(*call["args"]), call["out"]) and _close(torch, again, call["out"]))
+        same = chains.same(torch, again, call["out"]) or (
+            not chains.same(torch, leaf(*call["args"]), call["out"]) and chains.close(torch, again, call["out"]))
     if not same:
         raise ValueError(f"{cls.__name__} rebuilt from its attributes gives other outputs")
-    return names, values
+    return names, values, keywords
 
 
 def _literal(v: Any) -> bool:
     if isinstance(v, (list, tuple)):
         return all(_literal(x) for x in v)
     return isinstance(v, LITERALS)
-
-
-def _close(torch: Any, a: Any, b: Any) -> bool:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and bool(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
-    return _same(torch, a, b)
-
-
-def _same(torch: Any, a: Any, b: Any) -> bool:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(torch, x, y) for x, y in zip(a, b))
-    return bool(a == b)
 
 
 if __name__ == "__main__":

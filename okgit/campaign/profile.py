@@ -1,14 +1,20 @@
-"""`okgit profile MODEL.py`: where a whole model's time goes, ranked (parent side).
+"""`okgit profile MODEL.py`: where a whole model's time goes, ranked, with its noise (parent side).
 
-The model runs in its own process (okgit.campaign.probe); this side checks the file, starts
-that process, and places each row against its roofline floor where the device's peaks are
-measured (a GPU). On a CPU the times are the CPU's, and the report says so.
+The model runs in its own process (okgit.campaign.probe), profiled over REPEATS calls; this
+side checks the file, starts that process, and places each row against its roofline floor where
+the device's peaks are measured (a GPU). On a CPU the times are the CPU's, and the report says so.
+
+The noise: a row's time is the median over the repeats and its spread the middle half of them
+(first to third quartile), as a fraction of the median. Two neighbours in the ranking whose
+middle halves overlap are ordered within the noise: the report marks them, and says how many
+rows from the top are ranked past it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +34,12 @@ class ProfileRow(BaseModel):
     kind: str  # module (a leaf module, by its path in the model) | call site (a line of the model file)
     name: str
     type: str | None = None  # a module's class
-    time_us: float  # per model call
+    time_us: float  # per model call: the median over the repeats
+    samples_us: list[float] = []  # its time in each repeat
+    low_us: float | None = None  # the middle half of the repeats: first quartile ...
+    high_us: float | None = None  # ... to third
+    spread: float | None = None  # (high - low) / median
+    tied: bool = False  # its order with the next row is within the noise (their middle halves overlap)
     share: float  # of the model's attributed time
     calls: int  # per model call
     kernels: list[dict[str, Any]] = []  # the top kernels (GPU) or ops (CPU) with their times
@@ -47,23 +58,36 @@ class ProfileReport(BaseModel):
     device: str
     timed: bool  # False on a CPU: CPU times, not a GPU's
     note: str
-    total_us: float  # the model's time per call: its kernels' (GPU), or its rows' medians (CPU)
+    repeats: int  # model calls profiled: the samples of every time here
+    total_us: float  # the model's time per call (median): its kernels' (GPU), or its CPU time (CPU)
+    total_spread: float | None = None  # the middle half of its repeats, as a fraction of the median
+    settled: int  # rows from the top ranked past the noise (each apart from every row below it)
     rows: list[ProfileRow]
+    chains: list[dict[str, Any]] = []  # neighbouring modules a kernel could fuse: paths, refused (why not, or None)
 
     def text(self, top: int | None = None) -> str:
         from okgit.views.tables import table
 
         shown = self.rows[:top] if top else self.rows
-        rows = [[str(i), r.kind, r.name, r.type.rsplit(".", 1)[-1] if r.type else "-", f"{r.share:.1%}",
-                 fmt_us(r.time_us), str(r.calls),
+        rows = [[f"{i}{'~' if r.tied else ''}", r.kind, r.name, r.type.rsplit(".", 1)[-1] if r.type else "-", f"{r.share:.1%}",
+                 fmt_us(r.time_us), _pct(r.spread), str(r.calls),
                  f"{r.roofline_position:.0%}" if r.roofline_position is not None else "-",
                  ", ".join(k["name"][:40] for k in r.kernels[:2]) or "-",
                  "yes" if r.extractable else (r.refused or "-")[:60]]
                 for i, r in enumerate(shown, 1)]
-        head = f"profile of {self.model} on {self.device}: {fmt_us(self.total_us)} us per call. {self.note}"
+        head = (f"profile of {self.model} on {self.device}: {fmt_us(self.total_us)} us per call (median of {self.repeats} "
+                f"repeats, spread {_pct(self.total_spread)}). {self.note}")
         more = f"\n({len(self.rows) - len(shown)} more rows: --top {len(self.rows)})" if len(shown) < len(self.rows) else ""
-        return head + "\n" + table(["#", "KIND", "WHERE", "TYPE", "SHARE", "US", "CALLS", "ROOFLINE", "TOP KERNELS",
-                                    "EXTRACTABLE"], rows) + more
+        if any(r.tied for r in shown):
+            past = f"the top {self.settled} are ranked past it" if self.settled else "no row is ranked past it"
+            ranking = (f"~ its order with the next row is within the noise (their middle halves over the {self.repeats} "
+                       f"repeats overlap); {past}.")
+        else:
+            ranking = f"Every row shown is ranked past the noise (no two neighbours' middle halves over the {self.repeats} repeats overlap)."
+        fusable = [("+".join(c["paths"]) + (f" (refused: {c['refused']})" if c.get("refused") else "")) for c in self.chains]
+        chained = f"\nChains a kernel could fuse: {'; '.join(fusable)}." if fusable else ""
+        return head + "\n" + table(["#", "KIND", "WHERE", "TYPE", "SHARE", "US", "SPREAD", "CALLS", "ROOFLINE",
+                                    "TOP KERNELS", "EXTRACTABLE"], rows) + more + "\n" + ranking + chained
 
 
 def check_model(path: Path) -> None:
@@ -106,19 +130,57 @@ def report_of(found: dict[str, Any], model: str) -> ProfileReport:
     rows = []
     for r in found["rows"]:
         leaf = found["leaves"].get(r["name"], {}) if r["kind"] == "module" else {}
-        row = ProfileRow(**{k: r.get(k) for k in ("kind", "name", "type", "time_us", "share", "calls", "flops", "min_bytes")},
+        row = ProfileRow(**{k: r.get(k) for k in ("kind", "name", "type", "time_us", "samples_us", "share", "calls", "flops",
+                                                  "min_bytes")},
                          kernels=r.get("kernels") or [], refused=leaf.get("refused") if leaf else "a call site, not a module",
                          extractable=bool(leaf) and leaf.get("refused") is None)
         if peaks and row.flops is not None and row.min_bytes is not None:
             rate = peaks.get("matmul", {}).get(_rate_name(leaf.get("param_dtype")), 0.0)
             row.floor_us = floor_us(row.flops, row.min_bytes, peaks, rate) or None
             row.roofline_position = min(1.0, row.floor_us / row.time_us) if row.floor_us and row.time_us else None
+        row.low_us, row.high_us, row.spread = middle_half(row.samples_us)
         rows.append(row)
+    for row, after in zip(rows, rows[1:]):
+        row.tied = within_noise(row, after)
+    settled = ranked_past_noise(rows)
     timed = found["device"] == "cuda"
     note = ("Device time of the kernels launched in each module (torch.profiler), roofline position against the "
             "measured peaks." if timed else
             "Profiled on the CPU: these are CPU times (a GPU's ranking may differ); no roofline position.")
-    return ProfileReport(model=model, device=found["device"], timed=timed, note=note, total_us=found["total_us"], rows=rows)
+    return ProfileReport(model=model, device=found["device"], timed=timed, note=note, repeats=found["repeats"],
+                         total_us=found["total_us"], total_spread=middle_half(found["total_samples_us"])[2],
+                         settled=settled, rows=rows, chains=found.get("chains") or [])
+
+
+def middle_half(samples: list[float]) -> tuple[float | None, float | None, float | None]:
+    """(first quartile, third quartile, their distance as a fraction of the median)."""
+    if len(samples) < 2:
+        return None, None, None
+    low, mid, high = statistics.quantiles(samples, n=4, method="inclusive")
+    return low, high, (high - low) / mid if mid else None
+
+
+def ranked_past_noise(rows: list[ProfileRow]) -> int:
+    """How many rows from the top are each apart from every row below them (its first quartile
+    above their third quartiles)."""
+    below = float("-inf")  # the highest third quartile under the row at hand
+    apart = []
+    for row in reversed(rows):
+        apart.append(row.low_us is not None and row.low_us > below)
+        below = max(below, row.high_us if row.high_us is not None else float("inf"))
+    apart.reverse()
+    return next((i for i, ok in enumerate(apart) if not ok), len(rows))
+
+
+def within_noise(higher: ProfileRow, lower: ProfileRow) -> bool:
+    """Whether two rows' order is within the noise: the middle halves of their repeats overlap."""
+    if higher.low_us is None or lower.high_us is None:
+        return False
+    return higher.low_us <= lower.high_us
+
+
+def _pct(x: float | None) -> str:
+    return f"{x:.0%}" if x is not None else "-"
 
 
 def _rate_name(dtype: str | None) -> str:

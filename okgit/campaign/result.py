@@ -9,7 +9,8 @@ from pydantic import BaseModel
 from okgit.campaign.core import AT_FLOOR, REFUSED, CampaignSpace, ProblemRow
 from okgit.eval.types import Comparison
 from okgit.fmt import fmt_speed, fmt_us
-from okgit.status import RunStatus
+from okgit.status import CORRECT, RunStatus
+from okgit.views.eval_text import INTERPRETER_NOTE, interpreted
 
 
 class EndToEnd(BaseModel):
@@ -19,7 +20,8 @@ class EndToEnd(BaseModel):
     ok: bool  # outputs within tolerance (and, where timed, not slower past the noise)
     status: str  # a RunStatus: optimized / matched / unverified / fallback
     reason: str
-    swapped: list[str]  # the modules whose winners are in the patch
+    swapped: list[str]  # the problems whose winners are in the patch (each its sites: modules, chains joined by +)
+    modules_swapped: int = 0  # the modules whose forward the patch replaces (a chain counts each of its modules)
     dropped: dict[str, str] = {}  # module -> why its winner is not in the patch
     device: str
     timed: bool = False
@@ -28,6 +30,36 @@ class EndToEnd(BaseModel):
     speedup: float | None = None
     noise: float | None = None  # A/A relative spread of the original against itself
     comparison: Comparison | None = None
+    state: str | None = None  # the patched model's state dict against the original's: `unchanged`, or how it differs
+    eager_us: float | None = None  # the original model, timed in one process with the next two, interleaved
+    compile_us: float | None = None  # torch.compile of the original model
+    patched_us: float | None = None  # the model with the winners swapped in
+    arm_noise: dict[str, float] = {}  # eager / compile / okgit -> the spread of its round medians
+    untimed: str | None = None  # why those three have no times (on a CPU: no timing is claimed)
+
+    def speedup_against(self, arm: str) -> tuple[float, bool] | None:
+        """The patched model's speedup over `arm` (eager, compile) and whether it is within the
+        noise: within the two arms' noises added together of 1.0x."""
+        base = self.eager_us if arm == "eager" else self.compile_us
+        if not base or not self.patched_us:
+            return None
+        speedup = base / self.patched_us
+        return speedup, abs(speedup - 1.0) <= self.arm_noise.get(arm, 0.0) + self.arm_noise.get("okgit", 0.0)
+
+    def against(self) -> str:
+        """Eager, torch.compile and the patched model, timed alike in one process; or why not."""
+        state = f"state dict {self.state}" if self.state else "state dict not compared"
+        if self.patched_us is None:
+            return f"{state}; {self.untimed or 'not timed'}"
+        parts = []
+        for arm, name in (("eager", "eager"), ("compile", "torch.compile")):
+            found = self.speedup_against(arm)
+            if found:
+                parts.append(f"{found[0]:.2f}x {name}" + (" (within the noise)" if found[1] else ""))
+        noise = ", ".join(f"{arm} {x * 100:.1f}%" for arm, x in self.arm_noise.items())
+        return (f"{state}; eager {fmt_us(self.eager_us)} us, torch.compile {fmt_us(self.compile_us)} us, patched "
+                f"{fmt_us(self.patched_us)} us (interleaved; noise {noise or '-'}): {', '.join(parts) or '-'}"
+                + (f"; {self.untimed}" if self.untimed else ""))
 
 
 class CampaignResult(BaseModel):
@@ -38,6 +70,7 @@ class CampaignResult(BaseModel):
     kind: str  # ops | model
     status: RunStatus
     device: str
+    backend: str = "triton"  # the kernel language searched (a CPU and triton: the interpreter's note)
     ordered_by: str  # how the problems were ranked
     problems: list[ProblemRow]
     report: str
@@ -59,6 +92,7 @@ class CampaignResult(BaseModel):
                              f"{fmt_us(e.optimized_us)} us, noise {(e.noise or 0) * 100:.1f}%)")
             else:
                 lines.append(f"  whole model: {e.status}: {e.reason}")
+            lines.append(f"  whole model, one process: {e.against()}")
         lines.append(f"  report: {self.report}")
         lines.append(f"  diff:   {self.diff} (okgit apply campaign:{self.campaign_id})")
         return "\n".join(lines)
@@ -105,8 +139,10 @@ def report_text(result: CampaignResult) -> str:
             lines += [f"- {r.module}: {_pct(r.time_share)} of the model's time, {fmt_speed(r.speedup)} on its own"
                       for r in result.problems if r.module in e.swapped]
         lines += [f"- {m}: left out: {why}" for m, why in e.dropped.items()]
+        lines += ["", f"Against eager and torch.compile of the whole model, in one process: {e.against()}."]
     lines += ["", "## Apply", "", "```", f"okgit apply campaign:{result.campaign_id}",
               f"okgit verify campaign:{result.campaign_id}", "```",
+              *(["", f"The winners were {INTERPRETER_NOTE}."] if interpreted(result.device, result.backend) and result.status in CORRECT else []),
               "", "Each problem's own patch is under ops/; each problem's run: `okgit history RUN`"
               + (f" (in {result.ops_repo})" if result.ops_repo else "") + "."]
     return "\n".join(lines) + "\n"

@@ -17,6 +17,7 @@ class Evaluator(Protocol):
 
     device: str
     width: int  # how many candidates it evaluates at once: the driver's largest batch
+    on_note: Callable[[str], None] | None  # where it says what takes minutes (a Modal app's start); None: silent
 
     def reference(self, problem: Problem) -> Reference:
         """Validate and measure the reference. Raises OkgitError when the op file cannot run."""
@@ -43,6 +44,7 @@ class EvaluatorBase:
     """What every evaluator shares: one candidate at a time, and `with` closing it."""
 
     width = 1
+    on_note: Callable[[str], None] | None = None  # set by its user (make_evaluator's on_note): only the CLI prints
 
     def evaluate(self, problem: Problem, source: str, *, mode: Mode = "fast", backend: str = "triton") -> EvalResult:
         raise NotImplementedError
@@ -62,18 +64,18 @@ class EvaluatorBase:
 
 
 class InMemoryEvaluator(EvaluatorBase):
-    """Judges by a function of the source, without running anything. For tests of the search and
-    the final gate. `width`: the batch the driver may hand it (evaluated one after another all
-    the same). `ref_runtime_us`: a timed reference of that runtime (else untimed, as on a CPU);
-    `thorough`: the judge of thorough evaluations (the final gate's), where it differs."""
+    """Decides by a function of the source (`verdict`), without running anything. For tests of
+    the search and the final gate. `width`: the batch the driver may hand it (evaluated one after
+    another all the same). `ref_runtime_us`: a timed reference of that runtime (else untimed, as
+    on a CPU); `thorough`: the verdict of thorough evaluations (the final gate's), where it differs."""
 
-    def __init__(self, judge: Callable[[str], EvalResult], device: str = "cpu", width: int = 1,
+    def __init__(self, verdict: Callable[[str], EvalResult], device: str = "cpu", width: int = 1,
                  ref_runtime_us: float | None = None, thorough: Callable[[str], EvalResult] | None = None) -> None:
-        self.judge = judge
+        self.verdict = verdict
         self.device = device
         self.width = width
         self.ref_runtime_us = ref_runtime_us
-        self.thorough = thorough or judge
+        self.thorough = thorough or verdict
         self.calls: list[str] = []
 
     def reference(self, problem: Problem) -> Reference:
@@ -81,10 +83,10 @@ class InMemoryEvaluator(EvaluatorBase):
 
     def evaluate(self, problem: Problem, source: str, *, mode: Mode = "fast", backend: str = "triton") -> EvalResult:
         self.calls.append(source)
-        return (self.thorough if mode == "thorough" else self.judge)(source)
+        return (self.thorough if mode == "thorough" else self.verdict)(source)
 
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
-        result = self.judge(source)
+        result = self.verdict(source)
         if result.status is not Status.correct or not result.timed:
             raise ValueError("compare needs a timed, correct candidate")
         base = result.ref_runtime_us or 1.0

@@ -8,7 +8,7 @@ the run's `Config` and options of its own kind (the sweep's share of Modal conta
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from okgit.config import EVALUATORS, Config
 
@@ -38,5 +38,9 @@ def _modal(config: Config, **options: Any) -> Evaluator:
     return evaluator
 
 
-def make_evaluator(config: Config, **options: Any) -> Evaluator:
-    return EVALUATORS.get(config.eval).factory(config, **options)
+def make_evaluator(config: Config, *, on_note: Callable[[str], None] | None = None, **options: Any) -> Evaluator:
+    """The evaluator `config.eval` names; `on_note` gets what it says while it starts (the CLI's progress)."""
+    evaluator = EVALUATORS.get(config.eval).factory(config, **options)
+    if on_note is not None:
+        evaluator.on_note = on_note
+    return evaluator

@@ -144,3 +144,5 @@ class BaselineTimes(BaseModel):
     # evaluator: why they disagree, or None
     disagreement: str | None = None
     flags: dict[str, Any] = Field(default_factory=dict)  # the pinned library flags the arms ran under
+    noise: dict[str, float] = Field(default_factory=dict)  # arm -> spread of its round medians, (max - min) / median
+    state: str | None = None  # a model campaign's patch: `unchanged`, or how its state dict differs

@@ -19,6 +19,8 @@ from okgit.errors import OkgitError
 from okgit.git.repo import Repo
 from okgit.git.rundir import RunDir
 from okgit.git.workspace import newest_first, resolve_among
+from okgit.journal.campaign import CAMPAIGN_EVENTS, CampaignStarted
+from okgit.journal.files import read_events
 
 PREFIX = "campaign:"
 
@@ -57,3 +59,10 @@ def campaign_diff(repo: Repo, ref: str) -> str:
     return RunDir(campaign_dir(repo, campaign_id)).winner_diff(
         f"campaign {campaign_id}", f"campaign {campaign_id} has no report.diff yet (still running or interrupted); "
         f"see okgit history {PREFIX}{campaign_id}", lambda: "nothing passed every gate")
+
+
+def campaign_checked_on(repo: Repo, ref: str) -> tuple[str, str] | None:
+    """(device, backend) the campaign `ref` names ran on, as its campaign_started event says."""
+    events, _ = read_events(campaign_dir(repo, resolve_campaign(repo, ref)) / "journal.jsonl", models=CAMPAIGN_EVENTS)
+    started = next((e for e in events if isinstance(e, CampaignStarted)), None)
+    return (started.device, started.backend) if started else None

@@ -33,12 +33,7 @@ def gc(repo: Repo, keep: int = 20, runs: bool = False, names: list[str] | None =
     `runs` never removes one unless it is named (`names`: exactly these runs) or `interrupted`."""
     report = GcReport()
     with repo.lock():
-        if repo.worktrees_dir.is_dir():
-            for worktree in sorted(repo.worktrees_dir.iterdir()):
-                if not is_live(repo.runs_dir / worktree.name):
-                    remove_worktree(repo, worktree)
-                    report.removed.append(f"worktree {worktree.name}")
-        repo.git("worktree", "prune")
+        _remove_worktrees(repo, report)
         ids = run_ids(repo)
         live = {r for r in ids if is_live(repo.runs_dir / r)}
         report.kept += [f"run {r}: running" for r in ids if r in live]
@@ -48,34 +43,61 @@ def gc(repo: Repo, keep: int = 20, runs: bool = False, names: list[str] | None =
         finished = [r for r in ids if r not in live and r not in in_use]
         named = [resolve_run(repo, n) for n in names or []]
         if runs:
-            doomed = [r for r in named if r in finished] if named else finished[max(keep, 0):]
-            for run_id in named:
-                if run_id not in finished:
-                    report.kept.append(f"run {run_id}: {'running' if run_id in live else 'its diff is applied'}")
-            for run_id in doomed:
-                can_resume = resumable(repo, run_id)
-                if can_resume and not (interrupted or named):
-                    report.kept.append(f"run {run_id}: interrupted; okgit optimize {_op(repo, run_id)} --resume {run_id} "
-                                       "continues it (gc --runs --interrupted, or naming it, removes it)")
-                    continue
-                tags = len(repo.git("tag", "--list", f"okgit/{run_id}/*").split())
-                _delete_refs(repo, run_id)
-                shutil.rmtree(repo.runs_dir / run_id)
-                report.removed.append(f"run {run_id}" + (" (interrupted: it can no longer resume)" if can_resume else "")
-                                      + f": its directory, branch and {tags} tag{'s' * (tags != 1)}")
-            if finished[: max(keep, 0)] and not named:
-                report.kept.append(f"the {len(finished[:max(keep, 0)])} newest finished runs (--keep {keep})")
-        for run_id in finished[: max(keep, 0)] if runs else finished:
-            branch = f"refs/heads/okgit/{run_id}"
-            if not repo.git("rev-parse", "--verify", "--quiet", branch, check=False).strip():
-                continue
-            if resumable(repo, run_id):
-                report.kept.append(f"branch okgit/{run_id}: the run was interrupted "
-                                   f"(okgit optimize {_op(repo, run_id)} --resume {run_id} continues it)")
-            else:
-                repo.git("update-ref", "-d", branch)
-                report.removed.append(f"branch okgit/{run_id} (finished; its tags keep the candidates)")
+            _remove_runs(repo, report, finished, live, named, keep=keep, interrupted=interrupted)
+        elif finished:
+            tags = sum(t.split("/")[1] in finished for t in repo.git("tag", "--list", "okgit/*/*").split())
+            report.kept.append(f"{len(finished)} finished run{'s' * (len(finished) != 1)}: their directories and "
+                               f"{tags} tag{'s' * (tags != 1)} (gc --runs removes all but the newest {keep})")
+        _remove_branches(repo, report, finished[: max(keep, 0)] if runs else finished)
     return report
+
+
+def _remove_worktrees(repo: Repo, report: GcReport) -> None:
+    """The worktrees of runs no process holds."""
+    if repo.worktrees_dir.is_dir():
+        for worktree in sorted(repo.worktrees_dir.iterdir()):
+            if not is_live(repo.runs_dir / worktree.name):
+                remove_worktree(repo, worktree)
+                report.removed.append(f"worktree {worktree.name}")
+    repo.git("worktree", "prune")
+
+
+def _remove_runs(repo: Repo, report: GcReport, finished: list[str], live: set[str], named: list[str], *,
+                 keep: int, interrupted: bool) -> None:
+    """`--runs`: the named runs, or all finished runs but the newest `keep`; an interrupted
+    one only when named or `interrupted` (it could resume)."""
+    doomed = [r for r in named if r in finished] if named else finished[max(keep, 0):]
+    for run_id in named:
+        if run_id not in finished:
+            report.kept.append(f"run {run_id}: {'running' if run_id in live else 'its diff is applied'}")
+    for run_id in doomed:
+        can_resume = resumable(repo, run_id)
+        if can_resume and not (interrupted or named):
+            report.kept.append(f"run {run_id}: interrupted; okgit optimize {_op(repo, run_id)} --resume {run_id} "
+                               "continues it (gc --runs --interrupted, or naming it, removes it)")
+            continue
+        tags = len(repo.git("tag", "--list", f"okgit/{run_id}/*").split())
+        _delete_refs(repo, run_id)
+        shutil.rmtree(repo.runs_dir / run_id)
+        report.removed.append(f"run {run_id}" + (" (interrupted: it can no longer resume)" if can_resume else "")
+                              + f": its directory, branch and {tags} tag{'s' * (tags != 1)}")
+    if finished[: max(keep, 0)] and not named:
+        report.kept.append(f"the {len(finished[:max(keep, 0)])} newest finished runs (--keep {keep})")
+
+
+def _remove_branches(repo: Repo, report: GcReport, finished: list[str]) -> None:
+    """The branches of these finished runs (their tags keep the candidates), but an interrupted
+    run's, which `--resume` needs."""
+    for run_id in finished:
+        branch = f"refs/heads/okgit/{run_id}"
+        if not repo.git("rev-parse", "--verify", "--quiet", branch, check=False).strip():
+            continue
+        if resumable(repo, run_id):
+            report.kept.append(f"branch okgit/{run_id}: the run was interrupted "
+                               f"(okgit optimize {_op(repo, run_id)} --resume {run_id} continues it)")
+        else:
+            repo.git("update-ref", "-d", branch)
+            report.removed.append(f"branch okgit/{run_id} (finished; its tags keep the candidates)")
 
 
 def _op(repo: Repo, run_id: str) -> str:

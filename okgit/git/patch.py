@@ -21,7 +21,7 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from okgit.errors import OkgitError
-from okgit.git.campaigns import PREFIX, campaign_diff, is_campaign_ref, resolve_campaign
+from okgit.git.campaigns import PREFIX, campaign_checked_on, campaign_diff, is_campaign_ref, resolve_campaign
 from okgit.git.repo import Repo
 from okgit.git.rundir import RunDir
 from okgit.git.workspace import op_diff, resolve_run, started_event
@@ -144,8 +144,10 @@ def apply(repo: Repo, ref: str, check: bool = False) -> list[str]:
 
 
 def checked_on(repo: Repo, ref: str) -> tuple[str, str] | None:
-    """(device, backend) of the run REF names, as its run_started event says; None for a diff file."""
+    """(device, backend) of the run or campaign REF names, as its first event says; None for a diff file."""
     ref = resolve_ref(repo, ref)
+    if is_campaign_ref(ref):
+        return campaign_checked_on(repo, ref)
     tag = _TAG.fullmatch(ref)
     run = tag.group(1) if tag else ref
     if not _is_run(repo, run):

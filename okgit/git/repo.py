@@ -136,7 +136,7 @@ class Repo:
         try:
             return real.relative_to(self.root).as_posix()
         except ValueError:
-            raise OkgitError(f"{path}: outside the repository {self.root}") from None
+            raise OkgitError(f"{real}: outside the repository {self.root}") from None
 
     def is_tracked(self, rel: str) -> bool:
         out = self.git("ls-files", "--cached", "--full-name", "--", f":(top,literal){rel}")

@@ -134,6 +134,22 @@ def _dynamic_config(torch: Any) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _no_caches(torch: Any) -> Iterator[None]:
+    """Inductor's compiled-graph caches off: a graph served from one is never generated, so the
+    patched codegen sees no code. On the H200 the eval-mode graph, the same as the training-mode
+    one compiled just before, came from the FX graph cache and every seed failed with "Inductor
+    generated no code" (a CPU never finishes a compile here, so it never caches)."""
+    inductor = {k: False for k in ("fx_graph_cache", "fx_graph_remote_cache", "autotune_remote_cache")
+                if hasattr(torch._inductor.config, k)}
+    import torch._functorch.config as functorch_config
+
+    functorch = {k: False for k in ("enable_autograd_cache", "enable_remote_autograd_cache")
+                 if hasattr(functorch_config, k)}
+    with torch._inductor.config.patch(inductor), functorch_config.patch(functorch):
+        yield
+
+
 def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, externs: dict[str, str], reader: Reader) -> Graph:
     from torch._inductor import graph as inductor_graph
     from torch._inductor.compile_fx import compile_fx
@@ -172,7 +188,7 @@ def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, exte
     before = {id(o) for o in _autotuners()} if device == "cuda" else set()
     inductor_graph.GraphLowering.codegen = codegen  # type: ignore[method-assign]
     try:
-        with torch.no_grad(), _cpu_triton(device), _dynamic_config(torch), warnings.catch_warnings():
+        with torch.no_grad(), _cpu_triton(device), _dynamic_config(torch), _no_caches(torch), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compiled = torch._dynamo.optimize(backend, nopython=True, guard_export_fn=export)(model)
             result = compiled(*inputs)  # compiles; on a GPU Inductor autotunes here
@@ -250,7 +266,14 @@ class _cpu_triton:
 def _autotuners() -> list[Any]:
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-    return [o for o in gc.get_objects() if isinstance(o, CachingAutotuner)]
+    found = []
+    for o in gc.get_objects():
+        try:
+            if isinstance(o, CachingAutotuner):
+                found.append(o)
+        except ReferenceError:  # a weak proxy whose object is gone (dynamo leaves some): isinstance reads its class
+            continue
+    return found
 
 
 def _name(autotuner: Any) -> str:

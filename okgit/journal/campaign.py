@@ -15,6 +15,14 @@ class CampaignEvent(Event):
     """The campaign's own events (its notes are run notes: `Note`)."""
 
 
+class CampaignPreparing(CampaignEvent):
+    """Handed to `on_event` only, never journaled (as a run's `Preparing`): the campaign's first
+    line, at once, before its evaluator starts or its model is profiled."""
+
+    type: Literal["campaign_preparing"] = "campaign_preparing"
+    doing: str  # what it does before its first journaled event
+
+
 class CampaignStarted(CampaignEvent):
     type: Literal["campaign_started"] = "campaign_started"
     kind: str  # ops (a directory) | model (a model's modules)
@@ -88,6 +96,13 @@ class ModelChecked(CampaignEvent):
     swapped: list[str]
     speedup: float | None = None
     dropped: dict[str, str] | None = None  # module -> why its winner is not in the patch
+    # the patched model against the original in one process (okgit.campaign.result.EndToEnd):
+    state: str | None = None  # its state dict: `unchanged`, or how it differs
+    eager_us: float | None = None
+    compile_us: float | None = None
+    patched_us: float | None = None
+    arm_noise: dict[str, float] | None = None
+    untimed: str | None = None  # why those three have no times
 
 
 class CampaignFinished(CampaignEvent):

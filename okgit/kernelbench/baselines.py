@@ -4,9 +4,15 @@ The arms are timed in one process on one device, interleaved over rounds, with t
 evaluator's own timer (okgit.eval.worker.timing: CUDA events, L2 flushed before each sample,
 warm-up excluded, pre-generated input sets rotated, median) and its pinned library flags,
 under the device's cross-process lock. Run as
-`python -m okgit.kernelbench.baselines REF [WINNER]` in a process pinned to one GPU; prints
-one JSON object. Without a winner (a problem okgit found no kernel for) only eager and
-torch.compile are timed. On a CPU nothing is timed: no speedup is ever claimed from a CPU.
+`python -m okgit.kernelbench.baselines REF [WINNER [BACKEND]] [--device D] [--model-patch]` in a
+process pinned to one GPU; prints one JSON object. Without a winner (a problem okgit found no
+kernel for) only eager and torch.compile are timed. On a CPU nothing is timed: no speedup is
+ever claimed from a CPU.
+
+Each arm's noise is the spread of its per-round medians ((max - min) / median over ROUNDS
+rounds). `--model-patch` (a model campaign's patched model, okgit.campaign.model): the winner was
+verified just before, so it is not checked again here; its state dict must be the reference's
+(the same names, shapes, dtypes and values), on a CPU too.
 """
 
 from __future__ import annotations
@@ -45,9 +51,10 @@ def _to(device: str, values):
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def _time_arms(arms: dict[str, Callable], input_sets: list[list], device: str) -> dict[str, float]:
-    """Median microseconds per arm, by the evaluator's own timer; arms interleaved round by round
-    so that clock and thermal drift hit all three alike."""
+def _time_arms(arms: dict[str, Callable], input_sets: list[list], device: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Median microseconds per arm, by the evaluator's own timer, and each arm's noise (the
+    spread of its round medians); arms interleaved round by round so that clock and thermal
+    drift hit all three alike."""
     import torch
 
     from okgit.eval.worker import timing
@@ -55,13 +62,16 @@ def _time_arms(arms: dict[str, Callable], input_sets: list[list], device: str) -
     timing.bind()
     flush = timing.l2_flush_buffer(device)
     samples: dict[str, list[float]] = {name: [] for name in arms}
+    rounds: dict[str, list[float]] = {name: [] for name in arms}
     with torch.no_grad():
         for r in range(ROUNDS):
             for name, fn in arms.items():
                 timed = timing.time_calls(fn, input_sets, warmup=WARMUP if r == 0 else 1,
                                           samples=SAMPLES_PER_ROUND, flush=flush)
                 samples[name] += timed.samples_us
-    return {name: statistics.median(ts) for name, ts in samples.items()}
+                rounds[name].append(statistics.median(timed.samples_us))
+    return ({name: statistics.median(ts) for name, ts in samples.items()},
+            {name: (max(ms) - min(ms)) / statistics.median(ms) for name, ms in rounds.items() if statistics.median(ms)})
 
 
 def _pin_flags() -> dict[str, Any]:
@@ -75,19 +85,24 @@ def _pin_flags() -> dict[str, Any]:
     return dict(PINNED_FLAGS)
 
 
-def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", backend: str = "triton") -> BaselineTimes:
+def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", backend: str = "triton",
+            model_patch: bool = False) -> BaselineTimes:
     """Time the arms on `device` (no okgit arm without a winner); an arm that fails (e.g.
-    torch.compile) is left out, named. The winner is checked again first (`check`)."""
+    torch.compile) is left out, named. The winner is checked again first (`check`), or, a model
+    campaign's patched model (`model_patch`), its state dict compared with the reference's."""
     import torch
 
     ref_source = ref_path.read_text()
-    if not device.startswith("cuda") or not torch.cuda.is_available():
-        return BaselineTimes(device=device, timed=False, errors={"all": "no GPU: timing is not claimed"})
-    disagreement, error = check(ref_path, winner_source, device, backend) if winner_source is not None else (None, None)
+    gpu = device.startswith("cuda") and torch.cuda.is_available()
+    state = same_state(ref_path, winner_source, device if gpu else "cpu") if model_patch and winner_source is not None else None
+    if not gpu:
+        return BaselineTimes(device=device, timed=False, errors={"all": "no GPU: timing is not claimed"}, state=state)
+    disagreement, error = (None, None) if winner_source is None or model_patch else check(ref_path, winner_source, device, backend)
     from okgit.eval.parent.devices import device_lock, physical_name
     from okgit.eval.protocol.jobs import MODEL_SEED
 
-    result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags(), disagreement=disagreement)
+    result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags(), disagreement=disagreement,
+                           state=state)
     if error:
         result.errors["okgit"] = error
     with tempfile.TemporaryDirectory(prefix="okgit-baselines-") as tmp:
@@ -116,7 +131,7 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
                 arms["compile"] = compiled
             except Exception as e:  # noqa: BLE001 - an op torch.compile cannot handle: that baseline is missing, not zero
                 result.errors["compile"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
-            times = _time_arms(arms, input_sets, device)
+            times, result.noise = _time_arms(arms, input_sets, device)
     result.eager_us = times.get("eager")
     result.compile_us = times.get("compile")
     result.okgit_us = times.get("okgit")
@@ -137,14 +152,44 @@ def check(ref_path: Path, winner_source: str, device: str, backend: str = "trito
         return check_winner(evaluator, problem, winner_source, backend)
 
 
+def same_state(ref_path: Path, winner_source: str, device: str = "cpu") -> str:
+    """`unchanged`, or how the winner's state dict differs from the reference's, both built from
+    the same arguments and seed on `device`."""
+    import torch
+
+    from okgit.eval.protocol.jobs import MODEL_SEED
+
+    with tempfile.TemporaryDirectory(prefix="okgit-state-") as tmp:
+        ref = _load(ref_path.read_text(), "okgit_state_ref", Path(tmp))
+        win = _load(winner_source, "okgit_state_winner", Path(tmp))
+        states = []
+        for module in (ref, win):
+            torch.manual_seed(MODEL_SEED)
+            with torch.device(device):
+                states.append(getattr(module, "ModelNew", module.Model)(*ref.get_init_inputs()).state_dict())
+    want, got = states
+    if list(got) != list(want):
+        extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
+        return f"other names: {', '.join(extra[:3]) or '-'} added, {', '.join(missing[:3]) or '-'} missing"
+    for name, tensor in want.items():
+        if got[name].shape != tensor.shape or got[name].dtype != tensor.dtype or not torch.equal(got[name], tensor):
+            return f"{name} differs (shape, dtype or values)"
+    return "unchanged"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (1, 2, 3):
-        print("usage: python -m okgit.kernelbench.baselines REF.py [WINNER.py [BACKEND]]", file=sys.stderr)
-        return 2
-    winner = Path(args[1]).read_text() if len(args) >= 2 else None
-    print(json.dumps(measure(Path(args[0]).resolve(), winner, backend=args[2] if len(args) == 3 else "triton")
-                     .model_dump(mode="json")))
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m okgit.kernelbench.baselines")
+    parser.add_argument("ref")
+    parser.add_argument("winner", nargs="?")
+    parser.add_argument("backend", nargs="?", default="triton")
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--model-patch", action="store_true", help="a model campaign's patched model (see the docstring)")
+    args = parser.parse_args(argv)
+    winner = Path(args.winner).read_text() if args.winner else None
+    print(json.dumps(measure(Path(args.ref).resolve(), winner, device=args.device, backend=args.backend,
+                             model_patch=args.model_patch).model_dump(mode="json")))
     return 0
 
 

@@ -106,7 +106,7 @@ def run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, 
         winner.write_text(git("show", f"{update['best_tag']}:{p.file_name}", cwd=space.work))
         update.update(baselines(p.path, winner, space.env, timer=timer, gpu=gpu, backend=backend))
         if cross_check:
-            data = _helper("crosscheck", p.path, winner, space.env, extra=[backend])
+            data = helper("crosscheck", p.path, winner, space.env, extra=[backend])
             update["cross_check"] = CrossCheck(error=data) if isinstance(data, str) else CrossCheck.model_validate(data)
     else:  # no kernel: the user keeps the reference; its two baselines still place the problem
         times = baselines(p.path, None, space.env, timer=timer, gpu=gpu)
@@ -205,7 +205,7 @@ def baselines(ref: Path, winner: Path | None, env: dict[str, str], *,
     if timer is not None:
         times = timer(ref.read_text(), winner.read_text() if winner else None)
     elif gpu:
-        data = _helper("baselines", ref, winner, env, extra=[backend] if winner else None)
+        data = helper("baselines", ref, winner, env, extra=[backend] if winner else None)
         if isinstance(data, str):  # the helper itself failed: no figures, and why
             return {"untimed_reason": data}
         times = BaselineTimes.model_validate(data)
@@ -226,7 +226,7 @@ def baselines(ref: Path, winner: Path | None, env: dict[str, str], *,
     return fields
 
 
-def _helper(module: str, ref: Path, winner: Path | None, env: dict[str, str], extra: list[str] | None = None) -> dict[str, Any] | str:
+def helper(module: str, ref: Path, winner: Path | None, env: dict[str, str], extra: list[str] | None = None) -> dict[str, Any] | str:
     """Run okgit.kernelbench.<module> REF [WINNER] in a process pinned like the problem's run.
 
     Returns the JSON object it printed, or a one-line reason when the helper itself failed.

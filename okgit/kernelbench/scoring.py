@@ -54,6 +54,8 @@ class ProblemResult(BaseModel):
     wall_s: float = 0.0
     error: str | None = None
     cross_check: CrossCheck | None = None
+    modules_swapped: int | None = None  # level 3: the model's modules whose forward okgit's patch replaces
+    noise: dict[str, float] = Field(default_factory=dict)  # level 3: arm -> spread of its round medians
 
     def speedup(self, baseline: str) -> float | None:
         return self.speedup_eager if baseline == "eager" else self.speedup_compile
@@ -153,6 +155,18 @@ class SweepReport(BaseModel):
             lines += [_cross_check(r.key, r.cross_check) for r in self.problems if r.cross_check]
         for note in self.notes:
             lines.append(f"note: {note}")
+        models = [r for r in self.problems if r.level == 3]
+        if models:
+            lines += ["", "Whole models (level 3), each a model campaign; its three arms timed in one process, interleaved; "
+                      "noise: the spread of each arm's round medians; device min: the campaign's wall time, its GPU "
+                      "held throughout.", "",
+                      "| model | status | eager us | compile us | okgit us | vs eager | vs compile | noise e/c/o "
+                      "| modules swapped | device min |", "|---|---|---|---|---|---|---|---|---|---|"]
+            for r in models:
+                noise = "/".join(f"{r.noise[a] * 100:.1f}%" if a in r.noise else "-" for a in ("eager", "compile", "okgit"))
+                lines.append(f"| {r.key} | {r.status} | {fmt_us(r.eager_us)} | {fmt_us(r.compile_us)} | {fmt_us(r.okgit_us)} "
+                             f"| {_x(r.speedup_eager, r)} | {_x(r.speedup_compile, r)} | {noise} "
+                             f"| {r.modules_swapped if r.modules_swapped is not None else '-'} | {r.wall_s / 60:.1f} |")
         errors = [r for r in self.problems if r.error]
         if errors:
             lines += ["", "Errors:"] + [f"- {r.key}: {r.error}" for r in errors]

@@ -34,6 +34,7 @@ from okgit.kernelbench.reader import KBProblem, find_problems
 from okgit.kernelbench.runs import ProblemInterrupted, Timer, out_of_memory, run_problem, slug
 from okgit.kernelbench.scoring import ProblemResult, SweepReport, summarize
 
+CAMPAIGN_TOP = 4  # level 3: the modules and chains each model campaign optimizes (--top)
 DEFAULT_TIMEOUT_S = 3600.0  # one problem's whole okgit run; a hang past it is recorded as `timeout`
 SETTINGS_FILE = "sweep.json"
 
@@ -49,6 +50,7 @@ def run_sweep(
     out: Path | str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     progress: Callable[[str], None] | None = None,
+    top: int = CAMPAIGN_TOP,
 ) -> SweepReport:
     """`progress` is told one line per stage (the CLI prints them to stderr); None: silent."""
     if parallel < 1:
@@ -57,7 +59,8 @@ def run_sweep(
     flags = {k: v for k, v in (flags or {}).items() if k in RUN_FLAGS and v is not None}  # optimize's, passed on
     config = load_config(None, flags)  # bad flags fail here, before any problem starts
     out_dir = _out_dir(out)
-    _check_settings(out_dir, flags)
+    # a level-3 problem's figures depend on how many modules its campaign optimizes too
+    _check_settings(out_dir, {**flags, "top": top} if any(p.level == 3 for p in selected) else flags)
     say = progress or (lambda line: None)
     say(f"sweep state in {out_dir} (rerun with --out {out_dir} to resume)")
 
@@ -69,8 +72,8 @@ def run_sweep(
     done, pending = _finished(out_dir, selected, say)
     started = time.monotonic()
     with contextlib.ExitStack() as owned:  # the evaluator made here, closed when the sweep ends
-        timer, extra_env = _modal_baselines(config, flags, parallel, owned) if modal else (None, {})
-        sweep = _Sweep(flags, out_dir, timeout_s, timer, gpu, checking, extra_env,
+        timer, extra_env = _modal_baselines(config, flags, parallel, owned, say) if modal else (None, {})
+        sweep = _Sweep(flags, out_dir, timeout_s, timer, gpu, checking, extra_env, top,
                        f"modal:{config.modal_gpu}" if modal else None, say)
         try:
             reran = _run_all(pool, sweep.job, pending, done, out_dir, say)
@@ -118,6 +121,7 @@ class _Sweep:
     gpu: bool
     cross_check: bool
     extra_env: dict[str, str]
+    top: int  # level 3: the modules and chains each campaign optimizes
     device: str | None  # modal:<gpu>; None: each slot's own
     say: Callable[[str], None]
 
@@ -126,7 +130,8 @@ class _Sweep:
         device = self.device or slot.name
         try:
             result = _run_problem(problem, slot, self.flags, self.out_dir, self.timeout_s, timer=self.timer,
-                                  gpu=self.gpu, cross_check=self.cross_check, device=device, extra_env=self.extra_env)
+                                  gpu=self.gpu, cross_check=self.cross_check, device=device, extra_env=self.extra_env,
+                                  top=self.top)
         except OkgitError as e:  # e.g. git or Modal failing for this problem: recorded, the sweep goes on
             result = ProblemResult(key=problem.key, level=problem.level, id=problem.id, name=problem.name,
                                    status="error", device=device, error=str(e))
@@ -137,8 +142,8 @@ class _Sweep:
         return result
 
 
-def _modal_baselines(config: Config, flags: dict[str, Any], parallel: int,
-                     owned: contextlib.ExitStack) -> tuple[Timer, dict[str, str]]:
+def _modal_baselines(config: Config, flags: dict[str, Any], parallel: int, owned: contextlib.ExitStack,
+                     say: Callable[[str], None]) -> tuple[Timer, dict[str, str]]:
     """On Modal: the baselines' timer and the environment of each problem's process. One
     container limit for the whole sweep: each problem's process, and the baselines timed after
     it in the same slot, get an equal share of it (at least one each)."""
@@ -146,7 +151,7 @@ def _modal_baselines(config: Config, flags: dict[str, Any], parallel: int,
     from okgit.eval.registry import make_evaluator
 
     share = max(1, max_containers_setting() // parallel)
-    baselines = owned.enter_context(make_evaluator(config, max_containers=share))
+    baselines = owned.enter_context(make_evaluator(config, max_containers=share, on_note=say))
     assert isinstance(baselines, ModalEvaluator)  # config.eval is "modal" here
     timer = functools.partial(baselines.time_baselines, backend=flags.get("backend") or "triton")
     return timer, {MAX_CONTAINERS_ENV: str(share)}
@@ -242,9 +247,9 @@ def _cross_check_plan(wanted: bool, *, gpu: bool, modal: bool) -> tuple[str | No
 
 def _run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, timeout_s: float, *,
                  timer: Timer | None, gpu: bool, cross_check: bool, device: str,
-                 extra_env: dict[str, str] | None = None) -> ProblemResult:
-    if p.level == 3:  # a whole model: one campaign over its top modules
+                 extra_env: dict[str, str] | None = None, top: int = CAMPAIGN_TOP) -> ProblemResult:
+    if p.level == 3:  # a whole model: one campaign over its top modules and chains
         return run_model_problem(p, slot, flags, out_dir, timeout_s, timer=timer, gpu=gpu, device=device,
-                                 extra_env=extra_env)
+                                 extra_env=extra_env, top=top)
     return run_problem(p, slot, flags, out_dir, timeout_s, timer=timer, gpu=gpu, cross_check=cross_check,
                        device=device, extra_env=extra_env)

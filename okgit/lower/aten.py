@@ -213,7 +213,7 @@ def _to(b, a, t):
     return b.op("cast", x, dtype=dtype)
 
 
-@_h("clone", "contiguous", "alias", "detach", "lift_fresh_copy")
+@_h("clone", "contiguous", "alias", "detach", "detach_", "lift_fresh_copy")
 def _identity(b, a, t):
     return a["self"]
 

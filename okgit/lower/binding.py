@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from okgit.lower.graph import Bound, Graph, Node, Unsupported, module_expr
+from okgit.lower.graph import Bound, BoundInt, Graph, Node, Unsupported, module_expr
 from okgit.lower.trace import instantiate, trace
 from okgit.problem import perturb_floats
 
@@ -84,7 +84,7 @@ def _constants(graph: Graph) -> tuple[list, dict[tuple, float]]:
         if isinstance(x, float):
             floats[pos] = x  # a Bound stays one
             return "float"
-        return repr(x)
+        return repr(int(x)) if isinstance(x, BoundInt) else repr(x)  # as a capture that bound no int has it
 
     skeleton: list[tuple[Any, ...]] = [
         (n.kind, n.op, len(n.shape), str(n.dtype), n.dims, n.keepdim, walk(n.args, (i, "args")), walk(n.kwargs, (i, "kwargs")))
@@ -253,6 +253,56 @@ def bind_attributes(source: str, graph: Graph) -> dict[tuple, str]:
         owner.update(dict.fromkeys(mine, attr.expr))
     apply_bindings(graph, bindings)
     return bindings
+
+
+def _ints(graph: Graph) -> dict[tuple, int]:
+    """The graph's int constants (bools aside) by position (node index, arg path)."""
+    found: dict[tuple, int] = {}
+
+    def walk(x, pos):
+        if isinstance(x, (list, tuple)):
+            for j, y in enumerate(x):
+                walk(y, pos + (j,))
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, pos + (k,))
+        elif isinstance(x, int) and not isinstance(x, bool):
+            found[pos] = x
+
+    for i, n in enumerate(graph.nodes):
+        walk(n.args, (i, "args"))
+        walk(n.kwargs, (i, "kwargs"))
+    return found
+
+
+def _int_attrs(model: torch.nn.Module) -> dict[str, int]:
+    """The model's int attributes (bools aside) by their expression over `self`."""
+    return {f"{module_expr(path)}.{name}": v for path, mod in model.named_modules() for name, v in vars(mod).items()
+            if isinstance(v, int) and not isinstance(v, bool) and name.isidentifier() and not name.startswith("_")}
+
+
+def bind_ints(source: str, graph: Graph, other: Graph, knobs: dict[str, int]) -> bool:
+    """Bind the int constants that differ between `graph` (the default knobs) and `other`
+    (captured with `knobs`) to the model's int attribute that holds each in both (GroupNorm's
+    `num_groups`, set from a knob): BoundInt in both graphs. False when one matches no attribute."""
+    mine, theirs = _ints(graph), _ints(other)
+    if mine.keys() != theirs.keys():
+        return False
+    here, there = _int_attrs(instantiate(source, {})[1]), _int_attrs(instantiate(source, knobs)[1])
+    for pos, v in mine.items():
+        w = theirs[pos]
+        expr = v.expr if isinstance(v, BoundInt) else None
+        if expr is None and v == w:
+            continue
+        if expr is None:
+            expr = next((e for e, value in here.items() if value == v and there.get(e) == w), None)
+            if expr is None:
+                return False
+            _replace(graph, pos, BoundInt(v, expr))
+        if there.get(expr) != w:
+            return False
+        _replace(other, pos, BoundInt(w, expr))
+    return True
 
 
 def check_scaled_init(source: str, graph: Graph) -> None:

@@ -39,6 +39,11 @@ def _result_dtype(args) -> torch.dtype:
     return torch.int64 if any(d != torch.bool for d in dts) else torch.bool
 
 
+def _one_element(x: Node, dims: tuple[int, ...]) -> bool:
+    """Whether folding x over dims folds one element per result (every dim folded has size 1)."""
+    return bool(x.shape) and all(x.shape[d] == 1 for d in dims)
+
+
 COMPARE = {"gt", "ge", "lt", "le", "eq", "ne", "and", "or", "not"}
 
 
@@ -49,6 +54,7 @@ class Builder:
     def __init__(self) -> None:
         self.nodes: list[Node] = []
         self._seen: dict[tuple, Node] = {}  # elementwise ops by operands: composites share work
+        self.diagonals: dict[int, Node] = {}  # a diagonal matrix torch.diag made -> its diagonal
 
     def add(self, n: Node) -> Node:
         self.nodes.append(n)
@@ -67,6 +73,8 @@ class Builder:
 
     def reduce(self, name: str, x: Node, dims, keepdim: bool) -> Node:
         dims = resolve_dims(x, dims)
+        if _one_element(x, dims) and (name in ("max", "min") or name == "sum" and x.dtype.is_floating_point):
+            return self.view(x, _reduced_shape(x.shape, dims, keepdim))  # a fold of one element is that element
         if name in ("argmax", "argmin") or name == "sum" and not x.dtype.is_floating_point:
             dtype = torch.int64
         else:
@@ -75,10 +83,56 @@ class Builder:
 
     def mean(self, x: Node, dims, keepdim: bool, correction: float = 0.0, of: Node | None = None) -> Node:
         s = self.reduce("sum", of if of is not None else x, dims, keepdim)
+        if s.kind != "reduce":  # over one element
+            return self.op("div", s, 1.0 - correction) if correction else s
         n = self.add(Node("count", "count", (s,), (), torch.float32))
         if correction:
             n = self.op("sub", n, float(correction))
         return self.op("div", s, n)
+
+    def scan(self, name: str, x: Node, dim: int, reverse: bool = False) -> Node:
+        """The cumulative `name` ("sum", "prod") of x along dim, from its last element where
+        `reverse`; along a size-1 dim it is x itself."""
+        if not x.shape or x.shape[dim] == 1:
+            return x
+        return self.add(Node("scan", name, (x,), x.shape, x.dtype, (dim,), kwargs={"reverse": True} if reverse else {}))
+
+    def flipped(self, x: Node, dims: list[int]) -> Node:
+        """torch.flip(x, dims) as a PyTorch call (a flip of a computed value moves data)."""
+        return self.add(Node("extern", "aten.flip.default", (x, dims), x.shape, x.dtype, target=torch.ops.aten.flip.default))
+
+    def unflip(self, x: Node, dims: set[int]) -> Node | None:
+        """flip(x, dims) spelled without a flip, or None: a flip undoes a flip, passes through
+        elementwise ops to their operands (a size-1 dim needs none), and through a scan along
+        one of its dims, which then reads that dim from the other end. What no rule takes (a
+        tensor in memory, a reduction) stays a flip."""
+        dims = {d for d in dims if x.shape[d] != 1}
+        if not dims:
+            return x
+        if x.kind == "extern" and x.op == "aten.flip.default" and set(resolve_dims(x, x.args[1])) == dims:
+            return x.args[0]
+        if x.kind == "scan" and x.dims[0] in dims:
+            inner = self.unflip(x.args[0], dims)
+            return None if inner is None else self.scan(x.op, inner, x.dims[0], not x.kwargs.get("reverse", False))
+        if x.kind != "op":
+            return None
+        args = []
+        for a in x.args:
+            if isinstance(a, Node):
+                off = len(x.shape) - len(a.shape)
+                a = self.unflip(a, {d - off for d in dims if d >= off})
+                if a is None:
+                    return None
+            args.append(a)
+        return self.op(x.op, *args, dtype=x.dtype)
+
+    def reshape(self, x: Node, shape: tuple[int, ...], sizes: tuple) -> Node:
+        """x reshaped to `shape`, which splits or merges its dims; the forward makes it from x in
+        memory with `sizes`, one per dim: an int, a BoundInt, ("dim", j) for x's dim j at run
+        time, or -1 for the one the others leave (graph.reshapes)."""
+        if tuple(shape) == x.shape:
+            return x
+        return self.add(Node("view", "reshape", (x,), tuple(shape), x.dtype, kwargs={"sizes": tuple(sizes)}))
 
     def view(self, x: Node, shape: tuple[int, ...]) -> Node:
         if tuple(shape) == x.shape:

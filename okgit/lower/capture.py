@@ -6,7 +6,9 @@ into fusion groups.
 
 The graph is captured with the shape knobs at their defaults and at two other settings: a scalar
 that differs between them (`x / math.sqrt(dim)`, a view to a knob-sized shape) depends on
-a knob, and a lowering that baked it would be wrong at other sizes, so capture refuses. The
+a knob, and a lowering that baked it would be wrong at other sizes, so capture refuses, unless
+it is an int the model keeps as an attribute (GroupNorm's `num_groups`): the rewritten forward
+reads that one from `self` (okgit.lower.binding.bind_ints). The
 constants that come from the module's float attributes are bound to expressions of `self`
 (okgit.lower.binding), and the constructor's floats scaled as the evaluator does must move
 no constant in any other way.
@@ -14,7 +16,7 @@ no constant in any other way.
 
 from __future__ import annotations
 
-from okgit.lower.binding import apply_bindings, bind_attributes, check_scaled_init
+from okgit.lower.binding import apply_bindings, bind_attributes, bind_ints, check_scaled_init
 from okgit.lower.graph import Graph, Unsupported
 from okgit.lower.trace import trace
 from okgit.problem import Problem
@@ -36,7 +38,11 @@ def capture(problem: Problem) -> Graph:
         except Exception:  # noqa: BLE001 - this setting may be invalid for the op
             continue
         apply_bindings(other, bindings)
-        if [n.signature() for n in graph.nodes] != [n.signature() for n in other.nodes]:
+        if not _same(graph, other) and not (bind_ints(problem.source, graph, other, changed) and _same(graph, other)):
             raise Unsupported("the computation's constants depend on the shape knobs")
     check_scaled_init(problem.source, graph)
     return graph
+
+
+def _same(graph: Graph, other: Graph) -> bool:
+    return [n.signature() for n in graph.nodes] == [n.signature() for n in other.nodes]

@@ -1,7 +1,8 @@
 """Cut a captured graph (okgit.lower.graph) into fusion groups, one kernel each.
 
 A group is the nodes one Triton kernel computes over one iteration domain: an elementwise
-chain, a reduction with what it feeds over the same rows, or, where a template kind turned on
+chain, a reduction with what it feeds over the same rows, scans along one dim with their
+elementwise prologue and epilogue, or, where a template kind turned on
 seeds groups from PyTorch calls (kinds/gemm.py: a matmul), that call with its elementwise
 epilogue. Which kind lowers a group is the kinds' business (okgit.lower.kinds): each claims
 groups by their shape here. What no group takes (convolutions, vendor GEMMs, unknown ops)
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from okgit.lower.graph import Graph, Node, Unsupported
+from okgit.lower.graph import Graph, Node, Unsupported, reshapes
 
 if TYPE_CHECKING:
     from okgit.lower.kinds.base import TemplateKind
@@ -29,6 +30,7 @@ class Group:
 
     shape: tuple[int, ...]
     red: tuple[int, ...] = ()
+    scan: tuple[int, ...] = ()  # the domain dim its scans run along (one), where it has scans
     seed: Node | None = None  # a PyTorch call the group computes itself, its epilogue after it (a Triton GEMM's matmul)
     nodes: list[Node] = field(default_factory=list)  # computed here, in order
     leaves: list[Node] = field(default_factory=list)  # read from memory
@@ -96,12 +98,12 @@ class _Partitioner:
         outs = {id(o) for o in graph.outputs}
         self.items: list[Group | Node] = []
         self.group: Group | None = None
-        # Elementwise work on parameters alone is recomputed inside the kernel that reads it,
-        # unless someone needs it as a tensor.
+        # Elementwise work on parameters (or constants) alone is recomputed inside the kernel that
+        # reads it, unless someone needs it as a tensor.
         self.inline: set[int] = set()
         for n in graph.nodes:
             needed = id(n) in outs or any(u.kind == "extern" for u in users[id(n)])
-            if n.kind in ("op", "view") and n.inputs and not needed and all(
+            if n.kind in ("op", "view") and not reshapes(n) and not needed and all(
                 a.kind == "param" or id(a) in self.inline for a in n.inputs
             ):
                 self.inline.add(id(n))
@@ -110,7 +112,7 @@ class _Partitioner:
         for n in self.graph.nodes:
             if n.is_leaf or id(n) in self.inline:
                 continue
-            if n.kind == "view" and not (self.group and self.group.computes(n.args[0])):
+            if n.kind == "view" and (reshapes(n) or not (self.group and self.group.computes(n.args[0]))):
                 continue  # a view of a tensor in memory is read in place by its consumers
             if n.kind == "extern":
                 self._close()
@@ -156,10 +158,12 @@ class _Partitioner:
 
     # nodes -------------------------------------------------------------------------------
     def _add(self, g: Group, n: Node) -> bool:
-        if g.seed is not None and n.kind not in ("op", "view"):
+        if g.seed is not None and n.kind not in ("op", "view", "iota"):
             return False  # a seeded group is its call and an elementwise epilogue
         if n.kind == "reduce":
             return self._add_reduce(g, n)
+        if n.kind == "scan":
+            return self._add_scan(g, n)
         if n.kind == "count":
             if not g.computes(n.args[0]):
                 return False
@@ -211,13 +215,30 @@ class _Partitioner:
                 return None
         return tuple(out)
 
+    def _operand_of(self, g: Group, x: Node):
+        """The map of a reduction's or scan's operand: from g, or read whole over g's domain."""
+        if g.has(x):
+            return g.smap[id(x)]
+        if x.shape == g.shape and not (x.kind == "view" and id(x) in self.inline):
+            return tuple(i if s != 1 else None for i, s in enumerate(x.shape))
+        return None
+
+    def _add_scan(self, g: Group, n: Node) -> bool:
+        """A scan joins an elementwise group, or one scanning the same domain dim the same way."""
+        x = n.args[0]
+        xm = self._operand_of(g, x)
+        if xm is None or g.red or g.seed is not None or xm[n.dims[0]] is None or g.scan not in ((), (xm[n.dims[0]],)):
+            return False
+        if any(m.kind == "scan" and m.kwargs != n.kwargs for m in g.nodes):
+            return False
+        self._claim(g, x, xm)
+        g.scan = (xm[n.dims[0]],)
+        return self._put(g, n, xm)
+
     def _add_reduce(self, g: Group, n: Node) -> bool:
         x = n.args[0]
-        if g.has(x):
-            xm = g.smap[id(x)]
-        elif x.shape == g.shape and not (x.kind == "view" and id(x) in self.inline):
-            xm = tuple(i if s != 1 else None for i, s in enumerate(x.shape))
-        else:
+        xm = self._operand_of(g, x)
+        if xm is None or g.scan:
             return False
         red = tuple(sorted(i for i in (xm[d] for d in n.dims) if i is not None))
         if not red or (g.red and red != g.red):

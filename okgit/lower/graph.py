@@ -5,9 +5,12 @@ Each ATen node of the exported reference becomes a few `Node`s (okgit.lower.aten
 - `input` / `param`: tensors the forward receives or the module owns (leaves),
 - `op`: an elementwise primitive (add, exp, where, ...), broadcasting like torch,
 - `reduce`: sum / max / min / argmax / argmin over some dims,
+- `scan`: a cumulative sum / product along one dim (`kwargs["reverse"]`: from its last element),
 - `count`: the number of elements a reduce folds (a runtime size, never a baked constant),
 - `iota`: the coordinate along one dim (for picking a class in a loss),
-- `view`: a reshape that only adds or drops size-1 dims (no data movement),
+- `view`: a reshape that only adds or drops size-1 dims (no data movement), or one that splits
+  or merges dims (`kwargs["sizes"]`, a group norm's channel groups): such a reshape is made in
+  the forward from the tensor in memory, never inside a kernel (`reshapes`),
 - `extern`: anything else, left to PyTorch (matmul, convolution, unknown ops).
 
 Composite ops (softmax, layer norm, losses, GELU, ...) are expanded into primitives, so the
@@ -41,30 +44,39 @@ class ModeFlag:
     expr: str = "self.training"
 
 
-class Bound(float):
-    """A constant computed from the module's float attributes: `expr` (Python over `self`)
-    recomputes it in the rewritten forward, so it reaches a kernel as a runtime argument.
-    `expr` is one Python expression (`self.eps`, `1.0 - self.p`, `0.5 * self.beta`, ...)."""
+class _Bound:
+    """A number with the Python expression over `self` that recomputes it in the rewritten forward."""
 
     expr: str
 
-    def __new__(cls, value: float, expr: str) -> Bound:
-        obj = super().__new__(cls, value)
+    def __new__(cls, value, expr: str):
+        obj = super().__new__(cls, value)  # type: ignore[call-arg]  # float's or int's, after this class
         obj.expr = expr
         return obj
 
     def __repr__(self) -> str:
-        return f"Bound({self.expr})"
+        return f"{type(self).__name__}({self.expr})"
+
+
+class Bound(_Bound, float):
+    """A constant computed from the module's float attributes: `expr` (Python over `self`)
+    recomputes it in the rewritten forward, so it reaches a kernel as a runtime argument.
+    `expr` is one Python expression (`self.eps`, `1.0 - self.p`, `0.5 * self.beta`, ...)."""
+
+
+class BoundInt(_Bound, int):
+    """An int the model holds as an attribute and the shape knobs set (GroupNorm's
+    `num_groups`): `expr` reads it in the rewritten forward (okgit.lower.binding.bind_ints)."""
 
 
 @dataclass(eq=False)
 class Node:
-    kind: str  # input | param | op | reduce | count | iota | view | extern
+    kind: str  # input | param | op | reduce | scan | count | iota | view | extern
     op: str  # primitive name; input: forward argument; param: qualified name; extern: "aten.x.y"
     args: tuple = ()
     shape: tuple[int, ...] = ()
     dtype: torch.dtype = torch.float32
-    dims: tuple[int, ...] = ()  # reduce: own dims folded; iota: (dim,)
+    dims: tuple[int, ...] = ()  # reduce: own dims folded; iota, scan: (dim,)
     keepdim: bool = False
     target: Any = None  # extern: the callable (OpOverload or operator.getitem)
     kwargs: dict = field(default_factory=dict)
@@ -81,6 +93,11 @@ class Node:
         """What must not change when only the knobs change (shapes aside)."""
         consts = tuple(repr(a) for a in self.args if not isinstance(a, Node)) if self.kind != "view" else ()
         return (self.kind, self.op, consts, self.dims, self.keepdim, repr(self.kwargs))
+
+
+def reshapes(n: Node) -> bool:
+    """Whether n is a view that splits or merges dims (made in the forward from memory)."""
+    return n.kind == "view" and "sizes" in n.kwargs
 
 
 @dataclass

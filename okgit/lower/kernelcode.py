@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from okgit.lower.fusion import Group
-from okgit.lower.graph import Bound, Node, Unsupported
+from okgit.lower.graph import Bound, BoundInt, Node, Unsupported
 from okgit.lower.template import template
 
 # ---------------------------------------------------------------------------------------------
@@ -41,7 +41,7 @@ NEUTRAL = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax"
 
 
 def literal(v) -> str:
-    if isinstance(v, Bound):
+    if isinstance(v, (Bound, BoundInt)):
         raise Unsupported(f"{v.expr} is read at run time, not a literal")
     if isinstance(v, bool):
         return repr(v)
@@ -110,14 +110,14 @@ class KernelCode:
     def covered(self) -> list[int]:
         return [k for k, d in enumerate(self.dom) if d != "1"]
 
-    def scalar(self, c: Bound) -> str:
+    def scalar(self, c: Bound | BoundInt) -> str:
         """The kernel argument that carries the attribute constant c."""
         if c.expr not in self.scalars:
             self.scalars[c.expr] = f"c{len(self.scalars)}"
         return self.scalars[c.expr]
 
     def const(self, a) -> str:
-        return self.scalar(a) if isinstance(a, Bound) else literal(a)
+        return self.scalar(a) if isinstance(a, (Bound, BoundInt)) else literal(a)
 
     def size(self, expr: str) -> str:
         if expr == "1":
@@ -253,7 +253,7 @@ class KernelCode:
 
     def pow(self, args: list[str], exponent) -> str:
         x, p = args
-        if isinstance(exponent, Bound):
+        if isinstance(exponent, (Bound, BoundInt)):
             self.helpers.add("_pow")
             return f"_pow({x}, {p})"
         if isinstance(exponent, (int, float)) and float(exponent).is_integer() and abs(exponent) <= 4:

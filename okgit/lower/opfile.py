@@ -21,7 +21,7 @@ import re
 import torch
 
 from okgit.lower.fusion import Group
-from okgit.lower.graph import Bound, Graph, ModeFlag, Node, Unsupported, module_expr
+from okgit.lower.graph import Bound, BoundInt, Graph, ModeFlag, Node, Unsupported, module_expr, reshapes
 from okgit.lower.kernelcode import HELPERS, KernelCode, Leaf, indent, literal
 from okgit.lower.kinds import kinds
 from okgit.lower.kinds.base import Rendered, TemplateKind, constants
@@ -57,13 +57,16 @@ class Lowering:
         return f"t{self.counter - 1}"
 
     def tensor(self, n: Node) -> str:
-        """A forward expression for n's tensor; unit-dim views of tensors become reshapes."""
+        """A forward expression for n's tensor; views of tensors become reshapes."""
         if id(n) in self.names:
             return self.names[id(n)]
         if n.kind == "view":
             src = self.tensor(n.args[0])
-            dims = iter([j for j, s in enumerate(n.args[0].shape) if s != 1])
-            shape = ", ".join(f"{src}.shape[{next(dims)}]" if s != 1 else "1" for s in n.shape)
+            if reshapes(n):
+                shape = ", ".join(f"{src}.shape[{s[1]}]" if isinstance(s, tuple) else self.pyarg(s, "") for s in n.kwargs["sizes"])
+            else:
+                dims = iter([j for j, s in enumerate(n.args[0].shape) if s != 1])
+                shape = ", ".join(f"{src}.shape[{next(dims)}]" if s != 1 else "1" for s in n.shape)
             var = self.fresh()
             self.lines.append(f"{var} = {src}.reshape({shape}{',' if len(n.shape) == 1 else ''})")
             self.names[id(n)] = var
@@ -84,6 +87,8 @@ class Lowering:
             return repr(a)
         if isinstance(a, Bound):
             return f"float({a.expr})"
+        if isinstance(a, BoundInt):
+            return f"int({a.expr})"
         if isinstance(a, ModeFlag):
             return a.expr
         return literal(a)
@@ -141,7 +146,7 @@ class Lowering:
         params: list[str] = []
         for n in g.leaves:
             base, bmap = n, g.smap[id(n)]
-            while base.kind == "view" and id(base) not in self.materialized:
+            while base.kind == "view" and id(base) not in self.materialized and not reshapes(base):
                 bmap, base = _source_map(base, bmap), base.args[0]
             arg = f"in{len(args)}"
             leaves[id(n)] = Leaf(n, base, bmap, arg, f"{arg}_ptr")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from okgit.lower.graph import Graph, Unsupported
 from okgit.lower.translate import translate
@@ -23,12 +24,15 @@ from okgit.problem import Problem, perturb_floats
 
 
 def instantiate(
-    source: str, knobs: dict[str, int], perturbed: bool = False, tweak: Callable[[torch.nn.Module], None] | None = None
+    source: str, knobs: dict[str, int], perturbed: bool = False, tweak: Callable[[torch.nn.Module], None] | None = None,
+    fake: bool = False,
 ) -> tuple[dict[str, Any], torch.nn.Module, tuple]:
     """The op module, its reference Model and its inputs, on the meta device (shapes only).
 
     `perturbed`: get_init_inputs' floats perturbed as the evaluator's init_inputs case does
-    (okgit.problem.perturb_floats); `tweak` edits the built model."""
+    (okgit.problem.perturb_floats); `tweak` edits the built model; `fake`: fake CPU tensors
+    instead (no memory either), where a tensor the forward makes on its input's device must have
+    a value."""
     with tempfile.TemporaryDirectory() as tmp:
         # a real file: @triton.jit in the op file reads its own source
         path = Path(tmp) / "reference.py"
@@ -37,7 +41,7 @@ def instantiate(
         try:
             exec(compile(source, str(path), "exec"), ns)
             ns.update(knobs)
-            with torch.device("meta"):
+            with FakeTensorMode(allow_non_fake_inputs=True) if fake else torch.device("meta"):
                 init = ns["get_init_inputs"]()
                 if perturbed:
                     init, _ = perturb_floats(list(init))
@@ -65,9 +69,11 @@ def trace(source: str, knobs: dict[str, int], perturbed: bool = False, tweak=Non
     """The reference's graph with these knobs (and `instantiate`'s changes), nothing bound yet."""
     ns, model, inputs = instantiate(source, knobs, perturbed, tweak)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ep = torch.export.export(model, inputs, strict=False)
+        ep = _export(model, inputs)
+        constants = dict(ep.constants)
+        if any(isinstance(t, torch.Tensor) and t.is_meta for t in constants.values()):
+            # made on the input's device (meta here): the same trace on fake CPU tensors has their values
+            constants = dict(_export(*instantiate(source, knobs, perturbed, tweak, fake=True)[1:]).constants)
     except Exception as e:  # noqa: BLE001 - any failure to trace means: not ours to lower
         if "triton.jit" in source:  # its own kernels run only on a device, not on the meta tensors of a capture
             raise Unsupported("the reference launches its own Triton kernel, which a capture cannot see into; "
@@ -75,4 +81,10 @@ def trace(source: str, knobs: dict[str, int], perturbed: bool = False, tweak=Non
         first = (str(e).strip().splitlines() or [""])[0][:160]
         raise Unsupported(f"cannot trace the reference: {type(e).__name__}: {first}") from None
     names = list(inspect.signature(model.forward).parameters)
-    return translate(ep, names, "ModelNew" if "ModelNew" in ns else "Model")
+    return translate(ep, names, "ModelNew" if "ModelNew" in ns else "Model", constants)
+
+
+def _export(model: torch.nn.Module, inputs: tuple):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.export.export(model, inputs, strict=False)

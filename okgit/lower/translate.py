@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from okgit.lower import aten_matrices, aten_norms, aten_scans  # noqa: F401 - register their handlers
 from okgit.lower.aten import HANDLERS
 from okgit.lower.builder import Builder
 from okgit.lower.graph import Graph, ModeFlag, Node, Unsupported
@@ -35,8 +36,12 @@ OP_CLASSES = {
 }
 
 
-def translate(ep, forward_args: list[str], entry: str) -> Graph:
-    """The exported program as a Graph: its placeholders as leaves, each call as primitives."""
+PURE_CALLS = {"aten.flip.default"}  # PyTorch calls that change nothing but their result: dropped when unused
+
+
+def translate(ep, forward_args: list[str], entry: str, constants: dict[str, Any]) -> Graph:
+    """The exported program as a Graph: its placeholders as leaves (a tensor constant, from
+    `constants`, as the Python scalar it holds), each call as primitives."""
     from torch.export.graph_signature import InputKind
 
     b = Builder()
@@ -50,6 +55,8 @@ def translate(ep, forward_args: list[str], entry: str) -> Graph:
                 env[fx.name] = b.add(Node("input", next(user), shape=tuple(val.shape), dtype=val.dtype))
             elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
                 env[fx.name] = b.add(Node("param", spec.target, shape=tuple(val.shape), dtype=val.dtype))
+            elif spec.kind == InputKind.CONSTANT_TENSOR:
+                env[fx.name] = _scalar_constant(constants[spec.target])
             else:
                 raise Unsupported(f"unsupported graph input kind {spec.kind}")
         elif fx.op == "call_function":
@@ -61,11 +68,35 @@ def translate(ep, forward_args: list[str], entry: str) -> Graph:
             flat = [env[o.name] for o in outs]
             if not all(isinstance(o, Node) for o in flat):
                 raise Unsupported("an output is not a tensor")
-            return Graph(b.nodes, flat, len(flat) > 1, forward_args, entry)
+            return Graph(_live(b.nodes, flat), flat, len(flat) > 1, forward_args, entry)
         else:
             raise Unsupported(f"unsupported graph node {fx.op}")
     raise Unsupported("graph without output")
 
+
+
+def _scalar_constant(t: torch.Tensor) -> float | int | bool:
+    """A tensor the forward makes from a Python number (`torch.tensor(self.value)`), as that number:
+    in torch's type promotion a 0-dim tensor weighs as a Python scalar of its kind."""
+    if t.dim() != 0 or t.is_meta:
+        raise Unsupported("a tensor constant made in the forward" + (" on the input's device" if t.is_meta else ""))
+    v = t.item()
+    if isinstance(v, float):  # the shortest decimal that rounds to it: 0.3, not float32's 0.30000001192092896
+        v = next((c for c in (float(f"{v:.{d}g}") for d in range(1, 18)) if torch.tensor(c, dtype=t.dtype).item() == v), v)
+    return v
+
+
+def _live(nodes: list[Node], outputs: list[Node]) -> list[Node]:
+    """The nodes the outputs need, the leaves, and every PyTorch call but a flip (a call may
+    update a buffer in place): a handler's rewrite (a flip absorbed by a scan) leaves the rest."""
+    live: set[int] = set()
+    stack = list(outputs) + [n for n in nodes if n.is_leaf or n.kind == "extern" and n.op not in PURE_CALLS]
+    while stack:
+        n = stack.pop()
+        if id(n) not in live:
+            live.add(id(n))
+            stack += n.inputs
+    return [n for n in nodes if id(n) in live]
 
 
 def _bind(target, args, kwargs) -> dict[str, Any]:

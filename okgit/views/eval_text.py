@@ -11,6 +11,11 @@ INTERPRETER_NOTE = ("checked on a CPU under Triton's interpreter: to run the app
                     "on a machine with an NVIDIA GPU it runs as it is")
 
 
+def interpreted(device: str | None, backend: str | None) -> bool:
+    """Whether kernels found on `device` with `backend` were checked under Triton's interpreter."""
+    return device == "cpu" and backend == "triton"
+
+
 def applies_at(shapes: list[KernelShape]) -> str:
     """Where a kernel's own code ran ("its kernels ran at: ...") and where only other code did, from
     its evaluation; "" when nothing was recorded (an older run)."""

@@ -17,6 +17,7 @@ from rich.text import Text
 from okgit.fmt import fmt_error, fmt_speed, fmt_us
 from okgit.journal.campaign import (
     CampaignEvent,
+    CampaignPreparing,
     CampaignStarted,
     ModelChecked,
     Planned,
@@ -233,6 +234,10 @@ def campaign_line(event: CampaignEvent) -> str:
     return line(event) if line else ""
 
 
+def _campaign_preparing(e: CampaignPreparing) -> str:
+    return f"okgit campaign {e.run}: {e.doing}"
+
+
 def _campaign_started(e: CampaignStarted) -> str:
     return (f"okgit campaign {e.run}: {len(e.ops)} problems on {e.device} "
             f"({e.backend}, {e.iterations} iterations per problem on average)")
@@ -261,7 +266,7 @@ def _model_checked(e: ModelChecked) -> str:
 
 
 _CAMPAIGN_LINES: dict[type[CampaignEvent], Callable[[Any], str]] = {
-    CampaignStarted: _campaign_started, Screened: _screened, Planned: _planned, ProblemFinished: _problem_finished,
+    CampaignPreparing: _campaign_preparing, CampaignStarted: _campaign_started, Screened: _screened, Planned: _planned, ProblemFinished: _problem_finished,
     ModelChecked: _model_checked,
 }
 

@@ -10,7 +10,7 @@ from okgit.git.rundir import RunDir
 from okgit.journal.events import Note
 from okgit.search.types import Attempt, Context
 from okgit.status import RunStatus
-from okgit.views.eval_text import INTERPRETER_NOTE, applies_at
+from okgit.views.eval_text import INTERPRETER_NOTE, applies_at, interpreted
 
 STATUS_MEANING = {
     RunStatus.optimized: "beats the baseline past the noise on every round, correct and plausible",
@@ -129,6 +129,6 @@ def _apply(ctx: Context, result, diff: str) -> list[str]:
         "", "## Apply", "",
         f"    okgit apply {result.run_id}      # or: git apply {result.diff}",
         f"    okgit revert {result.run_id}     # undo",
-        *(["", f"The winner was {INTERPRETER_NOTE}."] if ctx.device == "cpu" and ctx.backend == "triton" else []),
+        *(["", f"The winner was {INTERPRETER_NOTE}."] if interpreted(ctx.device, ctx.backend) else []),
         "", "## Diff", "", "```diff", diff.rstrip("\n"), "```",
     ]

@@ -36,10 +36,11 @@ def test_smoke_runs_every_step_and_judges_by_the_rule(tmp_path):
     family = [r for r in data["rows"] if r["part"] == "family"]
     assert {r["shape"] for r in family} == set(_bench().SHAPES)
     assert all(r["error"] is None and r["rule"] and r["us"] is None for r in family)
+    assert {r["tiles"] for r in family} == {False, True} and all(r["plan"]["split_k"] >= 1 for r in family)
     problems = {r["key"]: r for r in data["rows"] if r["part"] == "problem"}
     assert set(problems) == {"L1/1", "L2/2"}
     linear = problems["L2/2"]["arms"]
-    assert list(linear) == ["eager", "template:gemm", "template:vendor_gemm+pointwise"]
+    assert list(linear) == ["eager", "template:gemm", "template:gemm precision=bf16x3", "template:vendor_gemm+pointwise"]
     assert all(arm["rule"] and arm["us"] is None and arm["error"] is None for arm in linear.values())
 
 

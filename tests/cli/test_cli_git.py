@@ -106,10 +106,12 @@ def test_gc(cli, git_repo: Path) -> None:
     died = crashed_run(git_repo, [("x.clamp(min=0)", "clamp")])
     before = snapshot(git_repo)
     proc = cli("gc", cwd=git_repo)
-    kept = f"kept branch okgit/{died}: the run was interrupted (okgit optimize {OP} --resume {died} continues it)\n"
+    kept = ("kept 2 finished runs: their directories and 2 tags (gc --runs removes all but the newest 20)\n"
+            f"kept branch okgit/{died}: the run was interrupted (okgit optimize {OP} --resume {died} continues it)\n")
     assert (proc.returncode, proc.stdout) == (0, f"removed worktree {died}\n"
                                                  f"removed branch okgit/{old.run_id} (finished; its tags keep the candidates)\n" + kept)
     assert cli("gc", cwd=git_repo).stdout == kept
+    assert json.loads(cli("gc", "--json", cwd=git_repo).stdout)["kept"] == kept.replace("kept ", "").splitlines()
     proc = cli("gc", "--runs", "--keep", "1", "--json", cwd=git_repo)
     assert json.loads(proc.stdout)["removed"] == [f"run {old.run_id}: its directory, branch and 1 tag"]
     assert [r["run_id"] for r in json.loads(cli("history", "--json", cwd=git_repo).stdout)] == [died]

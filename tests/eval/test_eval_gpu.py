@@ -62,7 +62,7 @@ STREAM_VARIANTS = [("side_stream", "triton"), ("side_stream_unordered", "triton"
 
 @pytest.mark.parametrize("name,backend", STREAM_VARIANTS)
 def test_work_on_other_streams_is_rejected_or_timed_whole(gpu_evaluator, big_relu, name, backend, monkeypatch):
-    from okgit.eval.parent.verdict import NO_ROOFLINE
+    from okgit.eval.parent.gates.timed import NO_ROOFLINE
 
     monkeypatch.setenv(NO_ROOFLINE, "1")
     honest = gpu_evaluator.evaluate(big_relu, (OPS / "relu_triton.py").read_text())

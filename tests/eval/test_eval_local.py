@@ -15,10 +15,10 @@ import pytest
 
 from okgit.errors import OkgitError
 from okgit.eval.judge.tolerance import check_leaf, degenerate_reason, leaf_tolerance, summarize_outputs
+from okgit.eval.parent.gates.static import static_findings
 from okgit.eval.parent.local import LocalEvaluator
 from okgit.eval.parent.rounds import sign_test_p, summarize
 from okgit.eval.parent.sandbox import worker_env
-from okgit.eval.parent.static import static_findings
 from okgit.eval.types import Status
 from okgit.problem import load_problem
 from okgit.views.eval_text import eval_text

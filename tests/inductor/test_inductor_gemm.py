@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from okgit.eval.parent.static import static_findings
+from okgit.eval.parent.gates.static import static_findings
 from okgit.inductor.gemm import split_gemm_seed
 from okgit.inductor.standalone import standalone_file
 from okgit.lower.kinds.gemm import vendor_stand_ins

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from okgit.eval.parent.static import static_findings
+from okgit.eval.parent.gates.static import static_findings
 from okgit.inductor.standalone import standalone_file
 from okgit.lower.graph import Unsupported
 

@@ -18,8 +18,7 @@ from test_llm_e2e import GOOD, ScriptedServer
 from okgit.config import Config, SearchSettings
 from okgit.eval.base import InMemoryEvaluator
 from okgit.eval.parent.device_pool import DevicePool
-from okgit.eval.parent.rules import GATE_RULES, rules_text
-from okgit.eval.parent.verdict import GATES
+from okgit.eval.parent.gates import gate_names, gates, rules_text
 from okgit.journal.files import JsonlWriter, read_jsonl
 from okgit.problem import load_problem
 from okgit.search.driver import Budget, Search
@@ -45,12 +44,12 @@ def proposer(tmp_path, model, **config) -> LLMProposer:
 
 
 def test_every_gate_has_a_rule_and_the_generator_prompt_states_them(tmp_path):
-    assert list(GATE_RULES) == GATES  # the evaluator's gates, in its order: a new gate needs its rule
+    assert all(g.rule_text().strip() for g in gates())  # every gate states its rule (Gate.rule)
     model = ContentModel(outcomes={A: ["1.2"]}, plans=[PLAN])
     events: list[dict] = []
     proposer(tmp_path, model).propose(context(events))
     system = model.prompts()[0].system
-    for gate in GATES:
+    for gate in gate_names():
         assert f"[{gate}]" in system
     for forbidden in ("threading", "subprocess", "ctypes", "okgit", "open()", "exec()"):
         assert forbidden in system

@@ -169,9 +169,9 @@ def with_tma(source: str) -> str:
 
 
 def ahead(source: str) -> str:
-    """Operands split ahead at the small sizes the interpreter runs (GEMM_SPLIT_AHEAD_MIN 0)."""
-    out, n = re.subn(r"^GEMM_SPLIT_AHEAD_MIN: int = \d+$", "GEMM_SPLIT_AHEAD_MIN: int = 0", source, flags=re.MULTILINE)
-    assert n == 1
+    """Operands split ahead at the small sizes the interpreter runs (GEMM_SPLIT_AHEAD_MIN and _TMA 0)."""
+    out, n = re.subn(r"^(GEMM_SPLIT_AHEAD_MIN(_TMA)?: int) = \d+$", r"\1 = 0", source, flags=re.MULTILINE)
+    assert n == 2
     return out
 
 
@@ -273,6 +273,7 @@ mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
 mod._tma_device = lambda device: True  # as on a Hopper GPU
 out = {}
+defaults = mod.GEMM_SPLIT_AHEAD_MIN, mod.GEMM_SPLIT_AHEAD_MIN_TMA
 for name, (a, b, blocks, precision, split_k, persistent, ahead) in {
     "linear": (torch.randn(37, 45), torch.randn(29, 45).t(), (128, 128, 32), "tf32x3-split", 0, 0, 0),
     "short_sides": (torch.randn(37, 45), torch.randn(29, 45).t(), (128, 128, 32), "tf32x3-split", 0, 0, 1024),
@@ -281,8 +282,13 @@ for name, (a, b, blocks, precision, split_k, persistent, ahead) in {
     "odd_k": (torch.randn(32, 45), torch.randn(48, 45).t(), (16, 16, 16), "tf32x3", 0, 0, 0),
     "bmm": (torch.randn(2, 8, 40), torch.randn(2, 8, 40).transpose(1, 2), (16, 16, 32), "bf16x3", 0, 0, 0),
     "long_k": (torch.randn(16, 4096), torch.randn(4096, 16), (16, 16, 16), "tf32x3-split", 0, 1, 0),
+    # at the defaults: 2MN / (M + N) FLOPs per operand element, against 640 where TMA reads both as they are, else 160
+    "kmajor_256": (torch.randn(256, 64), torch.randn(256, 64).t(), (128, 128, 32), "tf32x3-split", 0, 0, None),
+    "nmajor_256": (torch.randn(256, 64), torch.randn(64, 256), (128, 128, 32), "tf32x3-split", 0, 0, None),
+    "kmajor_1024": (torch.randn(1024, 64), torch.randn(1024, 64).t(), (128, 128, 32), "tf32x3-split", 0, 0, None),
+    "shared_a": (torch.randn(128, 64), torch.randn(4, 64, 512), (128, 128, 32), "tf32x3-split", 0, 0, None),
 }.items():
-    mod.GEMM_SPLIT_AHEAD_MIN = ahead
+    mod.GEMM_SPLIT_AHEAD_MIN, mod.GEMM_SPLIT_AHEAD_MIN_TMA = defaults if ahead is None else (ahead, ahead)
     plan = mod._GemmPlan(a, b, *blocks, precision, split_k, persistent, 1)
     out[name] = {"split_k": plan.split_k, "grid": plan.grid, "sizes": plan.sizes, **plan.switches,
                  "workspace": list(plan.workspace.shape) if plan.workspace is not None else None}
@@ -293,7 +299,9 @@ print(json.dumps(out))
 def test_the_plan_picks_its_path_from_the_layout(tmp_path):
     """On a Hopper GPU (stood in for): TMA where descriptors can cover the operands as they are
     (K-major, 16-byte rows), pointers where not; split operands always K-major, and split ahead
-    only where both sides are long; K split where the output's tiles leave SMs idle (4 on a CPU)."""
+    where the GEMM does enough work per operand element to win the split pass back (more where
+    Triton's own tf32x3 could read both through TMA); K split where the output's tiles leave SMs
+    idle (4 on a CPU)."""
     helper = tmp_path / "gemm_plan.py"
     helper.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + fill(GEMM.helpers["_gemm_plan"]))
     proc = subprocess.run([sys.executable, "-c", PLAN_SCRIPT, str(helper)], capture_output=True, text=True,
@@ -308,6 +316,7 @@ def test_the_plan_picks_its_path_from_the_layout(tmp_path):
     assert got["bmm"]["TMA"] and got["bmm"]["sizes"][4:6] == [8, 8]  # rows per batch of A and of B^T
     assert got["long_k"]["split_k"] == 4 and got["long_k"]["PARTIAL"] and got["long_k"]["workspace"] == [4, 256]
     assert got["long_k"]["grid"] == [4]  # persistent: as many programs as SMs
+    assert [got[k]["SPLIT"] for k in ("kmajor_256", "nmajor_256", "kmajor_1024", "shared_a")] == [False, True, True, True]
 
 
 @pytest.mark.slow  # a run with real evaluation

@@ -258,9 +258,9 @@ def get_init_inputs():
 
 
 @pytest.mark.parametrize(("forward", "why"), [
-    ("torch.cumsum(x, dim=1)", "no template covers aten.cumsum (scan)"),
+    ("torch.cummax(x, dim=1).values", "no template covers aten.cummax (scan)"),
     ("F.avg_pool2d(x, 2)", "no template covers aten.avg_pool2d (pooling)"),
-    ("F.relu(torch.cumsum(x, dim=1)).sum(dim=(2, 3)).sort(dim=1).values", None),  # the sum is a group
+    ("F.relu(torch.cummax(x, dim=1).values).sum(dim=(2, 3)).sort(dim=1).values", None),  # the sum is a group
     ("F.conv2d(x, self.weight)", "nothing for a Triton kernel beside aten.conv2d (convolution)"),
 ])
 def test_a_note_names_the_op_no_template_covers(tmp_path, forward, why):

@@ -19,13 +19,13 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from okgit.eval.judge.prepared import Arm, CaseStats, Prepared, shape_variants, shapes_of_inputs
 from okgit.eval.judge.tolerance import (
-    OutputSummary,
     check_leaf,
     degenerate_reason,
     fingerprint,
@@ -39,43 +39,6 @@ from okgit.eval.protocol.checks import LeafTolerance
 from okgit.eval.protocol.jobs import Case, Job, flatten, perturb_floats
 from okgit.eval.worker import calls
 from okgit.eval.worker.tensors import bitwise_equal
-
-GiB = 2**30
-
-
-@dataclass
-class Arm:
-    """The reference at one shape (or built from the init_inputs case's arguments)."""
-
-    module: ModuleType
-    model: Any
-    double: Any  # the float64 copy, None where the op has none or it does not fit
-    init: list[Any]
-    channels_last: Any = None  # the same model in channels_last, where it has 4-D or 5-D tensors (calls.layout_twin)
-
-
-@dataclass
-class CaseStats:
-    """What the preparation keeps of one case's reference outputs."""
-
-    finite: bool
-    ref_errors: list[float]
-    scales: list[float]
-    dtypes: list[str]
-    summary: OutputSummary
-    nbytes: int  # inputs + outputs
-
-
-@dataclass
-class Prepared:
-    job: Job
-    shapes: list[dict[str, int]] = field(default_factory=list)
-    arms: dict[int | str, Arm] = field(default_factory=dict)
-    cases: dict[str, Case] = field(default_factory=dict)
-    tolerances: dict[str, list[LeafTolerance]] = field(default_factory=dict)
-    cache: dict[str, tuple[list[Any], list[Any] | None]] = field(default_factory=dict)
-    cached_bytes: int = 0
-    parts: dict[str, list[list[str]]] = field(default_factory=dict)  # modes case: [gate, what] per output
 
 
 class Judge:
@@ -207,7 +170,7 @@ class Judge:
 
     def extra_shapes(self, prep: Prepared, main: dict[str, int], run_case: Any, dropped: list[str]) -> None:
         job = prep.job
-        variants = [{**main, **s} for s in job.extra_shapes] if job.extra_shapes is not None else _variants(main)
+        variants = [{**main, **s} for s in job.extra_shapes] if job.extra_shapes is not None else shape_variants(main)
         for knobs in variants:
             if len(prep.shapes) > 2 or knobs in prep.shapes:
                 continue
@@ -300,7 +263,10 @@ class Judge:
         torch = self.torch
         model, _ = calls.build(torch, arm.module.Model, arm.init, self.device)
         buffers = sorted(name for name, _ in model.named_buffers())
-        native = calls.mode_sequence(torch, model, arm.module, case, self.device, label=case.id, buffers=buffers)
+        assert self.prep is not None
+        gates = self.prep.job.gates
+        native = calls.mode_sequence(torch, model, arm.module, case, self.device, label=case.id, buffers=buffers,
+                                     gates=gates)
         f64 = None
         double = self.double_model(arm.module, arm.init)
         if double is not None:
@@ -309,7 +275,7 @@ class Judge:
 
             try:
                 f64 = calls.mode_sequence(torch, double, arm.module, case, self.device, label=case.id,
-                                          buffers=buffers, convert=doubled).leaves
+                                          buffers=buffers, gates=gates, convert=doubled).leaves
             except Exception:  # noqa: BLE001 - no float64 path, or it does not fit: the native outputs stand
                 f64 = None
         return native.leaves, f64, native.facts, calls.nbytes(native.leaves)
@@ -377,7 +343,7 @@ class Judge:
         current = dict(knobs)
         while True:
             module = calls.load_op(job.source_path, "okgit_reference_scaled", current)
-            n = sum(x.numel() for x in _shapes_of_inputs(torch, module) if isinstance(x, torch.Tensor))
+            n = sum(x.numel() for x in shapes_of_inputs(torch, module) if isinstance(x, torch.Tensor))
             smaller = {k: v // 2 for k, v in current.items() if v >= 16}
             if n <= job.cpu_input_limit or not smaller:
                 return current
@@ -429,29 +395,6 @@ class Judge:
         self.phase("reference: timing")
         measured, _ = time_model(self.torch, model, arm.module, seeds, job, self.device)
         result.update(measured)
-
-
-def _shapes_of_inputs(torch: Any, module: ModuleType) -> list[Any]:
-    """get_inputs() on the meta device (shapes, no data: KernelBench inputs reach 6 GB); on the
-    CPU where an op of it has no meta version."""
-    torch.manual_seed(0)
-    try:
-        with torch.device("meta"):
-            return list(module.get_inputs())
-    except Exception:  # noqa: BLE001 - drawn for real, as the shape is needed
-        return list(module.get_inputs())
-
-
-def _variants(main: dict[str, int]) -> list[dict[str, int]]:
-    """Odd and smaller shapes from the knobs >= 8: all together first, then one knob at a time."""
-    big = {k: v for k, v in main.items() if v >= 8}
-    if not big:
-        return []
-    odd = {k: v - 1 if v % 2 == 0 else v - 2 for k, v in big.items()}
-    half = {k: max(3, v // 2 - 1) for k, v in big.items()}
-    out = [{**main, **odd}, {**main, **half}]
-    out += [{**main, k: odd[k]} for k in big]
-    return out
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import atexit
 import os
 import re
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -281,8 +280,9 @@ class ModalEvaluator(EvaluatorBase):
         except Exception as e:  # noqa: BLE001 - e.g. no triton or torch to read versions from: one line, not a traceback
             raise OkgitError(f"Modal: could not define the app: {type(e).__name__}: {_first_line(e)}") from None
         first = not stamp.exists()
-        print(f"okgit: starting a Modal app on {self.gpu}"
-              + (" (the first run builds the image, shown below: minutes)" if first else ""), file=sys.stderr)
+        if self.on_note:  # the CLI's progress says it: minutes may pass before the first result
+            self.on_note(f"starting a Modal app on {self.gpu}"
+                         + (" (the first run builds the image, shown below: minutes)" if first else ""))
         running = app.run()
         try:
             if first:  # the build's progress and log, so a failure is never silent

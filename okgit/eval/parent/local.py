@@ -30,14 +30,17 @@ from okgit.eval import roofline
 from okgit.eval.base import EvaluatorBase
 from okgit.eval.parent import memory
 from okgit.eval.parent.devices import device_lock, physical_name
+from okgit.eval.parent.gates import call_gates
+from okgit.eval.parent.gates.static import static_findings
+from okgit.eval.parent.gates.timed import allowed_matmul_rate
 from okgit.eval.parent.profile import profile_data
 from okgit.eval.parent.reference import PreparedReference, from_judge
 from okgit.eval.parent.rounds import summarize
 from okgit.eval.parent.sandbox import Outcome, WorkerPool, WorkerProcess, default_memory_limit, read_result
-from okgit.eval.parent.static import static_findings
 from okgit.eval.parent.streams import check_streams
-from okgit.eval.parent.verdict import allowed_matmul_rate, base_fields, crashed, judge
+from okgit.eval.parent.verdict import base_fields, crashed, decide
 from okgit.eval.protocol.jobs import PINNED_FLAGS, Job, Timing
+from okgit.eval.protocol.keys import CallKey, CallKind, fresh_case
 from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode, Reference, Status
 from okgit.problem import Problem, load_problem
 
@@ -208,7 +211,7 @@ class LocalEvaluator(EvaluatorBase):
             return crashed(outcome, base, judge_failure=relay.judge_failure)
         if result is None:
             return crashed(outcome, base)
-        out = judge(prep, cases, result, relay.checks, backend=backend, device=self.device, mode=mode, base=base)
+        out = decide(prep, cases, result, relay.checks, backend=backend, device=self.device, mode=mode, base=base)
         if out.profile is not None:  # where an evaluation's time goes, for the benchmark
             out.profile.raw["eval_s"] = {**result.get("phase_s", {}), "ready_wait": outcome.ready_wait_s,
                                          "worker_total": outcome.wall_s, "judge": relay.judge_s}
@@ -220,7 +223,7 @@ class LocalEvaluator(EvaluatorBase):
         own = dict(problem.knobs)
         return Job(role="candidate", source_path="", device=self._kind, backend=backend,
                    root=root or problem.candidate_root or problem.root, reference_path=prep.reference_path,
-                   cases=cases, shapes=prep.shapes, init_seed=prep.init_seed,
+                   cases=cases, shapes=prep.shapes, init_seed=prep.init_seed, gates=call_gates(),
                    own_knobs=own if prep.shapes and own != prep.shapes[0] else None, **kw)
 
     def _key(self, problem: Problem, mode: Mode) -> str:
@@ -249,7 +252,7 @@ class LocalEvaluator(EvaluatorBase):
                   memory.cache_bytes(device_total) if device_total else memory.GiB,
                   rtol=problem.rtol, atol=problem.atol,
                   timing=Timing(MODES[mode].warmup, MODES[mode].samples) if self._kind == "cuda" else None,
-                  profile=self._kind == "cuda", peaks_path=str(peaks_file) if peaks_file else None)
+                  profile=self._kind == "cuda", peaks_path=str(peaks_file) if peaks_file else None, gates=call_gates())
         started = judge_process.wait_ready(STARTUP_TIMEOUT_S)
         with self._gpu():
             t0 = time.monotonic()
@@ -342,7 +345,8 @@ class LocalEvaluator(EvaluatorBase):
 
 class _Relay:
     """Carries a candidate's exported outputs to the judge and its answers back. The case a call
-    is judged against follows from the call's key, never from what the worker says."""
+    is judged against, its salt and its gate follow from the call's key (okgit.eval.protocol.keys),
+    never from what else the worker says."""
 
     def __init__(self, prep: PreparedReference, case_ids: set[str], kind: str, timeout_s: float) -> None:
         self.prep = prep
@@ -354,34 +358,25 @@ class _Relay:
         self.judge_failure: str | None = None
         self.judge_s = 0.0
         self.judge_memory: dict[str, int] = {}
-        seeds = [c.id for c in prep.cases if c.kind == "seed" and c.id in case_ids]
-        self.fresh_case = seeds[1] if len(seeds) >= 2 else None
+        self.kinds = {c.id: c.kind for c in prep.cases if c.id in case_ids}
+        self.fresh_case = fresh_case([c.id for c in prep.cases if c.kind == "seed" and c.id in case_ids])
+        self.gates = call_gates()
 
-    def case_of(self, key: str) -> str | None:
-        if key in self.case_ids:
-            return key
-        if key == "fresh":
+    def case_of(self, call: CallKey) -> str | None:
+        """The case a checked call is judged against, where the key names one of this job's."""
+        if call.kind is CallKind.fresh:
             return self.fresh_case
-        base = key.removesuffix("#repeat").removeprefix("timed:").split("~")[0]
-        return base if base != key and base in self.case_ids else None
-
-    @staticmethod
-    def salt_of(key: str) -> int:
-        """A timed call's salt, from its key (`timed:s0~SALT`): the judge redraws those inputs."""
-        if not key.startswith("timed:") or "~" not in key:
-            return 0
-        try:
-            return int(key.rsplit("~", 1)[1])
-        except ValueError:
-            return 0
+        return call.case if call.kind is not CallKind.fresh_first and call.case in self.kinds else None
 
     def __call__(self, message: dict[str, Any]) -> dict[str, Any]:
         key = str(message.get("key", ""))
-        case = self.case_of(key)
-        if message.get("op") != "check" or case is None or key in self.checks or self.judge_failure:
+        call = CallKey.parse(key)
+        case = self.case_of(call) if call is not None else None
+        if message.get("op") != "check" or call is None or case is None or key in self.checks or self.judge_failure:
             return {"ok": False}
         t0 = time.monotonic()
-        answer = self.prep.judge.request({"op": "check", "case": case, "salt": self.salt_of(key), "gate": message.get("gate"),
+        answer = self.prep.judge.request({"op": "check", "case": case, "salt": call.salt,
+                                          "gate": self.gates[call.part(self.kinds[case])],
                                           "leaves": message.get("leaves"), "outputs": message.get("outputs"),
                                           "dir": str(self.job_dir)}, self.timeout_s)
         self.judge_s += time.monotonic() - t0

@@ -8,7 +8,7 @@ and the host time of each call. From these:
 
 - escaped outputs mean the call returned before its work was done: in a user's program the
   caller's next operation reads outputs that are still being written. That is a wrong kernel,
-  whatever its speed: gate `streams` rejects it (okgit.eval.verdict).
+  whatever its speed: gate `streams` rejects it (okgit.eval.parent.gates.timed).
 - a fenced call much slower than the samples, by more than the host's own launch time, means
   work ran on another stream while the caller's stream was held before its start event: the
   call is then timed by its fenced calls, which hold all of it (`device_wide`). An honest call

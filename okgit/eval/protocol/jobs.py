@@ -20,10 +20,6 @@ from okgit.problem import perturb_floats as perturb_floats
 
 Role = Literal["judge", "candidate"]
 CaseKind = Literal["seed", "distribution", "extra_shape", "init_inputs", "modes"]
-# the gate that judges each kind of case (the modes case names its gate per output: okgit.eval.worker.calls.mode_sequence)
-CASE_GATES: dict[str, str] = {"seed": "seeds", "distribution": "distribution", "extra_shape": "extra_shapes",
-                              "init_inputs": "init_inputs", "modes": "eval_mode"}
-MODE_GATES = ("train_mode", "state", "eval_mode")  # the modes case's gates, in the order of its outputs
 
 MODEL_SEED = 12345  # set before every model construction, in both arms
 PINNED_FLAGS: dict[str, Any] = {
@@ -87,6 +83,9 @@ class Job:
     timing: Timing | None = None
     profile: bool = False
     peaks_path: str | None = None  # judge on a GPU: measure device peaks into this file if absent
+    # the gate each part of the protocol is checked under (okgit.eval.protocol.keys: a case's kind,
+    # "repeat", "fresh", "timed", the modes case's parts), named by the parent from its registered gates
+    gates: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from okgit.eval.protocol.jobs import MODEL_SEED, PINNED_FLAGS, Case, flatten, tree_spec
+from okgit.eval.protocol.keys import MODES_EVAL, MODES_STATE
 from okgit.eval.worker.tensors import bitwise_equal
 from okgit.problem import with_knobs
 
@@ -189,14 +190,17 @@ def mode_dependent(torch: Any, model: Any, source: str) -> bool:
 
 
 def mode_sequence(torch: Any, model: Any, module: ModuleType, case: Case, device: str, *, label: str,
-                  buffers: list[str], counters: tuple[Any, ...] = (), convert: Any = None) -> Called:
+                  buffers: list[str], gates: dict[str, str], counters: tuple[Any, ...] = (),
+                  convert: Any = None) -> Called:
     """The modes case, the same in the judge and a candidate's worker (docs/design.md,
     "Module modes and state"): a fresh model called in training mode on the case's inputs, its buffers
     afterwards (the reference's, by name: running statistics, num_batches_tracked), then a call
     in eval mode on the next seed's inputs. One output list: training outputs, buffers, eval
-    outputs; `facts["parts"]` names the gate and the mode of each. The training call runs under
-    the case's own seed, so that dropout draws the same mask in both processes."""
+    outputs; `facts["parts"]` names the gate (the job's `gates`) and the mode of each. The training
+    call runs under the case's own seed, so that dropout draws the same mask in both processes."""
     from dataclasses import replace
+
+    train_gate, state_gate, eval_gate = gates["modes"], gates[MODES_STATE], gates[MODES_EVAL]
 
     def inputs_of(c: Case) -> list[Any]:
         drawn = draw_inputs(torch, module, c, device)
@@ -206,22 +210,22 @@ def mode_sequence(torch: Any, model: Any, module: ModuleType, case: Case, device
     model.train()
     with torch.random.fork_rng(devices=[torch.cuda.current_device()] if device == "cuda" else []):
         torch.manual_seed(case.seed)
-        trained = call(torch, model, first, device, label=f"{label} (training mode)", gate="train_mode", counters=counters)
+        trained = call(torch, model, first, device, label=f"{label} (training mode)", gate=train_gate, counters=counters)
     own = dict(model.named_buffers())
     missing = [name for name in buffers if name not in own]
     if missing:
-        raise CallFailed("state", "incorrect", f"{label}: the candidate has no buffer {', '.join(missing[:3])} of the "
+        raise CallFailed(state_gate, "incorrect", f"{label}: the candidate has no buffer {', '.join(missing[:3])} of the "
                          "reference's, so its state cannot follow the reference's across training and eval mode")
     state = [own[name].detach().clone() for name in buffers]
     second = inputs_of(replace(case, seed=case.seed + 1))
     model.eval()
     try:
-        evaluated = call(torch, model, second, device, label=f"{label} (eval mode)", gate="eval_mode", counters=counters)
+        evaluated = call(torch, model, second, device, label=f"{label} (eval mode)", gate=eval_gate, counters=counters)
     finally:
         model.train()
-    parts = ([["train_mode", f"training-mode output {j}"] for j in range(len(trained.leaves))]
-             + [["state", f"buffer {name} after the training-mode call"] for name in buffers]
-             + [["eval_mode", f"eval-mode output {j}"] for j in range(len(evaluated.leaves))])
+    parts = ([[train_gate, f"training-mode output {j}"] for j in range(len(trained.leaves))]
+             + [[state_gate, f"buffer {name} after the training-mode call"] for name in buffers]
+             + [[eval_gate, f"eval-mode output {j}"] for j in range(len(evaluated.leaves))])
     facts: dict[str, Any] = {
         "spec": [trained.facts["spec"], list(buffers), evaluated.facts["spec"]],
         "leaves": trained.facts["leaves"] + [leaf_facts(t, []) for t in state] + evaluated.facts["leaves"],

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from okgit.eval.protocol.channel import READY, Channel
-from okgit.eval.protocol.jobs import CASE_GATES, Case, Job, flatten, perturb_floats, tree_spec
+from okgit.eval.protocol.jobs import Case, Job, flatten, perturb_floats, tree_spec
+from okgit.eval.protocol.keys import FRESH, FRESH_FIRST, CallKey
 from okgit.eval.worker import calls
 from okgit.eval.worker.calls import CallFailed
 
@@ -103,14 +104,15 @@ class Worker:
         self.phase("write")
         self.finish()
 
-    def send(self, key: str, case: Case, gate: str, called: calls.Called) -> None:
-        """Export one call's outputs to the judge, through the parent, and wait for its answer."""
+    def send(self, key: str, gate: str, called: calls.Called) -> None:
+        """Export one call's outputs to the judge, through the parent, and wait for its answer
+        (the parent reads the case, the salt and the gate from the key)."""
         from okgit.eval.worker.export import export
 
         self.sent += 1
         descriptors, alive = export(called.leaves, self.device, self.job_dir, self.sent)
-        self.channel.send({"op": "check", "key": key, "case": case.id, "gate": gate, "salt": case.salt,
-                           "leaves": called.facts["leaves"], "spec": called.facts["spec"], "outputs": descriptors})
+        self.channel.send({"op": "check", "key": key, "leaves": called.facts["leaves"], "spec": called.facts["spec"],
+                           "outputs": descriptors})
         reply = self.channel.receive()
         del alive
         if self.device == "cuda":
@@ -138,13 +140,14 @@ class Worker:
         seeds = [c for c in job.cases if c.kind == "seed"]
         counters = (self.triton_launches, self.cuda_launches)
 
-        def run_case(case: Case, key: str, gate: str) -> None:
+        def run_case(case: Case, call: CallKey, gate: str) -> None:
+            key = call.format()
             if case.kind == "modes":
-                self.phase("train_mode")
+                self.phase(gate)
                 called = calls.mode_sequence(torch, models[case.model], references[case.shape], case, self.device,
-                                             label=key, buffers=self.buffers, counters=counters)
+                                             label=key, buffers=self.buffers, gates=job.gates, counters=counters)
                 self.result["calls"][key] = called.facts
-                self.send(key, case, gate, called)
+                self.send(key, gate, called)
                 return
             inputs = calls.draw_inputs(torch, references[case.shape], case, self.device)
             self.phase(gate)
@@ -152,16 +155,16 @@ class Worker:
             self.returned_before(key, called)
             self.result["calls"][key] = called.facts
             del inputs
-            self.send(key, case, gate, called)
+            self.send(key, gate, called)
 
         if job.check:
             with calls.poisoned(torch):
                 for case in job.cases:
-                    run_case(case, case.id, CASE_GATES[case.kind])
+                    run_case(case, CallKey.of(case.id), job.gates[case.kind])
                 for case in seeds:  # more calls than the trials, each still right, and identical
-                    run_case(case, f"{case.id}#repeat", "repeat")
+                    run_case(case, CallKey.repeat(case.id), job.gates["repeat"])
                 if len(seeds) >= 2:
-                    self.fresh_inputs(models[0], references[0], seeds[0], seeds[1], counters)
+                    self.fresh_inputs(models[0], references[0], seeds[0], seeds[1], counters, job.gates["fresh"])
             if job.own_knobs is not None:
                 self.own_shape(job, job.own_knobs)
         self.result["backend_launches"] = {k: sum(f["launches"][k] for f in self.result["calls"].values())
@@ -178,15 +181,15 @@ class Worker:
         elif job.check and seeds:  # nothing is timed here: the timing's protocol all the same
             from okgit.eval.worker.measure import exercise_model
 
-            self.phase("timed_outputs")
+            self.phase(job.gates["timed"])
             spot = exercise_model(torch, models[0], references[0], seeds, self.device)
         if job.check:
             for case, out in spot:  # timed outputs must still be right, on their own salted inputs
                 leaves = flatten(out)
                 facts = {"spec": tree_spec(out), "leaves": [calls.leaf_facts(t, []) for t in leaves]}
-                key = f"timed:{case.id}~{case.salt}"
+                key = CallKey.timed(case.id, case.salt).format()
                 self.result["calls"][key] = facts
-                self.send(key, case, "timed_outputs", calls.Called(out, leaves, facts))
+                self.send(key, job.gates["timed"], calls.Called(out, leaves, facts))
         self.result["cuda_kernel_names"] = sorted(self.cuda_kernel_names)
 
     def returned_before(self, key: str, called: calls.Called) -> None:
@@ -221,7 +224,8 @@ class Worker:
         except Exception as e:
             if case.kind != "init_inputs":
                 raise
-            raise CallFailed("init_inputs", calls.status_of(e, "init_inputs"),
+            gate = job.gates[case.kind]
+            raise CallFailed(gate, calls.status_of(e, gate),
                              f"{case.id} ({case.note}): the constructor raised: {calls.describe(e)}") from None
 
     def own_shape(self, job: Job, knobs: dict[str, int]) -> None:
@@ -255,19 +259,21 @@ class Worker:
                 counter.reset()
         self.result["own_shape"] = facts
 
-    def fresh_inputs(self, model: Any, reference: Any, first: Case, second: Case, counters: tuple[Any, ...]) -> None:
+    def fresh_inputs(self, model: Any, reference: Any, first: Case, second: Case, counters: tuple[Any, ...],
+                     gate: str) -> None:
         """The same input buffers, refilled in place with new values, must give the new answer."""
         torch = self.torch
         buffers = calls.draw_inputs(torch, reference, first, self.device)
-        self.phase("fresh_inputs")
-        self.result["calls"]["fresh#1"] = calls.call(torch, model, buffers, self.device, label="fresh#1",
-                                                     gate="fresh_inputs", counters=counters).facts
+        self.phase(gate)
+        once, key = FRESH_FIRST.format(), FRESH.format()
+        self.result["calls"][once] = calls.call(torch, model, buffers, self.device, label=once, gate=gate,
+                                                counters=counters).facts
         for buf, new in zip(buffers, calls.draw_inputs(torch, reference, second, self.device), strict=True):
             if isinstance(buf, torch.Tensor):
                 buf.copy_(new)
-        called = calls.call(torch, model, buffers, self.device, label="fresh", gate="fresh_inputs", counters=counters)
-        self.result["calls"]["fresh"] = called.facts
-        self.send("fresh", second, "fresh_inputs", called)
+        called = calls.call(torch, model, buffers, self.device, label=key, gate=gate, counters=counters)
+        self.result["calls"][key] = called.facts
+        self.send(key, gate, called)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,7 +39,7 @@ non-blocking stream, a graph replayed elsewhere) is outside them. Three checks c
   device-wide synchronize before the last event, so nothing the call causes, on any stream, can
   fall outside them (less the synchronize's own wake-up, measured on empty calls). Work run on
   another stream while the caller's stream is held (the spin) would make these much slower than
-  the samples: the parent then times the call by them (okgit.eval.verdict).
+  the samples: the parent then times the call by them (okgit.eval.parent.streams).
 Afterwards one back-to-back batch measures host time against event time and how long a
 device-wide synchronize still takes once the timed stream is done.
 """

@@ -14,13 +14,15 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 |       |           |              | (optional: a candidate of its own, after the NCHW ones)     |
 | 30    | pointwise | pointwise.py | elementwise chains, parameters and broadcasts included      |
 | 40    | rows      | rows.py      | reductions / normalisations over some dims, per row         |
+| 45    | scan      | scan.py      | cumulative sums / products along one dim, reversed too,     |
+|       |           |              | elementwise prologue and epilogue fused                     |
 | 50    | scalar    | scalar.py    | reductions to one value (losses), two-stage, no atomics     |
 """
 
 from __future__ import annotations
 
 # each built-in kind's module registers it on import
-from okgit.lower.kinds import attention, columns, conv_cl, gemm, pointwise, rows, scalar  # noqa: F401
+from okgit.lower.kinds import attention, columns, conv_cl, gemm, pointwise, rows, scalar, scan  # noqa: F401
 from okgit.lower.kinds.base import KINDS, TemplateKind
 
 _made: dict[type[TemplateKind], TemplateKind] = {}

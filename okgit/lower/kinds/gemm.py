@@ -5,10 +5,14 @@ cores in strict fp32) with the epilogue as its own kernel.
 
 The GEMM family (gemm_plan.py.tmpl, _GemmPlan): fp32 operands multiplied in split precision,
 `<NAME>_PRECISION`: "tf32x3-split" splits each operand with one pass into a TF32 high part and a
-TF32 remainder (K-major, K padded to whole blocks) and adds three TF32 products per step, the
-plain TF32 GEMM a tensor core runs best; "tf32x3", "bf16x3", "bf16x6" let Triton split inside
-the kernel; "ieee" is strict fp32 on the CUDA cores. Either way its error against float64 is
-what the evaluator's precision rule for contractions judges (docs/evaluation.md). On Hopper the
+TF32 remainder (K-major, K padded to whole blocks) and sums three TF32 products per K step into
+a partial of their own, added to the accumulator in fp32 (a tensor core truncates its sum after
+every 8 products: the running total must not be the one it sums into), the plain TF32 GEMM a
+tensor core runs best; the plan splits ahead where the GEMM does enough work per operand
+element to win the pass back, and leaves the split to Triton inside the kernel elsewhere.
+"tf32x3", "bf16x3", "bf16x6" let Triton split inside the kernel; "ieee" is strict fp32 on the
+CUDA cores. Either way its error against float64 is what the evaluator's precision rule for
+contractions judges (docs/evaluation.md); autotune tries TUNED_PRECISIONS. On Hopper the
 operands go through TMA descriptors where their layout allows, tiles persistent or not
 (`PERSISTENT`) and warp-specialised or not (`WARP_SPECIALIZE`); on other GPUs and under
 Triton's interpreter through pointers (the interpreter computes in fp32 whatever the
@@ -23,6 +27,7 @@ the domain's sizes are A's rows and B's columns (and the batch dims)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -39,6 +44,15 @@ TEMPLATE = template(__package__, "gemm.py.tmpl")
 EXTERN = template(__package__, "gemm_extern.py.tmpl")  # stand-ins for torch.mm / addmm / bmm
 GEMM_OPS = {"linear", "mm", "addmm", "matmul", "bmm"}  # the ATen calls a Triton GEMM may replace
 PRECISION = "tf32x3-split"  # the default of <NAME>_PRECISION (the module docstring lists the others)
+# The precisions autotune tries, fastest first at fp32 accuracy as measured on the H200 (4096^3 and
+# level-2 problem 63's linear, bench/results/2026-12-02-h200-kernels): bf16x3 is the fastest where
+# Triton splits inside the kernel but passes the precision rule only where the reference's own
+# error leaves room, which only the evaluator can tell; bf16x6 beats Triton's tf32x3 where an
+# operand is read through pointers. Triton's tf32x3 is the default's own path where it does not
+# split ahead, and "ieee" is cuBLAS's arithmetic at a fraction of its speed: neither is tried.
+TUNED_PRECISIONS = ("tf32x3-split", "bf16x3", "bf16x6")
+# Shared memory a block may take on an H100/H200 (227 KiB), less room for Triton's barriers.
+SHARED_LIMIT = 232448 - 1024
 
 
 @template_kind(order=0)
@@ -118,6 +132,21 @@ class Gemm(TemplateKind):
             call_args=call, returns=returns,
         )
         return Rendered(name, src, self.tunables(name.upper()), [a_expr, b_expr] + args, g.outputs, self.describe(g))
+
+
+def shared_bytes(settings: Mapping[str, int | str]) -> int:
+    """Shared memory the kernel takes at `settings` (BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES,
+    PRECISION, PERSISTENT, without the group's prefix): each pipeline stage holds A's and B's
+    tiles in fp32, twice where the operands may come split ahead (tf32x3-split: TF32 high parts
+    and remainders);
+    a persistent kernel keeps its epilogue's fp32 tile beside the stages, which are still
+    loading the next tile. Triton 3.6 asked for exactly this on the H200 (plus < 100 bytes of
+    barriers) in every configuration that failed for want of it."""
+    bm, bn, bk = (int(settings[f"BLOCK_{d}"]) for d in "MNK")
+    operands = 2 if settings.get("PRECISION", PRECISION) == "tf32x3-split" else 1
+    stages = max(int(settings.get("NUM_STAGES", 2)), 1)
+    epilogue = bm * bn * 4 if settings.get("PERSISTENT") else 0
+    return (bm + bn) * bk * 4 * operands * stages + epilogue
 
 
 # the stand-ins' epilogue: alpha * A @ B (+ beta * bias) written through out's strides, bias broadcast

@@ -20,8 +20,8 @@ TEMPLATE = template(__package__, "pointwise.py.tmpl")
 
 
 def elementwise(g: Group) -> bool:
-    """A group that folds no dim and computes no PyTorch call of its own."""
-    return g.seed is None and not g.red
+    """A group that folds no dim, scans none and computes no PyTorch call of its own."""
+    return g.seed is None and not g.red and not g.scan
 
 
 @template_kind(order=30)

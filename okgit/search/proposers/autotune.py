@@ -7,12 +7,17 @@ say they are launch settings (`*BLOCK*`, `*TILE*`, `*CHUNK*`, `*WARPS*`, `*STAGE
 setting and is an ordinary complete file, so the evaluator times exactly one configuration
 per file (no triton.autotune inside proposals: its own timing would hide in the first call).
 
-Order: the nearest values first (a factor of 2 before 4), settings interleaved, so the cheap,
-likely wins come first; blocks above the padded problem size and GEMM tiles that cannot fit
-in shared memory are pruned, and a best already near its roofline floor is left alone. When
-a variant becomes the new best, the neighbourhood of that one is explored next (hill climb).
-When a literal block size also appears in the launch's grid expression (`cdiv(n, 1024)`),
-both change together so the grid stays derived from the block.
+A split-precision GEMM's `*_PRECISION` (okgit.lower.kinds.gemm) is a setting too: its
+alternatives in the order measured fastest at fp32 accuracy, each judged by the evaluator's
+precision rule like any candidate (the only way to know whether bf16x3 passes on a problem).
+
+Order: a GEMM's precision first, then the nearest values (a factor of 2 before 4), settings
+interleaved, so the cheap, likely wins come first; blocks above the padded problem size and
+GEMM tiles that cannot fit in shared memory (as the GEMM kind counts it) are pruned, and a
+best already near its roofline floor is left alone. When a variant becomes the new best, the
+neighbourhood of that one is explored next (hill climb). When a literal block size also
+appears in the launch's grid expression (`cdiv(n, 1024)`), both change together so the grid
+stays derived from the block.
 
 Where nothing is timed (a CPU, Triton's interpreter) a launch setting cannot change the
 result, only the speed nobody measures there: the phase proposes nothing and says so once in
@@ -27,6 +32,7 @@ import re
 from dataclasses import dataclass
 
 from okgit.lower.graph import Unsupported
+from okgit.lower.kinds import gemm
 from okgit.lower.trace import input_extent
 from okgit.search.types import Context, Proposal, propose_several
 
@@ -35,7 +41,6 @@ STAGES = (1, 2, 3, 4, 5)
 GROUPS = (1, 4, 8, 16)
 MIN_BLOCK = 16
 MAX_VARIANTS = 24  # per parent file
-SHARED_BYTES = 200 * 1024  # GEMM tiles above this (fp32, all stages) do not fit an H100/H200 SM
 ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left to tune
 SETTING = re.compile(r"BLOCK|TILE|CHUNK|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
 
@@ -45,8 +50,8 @@ class Site:
     """One launch setting in the source and where to write a new value."""
 
     name: str  # "FUSED_ROWS_0_TILE" or "kernel.BLOCK_SIZE"
-    control: str  # what the value sets: block | warps | stages | group | programs
-    value: int
+    control: str  # what the value sets: block | warps | stages | group | programs | precision
+    value: int | str
     spans: list[tuple[int, int]]  # source offsets holding the value (grid literals included)
     insert_at: int | None = None  # absent keyword: where ", name=value" goes
     keyword: str = ""
@@ -127,15 +132,24 @@ def find_sites(source: str) -> list[Site]:
     return sites
 
 
-def _constant_sites(tree: ast.Module, at: _Offsets) -> list[Site]:
-    sites = []
+def _constants(tree: ast.Module) -> list[tuple[str, ast.Constant]]:
+    """The module's `NAME = literal` (or `NAME: type = literal`) assignments."""
+    found: list[tuple[str, ast.Constant]] = []
     for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name):
-            value, control = _int(node.value), _control(target.id)
-            if value is not None and control is not None and value > 0:
-                assert node.value is not None  # _int found an integer there
-                sites.append(Site(target.id, control, value, [at.span(node.value)]))
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
+            found.append((target.id, node.value))
+    return found
+
+
+def _constant_sites(tree: ast.Module, at: _Offsets) -> list[Site]:
+    sites = []
+    for name, node in _constants(tree):
+        value, control = _int(node), _control(name)
+        if value is not None and control is not None and value > 0:
+            sites.append(Site(name, control, value, [at.span(node)]))
+        elif name.endswith("_PRECISION") and node.value in gemm.TUNED_PRECISIONS:
+            sites.append(Site(name, "precision", node.value, [at.span(node)]))
     return sites
 
 
@@ -198,8 +212,10 @@ def _grid_exprs(fn: ast.FunctionDef, grid: ast.AST, call: ast.Call) -> list[ast.
     return [grid]
 
 
-def _candidates(site: Site, cap_numel: int, cap_dim: int) -> list[int]:
+def _candidates(site: Site, cap_numel: int, cap_dim: int) -> list:
     v = site.value
+    if isinstance(v, str):  # a GEMM's precision: the others, in their measured order
+        return [p for p in gemm.TUNED_PRECISIONS if p != v]
     pool: tuple[float, ...]
     if site.control == "warps":
         pool = WARPS
@@ -225,35 +241,38 @@ def _pow2_ceil(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def _fits(sites: list[Site], changed: Site, value: int) -> bool:
-    """GEMM tiles (fp32, every stage buffered, twice: the template's split operands stage their
-    TF32 highs and remainders) must fit in shared memory."""
-    prefix = changed.name.rsplit("_", 2)[0] if "_BLOCK_" in changed.name or "_NUM_" in changed.name else None
-    if prefix is None:
+def _fits(constants: dict[str, int | str], changed: Site, value: int | str) -> bool:
+    """GEMM tiles (a group's module constants BLOCK_M, BLOCK_N, BLOCK_K and their neighbours) must
+    fit in shared memory as the GEMM kind counts it (okgit.lower.kinds.gemm.shared_bytes)."""
+    prefix = re.match(r"(.*?)_?(BLOCK_[MNK]|NUM_STAGES|PRECISION)$", changed.name)
+    if prefix is None or "." in changed.name:
         return True
-    cur = {s.name: s.value for s in sites if s.name.startswith(prefix)}
-    cur[changed.name] = value
-    bm, bn, bk = (cur.get(f"{prefix}_BLOCK_{d}") for d in "MNK")
-    if bm is None or bn is None or bk is None:
+    start = f"{prefix[1]}_" if prefix[1] else ""
+    group = {name[len(start):]: v for name, v in constants.items() if name.startswith(start)}
+    group[prefix[2]] = value
+    if not all(isinstance(group.get(f"BLOCK_{d}"), int) for d in "MNK"):
         return True
-    stages = cur.get(f"{prefix}_NUM_STAGES", 2)
-    return 2 * (bm * bk + bk * bn) * 4 * max(stages, 1) <= SHARED_BYTES
+    return gemm.shared_bytes(group) <= gemm.SHARED_LIMIT
 
 
-def apply(source: str, site: Site, value: int) -> str:
+def apply(source: str, site: Site, value: int | str) -> str:
     if site.insert_at is not None:
         return source[: site.insert_at] + f", {site.keyword}={value}" + source[site.insert_at :]
     out = source
+    text = f'"{value}"' if isinstance(value, str) else str(value)
     for start, end in sorted(site.spans, reverse=True):
-        out = out[:start] + str(value) + out[end:]
+        out = out[:start] + text + out[end:]
     return out
 
 
-def variants(source: str, cap_numel: int, cap_dim: int) -> list[tuple[Site, int]]:
-    """One-setting changes of source, nearest first, settings interleaved."""
-    sites = find_sites(source)
-    per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim) if _fits(sites, s, v)] for s in sites]
-    out: list[tuple[Site, int]] = []
+def variants(source: str, cap_numel: int, cap_dim: int) -> list[tuple[Site, int | str]]:
+    """One-setting changes of source, nearest first, settings interleaved, a GEMM's precision
+    before its launch settings (between precisions the H200 measured the largest differences)."""
+    tree = ast.parse(source)
+    sites = sorted(find_sites(source), key=lambda s: s.control != "precision")
+    constants = {name: node.value for name, node in _constants(tree) if isinstance(node.value, (int, str))}
+    per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim) if _fits(constants, s, v)] for s in sites]
+    out: list[tuple[Site, int | str]] = []
     for rank in range(max((len(p) for p in per_site), default=0)):
         out += [p[rank] for p in per_site if rank < len(p)]
     return out[:MAX_VARIANTS]
@@ -269,7 +288,7 @@ class AutotuneProposer:
     name = "autotune"
 
     def __init__(self) -> None:
-        self._queue: list[tuple[str, str | None, Site, int]] = []
+        self._queue: list[tuple[str, str | None, Site, int | str]] = []
         self._bases: set[str] = set()
         self._proposed: set[str] = set()
         self._extent: tuple[int, int] | None = None

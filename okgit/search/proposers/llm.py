@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from okgit.config import Config
 from okgit.errors import OkgitError
-from okgit.eval.parent.rules import rules_text
+from okgit.eval.parent.gates import rules_text
 from okgit.journal.events import IntentEvent, LlmCall
 from okgit.llm import Completion, Message, prompt_messages
 from okgit.paths import skills_path

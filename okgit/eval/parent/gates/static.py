@@ -1,4 +1,4 @@
-"""Static checks on a candidate's source, run in the parent before any of it executes.
+"""The static gate: checks on a candidate's source, run in the parent before any of it executes.
 
 They name obvious cheats early (status `rejected`): changing torch, timers or comparison
 functions under the evaluator, threads and processes that outlive a call, tensor subclasses
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+
+from okgit.eval.parent.gates.base import Gate, gate
 
 FORBIDDEN_MODULES = {
     "threading": "starts threads",
@@ -57,6 +59,20 @@ FORBIDDEN_ATTRS = {
 _FILE_LOADERS = {"torch", "np", "numpy", "pickle", "json"}
 
 
+@gate(0)
+class Static(Gate):
+    name = "static"
+    rule = ("No import of {modules}; no call of {calls}; no tensor subclasses, dispatch modes or "
+            "torch-function overrides; nothing that reaches the evaluator's frames, files or signals.")
+    rejects = True
+    before_calls = True  # okgit.eval.parent.local runs `static_findings` before any worker
+
+    def rule_text(self) -> str:
+        """The forbidden imports and calls listed from the tables the check uses, so the two cannot drift."""
+        return self.rule.format(modules=", ".join(sorted(FORBIDDEN_MODULES)),
+                                calls=", ".join(f"{c}()" for c in sorted(FORBIDDEN_CALLS)))
+
+
 @dataclass(frozen=True)
 class StaticFinding:
     line: int
@@ -69,58 +85,70 @@ class StaticFinding:
 def static_findings(tree: ast.Module) -> list[StaticFinding]:
     """Every obvious cheat in the module, in source order."""
     imported = _imported_names(tree)
-    found: list[StaticFinding] = []
-
-    def add(node: ast.AST, message: str) -> None:
-        found.append(StaticFinding(getattr(node, "lineno", 0), message))
-
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for mod in _modules_of(node):
-                top = mod.split(".")[0]
-                if top in FORBIDDEN_MODULES:
-                    add(node, f"imports {mod}: {FORBIDDEN_MODULES[top]}")
-                elif mod.startswith("torch.utils._python_dispatch") or mod == "torch.overrides":
-                    add(node, f"imports {mod}: overrides torch dispatch")
-        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
-            for target in targets:
-                for t in _flatten_targets(target):
-                    root = _attr_root(t)
-                    if root in imported and isinstance(t, (ast.Attribute, ast.Subscript)):
-                        add(node, f"assigns to {_dotted(t)}: monkeypatches an imported module")
-                    elif root in ("__builtins__", "builtins"):
-                        add(node, f"assigns to {_dotted(t)}: changes builtins")
-                    elif _dotted(t).startswith("sys.modules"):
-                        add(node, "assigns to sys.modules: replaces modules")
-        elif isinstance(node, ast.Call):
-            name = _dotted(node.func)
-            if isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_CALLS:
-                add(node, f"calls {node.func.id}(): {FORBIDDEN_CALLS[node.func.id]}")
-            elif isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") and node.args:
-                root = _attr_root(node.args[0])
-                if root in imported or root in ("__builtins__", "builtins"):
-                    add(node, f"calls {node.func.id}() on {_dotted(node.args[0])}: monkeypatches an imported module")
-            elif isinstance(node.func, ast.Attribute) and node.func.attr == "load":
-                # torch.load / np.load read files; cpp_extension.load builds a CUDA module (allowed)
-                if name.split(".")[0] in _FILE_LOADERS:
-                    add(node, f"calls {name}(): reads files")
-        elif isinstance(node, ast.Attribute):
-            why = FORBIDDEN_ATTRS.get(node.attr)
-            if why:
-                add(node, f"uses .{node.attr}: {why}")
-        elif isinstance(node, ast.Name) and node.id == "__builtins__":
-            add(node, "uses __builtins__: changes builtins")
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in (
-            "__torch_function__", "__torch_dispatch__"
-        ):
-            add(node, f"defines {node.name}: overrides torch")
-        elif isinstance(node, ast.ClassDef):
-            for base in node.bases:
-                if _dotted(base).split(".")[-1] in ("Tensor", "TorchDispatchMode", "TorchFunctionMode"):
-                    add(node, f"class {node.name} subclasses {_dotted(base)}")
+    found = [StaticFinding(getattr(node, "lineno", 0), message)
+             for node in ast.walk(tree) for message in _node_findings(node, imported)]
     found.sort(key=lambda f: f.line)
     return found
+
+
+def _node_findings(node: ast.AST, imported: set[str]) -> list[str]:
+    """What one node of the tree does that the gate forbids (most nodes: nothing)."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return _import_findings(node)
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+        return _assignment_findings(node, imported)
+    if isinstance(node, ast.Call):
+        return _call_findings(node, imported)
+    if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRS:
+        return [f"uses .{node.attr}: {FORBIDDEN_ATTRS[node.attr]}"]
+    if isinstance(node, ast.Name) and node.id == "__builtins__":
+        return ["uses __builtins__: changes builtins"]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("__torch_function__",
+                                                                                  "__torch_dispatch__"):
+        return [f"defines {node.name}: overrides torch"]
+    if isinstance(node, ast.ClassDef):
+        return [f"class {node.name} subclasses {_dotted(base)}" for base in node.bases
+                if _dotted(base).split(".")[-1] in ("Tensor", "TorchDispatchMode", "TorchFunctionMode")]
+    return []
+
+
+def _import_findings(node: ast.Import | ast.ImportFrom) -> list[str]:
+    found = []
+    for mod in _modules_of(node):
+        top = mod.split(".")[0]
+        if top in FORBIDDEN_MODULES:
+            found.append(f"imports {mod}: {FORBIDDEN_MODULES[top]}")
+        elif mod.startswith("torch.utils._python_dispatch") or mod == "torch.overrides":
+            found.append(f"imports {mod}: overrides torch dispatch")
+    return found
+
+
+def _assignment_findings(node: ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete, imported: set[str]) -> list[str]:
+    targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+    found = []
+    for t in (t for target in targets for t in _flatten_targets(target)):
+        root = _attr_root(t)
+        if root in imported and isinstance(t, (ast.Attribute, ast.Subscript)):
+            found.append(f"assigns to {_dotted(t)}: monkeypatches an imported module")
+        elif root in ("__builtins__", "builtins"):
+            found.append(f"assigns to {_dotted(t)}: changes builtins")
+        elif _dotted(t).startswith("sys.modules"):
+            found.append("assigns to sys.modules: replaces modules")
+    return found
+
+
+def _call_findings(node: ast.Call, imported: set[str]) -> list[str]:
+    func = node.func
+    if isinstance(func, ast.Name) and func.id in FORBIDDEN_CALLS:
+        return [f"calls {func.id}(): {FORBIDDEN_CALLS[func.id]}"]
+    if isinstance(func, ast.Name) and func.id in ("setattr", "delattr") and node.args:
+        root = _attr_root(node.args[0])
+        if root in imported or root in ("__builtins__", "builtins"):
+            return [f"calls {func.id}() on {_dotted(node.args[0])}: monkeypatches an imported module"]
+    # torch.load / np.load read files; cpp_extension.load builds a CUDA module (allowed)
+    elif isinstance(func, ast.Attribute) and func.attr == "load" and _dotted(func).split(".")[0] in _FILE_LOADERS:
+        return [f"calls {_dotted(func)}(): reads files"]
+    return []
 
 
 def _imported_names(tree: ast.Module) -> set[str]:

@@ -37,7 +37,7 @@ def get_init_inputs():
 def test_a_knob_sized_group_count_is_refused_where_knobs_plus_three_cannot_build() -> None:
     # knobs + 3 give 11 groups of 35 channels, which do not split, so only the doubled setting
     # (16 groups of 64 channels) shows that the group count follows a knob; no attribute of the
-    # model holds it (an nn.GroupNorm's would be read from it: tests/test_norms.py)
+    # model holds it (an nn.GroupNorm's would be read from it: tests/lower/test_norms.py)
     problem = load_problem("op.py", source=GROUP_NORM)
     with pytest.raises(Unsupported, match="depend on the shape knobs"):
         capture(problem)

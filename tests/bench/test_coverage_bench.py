@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SCAN = """import torch
 import torch.nn as nn
@@ -66,7 +66,7 @@ def run(args: list[str], out: Path) -> str:
     return proc.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the bench script as the GPU machine runs it: a process, captures of every problem
 def test_the_survey_says_what_is_covered_and_why_not(tmp_path):
     out = tmp_path / "coverage.md"
     run(["bench/coverage.py", str(kb(tmp_path)), "--levels", "1", "--out", str(out)], tmp_path)
@@ -76,7 +76,7 @@ def test_the_survey_says_what_is_covered_and_why_not(tmp_path):
     assert "- level 1: 2 problems; a kernel of okgit's own on 1 (50%)" in text
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the bench script as the GPU machine runs it: a process, the interpreter
 def test_the_gpu_script_checks_the_scan_at_scaled_sizes_on_a_cpu(tmp_path):
     stdout = run(["bench/coverage_gpu.py", str(kb(tmp_path)), "--smoke", "--problems", "1:1,2"], tmp_path)
     rows = json.loads((tmp_path / "coverage_gpu.json").read_text())["rows"]

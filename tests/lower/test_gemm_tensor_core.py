@@ -89,7 +89,7 @@ def _stand_ins(tmp_path: Path, **settings) -> Path:
     return path
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the split GEMM under the interpreter on the tensor-core model, K 4096, in a process
 @pytest.mark.parametrize("split_k", [1, 4], ids=["one K range", "split-K"])
 def test_the_split_gemm_is_fp32_accurate_on_a_tensor_core(tmp_path, split_k):
     """The kind's kernel with its operands split ahead, every TF32 product on the model, K 4096:
@@ -98,7 +98,7 @@ def test_the_split_gemm_is_fp32_accurate_on_a_tensor_core(tmp_path, split_k):
     4.5e-5 here."""
     path = _stand_ins(tmp_path, GEMM_SPLIT_AHEAD_MIN=0, SPLIT_GEMM_BLOCK_M=16, SPLIT_GEMM_BLOCK_N=16,
                       SPLIT_GEMM_BLOCK_K=32, SPLIT_GEMM_SPLIT_K=split_k)
-    proc = subprocess.run([sys.executable, "-c", RUN, str(path), str(Path(__file__).parent)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", RUN, str(path), str(Path(__file__).parents[1])], capture_output=True,
                           text=True, env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     errors = json.loads(proc.stdout.splitlines()[-1])

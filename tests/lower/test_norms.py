@@ -254,7 +254,7 @@ def test_triplet_margin_loss_binds_its_margin_and_triangles_and_diagonals_use_co
     assert not [n for n in graph.nodes if n.kind in ("extern", "iota")]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates under the interpreter (oprun)
 def test_norms_losses_and_triangles_match_pytorch_under_the_interpreter(tmp_path):
     """Every candidate of each op, with tiny launch settings (streamed rows, split programs) and
     as proposed, at the op's sizes and at other knobs (another group count among them)."""
@@ -278,7 +278,7 @@ def test_batch_norm_picks_its_statistics_by_mode_and_updates_the_running_ones_in
     assert "float(self.training)" in source and "float(1.0 - self.bn.momentum)" in source
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator
 def test_the_evaluator_finds_batch_norm_right_in_both_modes_with_its_buffers(tmp_path, evaluator):
     """The evaluator's modes case: training mode, the running statistics left as the reference
     leaves them, then eval mode."""

@@ -2,7 +2,7 @@
 a gate joins the verdict, the prompt's rules and the jobs through its registration alone.
 
 The verdict is pure over data (the worker's facts, the judge's answers), so these build the
-facts of a tiny evaluation and decide it in-process; tests/test_eval_cases.py judges real
+facts of a tiny evaluation and decide it in-process; tests/eval/test_eval_cases.py judges real
 candidates with real workers.
 """
 

@@ -46,7 +46,7 @@ def test_a_fallback_run_names_no_diff_and_a_winner_s_run_does(git_repo: Path) ->
     assert found.status == RunStatus.unverified and f"diff:   {found.diff}" in found.summary()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the first line as a user's terminal reads it: okgit in a process, the real evaluator
 def test_a_cpu_campaign_names_its_id_first_refuses_a_broken_file_and_says_how_to_run_the_kernels(git_repo: Path) -> None:
     kernels = git_repo / "kernels"
     kernels.mkdir()

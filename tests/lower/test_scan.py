@@ -119,7 +119,7 @@ def get_init_inputs():
     assert not [n for n in graph.nodes if n.kind == "scan"]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates under the interpreter (oprun)
 def test_scan_kernels_match_pytorch_under_the_interpreter(tmp_path):
     """Every case, with tiny chunks (several per row, a partial last one) and as proposed, at
     the op's sizes and at others (the last one odd, wider than one chunk)."""
@@ -156,7 +156,7 @@ print(json.dumps({"ok": check.ok, "message": check.message, "max_abs": check.max
 '''
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a 4096-long scan under the interpreter, in a process
 def test_a_long_cumprod_is_within_the_evaluators_tolerance_against_float64(tmp_path):
     """The evaluator allows max(1e-4 * max|ref|, 4x the reference's own error against float64):
     a chunked tree scan of 4096 factors stays within it, and within 4x the error of a
@@ -172,7 +172,7 @@ def test_a_long_cumprod_is_within_the_evaluators_tolerance_against_float64(tmp_p
     assert result["max_abs"] <= 4 * result["fp32_error"], result
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator
 def test_the_proposer_and_evaluator_take_a_reversed_masked_cumsum_end_to_end(tmp_path, evaluator):
     path = op(tmp_path, "reverse_e2e", textwrap.dedent(SCAN_OP.format(
         expr="torch.cumsum((x * mask).flip(self.dim), self.dim).flip(self.dim)", dim=1, values="torch.randn(rows, length)")))

@@ -11,7 +11,7 @@ from pathlib import Path
 from okgit.lower.kinds import gemm
 from okgit.search.proposers.autotune import apply, variants
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 H200_LOG = ROOT / "bench" / "results" / "2026-12-02-h200-kernels" / "gemm.log"
 DEFAULTS = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "NUM_STAGES": 3, "PRECISION": "tf32x3-split", "PERSISTENT": 0}
 

@@ -21,6 +21,7 @@ from okgit.config import (
     EDIT_MODES,
     EVALUATORS,
     MODES,
+    PROFILERS,
     RUN_FLAGS,
 )
 from okgit.errors import OkgitError, UsageError
@@ -57,6 +58,9 @@ def _optimize_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--edit-mode", choices=EDIT_MODES,
                    help=f"how a model writes candidates: whole files or patches (default: {_default('edit_mode')})")
     p.add_argument("--modal-gpu", metavar="GPU", help=f"the GPU of --eval modal, e.g. H100, H200, A100-80GB (default: {_default('modal_gpu')})")
+    p.add_argument("--profiler", choices=PROFILERS,
+                   help="the profiling pass's hardware counters: auto (Nsight Compute where it runs, else Proton), ncu, "
+                        f"proton, all (both), off (torch.profiler's kernel times and the roofline only) (default: {_default('profiler')})")
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -162,10 +166,26 @@ def cmd_show(args: argparse.Namespace) -> int:
     ref = patch.resolve_ref(repo, args.ref)
     diff = patch.resolve_diff(repo, ref)
     where = _applies_at(repo, ref)
-    _emit(args, {"ref": ref, "diff": diff, "applies_at": where}, diff.rstrip("\n"))
-    if where and not args.json:  # the diff alone on stdout, so that it can be piped to git apply
-        print(f"note: {ref}: {where}", file=sys.stderr)
+    winner, reference = patch.profiles(repo, ref)
+    _emit(args, {"ref": ref, "diff": diff, "applies_at": where, "profile": {"candidate": winner, "reference": reference}},
+          diff.rstrip("\n"))
+    if not args.json:  # the diff alone on stdout, so that it can be piped to git apply
+        if where:
+            print(f"note: {ref}: {where}", file=sys.stderr)
+        for line in _profile_lines(winner, reference):
+            print(line, file=sys.stderr)
     return 0
+
+
+def _profile_lines(winner: Any, reference: Any) -> list[str]:
+    """`okgit show`'s profile of the candidate beside the reference's, one figure a line."""
+    from okgit.search.profile_text import side_by_side
+
+    rows = side_by_side(winner, reference)
+    if not rows:
+        return []
+    width = max(len(f) for f, _, _ in rows)
+    return ["profile (candidate | reference):"] + [f"  {f:<{width}}  {w} | {r}" for f, w, r in rows]
 
 
 def _applies_at(repo: Any, ref: str) -> str:

@@ -28,11 +28,15 @@ Mode = Literal["fast", "thorough"]  # the evaluator's too (okgit.eval.types)
 MODES: tuple[Mode, ...] = get_args(Mode)
 DEVICES = ("cuda", "cpu")
 EDIT_MODES = ("whole", "patch")
+# the profiling pass's tools (docs/evaluation.md, "Profiles"): auto = Nsight Compute where it runs,
+# else Proton; all = both; off = torch.profiler's kernel times and the roofline only
+PROFILERS = ("auto", "ncu", "proton", "all", "off")
 # Where candidates run (`--eval`): the built-ins register in okgit.eval.registry, read the first
 # time the registry is; a plugin through the entry-point group.
 EVALUATORS: Registry[Callable[..., Any]] = Registry("evaluator", "okgit.evaluators", builtins="okgit.eval.registry")
 # The settings `okgit optimize` takes as flags; `okgit bench kernelbench` passes them through.
-RUN_FLAGS = ("backend", "model", "api_base", "mode", "iterations", "budget_usd", "eval", "device", "edit_mode", "modal_gpu")
+RUN_FLAGS = ("backend", "model", "api_base", "mode", "iterations", "budget_usd", "eval", "device", "edit_mode", "modal_gpu",
+             "profiler")
 
 
 class OpConfig(BaseModel):
@@ -90,6 +94,7 @@ class Config(BaseModel):
     device: Literal[DEVICES] | None = None  # type: ignore[valid-type]  # None: cuda when a GPU is visible
     edit_mode: Literal[EDIT_MODES] = "whole"  # type: ignore[valid-type]
     inductor: bool | None = None  # the torch.compile seed; None: on unless the run is on a CPU
+    profiler: Literal[PROFILERS] = "auto"  # type: ignore[valid-type]
     modal_gpu: str = "H100"
     modal_usd_per_s: float | None = Field(default=None, ge=0)  # a GPU-second on Modal; None: okgit.eval.modal.GPU_USD_PER_S
     skills_path: str | None = None

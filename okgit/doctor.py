@@ -59,10 +59,11 @@ class Check(BaseModel):
 def checks(model: str | None = None, api_base: str | None = None) -> list[Check]:
     probe = subprocess.Popen([sys.executable, "-c", PROBE], env={**os.environ, "TRITON_INTERPRET": "1"},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    nvcc, triton, litellm, modal, keys = _nvcc(), _triton(), _litellm(), _modal(), _model_keys()
+    nvcc, ncu, triton, litellm, modal, keys = _nvcc(), _ncu(), _triton(), _litellm(), _modal(), _model_keys()
     ping = _ping(model, api_base) if model else None  # a missing key is told without litellm
     torch_checks, interpreter = _probe_result(probe)
-    return [_python(), *torch_checks, nvcc, triton, interpreter, litellm, modal, *_modal_version(), keys, *([ping] if ping else [])]
+    return [_python(), *torch_checks, nvcc, ncu, triton, interpreter, litellm, modal, *_modal_version(), keys,
+            *([ping] if ping else [])]
 
 
 def usable(found: list[Check]) -> bool:
@@ -115,6 +116,22 @@ def _nvcc() -> Check:
         return Check(name="nvcc", ok=False, detail=f"{nvcc}: {e}")
     release = next((line.strip() for line in out.splitlines() if "release" in line), out.strip()[-80:])
     return Check(name="nvcc", ok=True, detail=f"{release} ({nvcc})")
+
+
+def _ncu() -> Check:
+    """Nsight Compute, the profiling pass's hardware counters (docs/evaluation.md, "Profiles")."""
+    from okgit.eval.parent.ncu import find
+
+    found = find()
+    if not found:
+        return Check(name="ncu", ok=False, detail="not found: the profiling pass reads stalls with Proton only")
+    try:
+        out = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Check(name="ncu", ok=False, detail=f"{found}: {e}")
+    version = next((line.strip() for line in out.splitlines() if "Version" in line), "version unknown")
+    return Check(name="ncu", ok=True, detail=f"{version} ({found}); whether the driver lets it read counters is "
+                                             "told at a run's first profiling pass")
 
 
 def _triton() -> Check:

@@ -24,11 +24,11 @@ from okgit.errors import OkgitError
 from okgit.eval.base import Evaluator
 from okgit.eval.parent.sandbox import live_processes, stop_all  # before any handler: a Ctrl-C mid-import breaks cleanup
 from okgit.eval.registry import make_evaluator
-from okgit.eval.types import Comparison, EvalResult, Reference
+from okgit.eval.types import Comparison, EvalResult, ProfileData, Reference
 from okgit.fmt import fmt_speed
 from okgit.git.repo import Repo
 from okgit.git.rundir import RunDir
-from okgit.journal.events import Accepted, Evaluated, Event, LlmCall, Preparing
+from okgit.journal.events import Accepted, Evaluated, Event, LlmCall, Preparing, Profiled
 from okgit.problem import Problem, load_problem
 from okgit.search.driver import Budget, Search, is_better
 from okgit.search.registry import make_proposers
@@ -291,7 +291,7 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
     search = Search(ctx, evaluator, Budget(
         iterations=config.iteration_budget, patience=config.patience, time_s=config.time_budget_s,
-        usd=config.budget_usd, target_speedup=config.target_speedup), accept, mode="fast")
+        usd=config.budget_usd, target_speedup=config.target_speedup), accept, mode="fast", profiler=config.profiler)
     try:
         stop_reason = search.run(proposers)
         log("note", message=f"search ended: {stop_reason}")
@@ -330,11 +330,17 @@ def _restore(space, ctx: Context) -> None:
     tags = {e.cand: e.tag for e in events if isinstance(e, Accepted)}
     ctx.spent_usd = sum(e.cost_usd or 0.0 for e in events if isinstance(e, (LlmCall, Evaluated)))
     ctx.earlier = events  # the model proposer rebuilds its intent tree and failures from them
+    profiles = {e.cand: e.profile for e in events if isinstance(e, Profiled)}  # the profiling pass's, where it ran
+    if None in profiles:
+        ctx.reference = ctx.reference.model_copy(update={"profile": ProfileData.model_validate(profiles[None])})
     for rec in read_jsonl(RunDir(space.run_dir).traces)[0]:
         if rec["type"] != "candidate":
             continue
         proposal = Proposal(source=rec["source"], origin=rec["origin"], intent=rec.get("intent", ""), parent=rec.get("parent"))
-        attempt = Attempt(cand=rec["cand"], proposal=proposal, result=EvalResult.model_validate(rec["result"]), tag=tags.get(rec["cand"]))
+        result = EvalResult.model_validate(rec["result"])
+        if rec["cand"] in profiles:
+            result.profile = ProfileData.model_validate(profiles[rec["cand"]])
+        attempt = Attempt(cand=rec["cand"], proposal=proposal, result=result, tag=tags.get(rec["cand"]))
         ctx.attempts.append(attempt)
         if is_better(attempt, ctx.best):
             ctx.best = attempt

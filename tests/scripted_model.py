@@ -187,7 +187,7 @@ class ContentModel:
         self.need(s, "reference source", "return torch.relu(x) * 2.0" in sec.get("Reference operator (relu2)", ""))
         runtime = re.search(r"runtime: ([\d.]+) us", sec.get("Evaluation", ""))
         self.need(s, "measurements", runtime is not None)
-        self.need(s, "profile", "roofline_position" in sec.get("Profile", ""))
+        self.need(s, "profile", "roofline: " in sec.get("Profile", ""))
         self.need(s, "reference figures", f"reference runtime: {REF_US:.2f} us" in sec.get("Reference measurements", ""))
         self.need(s, "trajectory", cand_key[-5:-1] in sec.get("What this idea has tried so far (oldest first)", ""))
         rec = f"at {runtime.group(1) if runtime else '?'} us, drop the extra pass"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol, TypeVar
 
-from okgit.eval.types import Comparison, EvalResult, Mode, Reference, Status
+from okgit.eval.types import Comparison, EvalResult, Mode, ProfileData, Reference, Status
 from okgit.problem import Problem
 
 E = TypeVar("E", bound="EvaluatorBase")
@@ -32,6 +32,11 @@ class Evaluator(Protocol):
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
         """The final gate: interleaved rounds of reference and candidate in fresh processes."""
 
+    def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
+                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData | None:
+        """The profiling pass, apart from any verdict: `base` (the evaluation's profile) with the
+        hardware counters read in a fresh worker; None where this evaluator has no such pass."""
+
     def close(self) -> None:
         """Stop what it started (idle workers, judges, a Modal app); idempotent."""
 
@@ -53,6 +58,10 @@ class EvaluatorBase:
                       backend: str = "triton") -> list[EvalResult]:
         return [self.evaluate(problem, s, mode=mode, backend=backend) for s in sources]
 
+    def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
+                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData | None:
+        return None  # no profiling pass: the evaluation's own profile is all there is
+
     def close(self) -> None:
         pass
 
@@ -67,16 +76,20 @@ class InMemoryEvaluator(EvaluatorBase):
     """Decides by a function of the source (`verdict`), without running anything. For tests of
     the search and the final gate. `width`: the batch the driver may hand it (evaluated one after
     another all the same). `ref_runtime_us`: a timed reference of that runtime (else untimed, as
-    on a CPU); `thorough`: the verdict of thorough evaluations (the final gate's), where it differs."""
+    on a CPU); `thorough`: the verdict of thorough evaluations (the final gate's), where it differs;
+    `profiler`: the profiling pass, (source, the evaluation's profile) -> the profile with counters."""
 
     def __init__(self, verdict: Callable[[str], EvalResult], device: str = "cpu", width: int = 1,
-                 ref_runtime_us: float | None = None, thorough: Callable[[str], EvalResult] | None = None) -> None:
+                 ref_runtime_us: float | None = None, thorough: Callable[[str], EvalResult] | None = None,
+                 profiler: Callable[[str, ProfileData | None], ProfileData] | None = None) -> None:
         self.verdict = verdict
         self.device = device
         self.width = width
         self.ref_runtime_us = ref_runtime_us
         self.thorough = thorough or verdict
+        self.profiler = profiler
         self.calls: list[str] = []
+        self.profiled: list[str] = []
 
     def reference(self, problem: Problem) -> Reference:
         return Reference(device=self.device, timed=self.ref_runtime_us is not None, runtime_us=self.ref_runtime_us)
@@ -84,6 +97,13 @@ class InMemoryEvaluator(EvaluatorBase):
     def evaluate(self, problem: Problem, source: str, *, mode: Mode = "fast", backend: str = "triton") -> EvalResult:
         self.calls.append(source)
         return (self.thorough if mode == "thorough" else self.verdict)(source)
+
+    def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
+                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData | None:
+        if self.profiler is None:
+            return None
+        self.profiled.append(source)
+        return self.profiler(source, base)
 
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
         result = self.verdict(source)

@@ -9,27 +9,76 @@ from pydantic import BaseModel, Field
 from okgit.config import Mode
 from okgit.status import Status
 
+Bottleneck = Literal["memory", "compute", "latency", "unknown"]
+Limiter = Literal["registers", "shared_memory", "warps", "blocks"]
+
+
+class Stall(BaseModel):
+    """One reason warps waited instead of issuing, as Nsight Compute and CUPTI's PC sampling name
+    it (long_scoreboard: a global-memory load; math_pipe_throttle: a busy math unit; ...)."""
+
+    reason: str
+    share: float  # of the stalled warp time (ncu) or stalled samples (Proton), in [0, 1]
+    line: str | None = None  # Proton: the source line ("file.py:42") with most of its samples
+
 
 class KernelTime(BaseModel):
+    """One kernel of a call: its time (torch.profiler), its launch and the occupancy that launch
+    allows (CUPTI's launch record, okgit.eval.worker.occupancy), and where a profiling pass ran,
+    its hardware counters. `sources` names the tool behind each figure other than the time."""
+
     name: str
     time_us: float
     calls: int = 1
     custom: bool = False  # launched by the candidate's backend (Triton/CUDA), not a library
+    grid: list[int] | None = None  # blocks, x y z
+    block: list[int] | None = None  # threads per block, x y z
+    registers: int | None = None  # per thread
+    shared_bytes: int | None = None  # per block, static and dynamic
+    occupancy_theoretical: float | None = None  # warps the launch lets an SM hold / the SM's warp slots
+    occupancy_limiter: Limiter | None = None  # what stops an SM from holding more of its blocks
+    waves: float | None = None  # blocks / (blocks an SM holds x SMs)
+    occupancy: float | None = None  # achieved: warps active per cycle / the SM's warp slots (ncu)
+    dram_bytes: float | None = None  # read and written (ncu)
+    bandwidth: float | None = None  # achieved DRAM bytes per second (ncu)
+    bandwidth_utilization: float | None = None  # of the device's peak DRAM bandwidth (ncu)
+    compute_utilization: float | None = None  # SM throughput, of its peak (ncu)
+    l2_hit_rate: float | None = None  # (ncu)
+    stalls: list[Stall] = Field(default_factory=list)  # largest first (ncu or Proton)
+    bottleneck_type: Bottleneck | None = None  # from its counters (ncu)
+    sources: dict[str, str] = Field(default_factory=dict)  # field -> tool
 
 
 class ProfileData(BaseModel):
-    bottleneck_type: Literal["memory", "compute", "latency", "unknown"] = "unknown"
+    """Where a call's time goes (docs/evaluation.md, "Profiles"): the roofline's position from the
+    problem's FLOPs and minimum bytes, kernels by time with their launches (torch.profiler, on every
+    timed evaluation), and for promising candidates and the reference the counters of a profiling
+    pass apart from timing (Nsight Compute where it runs, Proton's PC sampling for stalls). The
+    totals weigh kernels by time. `sources` names the tool behind each figure; `not_run` says why a
+    tool gave none (on a CPU: why every field is empty)."""
+
+    bottleneck_type: Bottleneck = "unknown"
     roofline_position: float | None = None  # floor time / measured time, in (0, 1]
     bandwidth_utilization: float | None = None
     compute_utilization: float | None = None
-    occupancy: float | None = None
-    cache_hit_rate: float | None = None
+    occupancy: float | None = None  # achieved (ncu)
+    cache_hit_rate: float | None = None  # the L2's hit rate (ncu)
     flops: float | None = None
     min_bytes: float | None = None
     floor_us: float | None = None
     launch_count: int | None = None
     top_kernels: list[KernelTime] = Field(default_factory=list)
     raw: dict[str, Any] = Field(default_factory=dict)
+    bandwidth: float | None = None  # achieved DRAM bytes per second over the kernels (ncu)
+    occupancy_theoretical: float | None = None
+    occupancy_limiter: Limiter | None = None  # the limiter of the kernel with the most time
+    stalls: list[Stall] = Field(default_factory=list)  # over the kernels, largest first
+    roofline: str = ""  # what the roofline says, in a sentence
+    bottleneck_why: str = ""  # the figures the bottleneck was read from
+    sources: dict[str, str] = Field(default_factory=dict)  # field -> the tool it came from
+    tools: list[str] = Field(default_factory=list)  # the profiling pass's tools that read something ("ncu", "proton")
+    not_run: dict[str, str] = Field(default_factory=dict)  # tool -> why it gave nothing
+    profile_s: float | None = None  # seconds the profiling pass took, where one ran
 
 
 class GateResult(BaseModel):

@@ -26,6 +26,7 @@ from okgit.git.repo import Repo
 from okgit.git.rundir import RunDir
 from okgit.git.workspace import op_diff, resolve_run, started_event
 from okgit.journal.events import Evaluated
+from okgit.journal.runview import RunView
 
 _TAG = re.compile(r"okgit/([^/]+)/([^/]+)")
 _INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
@@ -159,25 +160,46 @@ def checked_on(repo: Repo, ref: str) -> tuple[str, str] | None:
     return started.device, started.backend
 
 
-def kernel_shapes(repo: Repo, ref: str) -> list[dict[str, Any]]:
-    """Where the candidate REF names (a tag, or a run's winner) ran its own kernels, as its
-    evaluation recorded (okgit.eval.types.KernelShape); [] for a diff file or an older run."""
+def _named_candidate(repo: Repo, ref: str) -> tuple[RunDir, str] | None:
+    """The run directory and the candidate REF names (a tag, or a run's winner); None for a diff
+    file or a run without a winner."""
     ref = resolve_ref(repo, ref)
     tag = _TAG.fullmatch(ref)
     run = tag.group(1) if tag else ref
     if not _is_run(repo, run):
-        return []
+        return None
     run_dir = RunDir(repo.run_dir(run))
     if tag:
-        cand = tag.group(2)
-    else:
-        try:
-            best = json.loads(run_dir.result.read_text()).get("best_tag") or ""
-        except (OSError, ValueError):
-            return []
-        cand = best.rsplit("/", 1)[-1]
+        return run_dir, tag.group(2)
+    try:
+        best = json.loads(run_dir.result.read_text()).get("best_tag") or ""
+    except (OSError, ValueError):
+        return None
+    return (run_dir, best.rsplit("/", 1)[-1]) if best else None
+
+
+def kernel_shapes(repo: Repo, ref: str) -> list[dict[str, Any]]:
+    """Where the candidate REF names (a tag, or a run's winner) ran its own kernels, as its
+    evaluation recorded (okgit.eval.types.KernelShape); [] for a diff file or an older run."""
+    named = _named_candidate(repo, ref)
+    if named is None:
+        return []
+    run_dir, cand = named
     found = [e for e in run_dir.events() if isinstance(e, Evaluated) and e.cand == cand]
     return list(found[-1].kernel_shapes or []) if found else []
+
+
+def profiles(repo: Repo, ref: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The profile of the candidate REF names and the reference's, as the run's journal holds
+    them (a profiling pass's where one ran); (None, None) for a diff file."""
+    named = _named_candidate(repo, ref)
+    if named is None:
+        return None, None
+    run_dir, cand = named
+    view = RunView()
+    view.apply(run_dir.events())
+    c = view.candidates.get(cand)
+    return (c.profile if c else None), (view.reference.profile if view.reference else None)
 
 
 def revert(repo: Repo, ref: str) -> list[str]:

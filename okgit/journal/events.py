@@ -87,6 +87,17 @@ class Evaluated(Event):
     kernel_shapes: list[dict[str, Any]] | None = None  # okgit.eval.types.KernelShape: where its own kernels ran
 
 
+class Profiled(Event):
+    """A profiling pass apart from timing (okgit.search.profiling): the profile of a candidate, or
+    of the reference (cand None), with the hardware counters it read; it never changes a verdict."""
+
+    type: Literal["profiled"] = "profiled"
+    cand: str | None
+    profile: dict[str, Any]
+    seconds: float  # what the pass took
+    tools: list[str]  # the tools whose figures it holds besides torch.profiler's ("ncu", "proton")
+
+
 class Accepted(Event):
     type: Literal["accepted"] = "accepted"
     cand: str
@@ -224,7 +235,7 @@ def by_type(*models: type[Event]) -> dict[str, type[Event]]:
 
 
 EVENTS = by_type(RunStarted, ReferenceEvent, ProposalEvent, Evaluated, Accepted, Best, IntentEvent, DiagnosisEvent,
-                 LlmCall, Note, GateEvent, InterruptedEvent, Resumed, Retry, RunFinished)
+                 LlmCall, Note, GateEvent, InterruptedEvent, Resumed, Retry, RunFinished, Profiled)
 
 
 def check_event(line: dict[str, Any], models: dict[str, type[Event]] = EVENTS) -> Event:

@@ -27,6 +27,7 @@ from okgit.journal.events import (
     InterruptedEvent,
     LlmCall,
     Note,
+    Profiled,
     ProposalEvent,
     ReferenceEvent,
     Resumed,
@@ -206,6 +207,17 @@ def _reference(view: RunView, e: ReferenceEvent) -> None:
         view._log(e, f"baseline correct on {e.device}; no timing claimed there")
 
 
+def _profiled(view: RunView, e: Profiled) -> None:
+    """A profiling pass's profile replaces the evaluation's (it holds the same figures and more)."""
+    if e.cand is None:
+        if view.reference is not None:
+            view.reference = view.reference.model_copy(update={"profile": e.profile})
+    else:
+        view._candidate(e.cand).profile = e.profile
+    tools = " and ".join(e.tools) or "no counters"
+    view._log(e, f"{e.cand or 'baseline'} profiled in {e.seconds:.1f} s ({tools})")
+
+
 def _proposal(view: RunView, e: ProposalEvent) -> None:
     c = view._candidate(e.cand)
     c.origin, c.intent, c.parent, c.backend = e.origin, e.intent, e.parent, e.backend
@@ -280,7 +292,7 @@ def _run_finished(view: RunView, e: RunFinished) -> None:
 
 
 _FOLDS: dict[type[Event], Callable[[RunView, Any], None]] = {
-    RunStarted: _run_started, ReferenceEvent: _reference, ProposalEvent: _proposal, Evaluated: _evaluated,
+    RunStarted: _run_started, ReferenceEvent: _reference, ProposalEvent: _proposal, Evaluated: _evaluated, Profiled: _profiled,
     Accepted: _accepted, Best: _best, IntentEvent: _intent, DiagnosisEvent: _diagnosis, LlmCall: _llm_call,
     Note: _note, Resumed: _resumed, GateEvent: _gate, InterruptedEvent: _interrupted, RunFinished: _run_finished,
 }

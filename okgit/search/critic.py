@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError, field_validator
 from okgit.eval.types import EvalResult, ProfileData
 from okgit.llm import Completion, Message, prompt_messages
 from okgit.search.extract import extract_json
+from okgit.search.profile_text import profile_lines
 from okgit.search.types import Attempt, Context
 
 T = TypeVar("T")
@@ -140,13 +141,8 @@ def describe_result(result: EvalResult) -> str:
 
 
 def describe_profile(profile: ProfileData | None) -> str:
-    if profile is None:
-        return "not measured on this device"
-    fields = profile.model_dump(exclude={"top_kernels", "raw"}, exclude_none=True)
-    lines = [f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}" for k, v in fields.items()]
-    for k in profile.top_kernels[:5]:
-        lines.append(f"kernel {k.name}: {k.time_us:.2f} us x{k.calls}" + (" (custom)" if k.custom else " (library)"))
-    return "\n".join(lines)
+    """Every figure with its unit and the tool it came from (okgit.search.profile_text)."""
+    return "\n".join(profile_lines(profile))
 
 
 def _si(value: float, unit: str) -> str:

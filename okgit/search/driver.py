@@ -14,6 +14,7 @@ from typing import Callable
 
 from okgit.eval.base import Evaluator
 from okgit.eval.types import EvalResult, Mode
+from okgit.search.profiling import ProfilePass
 from okgit.search.types import Attempt, Context, Proposal, Proposer, source_key
 
 # A proposer that keeps proposing what was already evaluated has nothing new to say.
@@ -49,6 +50,7 @@ class Search:
         budget: Budget,
         accept: Callable[[Attempt], str | None],
         mode: Mode = "fast",
+        profiler: str = "auto",
     ) -> None:
         self.ctx = ctx
         self.evaluator = evaluator
@@ -70,6 +72,8 @@ class Search:
             return log(type, **fields)
 
         ctx.log = counting_log
+        # the profiling pass apart from timing (okgit.search.profiling): `profiler` names its tools
+        self.profiling = ProfilePass(evaluator, ctx, profiler)
 
     @property
     def spent_usd(self) -> float:
@@ -91,6 +95,7 @@ class Search:
 
     def run(self, proposers: list[Proposer]) -> str:
         """Run proposers in order until each is exhausted or a budget ends the search."""
+        self.profiling.reference()
         for proposer in proposers:
             duplicates = 0
             while not self.should_stop():
@@ -150,6 +155,7 @@ class Search:
             if len(proposals) > 1:
                 self._announce(cand, proposal)
             attempts.append(self._record(cand, proposal, result))
+        self.profiling.after(attempts)  # after the verdicts are written: it never changes one
         return attempts
 
     def _announce(self, cand: str, proposal: Proposal) -> None:

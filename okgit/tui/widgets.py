@@ -11,6 +11,7 @@ from textual.widgets import DataTable, Log, Static, Tree
 
 from okgit.fmt import fmt_duration, fmt_error, fmt_speed, fmt_us
 from okgit.journal.runview import OFFLINE, RUNNING, Candidate, RunView
+from okgit.search.profile_text import side_by_side
 from okgit.status import RunStatus, Status
 
 STATUS_STYLE = {
@@ -196,6 +197,11 @@ class ProfilePanel(Static):
             for k in (p.get("top_kernels") or [])[:3]:
                 custom = " (custom)" if k.get("custom") else ""
                 t.append(f"\n  {k.get('name', '?')[:40]}  {fmt_us(k.get('time_us'))} us ×{k.get('calls', 1)}{custom}", style="dim")
+            rows = side_by_side(p, view.reference.profile if view.reference else None)
+            if rows:
+                t.append(f"\n{'':<34} {c.cand} | reference", style="bold")
+                for figure, mine, theirs in rows:
+                    t.append(f"\n{figure[:33]:<34} {mine} | {theirs}")
         elif c.status != RUNNING:
             t.append("\nno profile (untimed or failed before timing)", style="dim")
         d = c.diagnosis

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from okgit.eval.types import EvalResult, KernelShape, ProfileData
+from okgit.search.profile_text import summary
 
 # A kernel okgit checked on a CPU ran under Triton's interpreter; outside okgit, Triton without
 # it looks for a GPU driver and fails ("0 active drivers"). Said in the report and by `apply`.
@@ -85,4 +86,7 @@ def _profile(p: ProfileData) -> list[str]:
     if p.roofline_position is not None:
         facts.append(f"{p.roofline_position:.0%} of roofline ({p.bottleneck_type})")
     lines = ["profile: " + ", ".join(facts)] if facts else []
-    return lines + [f"  {k.time_us:9.2f} us  {'custom ' if k.custom else 'library'}  {k.name[:70]}" for k in p.top_kernels[:3]]
+    if p.occupancy is not None or p.occupancy_theoretical is not None or p.stalls or p.cache_hit_rate is not None:
+        lines.append(f"  {summary(p)} ({', '.join(dict.fromkeys(p.sources.values()))})")
+    lines += [f"  {k.time_us:9.2f} us  {'custom ' if k.custom else 'library'}  {k.name[:70]}" for k in p.top_kernels[:3]]
+    return lines + [f"  not measured by {tool}: {why}" for tool, why in p.not_run.items()]

@@ -35,6 +35,7 @@ from okgit.journal.events import (
     LlmCall,
     Note,
     Preparing,
+    Profiled,
     ProposalEvent,
     ReferenceEvent,
     Resumed,
@@ -42,6 +43,7 @@ from okgit.journal.events import (
     RunStarted,
 )
 from okgit.journal.runview import RunView
+from okgit.search.profile_text import summary
 from okgit.status import Status
 
 STATUS_STYLE = {Status.correct: "green", Status.incorrect: "red", Status.compile_error: "magenta", Status.rejected: "yellow",
@@ -103,6 +105,11 @@ def _evaluated(e: Evaluated, view: RunView, path: str | None) -> Text:
     return line
 
 
+def _profiled(e: Profiled, view: RunView, path: str | None) -> Text:
+    tools = ", ".join(e.tools) or "no counters"
+    return Text(f"{INDENT}profiled {e.cand or 'the baseline'} ({tools}, {e.seconds:.1f} s): {summary(e.profile)}", style="dim")
+
+
 def _accepted(e: Accepted, view: RunView, path: str | None) -> Text:
     return Text(f"{INDENT}tagged {e.tag}", style="dim")
 
@@ -132,7 +139,7 @@ def _gate(e: GateEvent, view: RunView, path: str | None) -> Text:
 
 _LINES: dict[type[Event], Callable[[Any, RunView, str | None], Text | None]] = {
     Preparing: _preparing, RunStarted: _run_started, ReferenceEvent: _reference, ProposalEvent: _proposal,
-    Evaluated: _evaluated, Accepted: _accepted, DiagnosisEvent: _diagnosis, LlmCall: _llm_call, Note: _message,
+    Evaluated: _evaluated, Profiled: _profiled, Accepted: _accepted, DiagnosisEvent: _diagnosis, LlmCall: _llm_call, Note: _message,
     Resumed: _message, InterruptedEvent: _interrupted, GateEvent: _gate,
 }
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from okgit.eval.types import Comparison, Reference
+from okgit.eval.types import Comparison, ProfileData, Reference
 from okgit.fmt import fmt_speed, fmt_us
 from okgit.git.rundir import RunDir
 from okgit.journal.events import Note
+from okgit.search.profile_text import as_profile, kernel_text, side_by_side
 from okgit.search.types import Attempt, Context
 from okgit.status import RunStatus
 from okgit.views.eval_text import INTERPRETER_NOTE, applies_at, interpreted
@@ -43,6 +44,7 @@ def write_report(space, ctx: Context, result, winner: Attempt | None, comparison
     lines += _summary(ctx, result)
     if winner:
         lines += _winner(winner, result, comparison, ctx.reference)
+        lines += profile_section(winner.result.profile, ctx.reference.profile)
     if not ctx.attempts:
         lines += ["", "No candidate was proposed; the search's notes below say why."]
     notes = [e.message for e in RunDir(space.run_dir).events() if isinstance(e, Note)]
@@ -109,6 +111,20 @@ def _winner(winner: Attempt, result, comparison: Comparison | None, ref: Referen
         lines.append(f"Error against float64 (max abs over the checked cases): the winner {r.max_abs_error:.2e}, "
                      f"the reference itself {ref.max_abs_error:.2e}.")
     return lines
+
+
+def profile_section(winner: ProfileData | None, reference: ProfileData | None) -> list[str]:
+    """The winner's profile beside the reference's, each figure with the tool it came from, and the
+    winner's kernels (okgit.search.profile_text)."""
+    rows = side_by_side(winner, reference)
+    lines = ["", "## Profile: the winner beside the reference", ""]
+    if rows:
+        lines += ["| figure | winner | reference |", "|---|---|---|"] + [f"| {f} | {w} | {r} |" for f, w, r in rows]
+    prof = as_profile(winner)
+    if prof is not None:
+        lines += [""] + [f"- {kernel_text(k)}".replace("|", "\\|") for k in prof.top_kernels[:5]]
+        lines += [f"- not measured by {tool}: {why}" for tool, why in prof.not_run.items()]
+    return lines if len(lines) > 3 else []
 
 
 def _shapes(shapes: list[dict[str, int]]) -> str:

@@ -23,14 +23,14 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from queue import Queue
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from okgit.eval.base import EvaluatorBase
 from okgit.eval.parent.devices import physical_id, physical_name, visible_gpus
 
 if TYPE_CHECKING:
     from okgit.eval.base import Evaluator
-    from okgit.eval.types import Comparison, EvalResult, Mode, Reference
+    from okgit.eval.types import Comparison, EvalResult, Mode, ProfileData, Reference
     from okgit.problem import Problem
 
 T = TypeVar("T")
@@ -163,6 +163,10 @@ class PoolEvaluator(EvaluatorBase):
 
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
         return self.evaluators[0].compare(problem, source, rounds=rounds, backend=backend)
+
+    def profile(self, problem: Problem, source: str, **kw: Any) -> ProfileData | None:
+        profile = getattr(self.evaluators[0], "profile", None)  # a plugin's evaluator may have no pass
+        return profile(problem, source, **kw) if profile else None
 
     def close(self) -> None:
         for ev in self.evaluators:

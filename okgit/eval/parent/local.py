@@ -33,7 +33,8 @@ from okgit.eval.parent.devices import device_lock, physical_name
 from okgit.eval.parent.gates import call_gates
 from okgit.eval.parent.gates.static import static_findings
 from okgit.eval.parent.gates.timed import allowed_matmul_rate
-from okgit.eval.parent.profile import profile_data
+from okgit.eval.parent.profile import CPU_REASON, profile_data
+from okgit.eval.parent.profiling import ProfilingPass
 from okgit.eval.parent.reference import PreparedReference, from_judge
 from okgit.eval.parent.rounds import summarize
 from okgit.eval.parent.sandbox import Outcome, WorkerPool, WorkerProcess, default_memory_limit, read_result
@@ -41,7 +42,7 @@ from okgit.eval.parent.streams import check_streams
 from okgit.eval.parent.verdict import base_fields, crashed, decide
 from okgit.eval.protocol.jobs import PINNED_FLAGS, Job, Timing
 from okgit.eval.protocol.keys import CallKey, CallKind, fresh_case
-from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode, Reference, Status
+from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode, ProfileData, Reference, Status
 from okgit.problem import Problem, load_problem
 
 
@@ -111,6 +112,7 @@ class LocalEvaluator(EvaluatorBase):
         self._busy = threading.RLock()  # one call at a time: its caches, workers and judge are not shared
         self._prepared: dict[str, PreparedReference] = {}
         self._spare_judge: WorkerProcess | None = None  # started ahead: a preparation pays no process start
+        self._profiling: ProfilingPass | None = None  # made at its first use
         if prestart:
             self.pool.prestart(self._torch)  # they wait for their jobs, no candidate code loaded
             self._spare_judge = self._new_judge()
@@ -129,6 +131,8 @@ class LocalEvaluator(EvaluatorBase):
                     if timing and prep.peaks else None)
             prof = profile_data(prep.kernels or {}, set(), launch_count=None, flops=prep.cost.get("flops"),
                                 min_bytes=prep.cost.get("min_bytes"), roofline=roof)
+            if self._kind == "cpu":
+                prof.not_run["profiler"] = CPU_REASON
         return Reference(
             device=self.device,
             timed=timing is not None,
@@ -148,6 +152,16 @@ class LocalEvaluator(EvaluatorBase):
         result = self._evaluate(problem, source, mode=mode, backend=backend)
         result.wall_s = time.monotonic() - t0
         return result
+
+    @_one_at_a_time
+    def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
+                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData:
+        """The profiling pass of a candidate (`baseline`: the problem's own file, as the final gate
+        times it), apart from its evaluation: `base`, its evaluation's profile, with the counters put
+        in (okgit.eval.parent.profiling)."""
+        self._profiling = self._profiling or ProfilingPass(self)
+        return self._profiling.run(problem, source, backend=backend, base=base, runtime_us=runtime_us, tools=tools,
+                                   baseline=baseline)
 
     @_one_at_a_time
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
@@ -180,6 +194,8 @@ class LocalEvaluator(EvaluatorBase):
     def close(self) -> None:
         atexit.unregister(self.close)
         self.pool.close()
+        if self._profiling is not None:
+            self._profiling.close()
         if self._spare_judge is not None:
             self._spare_judge.close()
             self._spare_judge = None
@@ -212,6 +228,8 @@ class LocalEvaluator(EvaluatorBase):
         if result is None:
             return crashed(outcome, base)
         out = decide(prep, cases, result, relay.checks, backend=backend, device=self.device, mode=mode, base=base)
+        if out.profile is not None and self._kind == "cpu":
+            out.profile.not_run["profiler"] = CPU_REASON
         if out.profile is not None:  # where an evaluation's time goes, for the benchmark
             out.profile.raw["eval_s"] = {**result.get("phase_s", {}), "ready_wait": outcome.ready_wait_s,
                                          "worker_total": outcome.wall_s, "judge": relay.judge_s}

@@ -120,11 +120,17 @@ atexit.register(stop_all)
 
 
 class WorkerProcess:
+    """One worker (or judge) process. `args`: more of the worker's own arguments (a profiling pass's
+    tool); `wrap`: a program that runs the worker as its child (Nsight Compute), given its arguments
+    and then the worker's command line: the whole process tree counts against the memory budget."""
+
     def __init__(self, device: str, memory_limit: int, base_dir: Path | None = None,
-                 program: str = "okgit.eval.worker") -> None:
+                 program: str = "okgit.eval.worker", args: list[str] | None = None,
+                 wrap: list[str] | None = None) -> None:
         self.role = "judge" if program.endswith("judge") else "worker"
         self.device = device
         self.memory_limit = memory_limit
+        self.wrapped = bool(wrap)
         self.dir = Path(tempfile.mkdtemp(prefix="okgit-worker-", dir=base_dir))
         self.started = time.monotonic()
         self.ready_wait_s = 0.0  # how long a job waited for this worker to finish starting
@@ -132,7 +138,7 @@ class WorkerProcess:
         self._buffer = b""
         with open(self.dir / "stderr.log", "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", program, "--device", "cpu" if device == "cpu" else "cuda"],
+                [*(wrap or []), sys.executable, "-m", program, "--device", "cpu" if device == "cpu" else "cuda", *(args or [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.dir,
                 env=worker_env(device), start_new_session=True, preexec_fn=self._limits,
             )
@@ -149,6 +155,8 @@ class WorkerProcess:
         if not self._ready:
             t0 = time.monotonic()
             line = self._read_line(t0 + max(0.0, timeout_s))
+            while line is not None and self.wrapped and not line.startswith(b"{"):  # the wrapper's own words
+                line = self._read_line(t0 + max(0.0, timeout_s))
             self._ready = line is not None and json.loads(line or "{}").get("ready") is True
             self.ready_wait_s += time.monotonic() - t0
         return self._ready
@@ -180,7 +188,7 @@ class WorkerProcess:
         return line
 
     def over_budget(self) -> bool:
-        return _rss_bytes(self.proc.pid) > self.memory_limit
+        return (_tree_rss_bytes(self.proc.pid) if self.wrapped else _rss_bytes(self.proc.pid)) > self.memory_limit
 
     def peak_rss(self) -> int:
         """The process's peak resident memory so far (VmHWM), 0 once it is gone."""
@@ -316,6 +324,23 @@ class WorkerPool:
 
 def _rss_bytes(pid: int) -> int:
     return _status_bytes(pid, "VmRSS:")
+
+
+def _tree_rss_bytes(pid: int) -> int:
+    """A process's resident memory with its descendants' (a wrapped worker runs as a child)."""
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        total += _rss_bytes(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in task.read_text().split()]
+            except (OSError, ValueError):
+                pass
+    return total
 
 
 def _status_bytes(pid: int | str, field: str) -> int:

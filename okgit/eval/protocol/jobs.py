@@ -82,6 +82,9 @@ class Job:
     check: bool = True  # run the correctness calls (False: timing only, for the final gate)
     timing: Timing | None = None
     profile: bool = False
+    # candidate: a profiling pass, apart from any verdict ("ncu" or "proton", the worker started for
+    # that tool: okgit.eval.worker.counters); no correctness calls, no timing
+    counters: str = ""
     peaks_path: str | None = None  # judge on a GPU: measure device peaks into this file if absent
     # the gate each part of the protocol is checked under (okgit.eval.protocol.keys: a case's kind,
     # "repeat", "fresh", "timed", the modes case's parts), named by the parent from its registered gates
@@ -103,6 +106,12 @@ class Job:
     @classmethod
     def load(cls, path: Path) -> "Job":
         return cls.from_dict(json.loads(path.read_text()))
+
+
+# the profiling pass's Proton session: its file (in the worker's directory) and the scope the
+# profiled calls run in (okgit.eval.worker.counters writes them, okgit.eval.parent.proton reads them)
+PROTON_FILE = "okgit_proton"
+PROTON_SCOPE = "okgit_profiled"
 
 
 def tree_spec(obj: Any) -> Any:

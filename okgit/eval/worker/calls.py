@@ -282,17 +282,18 @@ def pin_flags(torch: Any) -> None:
         setattr(owner, attr, value)
 
 
-def warm_up(torch: Any, device: str) -> None:
+def warm_up(torch: Any, device: str, profiler: bool = True) -> None:
     """Pay one-time costs before the job, while the worker idles: the first switch to
     deterministic algorithms (about a second: lazy imports), a Triton launch (driver utilities),
-    and on a GPU a profiler session and events."""
+    and on a GPU a profiler session and events (not in a profiling pass's worker: its tool takes
+    CUPTI alone)."""
     from okgit.eval.worker.warm import fill_kernel
 
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.use_deterministic_algorithms(False)
     buf = torch.empty(16, device=device)
     fill_kernel[(1,)](buf, 16, BLOCK=16)
-    if device == "cuda":
+    if device == "cuda" and profiler:
         from okgit.eval.worker.profiler import profile_calls
 
         profile_calls(lambda: buf.add_(1.0), calls=1)

@@ -38,7 +38,7 @@ PHASE_FILE = "phase"
 
 
 class Worker:
-    def __init__(self, device: str, channel: Channel) -> None:
+    def __init__(self, device: str, channel: Channel, counters: str = "") -> None:
         import torch
 
         from okgit.backends import cuda as cuda_backend
@@ -56,7 +56,7 @@ class Worker:
         cuda_backend.install_load_hooks(self.cuda_launches, self.cuda_kernel_names, run_on_gpu=device == "cuda")
         if device == "cuda":
             timing.bind()
-        calls.warm_up(torch, device)
+        calls.warm_up(torch, device, profiler=not counters)  # a profiling pass's tool takes CUPTI alone
         self.entry_points = Snapshot()  # after the hooks above, before any candidate code
         self.job_dir = Path(".")
         self.result: dict[str, Any] = {"calls": {}}
@@ -90,7 +90,10 @@ class Worker:
         if job.root and job.root not in sys.path:
             sys.path.insert(0, job.root)
         try:
-            self.run_candidate(job)
+            if job.counters:
+                self.run_counters(job)
+            else:
+                self.run_candidate(job)
         except CallFailed as e:
             self.fail(e.status, e.gate, e.message)
         except BaseException as e:  # noqa: BLE001 - everything a candidate throws is a finding
@@ -192,6 +195,26 @@ class Worker:
                 self.send(key, job.gates["timed"], calls.Called(out, leaves, facts))
         self.result["cuda_kernel_names"] = sorted(self.cuda_kernel_names)
 
+    def run_counters(self, job: Job) -> None:
+        """The profiling pass (okgit.eval.worker.counters): the model at the first shape, on the first
+        seed's inputs, called under the tool this worker was started for; nothing is checked."""
+        from okgit.eval.worker.counters import profile_model
+
+        self.phase("compile")
+        references = [calls.load_op(job.reference_path, "okgit_reference_0", job.shapes[0])]
+        module = calls.load_op(job.source_path, "okgit_candidate_0", job.shapes[0])
+        cls = getattr(module, "ModelNew", None) or getattr(module, "Model", None)
+        if cls is None:
+            raise CallFailed("compile", "compile_error", "the candidate defines neither ModelNew nor Model")
+        case = next(c for c in job.cases if c.kind == "seed" and c.shape == 0)
+        self.phase("construct")
+        model, _ = self.build(job, case, references, [cls])
+        inputs = calls.draw_inputs(self.torch, references[0], case, self.device)
+        self.phase("profiling")
+        self.triton_launches.reset()
+        self.result["counters"] = profile_model(self.torch, model, inputs, job.counters)
+        self.result["kernels"] = sorted(set(self.triton_launches.counts) | self.cuda_kernel_names)
+
     def returned_before(self, key: str, called: calls.Called) -> None:
         """Name an output that is a tensor an earlier call returned and the candidate still holds
         (its storage, alive): a remembered output, and one its earlier holder sees overwritten.
@@ -279,9 +302,14 @@ class Worker:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="okgit.eval.worker")
     parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
+    parser.add_argument("--counters", choices=["ncu", "proton"], help="a worker for the profiling pass")
     args = parser.parse_args(argv)
     channel = Channel()  # from here on, whatever runs may print: never onto the messages
-    worker = Worker(args.device, channel)
+    if args.counters:
+        from okgit.eval.worker.counters import start
+
+        start(args.counters)
+    worker = Worker(args.device, channel, counters=args.counters or "")
     channel.send(READY)
     message = channel.receive()
     if message is None:

@@ -19,6 +19,17 @@ neighbourhood of that one is explored next (hill climb). When a literal block si
 appears in the launch's grid expression (`cdiv(n, 1024)`), both change together so the grid
 stays derived from the block.
 
+Which settings it varies follows what bounds the kernel, as the base file's profile says
+(ProfileData.bottleneck_type: from Nsight Compute's counters where the profiling pass ran them,
+else the roofline and torch.profiler's kernel times; okgit.search.profiling). Memory-bound: the
+block shape, the loads in flight (stages) and the vector width (warps per block) first; compute-
+bound: warps, stages, the tile shape, the GEMM's group; latency-bound: the persistent program count
+and the block (fewer, larger programs), since fusion and fewer launches, the real levers, are not
+launch settings. Settings the bottleneck does not name are left out (a GEMM's precision never is: it
+comes first whatever bounds the kernel); where the occupancy is held
+low by registers or shared memory, smaller blocks and fewer stages come first. The journal says
+which settings and why, each time the bottleneck it tunes for changes.
+
 Where nothing is timed (a CPU, Triton's interpreter) a launch setting cannot change the
 result, only the speed nobody measures there: the phase proposes nothing and says so once in
 the journal, leaving the iterations to proposers whose candidates can still differ.
@@ -31,6 +42,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from okgit.eval.types import ProfileData
 from okgit.lower.graph import Unsupported
 from okgit.lower.kinds import gemm
 from okgit.lower.trace import input_extent
@@ -43,6 +55,38 @@ MIN_BLOCK = 16
 MAX_VARIANTS = 24  # per parent file
 ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left to tune
 SETTING = re.compile(r"BLOCK|TILE|CHUNK|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
+# bottleneck -> (the controls to vary, in order; what they are, for the journal)
+FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
+    "memory": (("block", "stages", "warps"), "the block shape, the loads in flight (stages) and the vector width (warps)"),
+    "compute": (("warps", "stages", "block", "group"), "the warps, the pipeline stages, the tile shape and the GEMM's group"),
+    "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs) only: "
+                "fusion and fewer launches are the levers there, and they are not launch settings"),
+}
+LOW_OCCUPANCY = 0.5  # held below this by registers or shared memory: smaller tiles and fewer stages first
+
+
+@dataclass(frozen=True)
+class Focus:
+    """What the bottleneck says to vary (okgit.eval.types.ProfileData.bottleneck_type)."""
+
+    bottleneck: str
+    controls: tuple[str, ...]
+    smaller_first: bool  # registers or shared memory hold the occupancy down
+    why: str
+
+    @classmethod
+    def of(cls, profile: ProfileData | None) -> Focus | None:
+        if profile is None or profile.bottleneck_type not in FOCUS:
+            return None
+        controls, what = FOCUS[profile.bottleneck_type]
+        smaller = (profile.occupancy_limiter in ("registers", "shared_memory")
+                   and (profile.occupancy_theoretical or 1.0) < LOW_OCCUPANCY)
+        how = profile.bottleneck_why or profile.sources.get("bottleneck_type", "the roofline")
+        why = f"{profile.bottleneck_type}-bound ({how}): varying {what}"
+        if smaller:
+            why += (f"; {profile.occupancy_limiter.replace('_', ' ')} hold the occupancy to "  # type: ignore[union-attr]
+                    f"{profile.occupancy_theoretical:.0%}, so smaller blocks and fewer stages first")
+        return cls(profile.bottleneck_type, controls, smaller, why)
 
 
 @dataclass
@@ -212,7 +256,7 @@ def _grid_exprs(fn: ast.FunctionDef, grid: ast.AST, call: ast.Call) -> list[ast.
     return [grid]
 
 
-def _candidates(site: Site, cap_numel: int, cap_dim: int) -> list:
+def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = False) -> list:
     v = site.value
     if isinstance(v, str):  # a GEMM's precision: the others, in their measured order
         return [p for p in gemm.TUNED_PRECISIONS if p != v]
@@ -233,8 +277,10 @@ def _candidates(site: Site, cap_numel: int, cap_dim: int) -> list:
         cap = _pow2_ceil(cap_dim if tile_dim else cap_numel)
         pool = tuple(int(v * f) for f in (0.5, 2, 0.25, 4) if MIN_BLOCK <= v * f <= max(cap, MIN_BLOCK))
     others = [int(p) for p in pool if int(p) != v]
-    # nearest first; on a tie the larger (realistic GPU sizes favour bigger tiles)
-    return sorted(others, key=lambda p: (max(p / v, v / p), -p))
+    # nearest first; on a tie the larger (realistic GPU sizes favour bigger tiles), unless registers
+    # or shared memory hold the occupancy down
+    smaller = smaller_first and site.control in ("block", "stages")
+    return sorted(others, key=lambda p: (max(p / v, v / p), p if smaller else -p))
 
 
 def _pow2_ceil(n: int) -> int:
@@ -265,13 +311,19 @@ def apply(source: str, site: Site, value: int | str) -> str:
     return out
 
 
-def variants(source: str, cap_numel: int, cap_dim: int) -> list[tuple[Site, int | str]]:
+def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = None) -> list[tuple[Site, int | str]]:
     """One-setting changes of source, nearest first, settings interleaved, a GEMM's precision
-    before its launch settings (between precisions the H200 measured the largest differences)."""
+    before its launch settings (between precisions the H200 measured the largest differences);
+    with a focus, of the launch settings only the controls it names, in its order."""
     tree = ast.parse(source)
-    sites = sorted(find_sites(source), key=lambda s: s.control != "precision")
+    found = find_sites(source)
+    launch = [s for s in found if s.control != "precision"]
+    if focus is not None:
+        launch = sorted((s for s in launch if s.control in focus.controls), key=lambda s: focus.controls.index(s.control))
+    sites = [s for s in found if s.control == "precision"] + launch
+    smaller = focus is not None and focus.smaller_first
     constants = {name: node.value for name, node in _constants(tree) if isinstance(node.value, (int, str))}
-    per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim) if _fits(constants, s, v)] for s in sites]
+    per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim, smaller) if _fits(constants, s, v)] for s in sites]
     out: list[tuple[Site, int | str]] = []
     for rank in range(max((len(p) for p in per_site), default=0)):
         out += [p[rank] for p in per_site if rank < len(p)]
@@ -293,6 +345,7 @@ class AutotuneProposer:
         self._proposed: set[str] = set()
         self._extent: tuple[int, int] | None = None
         self._untimed_noted = False
+        self._focus_noted: str | None = None
 
     def propose(self, ctx: Context) -> Proposal | None:
         if not ctx.reference.timed:
@@ -305,9 +358,9 @@ class AutotuneProposer:
         profile = best.result.profile if best else None
         if profile is not None and (profile.roofline_position or 0.0) >= ROOFLINE_DONE:
             return None
-        self._refill(ctx, ctx.best_source, best.cand if best else None)
+        self._refill(ctx, ctx.best_source, best.cand if best else None, profile or ctx.reference.profile)
         if ctx.problem.source != ctx.best_source:
-            self._refill(ctx, ctx.problem.source, None)  # the user's own kernels, if any
+            self._refill(ctx, ctx.problem.source, None, ctx.reference.profile)  # the user's own kernels, if any
         while self._queue:
             base, parent, site, value = self._queue.pop(0)
             source = apply(base, site, value)
@@ -331,7 +384,7 @@ class AutotuneProposer:
         the neighbourhood of a new best found among them is queued after the batch."""
         return propose_several(self, ctx, limit)
 
-    def _refill(self, ctx: Context, source: str, parent: str | None) -> None:
+    def _refill(self, ctx: Context, source: str, parent: str | None, profile: ProfileData | None) -> None:
         key = _key(source)
         if key in self._bases:
             return
@@ -342,9 +395,16 @@ class AutotuneProposer:
                 self._extent = input_extent(ctx.problem)
             except Unsupported:
                 self._extent = (1 << 31, 1 << 16)  # sizes unknown: no size pruning
+        focus = Focus.of(profile)
         try:
-            found = variants(source, *self._extent)
+            found = variants(source, *self._extent, focus)
         except SyntaxError:
             return
+        if focus is not None and focus.why != self._focus_noted and find_sites(source):
+            left = sorted({s.control for s in find_sites(source)} - set(focus.controls) - {"precision"})
+            ctx.log("note", message=f"autotune around {parent or 'the reference'}: {focus.why}"
+                    + (f"; left out: {', '.join(left)}" if left else "")
+                    + ("" if found else "; nothing of those to vary in this file"))
+            self._focus_noted = focus.why
         # a new best's neighbourhood goes first: that is where the next gain is likeliest
         self._queue[:0] = [(source, parent, site, value) for site, value in found]

@@ -1,0 +1,96 @@
+"""Which candidates the profiling pass reads, when, and what the journal says of it.
+
+The evaluator's pass (okgit.eval.parent.profiling) reads hardware counters in a fresh worker,
+apart from timing; it costs seconds per candidate, so the search spends it where it pays: on the
+reference, once, and after each batch on every correct timed candidate within PROFILE_WITHIN of
+the best so far (the best among them). The profile it returns replaces the candidate's in the
+search's context (the critic, the autotune phase and the report read it there) and is written
+as a `profiled` event; the verdict, already written, is never touched.
+
+The pass keeps to a share of the search's time: once it has taken more than PROFILE_SHARE of the
+wall time since the search began, it waits until the search has run long enough again (the
+reference and the first best are always profiled). A tool that is missing or not permitted is
+said once, in a note.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from okgit.journal.events import Profiled
+from okgit.search.types import Attempt, Context
+
+PROFILE_WITHIN = 0.03  # a correct candidate this close to the best speedup is profiled too
+PROFILE_SHARE = 0.10  # of the search's wall time, at most, once the first two passes are done
+ALWAYS = 2  # passes that run whatever they cost: the reference's and the first best's
+
+
+class ProfilePass:
+    def __init__(self, evaluator: Any, ctx: Context, tools: str = "auto") -> None:
+        self.evaluator = evaluator
+        self.ctx = ctx
+        self.tools = tools
+        self.started = time.monotonic()
+        self.spent_s = 0.0
+        self.passes = 0
+        self.done: set[str | None] = {e.cand for e in ctx.earlier if isinstance(e, Profiled)}  # a resumed run's
+        self.noted: set[str] = set()
+        self.off = tools == "off" or getattr(evaluator, "profile", None) is None
+
+    def reference(self) -> None:
+        """The baseline's pass, once per run, where the reference is timed."""
+        ctx = self.ctx
+        if self.off or not ctx.reference.timed or None in self.done:
+            return
+        prof = self._profile(ctx.problem.source, ctx.backend, ctx.reference.profile, ctx.reference.runtime_us,
+                             baseline=True)
+        if prof is not None:
+            ctx.reference = ctx.reference.model_copy(update={"profile": prof})
+            self._log(None, prof)
+
+    def after(self, attempts: list[Attempt]) -> None:
+        """After a batch: its candidates within PROFILE_WITHIN of the best, the best first."""
+        best = self.ctx.best
+        if self.off or best is None or not best.result.timed or not best.result.speedup:
+            return
+        close = [a for a in attempts if a.cand not in self.done and a.result.correct and a.result.timed
+                 and (a.result.speedup or 0.0) >= (1 - PROFILE_WITHIN) * best.result.speedup]
+        for attempt in sorted(close, key=lambda a: -(a.result.speedup or 0.0)):
+            if not self._affordable():
+                return
+            prof = self._profile(attempt.proposal.source, attempt.proposal.backend, attempt.result.profile,
+                                 attempt.result.runtime_us)
+            if prof is None:
+                return
+            attempt.result.profile = prof
+            self._log(attempt.cand, prof)
+
+    def _affordable(self) -> bool:
+        elapsed = time.monotonic() - self.started
+        if self.passes < ALWAYS or self.spent_s <= PROFILE_SHARE * elapsed:
+            return True
+        self._note("paused", f"profiling pass: paused, it has taken {self.spent_s:.0f} s of the search's "
+                             f"{elapsed:.0f} s (at most {PROFILE_SHARE:.0%}); it goes on as the search does")
+        return False
+
+    def _profile(self, source: str, backend: str, base: Any, runtime_us: float | None, baseline: bool = False) -> Any:
+        t0 = time.monotonic()
+        prof = self.evaluator.profile(self.ctx.problem, source, backend=backend, base=base, runtime_us=runtime_us,
+                                      tools=self.tools, baseline=baseline)
+        self.spent_s += time.monotonic() - t0
+        self.passes += 1
+        if prof is None:  # an evaluator without a pass (in memory, Modal)
+            self.off = True
+        return prof
+
+    def _log(self, cand: str | None, prof: Any) -> None:
+        self.done.add(cand)
+        for tool, why in prof.not_run.items():
+            self._note(f"{tool}: {why}", f"profiling pass: {tool} did not run: {why}")
+        self.ctx.log("profiled", cand=cand, profile=prof, seconds=round(prof.profile_s or 0.0, 3), tools=prof.tools)
+
+    def _note(self, key: str, message: str) -> None:
+        if key not in self.noted:
+            self.noted.add(key)
+            self.ctx.log("note", message=message)

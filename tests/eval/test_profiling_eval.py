@@ -16,7 +16,7 @@ from okgit.eval.parent.sandbox import WorkerProcess, _rss_bytes, _tree_rss_bytes
 from okgit.eval.types import ProfileData, Status
 from okgit.problem import load_problem
 
-OPS = Path(__file__).parent / "ops"
+OPS = Path(__file__).parents[1] / "ops"
 # a wrapper that, like ncu, runs the worker as its child and waits for it
 WRAPPER = [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"]
 

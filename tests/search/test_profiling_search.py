@@ -23,7 +23,7 @@ from okgit.search.proposers.autotune import AutotuneProposer, Focus, variants
 from okgit.search.proposers.llm import LLMProposer
 from okgit.search.types import Context, Proposal
 
-SNAPSHOTS = Path(__file__).parent / "snapshots"
+SNAPSHOTS = Path(__file__).parents[1] / "snapshots"
 
 
 class Queue:

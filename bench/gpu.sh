@@ -15,6 +15,9 @@
 #   gemm             bench/gemm.py: the split-precision GEMM family's configurations on bare GEMMs, then the
 #                    development set's GEMM-bound problems (.kb/, carried) against eager and torch.compile;
 #                    GEMM_ARGS passes more (--no-compile, --family-only, --no-family, --problems ...)
+#   conv             bench/conv.py: the implicit-GEMM convolutions against eager (both layouts) and torch.compile
+#                    on the development set's convolution problems (.kb/, carried); CONV_ARGS passes more
+#                    (--problems "2:7,87 1:63", --no-compile, --no-tiles)
 #   trust            bench/trust.py (issue 20): the contract's GPU tests, the batch-norm problems with the
 #                    cross-check, 8 development problems at --parallel 6 and alone (.kb/, carried); resumes
 #                    from bench/results/trust-resume.json when present
@@ -47,7 +50,7 @@ usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 seen=" "
 for arg in "$@"; do
   stage="${arg%%:*}"; range="${arg#"$stage"}"; range="${range#:}"
-  case "$stage" in tests|eval|offline|space|realsize|trust|gemm|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
+  case "$stage" in tests|eval|offline|space|realsize|trust|gemm|conv|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
   if [ -n "$range" ] && ! [[ "$range" =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]]; then echo "bad range in $arg (want A-B or a list A,B-C)" >&2; exit 2; fi
   case "$seen" in *" $stage "*) echo "stage $stage twice in one call: its JSON would be overwritten" >&2; exit 2;; esac
   seen="$seen$stage "
@@ -140,6 +143,10 @@ for arg in "$@"; do
     gemm)
       need_gpu gemm || { final=3; continue; }
       run_stage gemm 330 'python3 bench/gemm.py --kb .kb ${GEMM_ARGS:-} --time-limit $LIMIT' ;;
+    conv)
+      need_gpu conv || { final=3; continue; }
+      # its --time-limit starts no problem after it; the problem under way may take 60 s more
+      run_stage conv 240 'python3 bench/conv.py --kb .kb ${CONV_ARGS:-} --time-limit $((LIMIT - 60))' ;;
     trust)
       need_gpu trust || { final=3; continue; }
       resume=""; [ -f bench/results/trust-resume.json ] && resume="--resume bench/results/trust-resume.json"

@@ -96,6 +96,7 @@ def sweep(kb: Path, args: argparse.Namespace) -> int:
            *(["--device", "cpu"] if args.smoke else [])]
     print(f"level3: {' '.join(cmd)} (OKGIT_TIME_BUDGET_S={args.search_s:.0f}, stops starting work after "
           f"{args.time_limit:.0f} s)", file=sys.stderr, flush=True)
+    before = len(_calls(out))
     started = time.monotonic()
     with open(work / "sweep.log", "a") as log:
         # its own process group: Ctrl-C's signal reaches the sweep, the campaign and its runs alike
@@ -113,14 +114,28 @@ def sweep(kb: Path, args: argparse.Namespace) -> int:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.communicate()
     wall = time.monotonic() - started
-    calls = json.loads((out / "calls.json").read_text()) if (out / "calls.json").is_file() else []
-    (out / "calls.json").write_text(json.dumps(calls + [{"wall_s": round(wall, 1), "parallel": parallel, "cut": cut}]))
+    _record_call(out / "calls.json", before, {"wall_s": round(wall, 1), "parallel": parallel, "cut": cut})
     saved = copy_kept(out, state)
     copy_kept(out, out_dir() / "level3")
     shutil.copyfile(work / "sweep.log", out_dir() / "level3-sweep.log")
     print(f"level3: the sweep {'was cut at the time limit' if cut else f'ended (exit {proc.returncode})'} after "
           f"{wall:.0f} s; {saved} files saved to {state} and {out_dir() / 'level3'}", file=sys.stderr)
     return table(kb, out, args.problems)
+
+
+def _calls(out: Path) -> list[dict]:
+    return json.loads((out / "calls.json").read_text()) if (out / "calls.json").is_file() else []
+
+
+def _record_call(path: Path, before: int, this: dict) -> None:
+    """This call in the sweep's `calls.json`: the entry the sweep wrote itself (it records each
+    call it ends cleanly), completed, or this one where the sweep was killed before it could."""
+    calls = _calls(path.parent)
+    if len(calls) > before:
+        calls[-1].update(this)
+    else:
+        calls.append(this)
+    path.write_text(json.dumps(calls, indent=1) + "\n")
 
 
 def table(kb: Path, out: Path, problems: str | None) -> int:
@@ -131,9 +146,9 @@ def table(kb: Path, out: Path, problems: str | None) -> int:
         if path.is_file():
             done.append(ProblemResult.model_validate_json(path.read_text()))
     missing = [p.key for p in selected if p.key not in {r.key for r in done}]
-    calls = json.loads((out / "calls.json").read_text()) if (out / "calls.json").is_file() else []
+    calls = _calls(out)
     report = SweepReport(dir=str(kb), out=str(out), device="cuda" if any(r.timed for r in done) else "cpu",
-                         parallel=max([c["parallel"] for c in calls] or [1]), wall_s=sum(c["wall_s"] for c in calls),
+                         parallel=max([c.get("parallel", 1) for c in calls] or [1]), wall_s=sum(c["wall_s"] for c in calls),
                          problems=done, summary=summarize(done)) if done else None
     text = report.markdown() if report else "no model finished yet\n"
     text += f"\n{len(done)} of {len(selected)} models finished over {len(calls)} calls" + (

@@ -303,7 +303,7 @@ def cmd_bench_kernelbench(args: argparse.Namespace) -> int:
 
     report = run_sweep(
         Path(args.dir), level=args.level, problems=args.problems, parallel=args.parallel,
-        flags=_flags(args), cross_check=args.cross_check, out=args.out, top=args.top,
+        flags=_flags(args), cross_check=args.cross_check, out=args.out, time_limit_s=args.time_limit, top=args.top,
         progress=lambda line: print(f"okgit bench: {line}", file=sys.stderr, flush=True),
     )
     _emit(args, report.model_dump(mode="json"), report.markdown())
@@ -433,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--parallel", type=int, default=1, metavar="N", help="problems at once (default: 1)")
     b.add_argument("--cross-check", action="store_true", help="also score each correct winner with KernelBench's own evaluator, when installed (default: off)")
     b.add_argument("--out", help="directory for the sweep's state and tables; rerun with the same one to resume (default: .okgit/bench/<time>, or a temporary directory outside a repository)")
+    b.add_argument("--time-limit", type=float, metavar="S", help="end cleanly within S seconds: the problems in flight are stopped with their runs resumable, the report lists what is left, and a rerun with the same --out goes on (default: none)")
     b.add_argument("--top", type=int, default=4, metavar="N", help="level 3: the modules and chains each model's campaign optimizes (default: 4)")
     b.add_argument("--json", action="store_true", help="machine-readable output")
     _optimize_flags(b)

@@ -5,12 +5,15 @@ worker or run never leaves one held. Lock files are kept (never unlinked on rele
 would let two processes hold "the same" lock on two files), and a filesystem without flock
 is an error rather than a silent fallback to a lock that outlives a crash.
 
-Used for: okgit's git operations in a repository (`Repo.lock`), one GPU at a time
-(`okgit.eval.parent.devices.device_lock`), and a run's liveness (`RunSpace.hold`, `is_live`).
+Used for: okgit's git operations in a repository (`Repo.lock`), a GPU's use
+(`okgit.eval.parent.devices`: `held`, shared by work that times nothing, exclusive for timing),
+and a run's liveness (`RunSpace.hold`, `is_live`).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +43,31 @@ def exclusive(path: Path) -> Iterator[float]:
     start = time.monotonic()
     with lock.acquire():
         yield time.monotonic() - start
+
+
+@contextmanager
+def held(path: Path, shared: bool) -> Iterator[float]:
+    """Hold `path` shared (beside other shared holders) or exclusively (alone), waiting as long
+    as it takes; yields the seconds spent waiting. A readers-writer lock across processes.
+
+    Writers are not starved: every holder first passes a turnstile (`<path>.gate`, held only
+    while it waits for `path`), so once an exclusive holder waits, no new shared holder gets
+    past it; it waits only for those already in. flock, like `exclusive`: it dies with its
+    holder. Not reentrant, and a shared holder that wants it alone releases it first.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        gate = os.open(path.with_name(path.name + ".gate"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        finally:
+            os.close(gate)  # closing releases the turnstile
+        yield time.monotonic() - start
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def try_hold(path: Path, tries: int = PROBE_TRIES) -> FileLock | None:

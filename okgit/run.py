@@ -22,6 +22,7 @@ from pydantic import BaseModel, PrivateAttr
 from okgit.config import Config, load_config
 from okgit.errors import OkgitError
 from okgit.eval.base import Evaluator
+from okgit.eval.parent.devices import stage
 from okgit.eval.parent.sandbox import live_processes, stop_all  # before any handler: a Ctrl-C mid-import breaks cleanup
 from okgit.eval.registry import make_evaluator
 from okgit.eval.types import Comparison, EvalResult, ProfileData, Reference
@@ -296,7 +297,8 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
         stop_reason = search.run(proposers)
         log("note", message=f"search ended: {stop_reason}")
         try:
-            status, winner, comparison = _final_gate(ctx, evaluator, config, log)
+            with stage("final gate"):  # its device holds, in the ledger of a sweep's problem
+                status, winner, comparison = _final_gate(ctx, evaluator, config, log)
         except _Unjudged as e:
             log("note", message=f"the run ends in error: {e}")
             return _finish(space, ctx, RunStatus.error, None, None, stop_reason, search.spent_usd, log, cause=str(e))

@@ -193,5 +193,7 @@ class BaselineTimes(BaseModel):
     # evaluator: why they disagree, or None
     disagreement: str | None = None
     flags: dict[str, Any] = Field(default_factory=dict)  # the pinned library flags the arms ran under
+    compile_s: float | None = None  # torch.compile's first call (compile and autotuning) in the baselines' process
+    compile_cache: str | None = None  # "hit": Inductor's graph cache served its compile, "miss", "not used"
     noise: dict[str, float] = Field(default_factory=dict)  # arm -> spread of its round medians, (max - min) / median
     state: str | None = None  # a model campaign's patch: `unchanged`, or how its state dict differs

@@ -1,16 +1,28 @@
-"""`python -m okgit.inductor REF.py DEVICE OUT.py [MODE [KNOBS_JSON [dynamic|static|both]]]`: the seed
+"""`python -m okgit.inductor REF.py DEVICE OUT.py [MODES [KNOBS_JSON [dynamic|static|both]]]`: the seed
 file of a reference compiled at those shape knobs (default: the file's own), its batch and
 knob-following dims dynamic (`static`: every size static, as torch.compile's default; `both`:
 the dynamic file, OUT.static.py (the static one, for comparison) and, where Inductor's static
 kernels differ from its dynamic ones, say a reduction kept in registers where the dynamic one
 loops, OUT.specialised.py, which takes the static kernels at exactly the shapes compiled for and
 the dynamic ones elsewhere). Made in this process (a child of okgit's: it runs the reference
-and Inductor). Prints one JSON line: {"ok": true, "kernels": N, "modes": [...], "dynamic":
-[...], "static": PATH | null, "specialised": PATH | null, "differs": "..."} or {"ok": false,
-"why": "..."}; "dynamic" names the sizes left free ("x.size(0)")."""
+and Inductor).
+
+MODES is one torch.compile mode or several, comma-separated (`default,max-autotune-no-cudagraphs`):
+one process compiles them in turn (torch, CUDA and Inductor's compile workers started once), the
+sizes option applying to the first and the later ones compiled dynamic, each into its own file
+(OUT.py for the first, OUT.<n>.py for the n-th after it). One JSON line per mode, printed as soon
+as its seed is made: {"ok": true, "mode": M, "path": PATH, "kernels": N, "modes": [...],
+"dynamic": [...], "static": PATH | null, "specialised": PATH | null, "differs": "...", "lock": "..."}
+or {"ok": false, "mode": M, "why": "..."}; "dynamic" names the sizes left free ("x.size(0)").
+
+On a GPU the process holds the device's lock itself (okgit.inductor.locking): shared while the
+model is built and the compiled graphs run, alone while Inductor benchmarks, and not at all
+while it compiles on the CPU.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -20,18 +32,36 @@ from typing import Any
 
 def main(argv: list[str]) -> int:
     ref, device, out, *rest = argv
-    mode = rest[0] if rest else "default"
+    modes = (rest[0] if rest else "default").split(",")
     knobs = {str(k): int(v) for k, v in json.loads(rest[1]).items()} if len(rest) > 1 else {}
     sizes = rest[2] if len(rest) > 2 else "dynamic"
+    from okgit.eval.parent.devices import DeviceHold
+    from okgit.inductor.locking import exclusive_benchmarks
+
+    hold = DeviceHold("cuda:0" if device == "cuda" else None, "seed")  # the one GPU this process sees
+    hooked = exclusive_benchmarks(hold) if device == "cuda" else []
+    lock = (f"exclusive for Inductor's benchmarks ({', '.join(hooked)})" if hooked else
+            "exclusive throughout (no benchmarker found to hold it for)" if device == "cuda" else "none (a CPU)")
+    with hold.region("exclusive") if device == "cuda" and not hooked else contextlib.nullcontext():
+        for i, mode in enumerate(modes):
+            path = Path(out) if i == 0 else Path(out).with_suffix(f".{i}.py")
+            answer = _seed(ref, device, path, mode, knobs, sizes if i == 0 else "dynamic", hold)
+            print(json.dumps({**answer, "mode": mode, "lock": lock}), flush=True)
+            if mode == "default" and not answer.get("ok"):
+                break  # what the default mode cannot take, max-autotune cannot either
+    return 0
+
+
+def _seed(ref: str, device: str, out: Path, mode: str, knobs: dict[str, int], sizes: str, hold: Any) -> dict[str, Any]:
     from okgit.inductor.capture import NotCaptured, capture
     from okgit.inductor.standalone import standalone_file
     from okgit.lower.graph import Unsupported
 
     reference = Path(ref).read_text()
     try:
-        cap = capture(ref, knobs, device, mode, sizes != "static")
+        cap = capture(ref, knobs, device, mode, sizes != "static", hold)
         source = standalone_file(reference, cap, device, mode)
-        static = capture(ref, knobs, device, mode, False) if sizes == "both" else None
+        static = capture(ref, knobs, device, mode, False, hold) if sizes == "both" else None
         differs = _differs(static, cap) if static is not None else ""
         files = {}
         if static is not None:
@@ -39,21 +69,18 @@ def main(argv: list[str]) -> int:
             if differs:
                 files["specialised"] = standalone_file(reference, cap, device, mode, static)
     except (NotCaptured, Unsupported) as e:
-        print(json.dumps({"ok": False, "why": str(e)}))
-        return 0
+        return {"ok": False, "why": str(e)}
     kernels = sum(len(g["kernels"]) for g in cap["graphs"])
     if not kernels:
-        print(json.dumps({"ok": False, "why": "Inductor made no Triton kernel of it (vendor calls only)"}))
-        return 0
-    Path(out).write_text(source)
+        return {"ok": False, "why": "Inductor made no Triton kernel of it (vendor calls only)"}
+    out.write_text(source)
     written: dict[str, str | None] = {"static": None, "specialised": None}
     for what, text in files.items():
-        written[what] = str(Path(out).with_suffix(f".{what}.py"))
-        Path(out).with_suffix(f".{what}.py").write_text(text)
+        written[what] = str(out.with_suffix(f".{what}.py"))
+        out.with_suffix(f".{what}.py").write_text(text)
     free = sorted({e for g in cap["graphs"] for e in g["assumed"]["symbols"].values()})
-    print(json.dumps({"ok": True, "kernels": kernels, "modes": [g["mode"] for g in cap["graphs"]], "dynamic": free,
-                      **written, "differs": differs}))
-    return 0
+    return {"ok": True, "path": str(out), "kernels": kernels, "modes": [g["mode"] for g in cap["graphs"]],
+            "dynamic": free, **written, "differs": differs}
 
 
 def _differs(static: dict[str, Any], dynamic: dict[str, Any]) -> str:

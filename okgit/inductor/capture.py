@@ -29,7 +29,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from okgit.eval.worker.calls import build, init_args, load_op, pin_flags
+from okgit.eval.parent.devices import DeviceHold
+from okgit.eval.worker.calls import build, init_args, load_op, mode_dependent, pin_flags
 from okgit.inductor.shapes import Assumed, NotAssumable, Reader, assumed, dynamic_dims, mark_dynamic, source_name
 
 MODE_NAMES = {True: "train", False: "eval"}
@@ -68,21 +69,29 @@ class NotCaptured(Exception):
     """Inductor gave nothing okgit can make a standalone file of (the message says why)."""
 
 
-def capture(path: str, knobs: dict[str, int], device: str, mode: str = "default", dynamic: bool = True) -> dict[str, Any]:
+def capture(path: str, knobs: dict[str, int], device: str, mode: str = "default", dynamic: bool = True,
+            hold: DeviceHold | None = None) -> dict[str, Any]:
     """What Inductor makes of the reference in torch.compile's `mode` (default, or
     max-autotune-no-cudagraphs: more configs tried, Triton GEMM and convolution templates
     against the vendor's, coordinate descent on the launch settings); `dynamic=False` compiles
-    every size static, as torch.compile does by default."""
+    every size static, as torch.compile does by default. A reference whose behaviour cannot
+    depend on its module mode (okgit.eval.worker.calls.mode_dependent, the evaluator's own test)
+    is compiled once, for both modes. `hold`: the device's lock, held shared while the model is
+    built and the compiled graph runs (okgit.inductor.locking holds it alone for benchmarks)."""
     import inspect
+    from pathlib import Path
 
     import torch
 
     pin_flags(torch)
+    hold = hold or DeviceHold(None, "seed")
     module = load_op(path, "okgit_reference", knobs)
-    model, _ = build(torch, module.Model, init_args(torch, module, 0, device), device)
-    torch.manual_seed(0)
-    with torch.device(device):
-        inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs())
+    with hold.region("shared"):
+        model, _ = build(torch, module.Model, init_args(torch, module, 0, device), device)
+        torch.manual_seed(0)
+        with torch.device(device):
+            inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs())
+        _synchronize(torch, device)
     if not all(isinstance(x, torch.Tensor) for x in inputs):
         raise NotCaptured("get_inputs returns non-tensor values")
     forward_args = list(inspect.signature(model.forward).parameters)
@@ -94,14 +103,34 @@ def capture(path: str, knobs: dict[str, int], device: str, mode: str = "default"
     externs: dict[str, str] = {}
     options = torch._inductor.list_mode_options(mode) if mode != "default" else {}
     graphs = {}
-    for training in (True, False):
+    both = mode_dependent(torch, model, Path(path).read_text())
+    for training in (True, False) if both else (True,):
         model.train(training)
         with torch._inductor.config.patch(options):
-            graphs[MODE_NAMES[training]] = _compile(torch, model, inputs, device, MODE_NAMES[training], externs, reader)
+            graphs[MODE_NAMES[training]] = _compile(torch, model, inputs, device, MODE_NAMES[training], externs, reader,
+                                                    hold)
     model.train(True)
-    train, eval_ = graphs["train"], graphs["eval"]
-    kept = [_merged(train, eval_)] if _same_code(train, eval_) else [train, eval_]
+    train = graphs["train"]
+    eval_ = graphs.get("eval")
+    if eval_ is None:
+        kept = [_for_either_mode(train)]
+    else:
+        kept = [_merged(train, eval_)] if _same_code(train, eval_) else [train, eval_]
     return asdict(Capture(kept, externs, forward_args, dynamic))
+
+
+def _for_either_mode(graph: Graph) -> Graph:
+    """A graph compiled in training mode for a reference that does not depend on its mode: the
+    same code in both; the training flags dynamo read are not something it depends on."""
+    constants = {k: v for k, v in graph.assumed.constants.items() if not k.endswith(".training")}
+    kept = Assumed(graph.assumed.args, graph.assumed.symbols, graph.assumed.tensors, graph.assumed.relations, constants)
+    return Graph("any", graph.body, graph.kernels, kept, graph.tuple_output)
+
+
+def _synchronize(torch: Any, device: str) -> None:
+    """The GPU work queued so far done, before the region that holds the device for it ends."""
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def _same_code(a: Graph, b: Graph) -> bool:
@@ -135,22 +164,43 @@ def _dynamic_config(torch: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _no_caches(torch: Any) -> Iterator[None]:
-    """Inductor's compiled-graph caches off: a graph served from one is never generated, so the
-    patched codegen sees no code. On the H200 the eval-mode graph, the same as the training-mode
-    one compiled just before, came from the FX graph cache and every seed failed with "Inductor
-    generated no code" (a CPU never finishes a compile here, so it never caches)."""
-    inductor = {k: False for k in ("fx_graph_cache", "fx_graph_remote_cache", "autotune_remote_cache")
-                if hasattr(torch._inductor.config, k)}
+def _generated_afresh(torch: Any) -> Iterator[None]:
+    """Every graph compiled here generated, none served from Inductor's graph cache: a served
+    graph is never generated, so the patched codegen would see no code (on the H200 the
+    eval-mode graph, the same as the training-mode one compiled just before, came from the FX
+    graph cache and every seed failed with "Inductor generated no code"). The cache's lookups
+    miss, but what is generated is still saved, under the key Inductor gives the graph (the graph,
+    its inputs' sizes and types, the configuration, the versions: nothing here changes the
+    configuration), so torch.compile of the same graph in another process (the sweep's baseline,
+    okgit.kernelbench.baselines) is served the code a cold compile makes. The autograd cache,
+    which would skip Inductor altogether, is off. Where this torch keeps no such lookup, the graph
+    caches are off altogether."""
     import torch._functorch.config as functorch_config
+    from torch._inductor.codecache import FxGraphCache
 
     functorch = {k: False for k in ("enable_autograd_cache", "enable_remote_autograd_cache")
                  if hasattr(functorch_config, k)}
-    with torch._inductor.config.patch(inductor), functorch_config.patch(functorch):
-        yield
+    lookup = FxGraphCache.__dict__.get("_lookup_graph")
+    if not isinstance(lookup, staticmethod):
+        off = {k: False for k in ("fx_graph_cache", "fx_graph_remote_cache", "autotune_remote_cache")
+               if hasattr(torch._inductor.config, k)}
+        with torch._inductor.config.patch(off), functorch_config.patch(functorch):
+            yield
+        return
+
+    def miss(*args: Any, **kwargs: Any) -> tuple[None, dict[str, Any]]:
+        return None, {}  # (no graph, no cache facts): load_with_key counts a miss and the caller saves
+
+    FxGraphCache._lookup_graph = staticmethod(miss)  # type: ignore[method-assign,assignment]
+    try:
+        with functorch_config.patch(functorch):
+            yield
+    finally:
+        FxGraphCache._lookup_graph = lookup  # type: ignore[method-assign]
 
 
-def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, externs: dict[str, str], reader: Reader) -> Graph:
+def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, externs: dict[str, str], reader: Reader,
+             hold: DeviceHold) -> Graph:
     from torch._inductor import graph as inductor_graph
     from torch._inductor.compile_fx import compile_fx
 
@@ -173,11 +223,20 @@ def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, exte
         fake = torch._guards.detect_fake_mode([v for _, v in seen["placeholders"]])
         seen["shape_env"] = fake.shape_env if fake is not None else None
         try:
-            return compile_fx(gm, example_inputs)
+            graph_fn: Any = compile_fx(gm, example_inputs)  # on the CPU, its benchmarks aside: nothing held
         except Exception:
             if device == "cpu" and codes:
                 return gm.forward  # the code was captured; the call runs eagerly
             raise
+
+        def run(*args: Any) -> Any:  # the compiled graph on the device (autotuning at its first launch)
+            with hold.region("shared"):
+                out = graph_fn(*args)
+                _synchronize(torch, device)
+                return out
+
+        run._boxed_call = getattr(graph_fn, "_boxed_call", False)  # type: ignore[attr-defined]  # dynamo's calling convention
+        return run
 
     guards: list[tuple[str, str]] = []
 
@@ -188,12 +247,10 @@ def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, exte
     before = {id(o) for o in _autotuners()} if device == "cuda" else set()
     inductor_graph.GraphLowering.codegen = codegen  # type: ignore[method-assign]
     try:
-        with torch.no_grad(), _cpu_triton(device), _dynamic_config(torch), _no_caches(torch), warnings.catch_warnings():
+        with torch.no_grad(), _cpu_triton(device), _dynamic_config(torch), _generated_afresh(torch), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compiled = torch._dynamo.optimize(backend, nopython=True, guard_export_fn=export)(model)
             result = compiled(*inputs)  # compiles; on a GPU Inductor autotunes here
-            if device == "cuda":
-                torch.cuda.synchronize()
     except Exception as e:  # noqa: BLE001 - whatever torch.compile raises, the seed is not made
         first = (str(e).strip().splitlines() or [""])[0][:160]
         raise NotCaptured(f"torch.compile failed: {type(e).__name__}: {first}") from None

@@ -3,11 +3,23 @@
 The arms are timed in one process on one device, interleaved over rounds, with the
 evaluator's own timer (okgit.eval.worker.timing: CUDA events, L2 flushed before each sample,
 warm-up excluded, pre-generated input sets rotated, median) and its pinned library flags,
-under the device's cross-process lock. Run as
-`python -m okgit.kernelbench.baselines REF [WINNER [BACKEND]] [--device D] [--model-patch]` in a
-process pinned to one GPU; prints one JSON object. Without a winner (a problem okgit found no
-kernel for) only eager and torch.compile are timed. On a CPU nothing is timed: no speedup is
-ever claimed from a CPU.
+holding the device alone (the device's lock, exclusive); the models are built, the inputs drawn
+and torch.compile compiled holding it shared, Inductor's autotuning alone
+(okgit.inductor.locking), as a seed's compile holds it. Run as
+`python -m okgit.kernelbench.baselines REF [WINNER [BACKEND]] [--device D] [--checked] [--model-patch]`
+in a process pinned to one GPU; prints one JSON object. Without a winner (a problem okgit found
+no kernel for) only eager and torch.compile are timed. `--checked`: the winner was checked
+already, by the run's own evaluator (okgit.kernelbench.solve), so it is not checked again here.
+On a CPU nothing is timed: no speedup is ever claimed from a CPU.
+
+The torch.compile arm is torch.compile of the reference, default mode, in this process. Its
+compile may be served by Inductor's graph cache (on disk, shared by the processes of this user),
+which the problem's Inductor seed filled when it compiled the same reference at the same shapes
+under the same pinned flags (the seed's static compile; okgit.inductor.capture generates every
+graph afresh but saves it); Inductor keys a cached graph by the graph itself, its inputs' sizes
+and types, its configuration and the versions, so a hit is the code a cold compile makes, and
+its autotuning was done with the device held alone. `compile_s` and `compile_cache` in the result
+say how long the compile took here and whether Inductor's graph cache served it.
 
 Each arm's noise is the spread of its per-round medians ((max - min) / median over ROUNDS
 rounds). `--model-patch` (a model campaign's patched model, okgit.campaign.model): the winner was
@@ -86,10 +98,11 @@ def _pin_flags() -> dict[str, Any]:
 
 
 def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", backend: str = "triton",
-            model_patch: bool = False) -> BaselineTimes:
+            checked: bool = False, model_patch: bool = False) -> BaselineTimes:
     """Time the arms on `device` (no okgit arm without a winner); an arm that fails (e.g.
-    torch.compile) is left out, named. The winner is checked again first (`check`), or, a model
-    campaign's patched model (`model_patch`), its state dict compared with the reference's."""
+    torch.compile) is left out, named. The winner is checked again first (`check`) unless
+    `checked` (the run's own evaluator did), or, a model campaign's patched model (`model_patch`),
+    its state dict compared with the reference's."""
     import torch
 
     ref_source = ref_path.read_text()
@@ -97,20 +110,22 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
     state = same_state(ref_path, winner_source, device if gpu else "cpu") if model_patch and winner_source is not None else None
     if not gpu:
         return BaselineTimes(device=device, timed=False, errors={"all": "no GPU: timing is not claimed"}, state=state)
-    disagreement, error = (None, None) if winner_source is None or model_patch else check(ref_path, winner_source, device, backend)
-    from okgit.eval.parent.devices import device_lock, physical_name
+    disagreement, error = ((None, None) if winner_source is None or model_patch or checked
+                           else check(ref_path, winner_source, device, backend))
+    from okgit.eval.parent.devices import DeviceHold, physical_name
     from okgit.eval.protocol.jobs import MODEL_SEED
+    from okgit.inductor.locking import exclusive_benchmarks
 
     result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags(), disagreement=disagreement,
                            state=state)
     if error:
         result.errors["okgit"] = error
+    hold = DeviceHold(device, "baselines")
+    alone_for_compile = not exclusive_benchmarks(hold)  # no benchmarker to hold it for: the compile holds it alone
     with tempfile.TemporaryDirectory(prefix="okgit-baselines-") as tmp:
         ref = _load(ref_source, "okgit_bench_ref", Path(tmp))
         win = _load(winner_source, "okgit_bench_winner", Path(tmp)) if winner_source is not None else None
-        # the lock over all of it, compilation included: torch.compile benchmarks its kernel
-        # configurations on the GPU at the first call, which would disturb another job's timing
-        with device_lock(device):
+        with hold.region("shared"):
             init = ref.get_init_inputs()
             torch.manual_seed(MODEL_SEED)
             eager = ref.Model(*init).to(device).eval()
@@ -124,18 +139,40 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
                 fast = getattr(win, "ModelNew", win.Model)(*init).to(device).eval()
                 if not error:
                     arms["okgit"] = fast
-            try:
-                compiled = torch.compile(eager)
-                with torch.no_grad():
-                    compiled(*input_sets[0])
+            with hold.region("exclusive") if alone_for_compile else contextlib.nullcontext():
+                compiled = _compiled(torch, eager, input_sets[0], device, result)
+            if compiled is not None:
                 arms["compile"] = compiled
-            except Exception as e:  # noqa: BLE001 - an op torch.compile cannot handle: that baseline is missing, not zero
-                result.errors["compile"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            torch.cuda.synchronize(device)
+        with hold.region("exclusive"):
             times, result.noise = _time_arms(arms, input_sets, device)
     result.eager_us = times.get("eager")
     result.compile_us = times.get("compile")
     result.okgit_us = times.get("okgit")
     return result
+
+
+def _compiled(torch: Any, eager: Any, inputs: list[Any], device: str, result: BaselineTimes) -> Any:
+    """torch.compile of eager, compiled by its first call (None when it fails: the error is
+    recorded); how long that took, and whether Inductor's caches held the graph, in `result`."""
+    import time
+
+    from torch._dynamo.utils import counters
+
+    before = {k: counters["inductor"][k] for k in ("fxgraph_cache_hit", "fxgraph_cache_miss")}
+    started = time.monotonic()
+    try:
+        compiled = torch.compile(eager)
+        with torch.no_grad():
+            compiled(*inputs)
+        torch.cuda.synchronize(device)
+    except Exception as e:  # noqa: BLE001 - an op torch.compile cannot handle: that baseline is missing, not zero
+        result.errors["compile"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        return None
+    result.compile_s = round(time.monotonic() - started, 2)
+    hits, misses = (counters["inductor"][k] - before[k] for k in ("fxgraph_cache_hit", "fxgraph_cache_miss"))
+    result.compile_cache = "hit" if hits and not misses else "miss" if misses else "not used"
+    return compiled
 
 
 def check(ref_path: Path, winner_source: str, device: str, backend: str = "triton",
@@ -185,11 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("winner", nargs="?")
     parser.add_argument("backend", nargs="?", default="triton")
     parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--checked", action="store_true", help="the winner was checked by the run's own evaluator")
     parser.add_argument("--model-patch", action="store_true", help="a model campaign's patched model (see the docstring)")
     args = parser.parse_args(argv)
     winner = Path(args.winner).read_text() if args.winner else None
     print(json.dumps(measure(Path(args.ref).resolve(), winner, device=args.device, backend=args.backend,
-                             model_patch=args.model_patch).model_dump(mode="json")))
+                             checked=args.checked, model_patch=args.model_patch).model_dump(mode="json")))
     return 0
 
 

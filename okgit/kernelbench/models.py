@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,11 @@ from okgit.status import RunStatus
 
 def run_model_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, timeout_s: float, *,
                       timer: Timer | None, gpu: bool, device: str, extra_env: dict[str, str] | None = None,
-                      top: int = 4) -> ProblemResult:
+                      top: int = 4, stop: threading.Event | None = None) -> ProblemResult:
+    """A whole model: one campaign over its top modules and chains. Stopped (`stop`): the campaign
+    is interrupted and ProblemInterrupted raised; the next sweep starts it over."""
     result = ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, status="error", device=device)
-    space = Workspace(p, out_dir, {**os.environ, **slot.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"})
+    space = Workspace(p, out_dir, {**os.environ, **slot.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"}, stop)
     space.create()
     proc = space.okgit(["optimize", p.file_name, "--campaign", "--top", str(top), "--json", *flag_args(flags)],
                        timeout_s, "okgit optimize --campaign")
@@ -51,7 +54,7 @@ def run_model_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: 
     if swapped:
         update.update(_swapped(space, campaign["diff"], end))
     else:
-        times = baselines(p.path, None, space.env, timer=timer, gpu=gpu)
+        times = baselines(p.path, None, space.env, timer=timer, gpu=gpu, stop=space.stop)
         update.update({k: times[k] for k in ("eager_us", "compile_us") if times.get(k) is not None})
         if campaign.get("status") == RunStatus.interrupted:
             raise ProblemInterrupted()

@@ -2,8 +2,13 @@
 (the problem file copied in and committed), its outcome read back from what it left there,
 and the baselines timed beside its winner.
 
-A level-1 or level-2 problem is one `okgit optimize` (`run_problem`); a level-3 problem, a
-whole model, is one model campaign (okgit.kernelbench.models), set up and timed the same way.
+A level-1 or level-2 problem is one run and the check of its winner, in one process
+(okgit.kernelbench.solve: `run_problem`); a level-3 problem, a whole model, is one model campaign
+(okgit.kernelbench.models), set up and timed the same way.
+
+A problem stopped in flight (the sweep's time limit, SIGTERM) keeps its repository: its run was
+interrupted cleanly and wrote its state, and `in_flight/<problem>.json` keeps what the calls so
+far spent on it; the next sweep resumes that run (`optimize --resume`) instead of starting over.
 """
 
 from __future__ import annotations
@@ -11,27 +16,35 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 from okgit.errors import OkgitError
 from okgit.eval.parent.device_pool import Slot
+from okgit.eval.parent.devices import LEDGER_ENV
+from okgit.eval.parent.sandbox import die_with_parent
 from okgit.git.repo import Repo, git
 from okgit.git.rundir import RunDir
 from okgit.journal.runview import RUNNING, RunView
 from okgit.kernelbench.baselines import BaselineTimes
 from okgit.kernelbench.reader import KBProblem
 from okgit.kernelbench.scoring import CrossCheck, ProblemResult
-from okgit.status import CORRECT, RunStatus
+from okgit.kernelbench.timeline import combine
+from okgit.status import CORRECT
 
 # Times the baselines of (reference source, winner source or None) elsewhere (Modal's evaluator)
 Timer = Callable[[str, str | None], BaselineTimes]
 
 HELPER_TIMEOUT_S = 1200.0  # baseline timing or cross-check of one winner
+STOP_GRACE_S = 45.0  # a stopped problem's run writes its state in this time, or is killed
 OUT_OF_MEMORY = ("out of memory", "OutOfMemoryError", "does not fit in memory")
 
 
@@ -39,33 +52,101 @@ class ProblemInterrupted(Exception):
     """A problem's okgit run was interrupted: it is not finished, so no state is written."""
 
 
-class Workspace:
-    """A problem's repository under the sweep's directory, its log, and its okgit subprocess."""
+class InFlight(BaseModel):
+    """What the sweep calls so far spent on a problem they did not finish (`in_flight/<problem>.json`)."""
 
-    def __init__(self, p: KBProblem, out_dir: Path, env: dict[str, str]) -> None:
-        self.problem, self.out_dir, self.env = p, out_dir, env
+    calls: int = 0
+    wall_s: float = 0.0
+    walls: dict[str, float] = Field(default_factory=dict)  # stage -> wall seconds
+
+    def plus(self, wall_s: float, walls: dict[str, float]) -> InFlight:
+        merged = dict(self.walls)
+        for k, v in walls.items():
+            merged[k] = round(merged.get(k, 0.0) + v, 3)
+        return InFlight(calls=self.calls + 1, wall_s=round(self.wall_s + wall_s, 1), walls=merged)
+
+
+class Workspace:
+    """A problem's repository under the sweep's directory, its log, its ledger, and its okgit subprocess."""
+
+    def __init__(self, p: KBProblem, out_dir: Path, env: dict[str, str], stop: threading.Event | None = None) -> None:
+        self.problem, self.out_dir = p, out_dir
         self.work = out_dir / "repos" / slug(p)
         self.logs = out_dir / "logs"
+        self.ledger = out_dir / "ledgers" / f"{slug(p)}.jsonl"  # every call's device holds, kept across calls
+        package = str(Path(__file__).resolve().parents[2])  # the problem's processes run this okgit, as the sweep does
+        self.env = {**env, LEDGER_ENV: str(self.ledger),
+                    "PYTHONPATH": os.pathsep.join(x for x in (package, env.get("PYTHONPATH")) if x)}
+        self.stop = stop or threading.Event()
         self.started = time.monotonic()
+        self.walls: dict[str, float] = {}  # this call's stage walls (okgit.kernelbench.timeline)
+
+    @property
+    def in_flight_path(self) -> Path:
+        return self.out_dir / "in_flight" / f"{slug(self.problem)}.json"
 
     def create(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
+        self.ledger.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.work, ignore_errors=True)  # a problem cut short last time starts clean
         init_repo(self.work, self.problem.file_name, self.problem.path.read_text())
 
+    def resumable_run(self) -> str | None:
+        """The run an earlier call left in the repository (interrupted, or finished before its
+        baselines), to resume; None (and a clean repository) when there is none."""
+        runs = sorted(d.name for d in (self.work / ".okgit" / "runs").glob("*") if d.is_dir()) if self.work.is_dir() else []
+        if self.in_flight_path.is_file() and len(runs) == 1:
+            self.logs.mkdir(parents=True, exist_ok=True)
+            return runs[0]
+        self.create()
+        return None
+
+    def earlier(self) -> InFlight:
+        try:
+            return InFlight.model_validate_json(self.in_flight_path.read_text())
+        except (OSError, ValueError):
+            return InFlight()
+
+    def keep_in_flight(self) -> None:
+        """This call stopped the problem: what it spent, added to the earlier calls'."""
+        self.in_flight_path.parent.mkdir(parents=True, exist_ok=True)
+        record = self.earlier().plus(self.wall_s(), self.walls)
+        tmp = self.in_flight_path.with_suffix(".tmp")
+        tmp.write_text(record.model_dump_json())
+        tmp.replace(self.in_flight_path)
+
+    def finished(self, result: ProblemResult) -> ProblemResult:
+        """The result over every call: walls added up, the time by stage; the in-flight record gone."""
+        earlier = self.earlier()
+        total = earlier.plus(self.wall_s(), self.walls)
+        self.in_flight_path.unlink(missing_ok=True)
+        return result.model_copy(update={"wall_s": total.wall_s, "calls": total.calls,
+                                         "time": combine(total.walls, self.ledger)})
+
     def okgit(self, args: list[str], timeout_s: float, what: str) -> subprocess.CompletedProcess[str] | dict[str, Any]:
         """`okgit ARGS` in the repository, its stderr kept as the problem's log: the finished
-        process, or a ProblemResult update when it ran past `timeout_s`. Ctrl-C in it: raised."""
-        cmd = [sys.executable, "-m", "okgit", *args]
-        log = self.logs / f"{slug(self.problem)}.log"
-        try:
-            proc = subprocess.run(cmd, cwd=self.work, env=self.env, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired as e:
-            log.write_text(_text(e.stderr))
-            return {"status": "timeout", "wall_s": self.wall_s(), "error": f"{what} ran past {timeout_s:.0f} s"}
-        log.write_text(proc.stderr)
-        if proc.returncode in (130, -2):
+        process, or a ProblemResult update when it ran past `timeout_s`. Interrupted: raised."""
+        proc = self.process([sys.executable, "-m", "okgit", *args], timeout_s, what)
+        if isinstance(proc, dict):
+            return proc
+        if self.stopped(proc):
             raise ProblemInterrupted()
+        return proc
+
+    def stopped(self, proc: subprocess.CompletedProcess[str]) -> bool:
+        """Whether the process ended for a stop: interrupted (130, SIGINT), or killed by the
+        sweep's SIGTERM before it could take the signal as Ctrl-C (still importing), so that a
+        problem stopped as it started is resumed, never recorded as an error."""
+        return proc.returncode in (130, -2) or (self.stop.is_set() and proc.returncode != 0)
+
+    def process(self, cmd: list[str], timeout_s: float, what: str) -> subprocess.CompletedProcess[str] | dict[str, Any]:
+        """CMD in the repository (stopped with the sweep), its stderr kept as the problem's log;
+        a ProblemResult update when it ran past `timeout_s`."""
+        proc = run_stoppable(cmd, self.work, self.env, timeout_s, self.stop)
+        with open(self.logs / f"{slug(self.problem)}.log", "a") as f:
+            f.write(proc.stderr or "")
+        if proc.returncode == TIMED_OUT:
+            return {"status": "timeout", "wall_s": self.wall_s(), "error": f"{what} ran past {timeout_s:.0f} s"}
         return proc
 
     def failed(self, proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -83,36 +164,87 @@ class Workspace:
         return round(time.monotonic() - self.started, 1)
 
 
+TIMED_OUT = -1000  # run_stoppable's return code for a process that ran past its time
+
+
+def run_stoppable(cmd: list[str], cwd: Path | None, env: dict[str, str], timeout_s: float,
+                  stop: threading.Event) -> subprocess.CompletedProcess[str]:
+    """CMD in a session of its own, so that a terminal's Ctrl-C reaches the sweep alone and the
+    sweep relays a stop (its time limit, SIGTERM) once, as SIGTERM, which okgit takes as Ctrl-C:
+    the run writes its state. Past `timeout_s` it is stopped the same way (return code
+    TIMED_OUT); whatever still runs STOP_GRACE_S after the signal is killed, with what it started."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=die_with_parent)
+    deadline, signalled, timed_out = time.monotonic() + timeout_s, None, False
+    while True:
+        try:
+            out, err = proc.communicate(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            now = time.monotonic()
+            if signalled is None and (stop.is_set() or now > deadline):
+                signalled, timed_out = now, not stop.is_set()
+                proc.send_signal(signal.SIGTERM)
+            elif signalled is not None and now - signalled > STOP_GRACE_S:
+                _kill_group(proc)
+    _kill_group(proc)  # what it started and left behind
+    return subprocess.CompletedProcess(cmd, TIMED_OUT if timed_out else proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
 def run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, timeout_s: float, *,
-                timer: Timer | None, gpu: bool, cross_check: bool,
-                device: str, extra_env: dict[str, str] | None = None) -> ProblemResult:
-    """A level-1 or level-2 problem: one `okgit optimize` run, then the baselines (and the
-    cross-check) of its winner."""
+                timer: Timer | None, gpu: bool, cross_check: bool, device: str,
+                extra_env: dict[str, str] | None = None, stop: threading.Event | None = None) -> ProblemResult:
+    """A level-1 or level-2 problem: one okgit run and the check of its winner
+    (okgit.kernelbench.solve), resumed where an earlier call stopped it, then the baselines (and
+    the cross-check) of its winner. Stopped (`stop`): its state kept, ProblemInterrupted raised."""
     result = ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, status="error", device=device)
-    space = Workspace(p, out_dir, {**os.environ, **slot.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"})
-    space.create()
-    proc = space.okgit(["optimize", p.file_name, "--json", *flag_args(flags)], timeout_s, "okgit optimize")
+    space = Workspace(p, out_dir, {**os.environ, **slot.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"}, stop)
+    resume = space.resumable_run()
+    proc = space.process([sys.executable, "-m", "okgit.kernelbench.solve", str(space.work / p.file_name),
+                          json.dumps(flags), *([resume] if resume else [])], timeout_s, "okgit optimize")
     if isinstance(proc, dict):
-        return result.model_copy(update=proc)
-    run = _run_result(space.work) if proc.returncode == 0 else None
-    if run is None:
-        return result.model_copy(update=space.failed(proc))
-    if run.get("status") == RunStatus.interrupted:
+        return space.finished(result.model_copy(update=proc))
+    solved = last_json(proc.stdout) or {}
+    space.walls = dict(solved.get("walls") or {})
+    run = solved.get("run")
+    if space.stopped(proc) or solved.get("interrupted"):
+        space.keep_in_flight()
         raise ProblemInterrupted()
+    if not isinstance(run, dict):
+        return space.finished(result.model_copy(update=space.failed(proc)))
     update = _outcome(run, _view(space.work, run.get("run_id", "")))
     backend = flags.get("backend") or "triton"
-    if update["correct"]:
+    started = time.monotonic()
+    if update["correct"] and solved.get("disagreement"):  # the check of the winner: never scored as correct
+        update.update(correct=False, status="incorrect",
+                      error=f"winner disagrees with float64 eager at the default shapes: {solved['disagreement']}"[:500])
+    if update["correct"] and not solved.get("check_error"):
         winner = space.winner_path()
         winner.write_text(git("show", f"{update['best_tag']}:{p.file_name}", cwd=space.work))
-        update.update(baselines(p.path, winner, space.env, timer=timer, gpu=gpu, backend=backend))
+        update.update(baselines(p.path, winner, space.env, timer=timer, gpu=gpu, backend=backend,
+                                checked=bool(solved.get("checked")), stop=space.stop))
         if cross_check:
-            data = helper("crosscheck", p.path, winner, space.env, extra=[backend])
+            data = helper("crosscheck", p.path, winner, space.env, extra=[backend], stop=space.stop)
             update["cross_check"] = CrossCheck(error=data) if isinstance(data, str) else CrossCheck.model_validate(data)
-    else:  # no kernel: the user keeps the reference; its two baselines still place the problem
-        times = baselines(p.path, None, space.env, timer=timer, gpu=gpu)
-        update.update({k: times[k] for k in ("eager_us", "compile_us") if times.get(k) is not None})
-    update["wall_s"] = space.wall_s()
-    return result.model_copy(update=update)
+    else:  # no kernel, or none the check could judge: the reference's two baselines still place the problem
+        times = baselines(p.path, None, space.env, timer=timer, gpu=gpu, stop=space.stop)
+        update.update({k: times[k] for k in ("eager_us", "compile_us", "compile_s", "compile_cache")
+                       if times.get(k) is not None})
+        if update["correct"]:
+            update["untimed_reason"] = f"okgit: {solved['check_error']}"[:300]
+    space.walls["baselines"] = round(time.monotonic() - started, 3)
+    if space.stop.is_set():  # the run is done and kept; the baselines were cut short: the next call times them
+        space.keep_in_flight()
+        raise ProblemInterrupted()
+    return space.finished(result.model_copy(update=update))
 
 
 def _outcome(run: dict[str, Any], view: RunView) -> dict[str, Any]:
@@ -199,20 +331,24 @@ def _view(work: Path, run_id: str) -> RunView:
     return view
 
 
-def baselines(ref: Path, winner: Path | None, env: dict[str, str], *,
-              timer: Timer | None, gpu: bool, backend: str = "triton") -> dict[str, Any]:
-    """Eager, torch.compile and the winner's times (no winner: the first two only)."""
+def baselines(ref: Path, winner: Path | None, env: dict[str, str], *, timer: Timer | None, gpu: bool,
+              backend: str = "triton", checked: bool = False, stop: threading.Event | None = None) -> dict[str, Any]:
+    """Eager, torch.compile and the winner's times (no winner: the first two only). `checked`:
+    the winner was checked already, by the run's own evaluator (okgit.kernelbench.solve), so the
+    baselines' helper does not check it again. `stop`: the sweep's, which stops the helper too."""
     if timer is not None:
         times = timer(ref.read_text(), winner.read_text() if winner else None)
     elif gpu:
-        data = helper("baselines", ref, winner, env, extra=[backend] if winner else None)
+        extra = ([backend] + (["--checked"] if checked else [])) if winner else None
+        data = helper("baselines", ref, winner, env, extra=extra, stop=stop)
         if isinstance(data, str):  # the helper itself failed: no figures, and why
             return {"untimed_reason": data}
         times = BaselineTimes.model_validate(data)
     else:
         return {"untimed_reason": "no GPU: timing is not claimed"}
     fields: dict[str, Any] = {"eager_us": times.eager_us, "compile_us": times.compile_us, "okgit_us": times.okgit_us,
-                              "timed": times.timed and times.okgit_us is not None}
+                              "timed": times.timed and times.okgit_us is not None,
+                              "compile_s": times.compile_s, "compile_cache": times.compile_cache}
     if times.okgit_us:
         if times.eager_us:
             fields["speedup_eager"] = times.eager_us / times.okgit_us
@@ -226,15 +362,15 @@ def baselines(ref: Path, winner: Path | None, env: dict[str, str], *,
     return fields
 
 
-def helper(module: str, ref: Path, winner: Path | None, env: dict[str, str], extra: list[str] | None = None) -> dict[str, Any] | str:
+def helper(module: str, ref: Path, winner: Path | None, env: dict[str, str], extra: list[str] | None = None,
+            stop: threading.Event | None = None) -> dict[str, Any] | str:
     """Run okgit.kernelbench.<module> REF [WINNER] in a process pinned like the problem's run.
 
     Returns the JSON object it printed, or a one-line reason when the helper itself failed.
     """
     cmd = [sys.executable, "-m", f"okgit.kernelbench.{module}", str(ref), *([str(winner)] if winner else []), *(extra or [])]
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=HELPER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+    proc = run_stoppable(cmd, None, env, HELPER_TIMEOUT_S, stop or threading.Event())
+    if proc.returncode == TIMED_OUT:
         return f"{module} ran past {HELPER_TIMEOUT_S:.0f} s"
     data = last_json(proc.stdout) if proc.returncode == 0 else None
     if data is None:

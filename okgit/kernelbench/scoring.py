@@ -28,6 +28,23 @@ class CrossCheck(BaseModel):
     error: str | None = None
 
 
+STAGES = ("reference", "seeds", "search", "final gate", "check", "baselines")  # a problem's stages, in order
+
+
+class StageTime(BaseModel):
+    """One stage of a problem (STAGES; okgit.kernelbench.timeline reads them): its wall time, and its holds on
+    the device's lock: shared (beside other problems' work that times nothing) and exclusive (the
+    device alone: timing, autotuning), and what it waited for the lock."""
+
+    wall_s: float = 0.0
+    shared_s: float = 0.0
+    exclusive_s: float = 0.0
+    wait_s: float = 0.0
+
+    def plus(self, other: StageTime) -> StageTime:
+        return StageTime(**{k: round(getattr(self, k) + getattr(other, k), 3) for k in type(self).model_fields})
+
+
 class ProblemResult(BaseModel):
     key: str  # level<N>/<id>_<Name>
     level: int
@@ -47,13 +64,17 @@ class ProblemResult(BaseModel):
     speedup_eager: float | None = None
     speedup_compile: float | None = None
     untimed_reason: str | None = None
+    compile_s: float | None = None  # torch.compile's first call in the baselines (okgit.kernelbench.baselines)
+    compile_cache: str | None = None  # whether Inductor's graph cache served that compile: hit, miss, not used
     gpu_s: float = 0.0  # wall seconds of the run's candidate evaluations (journal `evaluated` wall_s)
     llm_usd: float = 0.0
     iterations: int = 0  # candidates evaluated
     best_iteration: int | None = None  # the candidate number of the winner: iterations to the best
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # over every call that worked on it (a problem resumed across sweeps adds up)
     error: str | None = None
     cross_check: CrossCheck | None = None
+    time: dict[str, StageTime] = Field(default_factory=dict)  # stage -> where its time went (okgit.kernelbench.timeline)
+    calls: int = 1  # the sweep calls that worked on it (more when it was in flight at a stop)
     modules_swapped: int | None = None  # level 3: the model's modules whose forward okgit's patch replaces
     noise: dict[str, float] = Field(default_factory=dict)  # level 3: arm -> spread of its round medians
 
@@ -77,6 +98,7 @@ class Summary(BaseModel):
     llm_usd: float
     cost_per_kernel: float | None  # LLM dollars per correct kernel
     gpu_s: float
+    time: dict[str, StageTime] = Field(default_factory=dict)  # every problem's stages, added up
 
 
 def threshold_key(p: float) -> str:
@@ -119,7 +141,16 @@ def summarize(results: list[ProblemResult]) -> Summary:
         timed=sum(r.timed for r in results), scores=scores,
         llm_usd=round(usd, 6), cost_per_kernel=round(usd / correct, 6) if correct else None,
         gpu_s=round(sum(r.gpu_s for r in results), 3),
+        time=_total_time(results),
     )
+
+
+def _total_time(results: list[ProblemResult]) -> dict[str, StageTime]:
+    total: dict[str, StageTime] = {}
+    for r in results:
+        for stage, t in r.time.items():
+            total[stage] = total.get(stage, StageTime()).plus(t)
+    return total
 
 
 class SweepReport(BaseModel):
@@ -136,6 +167,11 @@ class SweepReport(BaseModel):
     summary: Summary
     cross_check: str | None = None  # why no cross-check ran, or what ran it
     notes: list[str] = Field(default_factory=list)
+    # stopped (time limit, SIGTERM) before every problem finished: those in flight or not started,
+    # by key; rerunning with the same --out resumes them (the ones in flight from their runs)
+    pending: list[str] = Field(default_factory=list)
+    in_flight: list[str] = Field(default_factory=list)
+    calls_wall_s: float = 0.0  # the wall time of every call of this sweep so far, this one included
 
     def markdown(self) -> str:
         lines = [
@@ -150,6 +186,11 @@ class SweepReport(BaseModel):
         ]
         lines += [_row(r) for r in self.problems]
         lines += _scores(self.summary)
+        lines += _time_lines(self)
+        if self.pending:
+            lines.append(f"stopped before the end: {len(self.pending)} problem(s) not finished, "
+                         f"{len(self.in_flight)} of them in flight and resumable from their runs; "
+                         f"rerun with --out {self.out} to go on")
         if self.cross_check:
             lines.append(f"cross-check: {self.cross_check}")
             lines += [_cross_check(r.key, r.cross_check) for r in self.problems if r.cross_check]
@@ -199,6 +240,38 @@ def _scores(s: Summary) -> list[str]:
     if not s.timed:
         lines.append("No timing on this device: fast_0 is the correctness rate; no speedup is claimed.")
     return lines
+
+
+def _time_lines(report: SweepReport) -> list[str]:
+    """Where the time went: per problem and in total, by stage; device seconds against wall."""
+    timed = [r for r in report.problems if r.time]
+    if not timed:
+        return []
+    stages = [s for s in STAGES if any(s in r.time for r in timed)]
+    lines = ["", "Where the time went (seconds; wall, and the device's lock: shared s / exclusive s, waited s):", "",
+             "| problem | wall | " + " | ".join(stages) + " | device excl. | device shared | lock wait |",
+             "|---|---|" + "---|" * (len(stages) + 3)]
+    for r in timed:
+        lines.append(f"| {r.key} | {r.wall_s:.0f} | " + " | ".join(_cell(r.time.get(s)) for s in stages)
+                     + f" | {_sum(r.time, 'exclusive_s'):.1f} | {_sum(r.time, 'shared_s'):.1f} | {_sum(r.time, 'wait_s'):.1f} |")
+    total = report.summary.time
+    lines.append("| **total** | " + f"{sum(r.wall_s for r in timed):.0f} | " + " | ".join(_cell(total.get(s)) for s in stages)
+                 + f" | {_sum(total, 'exclusive_s'):.1f} | {_sum(total, 'shared_s'):.1f} | {_sum(total, 'wait_s'):.1f} |")
+    wall = report.calls_wall_s or report.wall_s
+    lines += ["", f"device time: the problems held the device alone for {_sum(total, 'exclusive_s') / 60:.1f} min and "
+              f"shared it for {_sum(total, 'shared_s') / 60:.1f} min; the sweep's wall so far {wall / 60:.1f} min "
+              f"(this call {report.wall_s / 60:.1f} min)"]
+    return lines
+
+
+def _cell(t: StageTime | None) -> str:
+    if t is None:
+        return "-"
+    return f"{t.wall_s:.0f} ({t.shared_s:.0f}/{t.exclusive_s:.0f}, {t.wait_s:.0f})"
+
+
+def _sum(times: dict[str, StageTime], field: str) -> float:
+    return sum(getattr(t, field) for t in times.values())
 
 
 def _cross_check(key: str, c: CrossCheck) -> str:

@@ -39,12 +39,35 @@ def _figures(run_dir: Path, winner: str | None) -> list[str]:
     return ["", "## Figures", ""] + [f"![{p.stem}]({p.name})" for p in paths]
 
 
+def vendor_floor(ctx: Context, winner: Attempt | None, status: RunStatus) -> list[str]:
+    """Where okgit's own kernel for a vendor call (a template kind that `stands_in_for` one: the
+    implicit-GEMM convolution, the split-precision GEMM) was timed and is not in what the run
+    hands out, a line saying that the vendor is the floor there, with that kernel's best speedup."""
+    from okgit.lower.kinds import kinds
+
+    def parts(origin: str) -> set[str]:
+        return set(origin.removeprefix("template:").split("+")) if origin.startswith("template:") else set()
+
+    handed_out = parts(winner.proposal.origin) if winner and status == RunStatus.optimized else set()
+    out = []
+    for vendor in dict.fromkeys(k.stands_in_for for k in kinds() if k.stands_in_for):
+        names = {k.name for k in kinds() if k.stands_in_for == vendor}
+        own = [a for a in ctx.attempts if names & parts(a.proposal.origin) and a.result.correct and a.result.speedup]
+        if own and not names & handed_out:
+            best = max(own, key=lambda a: a.result.speedup or 0.0)
+            out.append(f"The vendor is the floor for {vendor} here: okgit's own kernel for it ({best.proposal.origin}) "
+                       f"reached {fmt_speed(best.result.speedup)} of the reference at best, so "
+                       + ("the winner keeps the vendor's call." if handed_out else "nothing of it is handed out."))
+    return ["", *out] if out else []
+
+
 def write_report(space, ctx: Context, result, winner: Attempt | None, comparison: Comparison | None, diff: str) -> None:
     lines = [f"# okgit run {result.run_id}: {result.status}", "", f"{STATUS_MEANING.get(result.status, '')}.", ""]
     lines += _summary(ctx, result)
     if winner:
         lines += _winner(winner, result, comparison, ctx.reference)
         lines += profile_section(winner.result.profile, ctx.reference.profile)
+    lines += vendor_floor(ctx, winner, result.status)
     if not ctx.attempts:
         lines += ["", "No candidate was proposed; the search's notes below say why."]
     notes = [e.message for e in RunDir(space.run_dir).events() if isinstance(e, Note)]

@@ -127,8 +127,8 @@ def test_the_rewritten_seed_runs_its_compiled_path_with_the_stand_in(tmp_path):
 
 def test_the_proposer_offers_the_split_seed_right_after_the_default(monkeypatch, tmp_path):
     """On a GPU: the default seed, then the same with its vendor GEMMs split, then max-autotune's
-    (each made by okgit.inductor in a child process: here the fixture's file stands in for it,
-    one file per mode)."""
+    (both modes made by one okgit.inductor child process: here the fixture's file stands in for
+    it, one file per mode)."""
     from okgit.eval.types import Reference
     from okgit.problem import load_problem
     from okgit.search.proposers import inductor
@@ -136,11 +136,21 @@ def test_the_proposer_offers_the_split_seed_right_after_the_default(monkeypatch,
 
     made = []
 
-    def seed_files(reference, root, device, mode="default", knobs=None, sizes="dynamic"):
-        made.append(mode)
-        return [(_seed(), f"seed ({mode})")], ""
+    class Child:
+        def __init__(self, reference, root, device, modes, knobs, sizes):
+            made.append(list(modes))
+            self.modes = list(modes)
 
-    monkeypatch.setattr(inductor, "seed_files", seed_files)
+        def next(self):
+            if not self.modes:
+                return None, [], ""
+            mode = self.modes.pop(0)
+            return mode, [(_seed(), f"seed ({mode})")], ""
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(inductor, "SeedProcess", Child)
     ctx = Context(problem=load_problem(OP), reference=Reference(device="cuda", timed=True), backend="triton",
                   device="cuda", log=lambda _t, **f: None)
     proposer = inductor.InductorProposer()
@@ -148,4 +158,4 @@ def test_the_proposer_offers_the_split_seed_right_after_the_default(monkeypatch,
     while (p := proposer.propose(ctx)) is not None:
         origins.append(p.origin)
     assert origins == ["inductor", "inductor:split_gemm", "inductor:max-autotune-no-cudagraphs"]
-    assert made == ["default", "max-autotune-no-cudagraphs"]
+    assert made == [["default", "max-autotune-no-cudagraphs"]]

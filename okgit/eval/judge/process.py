@@ -10,7 +10,9 @@ evaluations while they fit `Job.cache_bytes`, drawn and computed again otherwise
 memory of a check is bounded by one case whatever the number of cases.
 
 Messages (okgit.eval.protocol.channel): {"op": "prepare", "job": Job} -> the prepared facts;
-{"op": "check", "case", "gate", "leaves", "outputs", "dir"} -> {"checks", "fingerprints"}.
+{"op": "measure"} -> the reference's timing and profile on a GPU (a request of its own, since the
+parent holds the device alone for it and shares it for the rest); {"op": "check", "case", "gate",
+"leaves", "outputs", "dir"} -> {"checks", "fingerprints"}.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class Judge:
             sys.path.insert(0, job.root)
         prep = self.prep = Prepared(job)
         result: dict[str, Any] = {"calls": {}}
+        if job.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         self.phase("reference: import")
         main = dict(job.knobs)
         if job.device == "cpu":
@@ -121,9 +125,8 @@ class Judge:
             case_bytes=max(s.nbytes for s in stats.values()), cached=sorted(prep.cache),
         )
         del first[:]
-        if job.device == "cuda":
-            self.measure(job, result)
-            torch.cuda.empty_cache()
+        if job.device == "cuda":  # what this problem holds on the device, for a sweep's admission
+            result["device_peak_bytes"] = int(torch.cuda.max_memory_reserved())
         return result
 
     def arm(self, job: Job, key: int | str, knobs: dict[str, int], perturbed: list[Any] | None = None) -> Arm:
@@ -234,7 +237,7 @@ class Judge:
         arm = self.prep.arms[case.model]
         self.phase(f"reference: {case.id}")
         if case.kind == "modes":
-            return self.compute_modes(case, arm)
+            return self.compute_modes(case, arm, record)
         inputs = calls.draw_inputs(torch, arm.module, case, self.device)
         inputs_bytes = calls.nbytes(inputs)
         native = calls.call(torch, arm.model, inputs, self.device, label=case.id, gate=f"reference: {case.id}",
@@ -257,16 +260,25 @@ class Judge:
             del doubled
         return native.leaves, f64, native.facts, inputs_bytes
 
-    def compute_modes(self, case: Case, arm: Arm) -> tuple[list[Any], list[Any] | None, dict[str, Any], int]:
+    def compute_modes(self, case: Case, arm: Arm, record: bool = False) -> tuple[list[Any], list[Any] | None,
+                                                                               dict[str, Any], int]:
         """The modes case on fresh reference models (native, and float64 where it has one): each
-        computation starts from the state the candidate's model starts from."""
+        computation starts from the state the candidate's model starts from. While recording, a
+        fresh model in channels_last runs it too, as every other case's reference does (its own
+        error is the worse of the two layouts: cuDNN may take TF32 kernels in one layout only)."""
         torch = self.torch
         model, _ = calls.build(torch, arm.module.Model, arm.init, self.device)
         buffers = sorted(name for name, _ in model.named_buffers())
         assert self.prep is not None
         gates = self.prep.job.gates
+        twin = calls.layout_twin(torch, model) if record else None  # a copy while the model is fresh
         native = calls.mode_sequence(torch, model, arm.module, case, self.device, label=case.id, buffers=buffers,
                                      gates=gates)
+        if twin is not None:
+            self.layout_outputs[case.id] = calls.mode_sequence(
+                torch, twin, arm.module, case, self.device, label=f"{case.id} (channels_last)", buffers=buffers,
+                gates=gates, convert=lambda xs: calls.channels_last_inputs(torch, xs)).leaves
+            del twin
         f64 = None
         double = self.double_model(arm.module, arm.init)
         if double is not None:
@@ -374,11 +386,12 @@ class Judge:
         return {"flops": float(counter.get_total_flops()), "min_bytes": float(read + calls.nbytes(leaves)),
                 "dtypes": dtypes}
 
-    def measure(self, job: Job, result: dict[str, Any]) -> None:
+    def measure(self) -> dict[str, Any]:
         """Device peaks (once per device), then the time to beat: ModelNew's where the op file has one."""
         from okgit.eval.worker.measure import time_model
 
         assert self.prep is not None
+        job = self.prep.job
         if job.peaks_path and not Path(job.peaks_path).exists():
             self.phase("reference: device peaks")
             from okgit.eval.roofline import measure_peaks
@@ -394,7 +407,8 @@ class Judge:
         seeds = [c for c in self.prep.cases.values() if c.kind == "seed"]
         self.phase("reference: timing")
         measured, _ = time_model(self.torch, model, arm.module, seeds, job, self.device)
-        result.update(measured)
+        self.torch.cuda.empty_cache()
+        return measured
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -409,6 +423,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             if message.get("op") == "prepare":
                 reply = judge.prepare(Job.from_dict(message["job"]))
+            elif message.get("op") == "measure":
+                reply = judge.measure()
             elif message.get("op") == "check":
                 reply = judge.check(message)
             else:

@@ -214,7 +214,7 @@ def remote_baselines(ref_source: str, winner_source: str | None, device: str = "
     result = BaselineTimes(device=evaluator.device, timed=False)
     try:
         problem = load_problem("reference.py", source=ref_source, root=str(root))
-        prep = evaluator.prepared(problem, "fast")
+        prep = evaluator.prepared(problem)
     except OkgitError as e:
         result.errors["all"] = str(e)
         return result

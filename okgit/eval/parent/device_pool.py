@@ -103,7 +103,9 @@ class DevicePool:
         with ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="okgit-pool") as ex:
             futures: list[Future[R]] = [ex.submit(run, item) for item in items]
             try:
-                wait(futures)
+                running = set(futures)
+                while running:  # in short waits: a signal's handler runs in this (main) thread, promptly
+                    running = wait(running, timeout=0.5).not_done
             except BaseException:  # Ctrl-C: start nothing new; running jobs see the signal themselves
                 stop.set()
                 raise

@@ -1,20 +1,37 @@
 """Devices as okgit names and locks them: physical identities survive CUDA_VISIBLE_DEVICES.
 
-Each physical GPU has its own fcntl lock file under okgit's per-user data dir, so two
-timings never share a GPU across every okgit process of the user; a process pinned to
-"GPU 2" and seeing it as cuda:0 takes the same lock as an unpinned process using cuda:2.
+Each physical GPU has its own lock file under okgit's per-user data dir, a readers-writer
+lock (okgit.locks.held) across every okgit process of the user: work on the GPU that times
+nothing (correctness calls, the reference's preparation, compiling) holds it shared, beside
+other such work, and timing (and Inductor's autotuning) holds it exclusively, so nothing else
+of okgit runs on the GPU while anything is timed there. A process pinned to "GPU 2" and
+seeing it as cuda:0 takes the same lock as an unpinned process using cuda:2.
+
+Where `OKGIT_DEVICE_LEDGER` names a file, every hold appends one line to it: what held the
+device (its stage), shared or exclusive, the seconds waited and held, so that a sweep can say
+where a problem's time went (okgit.kernelbench.ledger reads it); a prepared reference adds the
+device memory its problem is expected to hold.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
-from okgit.locks import exclusive
+from okgit.locks import held
 from okgit.paths import data_dir
+
+Mode = Literal["shared", "exclusive"]
+LEDGER_ENV = "OKGIT_DEVICE_LEDGER"
+_stage: str | None = None  # what this process is doing, when it says more than the holder (`stage`)
 
 
 def visible_gpus() -> list[str]:
@@ -54,11 +71,106 @@ def lock_path(device: str) -> Path:
 
 
 @contextmanager
-def device_lock(device: str) -> Iterator[float]:
-    """Hold `device` exclusively across processes; yields the seconds spent waiting for it.
+def device_lock(device: str, mode: Mode = "exclusive", what: str = "device") -> Iterator[float]:
+    """Hold `device` across processes, shared or exclusively; yields the seconds spent waiting.
 
     Not reentrant within one process: a job takes it once, around its work on the GPU. The
-    lock dies with its holder, so a killed worker never leaves it held.
+    lock dies with its holder, so a killed worker never leaves it held. `what`: the ledger's
+    name for the work (`stage` overrides it).
     """
-    with exclusive(lock_path(device)) as waited:
-        yield waited
+    with held(lock_path(device), shared=mode == "shared") as waited:
+        start = time.monotonic()
+        try:
+            yield waited
+        finally:
+            _record(what, mode, waited, time.monotonic() - start)
+
+
+@contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Name what this process does for a while (the final gate, a winner's check): the ledger
+    files every hold in it under `name`, whatever took it."""
+    global _stage
+    before, _stage = _stage, name
+    try:
+        yield
+    finally:
+        _stage = before
+
+
+class DeviceHold:
+    """A process's hold on its device, by regions: `region("shared")` around GPU work that times
+    nothing, `region("exclusive")` around timing (and Inductor's autotuning); outside every
+    region nothing is held (a compile on the CPU keeps no timing waiting). The strongest open
+    region decides; `upgrade()` makes the hold exclusive until its regions close (a worker's
+    timing, to the job's end). Regions may nest and come from several threads: a thread inside
+    an exclusive region never waits for another's. `device` None (a CPU): nothing is locked,
+    and the hold's time is still written to the ledger."""
+
+    def __init__(self, device: str | None, what: str) -> None:
+        self.device, self.what = device, what
+        self.mode: Mode | None = None
+        self._open = {"shared": 0, "exclusive": 0}
+        self._upgraded = False
+        self._state = threading.Lock()
+        self._held: contextlib.AbstractContextManager[float] | None = None
+        self._waited = self._since = 0.0
+
+    @contextmanager
+    def region(self, mode: Mode) -> Iterator[None]:
+        with self._state:
+            self._open[mode] += 1
+            self._settle()
+        try:
+            yield
+        finally:
+            with self._state:
+                self._open[mode] -= 1
+                self._upgraded = self._upgraded and any(self._open.values())
+                self._settle()
+
+    def upgrade(self) -> None:
+        with self._state:
+            self._upgraded = any(self._open.values())
+            self._settle()
+
+    def _settle(self) -> None:
+        """Hold what the open regions want; never wait for one mode while holding the other (two
+        upgraders would deadlock)."""
+        wanted: Mode | None = ("exclusive" if self._open["exclusive"] or self._upgraded else
+                               "shared" if self._open["shared"] else None)
+        if wanted == self.mode:
+            return
+        if self.mode is not None:
+            if self._held is not None:
+                self._held.__exit__(None, None, None)
+                self._held = None
+            _record(self.what, self.mode, self._waited, time.monotonic() - self._since)
+        self.mode = None
+        if wanted is not None:
+            start = time.monotonic()
+            if self.device is not None:
+                self._held = held(lock_path(self.device), shared=wanted == "shared")
+                self._held.__enter__()
+            self.mode, self._waited, self._since = wanted, time.monotonic() - start, time.monotonic()
+
+
+def record_footprint(nbytes: int) -> None:
+    """The device memory this process's problem is expected to hold (from its prepared reference)."""
+    _append({"footprint_bytes": int(nbytes)})
+
+
+def _record(what: str, mode: Mode, waited_s: float, held_s: float) -> None:
+    _append({"stage": _stage or what, "mode": mode, "wait_s": round(waited_s, 3), "held_s": round(held_s, 3)})
+
+
+def _append(entry: dict[str, object]) -> None:
+    path = os.environ.get(LEDGER_ENV)
+    if not path:
+        return
+    line = json.dumps({**entry, "pid": os.getpid(), "t": round(time.time(), 3)}) + "\n"
+    try:  # one short line in append mode: whole, among the lines of other processes
+        with open(path, "a") as f:
+            f.write(line)
+    except OSError:
+        pass  # the ledger is an account, never a reason for work to fail

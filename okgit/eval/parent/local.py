@@ -5,9 +5,14 @@ reference once per problem in a judge process (okgit.eval.judge.process), runs e
 fresh worker (pre-started idle workers wait so that a warm evaluation pays no interpreter or
 CUDA start), relays each call's exported outputs from the worker to the judge and its answer
 back, and decides the verdict from the worker's facts and the judge's findings
-(okgit.eval.parent.verdict). Each GPU has its own file lock (okgit.eval.parent.devices): jobs of all okgit
-processes on one GPU take turns, so two evaluations never time each other's kernels, while
-several GPUs work at once.
+(okgit.eval.parent.verdict). Each GPU has its own lock (okgit.eval.parent.devices), held
+shared while a job checks correctness and exclusively while it times: the worker asks for the
+device alone before its timing, and the judge times the reference in a request of its own, so
+the correctness work of several problems on one GPU runs side by side while no two timings,
+and nothing beside a timing, ever share it. Several GPUs work at once.
+
+One preparation serves both modes: the judge draws the thorough mode's seeds and times the
+reference with its samples once; a fast evaluation uses the first of those seeds.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from okgit.errors import OkgitError
 from okgit.eval import roofline
 from okgit.eval.base import EvaluatorBase
 from okgit.eval.parent import memory
-from okgit.eval.parent.devices import device_lock, physical_name
+from okgit.eval.parent.devices import DeviceHold, physical_name, record_footprint
 from okgit.eval.parent.gates import call_gates
 from okgit.eval.parent.gates.static import static_findings
 from okgit.eval.parent.gates.timed import allowed_matmul_rate
@@ -65,6 +70,7 @@ class ModeSpec:
 
 MODES: dict[str, ModeSpec] = {"fast": ModeSpec(seeds=5, warmup=3, samples=10),
                               "thorough": ModeSpec(seeds=8, warmup=10, samples=100)}
+PREPARED = MODES["thorough"]  # the reference's seeds and timing, for every mode
 SEED_BASE = 1000
 COMPARE_TIMING = Timing(warmup=5, samples=30)
 STARTUP_TIMEOUT_S = 300.0
@@ -121,7 +127,7 @@ class LocalEvaluator(EvaluatorBase):
     # ---- the Evaluator protocol -----------------------------------------------------------------
     @_one_at_a_time
     def reference(self, problem: Problem) -> Reference:
-        prep = self._prepare(problem, "fast")
+        prep = self._prepare(problem)
         timing = prep.timing
         prof = None
         if prep.cost:
@@ -171,7 +177,7 @@ class LocalEvaluator(EvaluatorBase):
         if first.status is not Status.correct:
             raise OkgitError(f"compare needs a correct candidate: {first.status.value}"
                              + (f" at {first.error.gate}: {first.error.message}" if first.error else ""))
-        prep = self._prepare(problem, "fast")
+        prep = self._prepare(problem)
         self.prestart_for(2 * rounds)
         base: list[float] = []
         cand: list[float] = []
@@ -213,10 +219,11 @@ class LocalEvaluator(EvaluatorBase):
         findings = static_findings(tree)
         if findings:
             return _early(Status.rejected, "static", "; ".join(str(f) for f in findings[:5]), base)
-        prep = self._prepare(problem, mode)
-        cases = list(prep.cases)
-        base = base_fields(prep, cases, device=self.device, mode=mode)
+        prep = self._prepare(problem)
         spec = MODES[mode]
+        seeds = [c.id for c in prep.cases if c.kind == "seed"]
+        cases = [c for c in prep.cases if c.kind != "seed" or c.id in seeds[:spec.seeds]]
+        base = base_fields(prep, cases, device=self.device, mode=mode)
         job = self._candidate_job(problem, prep, backend, cases=cases,
                                   timing=Timing(spec.warmup, spec.samples) if self._kind == "cuda" else None,
                                   profile=self._kind == "cuda")
@@ -244,15 +251,15 @@ class LocalEvaluator(EvaluatorBase):
                    cases=cases, shapes=prep.shapes, init_seed=prep.init_seed, gates=call_gates(),
                    own_knobs=own if prep.shapes and own != prep.shapes[0] else None, **kw)
 
-    def _key(self, problem: Problem, mode: Mode) -> str:
+    def _key(self, problem: Problem) -> str:
         return hashlib.sha256(repr((problem.source, problem.root, sorted(problem.knobs.items()), problem.extra_shapes,
-                                    problem.atol, problem.rtol, MODES[mode].seeds)).encode()).hexdigest()
+                                    problem.atol, problem.rtol)).encode()).hexdigest()
 
-    def _prepare(self, problem: Problem, mode: Mode) -> PreparedReference:
-        key = self._key(problem, mode)
+    def _prepare(self, problem: Problem) -> PreparedReference:
+        key = self._key(problem)
         if key in self._prepared:
             return self._prepared[key]
-        seeds = [SEED_BASE + i for i in range(MODES[mode].seeds)]
+        seeds = [SEED_BASE + i for i in range(PREPARED.seeds)]
         judge_process = self._take_judge()
         reference_path = judge_process.dir / "reference.py"
         reference_path.write_text(problem.source)
@@ -269,12 +276,17 @@ class LocalEvaluator(EvaluatorBase):
                   seeds=seeds, cache_bytes=self.judge_cache_bytes if self.judge_cache_bytes is not None else
                   memory.cache_bytes(device_total) if device_total else memory.GiB,
                   rtol=problem.rtol, atol=problem.atol,
-                  timing=Timing(MODES[mode].warmup, MODES[mode].samples) if self._kind == "cuda" else None,
+                  timing=Timing(PREPARED.warmup, PREPARED.samples) if self._kind == "cuda" else None,
                   profile=self._kind == "cuda", peaks_path=str(peaks_file) if peaks_file else None, gates=call_gates())
         started = judge_process.wait_ready(STARTUP_TIMEOUT_S)
-        with self._gpu():
+        hold = self._hold("reference")
+        with hold.region("shared"):
             t0 = time.monotonic()
             reply = judge_process.request({"op": "prepare", "job": job.to_dict()}, self.reference_timeout_s) if started else None
+            if reply is not None and not reply.get("failure") and self._kind == "cuda":
+                with hold.region("exclusive"):  # the device's peaks and the reference's timing: the device alone
+                    measured = judge_process.request({"op": "measure"}, self.reference_timeout_s - (time.monotonic() - t0))
+                reply = {**reply, **measured} if measured is not None and not measured.get("failure") else measured
         if reply is None and started and judge_process.alive() and time.monotonic() - t0 >= self.reference_timeout_s:
             phase = (judge_process.dir / "phase").read_text() if (judge_process.dir / "phase").exists() else "preparing"
             judge_process.close()
@@ -298,6 +310,8 @@ class LocalEvaluator(EvaluatorBase):
         judge_process.memory_limit = max(judge_process.memory_limit, memory.worker_bytes(prep.case_bytes))
         if peaks_file is not None:
             prep.peaks = roofline.load_peaks(peaks_file)
+        if prep.device_peak_bytes:
+            record_footprint(memory.device_footprint(prep.device_peak_bytes, self.pool.idle_count + self.prestart))
         self._prepared[key] = prep
         return prep
 
@@ -319,8 +333,8 @@ class LocalEvaluator(EvaluatorBase):
                 del self._prepared[key]
         prep.close()
 
-    def prepared(self, problem: Problem, mode: Mode = "fast") -> PreparedReference:
-        return self._prepare(problem, mode)
+    def prepared(self, problem: Problem) -> PreparedReference:
+        return self._prepare(problem)
 
     def time_once(self, problem: Problem, prep: PreparedReference, source: str, backend: str,
                   root: str | None = None) -> float:
@@ -334,9 +348,10 @@ class LocalEvaluator(EvaluatorBase):
             raise OkgitError(f"a timing round failed: {why}")
         return float(check_streams(result["timing"]).runtime_us)  # every stream's work inside
 
-    def _gpu(self) -> contextlib.AbstractContextManager:
-        """The device lock around anything this process's workers run on the GPU."""
-        return device_lock(self._torch) if self._kind == "cuda" else contextlib.nullcontext()
+    def _hold(self, what: str) -> DeviceHold:
+        """The device's lock around anything this process's workers run on the GPU: shared, with
+        exclusive stretches for timing (on a CPU nothing is locked; the ledger still hears of it)."""
+        return DeviceHold(self._torch if self._kind == "cuda" else None, what)
 
     def _run(self, job: Job, source: str, timeout_s: float,
              relay: "_Relay | None") -> tuple[Outcome, dict[str, Any] | None]:
@@ -352,8 +367,16 @@ class LocalEvaluator(EvaluatorBase):
                 relay.job_dir = worker.dir
             # started before the lock: spawning and importing never hold up another job's GPU work
             started = worker.wait_ready(STARTUP_TIMEOUT_S)
-            with self._gpu() if started else contextlib.nullcontext():
-                outcome = worker.run(job, timeout_s, relay, startup_timeout_s=0.0)  # ready, or it never will be
+            hold = self._hold("evaluation")
+
+            def answer(message: dict[str, Any]) -> dict[str, Any]:
+                if message.get("op") == "exclusive":  # the worker's timing, from here to the job's end
+                    hold.upgrade()
+                    return {"ok": True}
+                return relay(message) if relay is not None else {"ok": False}
+
+            with hold.region("shared") if started else contextlib.nullcontext():
+                outcome = worker.run(job, timeout_s, answer, startup_timeout_s=0.0)  # ready, or it never will be
             if outcome.crashed:
                 return outcome, None
             return outcome, read_result(worker.dir)

@@ -26,6 +26,17 @@ HOST_BASE = 4 * GiB  # a worker's budget before its case: what it may hold, not 
 PROCESS_BASE = {"cpu": GiB // 2, "cuda": 2 * GiB}
 
 
+CUDA_CONTEXT = GiB // 2  # the device memory of one process's CUDA context (torch, its libraries' workspaces)
+
+
+def device_footprint(judge_peak: int, idle_workers: int) -> int:
+    """A problem's device memory while it evaluates, from its judge's measured peak: the judge's
+    (its reference, float64 copies and cached outputs), a worker's, which holds neither float64
+    copies nor a cache and so at most as much, and a CUDA context for each process (the judge,
+    the working worker and the idle ones)."""
+    return 2 * judge_peak + (2 + idle_workers) * CUDA_CONTEXT
+
+
 def worker_bytes(case_bytes: int) -> int:
     return HOST_BASE + case_bytes
 

@@ -32,8 +32,7 @@ from okgit.eval.parent.sandbox import WorkerPool, WorkerProcess, read_result
 from okgit.eval.types import ProfileData
 
 if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
+    from okgit.eval.parent.devices import DeviceHold
     from okgit.eval.parent.reference import PreparedReference
     from okgit.eval.protocol.jobs import Job
     from okgit.problem import Problem
@@ -58,7 +57,7 @@ class Host(Protocol):
     def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],
                        root: str | None = None, **kw: Any) -> Job: ...
 
-    def _gpu(self) -> AbstractContextManager: ...
+    def _hold(self, what: str) -> DeviceHold: ...
 
 
 class ProfilingPass:
@@ -125,7 +124,8 @@ class ProfilingPass:
             (worker.dir / "candidate.py").write_text(source)
             job.source_path = str(worker.dir / "candidate.py")
             started = worker.wait_ready(STARTUP_TIMEOUT_S)
-            with ev._gpu() if started else contextlib.nullcontext():
+            # a profiler's replays are timing: the device alone (docs/evaluation.md, the device's lock)
+            with ev._hold("profile").region("exclusive") if started else contextlib.nullcontext():
                 outcome = worker.run(job, PROFILE_TIMEOUT_S, None, startup_timeout_s=0.0)
             result = None if outcome.crashed else read_result(worker.dir)
             text = (logs / ncu.LOG_FILE).read_text(errors="replace") if logs and (logs / ncu.LOG_FILE).exists() else ""

@@ -35,6 +35,7 @@ class PreparedReference:
     timing: dict[str, Any] | None = None
     kernels: dict[str, Any] | None = None
     peaks: dict[str, Any] | None = None
+    device_peak_bytes: int = 0  # the judge's device memory at its peak while preparing (0 on a CPU)
 
     def close(self) -> None:
         self.judge.close()
@@ -57,4 +58,5 @@ def from_judge(judge: WorkerProcess, reference_path: str, result: dict[str, Any]
         cached=list(result.get("cached", [])),
         timing=result.get("timing"),
         kernels=result.get("profile"),
+        device_peak_bytes=int(result.get("device_peak_bytes", 0)),
     )

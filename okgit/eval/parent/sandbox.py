@@ -35,7 +35,7 @@ _KEEP = re.compile(
     r"^(PATH|HOME|USER|LOGNAME|SHELL|LANG|LC_\w+|TZ|TMPDIR|TEMP|TMP|TERM|PYTHONPATH|PYTHONHOME|VIRTUAL_ENV|"
     r"CONDA_PREFIX|LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|CC|CXX|CUDA_\w*|CUDNN_\w*|NVIDIA_\w*|NVCC_\w*|"
     r"TRITON_\w*|TORCH_\w*|TORCHINDUCTOR_\w*|PYTORCH_\w*|CUBLAS_\w*|OMP_\w*|MKL_\w*|OPENBLAS_\w*|NCCL_\w*|"
-    r"NVSHMEM_\w*|XDG_CACHE_HOME|OKGIT_DATA_DIR|MAX_JOBS)$"
+    r"NVSHMEM_\w*|XDG_CACHE_HOME|OKGIT_DATA_DIR|OKGIT_DEVICE_LEDGER|MAX_JOBS)$"
 )
 CREDENTIAL = re.compile(
     r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|MODAL_|OPENAI|ANTHROPIC|AWS_|"
@@ -58,6 +58,17 @@ def worker_env(device: str, environ: dict[str, str] | None = None) -> dict[str, 
         # the worker sees its one GPU only, as "cuda": nothing it runs can touch another
         env["CUDA_VISIBLE_DEVICES"] = physical_id(device)
     return env
+
+
+def die_with_parent() -> None:
+    """A child's `preexec_fn`: killed when the thread that started it ends (Linux's parent-death
+    signal), so a compile or a sweep problem never outlives what it worked for."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def default_memory_limit() -> int:
@@ -119,6 +130,32 @@ def stop_all() -> list[str]:
 atexit.register(stop_all)
 
 
+class Lines:
+    """A child's stdout, line by line, each line waited for until a deadline at most."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.buffer = b""
+
+    def next(self, deadline: float, give_up: Callable[[], bool] = lambda: False) -> bytes | None:
+        """The next line; None at the deadline, when `give_up()` says so, or once the child ended."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buffer:
+            if time.monotonic() > deadline or give_up():
+                return None
+            ready, _, _ = select.select([fd], [], [], 0.05)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return None
+                self.buffer += chunk
+            elif self.proc.poll() is not None:
+                return None
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+
 class WorkerProcess:
     """One worker (or judge) process. `args`: more of the worker's own arguments (a profiling pass's
     tool); `wrap`: a program that runs the worker as its child (Nsight Compute), given its arguments
@@ -135,13 +172,13 @@ class WorkerProcess:
         self.started = time.monotonic()
         self.ready_wait_s = 0.0  # how long a job waited for this worker to finish starting
         self._ready = False
-        self._buffer = b""
         with open(self.dir / "stderr.log", "wb") as err:
             self.proc = subprocess.Popen(
                 [*(wrap or []), sys.executable, "-m", program, "--device", "cpu" if device == "cpu" else "cuda", *(args or [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.dir,
                 env=worker_env(device), start_new_session=True, preexec_fn=self._limits,
             )
+        self._lines = Lines(self.proc)
         _STARTED[id(self)] = self
 
     def _limits(self) -> None:
@@ -171,21 +208,7 @@ class WorkerProcess:
 
     def _read_line(self, deadline: float) -> bytes | None:
         """The worker's next line, or None at the deadline, on its exit, or past the memory budget."""
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buffer:
-            if time.monotonic() > deadline or self.over_budget():
-                return None
-            ready, _, _ = select.select([fd], [], [], 0.05)
-            if ready:
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    return None
-                self._buffer += chunk
-            elif self.proc.poll() is not None:
-                return None
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return line
+        return self._lines.next(deadline, self.over_budget)
 
     def over_budget(self) -> bool:
         return (_tree_rss_bytes(self.proc.pid) if self.wrapped else _rss_bytes(self.proc.pid)) > self.memory_limit

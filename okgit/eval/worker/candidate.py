@@ -123,6 +123,14 @@ class Worker:
         if reply is None or not reply.get("ok"):
             raise CallFailed(gate, "error", f"{key}: the judge did not answer")
 
+    def alone(self) -> None:
+        """Ask the parent for the device alone: until here it was shared with other jobs' correctness
+        work; timing and profiling must not run beside anything (okgit.eval.parent.devices)."""
+        self.channel.send({"op": "exclusive"})
+        reply = self.channel.receive()
+        if reply is None or not reply.get("ok"):
+            raise CallFailed("timing", "error", "the parent did not give this job the device alone for its timing")
+
     # ---- the candidate --------------------------------------------------------------------
     def run_candidate(self, job: Job) -> None:
         torch = self.torch
@@ -179,6 +187,7 @@ class Worker:
             from okgit.eval.worker.measure import time_model
 
             self.phase("timing")
+            self.alone()
             measured, spot = time_model(torch, models[0], references[0], seeds, job, self.device)
             self.result.update(measured)
         elif job.check and seeds:  # nothing is timed here: the timing's protocol all the same

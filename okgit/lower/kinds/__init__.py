@@ -10,6 +10,11 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 |       |           |              | flash-style (optional: before the vendor's / the matmuls)   |
 | 10    | columns   | columns.py   | strided row reductions in the column layout (optional: a    |
 |       |           |              | second candidate, before the row layout)                    |
+| 15    | conv      | conv.py      | a convolution (1D-3D: stride, dilation, groups, transposed) |
+|       |           |              | as a Triton implicit GEMM in 3xTF32, its elementwise        |
+|       |           |              | epilogue fused (optional: a candidate of its own)           |
+| 16    | conv_tf32 | conv.py      | the same in one TF32 pass, where cuDNN's own error allows   |
+|       |           |              | it (optional: a candidate of its own)                       |
 | 20    | conv_cl   | conv_cl.py   | the epilogue of a 2D convolution run channels-last          |
 |       |           |              | (optional: a candidate of its own, after the NCHW ones)     |
 | 30    | pointwise | pointwise.py | elementwise chains, parameters and broadcasts included      |
@@ -22,7 +27,7 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 from __future__ import annotations
 
 # each built-in kind's module registers it on import
-from okgit.lower.kinds import attention, columns, conv_cl, gemm, pointwise, rows, scalar, scan  # noqa: F401
+from okgit.lower.kinds import attention, columns, conv, conv_cl, gemm, pointwise, rows, scalar, scan  # noqa: F401
 from okgit.lower.kinds.base import KINDS, TemplateKind
 
 _made: dict[type[TemplateKind], TemplateKind] = {}

@@ -52,6 +52,8 @@ class TemplateKind:
     label_off = ""  # ... and turned off, where that is worth naming ("vendor GEMM")
     before_plain = False  # its candidate comes before the same candidate without it
     alone = False  # its candidate turns no other optional kind on (and comes after the others)
+    devices: tuple[str, ...] = ("cpu", "cuda")  # where its candidate can be right (TF32: a GPU's)
+    stands_in_for = ""  # the vendor call its kernel replaces ("cuDNN's convolution"), named where that stays faster
     helpers: ClassVar[dict[str, Traversable]] = {}  # the Triton helpers its kernels or launch code may call
 
     def offered(self, graph: Graph) -> bool:
@@ -102,8 +104,9 @@ class TemplateKind:
 
     def describe(self, g: Group) -> str:
         ops = [n.op for n in g.nodes if n.kind in ("op", "reduce")]
-        names = ", ".join(dict.fromkeys(ops)) or "copy"
-        return f"{self.what(g)} ({len(ops)} ops: {names})"
+        if not ops:  # a copy, or a GEMM, convolution or attention with nothing after it
+            return f"{self.what(g)} (no elementwise ops)"
+        return f"{self.what(g)} ({len(ops)} ops: {', '.join(dict.fromkeys(ops))})"
 
     def lower(self, low: Lowering, g: Group, name: str, code: KernelCode, leaves: dict[int, Leaf],
               args: list[str], params: list[str]) -> Rendered:

@@ -62,6 +62,7 @@ class Gemm(TemplateKind):
     label = "Triton GEMM"
     label_off = "vendor GEMM"
     before_plain = True  # expected faster than cuBLAS's strict fp32: its candidate first
+    stands_in_for = "cuBLAS's GEMM"
     helpers: ClassVar[dict[str, Traversable]] = {"_gemm_plan": template(__package__, "gemm_plan.py.tmpl")}
 
     def seeds(self, n: Node) -> bool:

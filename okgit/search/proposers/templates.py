@@ -19,15 +19,16 @@ from okgit.lower.opfile import lowered_file, public_name
 from okgit.search.types import Context, Proposal, propose_several
 
 
-def candidates(graph: Graph) -> list[tuple[TemplateKind, ...]]:
+def candidates(graph: Graph, device: str) -> list[tuple[TemplateKind, ...]]:
     """The optional kinds each candidate turns on, best expected first.
 
     Over the kinds the graph offers, in the kinds' order: every candidate so far, with and without
     the kind, the one with it first where the kind is `before_plain` (the column layout before
     the row layout; the split-precision Triton GEMM before the vendor one). A kind `alone` (channels-last
-    convolutions) gets one candidate of its own, after the others."""
+    convolutions) gets one candidate of its own, after the others. A kind whose candidate cannot be
+    right on `device` (a TF32 convolution on a CPU, whose reference never runs in TF32) gets none."""
     combos: list[tuple[TemplateKind, ...]] = [()]
-    offered = [k for k in kinds() if k.optional and k.offered(graph)]
+    offered = [k for k in kinds() if k.optional and device in k.devices and k.offered(graph)]
     for kind in (k for k in offered if not k.alone):
         combos = [c for plain in combos for c in ((plain + (kind,), plain) if kind.before_plain else (plain, plain + (kind,)))]
     return combos + [(k,) for k in offered if k.alone]
@@ -81,7 +82,7 @@ def plan(ctx: Context) -> list[Proposal]:
         ctx.log("note", message=f"templates: {e}")
         return []
     out: list[Proposal] = []
-    for turned_on in candidates(graph):
+    for turned_on in candidates(graph, ctx.device):
         try:
             shaped = graph
             for kind in turned_on:

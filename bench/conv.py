@@ -1,0 +1,291 @@
+"""okgit's implicit-GEMM convolutions on this GPU: the development set's convolution problems at
+their real sizes, against cuDNN (eager, PyTorch's default flags) and torch.compile (default mode).
+
+    python3 bench/conv.py --kb .kb/KernelBench [--problems "2:87,7 1:63"]
+                          [--time-limit 150] [--no-compile] [--no-tiles] [--smoke]
+
+Per problem, in one process: eager in NCHW and in channels_last (the two layouts the evaluator
+measures the reference's own error in; the larger error is the reference's), torch.compile, and
+okgit's template candidates as `okgit optimize` proposes them on a GPU (the vendor convolution
+with its fused epilogue, the implicit-GEMM convolution in 3xTF32 and in TF32, the channels-last
+vendor one), each at its defaults; then the TF32 convolution, and the 3xTF32 one where the TF32
+one breaks the rule, over a compact set of tile settings, each one setting away from the
+defaults. Every arm's max abs error against float64 (the reference model in float64) is shown
+beside the reference's, and `rule` says whether it is within 4x of it (or 32 ulps of the
+output's magnitude): the evaluator's precision rule for contractions (docs/evaluation.md).
+
+Timing: triton.testing.do_bench (CUDA events, L2 cleared before each call, median), in this one
+process. Exploration figures, not okgit's claims (those come from its evaluator). One call stays
+within about 4 minutes on an H200: it starts no problem and no tile setting after --time-limit
+seconds (default 150), a problem already started skips its arms left after GRACE_S more (each
+marked "time limit"), and the problems not started are printed as the next call's --problems;
+they run in the order --problems gives. Writes $OUT/conv.json (OUT defaults to /tmp/out).
+--smoke: CPU, Triton interpreter, tiny shapes and two problems of its own, nothing timed: the
+plumbing only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import copy
+import json
+import multiprocessing
+import os
+import re
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/gemm.py: the harness both share
+
+from gemm import (
+    HEADER,
+    Bench,
+    build,
+    flop_count,
+    fmt_err,
+    fmt_rule,
+    fmt_us,
+    label,
+    load,
+    problem_files,
+    render,
+    smoke_knobs,
+    tflops,
+    with_settings,
+    within_rule,
+)
+
+# each form early (2D and 3D with a fused epilogue, transposed 2D and 3D, lone, grouped), then the rest
+DEFAULT_PROBLEMS = "2:87,7,91 1:63,57 2:15 1:54,75 2:47,67,71,35,3,27,43,79 1:60,66,69,72,78,81,87"
+# one setting away from the defaults each; a few, since each is a Triton compile of its own (seconds)
+TILES = [{"BLOCK_M": 64}, {"BLOCK_K": 64}, {"NUM_WARPS": 8}, {"NUM_STAGES": 4}, {"INPUT_COPY": 0}]
+# past --time-limit, a problem already started runs its arms this much longer at most: one arm
+# (a torch.compile of a convolution: tens of seconds) may still overrun it
+GRACE_S = 30.0
+GROUP = re.compile(r"^(FUSED_CONV(?:_TF32)?_\d+_)BLOCK_M: int", re.MULTILINE)
+
+
+def conv_settings(source: str, settings: dict) -> str:
+    """`settings` ({"BLOCK_M": 64}) applied to the convolution's launch constants in `source`."""
+    prefix = GROUP.search(source)
+    assert prefix is not None, "no implicit-GEMM convolution in this source"
+    return with_settings(source, {prefix[1] + k: v for k, v in settings.items()})
+
+
+def problems(b: Bench, files: list, compile_too: bool, tiles: bool, rows: list, pool, save) -> None:
+    from okgit.eval.worker import calls
+
+    torch = b.torch
+    rendered = {key: pool.submit(render, str(path), "cuda") for key, path in files}  # the GPU's candidates
+    for i, (key, path) in enumerate(files):
+        if b.out_of_time():
+            print(f"time limit: {key} and later not run; left for the next call: --problems \"{spec(files[i:])}\"",
+                  flush=True)
+            for future in rendered.values():
+                future.cancel()  # the renders not started yet: the pool's shutdown would wait for them
+            break
+        found = rendered[key].result()
+        tag = key.replace("/", "_")
+        module = load(path.read_text(), tag)
+        knobs = smoke_knobs(module) if b.smoke else None
+        model, args = build(module, b.device, knobs)
+        row: dict = {"key": key, "file": path.name, "notes": found["notes"][:3], "arms": {},
+                     "flops": flop_count(lambda: model(*args))}
+        with torch.no_grad():
+            want64 = copy.deepcopy(model).double()(*[x.double() if x.is_floating_point() else x for x in args])
+        # the reference in the other layout, as the evaluator measures its own error (okgit.eval.worker.calls)
+        cl_model, cl_args = calls.layout_twin(torch, model), calls.channels_last_inputs(torch, args)
+        arms: list = [("eager", model, None)] + ([("eager channels_last", cl_model, cl_args)] if cl_model else [])
+        sources = dict(found["candidates"])
+        for origin, source in found["candidates"]:
+            arms.append((origin, source, None))
+        if compile_too and not b.smoke:
+            arms.append(("torch.compile", torch.compile(model), None))
+        for arm, what, own_args in arms:
+            if time.monotonic() > b.deadline + GRACE_S:
+                row["arms"][arm] = {"us": None, "err": None, "error": "time limit"}
+                continue
+            if isinstance(what, str):
+                what, _ = build(load(what, tag + "_cand"), b.device, knobs)
+                what.load_state_dict(model.state_dict())
+            err, us, why = b.run(lambda fn=what, a=own_args or args: fn(*a), want64)
+            row["arms"][arm] = {"us": us, "err": err, "error": why}
+        torch._dynamo.reset()
+        ref = reference_error(row)
+        for arm in row["arms"].values():
+            arm["rule"] = within_rule(arm["err"], ref) if arm["err"] and ref else None
+        if tiles:
+            for origin in tile_arms(row, sources):
+                for settings in TILES[: 1 if b.smoke else None]:
+                    if b.out_of_time():
+                        break
+                    cand, _ = build(load(conv_settings(sources[origin], settings), tag + "_tile"), b.device, knobs)
+                    cand.load_state_dict(model.state_dict())
+                    err, us, why = b.run(lambda fn=cand: fn(*args), want64)
+                    row["arms"][f"{origin} {label(settings)}"] = {
+                        "us": us, "err": err, "error": why, "rule": within_rule(err, ref) if err and ref else None}
+        rows.append(row)
+        save()  # after each problem: a call killed from outside keeps what finished
+        print(problem_line(row), flush=True)
+        want64 = model = cl_model = args = cl_args = arms = None  # freed before the next problem's tensors
+
+
+def spec(files: list) -> str:
+    """Problem keys ("L2/7") as --problems takes them ("2:7,47 1:54"), in their order."""
+    runs: list[tuple[str, list[str]]] = []  # consecutive problems of one level
+    for key, _ in files:
+        level, i = key.removeprefix("L").split("/")
+        if runs and runs[-1][0] == level:
+            runs[-1][1].append(i)
+        else:
+            runs.append((level, [i]))
+    return " ".join(f"{level}:{','.join(ids)}" for level, ids in runs)
+
+
+def tile_arms(row: dict, sources: dict[str, str]) -> list[str]:
+    """The implicit-GEMM candidates whose tiles are explored: the TF32 one, and the 3xTF32 one
+    where the TF32 one breaks the rule (or is not there)."""
+    def origin(kind: str) -> str | None:
+        return next((o for o in sources if o == kind or o.startswith(kind + "+")), None)
+
+    tf32, split = origin("template:conv_tf32"), origin("template:conv")
+    out = [tf32] if tf32 else []
+    if split and not (tf32 and row["arms"][tf32]["rule"]):
+        out.append(split)
+    return out
+
+
+def reference_error(row: dict) -> dict | None:
+    """The reference's own error: the worse of its two layouts, as the evaluator takes it."""
+    errs = [row["arms"][a]["err"] for a in ("eager", "eager channels_last") if (row["arms"].get(a) or {}).get("err")]
+    return max(errs, key=lambda e: e["abs"]) if errs else None
+
+
+def problem_line(row: dict) -> str:
+    parts = [f"{row['key']} {row['file'][:48]}: {row['flops'] / 1e9:.1f} GFLOP"]
+    for arm, r in row["arms"].items():
+        parts.append(f"  {arm}: " + (r["error"] or f"{fmt_us(r['us'])} {tflops(row['flops'], r['us'])} error "
+                                                   f"{fmt_err(r['err'])} rule {fmt_rule(r['rule'])}"))
+    if not any(a.startswith("template:conv") for a in row["arms"]):
+        parts.append(f"  no implicit-GEMM candidate: {'; '.join(row['notes']) or 'no convolution in the graph'}")
+    return "\n".join(parts)
+
+
+def best_conv(row: dict) -> tuple[str, dict] | None:
+    """okgit's fastest implicit-GEMM arm within the rule."""
+    ok = [(k, v) for k, v in row["arms"].items() if k.startswith("template:conv") and not k.startswith(
+        "template:conv_cl") and v["rule"] and v["us"] is not None]
+    return min(ok, key=lambda kv: kv[1]["us"]) if ok else None
+
+
+def summary(rows: list) -> list[str]:
+    out = ["", "| problem | eager us | torch.compile us | okgit conv us | vs compile | vs eager | TFLOP/s | error ref "
+               "| error okgit | the arm |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        a = row["arms"]
+        best = best_conv(row)
+        arm, conv = best if best else ("-", {})
+        comp, eager = a.get("torch.compile", {}), a["eager"]
+        vs = f"{comp['us'] / conv['us']:.2f}x" if comp.get("us") and conv.get("us") else "-"
+        vs_eager = f"{eager['us'] / conv['us']:.2f}x" if eager.get("us") and conv.get("us") else "-"
+        ref = reference_error(row)
+        out.append(f"| {row['key']} | {fmt_us(eager['us'])} | {fmt_us(comp.get('us'))} | {fmt_us(conv.get('us'))} "
+                   f"| {vs} | {vs_eager} | {tflops(row['flops'], conv.get('us'))} | {fmt_err(ref)} "
+                   f"| {fmt_err(conv.get('err'))} | {arm} |")
+    return out
+
+
+def smoke_kb(tmp: Path) -> Path:
+    """Two tiny convolution problems of its own, laid out as a KernelBench folder."""
+    (tmp / "level1").mkdir(parents=True)
+    (tmp / "level2").mkdir()
+    (tmp / "level1" / "1_Conv_transposed.py").write_text(HEADER + textwrap.dedent("""
+    class Model(nn.Module):
+        def __init__(self, cin, cout):
+            super().__init__()
+            self.conv = nn.ConvTranspose2d(cin, cout, 3, stride=2, padding=1, output_padding=1, bias=False)
+
+        def forward(self, x):
+            return self.conv(x)
+
+    batch = 2
+    cin = 8
+    cout = 12
+
+    def get_inputs():
+        return [torch.rand(batch, cin, 7, 6)]
+
+    def get_init_inputs():
+        return [cin, cout]
+    """))
+    (tmp / "level2" / "2_Conv3d_Mish.py").write_text(HEADER + textwrap.dedent("""
+    class Model(nn.Module):
+        def __init__(self, cin, cout):
+            super().__init__()
+            self.conv = nn.Conv3d(cin, cout, 3)
+
+        def forward(self, x):
+            return torch.tanh(F.mish(self.conv(x)))
+
+    batch = 2
+    cin = 3
+    cout = 16
+
+    def get_inputs():
+        return [torch.rand(batch, cin, 5, 6, 7)]
+
+    def get_init_inputs():
+        return [cin, cout]
+    """))
+    return tmp
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kb", type=Path, help="a KernelBench folder (level1/, level2/)")
+    parser.add_argument("--problems", default=DEFAULT_PROBLEMS, help="LEVEL:ID,ID ... (default: %(default)s)")
+    parser.add_argument("--time-limit", type=float, default=150.0, help="start no problem after this many seconds")
+    parser.add_argument("--no-compile", action="store_true", help="no torch.compile arm (its compiles take much of the time)")
+    parser.add_argument("--no-tiles", action="store_true", help="the candidates at their defaults only")
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args()
+    if args.smoke:
+        os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+
+    if not args.smoke and not torch.cuda.is_available():
+        print("no CUDA GPU: run with --smoke on a CPU", file=sys.stderr)
+        return 3
+    if args.kb is not None and (args.kb / "KernelBench").is_dir():
+        args.kb = args.kb / "KernelBench"
+    if not args.smoke and (args.kb is None or not (args.kb / "level1").is_dir()):
+        print("--kb: a KernelBench folder (holding level1/, level2/) is needed", file=sys.stderr)
+        return 2
+    b = Bench(args)
+    rows: list = []
+    device = "smoke: CPU, Triton interpreter, nothing timed" if args.smoke else torch.cuda.get_device_name(0)
+    out = Path(os.environ.get("OUT") or "/tmp/out")
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        (out / "conv.json").write_text(json.dumps({"device": device, "smoke": args.smoke, "rows": rows}, indent=1) + "\n")
+
+    t0 = time.monotonic()
+    spawn = multiprocessing.get_context("spawn")  # capture is CPU work: op files rendered 8 at a time
+    with tempfile.TemporaryDirectory() as tmp, \
+            concurrent.futures.ProcessPoolExecutor(max_workers=8, mp_context=spawn) as pool:
+        files = problem_files(smoke_kb(Path(tmp)) if args.smoke else args.kb, "1:1 2:2" if args.smoke else args.problems)
+        problems(b, files, not args.no_compile, not args.no_tiles, rows, pool, save)
+    save()
+    lines = summary(rows)
+    lines += ["", f"exploration figures (do_bench medians, one process; {device}); {time.monotonic() - t0:.0f} s"]
+    print("\n".join(lines), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

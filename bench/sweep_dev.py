@@ -1,0 +1,176 @@
+"""The whole development set (KernelBench levels 1 and 2) swept across device calls, each within its limit.
+
+    python3 bench/sweep_dev.py [KB] [--limit S] [--parallel N] [--state DIR] [--smoke] [okgit bench flags, as --flag=value]
+
+KB is the development set's checkout (default `.kb`, a copy of ../shared/kernelbench carried to
+the GPU machine); only its level1 and level2 folders are swept, at their real sizes and okgit's
+default iterations, no model. Each call runs `okgit bench kernelbench ... --time-limit S` (default
+510 s, so a call of the device's 10 minutes ends inside them): no problem starts late, the
+problems in flight are stopped with their runs resumable, and the sweep's state is packed into
+`$OUT/sweep-dev.tar.gz` (the finished problems' state files, the repositories of the problems
+in flight with their interrupted runs, every problem's ledger of device time, the winners,
+logs and journals). The next call starts from `--state DIR/sweep-dev.tar.gz` (default
+bench/results/sweep-dev/, where that file is committed between calls) and goes on; a call with
+nothing left to run only prints the table.
+
+Prints, at the end of every call: per problem its status and eager, torch.compile and okgit
+times (pending ones marked), where the time went (by stage: wall, the device held shared and
+alone, lock waits), and the device-minutes used so far: the wall of every call of this script
+(the device is held for all of it), its sum against the hour the issue allows. Writes
+`sweep-dev.md` and `sweep-dev.json` beside the tarball in $OUT (default /tmp/out).
+
+--smoke: the same path on the CPU over tests/kb_fixture (Triton's interpreter, one iteration,
+nothing timed), with its state in a temporary folder unless --state is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's okgit, as the sweep's processes get it (PYTHONPATH below)
+TARBALL = "sweep-dev.tar.gz"
+HOUR_S = 3600.0
+WORK = Path(tempfile.gettempdir()) / "okgit-sweep-dev"  # the same path in every call: runs resume there
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kb", nargs="?", default=".kb", help="the development set's KernelBench checkout")
+    parser.add_argument("--limit", type=float, default=510.0, metavar="S", help="the sweep's time limit in this call")
+    parser.add_argument("--parallel", type=int, default=6, help="problems at once (admitted by their memory)")
+    parser.add_argument("--state", help="folder holding the last call's sweep-dev.tar.gz (default bench/results/sweep-dev)")
+    parser.add_argument("--smoke", action="store_true", help="CPU and tests/kb_fixture: the plumbing, nothing timed")
+    args, passthrough = parser.parse_known_args()
+    started = time.monotonic()
+    kb = Path(args.kb) if not args.smoke else ROOT / "tests" / "kb_fixture"
+    state = Path(args.state) if args.state else (Path(tempfile.mkdtemp(prefix="okgit-sweep-dev-state-")) if args.smoke
+                                                 else ROOT / "bench" / "results" / "sweep-dev")
+    if args.smoke:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        passthrough += ["--device", "cpu", "--iterations", "1"]
+    out = Path(os.environ.get("OUT") or "/tmp/out")
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(WORK, ignore_errors=True)
+    sweep_out = WORK / "out"
+    sweep_out.mkdir(parents=True)
+    if (state / TARBALL).is_file():
+        with tarfile.open(state / TARBALL) as tar:
+            tar.extractall(sweep_out, filter="data")
+        print(f"resuming from {state / TARBALL}", flush=True)
+    levels = _layout(kb, WORK / "kb")
+    cmd = [sys.executable, "-m", "okgit", "bench", "kernelbench", str(WORK / "kb"), "--out", str(sweep_out),
+           "--parallel", str(args.parallel), "--time-limit", str(args.limit), "--json", *passthrough]
+    print(f"levels {', '.join(levels)} of {kb}: {' '.join(cmd[3:])}", flush=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "PYTHONUNBUFFERED": "1"}
+    code = _run(cmd, env)
+    wall = time.monotonic() - started
+    calls = _add_call(sweep_out, wall, code)
+    _pack(sweep_out, out / TARBALL)
+    shutil.copy(out / TARBALL, _mkdir(state) / TARBALL)
+    report = _report(sweep_out)
+    text = _table(report, calls)
+    print(text)
+    (out / "sweep-dev.md").write_text(text + "\n")
+    (out / "sweep-dev.json").write_text(json.dumps({"report": report, "calls": calls}, indent=1) + "\n")
+    return 0 if code in (0, 130) else code
+
+
+def _layout(kb: Path, dest: Path) -> list[str]:
+    """dest/KernelBench/level1 and level2, linked to the checkout's (levels 1 and 2 only)."""
+    from okgit.kernelbench.reader import level_dirs
+
+    found = level_dirs(kb)
+    (dest / "KernelBench").mkdir(parents=True, exist_ok=True)
+    levels = []
+    for n in (1, 2):
+        if n in found:
+            (dest / "KernelBench" / f"level{n}").symlink_to(found[n].resolve())
+            levels.append(f"level{n}")
+    if not levels:
+        raise SystemExit(f"{kb}: no level1 or level2 folder")
+    return levels
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> int:
+    """The sweep, with a SIGTERM to this script (the device call's own limit) passed on to it:
+    it then stops as at its time limit."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
+
+    def relay(signum: int, frame: object) -> None:
+        proc.send_signal(signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, relay)
+    try:
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _add_call(sweep_out: Path, wall: float, code: int) -> list[dict]:
+    path = sweep_out / "dev_calls.json"
+    calls = json.loads(path.read_text()) if path.is_file() else []
+    calls.append({"wall_s": round(wall, 1), "exit": code, "ended": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    path.write_text(json.dumps(calls, indent=1) + "\n")
+    return calls
+
+
+def _pack(sweep_out: Path, dest: Path) -> None:
+    """The sweep's folder, less what the next call does not need: worktrees (rebuilt on resume),
+    figures, and the repositories of finished problems but for their runs' journals and results."""
+    finished = {p.stem for p in (sweep_out / "state").glob("*.json")}
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        parts = Path(info.name).parts
+        if "worktrees" in parts or info.name.endswith(".png"):
+            return None
+        if len(parts) > 2 and parts[0] == "repos" and parts[1] in finished:  # repos/P/.okgit/runs/RUN/journal.jsonl
+            wanted = parts[2:4] == (".okgit", "runs")[: len(parts) - 2] and (
+                len(parts) <= 5 or (len(parts) == 6 and parts[5] in ("journal.jsonl", "result.json")))
+            return info if wanted else None
+        return info
+
+    with tarfile.open(dest, "w:gz") as tar:
+        for child in sorted(sweep_out.iterdir()):
+            tar.add(child, arcname=child.name, filter=keep)
+
+
+def _report(sweep_out: Path) -> dict:
+    path = sweep_out / "report.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _table(report: dict, calls: list[dict]) -> str:
+    from okgit.kernelbench.scoring import SweepReport
+
+    if not report:
+        return "no report: the sweep wrote none (see its output above)"
+    sweep = SweepReport.model_validate(report)
+    used = sum(c["wall_s"] for c in calls)
+    lines = [sweep.markdown().rstrip(), ""]
+    if sweep.pending:
+        lines.append(f"pending ({len(sweep.pending)}, {len(sweep.in_flight)} in flight): {', '.join(sweep.pending)}")
+    lines.append(f"device-minutes used so far: {used / 60:.1f} over {len(calls)} call(s) of this script "
+                 f"({used / HOUR_S:.0%} of the hour); finished {len(sweep.problems)} of "
+                 f"{len(sweep.problems) + len(sweep.pending)} problems")
+    return "\n".join(lines)
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Inductor's autotuning under the device's exclusive lock, and nothing else of a compile.
+
+torch.compile spends most of its time on the CPU (tracing, lowering, compiling Triton
+kernels), which keeps no timing on the GPU waiting, and a little on the GPU: running the
+compiled graph, and benchmarking launch configurations (at a kernel's first launch, in
+max-autotune's template choice and coordinate descent). A benchmark must not run beside other
+work (its choice would follow the noise) nor beside another job's timing, so each one holds the
+device alone (okgit.eval.parent.devices.DeviceHold's exclusive region); everything else is the
+caller's to hold shared around its own GPU work.
+
+The benchmarks are found where Inductor keeps them: the one benchmarker every path goes
+through, and, so that one autotuning takes the lock once rather than per configuration, the
+coarser functions around it (a kernel's configurations, its coordinate descent, a template
+choice). A name a torch version lacks is skipped; where the benchmarker itself is missing,
+`exclusive_benchmarks` says so and the caller holds the device alone for the whole compile.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from okgit.eval.parent.devices import DeviceHold
+
+# (module, class, attribute): coarse regions, each one autotuning of one kernel or one choice
+_AROUND = (
+    ("torch._inductor.runtime.triton_heuristics", "CachingAutotuner", "benchmark_all_configs"),
+    ("torch._inductor.runtime.triton_heuristics", "CachingAutotuner", "coordinate_descent_tuning"),
+    ("torch._inductor.select_algorithm", "AlgorithmSelectorCache", "benchmark_in_current_process"),
+    ("torch._inductor.select_algorithm", "AlgorithmSelectorCache", "benchmark_in_sub_process"),
+)
+
+
+def exclusive_benchmarks(hold: DeviceHold) -> list[str]:
+    """Make every Inductor benchmark in this process run in `hold`'s exclusive region; the names
+    wrapped ([] when the benchmarker was not found: then nothing is)."""
+    import importlib
+
+    try:
+        from torch._inductor.runtime import benchmarking
+    except ImportError:
+        return []
+    bench = getattr(benchmarking, "benchmarker", None)
+    if bench is None or not hasattr(bench, "benchmark_gpu"):
+        return []
+    wrapped = ["benchmarker.benchmark_gpu"]
+    # an attribute of the one instance: every caller's `benchmarker.benchmark_gpu(...)`, and the
+    # benchmarker's own `self.benchmark_gpu` from `benchmark`, find it
+    bench.benchmark_gpu = _exclusive(bench.benchmark_gpu, hold)
+    for module_name, class_name, name in _AROUND:
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError):
+            continue
+        raw = cls.__dict__.get(name)
+        if raw is None:
+            continue
+        if isinstance(raw, (classmethod, staticmethod)):
+            setattr(cls, name, type(raw)(_exclusive(raw.__func__, hold)))
+        elif callable(raw):
+            setattr(cls, name, _exclusive(raw, hold))
+        else:
+            continue
+        wrapped.append(f"{class_name}.{name}")
+    return wrapped
+
+
+def _exclusive(fn: Any, hold: DeviceHold) -> Any:
+    @functools.wraps(fn)
+    def alone(*args: Any, **kwargs: Any) -> Any:
+        with hold.region("exclusive"):
+            return fn(*args, **kwargs)
+
+    return alone

@@ -1,0 +1,94 @@
+"""Problems admitted onto a GPU by their memory, so that those sharing it fit together.
+
+Each problem on a device is counted at its footprint: once its reference is prepared, what its
+run says it holds (okgit.eval.parent.memory.device_footprint, from the judge's measured peak,
+written to the problem's ledger); before that, an estimate from its op file on the meta device
+(inputs, outputs and parameters, no data: `estimate`), deliberately high, since a preparation
+holds float64 copies beside the outputs. A problem starts on a device when its estimate fits
+beside the footprints of those running there, or when none is running (a problem too large to
+share the device runs alone rather than never). Footprints are read again while a problem
+waits: a reference prepared meanwhile may make room, or take it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from okgit.eval.parent.memory import CUDA_CONTEXT, GiB
+
+ADMIT_SHARE = 0.9  # of a device's memory, for the problems together: the rest for the driver and fragmentation
+ESTIMATE_FACTOR = 8  # before preparation: bytes of one case and the parameters, times this
+UNKNOWN_BYTES = 16 * GiB  # an op whose inputs cannot be made on the meta device
+CONTEXTS = 5  # CUDA contexts per problem: judge, working worker, idle workers
+POLL_S = 2.0
+
+
+def estimate(path: Path) -> int:
+    """A problem's device memory before its reference is prepared, from its op file at its own
+    sizes on the meta device: (inputs + outputs + parameters) * ESTIMATE_FACTOR, and its
+    processes' CUDA contexts."""
+    import torch
+
+    from okgit.eval.protocol.jobs import flatten
+    from okgit.eval.worker.calls import load_op, nbytes
+
+    try:
+        module = load_op(str(path), f"okgit_admission_{path.stem}", {})
+        torch.manual_seed(0)
+        with torch.device("meta"), torch.no_grad():
+            inputs = list(module.get_inputs())
+            model = module.Model(*module.get_init_inputs())
+            out = flatten(model(*inputs))
+        params = sum(t.nbytes for t in model.state_dict().values()) if isinstance(model, torch.nn.Module) else 0
+        case = nbytes(inputs) + nbytes(out) + params
+    except Exception:  # noqa: BLE001 - the op's own code on tensors without data: a guess instead
+        case = UNKNOWN_BYTES // ESTIMATE_FACTOR
+    return ESTIMATE_FACTOR * case + CONTEXTS * CUDA_CONTEXT
+
+
+class Admission:
+    """Who runs on which device, at what footprint; `enter` waits for room (or for `stop`)."""
+
+    def __init__(self, capacity: dict[str, int], footprint: Callable[[str], int | None]) -> None:
+        """`capacity`: device -> bytes the problems may hold together; `footprint(key)`: what a
+        running problem says it holds (None until its reference is prepared)."""
+        self.capacity = capacity
+        self.footprint = footprint
+        self.running: dict[str, dict[str, int]] = {d: {} for d in capacity}  # device -> key -> its estimate
+        self._changed = threading.Condition()
+
+    def enter(self, key: str, device: str, estimate: int, stop: threading.Event) -> float | None:
+        """Wait until `key` fits on `device`; the seconds waited, or None when `stop` came first."""
+        import time
+
+        started = time.monotonic()
+        with self._changed:
+            while True:
+                running = self.running.setdefault(device, {})
+                if not running or self.used(device) + estimate <= self.capacity.get(device, 0):
+                    running[key] = estimate
+                    return time.monotonic() - started
+                if stop.is_set():
+                    return None
+                self._changed.wait(POLL_S)
+
+    def leave(self, key: str, device: str) -> None:
+        with self._changed:
+            self.running.get(device, {}).pop(key, None)
+            self._changed.notify_all()
+
+    def used(self, device: str) -> int:
+        return sum(self.footprint(k) or guess for k, guess in self.running.get(device, {}).items())
+
+
+def device_capacity(devices: list[str]) -> dict[str, int]:
+    """What the problems on each GPU may hold together (ADMIT_SHARE of its memory)."""
+    import torch
+
+    out = {}
+    for d in devices:
+        if d.startswith("cuda"):
+            out[d] = int(ADMIT_SHARE * torch.cuda.get_device_properties(d).total_memory)
+    return out

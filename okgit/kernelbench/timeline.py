@@ -1,0 +1,94 @@
+"""Where a sweep problem's time went: each stage's wall time, and its holds on the device.
+
+Two sources, one per kind of figure:
+- the wall time of each stage of the problem's run, folded from the run's events as they come
+  (`StageClock`, in the problem's own process, okgit.kernelbench.solve): preparing the reference,
+  waiting for the Inductor seeds, the rest of the search, the final gate; the winner's check and
+  the baselines are timed by whoever runs them;
+- the device: every okgit process of the problem (the run, its seed compiles, its baselines)
+  appends each hold of the device's lock to the problem's ledger (okgit.eval.parent.devices,
+  `OKGIT_DEVICE_LEDGER`): shared (work that times nothing, beside other problems' such work) or
+  exclusive (timing and autotuning, the device alone), with the seconds it waited for the lock.
+
+Exclusive seconds are what one GPU's problems cannot share: their sum bounds a sweep from below,
+whatever its parallelism. A problem resumed over several calls adds up its calls.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from okgit.journal.events import Event, Note, Preparing, ProposalEvent, ReferenceEvent, Resumed, RunFinished
+from okgit.kernelbench.scoring import STAGES, StageTime
+
+_LEDGER_STAGES = {"reference": "reference", "seed": "seeds", "evaluation": "search", "final gate": "final gate",
+                  "check": "check", "baselines": "baselines"}
+SEARCH_ENDED = "search ended"  # the note okgit.run writes between the search and the final gate
+
+
+class StageClock:
+    """A run's events, as they come, folded into wall seconds per stage: the time up to each event
+    goes to the stage it ends (an Inductor seed's proposal ends a wait for its compile)."""
+
+    def __init__(self) -> None:
+        self.walls: dict[str, float] = {}
+        self.stage: str | None = "reference"  # until the run says otherwise: its evaluator starting, its reference prepared
+        self.last = time.monotonic()
+
+    def __call__(self, event: Event) -> None:
+        now = time.monotonic()
+        if self.stage is not None:
+            seed = isinstance(event, ProposalEvent) and event.origin.startswith("inductor")
+            self.add("seeds" if seed and self.stage == "search" else self.stage, now - self.last)
+        self.last = now
+        if isinstance(event, Preparing):
+            self.stage = "reference"  # a resumed run prepares its reference again, before `resumed`
+        elif isinstance(event, (ReferenceEvent, Resumed)):
+            self.stage = "search"
+        elif isinstance(event, Note) and event.message.startswith(SEARCH_ENDED):
+            self.stage = "final gate"
+        elif isinstance(event, RunFinished):
+            self.stage = None
+
+    def add(self, stage: str, seconds: float) -> None:
+        self.walls[stage] = round(self.walls.get(stage, 0.0) + seconds, 3)
+
+
+def ledger_holds(path: Path) -> tuple[dict[str, StageTime], int | None]:
+    """The ledger's holds per stage (no wall time), and the last device footprint it gives."""
+    stages: dict[str, StageTime] = {}
+    footprint = None
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return stages, None
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill
+        if "footprint_bytes" in entry:
+            footprint = int(entry["footprint_bytes"])
+            continue
+        stage = _LEDGER_STAGES.get(str(entry.get("stage")), str(entry.get("stage")))
+        t = stages.setdefault(stage, StageTime())
+        held = float(entry.get("held_s", 0.0))
+        if entry.get("mode") == "exclusive":
+            t.exclusive_s = round(t.exclusive_s + held, 3)
+        else:
+            t.shared_s = round(t.shared_s + held, 3)
+        t.wait_s = round(t.wait_s + float(entry.get("wait_s", 0.0)), 3)
+    return stages, footprint
+
+
+def last_footprint(path: Path) -> int | None:
+    return ledger_holds(path)[1]
+
+
+def combine(walls: dict[str, float], ledger: Path) -> dict[str, StageTime]:
+    """Every stage's wall seconds beside its device holds, in STAGES order (others after)."""
+    holds, _ = ledger_holds(ledger)
+    names = [s for s in STAGES if s in walls or s in holds] + sorted((set(walls) | set(holds)) - set(STAGES))
+    return {s: holds.get(s, StageTime()).model_copy(update={"wall_s": round(walls.get(s, 0.0), 3)}) for s in names}

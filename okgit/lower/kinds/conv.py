@@ -1,0 +1,218 @@
+"""Convolutions as implicit GEMMs in Triton (conv.py.tmpl), the epilogue on the accumulator.
+
+A fp32 convolution (1D, 2D or 3D; strided, padded, dilated, grouped; transposed, output padding
+included) seeds a group of its own with its elementwise epilogue, as a matmul seeds the GEMM
+kind's: one kernel computes the output tile by tile, rows over the output positions (samples
+and spatial sizes), columns over the output channels, K over the input channels times the
+kernel taps, and runs the epilogue (bias, pointwise ops, parameters) on the accumulator before
+the single write of the output, NCHW as the reference's. The launcher (conv_plan.py.tmpl,
+`_ConvPlan`) copies the input once into a zero-padded channels-last tensor, so a row's K
+elements are contiguous channels and no tap of any output reads outside it: the kernel masks
+only the tile's edges. A transposed convolution gathers: its outputs split into phases (the
+output position modulo the stride, per dim), each a launch whose taps are the kernel taps that
+reach it, so no product with an inserted zero is ever computed.
+
+Precision is a candidate of its own: cuDNN may run a fp32 convolution in TF32 under PyTorch's
+default flags, and whether it did at a shape is what the reference's own error against float64
+shows, which the evaluator's precision rule for contractions judges (docs/evaluation.md). The
+kind `conv` multiplies in 3xTF32 (`<NAME>_PRECISION` "tf32x3", Triton splitting the operands in
+the kernel: the fp32 reference's accuracy on tensor cores), `conv_tf32` in one TF32 pass with
+operands rounded to nearest, as a TF32 cuDNN kernel; both are offered on a GPU (optional, each
+a candidate alone; the TF32 one not on a CPU, whose reference never runs in TF32) and the
+evaluator keeps what it judges correct. The tile order is the GEMM
+kind's (`_gemm_tile`).
+
+Declined, with a note: other dtypes, padding given as a string, a grouped convolution with at
+most DIRECT_GROUP_CHANNELS input channels per group (depthwise ones among them: the grouped_conv
+kind's direct kernel, kernels-pool, owns those), and a transposed one with fewer than
+MIN_GROUP_CHANNELS input or output channels per group (too few for tensor-core tiles)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from okgit.lower.graph import Graph, Node, Unsupported
+from okgit.lower.kernelcode import KernelCode, Leaf, Scope, store_outputs
+from okgit.lower.kinds.base import Rendered, TemplateKind, output_names, template_kind
+from okgit.lower.kinds.gemm import Gemm
+from okgit.lower.template import fill, template
+
+if TYPE_CHECKING:
+    from okgit.lower.template import Traversable
+
+TEMPLATE = template(__package__, "conv.py.tmpl")
+CONV_OPS = {"conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution"}
+# a grouped convolution (not transposed) with this many input channels per group or fewer is the
+# grouped_conv kind's (its MAX_GROUP_CHANNELS): one kind per convolution, so one candidate for it
+DIRECT_GROUP_CHANNELS = 8
+MIN_GROUP_CHANNELS = 4  # a transposed grouped convolution with fewer channels per group is declined
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """One convolution call's operands and settings, per spatial dim."""
+
+    x: Node
+    w: Node
+    bias: Node | None
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int
+    transposed: bool
+    output_padding: tuple[int, ...]
+
+    def literal(self) -> str:
+        """Its settings as the launcher's keyword arguments."""
+        return (f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, groups={self.groups}, "
+                f"transposed={self.transposed}, output_padding={self.output_padding}")
+
+
+def conv_spec(n: Node) -> ConvSpec:
+    """The convolution n as a ConvSpec; Unsupported says why this kind does not take it."""
+    if n.kind != "extern" or not isinstance(n.target, torch._ops.OpOverload) or n.target._opname not in CONV_OPS:
+        raise Unsupported(f"{n.op} is not a convolution")
+    bound = _bind(n)
+    x, w, bias = bound["input"], bound["weight"], bound.get("bias")
+    if not isinstance(x, Node) or not isinstance(w, Node):
+        raise Unsupported("a convolution of constants")
+    if any(t.dtype != torch.float32 for t in (x, w, n)) or (isinstance(bias, Node) and bias.dtype != torch.float32):
+        raise Unsupported(f"a convolution in {n.dtype} (the implicit-GEMM kernel is for float32)")
+    nd = len(x.shape) - 2
+    name = n.target._opname
+    transposed = bool(bound.get("transposed", name.startswith("conv_transpose")))
+
+    def per_dim(key: str, default: int) -> tuple[int, ...]:
+        v = bound.get(key, default)
+        if isinstance(v, str):
+            raise Unsupported(f"padding given as {v!r}")
+        v = list(v) if isinstance(v, (list, tuple)) else [v]
+        if not all(isinstance(e, int) for e in v):
+            raise Unsupported(f"a convolution's {key} that is not a constant")
+        return tuple(v * nd if len(v) == 1 else v)
+
+    groups = bound.get("groups", 1)
+    cin = x.shape[1]
+    cout = w.shape[1] * groups if transposed else w.shape[0]
+    cin_g, cout_g = cin // groups, cout // groups
+    if groups > 1 and not transposed and cin_g <= DIRECT_GROUP_CHANNELS:
+        raise Unsupported(f"a grouped convolution with {cin_g} input channel{'s' * (cin_g > 1)} per group "
+                          f"({'depthwise' if cin_g == 1 else 'few'}: the direct grouped kernel's, not implicit-GEMM tiles')")
+    if groups > 1 and min(cin_g, cout_g) < MIN_GROUP_CHANNELS:
+        raise Unsupported(f"a grouped convolution with {cin_g} input and {cout_g} output channels per group "
+                          "(depthwise-like: a direct kernel's, not implicit-GEMM tiles')")
+    return ConvSpec(x, w, bias if isinstance(bias, Node) else None, per_dim("stride", 1), per_dim("padding", 0),
+                    per_dim("dilation", 1), groups, transposed, per_dim("output_padding", 0))
+
+
+def _bind(n: Node) -> dict:
+    """The call's arguments by schema name (defaults left out)."""
+    names = [a.name for a in n.target._schema.arguments]
+    return {**dict(zip(names, n.args)), **n.kwargs}
+
+
+@template_kind(order=15)
+class Conv(TemplateKind):
+    """The implicit-GEMM convolution in 3xTF32 (fp32 accuracy on tensor cores)."""
+
+    name = "conv"
+    optional = True
+    label = "Triton convolution (3xTF32)"
+    alone = True  # a candidate of its own, before the channels-last one that keeps cuDNN
+    precision = "tf32x3"
+    stands_in_for = "cuDNN's convolution"
+    helpers: ClassVar[dict[str, Traversable]] = {"_gemm_plan": Gemm.helpers["_gemm_plan"],
+                                                 "_conv_plan": template(__package__, "conv_plan.py.tmpl")}
+
+    def seeds(self, n: Node) -> bool:
+        try:
+            conv_spec(n)
+        except Unsupported:
+            return False
+        return True
+
+    def offered(self, graph: Graph) -> bool:
+        return any(n.kind == "extern" and isinstance(n.target, torch._ops.OpOverload)
+                   and n.target._opname in CONV_OPS for n in graph.nodes)
+
+    def changes(self, items: list) -> bool:
+        """Whether it takes a convolution; where it takes none, why not (a note)."""
+        convs = [it for it in items if isinstance(it, Node) and it.kind == "extern" and isinstance(
+            it.target, torch._ops.OpOverload) and it.target._opname in CONV_OPS]
+        if any(getattr(it, "seed", None) is not None and self.seeds(it.seed) for it in items):
+            return True
+        reasons = []
+        for n in convs:
+            try:
+                conv_spec(n)
+            except Unsupported as e:
+                reasons.append(str(e))
+        raise Unsupported("; ".join(dict.fromkeys(reasons)) or "no convolution to take")
+
+    def claims(self, g, low) -> bool:
+        return g.seed is not None and self.seeds(g.seed)
+
+    def domain_source(self, g, d: int) -> str | None:
+        return f"plan.shape[{d}]"
+
+    def what(self, g) -> str:
+        spec = conv_spec(g.seed)
+        form = f"{'transposed ' if spec.transposed else ''}{len(spec.x.shape) - 2}D convolution"
+        return f"a Triton implicit-GEMM {form} ({self.precision}) with the epilogue on its accumulator"
+
+    def tunables(self, NAME: str, spec: ConvSpec) -> dict[str, int | str]:
+        cog = (spec.w.shape[1] * spec.groups if spec.transposed else spec.w.shape[0]) // spec.groups
+        return {
+            f"{NAME}_BLOCK_M": 128, f"{NAME}_BLOCK_N": min(128, max(16, 1 << (cog - 1).bit_length())),
+            f"{NAME}_BLOCK_K": 32, f"{NAME}_GROUP_M": 8, f"{NAME}_NUM_WARPS": 4, f"{NAME}_NUM_STAGES": 3,
+            f"{NAME}_PRECISION": self.precision,
+            f"{NAME}_INPUT_COPY": 1,  # 0: an input that needs no padding read in its own layout
+        }
+
+    def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:
+        spec = conv_spec(g.seed)
+        # operands that vary along the channels alone (per-channel parameters) are indexed by the
+        # tile's channel column, the others through the output's flat index
+        for leaf in leaves.values():
+            dims = {d for d in leaf.bmap if d is not None and code.dom[d] != "1"}
+            if dims and dims <= {1}:
+                leaf.offset, leaf.mask = code.index_within(leaf.bmap, "co", {1}), "co_ok"
+        code.seed_value = "acc"
+        if spec.bias is not None:
+            bias = Leaf(spec.bias, spec.bias, (1,), f"in{len(args)}", f"in{len(args)}_ptr", offset="co", mask="co_ok")
+            leaves[id(spec.bias)] = bias
+            g.smap[id(spec.bias)] = (1,)
+            args.append(low.tensor(spec.bias))
+            params.append(bias.ptr)
+            code.seed_value = "acc + " + code.expr(spec.bias, Scope(None, "flat", "mask"))
+        body = Scope(None, "flat", "mask")
+        store_outputs(code, g, body, None, output_names(g))
+        prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, "x.device")
+        NAME = name.upper()
+        low.helpers.update(("_gemm_plan", "_conv_plan"))
+        src = fill(
+            TEMPLATE, name=name, NAME=NAME, params=sig, body="\n".join(body.lines),
+            args=", ".join(["x", "w"] + ([largs] if largs else [])), doc=self.describe(g), prepare="\n".join(prep),
+            conv=spec.literal(), call_args=call, returns=returns,
+        )
+        return Rendered(name, src, self.tunables(NAME, spec), [low.tensor(spec.x), low.tensor(spec.w)] + args,
+                        g.outputs, self.describe(g))
+
+
+@template_kind(order=16)
+class ConvTF32(Conv):
+    """The implicit-GEMM convolution in one TF32 pass, operands rounded to nearest: right where
+    the reference's own convolution ran in TF32 (cuDNN's choice under the pinned flags)."""
+
+    name = "conv_tf32"
+    label = "Triton convolution (TF32)"
+    precision = "tf32"
+    devices = ("cuda",)  # a CPU's reference never runs in TF32: there it cannot be right
+
+    def changes(self, items: list) -> bool:
+        """Only where the 3xTF32 candidate takes a convolution (that one's note says why not)."""
+        return any(getattr(it, "seed", None) is not None and self.seeds(it.seed) for it in items)
+

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from okgit.kernelbench import sweep
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def _level3():

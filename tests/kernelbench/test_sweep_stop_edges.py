@@ -14,10 +14,10 @@ from okgit.kernelbench import runs, sweep
 from okgit.kernelbench.reader import find_problems
 from okgit.kernelbench.scoring import ProblemResult
 
-FIXTURE = Path(__file__).parent / "kb_fixture"
+FIXTURE = Path(__file__).parents[1] / "kb_fixture"
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the sweep's problem processes, one made to start slowly
 def test_a_problem_stopped_as_its_process_starts_is_left_in_flight_not_an_error(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     (problem,) = find_problems(FIXTURE, 1, "1")

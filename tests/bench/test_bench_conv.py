@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_problems_left_are_the_next_calls_problems(tmp_path):
@@ -32,7 +32,7 @@ def test_the_problems_left_are_the_next_calls_problems(tmp_path):
     assert bench.problem_files(tmp_path, left) == files[2:], left
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the bench script as the GPU machine runs it: a process, the interpreter
 def test_smoke_runs_every_step_and_judges_by_the_rule(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "conv.py"), "--smoke"], cwd=ROOT, env=env,

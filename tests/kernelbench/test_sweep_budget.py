@@ -2,7 +2,7 @@
 problems admitted onto a GPU by their memory (okgit.kernelbench.admission), and a sweep that
 stops cleanly at its time limit or at SIGTERM, leaving what it did not finish to the next one.
 
-Each problem's okgit run is a stand-in here (tests/test_sweep_resume.py runs the real thing)."""
+Each problem's okgit run is a stand-in here (tests/kernelbench/test_sweep_resume.py runs the real thing)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from okgit.kernelbench import admission, runs, sweep, timeline
 from okgit.kernelbench.reader import find_problems
 from okgit.kernelbench.scoring import ProblemResult, StageTime, SweepReport, summarize
 
-FIXTURE = Path(__file__).parent / "kb_fixture"
+FIXTURE = Path(__file__).parents[1] / "kb_fixture"
 
 
 # --- where the time went -------------------------------------------------------------------------

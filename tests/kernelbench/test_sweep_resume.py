@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-FIXTURE = Path(__file__).parent / "kb_fixture"
+FIXTURE = Path(__file__).parents[1] / "kb_fixture"
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real sweep as a process, stopped by SIGTERM and run again
 @pytest.mark.timeout(900)
 def test_a_problem_stopped_in_flight_resumes_its_run_in_the_next_sweep(tmp_path):
     out = tmp_path / "out"

@@ -18,7 +18,7 @@ from okgit.kernelbench.runs import init_repo
 from okgit.kernelbench.solve import solve
 from okgit.status import RunStatus
 
-FIXTURE = Path(__file__).parent / "kb_fixture"
+FIXTURE = Path(__file__).parents[1] / "kb_fixture"
 pytestmark = pytest.mark.slow  # each a whole run (templates lowered, commits, a report): seconds
 FLAGS = {"device": "cpu", "iterations": 2}
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the bench script across two calls as the device runs it: processes, SIGTERM
 @pytest.mark.timeout(900)
 def test_the_second_call_resumes_from_the_first_calls_tarball_alone(tmp_path):
     state, out, tmp = tmp_path / "state", tmp_path / "out", tmp_path / "tmp"

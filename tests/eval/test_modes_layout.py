@@ -19,10 +19,10 @@ import pytest
 from okgit.eval.types import Status
 from okgit.problem import load_problem
 
-OPS = Path(__file__).parent / "ops" / "layout"
+OPS = Path(__file__).parents[1] / "ops" / "layout"
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator
 def test_the_modes_case_allows_the_error_the_reference_shows_channels_last(evaluator):
     problem = load_problem(OPS / "conv_bn.py", root=str(OPS))
     source = (OPS / "conv_bn_tf32.py").read_text()

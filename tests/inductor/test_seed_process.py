@@ -10,7 +10,7 @@ import pytest
 
 from okgit.eval.parent.devices import DeviceHold
 
-OP = Path(__file__).parent / "kb_fixture" / "KernelBench" / "level2" / "1_ScaleShift.py"
+OP = Path(__file__).parents[1] / "kb_fixture" / "KernelBench" / "level2" / "1_ScaleShift.py"
 
 
 @pytest.mark.slow  # importing Inductor's autotuning takes seconds
@@ -52,7 +52,7 @@ def test_inductors_benchmarks_run_with_the_device_held_alone(monkeypatch):
     assert seen == ["exclusive", "exclusive", "exclusive"] and hold.mode is None
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # Inductor compiles in the seed's child process
 @pytest.mark.timeout(900)
 def test_one_process_makes_each_mode_in_turn_and_hands_each_over_when_made():
     from okgit.search.proposers.inductor import SeedProcess
@@ -70,7 +70,7 @@ def test_one_process_makes_each_mode_in_turn_and_hands_each_over_when_made():
     assert child.proc.poll() is not None
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the seed's child process (torch import)
 def test_a_seed_process_closed_early_leaves_nothing_running():
     from okgit.search.proposers.inductor import SeedProcess
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # Inductor compiles, twice
 @pytest.mark.timeout(600)
 def test_graphs_compiled_while_capturing_are_generated_and_saved_for_a_later_compile(tmp_path, monkeypatch):
     import torch

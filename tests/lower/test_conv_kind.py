@@ -100,7 +100,7 @@ def setting(source: str, name: str, value) -> str:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates under the interpreter (oprun)
 def test_every_form_matches_float64(tmp_path):
     jobs, names = [], []
     for name in FORMS:
@@ -158,7 +158,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # candidates under the interpreter, in a process
 def test_tf32_rounds_both_operands_to_nearest(tmp_path):
     """The TF32 kind computes the convolution of its operands rounded to TF32 (to nearest), as a
     TF32 cuDNN kernel does, and nothing coarser; the 3xTF32 kind's is the fp32 one."""
@@ -220,7 +220,7 @@ def test_which_convolutions_it_takes_and_the_note_where_not(tmp_path, conv, inpu
         assert ours == [] and any("Triton convolution (3xTF32)): " in n and why in n for n in notes), notes
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator
 def test_the_proposers_conv_candidate_is_judged_correct_by_the_evaluator(tmp_path, evaluator):
     """Through the template proposer and the real evaluator (CPU, interpreter): the 3xTF32
     convolution with its epilogue is correct at every checked shape and seed. The TF32 one, which
@@ -269,7 +269,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # Triton compiles for sm_90 (ptxas)
 @pytest.mark.parametrize("origin", ["template:conv", "template:conv_tf32"])
 def test_the_kernel_compiles_for_hopper_on_tensor_cores(tmp_path, origin):
     """Compiled for sm_90 here, without a GPU (Triton's bundled ptxas), at the defaults and with

@@ -11,7 +11,7 @@ from okgit.search.types import Attempt, Context, Proposal
 from okgit.status import RunStatus
 from okgit.views.report import vendor_floor
 
-OP = Path(__file__).parent / "ops" / "conv_sub_mish.py"
+OP = Path(__file__).parents[1] / "ops" / "conv_sub_mish.py"
 
 
 def attempt(cand: str, origin: str, speedup: float | None, correct: bool = True) -> Attempt:

@@ -165,7 +165,7 @@ _HOLDER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # two processes holding the device locks
 def test_two_processes_never_time_beside_each_others_work(tmp_path):
     import os
 
@@ -185,7 +185,7 @@ def test_two_processes_never_time_beside_each_others_work(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.slow
+@pytest.mark.slow  # the real evaluator on a GPU (skipped without one)
 def test_on_a_gpu_a_job_checks_sharing_the_device_and_times_alone(tmp_path, monkeypatch):
     """The worker asks for the device alone before it times; the judge times the reference alone."""
     torch = pytest.importorskip("torch")
@@ -196,7 +196,7 @@ def test_on_a_gpu_a_job_checks_sharing_the_device_and_times_alone(tmp_path, monk
 
     ledger = tmp_path / "ledger.jsonl"
     monkeypatch.setenv(LEDGER_ENV, str(ledger))
-    ops = Path(__file__).parent / "ops"
+    ops = Path(__file__).parents[1] / "ops"
     problem = load_problem(ops / "relu.py", root=str(ops))
     with LocalEvaluator(device="cuda") as evaluator:
         result = evaluator.evaluate(problem, (ops / "relu_triton.py").read_text())

@@ -268,7 +268,7 @@ def evaluator(_cpu_evaluator):
 
     yield _cpu_evaluator
     ops = [load_problem(p, root=str(OPS)) for p in OPS.glob("*.py") if "def get_inputs" in p.read_text()]
-    shared = {_cpu_evaluator._key(problem, mode) for problem in ops for mode in ("fast", "thorough")}
+    shared = {_cpu_evaluator._key(problem) for problem in ops}
     for key, prep in list(_cpu_evaluator._prepared.items()):
         if key not in shared or not prep.judge.alive():
             del _cpu_evaluator._prepared[key]

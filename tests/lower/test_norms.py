@@ -261,7 +261,7 @@ def test_norms_losses_and_triangles_match_pytorch_under_the_interpreter(tmp_path
     jobs = []
     for name, (_, knobs) in OPS.items():
         path, problem, graph = captured(tmp_path, name)
-        for turned_on in candidates(graph):
+        for turned_on in candidates(graph, "cpu"):
             source, _ = lowered_file(problem.source, graph, partition(graph, seeding=turned_on), turned_on)
             jobs += [(path, tiny(source), {}), (path, source, knobs)]
     results = run_ops(jobs, timeout=900)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call: bash bench/gpu.sh STAGE[:RANGE] [STAGE[:RANGE] ...]   (run from the repository root)
 #
-#   tests            pytest -m gpu tests/test_eval_gpu.py                      (~2-3 min)
+#   tests            pytest -m gpu tests/eval/test_eval_gpu.py                      (~2-3 min)
 #   eval[:A-B]       bench/eval.py over example ops A-B (default 1-10)         (~45-60 s per op)
 #   offline[:A-B]    bench/offline.py: okgit bench kernelbench over examples A-B (default all),
 #                    --parallel 4 --iterations 4; resumes from bench/resume.json (an earlier
@@ -123,9 +123,9 @@ for arg in "$@"; do
   stage="${arg%%:*}"; range="${arg#"$stage"}"; range="${range#:}"
   case "$stage" in
     facts) ;;
-    tests)
+    tests)  # one process (-o addopts=): the device carries okgit's dependencies, not pytest-xdist
       need_gpu tests || { final=3; continue; }
-      run_stage tests 300 'python3 -m pytest -m gpu tests/test_eval_gpu.py -q -rA -p no:cacheprovider --junitxml="$OUT/tests.xml"' ;;
+      run_stage tests 300 'python3 -m pytest -o addopts= -m gpu tests/eval/test_eval_gpu.py -q -rA -p no:cacheprovider --junitxml="$OUT/tests.xml"' ;;
     eval)
       need_gpu eval || { final=3; continue; }
       run_stage eval 560 'python3 bench/eval.py --range '"${range:-1-10}"' --repeats 2 --aa-rounds 3 --time-limit $LIMIT' ;;

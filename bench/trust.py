@@ -3,7 +3,7 @@
     python3 bench/trust.py [--kb .kb] [--time-limit 540] [--resume FILE] [--smoke]
 
 Stages, each skipped when --resume's file (an earlier call's trust.json) already holds it:
-  tests     the GPU tests of the contract: pytest -m gpu tests/test_eval_gpu.py -k remembered
+  tests     the GPU tests of the contract: pytest -m gpu tests/eval/test_eval_gpu.py -k remembered
             (the four remembered-output caches with the roofline gate off)
   parallel  PROBLEMS (8 development problems of level 2, among them the three with a batch
             norm: 11, 15, 39) at --parallel 6 on the one GPU, through `okgit bench kernelbench
@@ -63,7 +63,9 @@ def sweep(kb: Path, level: int, problems: str, parallel: int, out: Path, flags: 
 
 
 def gpu_tests(limit_s: float) -> dict:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_eval_gpu.py", "-k", "remembered", "-p", "no:cacheprovider"]
+    # one process (no pyproject addopts): the device carries okgit's dependencies, not pytest-xdist
+    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-m", "gpu", "tests/eval/test_eval_gpu.py", "-k", "remembered",
+           "-p", "no:cacheprovider"]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(10.0, limit_s))
     except subprocess.TimeoutExpired:

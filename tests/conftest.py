@@ -1,12 +1,17 @@
-"""Real git repositories in tmp_path, the CLI as a real subprocess, and a snapshot of
+"""Real git repositories in tmp_path, the CLI as a real subprocess (or in this process, where a
+process of its own adds nothing), the real evaluator shared by the session, and a snapshot of
 everything of the user's that okgit promises not to touch."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import time
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -55,6 +60,65 @@ def sh(cwd: Path, *args: str) -> str:
 
 def okgit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "okgit", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+class _Lent:
+    """The session's evaluator lent to one okgit command run in this process: the command's
+    close() closes only the references it prepared (each holds a judge process), and the
+    workers stay warm for the next command."""
+
+    def __init__(self, shared) -> None:
+        self._shared = shared
+        self._before = set(shared._prepared)
+
+    def __getattr__(self, name: str):
+        return getattr(self._shared, name)
+
+    def close(self) -> None:
+        for key in set(self._shared._prepared) - self._before:
+            self._shared._prepared.pop(key).close()
+
+    def __enter__(self) -> _Lent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@pytest.fixture
+def cli(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """`cli(*args, cwd=..., env=...)`: `okgit ARGS` in this process (okgit.cli.main), its exit
+    code, stdout and stderr as `okgit(...)` returns them, without a Python and torch start of its
+    own. A command that evaluates on the CPU borrows the session's evaluator (its workers warm),
+    so the test must be marked slow, as for the `evaluator` fixture."""
+    import torch
+
+    from okgit.cli import main
+    from okgit.eval.registry import EVALUATORS
+    from okgit.registry import Entry
+
+    local = EVALUATORS.get("local")
+
+    def lend(config, **options):
+        on_cpu = config.device == "cpu" or (config.device is None and not torch.cuda.is_available())
+        if not on_cpu or options or config.reference_timeout_s is not None:
+            return local.factory(config, **options)
+        if request.node.get_closest_marker("slow") is None:
+            pytest.fail(f"{request.node.nodeid} evaluates through `cli`: mark it slow")
+        return _Lent(request.getfixturevalue("_cpu_evaluator"))
+
+    monkeypatch.setitem(EVALUATORS._entries, "local", Entry(local.name, lend, local.order))
+
+    def run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        out, err = io.StringIO(), io.StringIO()
+        with monkeypatch.context() as scoped, redirect_stdout(out), redirect_stderr(err):
+            scoped.chdir(cwd)
+            for key, value in (env or {}).items():
+                scoped.setenv(key, value)
+            code = main(list(args))
+        return subprocess.CompletedProcess(["okgit", *args], code, out.getvalue(), err.getvalue())
+
+    return run
 
 
 @pytest.fixture
@@ -181,12 +245,42 @@ def crashed_run(root: Path, candidates: list[tuple[str, str]]) -> str:
     return proc.stdout.strip()
 
 
-@pytest.fixture(scope="module")
-def evaluator():
-    """The real evaluator on the CPU (Triton under its interpreter), one per test module."""
+OPS = Path(__file__).parent / "ops"
+
+
+@pytest.fixture(scope="session")
+def _cpu_evaluator():
     from okgit.eval.parent.local import LocalEvaluator
 
     ev = LocalEvaluator(device="cpu")
+    yield ev
+    ev.close()
+
+
+@pytest.fixture(scope="module")
+def evaluator(_cpu_evaluator):
+    """The real evaluator on the CPU (Triton under its interpreter), one for the whole session:
+    its workers start once, and the reference of each op of tests/ops is prepared once for every
+    module that judges against it. Sharing leaks nothing between tests: every candidate runs in
+    a fresh worker. Any other reference (an op a test wrote to its tmp_path, a tests/ops op with
+    settings of its own) is closed with its module, since each holds a judge process."""
+    from okgit.problem import load_problem
+
+    yield _cpu_evaluator
+    ops = [load_problem(p, root=str(OPS)) for p in OPS.glob("*.py") if "def get_inputs" in p.read_text()]
+    shared = {_cpu_evaluator._key(problem) for problem in ops}
+    for key, prep in list(_cpu_evaluator._prepared.items()):
+        if key not in shared or not prep.judge.alive():
+            del _cpu_evaluator._prepared[key]
+            prep.close()
+
+
+@pytest.fixture(scope="module")
+def gpu_evaluator():
+    """The real evaluator on the first CUDA GPU (the gpu-marked tests skip without one)."""
+    from okgit.eval.parent.local import LocalEvaluator
+
+    ev = LocalEvaluator(device="cuda")
     yield ev
     ev.close()
 
@@ -196,7 +290,39 @@ def evaluator():
 # "not slow"` (the README's fast subset) keeps every fast test. CI runs everything (.ci/run).
 # A test that asks for the real evaluator starts workers: it must say it is slow (or need a GPU).
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    unmarked = [item.nodeid for item in items if "evaluator" in getattr(item, "fixturenames", ())
+    unmarked = [item.nodeid for item in items if {"evaluator", "gpu_evaluator"} & set(getattr(item, "fixturenames", ()))
                 and item.get_closest_marker("slow") is None and item.get_closest_marker("gpu") is None]
     if unmarked:
         raise pytest.UsageError(f"tests using the real evaluator must be marked slow: {', '.join(unmarked)}")
+
+
+def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Two (start, end) spans share some time."""
+    return a[0] < b[1] and b[0] < a[1]
+
+
+class TimedSlot:
+    """One slot's real LocalEvaluator, recording when each of its evaluations ran."""
+
+    spans: ClassVar[list[tuple[str, float, float]]] = []  # (slot device, start, end)
+
+    def __init__(self, device: str) -> None:
+        from okgit.eval.parent.local import LocalEvaluator
+
+        self.slot = device
+        self.inner = LocalEvaluator(device="cpu")
+        self.device = self.inner.device
+
+    def reference(self, problem):
+        return self.inner.reference(problem)
+
+    def evaluate(self, problem, source, *, mode="fast", backend="triton"):
+        start = time.monotonic()
+        try:
+            return self.inner.evaluate(problem, source, mode=mode, backend=backend)
+        finally:
+            TimedSlot.spans.append((self.slot, start, time.monotonic()))
+
+    def close(self) -> None:
+        self.inner.close()
+

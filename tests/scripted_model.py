@@ -8,7 +8,7 @@ the trajectory; for the planner the tree and what just happened). What is missin
 `missing`, and the replies themselves are built from what was read: a generator edits the file
 it is shown (so a candidate's lineage is in its source), picks its next outcome by the intent
 it is asked to work on, and a critic quotes the runtime it was shown, which the generator must
-then see. A test asserts `missing == []`; tests/test_llm_context.py shows that blanking any
+then see. A test asserts `missing == []`; tests/llm/test_llm_context.py shows that blanking any
 one field of any prompt makes it non-empty.
 
 Candidate files end with marker lines `# OUTCOME <kind> <n>` that `judge` reads: BUG

@@ -2,7 +2,7 @@
 writer (okgit.journal.files.Journal, which validates every line it writes) and every reader,
 which reads lines as these models (`parse_event`, `okgit.journal.files.read_events`) and folds
 them in one place (okgit.journal.runview.RunView). docs/internals.md's table lists the same
-fields; tests/test_journal_events.py holds the three together and checks the journals that a
+fields; tests/journal/test_journal_events.py holds the three together and checks the journals that a
 real run, tests/journals/make.py and older okgit versions wrote.
 
 Every line has `type`, `ts` (unix seconds) and `run`, which the writer adds. A field a model

@@ -2,7 +2,7 @@ import torch
 import torch.nn as nn
 
 # KernelBench level 2 problem 87's sizes: cuDNN at PyTorch's default flags (TF32 allowed) takes
-# TF32 kernels for this convolution in channels_last and not in NCHW (tests/test_eval_gpu.py)
+# TF32 kernels for this convolution in channels_last and not in NCHW (tests/eval/test_eval_gpu.py)
 batch_size = 128
 in_channels = 64
 out_channels = 128

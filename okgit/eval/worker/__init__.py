@@ -4,5 +4,5 @@ with an op file (load it, draw inputs, call, time, profile, export outputs), whi
 process shares to run the reference the same way.
 
 Nothing here imports the parent's code (okgit.eval.parent) or the judge's (okgit.eval.judge):
-the candidate can reach whatever this process imported (tests/test_eval_sides.py).
+the candidate can reach whatever this process imported (tests/eval/test_eval_sides.py).
 """

@@ -3,7 +3,7 @@
 The commit's okgit is checked out into a temporary worktree and runs `optimize` on a small op
 (tests/ops/relu.py) in a temporary repository, with an in-memory evaluator and two proposals
 (one correct, one incorrect); its journal.jsonl is copied here as COMMIT.jsonl.
-tests/test_journal_readers.py reads each file here through today's models and RunView:
+tests/journal/test_journal_readers.py reads each file here through today's models and RunView:
 journals recorded by older versions must still read.
 """
 

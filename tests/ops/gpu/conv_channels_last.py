@@ -8,7 +8,7 @@ in_channels = 64
 out_channels = 128
 height = width = 128
 kernel_size = 3
-SCALE: float = 1.0  # tests/test_eval_gpu.py sets it to 1.01 for a candidate that must fail
+SCALE: float = 1.0  # tests/eval/test_eval_gpu.py sets it to 1.01 for a candidate that must fail
 
 
 @triton.jit

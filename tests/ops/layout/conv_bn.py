@@ -3,7 +3,7 @@ import torch.nn as nn
 
 # A convolution and a batch norm whose convolution is rounded to TF32 in channels_last only, as
 # cuDNN under PyTorch's default flags may take TF32 kernels in one layout and not the other
-# (tests/test_modes_layout.py)
+# (tests/eval/test_modes_layout.py)
 batch_size = 4
 in_channels = 8
 out_channels = 16

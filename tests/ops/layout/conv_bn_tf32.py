@@ -8,7 +8,7 @@ in_channels = 8
 out_channels = 16
 height = width = 12
 kernel_size = 3
-SCALE: float = 1.0  # tests/test_modes_layout.py sets it to 1.01 for a candidate that must fail
+SCALE: float = 1.0  # tests/eval/test_modes_layout.py sets it to 1.01 for a candidate that must fail
 
 
 @triton.jit

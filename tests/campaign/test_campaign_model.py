@@ -1,0 +1,200 @@
+"""A whole model: `okgit profile` ranks its modules, `okgit optimize MODEL.py --campaign` extracts
+the top ones, optimizes them and swaps the winners back in. Real repositories, the CLI in this
+process (`cli`; the sweep as a subprocess), the model in its own process, Triton kernels under
+the interpreter (CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import okgit, sh, snapshot
+
+pytestmark = pytest.mark.slow  # profiles, campaigns and a sweep with real evaluation
+
+MODEL = '''"""Two small blocks: Linear, GELU, LayerNorm, then a scale of the model's own and a softmax."""
+import torch
+import torch.nn as nn
+
+batch_size = 4
+seq = 8
+dim = 32
+hidden = 64
+
+
+class Scale(nn.Module):
+    """A leaf of the model's own class: okgit cannot rebuild it from torch.nn, and says so."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.gain = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * self.gain
+
+
+class Block(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+
+    def forward(self, x):
+        return self.norm(x + self.fc2(self.act(self.fc1(x))))
+
+
+class Model(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(dim, hidden) for _ in range(2)])
+        self.scale = Scale(dim)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return torch.softmax(self.scale(x), dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, seq, dim)]
+
+
+def get_init_inputs():
+    return [dim, hidden]
+'''
+
+
+def _commit(root: Path, rel: str, text: str) -> None:
+    (root / rel).write_text(text)
+    sh(root, "add", rel)
+    sh(root, "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", f"add {rel}")
+
+
+def test_profile_ranks_the_leaf_modules_and_call_sites(cli, git_repo: Path) -> None:
+    _commit(git_repo, "model.py", MODEL)
+    proc = cli("profile", "model.py", "--device", "cpu", "--json", cwd=git_repo)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["device"] == "cpu" and not report["timed"] and "CPU" in report["note"]
+    rows = report["rows"]
+    modules = {r["name"]: r for r in rows if r["kind"] == "module"}
+    assert set(modules) == {f"blocks.{i}.{m}" for i in (0, 1) for m in ("fc1", "act", "fc2", "norm")} | {"scale"}
+    assert [r["time_us"] for r in rows] == sorted((r["time_us"] for r in rows), reverse=True)
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+    sites = [r["name"] for r in rows if r["kind"] == "call site"]
+    assert any(s.startswith("model.py:") and "softmax" in s for s in sites), sites
+    assert modules["blocks.0.fc1"]["extractable"] and modules["blocks.0.fc1"]["flops"] == 2 * 4 * 8 * 32 * 64
+    assert modules["blocks.0.fc1"]["type"] == "torch.nn.modules.linear.Linear"
+    assert not modules["scale"]["extractable"] and "model's own class" in modules["scale"]["refused"]
+    text = cli("profile", "model.py", "--device", "cpu", "--top", "3", cwd=git_repo).stdout
+    assert "Profiled on the CPU" in text and "more rows" in text and "median of 10 repeats" in text
+    assert report["repeats"] == 10 and all(len(r["samples_us"]) == 10 and r["spread"] is not None for r in rows)
+    assert 0 <= report["settled"] <= len(rows) and ("ranked past" in text)
+
+
+def test_a_model_campaign_swaps_the_winners_into_the_model_file(cli, git_repo: Path, tmp_path: Path) -> None:
+    _commit(git_repo, "model.py", MODEL)
+    before = snapshot(git_repo)
+    proc = cli("optimize", "model.py", "--campaign", "--top", "4", "--iterations", "1", "--device", "cpu", "--json",
+               cwd=git_repo)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert snapshot(git_repo) == before  # the extracted op files live in the campaign's own repository
+    # fc1 and its GELU as one chain, fc2, norm: each once for both blocks
+    assert result["kind"] == "model" and len(result["problems"]) == 3
+    assert any(p["module"] == "blocks.0.fc1+blocks.0.act, blocks.1.fc1+blocks.1.act" for p in result["problems"])
+    assert all(p["module"] and p["time_share"] for p in result["problems"])
+    assert all(p["run_id"] for p in result["problems"])  # each a normal run in the ops repository
+    ops_repo = Path(result["ops_repo"])
+    history = json.loads(cli("history", "--json", cwd=ops_repo).stdout)
+    assert {r["run_id"] for r in history} == {p["run_id"] for p in result["problems"]}
+    end = result["end_to_end"]
+    assert end and end["status"] == result["status"] == "unverified" and end["ok"] and not end["timed"]
+    assert end["state"] == "unchanged" and end["patched_us"] is None and "timing is not claimed" in end["untimed"]
+    assert any("norm" in s for s in end["swapped"]), end  # the rows template fuses a LayerNorm
+    # the chain's kernel (GELU fused after the Linear) is in; a chain counts each of its modules
+    assert "blocks.0.fc1+blocks.0.act, blocks.1.fc1+blocks.1.act" in end["swapped"], end
+    assert end["modules_swapped"] == sum(len(site.split("+")) for label in end["swapped"] for site in label.split(", "))
+    journal = (git_repo / ".okgit" / "campaigns" / result["campaign_id"] / "journal.jsonl").read_text()
+    assert "not extracted: scale:" in journal
+
+    # The patch applies to a clean checkout, and the model there runs the winners' kernels.
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(git_repo), str(clone)], check=True)
+    applied = subprocess.run(["git", "apply", result["diff"]], cwd=clone, capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stderr
+    check = '''
+import torch, model
+torch.manual_seed(1)
+fast = model.Model(32, 64)
+norm = fast.blocks[0].norm
+assert "forward" in norm.__dict__, norm  # the kernel's forward, on the model's own module
+x = torch.randn(4, 8, 32)
+with torch.no_grad():
+    got = fast(x)
+    for block in fast.blocks:
+        for m in block.children():
+            m.__dict__.pop("forward", None)  # back to torch.nn's forward
+    want = fast(x)
+print(json.dumps({"err": float((got - want).abs().max()), "keys": list(fast.state_dict())}))
+'''
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    ran = subprocess.run([sys.executable, "-c", "import json\n" + check], cwd=clone, capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    out = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert out["err"] < 1e-4
+    assert "blocks.0.norm.weight" in out["keys"] and not any("layer" in k for k in out["keys"])
+
+    # okgit's own commands take the campaign like a run.
+    assert cli("apply", "campaign:latest", "--check", cwd=git_repo).returncode == 0
+    listed = json.loads(cli("history", "campaign:latest", "--json", cwd=git_repo).stdout)
+    assert listed["kind"] == "model" and listed["status"] == "unverified"
+
+
+LEVEL3 = (Path(__file__).parents[1] / "kb_level3" / "KernelBench" / "level3" / "1_TinyMLP.py").read_text()
+
+
+# a process of its own, as the sweep runs each problem in one
+def test_a_level3_sweep_goes_through_the_model_campaign(tmp_path: Path) -> None:
+    level3 = tmp_path / "KernelBench" / "level3"
+    level3.mkdir(parents=True)
+    (level3 / "1_TinyMLP.py").write_text(LEVEL3)
+    out = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "okgit", "bench", "kernelbench", str(tmp_path / "KernelBench"), "--level",
+                           "3", "--device", "cpu", "--iterations", "1", "--out", str(out), "--json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    [problem] = report["problems"]
+    assert problem["key"] == "level3/1_TinyMLP" and problem["status"] == "unverified" and problem["correct"]
+    assert problem["best_tag"] == f"campaign:{problem['run_id']}" and not problem["timed"]
+    assert problem["modules_swapped"] == 3  # the Linear and its ReLU (one chain), the LayerNorm
+    assert "| level3/1_TinyMLP | unverified | - | - | - | untimed | untimed | -/-/- | 3 |" in (out / "report.md").read_text()
+    campaign = json.loads((out / "logs" / "level3_1_TinyMLP.campaign.json").read_text())
+    assert campaign["kind"] == "model" and campaign["end_to_end"]["swapped"]
+    # the winner file the sweep keeps is the patched model, applied in the problem's repository
+    assert "_okgit_swap_in(Model)" in (out / "winners" / "level3_1_TinyMLP.py").read_text()
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_profile_is_device_time_with_kernels_and_roofline(git_repo: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    _commit(git_repo, "model.py", MODEL.replace("batch_size = 4", "batch_size = 256"))
+    proc = okgit("profile", "model.py", "--json", cwd=git_repo)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["device"] == "cuda" and report["timed"] and report["total_us"] > 0
+    modules = {r["name"]: r for r in report["rows"] if r["kind"] == "module"}
+    fc1 = modules["blocks.0.fc1"]
+    assert fc1["time_us"] > 0 and fc1["kernels"], fc1  # cuBLAS's kernel, attributed to the module
+    assert fc1["floor_us"] and 0 < fc1["roofline_position"] <= 1
+    assert sum(r["share"] for r in report["rows"]) == pytest.approx(1.0)

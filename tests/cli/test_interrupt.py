@@ -1,0 +1,144 @@
+"""Nothing left running, nothing lost: a reference that hangs ends within its own limit, and
+Ctrl-C or SIGTERM of `okgit optimize` (while the reference is prepared, and mid-search) ends
+every process okgit started and removes their /dev/shm directories. Real subprocesses, a real
+repository; the processes okgit started are found as children of the okgit process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import OP
+from test_optimize import POINTWISE, commit_op
+
+pytestmark = pytest.mark.slow  # signals to real okgit processes and their workers
+
+HANGING = '''import time
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        time.sleep(3600)  # a forward that never returns
+        return x
+
+
+def get_inputs():
+    return [torch.randn(8, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def children(pid: int) -> dict[int, str]:
+    """The processes whose parent is `pid`, with their working directories."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found[int(entry.name)] = os.readlink(entry / "cwd")
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def start(root: Path, op: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "okgit", "optimize", op, "--device", "cpu", "--iterations", "3"],
+                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+
+
+def wait_for(condition, timeout_s: float = 240.0) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError("timed out waiting")
+
+
+def assert_all_gone(started: dict[int, str]) -> None:
+    assert started, "okgit started no worker or judge"
+    wait_for(lambda: not any(alive(pid) for pid in started), 30)
+    left = [d for d in started.values() if d.startswith("/dev/shm/okgit-") and Path(d).exists()]
+    assert not left, left
+
+
+def commit_hanging(root: Path) -> str:
+    commit_op(root, HANGING, "ops/hang.py")
+    return "ops/hang.py"
+
+
+def test_a_hanging_reference_ends_within_its_limit_in_one_line(git_repo: Path) -> None:
+    op = commit_hanging(git_repo)
+    t0 = time.monotonic()
+    proc = start(git_repo, op, OKGIT_REFERENCE_TIMEOUT_S="20")
+    started: dict[int, str] = {}
+    while proc.poll() is None:
+        started.update(children(proc.pid))
+        time.sleep(0.2)
+    err = proc.stderr.read() if proc.stderr else ""
+    assert proc.returncode == 1 and time.monotonic() - t0 < 20 + 90, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "did not finish within its limit of 20 s" in lines[0], err
+    assert "reference: s0" in lines[0]  # where it hung
+    assert_all_gone(started)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_while_the_reference_hangs_stops_everything(git_repo: Path, sig: int) -> None:
+    op = commit_hanging(git_repo)
+    proc = start(git_repo, op)
+    started: dict[int, str] = {}
+
+    def judge_running() -> bool:
+        started.update(children(proc.pid))
+        return any(Path(d, "phase").exists() and "reference" in Path(d, "phase").read_text()
+                   for d in started.values() if Path(d).exists())
+
+    wait_for(judge_running)
+    started.update(children(proc.pid))
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    said = f"{'SIGTERM' if sig == signal.SIGTERM else 'Ctrl-C'}: stopped "
+    assert said in err and "judge" in err.split(said)[1] and "directories are removed" in err, err
+    assert "Traceback" not in err
+    assert_all_gone(started)
+
+
+def test_sigterm_mid_search_stops_everything_and_the_run_resumes_later(git_repo: Path) -> None:
+    commit_op(git_repo, POINTWISE)
+    proc = start(git_repo, OP)
+    started: dict[int, str] = {}
+
+    def searching() -> bool:
+        started.update(children(proc.pid))
+        found = list((git_repo / ".okgit" / "runs").glob("*/journal.jsonl")) if (git_repo / ".okgit").exists() else []
+        return bool(found) and '"proposal"' in found[0].read_text()
+
+    wait_for(searching)
+    started.update(children(proc.pid))
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted (SIGTERM: " in err, err  # between candidates nothing may run
+    assert_all_gone(started)

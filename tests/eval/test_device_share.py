@@ -1,0 +1,208 @@
+"""The device's lock shared by work that times nothing and held alone for timing
+(okgit.locks.held, okgit.eval.parent.devices.DeviceHold), and the ledger of its holds.
+
+Real flock locks on files in a temporary data dir: threads hold them through separate open
+files, as separate processes do (one slow test runs two processes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from okgit.eval.parent import devices
+from okgit.eval.parent.devices import LEDGER_ENV, DeviceHold, device_lock, stage
+from okgit.locks import held
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("OKGIT_DATA_DIR", str(tmp_path / "data"))
+
+
+def _in_thread(fn) -> threading.Thread:
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
+def test_shared_holders_overlap_and_an_exclusive_one_waits_for_them(tmp_path):
+    path = tmp_path / "gpu.lock"
+    both_in = threading.Barrier(2, timeout=10)  # only passes if two shared holders are in at once
+    log: list[tuple[str, float]] = []
+
+    def shared(name: str) -> None:
+        with held(path, shared=True):
+            both_in.wait()
+            time.sleep(0.3)
+            log.append((f"{name} out", time.monotonic()))
+
+    readers = [_in_thread(lambda n=n: shared(n)) for n in ("a", "b")]
+    time.sleep(0.1)
+    with held(path, shared=False) as waited:
+        log.append(("alone in", time.monotonic()))
+    for t in readers:
+        t.join(5)
+    times = dict(log)
+    assert times["alone in"] >= max(times["a out"], times["b out"])
+    assert waited > 0.1
+
+
+def test_a_waiting_exclusive_holder_keeps_new_shared_ones_out(tmp_path):
+    """A timing never starves behind a stream of correctness work: once it waits, a shared
+    holder that comes later waits behind it."""
+    path = tmp_path / "gpu.lock"
+    order: list[str] = []
+    first_in = threading.Event()
+
+    def first() -> None:
+        with held(path, shared=True):
+            first_in.set()
+            time.sleep(0.5)
+            order.append("first shared out")
+
+    def alone() -> None:
+        with held(path, shared=False):
+            order.append("alone")
+
+    def late() -> None:
+        with held(path, shared=True):
+            order.append("late shared")
+
+    threads = [_in_thread(first)]
+    first_in.wait(5)
+    threads.append(_in_thread(alone))
+    time.sleep(0.2)  # the exclusive one is waiting now
+    threads.append(_in_thread(late))
+    for t in threads:
+        t.join(5)
+    assert order == ["first shared out", "alone", "late shared"]
+
+
+def test_regions_take_the_strongest_mode_and_give_it_back(tmp_path, monkeypatch):
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    hold = DeviceHold("cpu:3", "evaluation")
+    assert hold.mode is None
+    with hold.region("shared"):
+        assert hold.mode == "shared"
+        with hold.region("exclusive"):
+            assert hold.mode == "exclusive"
+            with hold.region("shared"):  # weaker inside stronger: nothing changes
+                assert hold.mode == "exclusive"
+        assert hold.mode == "shared"
+        hold.upgrade()  # a worker's timing: alone until the region ends
+        assert hold.mode == "exclusive"
+    assert hold.mode is None
+    entries = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert [e["mode"] for e in entries] == ["shared", "exclusive", "shared", "exclusive"]
+    assert {e["stage"] for e in entries} == {"evaluation"}
+    with stage("final gate"), device_lock("cpu:3", "shared", what="evaluation"):
+        pass
+    last = json.loads(ledger.read_text().splitlines()[-1])
+    assert last["stage"] == "final gate" and last["mode"] == "shared"
+
+
+def test_an_exclusive_region_of_one_thread_never_waits_for_another_threads_region():
+    """Inductor may benchmark from a thread while the main one is in an exclusive region."""
+    hold = DeviceHold("cpu:4", "seed")
+    entered = threading.Event()
+
+    def benchmark() -> None:
+        with hold.region("exclusive"):
+            entered.set()
+
+    with hold.region("exclusive"):
+        t = _in_thread(benchmark)
+        assert entered.wait(2), "a second exclusive region of the same hold waited for the first"
+        t.join(2)
+    assert hold.mode is None
+
+
+def test_a_cpu_hold_locks_nothing_and_is_still_accounted(tmp_path, monkeypatch):
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    hold = DeviceHold(None, "reference")
+    with hold.region("shared"):
+        time.sleep(0.05)
+        with hold.region("exclusive"):
+            time.sleep(0.05)
+    entries = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert [(e["stage"], e["mode"]) for e in entries] == [("reference", "shared"), ("reference", "exclusive"),
+                                                          ("reference", "shared")]
+    assert entries[1]["held_s"] >= 0.04
+    assert not (Path(devices.data_dir()) / "locks").exists()  # no lock file was even made
+
+
+def test_the_ledger_is_an_account_never_a_failure(tmp_path, monkeypatch):
+    monkeypatch.setenv(LEDGER_ENV, str(tmp_path / "no" / "such" / "dir" / "ledger.jsonl"))
+    with device_lock("cpu:5", "shared") as waited:
+        assert waited < 1.0
+    devices.record_footprint(123)
+
+
+_HOLDER = textwrap.dedent("""
+    import json, sys, time
+    from okgit.eval.parent.devices import DeviceHold
+    mode, out, go = sys.argv[1], sys.argv[2], sys.argv[3]
+    import os
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    hold = DeviceHold("cuda:7", "test")  # only its lock file is used: nothing touches a GPU
+    for _ in range(3):
+        with hold.region(mode):
+            start = time.time()
+            time.sleep(0.15)
+            end = time.time()
+        with open(out, "a") as f:
+            f.write(json.dumps([mode, start, end]) + "\\n")
+""")
+
+
+@pytest.mark.slow  # two processes holding the device locks
+def test_two_processes_never_time_beside_each_others_work(tmp_path):
+    import os
+
+    env = {**os.environ, "OKGIT_DATA_DIR": str(tmp_path / "data")}
+    go = tmp_path / "go"
+    outs = {m: tmp_path / f"{m}.jsonl" for m in ("shared", "exclusive")}
+    procs = [subprocess.Popen([sys.executable, "-c", _HOLDER, m, str(o), str(go)], env=env) for m, o in outs.items()]
+    time.sleep(1.0)
+    go.write_text("")
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    spans = [json.loads(line) for o in outs.values() for line in o.read_text().splitlines()]
+    alone = [(s, e) for m, s, e in spans if m == "exclusive"]
+    shared = [(s, e) for m, s, e in spans if m == "shared"]
+    assert len(alone) == 3 and len(shared) == 3
+    for a in alone:
+        assert all(a[1] <= s or e <= a[0] for s, e in shared), "a shared hold overlapped an exclusive one"
+
+
+@pytest.mark.gpu
+@pytest.mark.slow  # the real evaluator on a GPU (skipped without one)
+def test_on_a_gpu_a_job_checks_sharing_the_device_and_times_alone(tmp_path, monkeypatch):
+    """The worker asks for the device alone before it times; the judge times the reference alone."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from okgit.eval.parent.local import LocalEvaluator
+    from okgit.problem import load_problem
+
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    ops = Path(__file__).parents[1] / "ops"
+    problem = load_problem(ops / "relu.py", root=str(ops))
+    with LocalEvaluator(device="cuda") as evaluator:
+        result = evaluator.evaluate(problem, (ops / "relu_triton.py").read_text())
+        assert result.correct and result.timed, result.error
+    entries = [json.loads(line) for line in ledger.read_text().splitlines()]
+    modes = {(e["stage"], e["mode"]) for e in entries if "stage" in e}
+    assert {("reference", "shared"), ("reference", "exclusive"), ("evaluation", "shared"),
+            ("evaluation", "exclusive")} <= modes
+    assert any("footprint_bytes" in e for e in entries)

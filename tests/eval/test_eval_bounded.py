@@ -1,0 +1,89 @@
+"""The evaluator's data path at real sizes, checked on the CPU: shape knobs that other globals
+derive from, expected outputs beyond the judge's cache recomputed case by case, and a problem
+that does not fit the host refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from okgit.eval.parent.local import LocalEvaluator
+from okgit.eval.types import Status
+from okgit.problem import load_problem
+
+OPS = Path(__file__).parents[1] / "ops"
+
+# KernelBench's level-2 style: a global derived from a knob at import
+DERIVED = '''
+import torch
+import torch.nn as nn
+
+batch_size = 64
+in_channels = 3
+out_channels = 16
+height = width = 32
+kernel_size = 3
+bias_shape = (out_channels, 1, 1)
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, bias_shape):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+
+    def forward(self, x):
+        return torch.relu(self.conv(x) + self.bias)
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, bias_shape]
+'''
+
+
+@pytest.mark.slow  # the real evaluator
+def test_globals_derived_from_knobs_follow_them(evaluator, tmp_path):
+    """Scaled down for the CPU and varied for extra shapes, out_channels changes bias_shape with it
+    (with the knob set after import the reference failed: size 8 against 16)."""
+    op = tmp_path / "derived.py"
+    op.write_text(DERIVED)
+    problem = load_problem(op, root=str(tmp_path))
+    ref = evaluator.reference(problem)
+    channels = {shape["out_channels"] for shape in ref.shapes}
+    assert len(ref.shapes) >= 2 and len(channels) >= 2, ref.shapes
+    result = evaluator.evaluate(problem, DERIVED)  # the reference as its own candidate: every call runs
+    assert result.status is Status.rejected and result.error.gate == "backend_kernel", result.error
+
+
+@pytest.mark.slow  # an evaluator of its own (no judge cache), and the real one's cache
+def test_cases_beyond_the_judges_cache_are_computed_again(evaluator):
+    """With no room to keep expected outputs, every case is drawn and computed again when it is
+    checked: the verdicts are the same, and a wrong candidate is still caught."""
+    problem = load_problem(OPS / "softmax.py", root=str(OPS))
+    honest = (OPS / "softmax_triton.py").read_text()
+    ev = LocalEvaluator(device="cpu", prestart=False, judge_cache_bytes=0)
+    try:
+        assert ev.prepared(problem).cached == []
+        assert ev.evaluate(problem, honest).status is Status.correct
+        wrong = honest.replace("return y", "return y * 1.001", 1)
+        assert wrong != honest
+        result = ev.evaluate(problem, wrong)
+        assert result.status is Status.incorrect and result.error.gate == "seeds", result.error
+    finally:
+        ev.close()
+    assert "s0" in evaluator.prepared(problem).cached  # the default: room for them
+
+
+@pytest.mark.slow  # `okgit eval` prepares the reference in a judge process before it refuses
+def test_a_problem_that_does_not_fit_the_host_is_one_line(cli, tmp_path):
+    done = cli("eval", str(OPS / "relu_triton.py"), "--ref", str(OPS / "relu.py"), "--device", "cpu", cwd=tmp_path,
+               env={"OKGIT_HOST_MEMORY": "64M"})
+    assert done.returncode == 1
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "does not fit in host memory" in lines[0] and "0.1 GiB available" in lines[0], lines
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,265 @@
+"""The local evaluator on the CPU: honest Triton kernels pass through real workers under the
+interpreter; the pieces the parent owns (static gates, environment, tolerances, statistics,
+rendering, the CLI) behave as documented."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from okgit.errors import OkgitError
+from okgit.eval.judge.tolerance import check_leaf, degenerate_reason, leaf_tolerance, summarize_outputs
+from okgit.eval.parent.gates.static import static_findings
+from okgit.eval.parent.local import LocalEvaluator
+from okgit.eval.parent.rounds import sign_test_p, summarize
+from okgit.eval.parent.sandbox import worker_env
+from okgit.eval.types import Status
+from okgit.problem import load_problem
+from okgit.views.eval_text import eval_text
+
+OPS = Path(__file__).parents[1] / "ops"
+
+
+@pytest.mark.slow  # the real evaluator
+@pytest.mark.parametrize("op", ["softmax", "matmul"])
+def test_honest_kernels_pass(evaluator, op):
+    problem = load_problem(OPS / f"{op}.py", root=str(OPS))
+    result = evaluator.evaluate(problem, (OPS / f"{op}_triton.py").read_text())
+    assert result.status is Status.correct, result.error
+    names = [g.name for g in result.gates]
+    for gate in ("seeds", "outputs_written", "fresh_inputs", "distribution", "extra_shapes", "init_inputs",
+                 "backend_kernel"):
+        assert gate in names
+    assert all(g.passed for g in result.gates)
+    assert not result.timed and result.runtime_us is None and result.speedup is None
+    assert len(result.shapes) >= 2  # the CPU-scaled shape and at least one odd variant
+    assert result.profile.launch_count == 1
+    assert result.flags["torch.backends.cuda.matmul.allow_tf32"] is False
+    if op == "matmul":
+        assert result.profile.flops and result.profile.min_bytes
+
+
+@pytest.mark.slow  # the real evaluator prepares the reference
+def test_reference_scaled_for_cpu_and_not_degenerate(evaluator):
+    problem = load_problem(OPS / "relu.py", root=str(OPS))
+    ref = evaluator.reference(problem)
+    assert not ref.timed and ref.runtime_us is None and ref.degenerate is None
+    main = ref.shapes[0]
+    assert main["batch_size"] * main["dim"] <= 65536 < 16 * 16384
+
+
+@pytest.mark.slow  # the real evaluator prepares the reference
+def test_degenerate_reference_flagged(evaluator, tmp_path):
+    op = tmp_path / "zero.py"
+    op.write_text((OPS / "relu.py").read_text().replace("return torch.relu(x)", "return torch.relu(x) * 0"))
+    ref = evaluator.reference(load_problem(op, root=str(tmp_path)))
+    assert ref.degenerate and "zero" in ref.degenerate
+
+
+def test_static_gate_names_cheats():
+    src = (
+        "import torch\nimport torch.nn.functional as F\nimport time\n"
+        "F.relu = lambda x: x\n"
+        "setattr(torch, 'allclose', None)\n"
+        "torch.backends.cuda.matmul.allow_tf32 = True\n"
+        "x = eval('1')\n"
+        "class T(torch.Tensor):\n    pass\n"
+        "def __torch_function__(*a):\n    pass\n"
+    )
+    messages = [str(f) for f in static_findings(ast.parse(src))]
+    assert any("F.relu" in m for m in messages)
+    assert any("setattr" in m for m in messages)
+    assert any("allow_tf32" in m for m in messages)
+    assert any("eval()" in m for m in messages)
+    assert any("subclasses torch.Tensor" in m for m in messages)
+    assert any("__torch_function__" in m for m in messages)
+    honest = (OPS / "matmul_triton.py").read_text()
+    assert static_findings(ast.parse(honest)) == []
+
+
+def test_worker_env_has_no_credentials():
+    env = worker_env("cpu", {"PATH": "/bin", "HOME": "/root", "OPENAI_API_KEY": "sk", "MODAL_TOKEN_ID": "x",
+                             "AWS_SECRET_ACCESS_KEY": "x", "HF_TOKEN": "x", "TORCH_AUTH_TOKEN": "x",
+                             "TRITON_CACHE_DIR": "/c", "RANDOM_VAR": "x", "GITHUB_TOKEN": "x"})
+    assert env["PATH"] == "/bin" and env["HOME"] == "/root" and env["TRITON_CACHE_DIR"] == "/c"
+    assert env["TRITON_INTERPRET"] == "1"
+    for k in ("OPENAI_API_KEY", "MODAL_TOKEN_ID", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "TORCH_AUTH_TOKEN",
+              "RANDOM_VAR", "GITHUB_TOKEN"):
+        assert k not in env
+
+
+def test_tolerance_scales_and_respects_reference_error():
+    import torch
+
+    ref64 = torch.linspace(-100, 100, 101, dtype=torch.float64)
+    native = ref64.float()
+    tol = leaf_tolerance(native, ref64, ref_error=0.0)
+    assert tol.rtol == 1e-4 and abs(tol.atol - 1e-2) < 1e-9
+    loose = leaf_tolerance(native, ref64, ref_error=1.0)  # e.g. a TF32 reference: 4x its own error
+    assert loose.atol == 4.0
+    facts = {"exact": True}
+    assert check_leaf(native + 5e-3, facts, native, ref64, tol, "seeds").ok
+    bad = native.clone()
+    bad[3] += 1.0
+    check = check_leaf(bad, facts, native, ref64, tol, "seeds")
+    assert not check.ok and check.gate == "seeds"
+    unwritten = native.clone()
+    unwritten[-1] = float("nan")
+    assert check_leaf(unwritten, facts, native, ref64, tol, "seeds").gate == "outputs_written"
+    nan_ref = native.clone()
+    nan_ref[0] = float("inf")
+    assert check_leaf(native, facts, nan_ref, None, tol, "seeds").gate == "nan_pattern"
+
+
+def _reason(expected: dict) -> str | None:
+    """The judge's summaries of each case's outputs (against the first case's), then the rule."""
+    first = next(iter(expected.values()))["native"]
+    return degenerate_reason([summarize_outputs(v["native"], first if i else None)
+                              for i, v in enumerate(expected.values())])
+
+
+def test_degenerate_reason():
+    import torch
+
+    zeros = {f"s{i}": {"native": [torch.zeros(4)]} for i in range(3)}
+    assert "zero" in _reason(zeros)
+    same = {f"s{i}": {"native": [torch.arange(4.0)]} for i in range(3)}
+    assert "does not change" in _reason(same)
+    varied = {f"s{i}": {"native": [torch.arange(4.0) * i]} for i in range(3)}
+    assert _reason(varied) is None
+    constant = {f"s{i}": {"native": [torch.full((4,), 2.0 + i)]} for i in range(3)}
+    assert "constant tensor" in _reason(constant)
+    # a scalar loss is one element: "constant" says nothing there, a change across seeds is enough
+    losses = {f"s{i}": {"native": [torch.tensor(0.5 + i)]} for i in range(3)}
+    assert _reason(losses) is None
+    stuck = {f"s{i}": {"native": [torch.tensor(0.5)]} for i in range(3)}
+    assert "does not change" in _reason(stuck)
+
+
+@pytest.mark.slow  # starts worker processes
+def test_compare_rounds_start_their_workers_at_once(monkeypatch):
+    """Each round of the final gate is a fresh worker: they are started together, not one by one,
+    up to a cap (10; 3 here, for fewer processes to start)."""
+    from okgit.eval.parent import local
+
+    assert local.MAX_IDLE == 10
+    monkeypatch.setattr(local, "MAX_IDLE", 3)
+    evaluator = LocalEvaluator(device="cpu", idle_workers=1)
+    try:
+        evaluator.prestart_for(2)
+        assert len(evaluator.pool.idle["cpu"]) == 2
+        evaluator.prestart_for(50)
+        assert len(evaluator.pool.idle["cpu"]) == 3  # capped: each holds torch in memory
+        assert evaluator.wait_warm(120)
+    finally:
+        evaluator.close()
+
+
+def test_final_gate_statistics():
+    assert sign_test_p(5, 5) == pytest.approx(1 / 32)
+    clear = summarize([100.0, 101.0, 100.5], [80.0, 81.0, 80.0])
+    assert clear.optimized and clear.wins == 3 and clear.speedup > 1.2
+    noisy = summarize([100.0, 110.0, 100.0], [95.0, 96.0, 95.0])  # 10% A/A noise > 5% gain
+    assert not noisy.optimized and noisy.wins == 3
+
+
+@pytest.mark.slow  # the real evaluator
+def test_render_cpu_result(evaluator):
+    problem = load_problem(OPS / "relu.py", root=str(OPS))
+    text = eval_text(evaluator.evaluate(problem, "import torch\nclass ModelNew(torch.nn.Module):\n"
+                                                 "    def forward(self, x):\n        return x.clamp(min=0)\n"))
+    assert "status: rejected" in text and "backend_kernel" in text and "not claimed on cpu" in text
+
+
+@pytest.mark.slow  # `okgit eval` as a process: its stdout only the JSON
+def test_cli_eval_json(tmp_path):
+    env = {**os.environ, "OPENAI_API_KEY": "sk-fake"}
+    proc = subprocess.run([sys.executable, "-m", "okgit", "eval", str(OPS / "relu_triton.py"), "--ref",
+                           str(OPS / "relu.py"), "--device", "cpu", "--json"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["status"] == "correct" and data["timed"] is False and data["device"] == "cpu"
+
+
+def test_a_gpu_of_several_is_named_by_its_physical_id_and_pinned_in_workers(monkeypatch):
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(OkgitError, match="no CUDA GPU is visible"):
+            LocalEvaluator(device="cuda", prestart=False)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # naming needs no GPU
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    evaluator = LocalEvaluator(device="cuda:1", prestart=False)
+    try:
+        assert evaluator.device == "cuda:5"
+    finally:
+        evaluator.close()
+    assert worker_env("cuda:1")["CUDA_VISIBLE_DEVICES"] == "5"
+    assert worker_env("cpu")["CUDA_VISIBLE_DEVICES"] == ""
+    with pytest.raises(OkgitError, match="unknown device"):
+        LocalEvaluator(device="gpu", prestart=False)
+
+
+@pytest.mark.slow  # the real evaluator prepares the reference
+def test_extra_shapes_from_settings_are_checked(evaluator):
+    from dataclasses import replace
+
+    problem = load_problem(OPS / "relu.py", root=str(OPS))
+    knob = sorted(problem.knobs)[0]
+    problem = replace(problem, extra_shapes=(((knob, 37),),))
+    assert any(shape.get(knob) == 37 for shape in evaluator.reference(problem).shapes)
+
+
+def test_perturb_floats_changes_floats_only():
+    import torch
+
+    from okgit.eval.protocol.jobs import perturb_floats
+
+    t = torch.ones(2)
+    new, changes = perturb_floats([0.5, 3, True, "mean", t, (2.0, [4.0, 7]), 0.0], ["scale", "n"])
+    assert new[:5] == [0.75, 3, True, "mean", t] and new[4] is t
+    assert new[5] == (3.0, [6.0, 7]) and type(new[5]) is tuple and new[6] == 0.0
+    assert changes == ["scale=0.75 (was 0.5)", "argument 5[0]=3.0 (was 2.0)", "argument 5[1][0]=6.0 (was 4.0)"]
+    assert perturb_floats([64, False, "x"]) == ([64, False, "x"], [])
+
+
+@pytest.mark.slow  # the real evaluator prepares four references
+def test_init_inputs_case_dropped_where_it_proves_nothing(evaluator, tmp_path):
+    """No float to perturb, a reference that raises on the perturbed arguments, or one that is
+    not finite there: the case is dropped, as the other variants are."""
+    base = (OPS / "scaled_softmax.py").read_text()
+    ops = {
+        "raises": base.replace("self.temperature = temperature",
+                               "assert temperature < 1.0\n        self.temperature = temperature"),
+        "nonfinite": base.replace("x / self.temperature",
+                                  "x * torch.log(torch.tensor(1.0 - self.temperature))"),
+    }
+    for name, src in ops.items():
+        (tmp_path / f"{name}.py").write_text(src)
+    for name, why in (("raises", "the reference raises with temperature=1.05 (was 0.7)"),
+                      ("nonfinite", "i0: the reference is not finite there")):
+        prep = evaluator.prepared(load_problem(tmp_path / f"{name}.py", root=str(tmp_path)))
+        assert not any(c.kind == "init_inputs" for c in prep.cases), name
+        assert any(why in d for d in prep.dropped), (name, prep.dropped)
+    prep = evaluator.prepared(load_problem(OPS / "relu.py", root=str(OPS)))
+    assert not any(c.kind == "init_inputs" for c in prep.cases)
+    assert "init_inputs: no float constructor argument to perturb" in prep.dropped
+    prep = evaluator.prepared(load_problem(OPS / "scaled_softmax.py", root=str(OPS)))
+    case = next(c for c in prep.cases if c.kind == "init_inputs")
+    assert case.shape == 0 and case.note.endswith("temperature=1.05 (was 0.7)")
+
+
+@pytest.mark.slow  # the real evaluator
+def test_candidate_refusing_other_constructor_arguments_is_incorrect(evaluator):
+    src = (Path(__file__).parents[1] / "cases" / "honest_init_arg" / "candidate.py").read_text()
+    src = src.replace("self.temperature = temperature", "assert temperature == 0.7\n        self.temperature = temperature")
+    result = evaluator.evaluate(load_problem(OPS / "scaled_softmax.py", root=str(OPS)), src)
+    assert result.status is Status.incorrect and result.error.gate == "init_inputs", result.error
+    assert "temperature=1.05" in result.error.message and "constructor raised" in result.error.message

@@ -1,0 +1,148 @@
+"""The Inductor seed at the user's shapes: the dims that follow the knobs (and the batch) compiled
+dynamic, the forward's own argument names (upper-case ones too), and a fallback to the
+reference's forward that says so.
+
+The fast tests check which dims are marked and how dynamo's sources read as Python; the slow
+one captures a seed afresh and runs it under Triton's interpreter at several shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from okgit.inductor.shapes import dynamic_dims, python_expr
+
+HERE = Path(__file__).parent
+ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+
+def make_seed(op: Path, out: Path, *args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "okgit.inductor", str(op), "cpu", str(out), *args], env=ENV,
+                          capture_output=True, text=True, timeout=800)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_interpreted(check: str) -> None:
+    run = subprocess.run([sys.executable, "-c", check], env={**ENV, "TRITON_INTERPRET": "1"}, capture_output=True,
+                         text=True, timeout=600)
+    assert run.stdout.strip().endswith("ok"), run.stderr[-2000:]
+
+
+def test_dynamo_sources_read_as_the_forward_writes_them() -> None:
+    assert python_expr("L['self']._modules['lin']._parameters['weight']") == "self.lin.weight"
+    assert python_expr("L['self']._modules['bn']._buffers['running_mean'].size()[0]") == "self.bn.running_mean.size(0)"
+    assert python_expr("L['Q'].stride()[2]") == "Q.stride(2)"
+    assert python_expr("G['hidden']") == "hidden"
+    # a child that is not an identifier keeps its subscript (still Python)
+    assert python_expr("L['self']._modules['layers']._modules['0'].eps") == "self.layers._modules['0'].eps"
+
+
+def test_the_dims_that_follow_a_knob_and_the_batch_are_dynamic() -> None:
+    inputs, named = dynamic_dims(str(HERE / "bn_min_softmax.py"), {})
+    assert inputs == [{0, 1}]  # batch_size and in_features
+    assert named["lin.weight"] == {0, 1} and named["lin.bias"] == {0} and named["bn.running_mean"] == {0}
+    assert named["bn.num_batches_tracked"] == set()
+    # every knob of the attention op sizes its inputs; the batch is dim 0 whatever the knobs
+    inputs, named = dynamic_dims(str(HERE / "attention_upper.py"), {"batch_size": 2})
+    assert inputs == [{0, 1, 2, 3}] * 3 and named == {}
+
+
+GPU_BODY = """        arg0_1, arg1_1 = args
+        args.clear()
+        s0 = arg0_1
+        with torch.cuda._DeviceGuard(0):
+            torch.cuda.set_device(0)
+            buf0 = empty_strided_cuda((s0, ), (1, ), torch.float32)
+            stream0 = get_raw_stream(0)
+            triton_poi_fused_0.run(arg1_1, buf0, s0, stream=stream0)
+            del arg1_1
+        return (buf0, )"""
+
+
+def test_a_gpu_wrappers_arguments_and_outputs_are_counted_inside_its_device_guard() -> None:
+    import torch
+
+    from okgit.inductor.capture import NotCaptured, _check_outputs
+
+    graph = {"placeholders": [("L['x'].size()[0]", 2), ("L['x']", None)], "outputs": 1}
+    assert _check_outputs(torch, GPU_BODY, graph, torch.zeros(2)) is False  # one tensor, returned bare
+    with pytest.raises(NotCaptured, match="return value"):
+        _check_outputs(torch, GPU_BODY, graph, (torch.zeros(2), torch.zeros(2)))  # the forward returns two
+    with pytest.raises(NotCaptured, match="takes 2 arguments for the graph's 3"):
+        _check_outputs(torch, GPU_BODY, {"placeholders": [1, 2, 3], "outputs": 1}, torch.zeros(2))
+
+
+@pytest.mark.slow  # Inductor compiles, then the interpreter runs the seed
+@pytest.mark.timeout(900)
+def test_a_seed_of_upper_case_arguments_runs_its_kernels_at_other_shapes(tmp_path: Path) -> None:
+    op = HERE / "attention_upper.py"
+    out = tmp_path / "seed.py"
+    answer = make_seed(op, out)
+    assert answer["ok"] and answer["modes"] == ["any"], answer
+    assert {"Q.size(2)", "Q.size(3)"} <= set(answer["dynamic"])
+    text = out.read_text()
+    assert "def forward(self, Q, K, V):" in text and "def forward_reference(self, Q, K, V):" in text
+    check = f'''
+import importlib.util, warnings, torch
+def load(p, n):
+    spec = importlib.util.spec_from_file_location(n, p); m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m); return m
+ref, seed = load({str(op)!r}, "ref"), load({str(out)!r}, "seed")
+calls = []
+real = seed.call_any
+seed.call_any = lambda args: calls.append(1) or real(args)
+a, b = ref.Model(), seed.Model()
+torch.set_grad_enabled(False)
+warnings.filterwarnings("error", message=".*Inductor kernels do not apply")
+# the compiled shape, another batch, and every size changed (head dim 6, odd sequence)
+for shape in [(3, 2, 12, 8), (5, 2, 12, 8), (2, 3, 7, 6)]:
+    q, k, v = (torch.randn(shape) for _ in range(3))
+    torch.testing.assert_close(b(q, k, v), a(q, k, v), atol=1e-5, rtol=1e-5)
+assert len(calls) == 3, calls
+warnings.resetwarnings()
+q = torch.randn(1, 2, 12, 8)  # a batch of 1 was not compiled for (dynamo specialises it)
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    torch.testing.assert_close(b(q, q, q), a(q, q, q))
+assert len(calls) == 3 and any("do not apply" in str(w.message) for w in seen)
+# the evaluator's probe of a shape too large for the interpreter: the meta device, launches counted, none run
+from okgit.backends.triton import install_launch_counter
+counter = install_launch_counter()
+counter.dry = True
+q = torch.randn(64, 8, 512, 32, device="meta")
+b(q, q, q)
+assert len(calls) == 4 and counter.total() > 0, counter.counts
+print("ok")
+'''
+    run_interpreted(check)
+
+
+@pytest.mark.slow  # Inductor compiles, then the interpreter runs the seed
+@pytest.mark.timeout(900)
+def test_the_specialised_seed_takes_its_static_kernels_at_the_compiled_shape_only(tmp_path: Path) -> None:
+    answer = make_seed(HERE / "rms_norm.py", tmp_path / "seed.py", "default", "{}", "both")
+    assert answer["ok"] and answer["specialised"], answer
+    assert "triton_per" in answer["differs"] and "triton_red" in answer["differs"]
+    check = f'''
+import importlib.util, torch
+spec = importlib.util.spec_from_file_location("seed", {answer["specialised"]!r}); seed = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(seed)
+calls = []
+for path in ("any", "any_static"):
+    real = getattr(seed, "call_" + path)
+    setattr(seed, "call_" + path, lambda args, real=real, path=path: calls.append(path) or real(args))
+model = seed.Model(1e-5)
+torch.set_grad_enabled(False)
+for shape in [(4, 16, 8, 8), (3, 16, 8, 8), (4, 5, 7, 9)]:
+    x = torch.randn(shape)
+    torch.testing.assert_close(model(x), model.forward_reference(x), rtol=1e-5, atol=1e-5)
+assert calls == ["any_static", "any", "any"], calls
+print("ok")
+'''
+    run_interpreted(check)

@@ -1,0 +1,79 @@
+"""The Inductor seed's child process: Inductor's benchmarks in the device lock's exclusive region
+(okgit.inductor.locking), and several torch.compile modes made by one process, each seed
+handed over as soon as it is made (okgit.search.proposers.inductor.SeedProcess)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from okgit.eval.parent.devices import DeviceHold
+
+OP = Path(__file__).parents[1] / "kb_fixture" / "KernelBench" / "level2" / "1_ScaleShift.py"
+
+
+@pytest.mark.slow  # importing Inductor's autotuning takes seconds
+def test_inductors_benchmarks_run_with_the_device_held_alone(monkeypatch):
+    pytest.importorskip("torch._inductor.select_algorithm")
+    from torch._inductor import select_algorithm
+    from torch._inductor.runtime import benchmarking, triton_heuristics
+
+    from okgit.inductor.locking import exclusive_benchmarks
+
+    hold = DeviceHold(None, "seed")
+    seen: list[str | None] = []
+
+    def bench_gpu(*args, **kwargs):
+        seen.append(hold.mode)
+        return 1.0
+
+    def in_process(cls, *args, **kwargs):
+        seen.append(hold.mode)
+        return {}
+
+    # stand-ins for what would run on a GPU, put back by monkeypatch afterwards
+    monkeypatch.setattr(benchmarking.benchmarker, "benchmark_gpu", bench_gpu)
+    monkeypatch.setattr(select_algorithm.AlgorithmSelectorCache, "benchmark_in_current_process", classmethod(in_process))
+    for name in ("benchmark_in_sub_process",):
+        monkeypatch.setattr(select_algorithm.AlgorithmSelectorCache, name,
+                            select_algorithm.AlgorithmSelectorCache.__dict__[name])
+    for name in ("benchmark_all_configs", "coordinate_descent_tuning"):
+        monkeypatch.setattr(triton_heuristics.CachingAutotuner, name, triton_heuristics.CachingAutotuner.__dict__[name])
+
+    wrapped = exclusive_benchmarks(hold)
+    assert wrapped[0] == "benchmarker.benchmark_gpu"
+    assert {"CachingAutotuner.benchmark_all_configs", "AlgorithmSelectorCache.benchmark_in_current_process"} <= set(wrapped)
+    with hold.region("shared"):  # the compiled graph running: then a benchmark
+        assert benchmarking.benchmarker.benchmark_gpu(lambda: None) == 1.0
+        assert select_algorithm.AlgorithmSelectorCache.benchmark_in_current_process([]) == {}
+        assert hold.mode == "shared"
+    assert benchmarking.benchmarker.benchmark_gpu(lambda: None) == 1.0  # from nothing held (max-autotune's compile)
+    assert seen == ["exclusive", "exclusive", "exclusive"] and hold.mode is None
+
+
+@pytest.mark.slow  # Inductor compiles in the seed's child process
+@pytest.mark.timeout(900)
+def test_one_process_makes_each_mode_in_turn_and_hands_each_over_when_made():
+    from okgit.search.proposers.inductor import SeedProcess
+
+    child = SeedProcess(OP.read_text(), str(OP.parent), "cpu", ["default", "default"], {}, "dynamic")
+    try:
+        first = child.next()
+        assert first[0] == "default" and first[1], first[2]
+        second = child.next()
+        assert second[0] == "default" and second[1], second[2]
+        assert "class Model" in second[1][0][0] and "one graph" not in second[1][0][1]  # either mode: compiled once
+        assert child.next() == (None, [], "")
+    finally:
+        child.close()
+    assert child.proc.poll() is not None
+
+
+@pytest.mark.slow  # the seed's child process (torch import)
+def test_a_seed_process_closed_early_leaves_nothing_running():
+    from okgit.search.proposers.inductor import SeedProcess
+
+    child = SeedProcess(OP.read_text(), str(OP.parent), "cpu", ["default"], {}, "dynamic")
+    child.close()
+    assert child.proc.poll() is not None

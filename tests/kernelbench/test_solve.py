@@ -1,0 +1,106 @@
+"""One sweep problem in its own process (okgit.kernelbench.solve): its run, then the check of
+its winner with the run's own evaluator, so the reference the run prepared serves the check
+too; a signal leaves a run that the next call resumes. In process, with the in-memory
+evaluator, on a real git repository."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from okgit.eval.base import InMemoryEvaluator
+from okgit.eval.types import EvalError, EvalResult, Status
+from okgit.git.repo import git
+from okgit.kernelbench.reader import find_problems
+from okgit.kernelbench.runs import init_repo
+from okgit.kernelbench.solve import solve
+from okgit.status import RunStatus
+
+FIXTURE = Path(__file__).parents[1] / "kb_fixture"
+pytestmark = pytest.mark.slow  # each a whole run (templates lowered, commits, a report): seconds
+FLAGS = {"device": "cpu", "iterations": 2}
+
+
+def fast(source: str) -> EvalResult:
+    return EvalResult(status=Status.correct, correct=True, timed=True, device="cuda:0", runtime_us=5.0,
+                      ref_runtime_us=10.0, speedup=2.0)
+
+
+class Counting(InMemoryEvaluator):
+    """Counts the references it prepares; after the final gate's rounds (`compare`), answers
+    `after_gate` instead of its judge, where given: a winner that stops being right."""
+
+    def __init__(self, after_gate=None, interrupt_at: int | None = None) -> None:
+        super().__init__(fast, device="cuda:0", ref_runtime_us=10.0)
+        self.references = 0
+        self.after_gate = after_gate
+        self.gated = False
+        self.interrupt_at = interrupt_at
+
+    def reference(self, problem):
+        self.references += 1
+        return super().reference(problem)
+
+    def evaluate(self, problem, source, *, mode="fast", backend="triton"):
+        if self.interrupt_at is not None and len(self.calls) + 1 >= self.interrupt_at:
+            raise KeyboardInterrupt()
+        if self.gated and self.after_gate is not None:
+            self.calls.append(source)
+            return self.after_gate(source)
+        return super().evaluate(problem, source, mode=mode, backend=backend)
+
+    def compare(self, problem, source, *, rounds=5, backend="triton"):
+        self.gated = True
+        return super().compare(problem, source, rounds=rounds, backend=backend)
+
+
+def repo(tmp_path: Path) -> Path:
+    problem = find_problems(FIXTURE, level=2)[0]
+    work = tmp_path / "repo"
+    init_repo(work, problem.file_name, problem.path.read_text())
+    return work / problem.file_name
+
+
+def journal(op: Path, run_id: str) -> list[dict]:
+    path = op.parent / ".okgit" / "runs" / run_id / "journal.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_the_winner_is_checked_by_the_runs_own_evaluator_on_its_prepared_reference(tmp_path):
+    op = repo(tmp_path)
+    evaluator = Counting()
+    solved = solve(op, FLAGS, evaluator=evaluator)
+    assert solved.run is not None and solved.run["status"] == RunStatus.optimized
+    assert solved.checked and solved.disagreement is None and solved.check_error is None
+    assert evaluator.references == 1  # the check prepared nothing of its own
+    winner = git("show", f"{solved.run['best_tag']}:{op.name}", cwd=op.parent)
+    assert evaluator.calls[-1] == winner  # the last evaluation: the check, of the winner's file as tagged
+    assert set(solved.walls) >= {"reference", "search", "final gate", "check"}
+
+
+def test_a_winner_that_fails_the_check_is_said_to_disagree(tmp_path):
+    op = repo(tmp_path)
+    wrong = EvalResult(status=Status.incorrect, correct=False, device="cuda:0",
+                       error=EvalError(gate="correctness", message="s2: 3 of 512 elements outside tolerance"))
+    solved = solve(op, FLAGS, evaluator=Counting(after_gate=lambda source: wrong))
+    assert solved.run is not None and solved.run["status"] == RunStatus.optimized
+    assert solved.disagreement and "outside tolerance" in solved.disagreement and solved.check_error is None
+
+
+def test_an_interrupted_run_is_said_so_and_the_next_call_resumes_it(tmp_path):
+    op = repo(tmp_path)
+    first = solve(op, FLAGS, evaluator=Counting(interrupt_at=2))
+    assert first.interrupted and first.run is None
+    runs = [d.name for d in (op.parent / ".okgit" / "runs").iterdir()]
+    assert len(runs) == 1
+    assert journal(op, runs[0])[-1]["status"] == RunStatus.interrupted
+    again = solve(op, FLAGS, resume=runs[0], evaluator=Counting())
+    assert not again.interrupted and again.run is not None and again.run["run_id"] == runs[0]
+    assert again.run["status"] == RunStatus.optimized and again.checked
+    assert any(e["type"] == "resumed" for e in journal(op, runs[0]))
+    # resuming a run that has finished prepares nothing for the run and checks its winner again
+    evaluator = Counting()
+    third = solve(op, FLAGS, resume=runs[0], evaluator=evaluator)
+    assert third.run == again.run and third.checked and evaluator.references == 0

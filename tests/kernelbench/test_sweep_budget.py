@@ -1,0 +1,230 @@
+"""A sweep within a time budget: where each problem's time went (okgit.kernelbench.timeline),
+problems admitted onto a GPU by their memory (okgit.kernelbench.admission), and a sweep that
+stops cleanly at its time limit or at SIGTERM, leaving what it did not finish to the next one.
+
+Each problem's okgit run is a stand-in here (tests/kernelbench/test_sweep_resume.py runs the real thing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from okgit.errors import UsageError
+from okgit.eval.parent.memory import CUDA_CONTEXT, GiB
+from okgit.journal.events import Note, Preparing, ProposalEvent, ReferenceEvent, Resumed, RunFinished, RunStarted
+from okgit.kernelbench import admission, runs, sweep, timeline
+from okgit.kernelbench.reader import find_problems
+from okgit.kernelbench.scoring import ProblemResult, StageTime, SweepReport, summarize
+
+FIXTURE = Path(__file__).parents[1] / "kb_fixture"
+
+
+# --- where the time went -------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _events(run: str = "r") -> dict[str, object]:
+    base = {"ts": 0.0, "run": run}
+    return {
+        "preparing": Preparing(**base, op="op.py", eval="local"),
+        "started": RunStarted(**base, op="op.py", base="abc", base_dirty=False, branch="b", worktree="w", backend="triton",
+                              device="cpu", mode="fast", model=None, eval="local", iterations=4),
+        "reference": ReferenceEvent(**base, runtime_us=None, timed=False, device="cpu", profile=None, degenerate=None,
+                                    shapes=[], flags={}, hardware={}),
+        "template": ProposalEvent(**base, cand="c001", origin="template:pointwise", intent="", parent=None, backend="triton"),
+        "seed": ProposalEvent(**base, cand="c002", origin="inductor", intent="", parent=None, backend="triton"),
+        "ended": Note(**base, message="search ended: iteration budget (2) reached"),
+        "finished": RunFinished(**base, status="optimized", speedup=1.2, baseline_us=2.0, best_us=1.0, best_tag="t",
+                                best_cand="c002", report="r", diff="d", iterations=2, cost_usd=0.0),
+        "resumed": Resumed(**base, message="resumed"),
+    }
+
+
+def test_the_stage_clock_gives_each_wait_to_the_stage_it_ends(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(timeline.time, "monotonic", clock)
+    ev = _events()
+    stages = timeline.StageClock()
+    for name, seconds in (("preparing", 3), ("started", 1), ("reference", 20), ("template", 2), ("seed", 40),
+                          ("ended", 10), ("finished", 30)):
+        clock.now += seconds
+        stages(ev[name])
+    # the evaluator's start and the preparation are the reference's; the compile the search waited
+    # for is the seed's; the rest of the search, and the final gate, their own
+    assert stages.walls == {"reference": 24.0, "search": 12.0, "seeds": 40.0, "final gate": 30.0}
+
+
+def test_a_resumed_run_prepares_its_reference_again_before_it_says_so(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(timeline.time, "monotonic", clock)
+    ev = _events()
+    stages = timeline.StageClock()
+    for name, seconds in (("preparing", 2), ("resumed", 15), ("template", 5), ("ended", 1), ("finished", 9)):
+        clock.now += seconds
+        stages(ev[name])
+    assert stages.walls == {"reference": 17.0, "search": 6.0, "final gate": 9.0}
+
+
+def test_the_ledger_adds_up_holds_by_stage_and_keeps_the_last_footprint(tmp_path):
+    ledger = tmp_path / "ledger.jsonl"
+    lines = [{"stage": "reference", "mode": "shared", "wait_s": 1.0, "held_s": 10.0},
+             {"stage": "reference", "mode": "exclusive", "wait_s": 2.0, "held_s": 1.5},
+             {"footprint_bytes": 5 * GiB},
+             {"stage": "evaluation", "mode": "shared", "wait_s": 0.0, "held_s": 3.0},
+             {"stage": "evaluation", "mode": "exclusive", "wait_s": 4.0, "held_s": 0.5},
+             {"stage": "seed", "mode": "exclusive", "wait_s": 0.0, "held_s": 7.0},
+             {"footprint_bytes": 6 * GiB}]
+    ledger.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"stage": "cut sh')  # a line cut by a kill
+    holds, footprint = timeline.ledger_holds(ledger)
+    assert footprint == 6 * GiB
+    assert holds["reference"] == StageTime(shared_s=10.0, exclusive_s=1.5, wait_s=3.0)
+    assert holds["search"] == StageTime(shared_s=3.0, exclusive_s=0.5, wait_s=4.0)
+    assert holds["seeds"] == StageTime(exclusive_s=7.0)
+    both = timeline.combine({"reference": 30.0, "final gate": 12.0}, ledger)
+    assert list(both) == ["reference", "seeds", "search", "final gate"]
+    assert both["reference"].wall_s == 30.0 and both["reference"].exclusive_s == 1.5
+    assert both["final gate"] == StageTime(wall_s=12.0)
+    assert timeline.ledger_holds(tmp_path / "missing.jsonl") == ({}, None)
+
+
+def test_the_report_says_where_the_time_went_per_problem_and_in_total():
+    def result(key: str, **stages: StageTime) -> ProblemResult:
+        level, rest = key.split("/")
+        pid, name = rest.split("_", 1)
+        return ProblemResult(key=key, level=int(level[5:]), id=int(pid), name=name, status="optimized", correct=True,
+                             wall_s=sum(t.wall_s for t in stages.values()), time=stages)
+
+    rs = [result("level1/1_A", reference=StageTime(wall_s=20, shared_s=15, exclusive_s=2, wait_s=1),
+                 search=StageTime(wall_s=60, shared_s=30, exclusive_s=6, wait_s=4)),
+          result("level2/3_B", reference=StageTime(wall_s=10, shared_s=8, exclusive_s=1),
+                 baselines=StageTime(wall_s=30, shared_s=20, exclusive_s=3, wait_s=2))]
+    report = SweepReport(dir="/kb", out="/out", device="cuda", problems=rs, summary=summarize(rs), wall_s=120,
+                         calls_wall_s=300)
+    assert report.summary.time["reference"] == StageTime(wall_s=30, shared_s=23, exclusive_s=3, wait_s=1)
+    md = report.markdown()
+    assert "| problem | wall | reference | search | baselines | device excl. | device shared | lock wait |" in md
+    assert "| level1/1_A | 80 | 20 (15/2, 1) | 60 (30/6, 4) | - | 8.0 | 45.0 | 5.0 |" in md
+    assert "| **total** | 120 | 30 (23/3, 1) | 60 (30/6, 4) | 30 (20/3, 2) | 12.0 | 73.0 | 7.0 |" in md
+    assert "alone for 0.2 min" in md and "the sweep's wall so far 5.0 min (this call 2.0 min)" in md
+
+
+# --- admission by memory -------------------------------------------------------------------------
+
+
+def test_a_problem_waits_until_it_fits_beside_the_others_and_one_alone_always_runs():
+    footprints: dict[str, int] = {}
+    adm = admission.Admission({"cuda:0": 10 * GiB}, footprints.get)
+    stop = threading.Event()
+    assert adm.enter("big", "cuda:0", 40 * GiB, stop) is not None  # alone: too large to share, not too large to run
+    waited: list[float | None] = []
+    t = threading.Thread(target=lambda: waited.append(adm.enter("small", "cuda:0", 2 * GiB, stop)))
+    t.start()
+    time.sleep(0.3)
+    assert not waited  # does not fit beside the big one
+    adm.leave("big", "cuda:0")
+    t.join(5)
+    assert waited and waited[0] is not None and waited[0] >= 0.2
+    # a prepared reference's footprint replaces its estimate
+    footprints["small"] = 9 * GiB
+    assert adm.used("cuda:0") == 9 * GiB
+    stop.set()
+    assert adm.enter("third", "cuda:0", 2 * GiB, stop) is None  # stopped while waiting for room
+    footprints["small"] = 1 * GiB
+    assert adm.enter("third", "cuda:0", 2 * GiB, threading.Event()) is not None
+
+
+def test_the_estimate_reads_the_op_file_at_its_own_sizes_on_the_meta_device():
+    problem = find_problems(FIXTURE, level=2)[0]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scale_shift", problem.path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    inputs = module.get_inputs()
+    model = module.Model(*module.get_init_inputs())
+    case = sum(x.nbytes for x in inputs) + model(*inputs).nbytes + sum(t.nbytes for t in model.state_dict().values())
+    assert admission.estimate(problem.path) == admission.ESTIMATE_FACTOR * case + admission.CONTEXTS * CUDA_CONTEXT
+
+
+def test_an_op_that_cannot_run_on_the_meta_device_gets_a_generous_guess(tmp_path):
+    path = tmp_path / "1_Odd.py"
+    path.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x.cpu()\n"
+                    "def get_inputs():\n    return [torch.randn(4).numpy()]\ndef get_init_inputs():\n    return []\n")
+    assert admission.estimate(path) == admission.UNKNOWN_BYTES + admission.CONTEXTS * CUDA_CONTEXT
+
+
+# --- stopping: the time limit and SIGTERM --------------------------------------------------------
+
+
+class Runs:
+    """Stands in for each problem's run: quick ones finish; a slow one runs until the sweep
+    stops it, then is kept in flight as runs.run_problem keeps it."""
+
+    def __init__(self, slow: set[str]) -> None:
+        self.slow = slow
+        self.started: list[str] = []
+
+    def __call__(self, p, slot, flags, out_dir, timeout_s, *, stop, **kw) -> ProblemResult:
+        self.started.append(p.key)
+        if p.key in self.slow:
+            assert stop.wait(30), "the sweep never stopped"
+            flight = out_dir / "in_flight" / f"{runs.slug(p)}.json"
+            flight.parent.mkdir(parents=True, exist_ok=True)
+            flight.write_text(runs.InFlight(calls=1, wall_s=1.0).model_dump_json())
+            raise runs.ProblemInterrupted()
+        return ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, status="unverified", correct=True,
+                             device=kw["device"])
+
+
+def test_a_time_limit_stops_what_runs_starts_nothing_late_and_reports_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(sweep, "STOP_MARGIN_S", 0.5)
+    monkeypatch.setattr(sweep, "START_CUTOFF_S", 0.3)
+    fake = Runs(slow={"level1/1_ScaledRelu"})
+    monkeypatch.setattr(sweep, "_run_problem", fake)
+    started = time.monotonic()
+    report = sweep.run_sweep(FIXTURE, level=1, parallel=1, flags={"device": "cpu"}, out=tmp_path, time_limit_s=1.5)
+    assert time.monotonic() - started < 5
+    # one slot: the slow first problem holds it until the stop; the others never start
+    assert fake.started == ["level1/1_ScaledRelu"]
+    assert report.problems == [] and report.pending == ["level1/1_ScaledRelu", "level1/2_RowSum", "level1/3_RowSort"]
+    assert report.in_flight == ["level1/1_ScaledRelu"]
+    assert "partial: stopped by its time limit" in report.markdown()
+    assert json.loads((tmp_path / "calls.json").read_text())[0]["wall_s"] > 0
+
+    again = Runs(slow=set())
+    monkeypatch.setattr(sweep, "_run_problem", again)
+    done = sweep.run_sweep(FIXTURE, level=1, parallel=1, flags={"device": "cpu"}, out=tmp_path)
+    assert again.started == report.pending and not done.pending and len(done.problems) == 3
+    assert done.calls_wall_s >= report.wall_s + done.wall_s - 0.2
+
+
+def test_sigterm_stops_the_sweep_cleanly_then_says_it_was_interrupted(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    fake = Runs(slow={"level1/2_RowSum"})
+    monkeypatch.setattr(sweep, "_run_problem", fake)
+    threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        sweep.run_sweep(FIXTURE, level=1, parallel=2, flags={"device": "cpu"}, out=tmp_path)
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["in_flight"] == ["level1/2_RowSum"]
+    assert "level1/2_RowSum" in saved["pending"]
+    assert (tmp_path / "state" / "level1_1_ScaledRelu.json").is_file()
+
+
+def test_a_time_limit_must_leave_room_to_stop(tmp_path):
+    with pytest.raises(UsageError, match="--time-limit 30"):
+        sweep.run_sweep(FIXTURE, level=1, flags={"device": "cpu"}, out=tmp_path, time_limit_s=30)

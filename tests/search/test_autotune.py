@@ -1,0 +1,158 @@
+"""The autotune proposer: launch settings found in the source, varied one at a time, kept correct."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from oprun import run_ops
+
+from okgit.eval.types import EvalResult, ProfileData, Reference, Status
+from okgit.problem import load_problem
+from okgit.search.proposers.autotune import AutotuneProposer, find_sites, variants
+from okgit.search.proposers.templates import plan
+from okgit.search.types import Attempt, Context, Proposal
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+OWN_KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def double_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        n = x.numel()
+        grid = (triton.cdiv(n, 256),)
+        double_kernel[grid](x, y, n, BLOCK=256)
+        return y
+
+
+size = 1000
+
+
+def get_inputs():
+    return [torch.randn(size)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def ctx_for(path, best: Proposal | None = None, profile: ProfileData | None = None, timed: bool = True) -> Context:
+    """A context as on a GPU (a timed reference): the only place autotune proposes anything."""
+    device = "cuda" if timed else "cpu"
+    ctx = Context(problem=load_problem(path), reference=Reference(device=device, timed=timed), backend="triton", device=device)
+    if best is not None:
+        result = EvalResult(status=Status.correct, correct=True, profile=profile)
+        ctx.best = Attempt(cand="c001", proposal=best, result=result)
+    return ctx
+
+
+def test_sites_of_a_user_kernel_move_the_grid_with_the_block(tmp_path):
+    sites = {s.name: s for s in find_sites(OWN_KERNEL)}
+    assert set(sites) == {"double_kernel.BLOCK", "double_kernel.num_warps"}  # no loop: no stages
+    block = sites["double_kernel.BLOCK"]
+    assert block.value == 256 and len(block.spans) == 2  # the launch keyword and the grid's cdiv
+    blocks = [v for s, v in variants(OWN_KERNEL, cap_numel=1000, cap_dim=1000) if s.name == block.name]
+    assert blocks == [512, 128, 1024, 64]  # nearest first; 2048 exceeds the padded size (1024)
+
+
+@pytest.mark.slow  # candidates run under the interpreter (oprun)
+def test_variants_of_a_user_kernel_are_correct(tmp_path):
+    path = tmp_path / "own.py"
+    path.write_text(OWN_KERNEL)
+    proposer, ctx = AutotuneProposer(), ctx_for(path)
+    proposals = []
+    while (p := proposer.propose(ctx)) is not None:
+        proposals.append(p)
+    assert proposals and all(p.origin == "autotune:reference" for p in proposals)
+    assert len({p.source for p in proposals}) == len(proposals)
+    assert {p.meta["setting"] for p in proposals} == {"double_kernel.BLOCK", "double_kernel.num_warps"}
+    assert "num_warps=" in next(p.source for p in proposals if p.meta["setting"].endswith("num_warps"))
+    results = run_ops([(path, p.source, {"size": 1001}) for p in proposals[:4]])
+    assert all(r["ok"] for r in results), results
+
+
+def test_nothing_is_proposed_where_nothing_is_timed(tmp_path):
+    path = tmp_path / "own.py"
+    path.write_text(OWN_KERNEL)
+    notes = []
+    ctx = ctx_for(path, timed=False)
+    ctx.log = lambda type, **fields: notes.append((type, fields.get("message", "")))
+    proposer = AutotuneProposer()
+    assert proposer.propose(ctx) is None and proposer.propose(ctx) is None
+    assert len(notes) == 1 and notes[0][0] == "note" and "autotune: skipped on cpu" in notes[0][1], notes
+
+
+def test_template_constants_are_tuned_around_the_best():
+    path = EXAMPLES / "04_softmax.py"
+    (template,) = plan(ctx_for(path))
+    proposer, ctx = AutotuneProposer(), ctx_for(path, template)
+    first = proposer.propose(ctx)
+    assert first.origin == "autotune:c001" and first.parent == "c001"
+    assert first.meta["setting"].startswith("FUSED_ROWS_0_")
+    # the new best's neighbourhood comes next
+    ctx.best = Attempt(cand="c002", proposal=first, result=EvalResult(status=Status.correct, correct=True))
+    second = proposer.propose(ctx)
+    assert second.parent == "c002"
+    setting, value = first.meta["setting"], first.meta["value"]
+    if second.meta["setting"] == setting:
+        assert second.meta["previous"] == value
+    else:
+        assert {s.name: s.value for s in find_sites(second.source)}[setting] == value
+
+
+def test_gemm_tiles_that_cannot_fit_are_pruned():
+    path = EXAMPLES / "14_linear_gelu.py"
+    gemm = next(p for p in plan(ctx_for(path)) if p.origin == "template:gemm")
+    for site, value in variants(gemm.source, 1 << 24, 4096):
+        assert not (site.name.endswith("BLOCK_K") and value > 128)
+    settings = {s.name for s, _ in variants(gemm.source, 1 << 24, 4096)}
+    assert {"FUSED_GEMM_0_NUM_STAGES", "FUSED_GEMM_0_NUM_WARPS", "FUSED_GEMM_0_BLOCK_M"} <= settings
+
+
+def test_a_best_at_its_roofline_is_left_alone():
+    path = EXAMPLES / "01_relu_bias_scale.py"
+    (template,) = plan(ctx_for(path))
+    ctx = ctx_for(path, template, ProfileData(roofline_position=0.95))
+    assert AutotuneProposer().propose(ctx) is None
+
+
+@pytest.mark.slow  # candidates run under the interpreter (oprun)
+def test_template_variants_stay_correct():
+    path = EXAMPLES / "13_cross_entropy.py"
+    (template,) = plan(ctx_for(path))
+    proposer, ctx = AutotuneProposer(), ctx_for(path, template)
+    proposals = [proposer.propose(ctx) for _ in range(4)]
+    knobs = {"batch_size": 7, "num_classes": 45}
+    results = run_ops([(path, p.source, knobs) for p in proposals])
+    assert all(r["ok"] for r in results), results
+
+
+@pytest.mark.slow  # candidates run under the interpreter (oprun)
+def test_column_layout_blocks_are_tuned_within_the_dims():
+    """The column layout's BLOCK_J, BLOCK_R and NUM_WARPS are module constants the autotune
+    varies; BLOCK_J and BLOCK_R, each along one dim, stay within the largest dim."""
+    path = EXAMPLES / "11_argmax_dim.py"
+    columns = next(p for p in plan(ctx_for(path)) if p.origin == "template:columns")
+    found = variants(columns.source, 1 << 25, 64)
+    settings = {s.name for s, _ in found}
+    assert {"FUSED_COLUMNS_0_BLOCK_J", "FUSED_COLUMNS_0_BLOCK_R", "FUSED_COLUMNS_0_NUM_WARPS"} <= settings
+    assert all(v <= 64 for s, v in found if s.name.endswith(("BLOCK_J", "BLOCK_R")))
+    proposer, ctx = AutotuneProposer(), ctx_for(path, columns)
+    proposals = [proposer.propose(ctx) for _ in range(3)]
+    assert [p.meta["setting"] for p in proposals] == ["FUSED_COLUMNS_0_BLOCK_J", "FUSED_COLUMNS_0_BLOCK_R", "FUSED_COLUMNS_0_NUM_WARPS"]
+    results = run_ops([(path, p.source, {"batch_size": 5, "dim1": 37, "dim2": 19}) for p in proposals])
+    assert all(r["ok"] for r in results), results

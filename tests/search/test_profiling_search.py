@@ -1,0 +1,321 @@
+"""The profiling pass where decisions are made: which candidates it reads (the reference, those
+near the best), that it never changes a verdict, its share of the search's time, the critic's
+prompt with the counters and their units, and the autotune phase's settings per bottleneck."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from profiling_samples import counters_profile
+from scripted_model import HARDWARE, OP, REFERENCE, ContentModel, judge
+
+from okgit.config import Config, SearchSettings
+from okgit.eval.base import InMemoryEvaluator
+from okgit.eval.types import ProfileData, Reference
+from okgit.problem import load_problem
+from okgit.search.driver import Budget, Search
+from okgit.search.memory import SkillLibrary
+from okgit.search.profiling import PROFILE_WITHIN
+from okgit.search.proposers.autotune import AutotuneProposer, Focus, variants
+from okgit.search.proposers.llm import LLMProposer
+from okgit.search.types import Context, Proposal
+
+SNAPSHOTS = Path(__file__).parents[1] / "snapshots"
+
+
+class Queue:
+    name = "queue"
+
+    def __init__(self, outcomes: list[str]) -> None:
+        self.sources = [f"{OP}\n# OUTCOME {o} {i}\n" for i, o in enumerate(outcomes)]
+
+    def propose(self, ctx: Context) -> Proposal | None:
+        return Proposal(source=self.sources.pop(0), origin="template:test", intent="try") if self.sources else None
+
+
+def run(outcomes: list[str], profiler: str = "auto") -> tuple[list[dict], InMemoryEvaluator, Context]:
+    events: list[dict] = []
+    ctx = Context(problem=load_problem("relu2.py", source=OP), reference=REFERENCE, backend="triton", device="cuda",
+                  hardware=HARDWARE, log=lambda type, **f: events.append({"type": type, **f}) or {"type": type, **f})
+    evaluator = InMemoryEvaluator(judge, device="cuda", ref_runtime_us=100.0,
+                                  profiler=lambda source, base: counters_profile())
+    search = Search(ctx, evaluator, Budget(iterations=len(outcomes), patience=99), accept=lambda a: None,
+                    profiler=profiler)
+    search.profiling.started -= 3600.0  # as on a GPU, where evaluations take seconds: the pass is within its share
+    search.run([Queue(outcomes)])
+    return events, evaluator, ctx
+
+
+def test_the_reference_and_the_candidates_near_the_best_are_profiled():
+    # c001 is the first best; c002 trails it by more than PROFILE_WITHIN, c003 by less; c004 is a new best
+    assert 1.19 >= (1 - PROFILE_WITHIN) * 1.2 > 1.1
+    events, evaluator, ctx = run(["1.2", "1.1", "1.19", "1.5", "WRONG"])
+    profiled = [e for e in events if e["type"] == "profiled"]
+    assert [e["cand"] for e in profiled] == [None, "c001", "c003", "c004"]
+    assert evaluator.profiled[0] == OP  # the baseline: the problem's own file
+    assert all(e["tools"] == ["ncu", "proton"] and e["seconds"] == 7.5 for e in profiled)
+    assert ctx.reference.profile is not None and ctx.reference.profile.sources["occupancy"] == "ncu"
+    by_cand = {a.cand: a for a in ctx.attempts}
+    assert by_cand["c003"].result.profile.cache_hit_rate is not None  # what the critic and autotune read
+    assert by_cand["c002"].result.profile.cache_hit_rate is None  # the evaluation's own profile
+    # each pass's event follows the verdicts of its batch
+    order = [(e["type"], e.get("cand")) for e in events if e["type"] in ("evaluated", "profiled")]
+    assert order.index(("profiled", "c003")) == order.index(("evaluated", "c003")) + 1
+
+
+def test_a_verdict_is_the_same_with_profiling_on_and_off():
+    outcomes = ["1.2", "BUG", "1.19", "REJECT", "1.5", "WRONG", "OK"]
+    on, _, _ = run(outcomes, "auto")
+    off, evaluator, _ = run(outcomes, "off")
+    assert evaluator.profiled == [] and not any(e["type"] == "profiled" for e in off)
+    assert any(e["type"] == "profiled" for e in on)
+
+    def verdicts(events: list[dict]) -> list[tuple]:
+        return [(e["type"], e["cand"], e.get("status"), e.get("speedup"), e.get("error"), e.get("profile"))
+                for e in events if e["type"] in ("evaluated", "best", "accepted")]
+
+    assert verdicts(on) == verdicts(off)  # the evaluated events keep the evaluation's own profile too
+
+
+def test_the_pass_keeps_to_its_share_of_the_search(monkeypatch):
+    events: list[dict] = []
+    ctx = Context(problem=load_problem("relu2.py", source=OP), reference=REFERENCE, backend="triton", device="cuda",
+                  log=lambda type, **f: events.append({"type": type, **f}))
+    evaluator = InMemoryEvaluator(judge, device="cuda", ref_runtime_us=100.0,
+                                  profiler=lambda source, base: counters_profile())
+    search = Search(ctx, evaluator, Budget(iterations=4, patience=99), accept=lambda a: None)
+    queue = Queue(["1.2", "1.3", "1.4", "1.5"])
+    search.profiling.reference()
+    search.step(queue.propose(ctx))  # the first best: always profiled
+    search.profiling.spent_s = 3600.0  # as if the passes had taken an hour of a short search
+    search.step(queue.propose(ctx))
+    search.step(queue.propose(ctx))
+    assert [e["cand"] for e in events if e["type"] == "profiled"] == [None, "c001"]
+    paused = [e["message"] for e in events if e["type"] == "note" and "paused" in e["message"]]
+    assert len(paused) == 1 and "at most 10%" in paused[0]
+
+
+def test_a_missing_tool_is_said_once_in_the_journal():
+    def without_ncu(source: str, base: ProfileData | None) -> ProfileData:
+        prof = counters_profile()
+        prof.not_run["ncu"] = "not installed (no ncu on PATH)"
+        return prof
+
+    events: list[dict] = []
+    ctx = Context(problem=load_problem("relu2.py", source=OP), reference=REFERENCE, backend="triton", device="cuda",
+                  log=lambda type, **f: events.append({"type": type, **f}))
+    evaluator = InMemoryEvaluator(judge, device="cuda", ref_runtime_us=100.0, profiler=without_ncu)
+    Search(ctx, evaluator, Budget(iterations=3, patience=99), accept=lambda a: None).run([Queue(["1.2", "1.3", "1.4"])])
+    notes = [e["message"] for e in events if e["type"] == "note" and "ncu did not run" in e["message"]]
+    assert notes == ["profiling pass: ncu did not run: not installed (no ncu on PATH)"]
+
+
+def test_the_critic_sees_the_counters_with_their_units_and_tools(tmp_path):
+    """A change to what the critic is shown is a reviewed change: UPDATE_SNAPSHOTS=1 rewrites it."""
+    plan = {"ops": [{"op": "insert", "description": "one fused kernel", "priority": 0.9}]}
+    model = ContentModel(outcomes={"one fused kernel": ["1.2", "1.1"]}, plans=[plan])
+    ctx = Context(problem=load_problem("relu2.py", source=OP), reference=REFERENCE, backend="triton", device="cuda",
+                  hardware=HARDWARE)
+    evaluator = InMemoryEvaluator(judge, device="cuda", ref_runtime_us=100.0,
+                                  profiler=lambda source, base: counters_profile())
+    proposer = LLMProposer(Config(model="gpt-4o", search=SearchSettings()), complete=model,
+                           library=SkillLibrary.load(tmp_path / "skills.json"))
+    Search(ctx, evaluator, Budget(iterations=2), accept=lambda a: None).run([proposer])
+    assert model.missing == []
+    shown = model.prompts("critic")[-1]
+    profile = shown.sections["Profile"]
+    for figure in ("memory: 700 GB/s from DRAM, 15% of its peak [ncu]", "L2 hit rate: 79% [ncu]", "limited by registers",
+                   "warp stalls, share of stalled time: math_pipe_throttle", "long_scoreboard 73% (candidate.py:31)", "[ncu, proton]",
+                   "long_scoreboard: waiting for global or local memory"):
+        assert figure in profile, figure
+    assert "achieved 23%, theoretical 25% of the SM's warp slots" in shown.sections["Reference measurements"]
+    text = f"{shown.system}\n=== user ===\n{shown.user}\n"
+    path = SNAPSHOTS / "critic.v2.counters.txt"
+    if os.environ.get("UPDATE_SNAPSHOTS"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+# ---- the autotune phase, by bottleneck ----------------------------------------------------------
+
+TUNABLE = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+FUSED_GEMM_0_BLOCK_M = 64
+FUSED_GEMM_0_BLOCK_N = 64
+FUSED_GEMM_0_BLOCK_K = 32
+FUSED_GEMM_0_NUM_STAGES = 3
+FUSED_GEMM_0_NUM_WARPS = 4
+FUSED_GEMM_0_GROUP_M = 8
+FUSED_ROWS_0_PROGRAMS = 264
+
+
+@triton.jit
+def gemm_kernel(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    for k in range(0, K, BLOCK_K):
+        pass
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        c = torch.empty(a.shape[0], b.shape[1], device=a.device)
+        gemm_kernel[(FUSED_ROWS_0_PROGRAMS,)](a, b, c, 1, 1, 1, BLOCK_M=FUSED_GEMM_0_BLOCK_M,
+                                              BLOCK_N=FUSED_GEMM_0_BLOCK_N, BLOCK_K=FUSED_GEMM_0_BLOCK_K,
+                                              num_warps=FUSED_GEMM_0_NUM_WARPS, num_stages=FUSED_GEMM_0_NUM_STAGES)
+        return c
+
+
+def get_inputs():
+    return [torch.randn(256, 256), torch.randn(256, 256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def controls(bottleneck: str, **profile) -> list[str]:
+    focus = Focus.of(ProfileData(bottleneck_type=bottleneck, **profile))
+    return [site.control for site, _ in variants(TUNABLE, 1 << 20, 4096, focus)]
+
+
+def first_seen(found: list[str]) -> list[str]:
+    return list(dict.fromkeys(found))
+
+
+def test_a_memory_bound_kernel_varies_blocks_stages_and_vector_width_first():
+    found = controls("memory")
+    assert first_seen(found) == ["block", "stages", "warps"] and "group" not in found and "programs" not in found
+
+
+def test_a_compute_bound_kernel_varies_warps_stages_and_the_tile():
+    found = controls("compute")
+    assert first_seen(found) == ["warps", "stages", "block", "group"] and "programs" not in found
+
+
+def test_a_latency_bound_kernel_varies_only_the_programs_and_the_block():
+    assert first_seen(controls("latency")) == ["programs", "block"]
+
+
+def test_without_a_bottleneck_every_setting_is_varied_as_before():
+    assert Focus.of(ProfileData()) is None and Focus.of(None) is None
+    assert set(controls("unknown")) == {"block", "stages", "warps", "group", "programs"}
+
+
+def test_occupancy_held_by_registers_tries_smaller_tiles_first():
+    roomy = variants(TUNABLE, 1 << 20, 4096, Focus.of(ProfileData(bottleneck_type="compute")))
+    tight = variants(TUNABLE, 1 << 20, 4096, Focus.of(ProfileData(bottleneck_type="compute", occupancy_limiter="registers",
+                                                                 occupancy_theoretical=0.25)))
+
+    def first_block(found):
+        return next(v for s, v in found if s.name == "FUSED_GEMM_0_BLOCK_M")
+
+    assert (first_block(roomy), first_block(tight)) == (128, 32)
+
+
+def test_the_autotune_phase_says_in_the_journal_what_it_varies_and_why(tmp_path):
+    path = tmp_path / "tunable.py"
+    path.write_text(TUNABLE)
+    notes: list[str] = []
+    profile = ProfileData(bottleneck_type="memory", bottleneck_why="ncu: DRAM at 81% of its peak",
+                          sources={"bottleneck_type": "ncu"})
+    ctx = Context(problem=load_problem(path), reference=Reference(device="cuda", timed=True, profile=profile),
+                  backend="triton", device="cuda", log=lambda type, **f: notes.append(f.get("message", "")))
+    first = AutotuneProposer().propose(ctx)
+    assert first is not None and first.meta["control"] == "block"
+    assert notes == ["autotune around the reference: memory-bound (ncu: DRAM at 81% of its peak): varying the block "
+                     "shape, the loads in flight (stages) and the vector width (warps); left out: group, programs"]
+
+
+@pytest.mark.parametrize("bottleneck", ["memory", "compute", "latency"])
+def test_each_focus_names_what_it_varies(bottleneck):
+    focus = Focus.of(ProfileData(bottleneck_type=bottleneck))
+    assert focus is not None and focus.why.startswith(f"{bottleneck}-bound (the roofline): varying ")
+
+
+# ---- a whole run: report.md, okgit show, --resume ----------------------------------------------
+
+
+@pytest.mark.slow  # a real repository, a run through okgit.run.optimize and `okgit show` as a subprocess
+def test_a_run_shows_the_winners_profile_beside_the_references(git_repo):
+    from conftest import OP as OP_FILE
+    from conftest import okgit, variant
+
+    from okgit import run as okgit_run
+    from okgit.eval.types import EvalResult, Status
+
+    def by_marker(source: str) -> EvalResult:
+        us = float(source.rsplit("# us=", 1)[1].split()[0])
+        return EvalResult(status=Status.correct, correct=True, timed=True, device="cuda:0", runtime_us=us,
+                          ref_runtime_us=10.0, speedup=10.0 / us, profile=ProfileData(bottleneck_type="memory"))
+
+    class Fixed:
+        name = "fixed"
+
+        def __init__(self, sources: list[str]) -> None:
+            self.queue = list(sources)
+
+        def propose(self, ctx):
+            return Proposal(source=self.queue.pop(0), origin="test") if self.queue else None
+
+    evaluator = InMemoryEvaluator(by_marker, device="cuda:0", ref_runtime_us=10.0,
+                                  profiler=lambda source, base: counters_profile())
+    sources = [variant("torch.clamp(x, min=0.0)") + f"\n# us={us}\n" for us in (8.0, 5.0)]
+    result = okgit_run.optimize(git_repo / OP_FILE, cwd=git_repo, flags={"iterations": 2}, evaluator=evaluator,
+                                proposers=[Fixed(sources)])
+    assert result.status == "optimized"
+    report = Path(result.report).read_text()
+    section = report.split("## Profile: the winner beside the reference", 1)[1].split("\n## ", 1)[0]
+    assert "| L2 hit rate | 79% [ncu] | 79% [ncu] |" in section
+    assert "| occupancy limiter | registers [ncu] | registers [ncu] |" in section
+    assert "long_scoreboard 73% (candidate.py:31)" in section  # the winner's kernels, with Proton's lines
+    shown = okgit("show", result.run_id, cwd=git_repo)
+    assert shown.returncode == 0 and shown.stdout.startswith("diff --git") and "profile" not in shown.stdout
+    assert "profile (candidate | reference):" in shown.stderr and "top warp stalls" in shown.stderr
+    as_json = json.loads(okgit("show", result.run_id, "--json", cwd=git_repo).stdout)
+    assert as_json["profile"]["candidate"]["tools"] == ["ncu", "proton"]
+
+
+def test_a_resumed_run_keeps_its_profiles_and_does_not_profile_them_again(tmp_path):
+    from types import SimpleNamespace
+
+    from okgit.eval.types import EvalResult, Status
+    from okgit.git.rundir import RunDir
+    from okgit.journal.files import Journal, JsonlWriter
+    from okgit.run import _restore
+    from okgit.search.profiling import ProfilePass
+
+    run_dir = RunDir(tmp_path)
+    journal = Journal(run_dir.journal, "r1")
+    prof = counters_profile()
+    journal.write("profiled", cand=None, profile=prof, seconds=7.5, tools=prof.tools)
+    journal.write("profiled", cand="c001", profile=prof, seconds=7.5, tools=prof.tools)
+    result = EvalResult(status=Status.correct, correct=True, timed=True, runtime_us=80.0, ref_runtime_us=100.0,
+                        speedup=1.25, profile=ProfileData(bottleneck_type="memory"))
+    JsonlWriter(run_dir.traces, "r1").write("candidate", cand="c001", origin="test", intent="", parent=None,
+                                             source=OP, result=result)
+    ctx = Context(problem=load_problem("relu2.py", source=OP), reference=REFERENCE, backend="triton", device="cuda")
+    _restore(SimpleNamespace(run_dir=tmp_path), ctx)
+    assert ctx.attempts[0].result.profile.sources["occupancy"] == "ncu"
+    assert ctx.reference.profile.cache_hit_rate == prof.cache_hit_rate
+    evaluator = InMemoryEvaluator(judge, device="cuda", ref_runtime_us=100.0, profiler=lambda s, b: counters_profile())
+    ctx.best = ctx.attempts[0]
+    again = ProfilePass(evaluator, ctx)
+    again.reference()
+    again.after(ctx.attempts)
+    assert evaluator.profiled == []
+
+
+def test_a_gemms_precision_comes_first_whatever_bounds_it():
+    from okgit.lower.kinds.gemm import TUNED_PRECISIONS
+
+    source = TUNABLE.replace("FUSED_GEMM_0_GROUP_M = 8\n", f'FUSED_GEMM_0_GROUP_M = 8\nFUSED_GEMM_0_PRECISION = "{TUNED_PRECISIONS[0]}"\n')
+    for bottleneck in ("memory", "compute", "latency"):
+        found = [s.control for s, _ in variants(source, 1 << 20, 4096, Focus.of(ProfileData(bottleneck_type=bottleneck)))]
+        assert found[0] == "precision" and "precision" in first_seen(found)[:1], (bottleneck, found)

@@ -107,7 +107,7 @@ def survey(path: Path, level: int) -> Row:
     except Unsupported as e:
         row.note = f"capture: {e}"
         return row
-    for turned_on in candidates(graph):
+    for turned_on in candidates(graph, "cuda"):  # the survey is of what a GPU run proposes
         try:
             items = partition(graph, seeding=turned_on)
             text, low = lowered_file(source, graph, items, turned_on)

@@ -59,7 +59,7 @@ def test_eval_smoke(tmp_path):
 def test_offline_smoke(tmp_path):
     proc = run([sys.executable, str(BENCH / "offline.py"), "--smoke"], tmp_path / "out")
     assert "smoke: CPU under the Triton interpreter" in proc.stdout
-    rows = table_rows(proc.stdout, "| problem |")
+    rows = table_rows(proc.stdout, "| problem | status |")
     assert rows[1].startswith("| level1/1_01_relu_bias_scale | unverified | yes | - | - | - | untimed | untimed |")
     assert "No timing on this device" in proc.stdout
     assert "offline result over all ops: none timed (1 op(s))" in proc.stdout
@@ -68,7 +68,7 @@ def test_offline_smoke(tmp_path):
     (p,) = data["problems"]
     assert p["correct"] and p["timed"] is False and p["speedup_eager"] is None and p["eager_us"] is None
     assert data["summary"]["scores"][0]["fast_p"]["1.0"] is None  # no speed claim without timing
-    assert (tmp_path / "out" / "offline.md").read_text().count("| level1/") == 1
+    assert (tmp_path / "out" / "offline.md").read_text().count("| level1/") == 2  # its results row and where its time went
     events = [json.loads(line) for line in (tmp_path / "out" / "journals.jsonl").read_text().splitlines()]
     assert {e["problem"] for e in events} == {"level1_1_01_relu_bias_scale"} and events[-1]["type"] == "run_finished"
     # a later call resumes from that offline.json: the problem is not run again

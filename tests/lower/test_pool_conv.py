@@ -79,7 +79,7 @@ def pool_file(tmp_path: Path, name: str, module: str, forward: str, shape: str) 
     return path
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 POOLS = {
     "max1d_ceil": ("nn.MaxPool1d(k, s, p, d, ceil_mode=True)", "self.pool(x)", "batch, channels, size + 6"),
     "max2d_epilogue": ("nn.MaxPool2d(k, s, p, d, ceil_mode=True)", "torch.relu(self.pool(x) + self.bias.view(1, -1, 1, 1))",
@@ -178,14 +178,14 @@ def kernels_match_torch(path: Path, origin: str, settings: list[dict[str, int]])
     return [(knobs, r["why"][-600:]) for (knobs, _), r in zip(cases, results, strict=True) if not r["ok"]]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # kernels under the interpreter, one op file per window
 @pytest.mark.timeout(900)  # the interpreter, one program per tile of a few outputs
 @pytest.mark.parametrize("name", sorted(POOLS))
 def test_pooling_kernels_match_torch(tmp_path, name):
     assert not kernels_match_torch(pool_file(tmp_path, name, *POOLS[name]), "pool", WINDOWS)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # kernels under the interpreter, one op file per convolution
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", sorted(CONVS))
 def test_grouped_convolution_kernels_match_torch(tmp_path, name):
@@ -210,7 +210,7 @@ def test_the_window_follows_the_knobs(tmp_path):
     assert "= fused_pool_0(x, [int(self.pool.kernel_size), int(self.pool.kernel_size)], [2, 2], " in proposal.source
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the interpreter at the evaluator's shape variants
 @pytest.mark.timeout(600)
 def test_a_bound_window_is_correct(tmp_path):
     """That candidate gives torch's result at the evaluator's other shapes, where the window
@@ -271,7 +271,7 @@ def test_window_sizes_are_torchs(tmp_path):
     assert math.prod(ns["_window"]((4, 4), (2, 2), (2, 2), (0, 0), (1, 1), False)[4]) == 4
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a real worker and judge
 def test_a_pooling_candidate_is_judged_correct(evaluator, tmp_path):
     """One candidate through the real evaluator: workers, judge, extra shapes and all."""
     path = pool_file(tmp_path, "max2d", *POOLS["max2d_epilogue"])
@@ -296,7 +296,7 @@ def test_the_elementwise_work_before_a_window_runs_at_its_taps(tmp_path):
     assert "tl.load(x_ptr + off, mask=ok" in source  # the pooling reads the tensor the other kernel wrote
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # bench/pool_conv.py as a subprocess under the interpreter
 def test_the_benchmark_runs_on_the_cpu(tmp_path):
     """bench/pool_conv.py --smoke: a pooling and a grouped-convolution problem found by what they
     compute, a synthetic case, each checked and run under settings; nothing timed."""
@@ -321,7 +321,7 @@ def test_the_benchmark_runs_on_the_cpu(tmp_path):
     assert "| level1/1_pool | pool |" in proc.stdout and "smoke run: no time is claimed" in proc.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # kernels under the interpreter
 def test_relu_and_clamp_keep_nan(tmp_path):
     """torch.relu, clamp and maximum give NaN for NaN; Triton's tl.maximum drops it by default."""
     path = tmp_path / "nan.py"

@@ -14,12 +14,19 @@ stays a PyTorch call: `partition` returns groups and those nodes in execution or
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from okgit.lower.graph import Graph, Node, Unsupported, reshapes
 
-if TYPE_CHECKING:
-    from okgit.lower.kinds.base import TemplateKind
+
+class Seeding(Protocol):
+    """A template kind as partitioning sees it (okgit.lower.kinds.base.TemplateKind): whether a
+    call starts a group of its own, and which of its operands its kernel computes itself. Stated
+    here, so fusion imports nothing of the kinds."""
+
+    def seeds(self, n: Node) -> bool: ...
+
+    def prologue_input(self, n: Node) -> Node | None: ...
 
 
 @dataclass(eq=False)
@@ -94,7 +101,7 @@ def _from_source(src: Node, src_map, view: Node) -> tuple:
 
 
 class _Partitioner:
-    def __init__(self, graph: Graph, seeding: tuple[TemplateKind, ...]) -> None:
+    def __init__(self, graph: Graph, seeding: tuple[Seeding, ...]) -> None:
         self.graph = graph
         self.seeding = seeding
         users = graph.users()
@@ -261,9 +268,9 @@ def _misaligned(a: Node, amap, n: Node, out_map) -> bool:
     return any(s != 1 and amap[j] != out_map[off + j] for j, s in enumerate(a.shape))
 
 
-def partition(graph: Graph, seeding: tuple[TemplateKind, ...] = ()) -> list[Group | Node]:
+def partition(graph: Graph, seeding: tuple[Seeding, ...] = ()) -> list[Group | Node]:
     """Fusion groups and PyTorch ops in execution order, with each group's outputs; a PyTorch
-    call that one of the kinds `seeding` seeds from (TemplateKind.seeds) starts a group."""
+    call that one of the kinds `seeding` seeds from (Seeding.seeds) starts a group."""
     parts = _Partitioner(graph, seeding)
     items = parts.run()
     users = graph.users()
@@ -276,8 +283,8 @@ def partition(graph: Graph, seeding: tuple[TemplateKind, ...] = ()) -> list[Grou
     return _take_prologues(items, graph, seeding)
 
 
-def _take_prologues(items: list[Group | Node], graph: Graph, seeding: tuple[TemplateKind, ...]) -> list[Group | Node]:
-    """A seeded group whose kind computes the call's input itself (TemplateKind.prologue_input)
+def _take_prologues(items: list[Group | Node], graph: Graph, seeding: tuple[Seeding, ...]) -> list[Group | Node]:
+    """A seeded group whose kind computes the call's input itself (Seeding.prologue_input)
     takes the elementwise group just before it when that group writes only that input, of the
     input's own shape, and nothing else reads it: it is then computed where it is read."""
     users = graph.users()

@@ -1,6 +1,6 @@
 """The op file: the partitioned graph rendered into kernels, launchers and a new forward.
 
-`Lowering` walks the partition in execution order: a PyTorch op stays a call in the
+`FileLowering` walks the partition in execution order: a PyTorch op stays a call in the
 rewritten forward (`extern`), a fusion group goes to the first template kind that claims it
 (okgit.lower.kinds), which renders its kernels and launcher. `lowered_file` puts them into the
 reference file: the kernels and their launch settings before the model class, `forward`
@@ -29,7 +29,7 @@ from okgit.lower.template import fill
 from okgit.lower.translate import op_description
 
 
-class Lowering:
+class FileLowering:
     """Renders the partitioned graph: kernels, launchers and the new forward."""
 
     def __init__(self, graph: Graph, items: list, turned_on: tuple[TemplateKind, ...] = ()) -> None:
@@ -238,17 +238,17 @@ def public_name(n: Node) -> str:
     return PUBLIC.get(n.op, f"torch.ops.{n.op}")
 
 
-def lowered_file(source: str, graph: Graph, items: list, turned_on: tuple[TemplateKind, ...] = ()) -> tuple[str, Lowering]:
+def lowered_file(source: str, graph: Graph, items: list, turned_on: tuple[TemplateKind, ...] = ()) -> tuple[str, FileLowering]:
     """The reference file with the kernels inserted and the entry's forward rewritten, its
     groups lowered by the kinds every candidate has and the optional ones `turned_on`; the
-    Lowering tells what was rendered and by which kinds."""
+    FileLowering tells what was rendered and by which kinds."""
     tree = ast.parse(source)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     model = classes["Model"]
     fwd = next((f for f in model.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)
     if fwd is None:
         raise Unsupported("Model has no forward")
-    low = Lowering(graph, items, turned_on)
+    low = FileLowering(graph, items, turned_on)
     forward = low.forward(ast.unparse(fwd.args))
     if not low.rendered:
         raise Unsupported(nothing_to_lower(low))
@@ -284,7 +284,7 @@ def lowered_file(source: str, graph: Graph, items: list, turned_on: tuple[Templa
     return "\n".join(lines) + "\n", low
 
 
-def nothing_to_lower(low: Lowering) -> str:
+def nothing_to_lower(low: FileLowering) -> str:
     """Why a partition gives no Triton kernel: the ops no template covers, each with its class
     ("no template covers aten.cumsum (scan)"), or else the vendor calls that are all there is."""
     calls = [n for n in low.items if isinstance(n, Node) and n.op != "getitem"]

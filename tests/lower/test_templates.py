@@ -16,7 +16,7 @@ from okgit.lower.fusion import Group, partition
 from okgit.lower.graph import Bound, Unsupported
 from okgit.lower.kinds import base as kinds_base
 from okgit.lower.kinds.pointwise import Pointwise
-from okgit.lower.opfile import Lowering
+from okgit.lower.opfile import FileLowering
 from okgit.problem import load_problem, shape_knobs
 from okgit.search.proposers.templates import TemplatesProposer, plan
 from okgit.search.types import Context
@@ -141,7 +141,7 @@ def test_groups_follow_the_graph(tmp_path):
     for name, body in (("chain", CHANNEL_CHAIN), ("rows", ROW_OPS), ("losses", LOSSES), ("modelnew", MODELNEW)):
         graph = capture(load_problem(op(tmp_path, name, body)))
         items = partition(graph)
-        low = Lowering(graph, items)  # the kinds every candidate has
+        low = FileLowering(graph, items)  # the kinds every candidate has
         kinds[name] = [next(k.name for k in low.kinds if k.claims(it, low)) if isinstance(it, Group) else "torch" for it in items]
     assert kinds["chain"] == ["scalar"]  # y.mean() in two stages, then the elementwise output
     assert set(kinds["rows"]) == {"rows"}

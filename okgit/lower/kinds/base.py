@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from okgit.lower.fusion import Group
 from okgit.lower.graph import Graph, Node
@@ -29,8 +29,30 @@ from okgit.registry import Registry
 
 if TYPE_CHECKING:
     from okgit.lower.kernelcode import KernelCode, Leaf
-    from okgit.lower.opfile import Lowering
     from okgit.lower.template import Traversable
+
+
+class Lowering(Protocol):
+    """What a kind may use of the candidate file being lowered. okgit.lower.opfile.FileLowering is
+    the one implementation; stated here so that the kinds import nothing of opfile, which imports
+    them."""
+
+    graph: Graph
+    items: list
+    helpers: set[str]  # the Triton helpers the file's kernels call
+    state: dict[TemplateKind, Any]  # what each kind set up for this candidate (candidate_state)
+
+    def tensor(self, n: Node) -> str: ...
+
+    def pyarg(self, a: Any, device: str) -> str: ...
+
+    def read(self, g: Group, args: list[str], params: list[str]) -> dict[int, Leaf]: ...
+
+    def domain(self, g: Group, leaves: dict[int, Leaf], kind: TemplateKind | None,
+               var: str = "d") -> tuple[list[str], list[tuple[str, str]]]: ...
+
+    def launcher_parts(self, g: Group, code: KernelCode, leaves: dict[int, Leaf], args: list[str], params: list[str],
+                       device: str) -> Any: ...
 
 
 @dataclass

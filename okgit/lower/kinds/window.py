@@ -17,11 +17,10 @@ import torch
 from okgit.lower.fusion import Group
 from okgit.lower.graph import FLOAT, Node
 from okgit.lower.kernelcode import KernelCode, Scope, index_by_part, prod, store_outputs
-from okgit.lower.kinds.base import Rendered, TemplateKind, output_names
+from okgit.lower.kinds.base import Lowering, Rendered, TemplateKind, output_names
 from okgit.lower.template import fill, template
 
 if TYPE_CHECKING:
-    from okgit.lower.opfile import Lowering
     from okgit.lower.template import Traversable
 
 WINDOW = template(__package__, "window.py.tmpl")

@@ -195,8 +195,9 @@ def test_optimize_evaluates_a_batch_on_two_cpu_workers_at_once(git_repo: Path):
     problem = Problem(path=OP, source=OP_SOURCE)
     kernel = plan(Context(problem=problem, reference=Reference(device="cpu", timed=False), backend="triton",
                           device="cpu"))[0].source
-    assert "@triton.jit" in kernel and "tl.maximum(v0, 0.0)" in kernel
-    wrong = kernel.replace("tl.maximum(v0, 0.0)", "tl.maximum(v0, 0.5)")
+    relu = "tl.maximum(v0, 0.0, propagate_nan=tl.PropagateNan.ALL)"
+    assert "@triton.jit" in kernel and relu in kernel
+    wrong = kernel.replace(relu, relu.replace("0.0", "0.5"))
 
     class Together:
         name = "together"

@@ -26,30 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from seed_shapes import run_json, scaled
+from seed_shapes import CHILD_PRELUDE, ROUNDS, SAMPLES, run_json, scaled
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = Path(__file__).resolve().parent / "newuser"
-ROUNDS, SAMPLES = 3, 10
 
-CHILD = r'''
-import json, statistics, sys, torch
-from okgit.backends.triton import install_launch_counter
-from okgit.eval.worker.calls import build, init_args, load_op, pin_flags
-from okgit.eval.worker import timing
-
-job = json.loads(sys.argv[1])
-device = job["device"]
-pin_flags(torch)
-counter = install_launch_counter()
-
-def arm(path, name, knobs):
-    module = load_op(path, name, knobs)
-    return module, build(torch, module.Model, init_args(torch, module, 0, device), device)[0]
-
-def flat(out):
-    return list(out) if isinstance(out, (tuple, list)) else [out]
-
+CHILD = CHILD_PRELUDE + r'''
 rows = {}
 for shape, knobs in job["shapes"].items():
     original, ref = arm(job["original"], f"original_{shape}", knobs)
@@ -63,23 +45,14 @@ for shape, knobs in job["shapes"].items():
         counter.reset()
         try:
             with torch.no_grad():
-                want, got = flat(ref(*inputs)), flat(new(*inputs))
-            err = max(float((g.double() - w.double()).abs().max() / max(float(w.abs().max()), 1e-30)) for g, w in zip(got, want))
-            rows[f"{shape} {mode}"] = {"launches": counter.total(), "rel_err": err}
+                want, got = outputs(ref(*inputs)), outputs(new(*inputs))
+            rows[f"{shape} {mode}"] = {"launches": counter.total(), "rel_err": rel_err(got, want)}
         except Exception as e:
             rows[f"{shape} {mode}"] = {"launches": counter.total(), "error": f"{type(e).__name__}: {str(e)[:200]}"}
     if shape != "own" or device != "cuda":
         continue
     ref.eval(); new.eval()
-    arms = {"eager": ref, "compile": torch.compile(ref), "okgit": new}
-    timing.bind()
-    flush = timing.l2_flush_buffer(device)
-    samples = {name: [] for name in arms}
-    with torch.no_grad():
-        for r in range(job["rounds"]):
-            for name, fn in arms.items():
-                samples[name] += timing.time_calls(fn, [inputs], warmup=3 if r == 0 else 1, samples=job["samples"], flush=flush).samples_us
-    rows["time_us"] = {name: statistics.median(s) for name, s in samples.items()}
+    rows["time_us"] = time_arms({"eager": ref, "compile": torch.compile(ref), "okgit": new}, inputs)
 print("RESULT " + json.dumps(rows))
 '''
 

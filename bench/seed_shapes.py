@@ -32,7 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 ROUNDS, SAMPLES = 3, 10
 SMOKE_ELEMENTS = 4096  # inputs scaled down to this many elements for the interpreter
 
-CHILD = r'''
+# What a child process of this script and of bench/newuser.py starts with: the job (argv[1]), the
+# evaluator's flags, a launch counter, an op file's model at some knobs, an output's worst relative
+# error, and arms timed with the evaluator's timer (interleaved rounds, medians in us).
+CHILD_PRELUDE = r'''
 import json, sys, statistics, torch
 from okgit.backends.triton import install_launch_counter
 from okgit.eval.worker.calls import build, init_args, load_op, pin_flags
@@ -51,6 +54,21 @@ def arm(path, name, knobs):
 def outputs(out):
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
+def rel_err(got, want):
+    return max(float((g.double() - w.double()).abs().max() / max(float(w.abs().max()), 1e-30)) for g, w in zip(got, want))
+
+def time_arms(arms, inputs):
+    timing.bind()
+    flush = timing.l2_flush_buffer(device)
+    samples = {name: [] for name in arms}
+    with torch.no_grad():
+        for r in range(job["rounds"]):
+            for name, fn in arms.items():
+                samples[name] += timing.time_calls(fn, [inputs], warmup=3 if r == 0 else 1, samples=job["samples"], flush=flush).samples_us
+    return {name: statistics.median(s) for name, s in samples.items()}
+'''
+
+CHILD = CHILD_PRELUDE + r'''
 rows = {}
 for shape, knobs in job["shapes"].items():
     ref_module, ref = arm(job["ref"], f"ref_{shape}", knobs)
@@ -69,8 +87,7 @@ for shape, knobs in job["shapes"].items():
                 got = outputs(model(*inputs))
             if device == "cuda":
                 torch.cuda.synchronize()
-            err = max(float((g.double() - w.double()).abs().max() / max(float(w.abs().max()), 1e-30)) for g, w in zip(got, want))
-            rows.setdefault(name, {})[shape] = {"launches": counter.total(), "rel_err": err}
+            rows.setdefault(name, {})[shape] = {"launches": counter.total(), "rel_err": rel_err(got, want)}
         except Exception as e:
             rows.setdefault(name, {})[shape] = {"launches": counter.total(), "error": f"{type(e).__name__}: {str(e)[:200]}"}
         del model
@@ -79,14 +96,7 @@ for shape, knobs in job["shapes"].items():
     arms = {"eager": ref}
     for name, path in job["seeds"].items():
         arms[name] = arm(path, f"{name}_timed", knobs)[1]
-    timing.bind()
-    flush = timing.l2_flush_buffer(device)
-    samples = {name: [] for name in arms}
-    with torch.no_grad():
-        for r in range(job["rounds"]):
-            for name, fn in arms.items():
-                samples[name] += timing.time_calls(fn, [inputs], warmup=3 if r == 0 else 1, samples=job["samples"], flush=flush).samples_us
-    rows["time_us"] = {name: statistics.median(s) for name, s in samples.items()}
+    rows["time_us"] = time_arms(arms, inputs)
 print("RESULT " + json.dumps(rows))
 '''
 

@@ -29,13 +29,12 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+import resumable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's okgit, as the sweep's processes get it (PYTHONPATH below)
@@ -64,9 +63,7 @@ def main() -> int:
     shutil.rmtree(WORK, ignore_errors=True)
     sweep_out = WORK / "out"
     sweep_out.mkdir(parents=True)
-    if (state / TARBALL).is_file():
-        with tarfile.open(state / TARBALL) as tar:
-            tar.extractall(sweep_out, filter="data")
+    if resumable.restore(state / TARBALL, sweep_out):
         print(f"resuming from {state / TARBALL}", flush=True)
     levels = _layout(kb, WORK / "kb")
     cmd = [sys.executable, "-m", "okgit", "bench", "kernelbench", str(WORK / "kb"), "--out", str(sweep_out),
@@ -74,10 +71,10 @@ def main() -> int:
     print(f"levels {', '.join(levels)} of {kb}: {' '.join(cmd[3:])}", flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "PYTHONUNBUFFERED": "1"}
-    code = _run(cmd, env)
+    code = resumable.run_relaying(cmd, env)
     wall = time.monotonic() - started
     calls = _add_call(sweep_out, wall, code)
-    _pack(sweep_out, out / TARBALL)
+    resumable.pack(sweep_out, out / TARBALL)
     shutil.copy(out / TARBALL, _mkdir(state) / TARBALL)
     report = _report(sweep_out)
     text = _table(report, calls)
@@ -103,47 +100,12 @@ def _layout(kb: Path, dest: Path) -> list[str]:
     return levels
 
 
-def _run(cmd: list[str], env: dict[str, str]) -> int:
-    """The sweep, with a SIGTERM to this script (the device call's own limit) passed on to it:
-    it then stops as at its time limit."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
-
-    def relay(signum: int, frame: object) -> None:
-        proc.send_signal(signal.SIGTERM)
-
-    previous = signal.signal(signal.SIGTERM, relay)
-    try:
-        return proc.wait()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _add_call(sweep_out: Path, wall: float, code: int) -> list[dict]:
     path = sweep_out / "dev_calls.json"
     calls = json.loads(path.read_text()) if path.is_file() else []
     calls.append({"wall_s": round(wall, 1), "exit": code, "ended": time.strftime("%Y-%m-%dT%H:%M:%S")})
     path.write_text(json.dumps(calls, indent=1) + "\n")
     return calls
-
-
-def _pack(sweep_out: Path, dest: Path) -> None:
-    """The sweep's folder, less what the next call does not need: worktrees (rebuilt on resume),
-    figures, and the repositories of finished problems but for their runs' journals and results."""
-    finished = {p.stem for p in (sweep_out / "state").glob("*.json")}
-
-    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        parts = Path(info.name).parts
-        if "worktrees" in parts or info.name.endswith(".png"):
-            return None
-        if len(parts) > 2 and parts[0] == "repos" and parts[1] in finished:  # repos/P/.okgit/runs/RUN/journal.jsonl
-            wanted = parts[2:4] == (".okgit", "runs")[: len(parts) - 2] and (
-                len(parts) <= 5 or (len(parts) == 6 and parts[5] in ("journal.jsonl", "result.json")))
-            return info if wanted else None
-        return info
-
-    with tarfile.open(dest, "w:gz") as tar:
-        for child in sorted(sweep_out.iterdir()):
-            tar.add(child, arcname=child.name, filter=keep)
 
 
 def _report(sweep_out: Path) -> dict:

@@ -1,23 +1,27 @@
-"""Trust under real use, on one GPU, in one device call (issue 20):
+"""Trust under real use, on one GPU, across device calls (issue 29):
 
-    python3 bench/trust.py [--kb .kb] [--time-limit 540] [--resume FILE] [--smoke]
+    python3 bench/trust.py [--kb .kb] [--time-limit 540] [--state DIR] [--iterations 2] [--smoke]
 
-Stages, each skipped when --resume's file (an earlier call's trust.json) already holds it:
+Stages, each kept in DIR/trust.json (default bench/results/trust/) once finished, so the next call
+goes on where the last stopped:
   tests     the GPU tests of the contract: pytest -m gpu tests/eval/test_eval_gpu.py -k remembered
             (the four remembered-output caches with the roofline gate off)
   parallel  PROBLEMS (8 development problems of level 2, among them the three with a batch
             norm: 11, 15, 39) at --parallel 6 on the one GPU, through `okgit bench kernelbench
-            --cross-check` (KernelBench's own evaluation of each winner, when installed)
-  alone     the same problems one at a time
-Then one table: per problem the verdict at --parallel 6 and alone (status, correct) and
-whether they are the same, out-of-memory failures (any log or error that says so) and the
-cross-check's `incorrect`; and a line of totals. trust.json goes to $OUT (default: the
-working directory), rewritten after each stage, so a call cut short keeps what finished:
-copy it to bench/results/trust-resume.json and pass --resume to go on.
+            --cross-check` (KernelBench's own evaluation of each winner, where the kernelbench
+            package is importable: bench/kbpkg.sh). The sweep stops inside the call's time and is
+            packed into $OUT/trust-parallel.tar.gz (copied to DIR): the next call resumes it.
+  alone     each winner of the parallel sweep judged again with the GPU to itself, one at a time
+            (`okgit eval --mode thorough`, every gate): the verdict okgit gave while six problems
+            shared the GPU against the verdict alone, for the same kernel.
+Then one table: per problem the verdict at --parallel 6 and alone and whether they agree (the
+speedups beside them: the sweep's over eager from its baselines, the evaluator's alone),
+out-of-memory failures (any log or error that says so) and the cross-check's verdict; and a line
+of totals. $OUT (default /tmp/out) gets trust.json, trust.md and the tarball.
 
---smoke: the same path on the CPU (tests/kb_fixture, one problem, --device cpu, one
-iteration, --parallel 2 against alone); the GPU tests and KernelBench's cross-check are
-skipped and named. No time is claimed.
+--smoke: the same path on the CPU (tests/kb_fixture, one problem, --device cpu, one iteration,
+--parallel 2), its state in a temporary folder unless --state is given; the GPU tests and
+KernelBench's cross-check are skipped and named. No time is claimed.
 """
 
 from __future__ import annotations
@@ -25,41 +29,69 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+import resumable
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = "11,15,31,39,59,63,83,99"  # level 2: three batch norms (11, 15, 39), a dropout (83), GEMMs, convs
 BATCHNORM = {"11", "15", "39"}
 OOM_SIGNS = ("out of memory", "OutOfMemoryError")
+TARBALL = "trust-parallel.tar.gz"
+WORK = Path(tempfile.gettempdir()) / "okgit-trust"  # the same path in every call: the sweep resumes there
+UNFINISHED = {"interrupted", "timeout"}
 
 
-def sweep(kb: Path, level: int, problems: str, parallel: int, out: Path, flags: list[str], limit_s: float) -> dict:
-    """One `okgit bench kernelbench --json` run; its report, or why there is none."""
+def parallel_sweep(kb: Path, level: int, problems: str, parallel: int, flags: list[str], limit_s: float,
+                   env: dict[str, str]) -> dict:
+    """The sweep, resumed from WORK/out, stopped after limit_s; its rows and whether all finished."""
+    out = WORK / "out"
     cmd = [sys.executable, "-m", "okgit", "bench", "kernelbench", str(kb), "--level", str(level), "--problems", problems,
-           "--parallel", str(parallel), "--out", str(out), "--json", *flags]
+           "--parallel", str(parallel), "--out", str(out), "--time-limit", str(int(limit_s)), "--json", *flags]
     t0 = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(10.0, limit_s))
-    except subprocess.TimeoutExpired:
-        return {"error": f"ran past {limit_s:.0f} s", "wall_s": round(time.monotonic() - t0, 1)}
-    if proc.returncode != 0:
-        tail = [line for line in proc.stderr.splitlines() if line.strip()][-3:]
-        return {"error": " | ".join(tail) or f"exit {proc.returncode}", "wall_s": round(time.monotonic() - t0, 1)}
-    report = json.loads(proc.stdout)
+    code = resumable.run_relaying(cmd, env, cwd=ROOT)
+    report_path = out / "report.json"
+    if not report_path.is_file():
+        return {"error": f"no report (exit {code})", "wall_s": round(time.monotonic() - t0, 1), "done": False}
+    report = json.loads(report_path.read_text())
     logs = "\n".join(p.read_text(errors="replace") for p in (out / "logs").glob("*.log")) if (out / "logs").is_dir() else ""
     rows = {}
     for r in report["problems"]:
-        text = f"{r.get('error') or ''}"
         cc = r.get("cross_check") or {}
         rows[str(r["id"])] = {"name": r["name"], "status": r["status"], "correct": r["correct"],
-                              "oom": any(s in text for s in OOM_SIGNS),
+                              "speedup_eager": r.get("speedup_eager"), "level": r["level"],
+                              "oom": any(s in (r.get("error") or "") for s in OOM_SIGNS),
                               "cross_check": None if not cc or cc.get("correct") is None else bool(cc["correct"]),
                               "cross_check_error": cc.get("error"), "error": r.get("error")}
-    return {"wall_s": round(time.monotonic() - t0, 1), "parallel": parallel, "problems": rows,
+    wanted = set(problems.split(","))
+    done = wanted <= set(rows) and not any(rows[p]["status"] in UNFINISHED for p in wanted)
+    return {"wall_s": round(time.monotonic() - t0, 1), "parallel": parallel, "problems": rows, "done": done,
             "oom_in_logs": sum(logs.count(s) for s in OOM_SIGNS), "cross_check": report.get("cross_check")}
+
+
+def judge_alone(problem: Path, winner: Path, device: str, limit_s: float, env: dict[str, str]) -> dict:
+    """`okgit eval --mode thorough` of one winner, the GPU to itself."""
+    cmd = [sys.executable, "-m", "okgit", "eval", "--json", "--mode", "thorough", "--device", device,
+           "--ref", str(problem), str(winner)]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=max(10.0, limit_s))
+    except subprocess.TimeoutExpired:
+        return {"error": f"ran past {limit_s:.0f} s", "wall_s": round(time.monotonic() - t0, 1)}
+    wall = round(time.monotonic() - t0, 1)
+    if proc.returncode != 0:
+        tail = [line for line in proc.stderr.splitlines() if line.strip()][-2:]
+        text = " | ".join(tail) or f"exit {proc.returncode}"
+        return {"error": text[:400], "oom": any(s in text for s in OOM_SIGNS), "wall_s": wall}
+    r = json.loads(proc.stdout)
+    err = r.get("error") or {}
+    return {"status": r["status"], "correct": r["correct"], "speedup": r.get("speedup"), "wall_s": wall,
+            "gate": err.get("gate"), "oom": any(s in (err.get("message") or "") for s in OOM_SIGNS)}
 
 
 def gpu_tests(limit_s: float) -> dict:
@@ -74,28 +106,40 @@ def gpu_tests(limit_s: float) -> dict:
     return {"returncode": proc.returncode, "summary": last[0], "tail": proc.stdout[-2000:]}
 
 
+def _verdict(r: dict | None) -> str:
+    if not r:
+        return "-"
+    if r.get("error") and "status" not in r:
+        return f"error: {r['error'][:60]}"
+    return f"{r['status']}{' (correct)' if r['correct'] else ''}"
+
+
+def _x(v: float | None) -> str:
+    return f"{v:.2f}x" if v else "-"
+
+
 def table(state: dict) -> list[str]:
-    par, alone = state.get("parallel", {}).get("problems", {}), state.get("alone", {}).get("problems", {})
-    lines = [f"problem | parallel {state.get('parallel', {}).get('parallel', '-')} | alone | same | OOM | cross-check",
-             "---|---|---|---|---|---"]
-    same_n = oom_n = cc_bad = 0
-    for pid in sorted(set(par) | set(alone), key=int):
-        p, a = par.get(pid), alone.get(pid)
-        verdict = [f"{r['status']}{' (correct)' if r['correct'] else ''}" if r else "-" for r in (p, a)]
-        same = bool(p and a and (p["status"], p["correct"]) == (a["status"], a["correct"]))
-        same_n += same
-        oom = sum(bool(r and r["oom"]) for r in (p, a))
+    par = state.get("parallel", {}).get("problems", {})
+    alone = state.get("alone", {})
+    lines = [f"problem | parallel {state.get('parallel', {}).get('parallel', '-')} | alone | agree | speedup (sweep, alone) | OOM | cross-check",
+             "---|---|---|---|---|---|---"]
+    agree_n = oom_n = cc_bad = 0
+    for pid in sorted(set(par), key=int):
+        p, a = par[pid], alone.get(pid)
+        agree = bool(a and "status" in a and bool(a["correct"]) == bool(p["correct"]))
+        agree_n += agree
+        oom = sum(bool(r and r.get("oom")) for r in (p, a))
         oom_n += oom
-        cc = [r["cross_check"] for r in (p, a) if r and r.get("cross_check") is not None]
-        cc_bad += sum(c is False for c in cc)
-        name = (p or a or {}).get("name", "")
-        lines.append(f"{pid}_{name}{' (batch norm)' if pid in BATCHNORM and not state.get('smoke') else ''} | {verdict[0]} | {verdict[1]} | {'same' if same else 'DIFFERENT'} | {oom} | "
-                     f"{'/'.join('ok' if c else 'INCORRECT' for c in cc) or '-'}")
-    oom_logs = sum(state.get(s, {}).get("oom_in_logs", 0) for s in ("parallel", "alone"))
-    lines.append(f"totals: {same_n}/{len(set(par) | set(alone))} verdicts the same; out-of-memory failures {oom_n} "
-                 f"(mentions in logs: {oom_logs}); cross-check incorrect {cc_bad}")
-    notes = {state.get(s, {}).get("cross_check") for s in ("parallel",)} - {None}
-    lines += [f"cross-check: {n}" for n in notes]
+        cc = p.get("cross_check")
+        cc_bad += cc is False
+        mark = " (batch norm)" if pid in BATCHNORM and not state.get("smoke") else ""
+        lines.append(f"{pid}_{p['name']}{mark} | {_verdict(p)} | {_verdict(a)} | {'yes' if agree else ('-' if not a else 'NO')} | "
+                     f"{_x(p.get('speedup_eager'))}, {_x((a or {}).get('speedup'))} | {oom} | "
+                     f"{'-' if cc is None else ('ok' if cc else 'INCORRECT')}")
+    lines.append(f"totals: {agree_n}/{len(par)} verdicts the same at --parallel and alone; out-of-memory failures {oom_n} "
+                 f"(mentions in the sweep's logs: {state.get('parallel', {}).get('oom_in_logs', 0)}); cross-check incorrect {cc_bad}")
+    if state.get("parallel", {}).get("cross_check"):
+        lines.append(f"cross-check: {state['parallel']['cross_check']}")
     if "tests" in state:
         lines.append(f"GPU tests: {state['tests'].get('summary') or state['tests'].get('error')}")
     return lines
@@ -104,46 +148,75 @@ def table(state: dict) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kb", default=str(ROOT / ".kb"), help="a KernelBench checkout (default .kb, a copy of ../shared/kernelbench)")
-    ap.add_argument("--time-limit", type=float, default=540.0, help="seconds for all stages (default 540)")
-    ap.add_argument("--resume", help="an earlier call's trust.json: its stages are not run again")
+    ap.add_argument("--time-limit", type=float, default=540.0, help="seconds for this call (default 540)")
+    ap.add_argument("--state", help="folder of the earlier calls' trust.json and tarball (default bench/results/trust)")
     ap.add_argument("--iterations", type=int, default=2, help="okgit's iterations per problem (default 2: templates, no model)")
     ap.add_argument("--smoke", action="store_true", help="the CPU path on tests/kb_fixture")
     args = ap.parse_args()
-    out_dir = Path(os.environ.get("OUT") or ".").resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    state: dict = json.loads(Path(args.resume).read_text()) if args.resume else {}
-    state["smoke"] = args.smoke
     deadline = time.monotonic() + args.time_limit
+    out_dir = Path(os.environ.get("OUT") or "/tmp/out").resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state_dir = Path(args.state) if args.state else (Path(tempfile.mkdtemp(prefix="okgit-trust-state-")) if args.smoke
+                                                     else ROOT / "bench" / "results" / "trust")
+    state_dir.mkdir(parents=True, exist_ok=True)
+    state: dict = json.loads((state_dir / "trust.json").read_text()) if (state_dir / "trust.json").is_file() else {}
+    state["smoke"] = args.smoke
     if args.smoke:
-        kb, level, problems, parallel = ROOT / "tests" / "kb_fixture", 1, "1", 2
-        flags = ["--device", "cpu", "--iterations", "1"]
-        state["skipped"] = ["tests: the GPU tests need a GPU"]
+        kb, level, problems, device = ROOT / "tests" / "kb_fixture", 1, "1", "cpu"
+        flags, parallel = ["--device", "cpu", "--iterations", "1"], 2
+        state["skipped"] = ["tests: the GPU tests need a GPU", "cross-check: KernelBench's evaluation needs a GPU"]
     else:
-        kb, level, problems, parallel = Path(args.kb), 2, PROBLEMS, 6
-        flags = ["--iterations", str(args.iterations)]
-    work = out_dir / "trust-sweeps"
+        kb, level, problems, device = Path(args.kb), 2, PROBLEMS, "cuda"
+        flags, parallel = ["--iterations", str(args.iterations), "--cross-check"], 6
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "PYTHONUNBUFFERED": "1", **({"CUDA_VISIBLE_DEVICES": ""} if args.smoke else {})}
 
     def save() -> None:
-        (out_dir / "trust.json").write_text(json.dumps(state, indent=1))
+        for d in (out_dir, state_dir):
+            (d / "trust.json").write_text(json.dumps(state, indent=1) + "\n")
 
-    stages = [("tests", lambda left: gpu_tests(left)),
-              ("parallel", lambda left: sweep(kb, level, problems, parallel, work / "parallel", flags + ["--cross-check"], left)),
-              ("alone", lambda left: sweep(kb, level, problems, 1, work / "alone", flags, left))]
-    for name, run in stages:
-        if name in state or (args.smoke and name == "tests"):
-            print(f"trust: {name}: {'from --resume' if name in state else 'skipped (smoke)'}", flush=True)
-            continue
-        left = deadline - time.monotonic()
-        if left < 30:
-            print(f"trust: {name}: not run, {left:.0f} s left (rerun with --resume)", flush=True)
-            continue
-        print(f"trust: {name}: running ({left:.0f} s left)", flush=True)
-        state[name] = run(left)
+    def left() -> float:
+        return deadline - time.monotonic()
+
+    if "tests" not in state and not args.smoke:
+        print(f"trust: tests: running ({left():.0f} s left)", flush=True)
+        state["tests"] = gpu_tests(left())
         save()
+    if not state.get("parallel", {}).get("done"):
+        shutil.rmtree(WORK, ignore_errors=True)
+        (WORK / "out").mkdir(parents=True)
+        resumed = resumable.restore(state_dir / TARBALL, WORK / "out")
+        limit = left() - 30  # the sweep stops inside it, then the pack
+        print(f"trust: parallel: {'resuming' if resumed else 'starting'} ({limit:.0f} s for the sweep)", flush=True)
+        state["parallel"] = parallel_sweep(kb, level, problems, parallel, flags, limit, env)
+        resumable.pack(WORK / "out", out_dir / TARBALL)
+        if out_dir.resolve() != state_dir.resolve():
+            shutil.copy(out_dir / TARBALL, state_dir / TARBALL)
+        save()
+    alone = state.setdefault("alone", {})
+    if state["parallel"].get("done"):
+        for pid, row in sorted(state["parallel"]["problems"].items(), key=lambda kv: int(kv[0])):
+            if pid in alone:
+                continue
+            winner = WORK / "out" / "winners" / f"level{row['level']}_{pid}_{row['name']}.py"
+            if not winner.is_file():  # a fresh call: the tarball holds the winners
+                resumable.restore(state_dir / TARBALL, WORK / "out")
+            if not winner.is_file():
+                alone[pid] = {"error": f"no winner ({row['status']})"}
+                continue
+            if left() < 60:
+                print(f"trust: alone: stopped before {pid} (time); the next call goes on", flush=True)
+                break
+            print(f"trust: alone: {pid}_{row['name']} ({left():.0f} s left)", flush=True)
+            problem = kb / "KernelBench" / f"level{level}" / f"{pid}_{row['name']}.py"
+            alone[pid] = judge_alone(problem, winner, device, left() - 10, env)
+            save()
     save()
-    print("\n".join(table(state)))
+    text = "\n".join(table(state))
+    (out_dir / "trust.md").write_text(text + "\n")
+    print(text)
     if args.smoke:
-        print("smoke run: no GPU figure; the GPU tests were skipped")
+        print("smoke run: no GPU figure; the GPU tests and the cross-check were skipped")
     return 0
 
 

@@ -146,11 +146,15 @@ def test_space_smoke(tmp_path):
 
 @pytest.mark.slow  # the bench script as the GPU machine runs it, twice: processes, real evaluation
 def test_trust_smoke(tmp_path):
-    proc = run([sys.executable, str(BENCH / "trust.py"), "--smoke"], tmp_path, timeout=900)
+    state = tmp_path / "state"
+    cmd = [sys.executable, str(BENCH / "trust.py"), "--smoke", "--state", str(state)]
+    proc = run(cmd, tmp_path, timeout=900)
     rows = table_rows(proc.stdout, "problem | parallel 2 | alone")
-    assert rows[1].split(" | ")[:4] == ["1_ScaledRelu", "unverified (correct)", "unverified (correct)", "same"]
-    assert rows[2].startswith("totals: 1/1 verdicts the same; out-of-memory failures 0")
-    data = json.loads((tmp_path / "trust.json").read_text())
-    assert data["smoke"] and set(data) >= {"parallel", "alone"} and "tests" not in data
-    again = run([sys.executable, str(BENCH / "trust.py"), "--smoke", "--resume", str(tmp_path / "trust.json")], tmp_path)
-    assert "trust: parallel: from --resume" in again.stdout and "trust: alone: from --resume" in again.stdout
+    assert rows[1].split(" | ")[:4] == ["1_ScaledRelu", "unverified (correct)", "correct (correct)", "yes"]
+    assert rows[2].startswith("totals: 1/1 verdicts the same at --parallel and alone; out-of-memory failures 0")
+    data = json.loads((state / "trust.json").read_text())
+    assert data["smoke"] and data["parallel"]["done"] and set(data["alone"]) == {"1"} and "tests" not in data
+    assert (state / "trust-parallel.tar.gz").is_file() and (tmp_path / "trust.md").is_file()
+    again = run(cmd, tmp_path)  # everything finished: the next call only prints the table
+    assert "trust: parallel" not in again.stdout and "trust: alone" not in again.stdout
+    assert table_rows(again.stdout, "problem | parallel 2 | alone")[1] == rows[1]

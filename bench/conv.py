@@ -45,6 +45,7 @@ from gemm import (
     HEADER,
     Bench,
     build,
+    check_machine,
     flop_count,
     fmt_err,
     fmt_rule,
@@ -253,18 +254,11 @@ def main() -> int:
     parser.add_argument("--no-tiles", action="store_true", help="the candidates at their defaults only")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
-    if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"
+    refused = check_machine(args, need_kb=True)
+    if refused is not None:
+        return refused
     import torch
 
-    if not args.smoke and not torch.cuda.is_available():
-        print("no CUDA GPU: run with --smoke on a CPU", file=sys.stderr)
-        return 3
-    if args.kb is not None and (args.kb / "KernelBench").is_dir():
-        args.kb = args.kb / "KernelBench"
-    if not args.smoke and (args.kb is None or not (args.kb / "level1").is_dir()):
-        print("--kb: a KernelBench folder (holding level1/, level2/) is needed", file=sys.stderr)
-        return 2
     b = Bench(args)
     rows: list = []
     device = "smoke: CPU, Triton interpreter, nothing timed" if args.smoke else torch.cuda.get_device_name(0)

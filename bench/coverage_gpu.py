@@ -57,7 +57,7 @@ def problem_paths(kb: Path, spec: str) -> list[tuple[str, Path]]:
             found = sorted(folder.glob(f"{int(i)}_*.py"))
             if not found:
                 raise SystemExit(f"{folder}: no problem {i}")
-            out.append((f"{level}:{i}", found[0]))
+            out.append((f"{level}:{int(i)}", found[0]))
     return out
 
 

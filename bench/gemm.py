@@ -461,6 +461,25 @@ def smoke_kb(tmp: Path) -> Path:
     return tmp
 
 
+def check_machine(args: argparse.Namespace, need_kb: bool, or_else: str = "") -> int | None:
+    """The exit status where this machine or --kb cannot run the script (no GPU without --smoke, no
+    KernelBench folder), else None; --smoke turns Triton's interpreter on, args.kb becomes the folder
+    holding level1/."""
+    if args.smoke:
+        os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+
+    if not args.smoke and not torch.cuda.is_available():
+        print("no CUDA GPU: run with --smoke on a CPU", file=sys.stderr)
+        return 3
+    if args.kb is not None and (args.kb / "KernelBench").is_dir():
+        args.kb = args.kb / "KernelBench"
+    if not args.smoke and need_kb and (args.kb is None or not (args.kb / "level1").is_dir()):
+        print(f"--kb: a KernelBench folder (holding level1/, level2/) is needed{or_else}", file=sys.stderr)
+        return 2
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kb", type=Path, help="a KernelBench folder (level1/, level2/)")
@@ -471,18 +490,11 @@ def main() -> int:
     parser.add_argument("--no-family", action="store_true", help="only the problems (part 2)")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
-    if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"
+    refused = check_machine(args, need_kb=not args.family_only, or_else=", or --family-only")
+    if refused is not None:
+        return refused
     import torch
 
-    if not args.smoke and not torch.cuda.is_available():
-        print("no CUDA GPU: run with --smoke on a CPU", file=sys.stderr)
-        return 3
-    if args.kb is not None and (args.kb / "KernelBench").is_dir():
-        args.kb = args.kb / "KernelBench"
-    if not args.smoke and not args.family_only and (args.kb is None or not (args.kb / "level1").is_dir()):
-        print("--kb: a KernelBench folder (holding level1/, level2/) is needed, or --family-only", file=sys.stderr)
-        return 2
     b = Bench(args)
     rows: list = []
     t0 = time.monotonic()

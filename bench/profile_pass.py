@@ -47,6 +47,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from coverage_gpu import problem_paths
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # the workers' okgit
@@ -57,26 +59,6 @@ CLASSES = {"1:21": "elementwise", "1:27": "elementwise", "1:24": "reduction", "1
            "1:42": "pooling", "1:45": "pooling", "2:63": "GEMM + epilogue", "2:59": "GEMM + epilogue",
            "2:71": "conv + epilogue", "2:87": "conv + epilogue"}
 FIGURES = ("bandwidth", "compute", "occupancy", "limiter", "l2", "stalls")  # what issue 32 asks of each profile
-
-
-def level_dir(kb: Path, level: int) -> Path:
-    for d in (kb / f"level{level}", kb / "KernelBench" / f"level{level}"):
-        if d.is_dir():
-            return d
-    raise SystemExit(f"{kb}: no level{level}/ (nor KernelBench/level{level}/)")
-
-
-def problem_paths(kb: Path, spec: str) -> list[tuple[str, Path]]:
-    out = []
-    for part in filter(None, spec.split(";")):
-        level, ids = part.split(":")
-        folder = level_dir(kb, int(level))
-        for i in ids.split(","):
-            found = sorted(folder.glob(f"{int(i)}_*.py"))
-            if not found:
-                raise SystemExit(f"{folder}: no problem {i}")
-            out.append((f"{level}:{int(i)}", found[0]))
-    return out
 
 
 def figures(prof: Any) -> dict[str, Any]:

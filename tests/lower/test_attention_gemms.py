@@ -96,6 +96,17 @@ def gemm_form(path: str) -> str:
     return found[0]
 
 
+def small_tiles(source: str, **more: int) -> str:
+    """The GEMMs at 16 x 16 x 16 tiles (a causal one then skips work: several tiles each side of
+    the diagonal), with `more` of their settings (SPLIT_K) or of the plan's (GEMM_SPLIT_AHEAD_MIN)."""
+    settings = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, **more}
+    source = re.sub(r"^(FUSED_ATTENTION_GEMMS_\d+_)(\w+): int = \d+",
+                    lambda m: f"{m.group(1)}{m.group(2)}: int = {settings.get(m.group(2), m.group(0).split()[-1])}",
+                    source, flags=re.M)
+    return re.sub(r"^(GEMM_SPLIT_AHEAD_MIN): int = \d+", lambda m: f"{m.group(1)}: int = {settings.get(m.group(1), 160)}",
+                  source, flags=re.M)
+
+
 def with_gemm_kind(path: str) -> str:
     """The candidate with the gemm kind and this one on (and not the flash kind)."""
     on = (KINDS["gemm"], GEMMS)
@@ -117,6 +128,9 @@ def test_an_sdpa_call_gets_two_gemms_and_a_softmax_beside_the_flash_candidate(tm
     assert kernels(source) == ["fused_attention_gemms", "fused_rows", "fused_attention_gemms"]
     assert "scaled_dot_product_attention" not in source.split("class Model")[1]
     assert "math.sqrt(Q.shape[3])" in source  # the default scale follows the head dim at run time
+    assert len(re.findall(r"^        k_hi = (tl.where|min\(k_hi)", source, re.M)) == 2  # the causal GEMMs skip work
+    assert "GEMM_SPLIT_AHEAD_MIN: int = 0" in small_tiles(source, GEMM_SPLIT_AHEAD_MIN=0)
+    assert small_tiles(source).count("_BLOCK_M: int = 16") == 2
 
 
 def test_the_default_scale_reads_the_head_dim_where_the_forward_has_it(tmp_path) -> None:
@@ -153,6 +167,8 @@ def test_the_written_out_form_matches_pytorch(tmp_path) -> None:
     paths = {name: op(tmp_path, name, OPS[name]) for name in SDPA + WRITTEN}
     jobs = [(paths[name], gemms_candidate(paths[name]), {}) for name in SDPA]
     jobs.append((paths["sdpa_causal"], jobs[0][1], {"head_dim": 16, "seq_len": 9}))  # the default scale at another E
+    # causal, tiles skipped above the diagonal: K in ranges, and the operands split ahead of the GEMM
+    jobs += [(paths["sdpa_causal"], small_tiles(jobs[0][1], **more), {}) for more in ({}, {"SPLIT_K": 2, "GEMM_SPLIT_AHEAD_MIN": 0})]
     jobs += [(paths[name], gemm_form(paths[name]), {}) for name in WRITTEN]
     computed_q = op(tmp_path, "computed_q", COMPUTED_Q)
     jobs += [(computed_q, gemms_candidate(computed_q), knobs) for knobs in ({}, {"head_dim": 12})]

@@ -2,8 +2,9 @@
 `softmax(scale * (Q @ K^T) [mask | causal]) @ V`, so that its two products run on the
 split-precision Triton GEMM (kinds/gemm.py, fp32 accuracy on tensor cores) with the scale, the
 mask and the causal fill in the first one's epilogue and whatever follows the call in the
-second's, and the softmax is one rows kernel between them. Optional, before the plain candidate
-(which keeps the vendor's call); the flash-attention kind's candidate is timed beside it.
+second's, and the softmax is one rows kernel between them; causal, the GEMMs skip the scores'
+tiles above the diagonal and P's zeros past it (kinds/gemm.py's TRIANGLES). Optional, before the
+plain candidate (which keeps the vendor's call); the flash kind's candidate is timed beside it.
 
 When it should win (bench/attention.py's `okgit gemms` arms measure it): at large head dims,
 where attention is two big GEMMs (2 x 2*B*H*L*S*E flops) and the L x S scores are small beside
@@ -80,7 +81,8 @@ def written_out(call: Call) -> list[Node]:
     rank = len(call.q.shape)
     kt = call.k if call.k_transposed else b.add(
         Node("extern", "aten.transpose.int", (call.k, -2, -1), _swapped(call.k.shape), call.k.dtype, target=TRANSPOSE))
-    x = b.op("mul", _own_matmul(b, call.q, kt), _scale(call))
+    # causal: the products skip the scores' tiles above the diagonal and P's zeros past it (gemm.TRIANGLES)
+    x = b.op("mul", _own_matmul(b, call.q, kt, "output" if call.causal else None), _scale(call))
     if call.mask_kind == MASK_KEEP:
         x = b.op("where", call.mask, x, -math.inf)
     elif call.mask_kind == MASK_ADD:
@@ -94,13 +96,14 @@ def written_out(call: Call) -> list[Node]:
         p = _safe_softmax(b, x, rank - 1)
     else:  # no row can be fully masked, or a written-out softmax's NaN is the reference's own
         p = b.softmax(x, rank - 1, log=False)
-    _own_matmul(b, p, call.v)
+    _own_matmul(b, p, call.v, "a" if call.causal else None)
     return b.nodes
 
 
-def _own_matmul(b: Builder, x: Node, y: Node) -> Node:
+def _own_matmul(b: Builder, x: Node, y: Node, triangle: str | None) -> Node:
+    kwargs = {OWN: True, **({"triangle": triangle} if triangle else {})}
     return b.add(Node("extern", "aten.matmul.default", (x, y), (*x.shape[:-1], y.shape[-1]), x.dtype, target=MATMUL,
-                      kwargs={OWN: True}))
+                      kwargs=kwargs))
 
 
 def _safe_softmax(b: Builder, x: Node, dim: int) -> Node:

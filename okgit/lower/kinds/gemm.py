@@ -55,9 +55,13 @@ PRECISION = "tf32x3-split"  # the default of <NAME>_PRECISION (the module docstr
 TUNED_PRECISIONS = ("tf32x3-split", "bf16x3", "bf16x6")
 # A triangular matmul's K loop (`kwargs["triangle"]` of its node): "output", where its epilogue
 # keeps only the elements on or below the diagonal (column <= row): a tile wholly above it skips
-# its products; "a", where A is zero above its diagonal: K stops at the tile's last row.
-TRIANGLES = {"output": "k_hi = tl.where(off_n < off_m + BLOCK_M, k_hi, ks * k_len)  # the epilogue masks such a tile whole",
-             "a": "k_hi = min(k_hi, off_m + BLOCK_M)  # A's columns past the tile's last row are zero"}
+# its products; "a", where A is zero above its diagonal: K stops at the tile's last row. One K
+# block is always left, as every other tile has one: no loop of the (flattened, pipelined,
+# warp-specialised) nest runs zero times.
+TRIANGLES = {
+    "output": "k_hi = tl.where(off_n < off_m + BLOCK_M, k_hi, min(k_hi, ks * k_len + BLOCK_K))  # the epilogue masks such a tile whole",
+    "a": "k_hi = min(k_hi, max(off_m + BLOCK_M, ks * k_len + BLOCK_K))  # A's columns past the tile's last row are zero",
+}
 # Shared memory a block may take on an H100/H200 (227 KiB), less room for Triton's barriers.
 SHARED_LIMIT = 232448 - 1024
 

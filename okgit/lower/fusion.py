@@ -203,7 +203,9 @@ class _Partitioner:
         return True
 
     def _out_map(self, g: Group, n: Node):
-        """Domain dims of n's dims, from the operands g already has."""
+        """Domain dims of n's dims, from the operands g already has. In a seeded group a size-1
+        dim of the domain's own rank is the domain's dim, as it is for the seed (its kind spans it
+        at run time: a GEMM's batch of 1), so that the epilogue's outputs cover what the seed's do."""
         if not g.smap:
             return tuple(range(len(n.shape))) if n.shape == g.shape else None
         out: list[int | None] = []
@@ -217,7 +219,7 @@ class _Partitioner:
                 return None
             if seen:
                 out.append(seen.pop())
-            elif s == 1:
+            elif s == 1 and not (g.seed is not None and len(n.shape) == len(g.shape) and g.shape[j] == 1):
                 out.append(None)
             elif len(n.shape) == len(g.shape) and g.shape[j] == s:
                 out.append(j)

@@ -12,6 +12,9 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 |       |           |              | group, bias and epilogue fused (optional: before cuDNN)     |
 | 5     | attention | attention.py | scaled dot-product attention, the call or written out,      |
 |       |           |              | flash-style (optional: before the vendor's / the matmuls)   |
+| 6     | attention_gemms | attention_gemms.py | an fp32 attention call written out: its two       |
+|       |           |              | products split-precision GEMMs, the softmax a rows kernel   |
+|       |           |              | (optional: before the vendor's)                             |
 | 10    | columns   | columns.py   | strided row reductions in the column layout (optional: a    |
 |       |           |              | second candidate, before the row layout)                    |
 | 15    | conv      | conv.py      | a convolution (1D-3D: stride, dilation, groups, transposed) |
@@ -33,7 +36,20 @@ window.py is what pool and grouped_conv share (`WindowKind`); base.py is the con
 from __future__ import annotations
 
 # each built-in kind's module registers it on import
-from okgit.lower.kinds import attention, columns, conv, conv_cl, gemm, grouped_conv, pointwise, pool, rows, scalar, scan  # noqa: F401
+from okgit.lower.kinds import (  # noqa: F401
+    attention,
+    attention_gemms,
+    columns,
+    conv,
+    conv_cl,
+    gemm,
+    grouped_conv,
+    pointwise,
+    pool,
+    rows,
+    scalar,
+    scan,
+)
 from okgit.lower.kinds.base import KINDS, TemplateKind
 
 _made: dict[type[TemplateKind], TemplateKind] = {}

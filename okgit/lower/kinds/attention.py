@@ -17,6 +17,7 @@ import dataclasses
 
 import torch
 
+from okgit.lower.fusion import Group
 from okgit.lower.graph import Bound, Graph, Node, Unsupported
 from okgit.lower.kernelcode import KernelCode, Scope, literal, store_outputs
 from okgit.lower.kinds.base import Rendered, TemplateKind, output_names, template_kind
@@ -56,27 +57,21 @@ class Attention(TemplateKind):
     def offered(self, graph: Graph) -> bool:
         return any(self.seeds(n) for n in graph.nodes) or bool(_written_out(graph))
 
+    def changes(self, items: list) -> bool:
+        """Whether a call is left for its kernel: attention as GEMMs, turned on too, writes each out."""
+        return any(isinstance(it, Group) and it.seed is not None and self.seeds(it.seed) for it in items)
+
     def rewrite(self, graph: Graph) -> Graph:
         """The graph with each written-out attention made one call (op `attention`)."""
         for found, call in _written_out(graph):
             out = found[-1]
             operands = (call.q, call.k, call.v) + ((call.mask,) if call.mask is not None else ())
             node = Node("extern", WRITTEN_OUT, operands, out.shape, out.dtype, kwargs={"call": call})
-            graph = _replaced(graph, found, node)
+            graph = replaced(graph, found, [node])
         return graph
 
     def seeds(self, n: Node) -> bool:
-        if n.kind != "extern" or n.op not in (SDPA, WRITTEN_OUT):
-            return False
-        try:
-            call = attention_call(n)
-        except Unsupported:
-            return False
-        q, k, v = call.q.shape, call.k.shape, call.v.shape
-        if call.k_transposed:
-            k = (*k[:-2], k[-1], k[-2])
-        return (len(q) >= 3 and len(q) == len(k) == len(v) and q[:-2] == k[:-2] == v[:-2] and q[-1] == k[-1]
-                and k[-2] == v[-2] and call.q.dtype == call.k.dtype == call.v.dtype and call.q.dtype.is_floating_point)
+        return attention_of(n) is not None
 
     def claims(self, g, low) -> bool:
         return g.seed is not None and self.seeds(g.seed)
@@ -122,6 +117,23 @@ class Attention(TemplateKind):
         )
         e, ev = call.q.shape[-1], call.v.shape[-1]
         return Rendered(name, src, self.tunables(name.upper(), e, ev), forward_args + args, g.outputs, self.describe(g))
+
+
+def attention_of(n: Node) -> Call | None:
+    """The attention n computes where n is such a call (SDPA, or one `rewrite` made) of a form the
+    kernel takes: one batch shape for Q, K and V, Q's head dim K's, one floating dtype."""
+    if n.kind != "extern" or n.op not in (SDPA, WRITTEN_OUT):
+        return None
+    try:
+        call = attention_call(n)
+    except Unsupported:
+        return None
+    q, k, v = call.q.shape, call.k.shape, call.v.shape
+    if call.k_transposed:
+        k = (*k[:-2], k[-1], k[-2])
+    fits = (len(q) >= 3 and len(q) == len(k) == len(v) and q[:-2] == k[:-2] == v[:-2] and q[-1] == k[-1]
+            and k[-2] == v[-2] and call.q.dtype == call.k.dtype == call.v.dtype and call.q.dtype.is_floating_point)
+    return call if fits else None
 
 
 def attention_call(n: Node) -> Call:
@@ -235,14 +247,15 @@ def _from_matmul(x: Node) -> bool:
     return x.kind == "extern" and x.op in MATMULS
 
 
-def _replaced(graph: Graph, found: list[Node], node: Node) -> Graph:
-    """The graph with the nodes `found` taken out and `node` in place of the last of them."""
+def replaced(graph: Graph, found: list[Node], new: list[Node]) -> Graph:
+    """The graph with the nodes `found` taken out and the nodes `new` in place of the last of them,
+    the last of `new` giving its value."""
     gone = {id(n) for n in found}
-    swap: dict[int, Node] = {id(found[-1]): node}
+    swap: dict[int, Node] = {id(found[-1]): new[-1]}
     nodes: list[Node] = []
     for n in graph.nodes:
         if id(n) == id(found[-1]):
-            nodes.append(node)
+            nodes += new
         elif id(n) not in gone:
             args = tuple(swap.get(id(a), a) if isinstance(a, Node) else a for a in n.args)
             if any(x is not y for x, y in zip(args, n.args)):

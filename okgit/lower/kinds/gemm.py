@@ -23,7 +23,9 @@ the epilogue: bitwise deterministic, no atomics.
 Recognition: a fp32 matmul-like PyTorch call (GEMM_OPS) with operands of 2 or more dims whose
 batch dims agree (or one operand 2D) seeds a group of its own, its elementwise epilogue after
 it; inside the kernel its value is the accumulator (plus the bias of a linear or addmm), and
-the domain's sizes are A's rows and B's columns (and the batch dims)."""
+the domain's sizes are A's rows and B's columns (and the batch dims). A matmul that a rewrite
+made may say that it is triangular (`kwargs["triangle"]`, TRIANGLES: causal attention written
+out, kinds/attention_gemms.py): the kernel then skips the products that cannot count."""
 
 from __future__ import annotations
 
@@ -51,6 +53,15 @@ PRECISION = "tf32x3-split"  # the default of <NAME>_PRECISION (the module docstr
 # operand is read through pointers. Triton's tf32x3 is the default's own path where it does not
 # split ahead, and "ieee" is cuBLAS's arithmetic at a fraction of its speed: neither is tried.
 TUNED_PRECISIONS = ("tf32x3-split", "bf16x3", "bf16x6")
+# A triangular matmul's K loop (`kwargs["triangle"]` of its node): "output", where its epilogue
+# keeps only the elements on or below the diagonal (column <= row): a tile wholly above it skips
+# its products; "a", where A is zero above its diagonal: K stops at the tile's last row. One K
+# block is always left, as every other tile has one: no loop of the (flattened, pipelined,
+# warp-specialised) nest runs zero times.
+TRIANGLES = {
+    "output": "k_hi = tl.where(off_n < off_m + BLOCK_M, k_hi, min(k_hi, ks * k_len + BLOCK_K))  # the epilogue masks such a tile whole",
+    "a": "k_hi = min(k_hi, max(off_m + BLOCK_M, ks * k_len + BLOCK_K))  # A's columns past the tile's last row are zero",
+}
 # Shared memory a block may take on an H100/H200 (227 KiB), less room for Triton's barriers.
 SHARED_LIMIT = 232448 - 1024
 
@@ -130,7 +141,7 @@ class Gemm(TemplateKind):
         src = fill(
             TEMPLATE, name=name, NAME=name.upper(), params=sig, body="\n".join(body.lines),
             args=", ".join(["a", "b"] + ([largs] if largs else [])), doc=self.describe(g), prepare="\n".join(prep),
-            call_args=call, returns=returns,
+            call_args=call, returns=returns, triangle=TRIANGLES.get(mm.kwargs.get("triangle", ""), ""),
         )
         return Rendered(name, src, self.tunables(name.upper()), [a_expr, b_expr] + args, g.outputs, self.describe(g))
 
@@ -175,7 +186,7 @@ def vendor_stand_ins() -> str:
     kernel = fill(
         TEMPLATE, name="_split_gemm", NAME="SPLIT_GEMM", params="\n".join(f"{p}," for p in _EXTERN_PARAMS),
         body=_EXTERN_BODY, args="a, b, bias, out, alpha, beta", doc="alpha * a @ b (+ beta * bias) into out.",
-        prepare=_EXTERN_PREPARE, call_args="\n".join(f"{a}," for a in _EXTERN_ARGS), returns="out",
+        prepare=_EXTERN_PREPARE, call_args="\n".join(f"{a}," for a in _EXTERN_ARGS), returns="out", triangle="",
     )
     settings = "\n".join(constants(Gemm().tunables("SPLIT_GEMM")))
     return "\n\n\n".join([fill(Gemm.helpers["_gemm_plan"]), settings, kernel, fill(EXTERN)])

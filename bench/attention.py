@@ -110,7 +110,7 @@ def max_err(got, want) -> float:
     return float((got.double() - want).abs().max())
 
 
-def run_config(key: str, shape: tuple, dtype: str, smoke: bool, deadline: float) -> dict:
+def run_config(key: str, shape: tuple, dtype: str, smoke: bool, deadline: float, kernels: bool = False) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -164,11 +164,25 @@ def run_config(key: str, shape: tuple, dtype: str, smoke: bool, deadline: float)
             row["arms"][name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
             continue
         row["arms"][name] = {"err": err, "us": None if timed is None else timed.median_us, "wall_s": round(time.monotonic() - t0, 1)}
+        if kernels and not smoke and (name == "eager" or name.startswith("okgit gemms")):
+            row["arms"][name]["kernels"] = kernel_times(model, inputs)
     base = row["arms"]["eager"].get("err", 0.0)
     for name, r in row["arms"].items():
         if name.startswith("okgit") and "err" in r:
             r["ok"] = r["err"] <= max(2 * base, 1e-5 * scale)
     return row
+
+
+def kernel_times(model, inputs: list) -> list[tuple[str, float]]:
+    """One call's GPU kernels under torch.profiler, the longest first: (name, microseconds), the
+    same name summed (where an arm's time goes: the GEMMs, the softmax, the operands' splits)."""
+    import torch
+
+    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        model(*inputs)
+        torch.cuda.synchronize()
+    rows = [(e.key, e.device_time_total) for e in prof.key_averages() if e.device_time_total > 0]
+    return sorted(rows, key=lambda r: -r[1])[:6]
 
 
 def table(rows: list[dict]) -> str:
@@ -195,6 +209,7 @@ def main() -> int:
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, Triton's interpreter, no timing")
     parser.add_argument("--time-limit", type=float, default=170.0, help="stop starting new arms after this many seconds")
+    parser.add_argument("--kernels", action="store_true", help="eager's and the GEMM arms' kernels, one call under torch.profiler")
     args = parser.parse_args()
     import torch
 
@@ -205,11 +220,15 @@ def main() -> int:
     rows = []
     for key in args.configs.split(","):
         shape = (SMOKE if args.smoke else CONFIGS)[key]
-        rows.append(run_config(key, shape, "float32" if args.smoke else args.dtype, args.smoke, deadline))
+        rows.append(run_config(key, shape, "float32" if args.smoke else args.dtype, args.smoke, deadline, args.kernels))
         print(f"{key}: done", flush=True)
         if not args.smoke:
             torch.cuda.empty_cache()
     print(table(rows))
+    for r in rows:
+        for name, arm in r["arms"].items():
+            for kernel, us in arm.get("kernels", []):
+                print(f"{r['config']} | {name} | {us:9.0f} us | {kernel[:110]}")
     out = Path(os.environ.get("OUT", "/tmp/out"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "attention.json").write_text(json.dumps(rows, indent=1))

@@ -332,6 +332,7 @@ def test_modal_evaluator_turns_service_failures_into_one_line(credentials, relu_
         def map(self, *a, **k):
             raise ConnectionError("no route to host")
 
+    monkeypatch.setattr(om, "SERVICE_BACKOFF_S", 0.0)  # each call still retries the same times
     ev = om.ModalEvaluator()
     monkeypatch.setattr(ev, "_function", lambda: Down())
     with pytest.raises(OkgitError, match="^Modal: ConnectionError: no route to host$"):

@@ -80,18 +80,22 @@ def pool_file(tmp_path: Path, name: str, module: str, forward: str, shape: str) 
 
 
 ROOT = Path(__file__).resolve().parents[2]
+# Input sizes: as small as keeps, at every window above, what these kernels are checked for: some
+# tiles inside the input (the branch without bounds) where a window fits one, tiles at its edges,
+# partial tiles of rows and of columns, several programs, the last window of ceil mode, NaN and -inf
+# reaching the output.
 POOLS = {
     "max1d_ceil": ("nn.MaxPool1d(k, s, p, d, ceil_mode=True)", "self.pool(x)", "batch, channels, size + 6"),
     "max2d_epilogue": ("nn.MaxPool2d(k, s, p, d, ceil_mode=True)", "torch.relu(self.pool(x) + self.bias.view(1, -1, 1, 1))",
-                       "batch, channels, size, size + 2"),
-    "max3d_prologue": ("nn.MaxPool3d(k, s, p, d)", "self.pool(x * 2.0 - 1.0)", "1, channels, size - 6, size - 5, size - 4"),
+                       "batch, channels, 4, 11"),
+    "max3d_prologue": ("nn.MaxPool3d(k, s, p, d)", "self.pool(x * 2.0 - 1.0)", "1, channels, 5, 5, 8"),
     # a prologue with a per-channel operand; a padding tap must stay -inf, not the prologue of 0
     "max2d_prologue_channels": ("nn.MaxPool2d(k, s, p, d)", "self.pool(x * self.bias.view(1, -1, 1, 1) - 0.5)",
-                                "batch, channels, size, size + 2"),
-    "avg2d_prologue": ("nn.AvgPool2d(k, s, p)", "self.pool(torch.exp(x) + 1.0)", "batch, channels, size, size + 2"),
+                                "batch, channels, 6, 7"),
+    "avg2d_prologue": ("nn.AvgPool2d(k, s, p)", "self.pool(torch.exp(x) + 1.0)", "batch, channels, 3, 6"),
     "avg1d_no_pad_count": ("nn.AvgPool1d(k, s, p, ceil_mode=True, count_include_pad=False)", "self.pool(x)", "batch, channels, size + 6"),
-    "avg2d_ceil": ("nn.AvgPool2d(k, s, p, ceil_mode=True)", "self.pool(x)", "batch, channels, size, size + 2"),
-    "avg2d_divisor_unbatched": ("nn.AvgPool2d(k, s, p, divisor_override=5)", "torch.sigmoid(self.pool(x))", "channels, size, size + 2"),
+    "avg2d_ceil": ("nn.AvgPool2d(k, s, p, ceil_mode=True)", "self.pool(x)", "batch, channels, 4, 5"),
+    "avg2d_divisor_unbatched": ("nn.AvgPool2d(k, s, p, divisor_override=5)", "torch.sigmoid(self.pool(x))", "channels, 3, 6"),
     "avg3d_ceil_no_pad_count": ("nn.AvgPool3d(k, s, p, ceil_mode=True, count_include_pad=False)", "self.pool(x)",
                                 "1, channels, size - 6, size - 5, size - 4"),
 }
@@ -134,16 +138,18 @@ def conv_file(tmp_path: Path, name: str, module: str, forward: str, shape: str) 
     return path
 
 
+# As for the pools: sizes as small as keeps what the kernel is checked for (and channels: a
+# multiplier of 2 in each setting but the depthwise one, two input channels per group in the last)
 CONVS = {
-    "conv1d_multiplier": ("nn.Conv1d(cin, cout, k, s, p, d, groups=groups)", "self.conv(x)", "batch, cin, size + 6"),
+    "conv1d_multiplier": ("nn.Conv1d(cin, cout, k, s, p, d, groups=groups)", "self.conv(x)", "batch, cin, 6"),
     "conv2d_no_bias_epilogue": ("nn.Conv2d(cin, cout, k, s, p, d, groups=groups, bias=False)", "torch.relu(self.conv(x)) * 2.0",
-                                "batch, cin, size, size + 2"),
-    "conv3d": ("nn.Conv3d(cin, cout, k, s, p, d, groups=groups)", "self.conv(x)", "1, cin, size - 6, size - 5, size - 4"),
+                                "batch, cin, 5, 7"),
+    "conv3d": ("nn.Conv3d(cin, cout, k, s, p, d, groups=groups)", "self.conv(x)", "1, cin, 5, 5, 7"),
     # a padding tap is 0, not the prologue's sigmoid(0)
-    "conv2d_prologue": ("nn.Conv2d(cin, cout, k, s, p, d, groups=groups)", "self.conv(torch.sigmoid(x))", "batch, cin, size, size + 2"),
+    "conv2d_prologue": ("nn.Conv2d(cin, cout, k, s, p, d, groups=groups)", "self.conv(torch.sigmoid(x))", "batch, cin, 5, 7"),
 }
-CONV_SETTINGS = [{}, {"cin": 3, "cout": 3, "groups": 3, "k": 2, "s": 1, "p": 0, "d": 1},  # depthwise
-                 {"k": 4, "s": 3, "p": 2, "d": 1, "groups": 2}]
+CONV_SETTINGS = [{"cin": 2, "cout": 4, "groups": 2}, {"cin": 3, "cout": 3, "groups": 3, "k": 2, "s": 1, "p": 0, "d": 1},  # depthwise
+                 {"cin": 4, "cout": 4, "k": 4, "s": 3, "p": 2, "d": 1, "groups": 2}]
 
 
 def layouts(source: str) -> list[str]:
@@ -165,31 +171,42 @@ def with_defaults(path: Path, knobs: dict[str, int]) -> Path:
     return out
 
 
-def kernels_match_torch(path: Path, origin: str, settings: list[dict[str, int]]) -> list:
-    """Where the first candidate of `path` with its knobs defaulting to each setting (which must
-    be `origin`'s) differs from torch, under each tile layout: (knobs, why)."""
-    cases = []  # (knobs, job)
-    for knobs in settings:
-        op = with_defaults(path, knobs)
-        proposal = plan(ctx_for(op))[0]
-        assert proposal.origin.split(":")[1].split("+")[-1] == origin, proposal.origin
-        cases += [(knobs, (op, variant, {})) for variant in layouts(proposal.source)]
-    results = run_ops([job for _, job in cases], timeout=600)
-    return [(knobs, r["why"][-600:]) for (knobs, _), r in zip(cases, results, strict=True) if not r["ok"]]
+@pytest.fixture(scope="module")
+def mismatches(tmp_path_factory) -> dict[str, list[tuple[dict[str, int], str]]]:
+    """Per op of POOLS and CONVS, where its first candidate with its knobs defaulting to each
+    setting (which must be of the op's kind) differs from torch under each tile layout: (knobs,
+    why). Every candidate runs in one interpreter process."""
+    tmp = tmp_path_factory.mktemp("kernels")
+    ops = {name: (pool_file(tmp, name, *spec), "pool", WINDOWS) for name, spec in POOLS.items()}
+    ops |= {name: (conv_file(tmp, name, *spec), "grouped_conv", CONV_SETTINGS) for name, spec in CONVS.items()}
+    found: dict[str, list[tuple[dict[str, int], str]]] = {name: [] for name in ops}
+    cases = []  # (name, knobs, job)
+    for name, (path, origin, settings) in ops.items():
+        for knobs in settings:
+            op = with_defaults(path, knobs)
+            proposal = plan(ctx_for(op))[0]
+            if proposal.origin.split(":")[1].split("+")[-1] != origin:
+                found[name].append((knobs, f"the first candidate is {proposal.origin}"))
+                continue
+            cases += [(name, knobs, (op, variant, {})) for variant in layouts(proposal.source)]
+    for (name, knobs, _), r in zip(cases, run_ops([job for _, _, job in cases], timeout=1800), strict=True):
+        if not r["ok"]:
+            found[name].append((knobs, r["why"][-600:]))
+    return found
 
 
-@pytest.mark.slow  # kernels under the interpreter, one op file per window
-@pytest.mark.timeout(900)  # the interpreter, one program per tile of a few outputs
+@pytest.mark.slow  # kernels under the interpreter (the module's one process), one op file per window
+@pytest.mark.timeout(1800)  # the interpreter, one program per tile of a few outputs
 @pytest.mark.parametrize("name", sorted(POOLS))
-def test_pooling_kernels_match_torch(tmp_path, name):
-    assert not kernels_match_torch(pool_file(tmp_path, name, *POOLS[name]), "pool", WINDOWS)
+def test_pooling_kernels_match_torch(mismatches, name):
+    assert not mismatches[name]
 
 
-@pytest.mark.slow  # kernels under the interpreter, one op file per convolution
-@pytest.mark.timeout(900)
+@pytest.mark.slow  # kernels under the interpreter (the module's one process), one op file per convolution
+@pytest.mark.timeout(1800)
 @pytest.mark.parametrize("name", sorted(CONVS))
-def test_grouped_convolution_kernels_match_torch(tmp_path, name):
-    assert not kernels_match_torch(conv_file(tmp_path, name, *CONVS[name]), "grouped_conv", CONV_SETTINGS)
+def test_grouped_convolution_kernels_match_torch(mismatches, name):
+    assert not mismatches[name]
 
 
 def bound_window_file(tmp_path: Path) -> Path:
@@ -274,7 +291,8 @@ def test_window_sizes_are_torchs(tmp_path):
 @pytest.mark.slow  # a real worker and judge
 def test_a_pooling_candidate_is_judged_correct(evaluator, tmp_path):
     """One candidate through the real evaluator: workers, judge, extra shapes and all."""
-    path = pool_file(tmp_path, "max2d", *POOLS["max2d_epilogue"])
+    module, forward, _ = POOLS["max2d_epilogue"]
+    path = pool_file(tmp_path, "max2d", module, forward, "batch, channels, size, size + 2")  # size: a knob it varies
     path.write_text(path.read_text().replace("x[torch.rand_like", "# x[torch.rand_like"))  # the judge draws its own signs
     proposal = plan(ctx_for(path))[0]
     assert proposal.origin == "template:pool"

@@ -195,12 +195,12 @@ def main() -> int:
         save()
     alone = state.setdefault("alone", {})
     if state["parallel"].get("done"):
+        if not (WORK / "out" / "winners").is_dir():  # a fresh call: the tarball holds the winners
+            resumable.restore(state_dir / TARBALL, WORK / "out")
         for pid, row in sorted(state["parallel"]["problems"].items(), key=lambda kv: int(kv[0])):
             if pid in alone:
                 continue
             winner = WORK / "out" / "winners" / f"level{row['level']}_{pid}_{row['name']}.py"
-            if not winner.is_file():  # a fresh call: the tarball holds the winners
-                resumable.restore(state_dir / TARBALL, WORK / "out")
             if not winner.is_file():
                 alone[pid] = {"error": f"no winner ({row['status']})"}
                 continue

@@ -105,8 +105,8 @@ def test_case(name: str, evaluator: LocalEvaluator) -> None:
 
 
 @pytest.fixture(scope="module")
-def sweeps():  # the sweep's check prepares on its own
-    ev = LocalEvaluator(device="cpu")
+def sweeps():  # the sweep's check prepares on its own, with nothing started ahead, as baselines.check makes it
+    ev = LocalEvaluator(device="cpu", prestart=False)
     yield ev
     ev.close()
 

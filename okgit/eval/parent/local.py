@@ -118,6 +118,7 @@ class LocalEvaluator(EvaluatorBase):
         self._busy = threading.RLock()  # one call at a time: its caches, workers and judge are not shared
         self._prepared: dict[str, PreparedReference] = {}
         self._spare_judge: WorkerProcess | None = None  # started ahead: a preparation pays no process start
+        self._judges_taken = 0
         self._profiling: ProfilingPass | None = None  # made at its first use
         if prestart:
             self.pool.prestart(self._torch)  # they wait for their jobs, no candidate code loaded
@@ -322,7 +323,10 @@ class LocalEvaluator(EvaluatorBase):
         judge_process, self._spare_judge = self._spare_judge, None
         if judge_process is None or not judge_process.alive():
             judge_process = self._new_judge()
-        if self.prestart:
+        self._judges_taken += 1
+        # The next spare once a second problem came: more may follow (a campaign, a sweep), while a
+        # run of one problem, most runs, never starts a judge it does not use.
+        if self.prestart and self._judges_taken > 1:
             self._spare_judge = self._new_judge()
         return judge_process
 

@@ -14,6 +14,7 @@ goes on where the last stopped:
   alone     each winner of the parallel sweep judged again with the GPU to itself, one at a time
             (`okgit eval --mode thorough`, every gate): the verdict okgit gave while six problems
             shared the GPU against the verdict alone, for the same kernel.
+The sweep runs with `--profiler off`: profiling never changes a verdict and is not what this checks.
 Then one table: per problem the verdict at --parallel 6 and alone and whether they agree (the
 speedups beside them: the sweep's over eager from its baselines, the evaluator's alone),
 out-of-memory failures (any log or error that says so) and the cross-check's verdict; and a line
@@ -167,7 +168,9 @@ def main() -> int:
         state["skipped"] = ["tests: the GPU tests need a GPU", "cross-check: KernelBench's evaluation needs a GPU"]
     else:
         kb, level, problems, device = Path(args.kb), 2, PROBLEMS, "cuda"
-        flags, parallel = ["--iterations", str(args.iterations), "--cross-check"], 6
+        # the profiling pass off: it never changes a verdict (tests/eval) and Nsight Compute's replays
+        # replays cost device time this check does not need
+        flags, parallel = ["--iterations", str(args.iterations), "--cross-check", "--profiler", "off"], 6
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "PYTHONUNBUFFERED": "1", **({"CUDA_VISIBLE_DEVICES": ""} if args.smoke else {})}
 

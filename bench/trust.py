@@ -169,7 +169,7 @@ def main() -> int:
     else:
         kb, level, problems, device = Path(args.kb), 2, PROBLEMS, "cuda"
         # the profiling pass off: it never changes a verdict (tests/eval) and Nsight Compute's replays
-        # replays cost device time this check does not need
+        # cost device time this check does not need
         flags, parallel = ["--iterations", str(args.iterations), "--cross-check", "--profiler", "off"], 6
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "PYTHONUNBUFFERED": "1", **({"CUDA_VISIBLE_DEVICES": ""} if args.smoke else {})}

@@ -57,6 +57,15 @@ print("RESULT " + json.dumps(rows))
 '''
 
 
+def no_kernel(run: subprocess.CompletedProcess, runs: list[dict], repo: Path, env: dict[str, str]) -> str:
+    """Why no kernel was handed out: the run's status and each candidate's, or the run's last words."""
+    if not runs:
+        return (run.stderr.strip().splitlines() or run.stdout.strip().splitlines() or ["no run"])[-1][:300]
+    cands = json.loads(okgit(["history", runs[0]["run_id"], "--json"], repo, env, 120).stdout or "{}").get("candidates", [])
+    each = ", ".join(f"{c['origin']} {c['status']}" + (f" {c['speedup']:.2f}x" if c.get("speedup") else "") for c in cands)
+    return f"run {runs[0]['status']}, no kernel handed out; candidates: {each or 'none'}"[:600]
+
+
 def okgit(args: list[str], repo: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "okgit", *args], cwd=repo, env=env, capture_output=True, text=True,
                           timeout=timeout)
@@ -87,7 +96,7 @@ def one(op: Path, args: argparse.Namespace, env: dict[str, str]) -> dict:
         row["optimize_s"] = round(time.monotonic() - t0, 1)
         runs = json.loads(okgit(["history", "--json"], repo, env, 120).stdout or "[]")
         if run.returncode != 0 or not runs or not runs[0].get("best_tag"):
-            row["error"] = (run.stderr.strip().splitlines() or run.stdout.strip().splitlines() or ["no run"])[-1][:300]
+            row["error"] = no_kernel(run, runs, repo, env)
             return row
         best = runs[0]["best_tag"]
         cands = json.loads(okgit(["history", runs[0]["run_id"], "--json"], repo, env, 120).stdout)["candidates"]

@@ -4,8 +4,9 @@
 
 Stages, each kept in DIR/trust.json (default bench/results/trust/) once finished, so the next call
 goes on where the last stopped:
-  tests     the GPU tests of the contract: pytest -m gpu tests/eval/test_eval_gpu.py -k remembered
-            (the four remembered-output caches with the roofline gate off)
+  tests     the GPU tests of the contract, all of tests/eval/test_eval_gpu.py (the side-stream
+            variants, the honest two-stream kernel, the remembered-output caches with the roofline
+            gate off, ...); run again when the recorded selection is not this one
   parallel  PROBLEMS (8 development problems of level 2, among them the three with a batch
             norm: 11, 15, 39) at --parallel 6 on the one GPU, through `okgit bench kernelbench
             --cross-check` (KernelBench's own evaluation of each winner, where the kernelbench
@@ -42,6 +43,7 @@ import resumable
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = "11,15,31,39,59,63,83,99"  # level 2: three batch norms (11, 15, 39), a dropout (83), GEMMs, convs
 BATCHNORM = {"11", "15", "39"}
+GPU_TESTS = "tests/eval/test_eval_gpu.py"  # the whole file: pytest's selection as recorded in trust.json
 OOM_SIGNS = ("out of memory", "OutOfMemoryError")
 TARBALL = "trust-parallel.tar.gz"
 WORK = Path(tempfile.gettempdir()) / "okgit-trust"  # the same path in every call: the sweep resumes there
@@ -97,8 +99,7 @@ def judge_alone(problem: Path, winner: Path, device: str, limit_s: float, env: d
 
 def gpu_tests(limit_s: float) -> dict:
     # one process (no pyproject addopts): the device carries okgit's dependencies, not pytest-xdist
-    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-m", "gpu", "tests/eval/test_eval_gpu.py", "-k", "remembered",
-           "-p", "no:cacheprovider"]
+    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-m", "gpu", *GPU_TESTS.split(), "-p", "no:cacheprovider"]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(10.0, limit_s))
     except subprocess.TimeoutExpired:
@@ -125,19 +126,24 @@ def table(state: dict) -> list[str]:
     lines = [f"problem | parallel {state.get('parallel', {}).get('parallel', '-')} | alone | agree | speedup (sweep, alone) | OOM | cross-check",
              "---|---|---|---|---|---|---"]
     agree_n = oom_n = cc_bad = 0
+    without = []  # no winner to judge again alone (the sweep's error names why)
     for pid in sorted(set(par), key=int):
         p, a = par[pid], alone.get(pid)
         agree = bool(a and "status" in a and bool(a["correct"]) == bool(p["correct"]))
         agree_n += agree
+        if a and "status" not in a and str(a.get("error", "")).startswith("no winner"):
+            without.append(f"{pid} ({(p.get('error') or p['status']).split('.py: ', 1)[-1][:140]})")
         oom = sum(bool(r and r.get("oom")) for r in (p, a))
         oom_n += oom
         cc = p.get("cross_check")
         cc_bad += cc is False
         mark = " (batch norm)" if pid in BATCHNORM and not state.get("smoke") else ""
-        lines.append(f"{pid}_{p['name']}{mark} | {_verdict(p)} | {_verdict(a)} | {'yes' if agree else ('-' if not a else 'NO')} | "
+        lines.append(f"{pid}_{p['name']}{mark} | {_verdict(p)} | {_verdict(a)} | {'yes' if agree else ('-' if not a or pid in {w.split()[0] for w in without} else 'NO')} | "
                      f"{_x(p.get('speedup_eager'))}, {_x((a or {}).get('speedup'))} | {oom} | "
                      f"{'-' if cc is None else ('ok' if cc else 'INCORRECT')}")
-    lines.append(f"totals: {agree_n}/{len(par)} verdicts the same at --parallel and alone; out-of-memory failures {oom_n} "
+    judged = len(par) - len(without)
+    lines.append(f"totals: {agree_n}/{judged} winners with the same verdict at --parallel and alone; "
+                 f"without a winner: {', '.join(without) or 'none'}; out-of-memory failures {oom_n} "
                  f"(mentions in the sweep's logs: {state.get('parallel', {}).get('oom_in_logs', 0)}); cross-check incorrect {cc_bad}")
     if state.get("parallel", {}).get("cross_check"):
         lines.append(f"cross-check: {state['parallel']['cross_check']}")
@@ -181,9 +187,9 @@ def main() -> int:
     def left() -> float:
         return deadline - time.monotonic()
 
-    if "tests" not in state and not args.smoke:
+    if state.get("tests", {}).get("selection") != GPU_TESTS and not args.smoke:
         print(f"trust: tests: running ({left():.0f} s left)", flush=True)
-        state["tests"] = gpu_tests(left())
+        state["tests"] = {**gpu_tests(left()), "selection": GPU_TESTS}
         save()
     if not state.get("parallel", {}).get("done"):
         shutil.rmtree(WORK, ignore_errors=True)

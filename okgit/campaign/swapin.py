@@ -40,7 +40,7 @@ def install(model: Any, sites: list[Site], load: Callable[[str], Any]) -> list[s
         if any(m is None for m in modules):
             continue
         kernel = load(name)
-        fast = getattr(kernel, "ModelNew", kernel.Model)(*init)
+        fast = (getattr(kernel, "ModelNew", None) or kernel.Model)(*init)
         names = layer_names(len(modules))
         expected = {f"{n}.{k}" for n, m in zip(names, modules) for k in m.state_dict()}
         if set(fast.state_dict()) != expected:

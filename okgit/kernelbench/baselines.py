@@ -1,6 +1,7 @@
 """Live baselines for a sweep: eager reference, torch.compile of it, and okgit's winner.
 
-The arms are timed in one process on one device, interleaved over rounds, with the
+The arms are timed in one process on one device, in training mode (the mode a module is built in,
+in which the run's evaluator and KernelBench time), interleaved over rounds, with the
 evaluator's own timer (okgit.eval.worker.timing: CUDA events, L2 flushed before each sample,
 warm-up excluded, pre-generated input sets rotated, median) and its pinned library flags,
 holding the device alone (the device's lock, exclusive); the models are built, the inputs drawn
@@ -113,7 +114,6 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
     disagreement, error = ((None, None) if winner_source is None or model_patch or checked
                            else check(ref_path, winner_source, device, backend))
     from okgit.eval.parent.devices import DeviceHold, physical_name
-    from okgit.eval.protocol.jobs import MODEL_SEED
     from okgit.inductor.locking import exclusive_benchmarks
 
     result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags(), disagreement=disagreement,
@@ -126,19 +126,14 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
         ref = _load(ref_source, "okgit_bench_ref", Path(tmp))
         win = _load(winner_source, "okgit_bench_winner", Path(tmp)) if winner_source is not None else None
         with hold.region("shared"):
-            init = ref.get_init_inputs()
-            torch.manual_seed(MODEL_SEED)
-            eager = ref.Model(*init).to(device).eval()
+            eager, fast = built(torch, ref, win, device)
             input_sets = []
             for seed in range(INPUT_SETS):
                 torch.manual_seed(seed)
                 input_sets.append(_to(device, ref.get_inputs()))
             arms: dict[str, Callable] = {"eager": eager}
-            if win is not None:
-                torch.manual_seed(MODEL_SEED)
-                fast = getattr(win, "ModelNew", win.Model)(*init).to(device).eval()
-                if not error:
-                    arms["okgit"] = fast
+            if fast is not None and not error:
+                arms["okgit"] = fast
             with hold.region("exclusive") if alone_for_compile else contextlib.nullcontext():
                 compiled = _compiled(torch, eager, input_sets[0], device, result)
             if compiled is not None:
@@ -150,6 +145,21 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
     result.compile_us = times.get("compile")
     result.okgit_us = times.get("okgit")
     return result
+
+
+def built(torch: Any, ref: Any, win: Any | None, device: str) -> tuple[Any, Any | None]:
+    """The reference's model and the winner's (None without one), built from the same seed and left
+    in training mode, the mode a module is built in: the run's evaluator times every case but m0
+    in it, as KernelBench does (eval mode here gave the sweep a second figure for a batch norm)."""
+    from okgit.eval.protocol.jobs import MODEL_SEED
+
+    init = ref.get_init_inputs()
+    torch.manual_seed(MODEL_SEED)
+    eager = ref.Model(*init).to(device)
+    if win is None:
+        return eager, None
+    torch.manual_seed(MODEL_SEED)
+    return eager, (getattr(win, "ModelNew", None) or win.Model)(*init).to(device)
 
 
 def _compiled(torch: Any, eager: Any, inputs: list[Any], device: str, result: BaselineTimes) -> Any:
@@ -194,16 +204,12 @@ def same_state(ref_path: Path, winner_source: str, device: str = "cpu") -> str:
     the same arguments and seed on `device`."""
     import torch
 
-    from okgit.eval.protocol.jobs import MODEL_SEED
-
     with tempfile.TemporaryDirectory(prefix="okgit-state-") as tmp:
         ref = _load(ref_path.read_text(), "okgit_state_ref", Path(tmp))
         win = _load(winner_source, "okgit_state_winner", Path(tmp))
-        states = []
-        for module in (ref, win):
-            torch.manual_seed(MODEL_SEED)
-            with torch.device(device):
-                states.append(getattr(module, "ModelNew", module.Model)(*ref.get_init_inputs()).state_dict())
+        eager, fast = built(torch, ref, win, device)
+        assert fast is not None  # a winner was given
+        states = [eager.state_dict(), fast.state_dict()]
     want, got = states
     if list(got) != list(want):
         extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))

@@ -151,7 +151,8 @@ def test_trust_smoke(tmp_path):
     proc = run(cmd, tmp_path, timeout=900)
     rows = table_rows(proc.stdout, "problem | parallel 2 | alone")
     assert rows[1].split(" | ")[:4] == ["1_ScaledRelu", "unverified (correct)", "correct (correct)", "yes"]
-    assert rows[2].startswith("totals: 1/1 verdicts the same at --parallel and alone; out-of-memory failures 0")
+    assert rows[2].startswith("totals: 1/1 winners with the same verdict at --parallel and alone; without a winner: none; "
+                              "out-of-memory failures 0")
     data = json.loads((state / "trust.json").read_text())
     assert data["smoke"] and data["parallel"]["done"] and set(data["alone"]) == {"1"} and "tests" not in data
     assert (state / "trust-parallel.tar.gz").is_file() and (tmp_path / "trust.md").is_file()

@@ -290,6 +290,35 @@ def test_a_winner_that_disagrees_with_float64_eager_is_not_scored_correct(tmp_pa
     assert fields["correct"] is False and fields["status"] == "incorrect" and "disagrees with float64 eager" in fields["error"]
 
 
+def test_baselines_build_both_models_alike_in_training_mode(tmp_path):
+    """The sweep's figures are timed in the mode the run's evaluator (and KernelBench) times: a
+    batch norm in eval mode gave the sweep 1.00x where the run measured 1.28x (H200, 2026-12-03)."""
+    import importlib.util
+
+    import torch
+
+    from okgit.kernelbench.baselines import built
+
+    def load(name, text):
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    body = ("import torch\nclass {cls}(torch.nn.Module):\n    def __init__(self, c):\n        super().__init__()\n"
+            "        self.conv = torch.nn.Conv2d(c, c, 3)\n        self.bn = torch.nn.BatchNorm2d(c)\n"
+            "    def forward(self, x):\n        return self.bn(self.conv(x))\n"
+            "def get_init_inputs():\n    return [4]\n")
+    ref, win = load("ref_mode", body.format(cls="Model")), load("win_mode", body.format(cls="ModelNew"))
+    eager, fast = built(torch, ref, win, "cpu")
+    assert eager.training and fast.training and eager.bn.training and fast.bn.training
+    assert torch.equal(eager.conv.weight, fast.conv.weight)
+    alone, none = built(torch, ref, None, "cpu")
+    assert alone.training and none is None
+
+
 @pytest.mark.slow  # the baselines module as a process
 def test_a_problem_without_a_kernel_times_only_its_two_baselines(tmp_path):
     """The user keeps the reference: eager and torch.compile place the problem, and no third

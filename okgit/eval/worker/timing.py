@@ -90,7 +90,7 @@ MAX_HOLD_CYCLES = 64 * HOLD_CYCLES  # ~13 ms: the longest hold a slow host's lau
 def next_hold(hold: int, host_us: float) -> int:
     """The hold before the next sample: doubled while a call's launches took the host more than half
     of the current one (a host loaded by other processes' compiles: in an H200 sweep of six problems
-    at once a reference's rounds timed 4859 us against 1848 us alone), so its launches are queued
+    at once two of a reference's rounds timed 4859 and 4982 us, the other three 1848), so its launches are queued
     before its start event fires; never shorter than HOLD_CYCLES, never longer than MAX_HOLD_CYCLES."""
     while host_us > 0.5 * HOLD_US * hold / HOLD_CYCLES and hold < MAX_HOLD_CYCLES:
         hold *= 2

@@ -40,6 +40,9 @@ from pathlib import Path
 
 import resumable
 
+from okgit.kernelbench.reader import KBProblem
+from okgit.kernelbench.runs import slug
+
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = "11,15,31,39,59,63,83,99"  # level 2: three batch norms (11, 15, 39), a dropout (83), GEMMs, convs
 BATCHNORM = {"11", "15", "39"}
@@ -209,7 +212,8 @@ def main() -> int:
         for pid, row in sorted(state["parallel"]["problems"].items(), key=lambda kv: int(kv[0])):
             if pid in alone:
                 continue
-            winner = WORK / "out" / "winners" / f"level{row['level']}_{pid}_{row['name']}.py"
+            problem = kb / "KernelBench" / f"level{level}" / f"{pid}_{row['name']}.py"
+            winner = WORK / "out" / "winners" / f"{slug(KBProblem(row['level'], int(pid), row['name'], problem))}.py"
             if not winner.is_file():
                 alone[pid] = {"error": f"no winner ({row['status']})"}
                 continue
@@ -217,7 +221,6 @@ def main() -> int:
                 print(f"trust: alone: stopped before {pid} (time); the next call goes on", flush=True)
                 break
             print(f"trust: alone: {pid}_{row['name']} ({left():.0f} s left)", flush=True)
-            problem = kb / "KernelBench" / f"level{level}" / f"{pid}_{row['name']}.py"
             alone[pid] = judge_alone(problem, winner, device, left() - 10, env)
             save()
     save()

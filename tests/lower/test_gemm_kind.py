@@ -37,9 +37,9 @@ def op(tmp_path, name: str, body: str) -> str:
     return str(path)
 
 
-def ctx_for(path: str) -> Context:
+def ctx_for(path: str, device: str = "cpu") -> Context:
     return Context(problem=load_problem(path), reference=Reference(device="cpu", timed=False), backend="triton",
-                   device="cpu", log=lambda type, **f: None)
+                   device=device, log=lambda type, **f: None)
 
 FORMS = {
     # a linear over a 3D input (its leading dims fold into A's rows), epilogue with a parameter
@@ -243,9 +243,12 @@ def test_which_calls_seed_a_gemm(tmp_path, forward, inputs, seeded):
     assert any(GEMM.seeds(n) for n in calls) is seeded
 
 
-def test_the_split_gemm_comes_first_and_says_what_it_is(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", "cuda:0", "cuda:3"])
+def test_the_split_gemm_comes_first_and_says_what_it_is(tmp_path, device):
+    """On a GPU too, named as the evaluator names it: with "cuda:0" matched against the kinds'
+    "cuda", H200 runs got no optional kind at all, the split GEMM among them (2026-12-03)."""
     path = op(tmp_path, "linear3d", FORMS["linear3d"][0])
-    proposals = plan(ctx_for(path))
+    proposals = plan(ctx_for(path, device))
     assert [p.origin for p in proposals] == ["template:gemm", "template:vendor_gemm+pointwise"]
     src = proposals[0].source
     assert 'FUSED_GEMM_0_PRECISION: str = "tf32x3-split"' in src

@@ -26,9 +26,11 @@ def candidates(graph: Graph, device: str) -> list[tuple[TemplateKind, ...]]:
     the kind, the one with it first where the kind is `before_plain` (the column layout before
     the row layout; the split-precision Triton GEMM before the vendor one). A kind `alone` (channels-last
     convolutions) gets one candidate of its own, after the others. A kind whose candidate cannot be
-    right on `device` (a TF32 convolution on a CPU, whose reference never runs in TF32) gets none."""
+    right on `device` (a TF32 convolution on a CPU, whose reference never runs in TF32) gets none;
+    `device` is named as the evaluator names it ("cuda:0"), the kinds by type ("cuda")."""
     combos: list[tuple[TemplateKind, ...]] = [()]
-    offered = [k for k in kinds() if k.optional and device in k.devices and k.offered(graph)]
+    device_type = device.split(":")[0]
+    offered = [k for k in kinds() if k.optional and device_type in k.devices and k.offered(graph)]
     for kind in (k for k in offered if not k.alone):
         combos = [c for plain in combos for c in ((plain + (kind,), plain) if kind.before_plain else (plain, plain + (kind,)))]
     return combos + [(k,) for k in offered if k.alone]

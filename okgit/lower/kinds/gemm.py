@@ -55,11 +55,15 @@ PRECISION = "tf32x3-split"  # the default of <NAME>_PRECISION (the module docstr
 TUNED_PRECISIONS = ("tf32x3-split", "bf16x3", "bf16x6")
 # A triangular matmul's K loop (`kwargs["triangle"]` of its node): "output", where its epilogue
 # keeps only the elements on or below the diagonal (column <= row): a tile wholly above it skips
-# its products; "a", where A is zero above its diagonal: K stops at the tile's last row. One K
-# block is always left, as every other tile has one: no loop of the (flattened, pipelined,
-# warp-specialised) nest runs zero times.
+# its products, and the grid takes the tiles that hold a kept element first (KEPT_FIRST: a dense
+# grid over the triangle, the masked tiles a short tail after it, as they still write what the
+# epilogue makes of them); "a", where A is zero above its diagonal: K stops at the tile's last
+# row (every tile of C holds work: the grid is the plain one). One K block is always left, as
+# every other tile has one: no loop of the (flattened, pipelined, warp-specialised) nest runs zero
+# times.
+KEPT_FIRST = {"output"}
 TRIANGLES = {
-    "output": "k_hi = tl.where(off_n < off_m + BLOCK_M, k_hi, min(k_hi, ks * k_len + BLOCK_K))  # the epilogue masks such a tile whole",
+    "output": "k_hi = tl.where(off_n < min(M, off_m + BLOCK_M), k_hi, min(k_hi, ks * k_len + BLOCK_K))  # the epilogue masks such a tile whole",
     "a": "k_hi = min(k_hi, max(off_m + BLOCK_M, ks * k_len + BLOCK_K))  # A's columns past the tile's last row are zero",
 }
 # Shared memory a block may take on an H100/H200 (227 KiB), less room for Triton's barriers.
@@ -142,6 +146,7 @@ class Gemm(TemplateKind):
             TEMPLATE, name=name, NAME=name.upper(), params=sig, body="\n".join(body.lines),
             args=", ".join(["a", "b"] + ([largs] if largs else [])), doc=self.describe(g), prepare="\n".join(prep),
             call_args=call, returns=returns, triangle=TRIANGLES.get(mm.kwargs.get("triangle", ""), ""),
+            kept_first=str(mm.kwargs.get("triangle") in KEPT_FIRST),
         )
         return Rendered(name, src, self.tunables(name.upper()), [a_expr, b_expr] + args, g.outputs, self.describe(g))
 
@@ -186,7 +191,7 @@ def vendor_stand_ins() -> str:
     kernel = fill(
         TEMPLATE, name="_split_gemm", NAME="SPLIT_GEMM", params="\n".join(f"{p}," for p in _EXTERN_PARAMS),
         body=_EXTERN_BODY, args="a, b, bias, out, alpha, beta", doc="alpha * a @ b (+ beta * bias) into out.",
-        prepare=_EXTERN_PREPARE, call_args="\n".join(f"{a}," for a in _EXTERN_ARGS), returns="out", triangle="",
+        prepare=_EXTERN_PREPARE, call_args="\n".join(f"{a}," for a in _EXTERN_ARGS), returns="out", triangle="", kept_first="False",
     )
     settings = "\n".join(constants(Gemm().tunables("SPLIT_GEMM")))
     return "\n\n\n".join([fill(Gemm.helpers["_gemm_plan"]), settings, kernel, fill(EXTERN)])

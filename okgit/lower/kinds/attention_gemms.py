@@ -6,6 +6,24 @@ second's, and the softmax is one rows kernel between them; causal, the GEMMs ski
 tiles above the diagonal and P's zeros past it (kinds/gemm.py's TRIANGLES). Optional, before the
 plain candidate (which keeps the vendor's call); the flash kind's candidate is timed beside it.
 
+Causal, the scores GEMM's grid takes the tiles that hold a score on or below the diagonal first,
+for every batch (KEPT_FIRST: a dense grid over the triangle), and the tiles wholly above it last:
+these still run, one K block each, because the softmax reads whole rows and their -inf comes
+from the epilogue; a diagonal tile computes its whole tile (at 128 x 128 and L = S = 512: 10 of
+16 tiles computed, 4 of them diagonal). P @ V's tiles all hold work (K stops at the tile's last
+row), so its grid is the plain one.
+
+What each pass moves (B*H heads, L queries, S keys, head dims E and Ev, fp32; in GiB at
+32 x 32 x 512 x 1024, where the H200 moves ~4.2 GB/ms): the scores GEMM reads Q and K
+(4*BH*(L+S)*E bytes, 4 GiB; on a Hopper GPU as they are, Triton splitting each tile as it loads
+it; elsewhere, or with fewer FLOPs per element than GEMM_SPLIT_AHEAD_MIN_TMA, split ahead first:
+12 bytes per element more) and writes the scores (4*BH*L*S, 1 GiB); the softmax reads them and
+writes P (1 + 1 GiB); P and V are split ahead for P @ V (P: 12*BH*L*S, 3 GiB; V: 12*BH*S*Ev,
+6 GiB: 2.5 ms of a 15 ms call, measured), which reads their TF32 highs and remainders
+(8 bytes per element, once per tile row or column that reads them, mostly from L2) and writes
+the output (4*BH*L*Ev, 2 GiB). A softmax that wrote P already split would write 2 GiB and drop
+P's split pass (3 GiB): not done (the rows kind writes what the graph holds).
+
 When it should win (bench/attention.py's `okgit gemms` arms measure it): at large head dims,
 where attention is two big GEMMs (2 x 2*B*H*L*S*E flops) and the L x S scores are small beside
 them (B*H*L*S floats written and read twice, about 1 ms per GiB of scores at an H200's ~4 TB/s).

@@ -58,12 +58,15 @@ TUNED_PRECISIONS = ("tf32x3-split", "bf16x3", "bf16x6")
 # its products, and the grid takes the tiles that hold a kept element first (KEPT_FIRST: a dense
 # grid over the triangle, the masked tiles a short tail after it, as they still write what the
 # epilogue makes of them); "a", where A is zero above its diagonal: K stops at the tile's last
-# row (every tile of C holds work: the grid is the plain one). One K block is always left, as
-# every other tile has one: no loop of the (flattened, pipelined, warp-specialised) nest runs zero
-# times.
+# row (every tile of C holds work: the grid is the plain one). A masked tile's K loop runs zero
+# times (its accumulator is never read: at a head dim of 64, one K block of two would be half a
+# tile's work), but one K block where the loop nest is flattened (PERSISTENT) or warp-specialised
+# (WS_K), which Triton does not promise to run zero times; "a" always leaves one K block, as
+# every other tile has one.
 KEPT_FIRST = {"output"}
 TRIANGLES = {
-    "output": "k_hi = tl.where(off_n < min(M, off_m + BLOCK_M), k_hi, min(k_hi, ks * k_len + BLOCK_K))  # the epilogue masks such a tile whole",
+    "output": "k_hi = tl.where(off_n < min(M, off_m + BLOCK_M), k_hi, min(k_hi, ks * k_len + BLOCK_K * (PERSISTENT + WS_K)))"
+              "  # the epilogue masks such a tile whole",
     "a": "k_hi = min(k_hi, max(off_m + BLOCK_M, ks * k_len + BLOCK_K))  # A's columns past the tile's last row are zero",
 }
 # Shared memory a block may take on an H100/H200 (227 KiB), less room for Triton's barriers.

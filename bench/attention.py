@@ -132,7 +132,7 @@ def run_config(key: str, shape: tuple, dtype: str, smoke: bool, deadline: float,
     gemms = load(written, f"gemms_{key}") if written else None
     # causal: the same file with the scores GEMM's grid in the plain tile order (kept_first off), to
     # time the kept-first grid against it in one process
-    plain_grid = re.sub(r"(_GROUP_M), True\)", r"\1, False)", written) if written and causal else None
+    plain_grid = re.sub(r"(_GROUP_M), True,", r"\1, False,", written) if written and causal else None
     plain = load(plain_grid, f"gemms_plain_{key}") if plain_grid and plain_grid != written else None
     # and with every operand split ahead once (Q and K too, which the plan leaves to Triton's
     # tile-by-tile split where TMA reads them as they are)

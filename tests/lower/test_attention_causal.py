@@ -9,7 +9,10 @@ different lengths, K in ranges and the operands split ahead."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 from oprun import run_ops
@@ -87,9 +90,76 @@ def test_only_the_causal_scores_gemm_takes_its_kept_tiles_first(tmp_path) -> Non
     P @ V GEMM's tiles all hold work (P is zero past the diagonal: K stops there) and keep the
     plain order; a call that is not causal keeps it in both."""
     source = gemms_candidate(op(tmp_path, "sdpa_causal", OPS["sdpa_causal"]))
-    assert re.findall(r"_GROUP_M, (True|False)\)", source) == ["True", "False"]
+    assert re.findall(r"_GROUP_M, (True|False),", source) == ["True", "False"]
     plain = gemms_candidate(op(tmp_path, "sdpa_additive_wide", OPS["sdpa_additive_wide"]))
-    assert re.findall(r"_GROUP_M, (True|False)\)", plain) == ["False", "False"]
+    assert re.findall(r"_GROUP_M, (True|False),", plain) == ["False", "False"]
+
+
+def test_the_softmax_writes_p_split_for_the_gemm_after_it(tmp_path) -> None:
+    """The rows kernel hands P over as its TF32 highs and remainders; the P @ V GEMM reads both."""
+    source = gemms_candidate(op(tmp_path, "sdpa_causal", OPS["sdpa_causal"]))
+    forward = source.split("class Model")[1]
+    hi, rest = re.search(r"^ +(t\d+), (t\d+) = fused_rows_\d+\(", forward, re.M).groups()  # type: ignore[union-attr]
+    assert re.search(rf"= fused_attention_gemms_\d+\({hi}, V, {rest}\)", forward)
+    assert "def fused_attention_gemms_3(a, b, a_rest):" in source
+
+
+SPLIT_P = r"""
+import importlib.util, sys, torch
+spec = importlib.util.spec_from_file_location("candidate", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+torch.manual_seed(0)
+q, k = torch.randn(1, 2, 20, 24), torch.randn(1, 2, 20, 24)
+scores = module.fused_attention_gemms_1(q, k.transpose(-2, -1), 24**-0.5)
+hi, rest = module.fused_rows_2(scores)
+want = torch.softmax(scores.double(), -1)  # P of the kernel's own scores, exactly
+for part in (hi, rest):
+    assert not (part.view(torch.int32) & 0x1FFF).any(), "not TF32"
+assert ((hi.double() - want).abs() <= want * 2.0**-11 + 1e-12).all(), "highs not P rounded to nearest"
+assert ((hi.double() + rest.double() - want).abs() <= want * 2.0**-20 + 1e-12).all(), "highs + remainders not P"
+assert (hi[..., 0, 1:] == 0).all() and (hi[..., 0, 0] == 1).all(), "causal: the first query sees one key"
+"""
+
+
+@pytest.mark.slow  # a candidate's kernels under the interpreter, in a process
+def test_the_split_p_is_tf32_highs_and_remainders_of_the_softmax(tmp_path) -> None:
+    """The softmax kernel's two outputs: each TF32 (its low 13 bits zero), the highs P rounded to
+    nearest at TF32 (within half an ulp at 10 mantissa bits), the two summing to P within a few
+    fp32 ulps (2^-20 of it: the kernel's own exp and sum, and the remainder rounded at TF32)."""
+    path = tmp_path / "candidate.py"
+    path.write_text(gemms_candidate(op(tmp_path, "sdpa_causal", OPS["sdpa_causal"])))
+    proc = subprocess.run([sys.executable, "-c", SPLIT_P, str(path)], capture_output=True, text=True,
+                          env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+SPLIT_A = r"""
+import importlib.util, sys, torch
+spec = importlib.util.spec_from_file_location("gemm_plan", sys.argv[1])
+plan_module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(plan_module)
+plan_module._tma_device = lambda device: True  # as on a Hopper GPU
+a, rest, b = torch.randn(2, 20, 36), torch.randn(2, 20, 36), torch.randn(2, 36, 24)
+plan = plan_module._GemmPlan(a, b, 16, 16, 16, "bf16x3", 0, 0, 0, 8, False, rest)
+assert plan.switches["SPLIT"] and plan.switches["TMA"] and plan.switches["PRECISION"] == "tf32", plan.switches
+assert plan.sizes[2] == 36 and plan.sizes[6:8] == (0, 2 * 24), plan.sizes  # K as it is; B's remainders 48 rows in
+a, rest, b = torch.randn(2, 20, 35), torch.randn(2, 20, 35), torch.randn(2, 35, 24)
+odd = plan_module._GemmPlan(a, b, 16, 16, 16, "tf32x3-split", 0, 0, 0, 8, False, rest)
+assert odd.switches["SPLIT"] and not odd.switches["TMA"], odd.switches  # rows of 35 floats: no 16-byte rows for TMA
+"""
+
+
+@pytest.mark.slow  # the plan's split pass under the interpreter, in a process
+def test_a_gemm_whose_a_came_split_splits_b_alone(tmp_path) -> None:
+    """Whatever the precision and the work per element: B split K-major and padded to whole K
+    blocks, A's highs and remainders read as they are (K not padded: TMA fills past it with
+    zeros, pointers mask it), through TMA where both fit it (on a Hopper GPU, stood in for)."""
+    helper = tmp_path / "gemm_plan.py"
+    helper.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + fill(Gemm.helpers["_gemm_plan"]))
+    proc = subprocess.run([sys.executable, "-c", SPLIT_A, str(helper)], capture_output=True, text=True,
+                          env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.mark.slow  # candidates under the interpreter (oprun)

@@ -25,7 +25,8 @@ batch dims agree (or one operand 2D) seeds a group of its own, its elementwise e
 it; inside the kernel its value is the accumulator (plus the bias of a linear or addmm), and
 the domain's sizes are A's rows and B's columns (and the batch dims). A matmul that a rewrite
 made may say that it is triangular (`kwargs["triangle"]`, TRIANGLES: causal attention written
-out, kinds/attention_gemms.py): the kernel then skips the products that cannot count."""
+out, kinds/attention_gemms.py): the kernel then skips the products that cannot count; and that
+its A comes split into TF32 highs and remainders (`split_rest`): the GEMM then splits B alone."""
 
 from __future__ import annotations
 
@@ -142,16 +143,19 @@ class Gemm(TemplateKind):
         body = Scope(None, "flat", "mask")
         store_outputs(code, g, body, None, output_names(g))
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, "a.device")
-        a_expr = low.tensor(a)
-        b_expr = low.tensor(b) + (".t()" if mm.op.startswith("aten.linear") else "")
+        operands = [low.tensor(a), low.tensor(b) + (".t()" if mm.op.startswith("aten.linear") else "")]
+        rest = split_rest(mm)
+        if rest is not None:
+            operands.append(low.tensor(rest))
         low.helpers.add("_gemm_plan")
         src = fill(
             TEMPLATE, name=name, NAME=name.upper(), params=sig, body="\n".join(body.lines),
-            args=", ".join(["a", "b"] + ([largs] if largs else [])), doc=self.describe(g), prepare="\n".join(prep),
-            call_args=call, returns=returns, triangle=TRIANGLES.get(mm.kwargs.get("triangle", ""), ""),
-            kept_first=str(mm.kwargs.get("triangle") in KEPT_FIRST),
+            args=", ".join(["a", "b"] + (["a_rest"] if rest is not None else []) + ([largs] if largs else [])),
+            doc=self.describe(g), prepare="\n".join(prep), call_args=call, returns=returns,
+            triangle=TRIANGLES.get(mm.kwargs.get("triangle", ""), ""),
+            kept_first=str(mm.kwargs.get("triangle") in KEPT_FIRST), a_rest="a_rest" if rest is not None else "None",
         )
-        return Rendered(name, src, self.tunables(name.upper()), [a_expr, b_expr] + args, g.outputs, self.describe(g))
+        return Rendered(name, src, self.tunables(name.upper()), operands + args, g.outputs, self.describe(g))
 
 
 def shared_bytes(settings: Mapping[str, int | str]) -> int:
@@ -194,7 +198,7 @@ def vendor_stand_ins() -> str:
     kernel = fill(
         TEMPLATE, name="_split_gemm", NAME="SPLIT_GEMM", params="\n".join(f"{p}," for p in _EXTERN_PARAMS),
         body=_EXTERN_BODY, args="a, b, bias, out, alpha, beta", doc="alpha * a @ b (+ beta * bias) into out.",
-        prepare=_EXTERN_PREPARE, call_args="\n".join(f"{a}," for a in _EXTERN_ARGS), returns="out", triangle="", kept_first="False",
+        prepare=_EXTERN_PREPARE, call_args="\n".join(f"{a}," for a in _EXTERN_ARGS), returns="out", triangle="", kept_first="False", a_rest="None",
     )
     settings = "\n".join(constants(Gemm().tunables("SPLIT_GEMM")))
     return "\n\n\n".join([fill(Gemm.helpers["_gemm_plan"]), settings, kernel, fill(EXTERN)])
@@ -214,6 +218,13 @@ def gemm_operands(mm: Node) -> tuple[Node, Node, Node | None]:
             raise Unsupported("scaled addmm")
         return mm.args[1], mm.args[2], mm.args[0]
     return mm.args[0], mm.args[1], None
+
+
+def split_rest(mm: Node) -> Node | None:
+    """The TF32 remainders of A where a rewrite computed A split (`kwargs["a_split"]`: A, the
+    first argument, is then its TF32 highs and the third the remainders; kinds/attention_gemms.py);
+    the GEMM reads both and splits only B."""
+    return mm.args[2] if mm.kwargs.get("a_split") else None
 
 
 def _flatten(args):

@@ -167,14 +167,16 @@ def test_a_gemm_whose_a_came_split_splits_b_alone(tmp_path) -> None:
 def test_causal_attention_on_the_kept_first_grid_matches_pytorch(tmp_path) -> None:
     """Sequence lengths not a multiple of the tile (45 at 16: a last row tile of 13 rows), tiles
     square and not (16 x 32, 32 x 16), bands of 2 row tiles, K in 2 ranges with the operands split
-    ahead, and queries and keys of different lengths (more queries, then more keys)."""
+    ahead, a persistent grid (4 programs on a CPU striding over the tiles, a masked tile's one K
+    block kept), and queries and keys of different lengths (more queries, then more keys)."""
     causal = op(tmp_path, "sdpa_causal", OPS["sdpa_causal"])
     cross = op(tmp_path, "cross", CROSS)
     long = {"seq_len": 45, "head_dim": 40}
     jobs = []
     for path, knobs in ((causal, long), (cross, {}), (cross, {"seq_q": 13, "seq_k": 40})):
         source = gemms_candidate(path)
-        for more in ({}, {"BLOCK_N": 32, "GROUP_M": 2}, {"BLOCK_M": 32}, {"SPLIT_K": 2, "GEMM_SPLIT_AHEAD_MIN": 0}):
+        for more in ({}, {"BLOCK_N": 32, "GROUP_M": 2}, {"BLOCK_M": 32}, {"SPLIT_K": 2, "GEMM_SPLIT_AHEAD_MIN": 0},
+                     {"PERSISTENT": 1}):
             jobs.append((path, small_tiles(source, **more), knobs))
     results = run_ops(jobs, timeout=580)
     bad = [(job[0], job[2], r["why"][-800:]) for job, r in zip(jobs, results) if not r["ok"]]

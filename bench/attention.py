@@ -5,7 +5,11 @@ op file calling `F.scaled_dot_product_attention` is lowered by okgit's template 
 candidates exactly as a run proposes them): the flash-attention kind's kernel over a few launch
 settings (`okgit B_M/B_N/B_E/B_DV/warps/stages`), and attention as GEMMs (`okgit gemms <precision>`:
 the two products on the split-precision GEMM, the softmax a rows kernel) at the GEMM's default
-precision and at bf16x3, the first one autotune tries. Eager, torch.compile (default mode) and
+precision and at bf16x3, the first one autotune tries; causal, also at the default precision with
+the scores GEMM's grid in the plain tile order (`plain grid`: the tiles above the diagonal among
+the others, not after them), to time the kept-first grid against it; and with every operand
+split ahead (`ahead`: Q and K too, which the plan leaves to Triton's own split of each tile where
+TMA reads them as they are). Eager, torch.compile (default mode) and
 the candidates are checked against float64 and timed with the evaluator's own timer (CUDA
 events, L2 flushed, warm-up, median of many samples).
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -125,6 +130,13 @@ def run_config(key: str, shape: tuple, dtype: str, smoke: bool, deadline: float,
         raise SystemExit(f"the template proposer made no {'flash' if flash is None else 'GEMMs'} candidate")
     cand = load(flash, f"cand_{key}")
     gemms = load(written, f"gemms_{key}") if written else None
+    # causal: the same file with the scores GEMM's grid in the plain tile order (kept_first off), to
+    # time the kept-first grid against it in one process
+    plain_grid = re.sub(r"(_GROUP_M), True,", r"\1, False,", written) if written and causal else None
+    plain = load(plain_grid, f"gemms_plain_{key}") if plain_grid and plain_grid != written else None
+    # and with every operand split ahead once (Q and K too, which the plan leaves to Triton's
+    # tile-by-tile split where TMA reads them as they are)
+    ahead = load(written, f"gemms_ahead_{key}") if written else None
     prefix = next(n[: -len("BLOCK_M")] for n in vars(cand) if n.startswith("FUSED_ATTENTION") and n.endswith("BLOCK_M"))
     torch.manual_seed(0)
     with torch.device(device):
@@ -140,6 +152,11 @@ def run_config(key: str, shape: tuple, dtype: str, smoke: bool, deadline: float,
     precisions = [n for n in vars(gemms) if n.endswith("_PRECISION")] if gemms else []
     for precision in GEMM_PRECISIONS[: 1 if smoke else None] if gemms else ():  # before the flash settings: the time limit cuts those
         arms[f"okgit gemms {precision}"] = (gemms.Model().to(device), gemms, dict.fromkeys(precisions, precision))
+        if plain is not None and precision == GEMM_PRECISIONS[0]:
+            arms[f"okgit gemms {precision} plain grid"] = (plain.Model().to(device), plain, dict.fromkeys(precisions, precision))
+        if ahead is not None and precision == GEMM_PRECISIONS[0]:
+            arms[f"okgit gemms {precision} ahead"] = (ahead.Model().to(device), ahead, {
+                **dict.fromkeys(precisions, precision), "GEMM_SPLIT_AHEAD_MIN": 0, "GEMM_SPLIT_AHEAD_MIN_TMA": 0})
     for setting in settings:
         arms["okgit " + "/".join(map(str, setting))] = (cand.Model().to(device), cand, dict(zip(
             (prefix + n for n in NAMES), setting)))

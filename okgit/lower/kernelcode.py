@@ -34,6 +34,9 @@ OPS = {
     "gt": "{0} > {1}", "ge": "{0} >= {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
     "eq": "{0} == {1}", "ne": "{0} != {1}", "and": "({0}) & ({1})", "or": "({0}) | ({1})",
     "not": "{0} == 0", "where": "tl.where({0}, {1}, {2})",
+    # fp32 rounded to nearest at TF32's 10 mantissa bits, as gemm_plan.py.tmpl's split pass rounds
+    # (kinds/attention_gemms.py: a softmax writing P split for the GEMM after it)
+    "tf32": "((({0}).to(tl.int32, bitcast=True) + 0x1000) & -8192).to(tl.float32, bitcast=True)",
 }
 # The Triton functions the expressions above call, each rendered once into an op file that uses it
 HELPERS = {name: template(__package__, f"helper{name}.py.tmpl") for name in ("_folds", "_tanh", "_log1p", "_expm1", "_pow")}

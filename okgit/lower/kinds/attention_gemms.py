@@ -6,6 +6,28 @@ second's, and the softmax is one rows kernel between them; causal, the GEMMs ski
 tiles above the diagonal and P's zeros past it (kinds/gemm.py's TRIANGLES). Optional, before the
 plain candidate (which keeps the vendor's call); the flash kind's candidate is timed beside it.
 
+Causal, the scores GEMM's grid takes the tiles that hold a score on or below the diagonal first,
+for every batch (KEPT_FIRST: a dense grid over the triangle), and the tiles wholly above it last:
+these still run, with no K block (one where the GEMM's loop nest is persistent or
+warp-specialised), because the softmax reads whole rows and their -inf comes from the epilogue; a
+diagonal tile computes its whole tile (at 128 x 128 and L = S = 512: 10 of 16 tiles computed, 4
+of them diagonal). P @ V's tiles all hold work (K stops at the tile's last row): its grid is the
+plain one.
+
+The softmax kernel writes P as its TF32 highs and remainders (the `tf32` op, rounded as the
+GEMM's split pass rounds), which the P @ V GEMM reads as they are (gemm.split_rest): P has no
+split pass. What each pass moves (B*H heads, L queries, S keys, head dims E and Ev, fp32; in GiB
+at 32 x 32 x 512 x 1024, where the H200 moves ~4.2 GB/ms): the scores GEMM reads Q and K
+(4*BH*(L+S)*E bytes, 4 GiB; on a Hopper GPU as they are, Triton splitting each tile as it loads
+it, so a K tile is split once per row tile that reads it; elsewhere, or where the FLOPs per
+element, 2*L*S / (L + S), reach GEMM_SPLIT_AHEAD_MIN_TMA (512 here, against 640), split ahead
+once: 12 bytes per element more) and writes the scores (4*BH*L*S, 1 GiB); the softmax reads them and writes P split (4 + 8 bytes per score:
+1 + 2 GiB; before, P and then P's split pass: 1 + 1 + 3 GiB); V is split ahead once for P @ V
+(12*BH*S*Ev, 6 GiB, ~1.5 ms), which reads P's and V's highs and remainders (8 bytes per element,
+once per tile row or column that reads them, mostly from L2) and writes the output
+(4*BH*L*Ev, 2 GiB). Measured before these changes (docs/benchmarks.md): the split passes of P
+and V 2.5 ms, the softmax 0.5 ms, of a 15 ms call.
+
 When it should win (bench/attention.py's `okgit gemms` arms measure it): at large head dims,
 where attention is two big GEMMs (2 x 2*B*H*L*S*E flops) and the L x S scores are small beside
 them (B*H*L*S floats written and read twice, about 1 ms per GiB of scores at an H200's ~4 TB/s).
@@ -96,14 +118,22 @@ def written_out(call: Call) -> list[Node]:
         p = _safe_softmax(b, x, rank - 1)
     else:  # no row can be fully masked, or a written-out softmax's NaN is the reference's own
         p = b.softmax(x, rank - 1, log=False)
-    _own_matmul(b, p, call.v, "a" if call.causal else None)
+    _own_matmul(b, p, call.v, "a" if call.causal else None, split=True)
     return b.nodes
 
 
-def _own_matmul(b: Builder, x: Node, y: Node, triangle: str | None) -> Node:
+def _own_matmul(b: Builder, x: Node, y: Node, triangle: str | None, split: bool = False) -> Node:
+    """x @ y as this kind's matmul call; `split`: x as its TF32 highs and remainders, computed
+    where x is (the softmax's kernel writes them: no split pass over P), where the GEMM takes it."""
     kwargs = {OWN: True, **({"triangle": triangle} if triangle else {})}
-    return b.add(Node("extern", "aten.matmul.default", (x, y), (*x.shape[:-1], y.shape[-1]), x.dtype, target=MATMUL,
-                      kwargs=kwargs))
+    shape = (*x.shape[:-1], y.shape[-1])
+    mm = Node("extern", "aten.matmul.default", (x, y), shape, x.dtype, target=MATMUL, kwargs=kwargs)
+    if split and Gemm().seeds(mm):
+        hi = b.op("tf32", x)
+        rest = b.op("tf32", b.op("sub", x, hi))
+        mm = Node("extern", "aten.matmul.default", (hi, y, rest), shape, x.dtype, target=MATMUL,
+                  kwargs={**kwargs, "a_split": True})
+    return b.add(mm)
 
 
 def _safe_softmax(b: Builder, x: Node, dim: int) -> Node:

@@ -25,7 +25,8 @@ batch dims agree (or one operand 2D) seeds a group of its own, its elementwise e
 it; inside the kernel its value is the accumulator (plus the bias of a linear or addmm), and
 the domain's sizes are A's rows and B's columns (and the batch dims). A matmul that a rewrite
 made may say that it is triangular (`kwargs["triangle"]`, TRIANGLES: causal attention written
-out, kinds/attention_gemms.py): the kernel then skips the products that cannot count."""
+out, kinds/attention_gemms.py): the kernel then skips the products that cannot count; and that
+its A comes split into TF32 highs and remainders (`split_rest`): the GEMM then splits B alone."""
 
 from __future__ import annotations
 
@@ -55,11 +56,18 @@ PRECISION = "tf32x3-split"  # the default of <NAME>_PRECISION (the module docstr
 TUNED_PRECISIONS = ("tf32x3-split", "bf16x3", "bf16x6")
 # A triangular matmul's K loop (`kwargs["triangle"]` of its node): "output", where its epilogue
 # keeps only the elements on or below the diagonal (column <= row): a tile wholly above it skips
-# its products; "a", where A is zero above its diagonal: K stops at the tile's last row. One K
-# block is always left, as every other tile has one: no loop of the (flattened, pipelined,
-# warp-specialised) nest runs zero times.
+# its products, and the grid takes the tiles that hold a kept element first (KEPT_FIRST: a dense
+# grid over the triangle, the masked tiles a short tail after it, as they still write what the
+# epilogue makes of them); "a", where A is zero above its diagonal: K stops at the tile's last
+# row (every tile of C holds work: the grid is the plain one). A masked tile's K loop runs zero
+# times (its accumulator is never read: at a head dim of 64, one K block of two would be half a
+# tile's work), but one K block where the loop nest is flattened (PERSISTENT) or warp-specialised
+# (WS_K), which Triton does not promise to run zero times; "a" always leaves one K block, as
+# every other tile has one.
+KEPT_FIRST = {"output"}
 TRIANGLES = {
-    "output": "k_hi = tl.where(off_n < off_m + BLOCK_M, k_hi, min(k_hi, ks * k_len + BLOCK_K))  # the epilogue masks such a tile whole",
+    "output": "k_hi = tl.where(off_n < min(M, off_m + BLOCK_M), k_hi, min(k_hi, ks * k_len + BLOCK_K * (PERSISTENT + WS_K)))"
+              "  # the epilogue masks such a tile whole",
     "a": "k_hi = min(k_hi, max(off_m + BLOCK_M, ks * k_len + BLOCK_K))  # A's columns past the tile's last row are zero",
 }
 # Shared memory a block may take on an H100/H200 (227 KiB), less room for Triton's barriers.
@@ -135,15 +143,19 @@ class Gemm(TemplateKind):
         body = Scope(None, "flat", "mask")
         store_outputs(code, g, body, None, output_names(g))
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, "a.device")
-        a_expr = low.tensor(a)
-        b_expr = low.tensor(b) + (".t()" if mm.op.startswith("aten.linear") else "")
+        operands = [low.tensor(a), low.tensor(b) + (".t()" if mm.op.startswith("aten.linear") else "")]
+        rest = split_rest(mm)
+        if rest is not None:
+            operands.append(low.tensor(rest))
         low.helpers.add("_gemm_plan")
         src = fill(
             TEMPLATE, name=name, NAME=name.upper(), params=sig, body="\n".join(body.lines),
-            args=", ".join(["a", "b"] + ([largs] if largs else [])), doc=self.describe(g), prepare="\n".join(prep),
-            call_args=call, returns=returns, triangle=TRIANGLES.get(mm.kwargs.get("triangle", ""), ""),
+            args=", ".join(["a", "b"] + (["a_rest"] if rest is not None else []) + ([largs] if largs else [])),
+            doc=self.describe(g), prepare="\n".join(prep), call_args=call, returns=returns,
+            triangle=TRIANGLES.get(mm.kwargs.get("triangle", ""), ""),
+            kept_first=str(mm.kwargs.get("triangle") in KEPT_FIRST), a_rest="a_rest" if rest is not None else "None",
         )
-        return Rendered(name, src, self.tunables(name.upper()), [a_expr, b_expr] + args, g.outputs, self.describe(g))
+        return Rendered(name, src, self.tunables(name.upper()), operands + args, g.outputs, self.describe(g))
 
 
 def shared_bytes(settings: Mapping[str, int | str]) -> int:
@@ -186,7 +198,7 @@ def vendor_stand_ins() -> str:
     kernel = fill(
         TEMPLATE, name="_split_gemm", NAME="SPLIT_GEMM", params="\n".join(f"{p}," for p in _EXTERN_PARAMS),
         body=_EXTERN_BODY, args="a, b, bias, out, alpha, beta", doc="alpha * a @ b (+ beta * bias) into out.",
-        prepare=_EXTERN_PREPARE, call_args="\n".join(f"{a}," for a in _EXTERN_ARGS), returns="out", triangle="",
+        prepare=_EXTERN_PREPARE, call_args="\n".join(f"{a}," for a in _EXTERN_ARGS), returns="out", triangle="", kept_first="False", a_rest="None",
     )
     settings = "\n".join(constants(Gemm().tunables("SPLIT_GEMM")))
     return "\n\n\n".join([fill(Gemm.helpers["_gemm_plan"]), settings, kernel, fill(EXTERN)])
@@ -206,6 +218,13 @@ def gemm_operands(mm: Node) -> tuple[Node, Node, Node | None]:
             raise Unsupported("scaled addmm")
         return mm.args[1], mm.args[2], mm.args[0]
     return mm.args[0], mm.args[1], None
+
+
+def split_rest(mm: Node) -> Node | None:
+    """The TF32 remainders of A where a rewrite computed A split (`kwargs["a_split"]`: A, the
+    first argument, is then its TF32 highs and the third the remainders; kinds/attention_gemms.py);
+    the GEMM reads both and splits only B."""
+    return mm.args[2] if mm.kwargs.get("a_split") else None
 
 
 def _flatten(args):

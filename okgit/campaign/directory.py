@@ -11,12 +11,13 @@ from okgit.config import load_config
 from okgit.errors import OkgitError
 from okgit.git.repo import Repo
 from okgit.journal.events import Event
+from okgit.paths import given_path
 
 
 def optimize_dir(directory: Path, *, flags: dict[str, Any] | None = None, cwd: Path | None = None,
                  on_event: Callable[[Event], None] | None = None) -> CampaignResult:
     repo = Repo.find(cwd or Path.cwd())
-    path = directory if directory.is_absolute() else (cwd or Path.cwd()) / directory
+    path = given_path(directory, cwd)
     if not path.is_dir():
         raise OkgitError(f"{directory}: no such directory")
     config = load_config(repo.root, flags)

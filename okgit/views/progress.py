@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from rich.text import Text
 
-from okgit.fmt import fmt_error, fmt_speed, fmt_us
+from okgit.fmt import fmt_count, fmt_error, fmt_outcome, fmt_speed, fmt_us
 from okgit.journal.campaign import (
     CampaignEvent,
     CampaignPreparing,
@@ -246,8 +246,8 @@ def _campaign_preparing(e: CampaignPreparing) -> str:
 
 
 def _campaign_started(e: CampaignStarted) -> str:
-    return (f"okgit campaign {e.run}: {len(e.ops)} problems on {e.device} "
-            f"({e.backend}, {e.iterations} iterations per problem on average)")
+    return (f"okgit campaign {e.run}: {fmt_count(len(e.ops), 'problem')} on {e.device} "
+            f"({e.backend}, {fmt_count(e.iterations, 'iteration')} per problem on average)")
 
 
 def _screened(e: Screened) -> str:
@@ -263,8 +263,7 @@ def _planned(e: Planned) -> str:
 
 
 def _problem_finished(e: ProblemFinished) -> str:
-    speed = fmt_speed(e.speedup, missing="untimed")
-    extra = e.reason or (f"{speed}" + (f", {e.best_tag}" if e.best_tag else ""))
+    extra = e.reason or (fmt_outcome(e.speedup, e.status) + (f", {e.best_tag}" if e.best_tag else ""))
     return f"  problem {e.op}: {e.status}: {extra}"
 
 

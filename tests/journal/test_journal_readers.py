@@ -109,7 +109,7 @@ def test_a_campaign_prints_its_own_lines_and_each_problems_run(tmp_path):
         on_event(event)
     on_event(journal.write("problem_finished", op="ops/softmax.py", status="unverified", run_id="cpu-failures"))
     lines = out.getvalue().splitlines()
-    assert lines[:3] == ["okgit campaign c1: 1 problems on cpu (triton, 8 iterations per problem on average)",
+    assert lines[:3] == ["okgit campaign c1: 1 problem on cpu (triton, 8 iterations per problem on average)",
                          "  screen ops/softmax.py: untimed, floor 12.5 us", "  plan by work: ops/softmax.py 8"]
     assert lines[3].startswith("okgit run cpu-failures: ops/softmax.py on cpu (triton, fast, 8 iterations)")
     assert lines[-1] == "  problem ops/softmax.py: unverified: untimed" and len(lines) == 3 + 4 + 1

@@ -38,7 +38,7 @@ def optimize_dir(directory: Path, *, flags: dict[str, Any] | None = None, cwd: P
         validate(repo, diff, space.base)
     result = CampaignResult(
         campaign_id=space.campaign_id, kind="ops", status=core.overall_status(outcome), device=outcome.device,
-        backend=outcome.backend, ordered_by=outcome.ordered_by, problems=outcome.rows,
+        backend=outcome.backend, ordered_by=outcome.ordered_by, problems=outcome.rows, skipped=skipped,
         report=str(space.dir / "report.md"), diff=str(space.dir / "report.diff"))
     write_outputs(space, result, diff)
     if outcome.interrupted:

@@ -73,6 +73,7 @@ class CampaignResult(BaseModel):
     backend: str = "triton"  # the kernel language searched (a CPU and triton: the interpreter's note)
     ordered_by: str  # how the problems were ranked
     problems: list[ProblemRow]
+    skipped: list[str] = []  # `ops`: op files under the directory that are no problem, each with why (untracked)
     report: str
     diff: str
     ops_repo: str | None = None  # a model campaign: the repository of its extracted op files
@@ -86,6 +87,7 @@ class CampaignResult(BaseModel):
                 f"{fmt_outcome(r.speedup, r.status)}, {fmt_count(r.iterations, 'iteration')}"
                 + (f", {r.best_tag}" if r.best_tag else ""))
             lines.append(f"  {name}: {r.status}: {what}")
+        lines += [f"  skipped {s}" for s in self.skipped]
         e = self.end_to_end
         if e:
             if e.timed and e.speedup is not None:
@@ -132,7 +134,7 @@ def report_text(result: CampaignResult) -> str:
             f"| {i} | {name} | {fmt_us(r.reference_us)} | {fmt_us(r.floor_us)} | "
             f"{_pct(r.headroom)} | {_pct(r.time_share)} | {r.iterations} it ({_pct(r.budget_share)}) | "
             f"{r.status} | {fmt_speed(r.speedup)} | {r.best_tag or '-'} |")
-    notes = [f"- {r.module or r.op}: {r.reason}" for r in result.problems if r.reason]
+    notes = [f"- {r.module or r.op}: {r.reason}" for r in result.problems if r.reason] + [f"- skipped {s}" for s in result.skipped]
     if notes:
         lines += ["", "## Not searched", "", *notes]
     e = result.end_to_end

@@ -232,6 +232,8 @@ class CampaignPrinter:
                 print(line, file=self.stream, flush=True)
         elif self.problem:  # an event of the problem's run
             self.problem(event)
+        elif isinstance(event, Note):  # the campaign's own, before its first problem: files skipped, what was profiled
+            print(f"  {event.message}", file=self.stream, flush=True)
 
 
 def campaign_line(event: CampaignEvent) -> str:

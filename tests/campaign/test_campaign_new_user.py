@@ -1,6 +1,7 @@
 """More of what a new user trips on (issue 33): a profile's order and the machine's load said in
-words, a campaign with no winner that names no patch, gc naming the campaigns it keeps, and a
-path with `..` echoed folded. Real repositories; the CLI in this process (`cli`)."""
+words, a campaign with no winner that names no patch, an untracked op file skipped aloud, gc
+naming the campaigns it keeps, and a path with `..` echoed folded. Real repositories; the CLI in
+this process (`cli`)."""
 
 from __future__ import annotations
 
@@ -60,11 +61,12 @@ def test_paths_with_dots_are_echoed_folded(cli, git_repo: Path) -> None:
 
 
 @pytest.mark.slow  # a campaign through the session's CPU evaluator
-def test_a_campaign_with_no_winner_names_no_patch_and_gc_says_it_keeps_it(cli, git_repo: Path) -> None:
+def test_a_campaign_with_no_winner_names_no_patch_says_what_it_skipped_and_gc_keeps_it(cli, git_repo: Path) -> None:
     (git_repo / "sorts").mkdir()
     (git_repo / "sorts" / "sort.py").write_text(SORT)
     sh(git_repo, "add", "sorts")
     sh(git_repo, "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "sorts")
+    (git_repo / "sorts" / "draft.py").write_text(SORT)  # an op file the user forgot to commit
 
     proc = cli("optimize", "sorts/", "--device", "cpu", "--iterations", "1", cwd=git_repo)
     assert proc.returncode == 0, proc.stderr
@@ -73,9 +75,13 @@ def test_a_campaign_with_no_winner_names_no_patch_and_gc_says_it_keeps_it(cli, g
                for line in lines), lines
     assert "  sorts/sort.py: fallback: no winner, 1 iteration" in lines and "  report: " in proc.stdout
     assert "diff:" not in proc.stdout and "okgit apply campaign:" not in proc.stdout
+    skipped = "skipped sorts/draft.py: not tracked by git (commit it first)"
+    assert lines.count(f"  {skipped}") == 2, lines  # once before the screening, once in the summary
     result = json.loads((git_repo / ".okgit" / "campaigns").glob("*/result.json").__next__().read_text())
     assert result["status"] == "fallback" and Path(result["diff"]).read_text() == ""
+    assert result["skipped"] == ["sorts/draft.py: not tracked by git (commit it first)"]
     report = Path(result["report"]).read_text()
+    assert f"- {skipped}" in report
     assert "## Nothing to apply" in report and "okgit apply" not in report and "TRITON_INTERPRET" not in report
     refused = cli("apply", "campaign:latest", cwd=git_repo)
     assert refused.returncode == 1 and "has no winner" in refused.stderr

@@ -6,8 +6,9 @@ the device's peaks are measured (a GPU). On a CPU the times are the CPU's, and t
 
 The noise: a row's time is the median over the repeats and its spread the middle half of them
 (first to third quartile), as a fraction of the median. Two neighbours in the ranking whose
-middle halves overlap are ordered within the noise: the report marks them, and says how many
-rows from the top are ranked past it.
+middle halves overlap are ordered within the noise: the report marks them and gives the order
+past the noise as groups (`1 > 2-3 > 4`). On a CPU it gives the machine's load average too: a busy
+CPU's times can move several-fold from one run to the next with little spread inside one.
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ def report_of(found: dict[str, Any], model: str) -> ProfileReport:
     timed = found["device"] == "cuda"
     note = ("Device time of the kernels launched in each module (torch.profiler), roofline position against the "
             "measured peaks." if timed else
-            "Profiled on the CPU: these are CPU times (a GPU's ranking may differ); no roofline position." + _load_note(found))
+            "Profiled on the CPU, on one thread: these are CPU times (a GPU's ranking may differ); no roofline position."
+            + _load_note(found))
     return ProfileReport(model=model, device=found["device"], timed=timed, note=note, repeats=found["repeats"],
                          total_us=found["total_us"], total_spread=middle_half(found["total_samples_us"])[2],
                          settled=settled, rows=rows, chains=found.get("chains") or [])

@@ -49,8 +49,8 @@ def gc(repo: Repo, keep: int = 20, runs: bool = False, names: list[str] | None =
             _remove_runs(repo, report, finished, live, named, keep=keep, interrupted=interrupted)
         elif finished:
             tags = sum(t.split("/")[1] in finished for t in repo.git("tag", "--list", "okgit/*/*").split())
-            report.kept.append(f"{len(finished)} finished run{'s' * (len(finished) != 1)}: their directories and "
-                               f"{tags} tag{'s' * (tags != 1)} (gc --runs removes all but the newest {keep})")
+            report.kept.append(f"{fmt_count(len(finished), 'finished run')}: their directories and "
+                               f"{fmt_count(tags, 'tag')} (gc --runs removes all but the newest {keep})")
         _remove_branches(repo, report, finished[: max(keep, 0)] if runs else finished)
         campaigns = len(campaign_ids(repo))
         if campaigns:
@@ -87,7 +87,7 @@ def _remove_runs(repo: Repo, report: GcReport, finished: list[str], live: set[st
         _delete_refs(repo, run_id)
         shutil.rmtree(repo.runs_dir / run_id)
         report.removed.append(f"run {run_id}" + (" (interrupted: it can no longer resume)" if can_resume else "")
-                              + f": its directory, branch and {tags} tag{'s' * (tags != 1)}")
+                              + f": its directory, branch and {fmt_count(tags, 'tag')}")
     if finished[: max(keep, 0)] and not named:
         report.kept.append(f"the {len(finished[:max(keep, 0)])} newest finished runs (--keep {keep})")
 

@@ -1,6 +1,7 @@
 """More of what a new user trips on (issue 33): a profile's order and the machine's load said in
-words, a campaign with no winner that names no patch, an untracked op file skipped aloud, gc
-naming the campaigns it keeps, and a path with `..` echoed folded. Real repositories; the CLI in
+words, a CPU profile on one thread, a campaign with no winner that names no patch, an untracked
+op file skipped aloud, gc naming the campaigns it keeps and history the runs gc removed, and a
+path with `..` echoed folded. Real repositories; the CLI in
 this process (`cli`)."""
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def test_paths_with_dots_are_echoed_folded(cli, git_repo: Path) -> None:
 
 
 @pytest.mark.slow  # a campaign through the session's CPU evaluator
-def test_a_campaign_with_no_winner_names_no_patch_says_what_it_skipped_and_gc_keeps_it(cli, git_repo: Path) -> None:
+def test_a_campaign_with_no_winner_names_no_patch_says_what_it_skipped_and_outlives_its_runs(cli, git_repo: Path) -> None:
     (git_repo / "sorts").mkdir()
     (git_repo / "sorts" / "sort.py").write_text(SORT)
     sh(git_repo, "add", "sorts")
@@ -86,10 +87,15 @@ def test_a_campaign_with_no_winner_names_no_patch_says_what_it_skipped_and_gc_ke
     refused = cli("apply", "campaign:latest", cwd=git_repo)
     assert refused.returncode == 1 and "has no winner" in refused.stderr
 
-    kept = json.loads(cli("gc", "--runs", "--json", cwd=git_repo).stdout)["kept"]
+    assert json.loads(cli("history", "campaign:latest", "--json", cwd=git_repo).stdout)["problems"][0]["run_removed"] is False
+    gone = json.loads(cli("gc", "--runs", "--keep", "0", "--json", cwd=git_repo).stdout)
     assert "1 campaign: its directory under .okgit/campaigns (gc never removes a campaign; its report.diff does " \
-           "not need its runs)" in kept, kept
+           "not need its runs)" in gone["kept"], gone
+    run_id = result["problems"][0]["run_id"]
+    assert any(r.startswith(f"run {run_id}: its directory") for r in gone["removed"]), gone
     assert (git_repo / ".okgit" / "campaigns" / result["campaign_id"]).is_dir()
+    detail = cli("history", "campaign:latest", cwd=git_repo).stdout
+    assert f"{run_id} (removed by gc)" in detail, detail
 
 
 THREADS_MODEL = '''import os

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from okgit.status import CORRECT
+
 
 class GateError(Protocol):
     """A gate's failure as journal events and EvalResult carry it."""
@@ -16,6 +18,16 @@ class GateError(Protocol):
 def fmt_speed(x: float | None, missing: str = "-") -> str:
     """A speedup as every output states it: `1.23x`."""
     return f"{x:.2f}x" if x is not None else missing
+
+
+def fmt_count(n: int, noun: str) -> str:
+    """`1 iteration`, `2 iterations`: a count with its noun (a regular plural)."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def fmt_outcome(speedup: float | None, status: str) -> str:
+    """A run's speedup, or why it has none: untimed (a correct kernel on a CPU), or no winner."""
+    return fmt_speed(speedup, missing="untimed" if status in CORRECT else "no winner")
 
 
 def fmt_us(x: float | None) -> str:

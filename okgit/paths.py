@@ -1,4 +1,5 @@
-"""okgit's per-user files outside any repository (a repository's own `.okgit` paths are `Repo`'s).
+"""okgit's per-user files outside any repository (a repository's own `.okgit` paths are `Repo`'s),
+and the one way a path the user typed is read.
 
 `OKGIT_DATA_DIR` moves all of them, e.g. for tests or a shared machine.
 """
@@ -23,3 +24,9 @@ def skills_path(configured: str | None = None) -> Path:
         return Path(os.environ["OKGIT_DATA_DIR"]).expanduser() / "skills.json"
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "okgit" / "skills.json"
+
+
+def given_path(path: Path | str, cwd: Path | None = None) -> Path:
+    """A path the user gave on the command line, absolute (a relative one from `cwd`) and with
+    `..` and `.` folded, as git and every message of okgit's show it (never `repo/../x.py`)."""
+    return Path(os.path.normpath((cwd or Path.cwd()) / path))

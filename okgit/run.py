@@ -30,6 +30,7 @@ from okgit.fmt import fmt_speed
 from okgit.git.repo import Repo
 from okgit.git.rundir import RunDir
 from okgit.journal.events import Accepted, Evaluated, Event, LlmCall, Preparing, Profiled
+from okgit.paths import given_path
 from okgit.problem import Problem, load_problem
 from okgit.search.driver import Budget, Search, is_better
 from okgit.search.registry import make_proposers
@@ -160,7 +161,7 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
     else:
         if path is None:
             raise OkgitError("optimize needs the op file's path (or a run to resume)")
-        op_path = _given(path, cwd)
+        op_path = given_path(path, cwd)
         rel = workspace.check_op(repo, op_path)
         problem = load_problem(rel, source=op_path.read_text(), root=str(op_path.parent))
     problem = replace(problem, **config.problem_settings(problem.path))
@@ -190,17 +191,13 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
                     watcher=watcher)
 
 
-def _given(path: Path, cwd: Path | None) -> Path:
-    return Path(path) if Path(path).is_absolute() else (cwd or Path.cwd()) / path
-
-
 def _resumed_run(repo: Repo, resume: str, path: Path | None, cwd: Path | None) -> str:
     """The full id of the run `--resume` names, refused when PATH is another op than its own."""
     from okgit.git import workspace
 
     resume = workspace.resolve_run(repo, resume)
     op = workspace.started_event(repo, resume).op
-    if path is not None and repo.relpath(_given(path, cwd)) != op:
+    if path is not None and repo.relpath(given_path(path, cwd)) != op:
         raise OkgitError(f"run {resume} optimizes {op}, not {path}")
     return resume
 

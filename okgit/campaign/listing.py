@@ -35,6 +35,7 @@ class ProblemSummary(BaseModel):
     iterations: int | None = None
     speedup: float | None = None
     best_tag: str | None = None
+    run_removed: bool = False  # its run is gone (okgit gc --runs), its tags with it
 
 
 class CampaignSummary(BaseModel):
@@ -54,7 +55,11 @@ def list_campaigns(repo: Repo) -> list[CampaignSummary]:
 
 def campaign_summary(repo: Repo, campaign_id: str) -> CampaignSummary:
     path = campaign_dir(repo, campaign_id)
-    return fold(campaign_id, _events(path), live=is_held(path / ".lock"))
+    summary = fold(campaign_id, _events(path), live=is_held(path / ".lock"))
+    runs = path / "ops-repo" / ".okgit" / "runs" if summary.kind == "model" else repo.runs_dir  # where its runs are
+    for p in summary.problems:
+        p.run_removed = p.run_id is not None and not (runs / p.run_id).is_dir()
+    return summary
 
 
 def _events(path: Path) -> list[Event]:
@@ -113,8 +118,9 @@ def campaigns_text(campaigns: list[CampaignSummary]) -> str:
 def detail_text(c: CampaignSummary) -> str:
     head = f"campaign {c.campaign_id}  {c.kind}  {c.status}  on {c.device or '-'}" + (
         f"  end-to-end {fmt_speed(c.speedup)}" if c.speedup is not None else "")
-    rows = [[p.op, p.status, str(p.iterations) if p.iterations is not None else "-", p.run_id or "-",
-             fmt_speed(p.speedup), p.best_tag or "-"] for p in c.problems]
+    rows = [[p.op, p.status, str(p.iterations) if p.iterations is not None else "-",
+             f"{p.run_id} (removed by gc)" if p.run_removed else p.run_id or "-",
+             fmt_speed(p.speedup), "-" if p.run_removed else p.best_tag or "-"] for p in c.problems]
     return head + "\n" + table(["PROBLEM", "STATUS", "ITERATIONS", "RUN", "SPEEDUP", "BEST"], rows)
 
 

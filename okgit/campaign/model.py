@@ -27,6 +27,7 @@ from okgit.errors import OkgitError
 from okgit.eval.types import BaselineTimes
 from okgit.git.repo import Repo, git
 from okgit.journal.events import Event
+from okgit.paths import given_path
 from okgit.status import RunStatus
 
 _IDENTITY = {"GIT_AUTHOR_NAME": "okgit", "GIT_AUTHOR_EMAIL": "okgit@localhost",
@@ -40,7 +41,7 @@ def optimize_model(path: Path, *, flags: dict[str, Any] | None = None, top: int 
     from okgit.git.workspace import check_op
 
     repo = Repo.find(cwd or Path.cwd())
-    model_path = path if path.is_absolute() else (cwd or Path.cwd()) / path
+    model_path = given_path(path, cwd)
     check_model(model_path)
     rel = check_op(repo, model_path)
     if repo.is_dirty(rel):

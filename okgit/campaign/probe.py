@@ -52,6 +52,11 @@ def probe(model_path: Path, device: str) -> dict[str, Any]:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     pin_flags(torch)  # the evaluator's library flags (TF32 off, ...): the times it will compare against
+    if device == "cpu":
+        # One thread: on a shared CPU a pool of threads waits at every op for the one whose core
+        # is taken (a small MLP at load 4 on 2 cores: 64 ms a call with the pool, 0.56 ms on one
+        # thread), and the ranking would be the scheduler's, not the model's.
+        torch.set_num_threads(1)
     module = _load(model_path)
     torch.manual_seed(0)
     with torch.device(device):
@@ -77,8 +82,7 @@ def probe(model_path: Path, device: str) -> dict[str, Any]:
         model(*inputs)  # the profiler's own start
         # One call with Python frames, for the lines that call ops outside the leaves: the
         # frames' tracer slows everything, so the timed calls go without it.
-        staged = _profile(torch, model, inputs, device, calls=1, with_stack=True)
-        sites = [_site(e, model_path.name) for e in _outside(staged)]
+        sites = _call_sites(torch, model, inputs, device, model_path.name)
         start = time.perf_counter()
         events = _profile(torch, model, inputs, device, calls=REPEATS, with_stack=False)
         wall_us = (time.perf_counter() - start) * 1e6 / REPEATS
@@ -163,6 +167,20 @@ def _profile(torch: Any, model: Any, inputs: list[Any], device: str, calls: int,
         if device == "cuda":
             torch.cuda.synchronize()
     return list(prof.events())
+
+
+def _call_sites(torch: Any, model: Any, inputs: list[Any], device: str, file_name: str) -> list[str | None]:
+    """The model file's line of each op one call makes outside every leaf, in order. torch's
+    profiler at times reads a Python frame's name as bytes that are not UTF-8 (torch 2.13 on a
+    CPU: 2 runs in 6 for a forward that writes a file): such a call is profiled again, and after
+    three failures the call sites are named by their ops alone (`aten::softmax`)."""
+    for _ in range(3):
+        try:
+            staged = _profile(torch, model, inputs, device, calls=1, with_stack=True)
+        except UnicodeDecodeError:
+            continue
+        return [_site(e, file_name) for e in _outside(staged)]
+    return []
 
 
 def _time(e: Any, device: str) -> float:

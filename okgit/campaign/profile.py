@@ -6,8 +6,9 @@ the device's peaks are measured (a GPU). On a CPU the times are the CPU's, and t
 
 The noise: a row's time is the median over the repeats and its spread the middle half of them
 (first to third quartile), as a fraction of the median. Two neighbours in the ranking whose
-middle halves overlap are ordered within the noise: the report marks them, and says how many
-rows from the top are ranked past it.
+middle halves overlap are ordered within the noise: the report marks them and gives the order
+past the noise as groups (`1 > 2-3 > 4`). On a CPU it gives the machine's load average too: a busy
+CPU's times can move several-fold from one run to the next with little spread inside one.
 """
 
 from __future__ import annotations
@@ -78,12 +79,12 @@ class ProfileReport(BaseModel):
         head = (f"profile of {self.model} on {self.device}: {fmt_us(self.total_us)} us per call (median of {self.repeats} "
                 f"repeats, spread {_pct(self.total_spread)}). {self.note}")
         more = f"\n({len(self.rows) - len(shown)} more rows: --top {len(self.rows)})" if len(shown) < len(self.rows) else ""
-        if any(r.tied for r in shown):
-            past = f"the top {self.settled} are ranked past it" if self.settled else "no row is ranked past it"
-            ranking = (f"~ its order with the next row is within the noise (their middle halves over the {self.repeats} "
-                       f"repeats overlap); {past}.")
-        else:
+        groups = order_groups(self.rows)
+        if all(len(g) == 1 for g in groups[:len(shown)]):
             ranking = f"Every row shown is ranked past the noise (no two neighbours' middle halves over the {self.repeats} repeats overlap)."
+        else:
+            ranking = (f"~ its order with the next row is within the noise (their middle halves over the {self.repeats} repeats "
+                       f"overlap); ranked past the noise: {_order_text(groups, len(shown))} (a range's rows in either order).")
         fusable = [("+".join(c["paths"]) + (f" (refused: {c['refused']})" if c.get("refused") else "")) for c in self.chains]
         chained = f"\nChains a kernel could fuse: {'; '.join(fusable)}." if fusable else ""
         return head + "\n" + table(["#", "KIND", "WHERE", "TYPE", "SHARE", "US", "SPREAD", "CALLS", "ROOFLINE",
@@ -116,10 +117,14 @@ def run_probe(path: Path, device: str | None) -> dict[str, Any]:
         if proc.returncode != 0 or not out.is_file():
             lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("USDT:")]
             raise OkgitError(f"{path}: the model failed to run: {lines[-1] if lines else f'exit {proc.returncode}'}")
-        return json.loads(out.read_text())
+        found = json.loads(out.read_text())
+    if hasattr(os, "getloadavg"):  # what else the machine ran meanwhile: on a CPU it is in every time
+        found["load"] = [round(os.getloadavg()[0], 1), os.cpu_count() or 1]
+    return found
 
 
 def profile_model(path: Path, device: str | None = None) -> ProfileReport:
+    path = Path(os.path.normpath(path))  # named as the user gave it, with `..` folded
     return report_of(run_probe(path, device), str(path))
 
 
@@ -146,7 +151,8 @@ def report_of(found: dict[str, Any], model: str) -> ProfileReport:
     timed = found["device"] == "cuda"
     note = ("Device time of the kernels launched in each module (torch.profiler), roofline position against the "
             "measured peaks." if timed else
-            "Profiled on the CPU: these are CPU times (a GPU's ranking may differ); no roofline position.")
+            "Profiled on the CPU, on one thread: these are CPU times (a GPU's ranking may differ); no roofline position."
+            + _load_note(found))
     return ProfileReport(model=model, device=found["device"], timed=timed, note=note, repeats=found["repeats"],
                          total_us=found["total_us"], total_spread=middle_half(found["total_samples_us"])[2],
                          settled=settled, rows=rows, chains=found.get("chains") or [])
@@ -160,16 +166,29 @@ def middle_half(samples: list[float]) -> tuple[float | None, float | None, float
     return low, high, (high - low) / mid if mid else None
 
 
+def order_groups(rows: list[ProfileRow]) -> list[list[int]]:
+    """The ranking cut where the noise allows (row numbers from 1): a cut falls after a row when
+    the first quartiles of it and every row above are above the third quartiles of every row
+    below. Within a group the order is not a finding."""
+    below = [float("-inf")] * (len(rows) + 1)  # the highest third quartile from each row down
+    for i in range(len(rows) - 1, -1, -1):
+        high = rows[i].high_us
+        below[i] = max(below[i + 1], float("inf") if high is None else high)
+    groups: list[list[int]] = [[]]
+    lowest = float("inf")  # the lowest first quartile of the rows so far
+    for i, row in enumerate(rows):
+        groups[-1].append(i + 1)
+        lowest = min(lowest, float("-inf") if row.low_us is None else row.low_us)
+        if i + 1 < len(rows) and lowest > below[i + 1]:
+            groups.append([])
+    return groups if rows else []
+
+
 def ranked_past_noise(rows: list[ProfileRow]) -> int:
     """How many rows from the top are each apart from every row below them (its first quartile
-    above their third quartiles)."""
-    below = float("-inf")  # the highest third quartile under the row at hand
-    apart = []
-    for row in reversed(rows):
-        apart.append(row.low_us is not None and row.low_us > below)
-        below = max(below, row.high_us if row.high_us is not None else float("inf"))
-    apart.reverse()
-    return next((i for i, ok in enumerate(apart) if not ok), len(rows))
+    above their third quartiles): the groups of one row at the head of the order."""
+    groups = order_groups(rows)
+    return next((i for i, g in enumerate(groups) if len(g) > 1), len(groups))
 
 
 def within_noise(higher: ProfileRow, lower: ProfileRow) -> bool:
@@ -177,6 +196,22 @@ def within_noise(higher: ProfileRow, lower: ProfileRow) -> bool:
     if higher.low_us is None or lower.high_us is None:
         return False
     return higher.low_us <= lower.high_us
+
+
+def _load_note(found: dict[str, Any]) -> str:
+    """The machine's load while a CPU profile ran: other work's share of the CPU is in its times."""
+    if not found.get("load"):
+        return ""
+    load, cores = found["load"]
+    busy = load >= cores / 2
+    return (f" Load average {load} on {cores} cores" + (": other work shares the CPU, so the times and their order "
+            "may move from one run to the next." if busy else "."))
+
+
+def _order_text(groups: list[list[int]], shown: int) -> str:
+    """`1-2 > 3 > 4-5`: the groups that start by row `shown` (`...` for the groups after them)."""
+    parts = [f"{g[0]}-{g[-1]}" if len(g) > 1 else str(g[0]) for g in groups if g[0] <= shown]
+    return " > ".join(parts) + (" > ..." if len(parts) < len(groups) else "")
 
 
 def _pct(x: float | None) -> str:

@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from okgit.campaign.core import AT_FLOOR, REFUSED, CampaignSpace, ProblemRow
 from okgit.eval.types import Comparison
-from okgit.fmt import fmt_speed, fmt_us
+from okgit.fmt import fmt_count, fmt_outcome, fmt_speed, fmt_us
 from okgit.status import CORRECT, RunStatus
 from okgit.views.eval_text import INTERPRETER_NOTE, interpreted
 
@@ -73,18 +73,21 @@ class CampaignResult(BaseModel):
     backend: str = "triton"  # the kernel language searched (a CPU and triton: the interpreter's note)
     ordered_by: str  # how the problems were ranked
     problems: list[ProblemRow]
+    skipped: list[str] = []  # `ops`: op files under the directory that are no problem, each with why (untracked)
     report: str
     diff: str
     ops_repo: str | None = None  # a model campaign: the repository of its extracted op files
     end_to_end: EndToEnd | None = None
 
     def summary(self) -> str:
-        lines = [f"campaign {self.campaign_id}: {self.status} ({len(self.problems)} problems on {self.device})"]
+        lines = [f"campaign {self.campaign_id}: {self.status} ({fmt_count(len(self.problems), 'problem')} on {self.device})"]
         for r in self.problems:
             name = r.module or r.op
             what = r.reason if r.status in (AT_FLOOR, REFUSED) else (
-                f"{fmt_speed(r.speedup, missing='untimed')}, {r.iterations} iterations" + (f", {r.best_tag}" if r.best_tag else ""))
+                f"{fmt_outcome(r.speedup, r.status)}, {fmt_count(r.iterations, 'iteration')}"
+                + (f", {r.best_tag}" if r.best_tag else ""))
             lines.append(f"  {name}: {r.status}: {what}")
+        lines += [f"  skipped {s}" for s in self.skipped]
         e = self.end_to_end
         if e:
             if e.timed and e.speedup is not None:
@@ -94,8 +97,14 @@ class CampaignResult(BaseModel):
                 lines.append(f"  whole model: {e.status}: {e.reason}")
             lines.append(f"  whole model, one process: {e.against()}")
         lines.append(f"  report: {self.report}")
-        lines.append(f"  diff:   {self.diff} (okgit apply campaign:{self.campaign_id})")
+        if self.hands_out():  # otherwise report.diff is empty: nothing to apply
+            lines.append(f"  diff:   {self.diff} (okgit apply campaign:{self.campaign_id})")
         return "\n".join(lines)
+
+    def hands_out(self) -> bool:
+        """Whether report.diff holds a patch (no problem's winner, or none the model kept: it is empty)."""
+        diff = Path(self.diff)
+        return diff.is_file() and diff.stat().st_size > 0
 
 
 def write_outputs(space: CampaignSpace, result: CampaignResult, diff: str) -> None:
@@ -112,7 +121,7 @@ def report_text(result: CampaignResult) -> str:
     lines = [
         f"# okgit campaign {result.campaign_id}: {result.status}",
         "",
-        f"{len(result.problems)} problems on {result.device}, ordered by {result.ordered_by}.",
+        f"{fmt_count(len(result.problems), 'problem')} on {result.device}, ordered by {result.ordered_by}.",
         "" if timed else "Nothing is timed on this device: correctness only, no speedup is claimed.",
         "",
         f"| # | problem | reference (us) | {'floor' if timed else 'floor at nominal peaks'} (us) | headroom | "
@@ -125,7 +134,7 @@ def report_text(result: CampaignResult) -> str:
             f"| {i} | {name} | {fmt_us(r.reference_us)} | {fmt_us(r.floor_us)} | "
             f"{_pct(r.headroom)} | {_pct(r.time_share)} | {r.iterations} it ({_pct(r.budget_share)}) | "
             f"{r.status} | {fmt_speed(r.speedup)} | {r.best_tag or '-'} |")
-    notes = [f"- {r.module or r.op}: {r.reason}" for r in result.problems if r.reason]
+    notes = [f"- {r.module or r.op}: {r.reason}" for r in result.problems if r.reason] + [f"- skipped {s}" for s in result.skipped]
     if notes:
         lines += ["", "## Not searched", "", *notes]
     e = result.end_to_end
@@ -140,10 +149,13 @@ def report_text(result: CampaignResult) -> str:
                       for r in result.problems if r.module in e.swapped]
         lines += [f"- {m}: left out: {why}" for m, why in e.dropped.items()]
         lines += ["", f"Against eager and torch.compile of the whole model, in one process: {e.against()}."]
-    lines += ["", "## Apply", "", "```", f"okgit apply campaign:{result.campaign_id}",
-              f"okgit verify campaign:{result.campaign_id}", "```",
-              *(["", f"The winners were {INTERPRETER_NOTE}."] if interpreted(result.device, result.backend) and result.status in CORRECT else []),
-              "", "Each problem's own patch is under ops/; each problem's run: `okgit history RUN`"
+    if result.hands_out():
+        lines += ["", "## Apply", "", "```", f"okgit apply campaign:{result.campaign_id}",
+                  f"okgit verify campaign:{result.campaign_id}", "```",
+                  *(["", f"The winners were {INTERPRETER_NOTE}."] if interpreted(result.device, result.backend) and result.status in CORRECT else [])]
+    else:
+        lines += ["", "## Nothing to apply", "", "No winner is in the patch: report.diff is empty, and there is nothing to apply."]
+    lines += ["", "Each problem's own patch is under ops/; each problem's run: `okgit history RUN`"
               + (f" (in {result.ops_repo})" if result.ops_repo else "") + "."]
     return "\n".join(lines) + "\n"
 

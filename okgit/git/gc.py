@@ -1,5 +1,6 @@
 """`okgit gc`: worktrees of runs no process holds, branches of finished runs and, when asked,
-old runs removed, keeping what a live run, `okgit revert` or `--resume` still needs."""
+old runs removed, keeping what a live run, `okgit revert` or `--resume` still needs (and every
+campaign: it says so)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import shutil
 from pydantic import BaseModel
 
 from okgit.errors import OkgitError
+from okgit.fmt import fmt_count
+from okgit.git.campaigns import campaign_ids
 from okgit.git.patch import applied
 from okgit.git.repo import Repo
 from okgit.git.workspace import is_live, remove_worktree, resolve_run, resumable, run_ids, started_event
@@ -46,9 +49,13 @@ def gc(repo: Repo, keep: int = 20, runs: bool = False, names: list[str] | None =
             _remove_runs(repo, report, finished, live, named, keep=keep, interrupted=interrupted)
         elif finished:
             tags = sum(t.split("/")[1] in finished for t in repo.git("tag", "--list", "okgit/*/*").split())
-            report.kept.append(f"{len(finished)} finished run{'s' * (len(finished) != 1)}: their directories and "
-                               f"{tags} tag{'s' * (tags != 1)} (gc --runs removes all but the newest {keep})")
+            report.kept.append(f"{fmt_count(len(finished), 'finished run')}: their directories and "
+                               f"{fmt_count(tags, 'tag')} (gc --runs removes all but the newest {keep})")
         _remove_branches(repo, report, finished[: max(keep, 0)] if runs else finished)
+        campaigns = len(campaign_ids(repo))
+        if campaigns:
+            report.kept.append(f"{fmt_count(campaigns, 'campaign')}: {'its directory' if campaigns == 1 else 'their directories'} under "
+                               ".okgit/campaigns (gc never removes a campaign; its report.diff does not need its runs)")
     return report
 
 
@@ -80,7 +87,7 @@ def _remove_runs(repo: Repo, report: GcReport, finished: list[str], live: set[st
         _delete_refs(repo, run_id)
         shutil.rmtree(repo.runs_dir / run_id)
         report.removed.append(f"run {run_id}" + (" (interrupted: it can no longer resume)" if can_resume else "")
-                              + f": its directory, branch and {tags} tag{'s' * (tags != 1)}")
+                              + f": its directory, branch and {fmt_count(tags, 'tag')}")
     if finished[: max(keep, 0)] and not named:
         report.kept.append(f"the {len(finished[:max(keep, 0)])} newest finished runs (--keep {keep})")
 

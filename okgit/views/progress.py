@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from rich.text import Text
 
-from okgit.fmt import fmt_error, fmt_speed, fmt_us
+from okgit.fmt import fmt_count, fmt_error, fmt_outcome, fmt_speed, fmt_us
 from okgit.journal.campaign import (
     CampaignEvent,
     CampaignPreparing,
@@ -232,6 +232,8 @@ class CampaignPrinter:
                 print(line, file=self.stream, flush=True)
         elif self.problem:  # an event of the problem's run
             self.problem(event)
+        elif isinstance(event, Note):  # the campaign's own, before its first problem: files skipped, what was profiled
+            print(f"  {event.message}", file=self.stream, flush=True)
 
 
 def campaign_line(event: CampaignEvent) -> str:
@@ -246,8 +248,8 @@ def _campaign_preparing(e: CampaignPreparing) -> str:
 
 
 def _campaign_started(e: CampaignStarted) -> str:
-    return (f"okgit campaign {e.run}: {len(e.ops)} problems on {e.device} "
-            f"({e.backend}, {e.iterations} iterations per problem on average)")
+    return (f"okgit campaign {e.run}: {fmt_count(len(e.ops), 'problem')} on {e.device} "
+            f"({e.backend}, {fmt_count(e.iterations, 'iteration')} per problem on average)")
 
 
 def _screened(e: Screened) -> str:
@@ -263,8 +265,7 @@ def _planned(e: Planned) -> str:
 
 
 def _problem_finished(e: ProblemFinished) -> str:
-    speed = fmt_speed(e.speedup, missing="untimed")
-    extra = e.reason or (f"{speed}" + (f", {e.best_tag}" if e.best_tag else ""))
+    extra = e.reason or (fmt_outcome(e.speedup, e.status) + (f", {e.best_tag}" if e.best_tag else ""))
     return f"  problem {e.op}: {e.status}: {extra}"
 
 

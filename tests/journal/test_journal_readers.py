@@ -101,7 +101,7 @@ def test_a_campaign_prints_its_own_lines_and_each_problems_run(tmp_path):
     on_event = CampaignPrinter(out)
     on_event(journal.write("campaign_started", kind="ops", ops=["ops/softmax.py"], base="0" * 40, device="cpu",
                            backend="triton", model=None, iterations=8))
-    on_event(journal.write("note", message="before any problem: not shown"))
+    on_event(journal.write("note", message="skipped ops/draft.py: not tracked by git (commit it first)"))
     on_event(journal.write("screened", op="ops/softmax.py", timed=False, runtime_us=None, floor_us=12.5, headroom=None))
     on_event(journal.write("planned", order=["ops/softmax.py"], iterations=[8], shares=[1.0], ordered_by="work"))
     on_event(journal.write("problem_started", op="ops/softmax.py", iterations=8, time_s=None, usd=None))
@@ -109,7 +109,8 @@ def test_a_campaign_prints_its_own_lines_and_each_problems_run(tmp_path):
         on_event(event)
     on_event(journal.write("problem_finished", op="ops/softmax.py", status="unverified", run_id="cpu-failures"))
     lines = out.getvalue().splitlines()
-    assert lines[:3] == ["okgit campaign c1: 1 problems on cpu (triton, 8 iterations per problem on average)",
+    assert lines[:4] == ["okgit campaign c1: 1 problem on cpu (triton, 8 iterations per problem on average)",
+                         "  skipped ops/draft.py: not tracked by git (commit it first)",
                          "  screen ops/softmax.py: untimed, floor 12.5 us", "  plan by work: ops/softmax.py 8"]
-    assert lines[3].startswith("okgit run cpu-failures: ops/softmax.py on cpu (triton, fast, 8 iterations)")
-    assert lines[-1] == "  problem ops/softmax.py: unverified: untimed" and len(lines) == 3 + 4 + 1
+    assert lines[4].startswith("okgit run cpu-failures: ops/softmax.py on cpu (triton, fast, 8 iterations)")
+    assert lines[-1] == "  problem ops/softmax.py: unverified: untimed" and len(lines) == 4 + 4 + 1

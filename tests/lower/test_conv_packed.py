@@ -1,0 +1,145 @@
+"""The implicit-GEMM convolution's packed operands (conv_plan.py.tmpl): the weight packed per
+phase and group into zero-padded (K, N) matrices, and the table of where each step of K reads
+the input, in both of the plan's layouts of K: whole BLOCK_K chunks of one tap's channels
+(`CHUNKS`: a channel tail masked, aligned vector loads where `VEC` says so) and taps x channels
+flat (a table entry per k). The layout is checked entry by entry against the weight, and the
+kernel under Triton's interpreter against float64 on forms that land in each layout (which one
+is asserted, so a change of the plan's rule cannot leave a layout untested)."""
+
+from __future__ import annotations
+
+import re
+import types
+
+import pytest
+import torch
+from oprun import run_ops
+from test_conv_kind import ctx_for, form, setting
+
+from okgit.search.proposers.templates import plan
+
+
+def with_inf(shape: str, at: str) -> str:
+    """Uniform inputs of `shape` with one inf at index `at`: a channel tail read unmasked (times
+    the packed weight's zeros) would turn it into NaNs where the reference has none."""
+    return f"torch.rand({shape}).index_put_(tuple(torch.tensor(i) for i in {at}), torch.tensor(float('inf')))"
+
+
+# name: (op file text, tile settings, the plan's switches expected at the form's input)
+FORMS = {
+    "chunks, channel tail": (form("nn.Conv2d(cin, cout, 3, padding=1)", "y", with_inf("batch, cin, 5, 6", "(1, 0, 2, 3)"),
+                                  26, 12, 2),
+                             {}, {"CHUNKS": True, "VEC": 1}),
+    "chunks, two per tap, strided, column tail": (
+        form("nn.Conv2d(cin, cout, 3, stride=2, padding=1)", "torch.relu(y) * self.p", "torch.rand(batch, cin, 7, 6)",
+             32, 20, 2), {"BLOCK_K": 16, "BLOCK_N": 16}, {"CHUNKS": True, "VEC": 4}),
+    "chunks, one tap": (form("nn.Conv2d(cin, cout, 1)", "y - self.p", "torch.rand(batch, cin, 4, 5)", 32, 24, 2),
+                        {"BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4}),
+    "chunks, grouped 3d, channel tail": (
+        form("nn.Conv3d(cin, cout, 2, padding=(0, 1, 1), groups=2)", "torch.sigmoid(y)",
+             with_inf("batch, cin, 3, 4, 3", "(0, 24, 1, 2, 1)"), 48, 16, 3), {}, {"CHUNKS": True, "VEC": 4}),
+    "chunks, transposed phases, grouped": (
+        form("nn.ConvTranspose2d(cin, cout, 4, stride=2, padding=1, output_padding=1, groups=2)", "y + self.p",
+             "torch.rand(batch, cin, 3, 4)", 32, 12, 2), {"BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4}),
+    "chunks, transposed phases without taps": (
+        form("nn.ConvTranspose1d(cin, cout, 3, stride=2, dilation=2, padding=1)", "y * 2.0", "torch.rand(batch, cin, 6)",
+             16, 8, 1), {"BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4}),
+    "flat, K over several steps": (
+        form("nn.Conv2d(cin, cout, (3, 2), padding=(1, 0), dilation=(1, 2))", "torch.tanh(y)",
+             "torch.rand(batch, cin, 5, 7)", 10, 12, 2), {"BLOCK_K": 16}, {"CHUNKS": False, "VEC": 1}),
+    "flat, transposed, K tail": (
+        form("nn.ConvTranspose2d(cin, cout, 3, stride=2, padding=1)", "y",
+             with_inf("batch, cin, 3, 4", "(0, 0, 1, 1)"), 6, 5, 2),
+        {"BLOCK_K": 16}, {"CHUNKS": False, "VEC": 1}),
+}
+
+
+def candidate(tmp_path, name: str) -> tuple[str, str]:
+    """The reference's path and the 3xTF32 convolution's candidate for FORMS[name], its tiles set."""
+    text, tiles, _ = FORMS[name]
+    path = tmp_path / (re.sub(r"\W+", "_", name) + ".py")
+    path.write_text(text)
+    source = next(p.source for p in plan(ctx_for(path, "cuda")) if p.origin == "template:conv")
+    for key, value in tiles.items():
+        source = setting(source, key, value)
+    return str(path), source
+
+
+def module(source: str, monkeypatch) -> types.ModuleType:
+    """The candidate as a module, its kernels under Triton's interpreter."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    mod = types.ModuleType("cand")
+    exec(compile(source, "cand.py", "exec"), mod.__dict__)
+    return mod
+
+
+def conv_plan(mod: types.ModuleType, x: torch.Tensor, model: torch.nn.Module):
+    """The candidate's _ConvPlan for its model's convolution at input x, at its tile settings."""
+    conv = model.conv
+    name = next(k[:-len("_BLOCK_M")] for k in vars(mod) if k.endswith("_BLOCK_M"))
+    setting = lambda key: getattr(mod, f"{name}_{key}")  # noqa: E731
+    transposed = isinstance(conv, torch.nn.modules.conv._ConvTransposeNd)
+    return mod._ConvPlan(x, conv.weight.detach(), setting("BLOCK_M"), setting("BLOCK_N"), setting("BLOCK_K"), "ieee",
+                         setting("INPUT_COPY"), stride=conv.stride, padding=conv.padding, dilation=conv.dilation,
+                         groups=conv.groups, transposed=transposed, output_padding=conv.output_padding)
+
+
+@pytest.mark.parametrize("name", FORMS)
+def test_the_plan_packs_the_weight_and_tables_the_input_offsets(tmp_path, monkeypatch, name):
+    """Per launch (phase): packed[g, n, tap * per_tap + c] is the weight at the phase's tap (in d,
+    h, w order) for input channel c and output channel n of group g, zero in every padded row and
+    column; the table's offsets are the tap's input offset plus the chunk's or channel's."""
+    path, source = candidate(tmp_path, name)
+    mod = module(source, monkeypatch)
+    ref = module(FORMS[name][0], monkeypatch)
+    model = ref.Model(*ref.get_init_inputs())
+    x = ref.get_inputs()[0]
+    p = conv_plan(mod, x, model)
+    assert {k: p.switches[k] for k in ("CHUNKS", "VEC")} == FORMS[name][2]
+    w = model.conv.weight.detach()
+    w5 = w[(slice(None),) * 2 + (None,) * (5 - w.dim())]
+    transposed = isinstance(model.conv, torch.nn.modules.conv._ConvTransposeNd)
+    groups, block_k = model.conv.groups, getattr(mod, next(k for k in vars(mod) if k.endswith("_BLOCK_K")))
+    xs = p.x.stride()
+    every = w5.flatten(2)  # (.., .., kernel taps)
+    seen: list[int] = []
+    for _, packed, table, sizes in p.launches:
+        _, cog, k, kp, np_, _, cg, cgp = sizes[:8]
+        per_tap = cgp if p.switches["CHUNKS"] else cg
+        taps = k // cg
+        assert packed.shape == (groups, np_, kp) and packed.is_contiguous()
+        assert kp % block_k == 0 and np_ % getattr(mod, next(v for v in vars(mod) if v.endswith("_BLOCK_N"))) == 0
+        live = torch.zeros_like(packed, dtype=torch.bool)
+        for t in range(taps):
+            live[:, :cog, t * per_tap:t * per_tap + cg] = True
+        assert not packed[~live].any(), "padding must be zeros (a masked input times it adds nothing)"
+        # every live block is the weight at one kernel tap, the taps in (d, h, w) order
+        found = []
+        for t in range(taps):
+            block = packed[:, :cog, t * per_tap:t * per_tap + cg]  # (groups, cog, cg)
+            want = block.permute(0, 2, 1).reshape(groups * cg, cog) if transposed else block.reshape(groups * cog, cg)
+            found += [j for j in range(every.shape[2]) if torch.equal(every[:, :, j], want)]
+        assert found == sorted(found) and len(found) == taps
+        seen += found
+        # the table: tap offsets (differences between taps) and channel offsets within a tap
+        if p.switches["CHUNKS"]:
+            assert table.numel() == kp // block_k
+            chunks = cgp // block_k
+            for t in range(taps):
+                assert (table[t * chunks:(t + 1) * chunks] - table[t * chunks] == torch.arange(0, cgp, block_k)).all()
+        else:
+            assert table.numel() == kp and not table[k:].any()
+            steps = table[:k].reshape(taps, cg) - table[:k].reshape(taps, cg)[:, :1]
+            assert (steps == torch.arange(cg) * xs[4]).all()
+    # a convolution's one phase holds every tap; a transposed one's phases split them (some none)
+    assert sorted(seen) == list(range(every.shape[2])) if not transposed else len(set(seen)) == len(seen)
+
+
+@pytest.mark.slow  # candidates under the interpreter (oprun)
+def test_each_layout_matches_float64(tmp_path):
+    """The kernel in each layout of K against float64: channel tails, one tap, several chunks per
+    tap, aligned vectors, a column tail, groups, transposed phases (some without taps)."""
+    jobs = [(*candidate(tmp_path, name), {}) for name in FORMS]
+    results = run_ops(jobs, timeout=900)
+    bad = [(n, r["why"]) for n, r in zip(FORMS, results, strict=True) if not r["ok"]]
+    assert not bad, bad

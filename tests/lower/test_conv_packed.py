@@ -8,7 +8,11 @@ is asserted, so a change of the plan's rule cannot leave a layout untested)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 import types
 
 import pytest
@@ -143,3 +147,79 @@ def test_each_layout_matches_float64(tmp_path):
     results = run_ops(jobs, timeout=900)
     bad = [(n, r["why"]) for n, r in zip(FORMS, results, strict=True) if not r["ok"]]
     assert not bad, bad
+
+
+SM90_SCRIPT = r"""
+import json, re, sys, types
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler.compiler import ASTSource
+path, kernel, job = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+mod = types.ModuleType("cand")
+exec(compile(open(path).read(), path, "exec"), mod.__dict__)
+attrs = {(i,): [["tt.divisibility", 16]] for i in job["aligned"]}
+compiled = triton.compile(ASTSource(getattr(mod, kernel), job["signature"], job["constants"], attrs),
+                          target=GPUTarget("cuda", 90, 32), options={"num_warps": job["warps"], "num_stages": job["stages"]})
+# the widths of the copies global -> shared ahead of the products (cp.async: 4, 8 or 16 bytes)
+copies = re.findall(r"cp\.async\.c[ag]\.shared\.global [^;]*, (0x[0-9a-f]+),", compiled.asm["ptx"])
+print(json.dumps({int(w, 16): copies.count(w) for w in set(copies)}))
+"""
+
+
+@pytest.mark.slow  # Triton compiles for sm_90 (ptxas)
+@pytest.mark.parametrize(("name", "vector_a"), [("chunks, grouped 3d, channel tail", True),
+                                                ("flat, K over several steps", False)])
+def test_tiles_load_with_16_byte_vectors_on_hopper(tmp_path, monkeypatch, name, vector_a):
+    """Compiled for sm_90 here, without a GPU, as a launch at the form's input specializes it (ints
+    and pointers divisible by 16 marked so, as Triton does), with a 128 x 128 tile on 8 warps. With CHUNKS
+    both tiles are copied to shared memory in 16-byte vectors and nothing in single elements:
+    the input's tile (its channels contiguous, the channel tail's mask constant over each
+    vector) and the packed weight's (K contiguous, as Hopper's TF32 products take it). Flat, the input's tile is a gather of single elements (the table's offsets say
+    nothing of contiguity)."""
+    pytest.importorskip("triton.backends.nvidia")
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    _, source = candidate(tmp_path, name)
+    mod = module(source, monkeypatch)
+    ref = module(FORMS[name][0], monkeypatch)
+    p = conv_plan(mod, ref.get_inputs()[0], ref.Model(*ref.get_init_inputs()))
+    _, packed, table, sizes = p.launches[0]
+    kernel = next(k for k in vars(mod) if k.endswith("_kernel") and k.startswith("fused_conv"))
+    prefix = kernel[:-len("_kernel")].upper()
+    params = [q for q in __import__("inspect").signature(getattr(mod, kernel).fn).parameters.values()]
+    tensors = {"x_ptr": p.x, "w_ptr": packed, "t_ptr": table}
+    epilogue = [q.name for q in params if q.name.endswith("_ptr") and q.name not in tensors]
+    values = dict(zip([q.name for q in params if "constexpr" not in str(q.annotation) and not q.name.endswith("_ptr")],
+                      sizes, strict=True))
+    constants = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": getattr(mod, f"{prefix}_BLOCK_K"), "GROUP_M": getattr(mod, f"{prefix}_GROUP_M"),
+                 **p.switches, "PRECISION": "tf32x3", "WIDE": False}
+    signature, aligned = {}, []
+    for i, q in enumerate(params):
+        if q.name in constants:
+            signature[q.name] = "constexpr"
+        elif q.name in tensors or q.name in epilogue:
+            t = tensors.get(q.name)
+            signature[q.name] = "*i64" if t is not None and t.dtype == torch.int64 else "*fp32"
+            aligned.append(i)
+        else:
+            kind, spec = native_specialize_impl(BaseBackend, values[q.name], False, True, True)
+            signature[q.name] = kind
+            if kind == "constexpr":
+                constants[q.name] = values[q.name]
+            elif spec == "D":
+                aligned.append(i)
+    job = {"signature": signature, "constants": constants, "aligned": aligned, "warps": 8,
+           "stages": getattr(mod, f"{prefix}_NUM_STAGES")}
+    (tmp_path / "cand.py").write_text(source)
+    proc = subprocess.run([sys.executable, "-c", SM90_SCRIPT, str(tmp_path / "cand.py"), kernel, json.dumps(job)],
+                          capture_output=True, text=True, timeout=600, check=False,
+                          env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+    if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr:
+        pytest.skip("no ptxas in this Triton")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    widths = {int(k): v for k, v in json.loads(proc.stdout.splitlines()[-1]).items()}
+    if vector_a:
+        assert widths.get(16) and not widths.get(4), widths
+    else:
+        assert widths.get(4), widths

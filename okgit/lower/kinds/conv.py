@@ -163,9 +163,17 @@ class Conv(TemplateKind):
 
     def tunables(self, NAME: str, spec: ConvSpec) -> dict[str, int | str]:
         cog = (spec.w.shape[1] * spec.groups if spec.transposed else spec.w.shape[0]) // spec.groups
+        block_n = min(128, max(16, 1 << (cog - 1).bit_length()))
+        cg = spec.x.shape[1] // spec.groups
+        # K in whole chunks of a tap's channels where they come in 16s but not 32s (16, 48: no
+        # padding, vector loads; _ConvPlan's CHUNKS), else 32
+        block_k = 16 if cg % 32 and cg % 16 == 0 else 32
+        # the GEMM kind's measured start on Hopper (128 x 128 x 32, 8 warps, 3 stages: two warp
+        # groups share the fp32 accumulator) where the group has the output channels for it;
+        # 4 warps (one warp group) hold a 128 x 64 tile or smaller
         return {
-            f"{NAME}_BLOCK_M": 128, f"{NAME}_BLOCK_N": min(128, max(16, 1 << (cog - 1).bit_length())),
-            f"{NAME}_BLOCK_K": 32, f"{NAME}_GROUP_M": 8, f"{NAME}_NUM_WARPS": 4, f"{NAME}_NUM_STAGES": 3,
+            f"{NAME}_BLOCK_M": 128, f"{NAME}_BLOCK_N": block_n, f"{NAME}_BLOCK_K": block_k, f"{NAME}_GROUP_M": 8,
+            f"{NAME}_NUM_WARPS": 8 if block_n >= 128 else 4, f"{NAME}_NUM_STAGES": 3,
             f"{NAME}_PRECISION": self.precision,
             f"{NAME}_INPUT_COPY": 1,  # 0: an input that needs no padding read in its own layout
         }

@@ -33,28 +33,38 @@ def with_inf(shape: str, at: str) -> str:
 FORMS = {
     "chunks, channel tail": (form("nn.Conv2d(cin, cout, 3, padding=1)", "y", with_inf("batch, cin, 5, 6", "(1, 0, 2, 3)"),
                                   26, 12, 2),
-                             {}, {"CHUNKS": True, "VEC": 1}),
+                             {}, {"CHUNKS": True, "VEC": 1, "ROWS": False}),
     "chunks, two per tap, strided, column tail": (
         form("nn.Conv2d(cin, cout, 3, stride=2, padding=1)", "torch.relu(y) * self.p", "torch.rand(batch, cin, 7, 6)",
-             32, 20, 2), {"BLOCK_K": 16, "BLOCK_N": 16}, {"CHUNKS": True, "VEC": 4}),
+             32, 20, 2), {"BLOCK_K": 16, "BLOCK_N": 16}, {"CHUNKS": True, "VEC": 4, "ROWS": False}),
     "chunks, one tap": (form("nn.Conv2d(cin, cout, 1)", "y - self.p", "torch.rand(batch, cin, 4, 5)", 32, 24, 2),
-                        {"BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4}),
+                        {"BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4, "ROWS": False}),
     "chunks, grouped 3d, channel tail": (
         form("nn.Conv3d(cin, cout, 2, padding=(0, 1, 1), groups=2)", "torch.sigmoid(y)",
-             with_inf("batch, cin, 3, 4, 3", "(0, 24, 1, 2, 1)"), 48, 16, 3), {}, {"CHUNKS": True, "VEC": 4}),
+             with_inf("batch, cin, 3, 4, 3", "(0, 24, 1, 2, 1)"), 48, 16, 3), {}, {"CHUNKS": True, "VEC": 4, "ROWS": False}),
     "chunks, transposed phases, grouped": (
         form("nn.ConvTranspose2d(cin, cout, 4, stride=2, padding=1, output_padding=1, groups=2)", "y + self.p",
-             "torch.rand(batch, cin, 3, 4)", 32, 12, 2), {"BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4}),
+             "torch.rand(batch, cin, 3, 4)", 32, 12, 2), {"BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4, "ROWS": False}),
     "chunks, transposed phases without taps": (
         form("nn.ConvTranspose1d(cin, cout, 3, stride=2, dilation=2, padding=1)", "y * 2.0", "torch.rand(batch, cin, 6)",
-             16, 8, 1), {"BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4}),
+             16, 8, 1), {"BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4, "ROWS": False}),
     "flat, K over several steps": (
         form("nn.Conv2d(cin, cout, (3, 2), padding=(1, 0), dilation=(1, 2))", "torch.tanh(y)",
-             "torch.rand(batch, cin, 5, 7)", 10, 12, 2), {"BLOCK_K": 16}, {"CHUNKS": False, "VEC": 1}),
+             "torch.rand(batch, cin, 5, 7)", 10, 12, 2), {"BLOCK_K": 16}, {"CHUNKS": False, "VEC": 1, "ROWS": False}),
     "flat, transposed, K tail": (
         form("nn.ConvTranspose2d(cin, cout, 3, stride=2, padding=1)", "y",
              with_inf("batch, cin, 3, 4", "(0, 0, 1, 1)"), 6, 5, 2),
-        {"BLOCK_K": 16}, {"CHUNKS": False, "VEC": 1}),
+        {"BLOCK_K": 16}, {"CHUNKS": False, "VEC": 1, "ROWS": False}),
+    # tiles within one output row (ROWS): two per row, the second with a tail; many rows
+    "rows, chunks, padded": (
+        form("nn.Conv2d(cin, cout, 3, padding=1)", "y * self.p + torch.sigmoid(y)", "torch.rand(batch, cin, 4, 31)",
+             16, 20, 2), {"BLOCK_M": 16, "BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4, "ROWS": True}),
+    "rows, flat, strided 3d": (
+        form("nn.Conv3d(cin, cout, 3, stride=(1, 1, 2), padding=1)", "torch.relu(y)", "torch.rand(batch, cin, 3, 4, 31)",
+             6, 8, 3), {"BLOCK_M": 16}, {"CHUNKS": False, "VEC": 1, "ROWS": True}),
+    "rows, transposed phases": (
+        form("nn.ConvTranspose2d(cin, cout, 4, stride=2, padding=1)", "y - self.p", "torch.rand(batch, cin, 3, 16)",
+             16, 8, 2), {"BLOCK_M": 16, "BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4, "ROWS": True}),
 }
 
 
@@ -99,7 +109,7 @@ def test_the_plan_packs_the_weight_and_tables_the_input_offsets(tmp_path, monkey
     model = ref.Model(*ref.get_init_inputs())
     x = ref.get_inputs()[0]
     p = conv_plan(mod, x, model)
-    assert {k: p.switches[k] for k in ("CHUNKS", "VEC")} == FORMS[name][2]
+    assert {k: p.switches[k] for k in ("CHUNKS", "VEC", "ROWS")} == FORMS[name][2]
     w = model.conv.weight.detach()
     w5 = w[(slice(None),) * 2 + (None,) * (5 - w.dim())]
     transposed = isinstance(model.conv, torch.nn.modules.conv._ConvTransposeNd)
@@ -108,7 +118,7 @@ def test_the_plan_packs_the_weight_and_tables_the_input_offsets(tmp_path, monkey
     every = w5.flatten(2)  # (.., .., kernel taps)
     seen: list[int] = []
     for _, packed, table, sizes in p.launches:
-        _, cog, k, kp, np_, _, cg, cgp = sizes[:8]
+        _, _, cog, k, kp, np_, _, cg, cgp = sizes[:9]
         per_tap = cgp if p.switches["CHUNKS"] else cg
         taps = k // cg
         assert packed.shape == (groups, np_, kp) and packed.is_contiguous()

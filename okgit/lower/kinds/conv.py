@@ -12,6 +12,16 @@ only the tile's edges. A transposed convolution gathers: its outputs split into 
 output position modulo the stride, per dim), each a launch whose taps are the kernel taps that
 reach it, so no product with an inserted zero is ever computed.
 
+Memory access: K runs over a phase's taps, channels fastest, in one pipelined loop. The
+launcher packs the weight per phase and group into a zero-padded K-major matrix (K contiguous,
+as Hopper's TF32 products take an operand), read in unmasked 16-byte vectors, and gives the
+kernel a table of where each step of K reads the input: no index arithmetic in the loop. Where
+the group's channels are contiguous and fill whole BLOCK_K chunks but for a small tail (CHUNKS),
+a step reads one tap's contiguous channels (16-byte vectors, the tail masked); with few channels
+(3, 8: most of KernelBench's level 2) K stays taps x channels, dense, the input read element by
+element through the table. Where an output row rounds up to whole tiles with little waste (ROWS),
+a tile holds positions of one row: contiguous in the output, so its stores coalesce.
+
 Precision is a candidate of its own: cuDNN may run a fp32 convolution in TF32 under PyTorch's
 default flags, and whether it did at a shape is what the reference's own error against float64
 shows, which the evaluator's precision rule for contractions judges (docs/evaluation.md). The

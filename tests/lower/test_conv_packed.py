@@ -1,14 +1,16 @@
 """The implicit-GEMM convolution's packed operands (conv_plan.py.tmpl): the weight packed per
-phase and group into zero-padded (K, N) matrices, and the table of where each step of K reads
-the input, in both of the plan's layouts of K: whole BLOCK_K chunks of one tap's channels
-(`CHUNKS`: a channel tail masked, aligned vector loads where `VEC` says so) and taps x channels
-flat (a table entry per k). The layout is checked entry by entry against the weight, and the
-kernel under Triton's interpreter against float64 on forms that land in each layout (which one
-is asserted, so a change of the plan's rule cannot leave a layout untested)."""
+phase and group into zero-padded K-major matrices, and the table of where each run of K's
+channels reads the input, in each of the plan's layouts of K: runs of gcd(CG, BLOCK_K)
+channels (several taps a step where the channels are few, vector loads where `VEC` says so),
+whole BLOCK_K chunks of one tap's channels (`CHUNKS`: the tail masked) and single channels. The
+layout is checked entry by entry against the weight, and the kernel under Triton's interpreter
+against float64 on forms that land in each layout and each tiling of M (which, is asserted, so
+that a change of the plan's rules cannot leave one untested)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -32,41 +34,45 @@ def with_inf(shape: str, at: str) -> str:
 # name: (op file text, tile settings, the plan's switches expected at the form's input)
 FORMS = {
     "chunks, channel tail": (form("nn.Conv2d(cin, cout, 3, padding=1)", "y", with_inf("batch, cin, 5, 6", "(1, 0, 2, 3)"),
-                                  26, 12, 2),
-                             {}, {"CHUNKS": True, "VEC": 1, "ROWS": False}),
-    "chunks, two per tap, strided, column tail": (
-        form("nn.Conv2d(cin, cout, 3, stride=2, padding=1)", "torch.relu(y) * self.p", "torch.rand(batch, cin, 7, 6)",
-             32, 20, 2), {"BLOCK_K": 16, "BLOCK_N": 16}, {"CHUNKS": True, "VEC": 4, "ROWS": False}),
-    "chunks, one tap": (form("nn.Conv2d(cin, cout, 1)", "y - self.p", "torch.rand(batch, cin, 4, 5)", 32, 24, 2),
-                        {"BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4, "ROWS": False}),
+                                  26, 12, 2), {}, {"CHUNKS": True, "RUN": 32, "VEC": 2, "ROWS": False}),
     "chunks, grouped 3d, channel tail": (
         form("nn.Conv3d(cin, cout, 2, padding=(0, 1, 1), groups=2)", "torch.sigmoid(y)",
-             with_inf("batch, cin, 3, 4, 3", "(0, 24, 1, 2, 1)"), 48, 16, 3), {}, {"CHUNKS": True, "VEC": 4, "ROWS": False}),
+             with_inf("batch, cin, 3, 4, 3", "(0, 30, 1, 2, 1)"), 60, 16, 3), {}, {"CHUNKS": True, "RUN": 32, "VEC": 2}),
     "chunks, transposed phases, grouped": (
         form("nn.ConvTranspose2d(cin, cout, 4, stride=2, padding=1, output_padding=1, groups=2)", "y + self.p",
-             "torch.rand(batch, cin, 3, 4)", 32, 12, 2), {"BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4, "ROWS": False}),
-    "chunks, transposed phases without taps": (
+             "torch.rand(batch, cin, 3, 4)", 28, 12, 2), {"BLOCK_K": 16}, {"CHUNKS": True, "RUN": 16, "VEC": 2}),
+    "runs, two per tap, strided, column tail": (
+        form("nn.Conv2d(cin, cout, 3, stride=2, padding=1)", "torch.relu(y) * self.p", "torch.rand(batch, cin, 7, 6)",
+             32, 20, 2), {"BLOCK_K": 16, "BLOCK_N": 16}, {"CHUNKS": False, "RUN": 16, "VEC": 4}),
+    "runs, one tap": (form("nn.Conv2d(cin, cout, 1)", "y - self.p", "torch.rand(batch, cin, 4, 5)", 32, 24, 2),
+                      {"BLOCK_K": 16}, {"CHUNKS": False, "RUN": 16, "VEC": 4}),
+    # 8 channels: four taps a step, the last step's padding runs not read
+    "runs, several taps a step, padding": (
+        form("nn.Conv2d(cin, cout, 3, padding=1)", "torch.tanh(y)", with_inf("batch, cin, 5, 6", "(0, 0, 2, 3)"), 8, 12, 2),
+        {}, {"CHUNKS": False, "RUN": 8, "VEC": 4, "ROWS": False}),
+    "runs, transposed grouped 3d": (
+        form("nn.ConvTranspose3d(cin, cout, (3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1), output_padding=(1, 0, 0), "
+             "groups=2)", "torch.tanh(y)", "torch.rand(batch, cin, 3, 4, 3)", 16, 8, 3), {}, {"CHUNKS": False, "RUN": 8}),
+    "runs, transposed phases without taps": (
         form("nn.ConvTranspose1d(cin, cout, 3, stride=2, dilation=2, padding=1)", "y * 2.0", "torch.rand(batch, cin, 6)",
-             16, 8, 1), {"BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4, "ROWS": False}),
-    "flat, K over several steps": (
+             16, 8, 1), {"BLOCK_K": 16}, {"CHUNKS": False, "RUN": 16, "VEC": 4}),
+    "single channels, K over several steps": (
         form("nn.Conv2d(cin, cout, (3, 2), padding=(1, 0), dilation=(1, 2))", "torch.tanh(y)",
-             "torch.rand(batch, cin, 5, 7)", 10, 12, 2), {"BLOCK_K": 16}, {"CHUNKS": False, "VEC": 1, "ROWS": False}),
-    "flat, transposed, K tail": (
+             "torch.rand(batch, cin, 5, 7)", 9, 12, 2), {"BLOCK_K": 16}, {"CHUNKS": False, "RUN": 1, "VEC": 1}),
+    "single channels, transposed, padding": (
         form("nn.ConvTranspose2d(cin, cout, 3, stride=2, padding=1)", "y",
-             with_inf("batch, cin, 3, 4", "(0, 0, 1, 1)"), 6, 5, 2),
-        {"BLOCK_K": 16}, {"CHUNKS": False, "VEC": 1, "ROWS": False}),
+             with_inf("batch, cin, 3, 4", "(0, 0, 1, 1)"), 5, 5, 2), {"BLOCK_K": 16}, {"CHUNKS": False, "RUN": 1}),
     # tiles within one output row (ROWS): two per row, the second with a tail; many rows
-    "rows, chunks, padded": (
+    "rows, runs, padded": (
         form("nn.Conv2d(cin, cout, 3, padding=1)", "y * self.p + torch.sigmoid(y)", "torch.rand(batch, cin, 4, 31)",
-             16, 20, 2), {"BLOCK_M": 16, "BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4, "ROWS": True}),
-    "rows, flat, strided 3d": (
+             16, 20, 2), {"BLOCK_M": 16, "BLOCK_K": 16}, {"RUN": 16, "VEC": 4, "ROWS": True}),
+    "rows, single channels, strided 3d": (
         form("nn.Conv3d(cin, cout, 3, stride=(1, 1, 2), padding=1)", "torch.relu(y)", "torch.rand(batch, cin, 3, 4, 31)",
-             6, 8, 3), {"BLOCK_M": 16}, {"CHUNKS": False, "VEC": 1, "ROWS": True}),
+             5, 8, 3), {"BLOCK_M": 16}, {"RUN": 1, "ROWS": True}),
     "rows, transposed phases": (
         form("nn.ConvTranspose2d(cin, cout, 4, stride=2, padding=1)", "y - self.p", "torch.rand(batch, cin, 3, 16)",
-             16, 8, 2), {"BLOCK_M": 16, "BLOCK_K": 16}, {"CHUNKS": True, "VEC": 4, "ROWS": True}),
+             16, 8, 2), {"BLOCK_M": 16, "BLOCK_K": 16}, {"RUN": 16, "ROWS": True}),
 }
-
 
 def candidate(tmp_path, name: str) -> tuple[str, str]:
     """The reference's path and the 3xTF32 convolution's candidate for FORMS[name], its tiles set."""
@@ -109,7 +115,7 @@ def test_the_plan_packs_the_weight_and_tables_the_input_offsets(tmp_path, monkey
     model = ref.Model(*ref.get_init_inputs())
     x = ref.get_inputs()[0]
     p = conv_plan(mod, x, model)
-    assert {k: p.switches[k] for k in ("CHUNKS", "VEC", "ROWS")} == FORMS[name][2]
+    assert {k: p.switches[k] for k in FORMS[name][2]} == FORMS[name][2]
     w = model.conv.weight.detach()
     w5 = w[(slice(None),) * 2 + (None,) * (5 - w.dim())]
     transposed = isinstance(model.conv, torch.nn.modules.conv._ConvTransposeNd)
@@ -135,16 +141,13 @@ def test_the_plan_packs_the_weight_and_tables_the_input_offsets(tmp_path, monkey
             found += [j for j in range(every.shape[2]) if torch.equal(every[:, :, j], want)]
         assert found == sorted(found) and len(found) == taps
         seen += found
-        # the table: tap offsets (differences between taps) and channel offsets within a tap
-        if p.switches["CHUNKS"]:
-            assert table.numel() == kp // block_k
-            chunks = cgp // block_k
-            for t in range(taps):
-                assert (table[t * chunks:(t + 1) * chunks] - table[t * chunks] == torch.arange(0, cgp, block_k)).all()
-        else:
-            assert table.numel() == kp and not table[k:].any()
-            steps = table[:k].reshape(taps, cg) - table[:k].reshape(taps, cg)[:, :1]
-            assert (steps == torch.arange(cg) * xs[4]).all()
+        # the table: per tap its runs' offsets (RUN channels apart; whole chunks with CHUNKS),
+        # the taps apart by their input offsets (not checked here: the kernel's test is), then -4s
+        run = p.switches["RUN"]
+        assert run == (block_k if p.switches["CHUNKS"] else math.gcd(cg, block_k) if xs[4] == 1 else 1)
+        assert table.numel() == kp // run and (table[taps * per_tap // run:] == -4).all()
+        runs = table[:taps * per_tap // run].reshape(taps, per_tap // run)
+        assert (runs - runs[:, :1] == torch.arange(0, per_tap, run) * xs[4]).all()
     # a convolution's one phase holds every tap; a transposed one's phases split them (some none)
     assert sorted(seen) == list(range(every.shape[2])) if not transposed else len(set(seen)) == len(seen)
 
@@ -178,14 +181,16 @@ print(json.dumps({int(w, 16): copies.count(w) for w in set(copies)}))
 
 @pytest.mark.slow  # Triton compiles for sm_90 (ptxas)
 @pytest.mark.parametrize(("name", "vector_a"), [("chunks, grouped 3d, channel tail", True),
-                                                ("flat, K over several steps", False)])
+                                                ("runs, several taps a step, padding", True),
+                                                ("single channels, K over several steps", False)])
 def test_tiles_load_with_16_byte_vectors_on_hopper(tmp_path, monkeypatch, name, vector_a):
     """Compiled for sm_90 here, without a GPU, as a launch at the form's input specializes it (ints
-    and pointers divisible by 16 marked so, as Triton does), with a 128 x 128 tile on 8 warps. With CHUNKS
-    both tiles are copied to shared memory in 16-byte vectors and nothing in single elements:
-    the input's tile (its channels contiguous, the channel tail's mask constant over each
-    vector) and the packed weight's (K contiguous, as Hopper's TF32 products take it). Flat, the input's tile is a gather of single elements (the table's offsets say
-    nothing of contiguity)."""
+    and pointers divisible by 16 marked so, as Triton does), with a 128 x 128 tile on 8 warps: the
+    packed weight's tile is copied to shared memory in 16-byte vectors (K contiguous, as Hopper's
+    TF32 products take it), and where K's runs are contiguous channels the input's tile is copied
+    in vectors too, none element by element (16 bytes where VEC is 4, 8 where it is 2, the
+    channel tail's mask constant over each vector); in single channels it is a gather of
+    elements (the table's offsets say nothing of contiguity)."""
     pytest.importorskip("triton.backends.nvidia")
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend

@@ -124,9 +124,10 @@ def test_the_plan_packs_the_weight_and_tables_the_input_offsets(tmp_path, monkey
     every = w5.flatten(2)  # (.., .., kernel taps)
     seen: list[int] = []
     for _, packed, table, sizes in p.launches:
-        _, _, cog, k, kp, np_, _, cg, cgp = sizes[:9]
+        _, _, cog, kp, np_, _, cg, cgp = sizes[:8]
+        run = p.switches["RUN"]
         per_tap = cgp if p.switches["CHUNKS"] else cg
-        taps = k // cg
+        taps = int((table >= 0).sum()) * run // per_tap
         assert packed.shape == (groups, np_, kp) and packed.is_contiguous()
         assert kp % block_k == 0 and np_ % getattr(mod, next(v for v in vars(mod) if v.endswith("_BLOCK_N"))) == 0
         live = torch.zeros_like(packed, dtype=torch.bool)
@@ -143,7 +144,6 @@ def test_the_plan_packs_the_weight_and_tables_the_input_offsets(tmp_path, monkey
         seen += found
         # the table: per tap its runs' offsets (RUN channels apart; whole chunks with CHUNKS),
         # the taps apart by their input offsets (not checked here: the kernel's test is), then -4s
-        run = p.switches["RUN"]
         assert run == (block_k if p.switches["CHUNKS"] else math.gcd(cg, block_k) if xs[4] == 1 else 1)
         assert table.numel() == kp // run and (table[taps * per_tap // run:] == -4).all()
         runs = table[:taps * per_tap // run].reshape(taps, per_tap // run)

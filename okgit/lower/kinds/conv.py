@@ -12,6 +12,17 @@ only the tile's edges. A transposed convolution gathers: its outputs split into 
 output position modulo the stride, per dim), each a launch whose taps are the kernel taps that
 reach it, so no product with an inserted zero is ever computed.
 
+Memory access: K runs over a phase's taps, channels fastest, in one pipelined loop. The
+launcher packs the weight per phase and group into a zero-padded K-major matrix (K contiguous,
+as Hopper's TF32 products take an operand), read in unmasked 16-byte vectors, and gives the
+kernel a table of where each run of K's channels reads the input: no index arithmetic in the
+loop. A run is gcd(channels per group, BLOCK_K) channels contiguous in the input (8 of 8, 16 of
+48: several taps a step where the channels are few, K dense), read in vectors; where that is
+below 4 but the channels fill BLOCK_K chunks with a small tail, a chunk a run (CHUNKS, the tail
+masked); else (3 channels, or an input read in place NCHW) single channels. Where an output row
+rounds up to whole tiles with little waste (ROWS), a tile holds positions of one row: contiguous
+in the output, so its stores coalesce.
+
 Precision is a candidate of its own: cuDNN may run a fp32 convolution in TF32 under PyTorch's
 default flags, and whether it did at a shape is what the reference's own error against float64
 shows, which the evaluator's precision rule for contractions judges (docs/evaluation.md). The
@@ -163,9 +174,13 @@ class Conv(TemplateKind):
 
     def tunables(self, NAME: str, spec: ConvSpec) -> dict[str, int | str]:
         cog = (spec.w.shape[1] * spec.groups if spec.transposed else spec.w.shape[0]) // spec.groups
+        block_n = min(128, max(16, 1 << (cog - 1).bit_length()))
+        # the GEMM kind's measured start on Hopper (128 x 128 x 32, 8 warps, 3 stages: two warp
+        # groups share the fp32 accumulator) where the group has the output channels for it;
+        # 4 warps (one warp group) hold a 128 x 64 tile or smaller
         return {
-            f"{NAME}_BLOCK_M": 128, f"{NAME}_BLOCK_N": min(128, max(16, 1 << (cog - 1).bit_length())),
-            f"{NAME}_BLOCK_K": 32, f"{NAME}_GROUP_M": 8, f"{NAME}_NUM_WARPS": 4, f"{NAME}_NUM_STAGES": 3,
+            f"{NAME}_BLOCK_M": 128, f"{NAME}_BLOCK_N": block_n, f"{NAME}_BLOCK_K": 32, f"{NAME}_GROUP_M": 8,
+            f"{NAME}_NUM_WARPS": 8 if block_n >= 128 else 4, f"{NAME}_NUM_STAGES": 3,
             f"{NAME}_PRECISION": self.precision,
             f"{NAME}_INPUT_COPY": 1,  # 0: an input that needs no padding read in its own layout
         }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,9 +100,20 @@ def load_problem(path: str | Path, source: str | None = None, root: str | None =
     return Problem(path=str(path), source=source, root=root, knobs=shape_knobs(source, str(path)))
 
 
+_AST_LOCK = threading.Lock()
+
+
+def parse_python(source: str, filename: str = "<unknown>") -> ast.Module:
+    """`ast.parse`, one thread at a time: CPython 3.11 can fail with "SystemError: AST constructor
+    recursion depth mismatch" when threads parse at once (its AST state's depth counter is shared:
+    python/cpython#106905), as a PoolEvaluator's slots do; CI saw it in tests/eval/test_pool.py."""
+    with _AST_LOCK:
+        return ast.parse(source, filename=filename)
+
+
 def _parse(source: str, path: str) -> ast.Module:
     try:
-        return ast.parse(source, filename=path)
+        return parse_python(source, path)
     except SyntaxError as e:
         raise OkgitError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
 

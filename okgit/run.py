@@ -167,12 +167,12 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
     problem = replace(problem, **config.problem_settings(problem.path))
     if not resume:
         space = workspace.start_run(repo, op_path)  # the run id exists from here: `watch latest` finds it
-    if watcher:
-        watcher.attach(space.run_dir)
-    if on_event:  # progress before the journal can say anything (run_started needs the evaluator's device)
-        on_event(Preparing(ts=time.time(), run=space.run_id, op=space.op, eval=config.eval))
     with contextlib.ExitStack() as owned:  # an evaluator made here is closed here; a given one is the caller's
-        try:
+        try:  # from the first line on: a signal right after it still finds the run discarded
+            if watcher:
+                watcher.attach(space.run_dir)
+            if on_event:  # progress before the journal can say anything (run_started needs the evaluator's device)
+                on_event(Preparing(ts=time.time(), run=space.run_id, op=space.op, eval=config.eval))
             # what the evaluator says while it starts (a Modal app: minutes), shaped as the journal's notes
             note = (lambda message: on_event({"type": "note", "ts": round(time.time(), 3), "run": space.run_id,
                                                "message": message})) if on_event else None

@@ -16,8 +16,13 @@ from test_bench_smoke import BENCH, run, table_rows
 def test_attention_smoke(tmp_path):
     proc = run([sys.executable, str(BENCH / "attention.py"), "--smoke", "--configs", "64c,1024"], tmp_path, timeout=500)
     rows = table_rows(proc.stdout, "| config")[1:]
-    kernels = [r for r in rows if "| okgit " in r]  # per config the flash kernel and attention as GEMMs
-    assert len(kernels) == 4 and sum("| okgit gemms " in r for r in kernels) == 2 and all("| True |" in r for r in kernels), rows
+    # per config the flash kernel and attention as GEMMs: its default, Q and K split ahead, and for
+    # the causal config the plain tile order beside the kept-first one
+    kernels = [r for r in rows if "| okgit " in r]
+    gemms = [r for r in kernels if "| okgit gemms " in r]
+    assert len(kernels) == 7 and len(gemms) == 5 and all("| True |" in r for r in kernels), rows
+    assert [r.split(" (")[0] for r in gemms if "plain grid" in r] == ["| 64c"], rows
+    assert sum(" ahead " in r for r in gemms) == 2, rows
     saved = json.loads((tmp_path / "attention.json").read_text())
     assert [r["config"] for r in saved] == ["64c", "1024"] and all(a.get("us") is None for r in saved for a in r["arms"].values())
 

@@ -17,7 +17,6 @@ reference with its samples once; a fast evaluation uses the first of those seeds
 
 from __future__ import annotations
 
-import ast
 import atexit
 import contextlib
 import functools
@@ -48,7 +47,7 @@ from okgit.eval.parent.verdict import base_fields, crashed, decide
 from okgit.eval.protocol.jobs import PINNED_FLAGS, Job, Timing
 from okgit.eval.protocol.keys import CallKey, CallKind, fresh_case
 from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode, ProfileData, Reference, Status
-from okgit.problem import Problem, load_problem
+from okgit.problem import Problem, load_problem, parse_python
 
 
 def _one_at_a_time(method):
@@ -214,7 +213,7 @@ class LocalEvaluator(EvaluatorBase):
     def _evaluate(self, problem: Problem, source: str, *, mode: Mode, backend: str) -> EvalResult:
         base = {"device": self.device, "mode": mode, "flags": dict(PINNED_FLAGS)}
         try:
-            tree = ast.parse(source)
+            tree = parse_python(source)
         except SyntaxError as e:
             return _early(Status.compile_error, "compile", f"line {e.lineno}: {e.msg}", base)
         findings = static_findings(tree)

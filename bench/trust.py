@@ -134,14 +134,15 @@ def table(state: dict) -> list[str]:
         p, a = par[pid], alone.get(pid)
         agree = bool(a and "status" in a and bool(a["correct"]) == bool(p["correct"]))
         agree_n += agree
-        if a and "status" not in a and str(a.get("error", "")).startswith("no winner"):
+        no_winner = bool(a and "status" not in a and str(a.get("error", "")).startswith("no winner"))
+        if no_winner:
             without.append(f"{pid} ({(p.get('error') or p['status']).split('.py: ', 1)[-1][:140]})")
         oom = sum(bool(r and r.get("oom")) for r in (p, a))
         oom_n += oom
         cc = p.get("cross_check")
         cc_bad += cc is False
         mark = " (batch norm)" if pid in BATCHNORM and not state.get("smoke") else ""
-        lines.append(f"{pid}_{p['name']}{mark} | {_verdict(p)} | {_verdict(a)} | {'yes' if agree else ('-' if not a or pid in {w.split()[0] for w in without} else 'NO')} | "
+        lines.append(f"{pid}_{p['name']}{mark} | {_verdict(p)} | {_verdict(a)} | {'yes' if agree else ('-' if not a or no_winner else 'NO')} | "
                      f"{_x(p.get('speedup_eager'))}, {_x((a or {}).get('speedup'))} | {oom} | "
                      f"{'-' if cc is None else ('ok' if cc else 'INCORRECT')}")
     judged = len(par) - len(without)

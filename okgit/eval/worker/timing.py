@@ -85,6 +85,7 @@ def bind() -> None:
 HOLD_CYCLES = 400_000  # ~200 us at an H100/H200's ~2 GHz: longer than a loaded host takes to launch a call
 HOLD_US = 200.0  # what HOLD_CYCLES holds the stream for, about
 MAX_HOLD_CYCLES = 64 * HOLD_CYCLES  # ~13 ms: the longest hold a slow host's launches get
+FENCED_SAMPLES = 5  # calls timed with the whole device idle before and synchronized after
 
 
 def next_hold(hold: int, host_us: float) -> int:
@@ -94,8 +95,7 @@ def next_hold(hold: int, host_us: float) -> int:
     before its start event fires; never shorter than HOLD_CYCLES, never longer than MAX_HOLD_CYCLES."""
     while host_us > 0.5 * HOLD_US * hold / HOLD_CYCLES and hold < MAX_HOLD_CYCLES:
         hold *= 2
-    return min(hold, MAX_HOLD_CYCLES)
-FENCED_SAMPLES = 5  # calls timed with the whole device idle before and synchronized after
+    return hold
 
 
 @dataclass

@@ -19,10 +19,8 @@ Protocol, per sample s (warm-up samples are the same loop, discarded):
   events measure the device's time for the call, not how long a loaded host took to launch
   it (in an H200 sweep with 4 problems at once, kernels that time 69-79 us alone timed
   105-163 us without it, and torch.compile of an elementwise op 116 us against 68.8 us in a
-  quieter sweep). The hold doubles while a call's launches take the host more than half of it
-  (`next_hold`, up to about 13 ms), so a host loaded by other work is not timed either; a call
-  whose launches take longer than the hold still pays for them: its time can only grow that way,
-  never shrink.
+  quieter sweep). A call whose launches take longer than the spin still pays for them: its
+  time can only grow that way, never shrink.
 The outputs of K samples (at least SPOT_CHECKS), picked at random when the timing starts, are cloned with
 their content and salt for the judge to check against the reference on the same salted inputs
 (timed outputs must still be right).
@@ -83,19 +81,7 @@ def bind() -> None:
 
 
 HOLD_CYCLES = 400_000  # ~200 us at an H100/H200's ~2 GHz: longer than a loaded host takes to launch a call
-HOLD_US = 200.0  # what HOLD_CYCLES holds the stream for, about
-MAX_HOLD_CYCLES = 64 * HOLD_CYCLES  # ~13 ms: the longest hold a slow host's launches get
 FENCED_SAMPLES = 5  # calls timed with the whole device idle before and synchronized after
-
-
-def next_hold(hold: int, host_us: float) -> int:
-    """The hold before the next sample: doubled while a call's launches took the host more than half
-    of the current one (a host loaded by other processes' compiles: in an H200 sweep of six problems
-    at once two of a reference's rounds timed 4859 and 4982 us, the other three 1848), so its launches are queued
-    before its start event fires; never shorter than HOLD_CYCLES, never longer than MAX_HOLD_CYCLES."""
-    while host_us > 0.5 * HOLD_US * hold / HOLD_CYCLES and hold < MAX_HOLD_CYCLES:
-        hold *= 2
-    return hold
 
 
 @dataclass
@@ -181,11 +167,10 @@ def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: i
     spot: list[Spot] = []
     host: list[float] = []
     escaped: list[str] = []
-    hold = HOLD_CYCLES
     for s in range(total):
         c, slot = prepare_sample(s, slots, input_sets, salt0, copy_)
         zero_(flush)
-        spin(hold)
+        spin(HOLD_CYCLES)
         start, end = events[s]
         use_main()
         record(start, stream)
@@ -193,7 +178,6 @@ def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: i
         out = fn(*slots[slot])
         host.append((perf() - h0) * 1e6)
         record(end, stream)
-        hold = next_hold(hold, host[-1])
         if s in checked:
             use_main()
             snapshot = _clone_tree(out, clone)

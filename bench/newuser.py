@@ -62,8 +62,13 @@ def no_kernel(run: subprocess.CompletedProcess, runs: list[dict], repo: Path, en
     if not runs:
         return (run.stderr.strip().splitlines() or run.stdout.strip().splitlines() or ["no run"])[-1][:300]
     cands = json.loads(okgit(["history", runs[0]["run_id"], "--json"], repo, env, 120).stdout or "{}").get("candidates", [])
-    each = ", ".join(f"{c['origin']} {c['status']}" + (f" {c['speedup']:.2f}x" if c.get("speedup") else "") for c in cands)
-    return f"run {runs[0]['status']}, no kernel handed out; candidates: {each or 'none'}"[:600]
+    return f"run {runs[0]['status']}, no kernel handed out; candidates: {', '.join(each(cands)) or 'none'}"[:600]
+
+
+def each(cands: list[dict]) -> list[str]:
+    """Every candidate of a run as "c005 inductor correct 1.32x": which seed or kind timed how."""
+    return [f"{c['cand']} {c['origin']} {c['status']}" + (f" {c['speedup']:.2f}x" if c.get("speedup") else "")
+            for c in cands]
 
 
 def okgit(args: list[str], repo: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
@@ -102,7 +107,7 @@ def one(op: Path, args: argparse.Namespace, env: dict[str, str]) -> dict:
         cands = json.loads(okgit(["history", runs[0]["run_id"], "--json"], repo, env, 120).stdout)["candidates"]
         row.update(status=runs[0]["status"], speedup=runs[0]["speedup"], best=best,
                    origin=next((c["origin"] for c in cands if c["tag"] == best), "-"),
-                   correct=[c["origin"] for c in cands if c["status"] == "correct"])
+                   candidates=each(cands))
         applied = okgit(["apply", best], repo, env, 300)
         if applied.returncode != 0:
             row["error"] = f"apply: {(applied.stderr.strip().splitlines() or ['failed'])[-1][:300]}"

@@ -71,9 +71,12 @@ def test_one_process_makes_each_mode_in_turn_and_hands_each_over_when_made():
 
 
 @pytest.mark.slow  # the seed's child process (torch import)
-def test_a_seed_process_closed_early_leaves_nothing_running():
-    from okgit.search.proposers.inductor import SeedProcess
+def test_a_seed_process_runs_below_timing_and_closed_early_leaves_nothing_running():
+    import os
+
+    from okgit.search.proposers.inductor import SEED_NICE, SeedProcess
 
     child = SeedProcess(OP.read_text(), str(OP.parent), "cpu", ["default"], {}, "dynamic")
+    assert os.getpriority(os.PRIO_PROCESS, child.proc.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + SEED_NICE)
     child.close()
     assert child.proc.poll() is not None

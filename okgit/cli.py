@@ -264,7 +264,16 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return 0
     # A run directory copied from another machine is watched in place.
     given = Path(args.run)
-    watch(given if RunDir(given).journal.is_file() else _run_dir(args.run))
+    run_dir = given if RunDir(given).journal.is_file() else _run_dir(args.run)
+    if not sys.stdout.isatty():  # a pipe or a log: the run's progress lines, then back
+        from okgit.tui.plain import follow
+        from okgit.views.progress import printer, watch_end
+
+        progress = printer(sys.stdout)
+        follow(run_dir, progress)
+        print(watch_end(progress.view))
+        return 0
+    watch(run_dir)
     return 0
 
 

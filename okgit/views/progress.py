@@ -215,6 +215,14 @@ def printer(stream: IO[str], path: str | None = None) -> Printer:
     return Printer(stream, path)
 
 
+def watch_end(view: RunView) -> str:
+    """The last line of a plain `okgit watch`: how the run ended, or that it stopped without an end."""
+    f = view.finished
+    if f is None:
+        return f"run {view.run or '?'}: no process holds it and its journal has no end (interrupted or killed)"
+    return f"run {f.run} finished: {f.status}, {fmt_outcome(f.speedup, f.status)}" + (f", best {f.best_tag}" if f.best_tag else "")
+
+
 class CampaignPrinter:
     """The `on_event` of a campaign in plain mode: its own events one line each, the events of
     each problem's run through a `Printer` of that run."""

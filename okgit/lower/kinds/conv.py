@@ -12,16 +12,19 @@ only the tile's edges. A transposed convolution gathers: its outputs split into 
 output position modulo the stride, per dim), each a launch whose taps are the kernel taps that
 reach it, so no product with an inserted zero is ever computed.
 
-Memory access: K runs over a phase's taps, channels fastest, in one pipelined loop. The
-launcher packs the weight per phase and group into a zero-padded K-major matrix (K contiguous,
-as Hopper's TF32 products take an operand), read in unmasked 16-byte vectors, and gives the
-kernel a table of where each run of K's channels reads the input: no index arithmetic in the
-loop. A run is gcd(channels per group, BLOCK_K) channels contiguous in the input (8 of 8, 16 of
-48: several taps a step where the channels are few, K dense), read in vectors; where that is
-below 4 but the channels fill BLOCK_K chunks with a small tail, a chunk a run (CHUNKS, the tail
-masked); else (3 channels, or an input read in place NCHW) single channels. Where an output row
-rounds up to whole tiles with little waste (ROWS), a tile holds positions of one row: contiguous
-in the output, so its stores coalesce.
+Memory access: K runs over a phase's taps, channels fastest, in one pipelined loop. The launcher
+packs the weight per phase and group into a zero-padded K-major matrix (K contiguous, as Hopper's
+TF32 products take an operand), read in unmasked 16-byte vectors, and gives the kernel a table of
+where each run of K's channels reads the input: no index arithmetic in the loop. What depends on
+shapes, strides and settings alone (the pads, the weight's columns to pack, the tables, on the
+device) is built at a launcher's first call at a shape and kept per key (`_ConvLayout`): later
+calls only copy the input and pack the weight, whose values may change between calls. A run is
+gcd(channels per group, BLOCK_K) channels contiguous in the input (8 of 8, 16 of 48: several taps
+a step where the channels are few, K dense), read in vectors; where that is below 4 but the
+channels fill BLOCK_K chunks with a small tail, a chunk a run (CHUNKS, the tail masked); else (3
+channels, or an input read in place NCHW) single channels. Where an output row rounds up to whole
+tiles with little waste (ROWS), a tile holds positions of one row: contiguous in the output, so
+its stores coalesce.
 
 Precision is a candidate of its own: cuDNN may run a fp32 convolution in TF32 under PyTorch's
 default flags, and whether it did at a shape is what the reference's own error against float64

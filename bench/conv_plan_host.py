@@ -66,11 +66,12 @@ def plan_module(text: str, name: str, folder: Path, device: torch.device) -> typ
     return mod
 
 
-def _input_without_copy(x, pads, copy):
-    """What _conv_input returns, without the copy's kernel (its values are never read here)."""
+def _input_without_copy(x, pads, copy, channels=None):
+    """What _conv_input returns, without the copy's kernel (its values are never read here);
+    `channels`: the copy's, where the template pads them (the "before" revision may not)."""
     if not any(lo or hi for lo, hi in pads) and (not copy or x.permute(0, 2, 3, 4, 1).is_contiguous()):
         return x.permute(0, 2, 3, 4, 1)
-    return torch.empty((x.shape[0], *(s + lo + hi for s, (lo, hi) in zip(x.shape[2:], pads)), x.shape[1]),
+    return torch.empty((x.shape[0], *(s + lo + hi for s, (lo, hi) in zip(x.shape[2:], pads)), channels or x.shape[1]),
                        device=x.device)
 
 

@@ -56,19 +56,27 @@ FORMS = {
     "runs, transposed phases without taps": (
         form("nn.ConvTranspose1d(cin, cout, 3, stride=2, dilation=2, padding=1)", "y * 2.0", "torch.rand(batch, cin, 6)",
              16, 8, 1), {"BLOCK_K": 16}, {"CHUNKS": False, "RUN": 16, "VEC": 4}),
-    "single channels, K over several steps": (
-        form("nn.Conv2d(cin, cout, (3, 2), padding=(1, 0), dilation=(1, 2))", "torch.tanh(y)",
-             "torch.rand(batch, cin, 5, 7)", 9, 12, 2), {"BLOCK_K": 16}, {"CHUNKS": False, "RUN": 1, "VEC": 1}),
-    "single channels, transposed, padding": (
-        form("nn.ConvTranspose2d(cin, cout, 3, stride=2, padding=1)", "y",
-             with_inf("batch, cin, 3, 4", "(0, 0, 1, 1)"), 5, 5, 2), {"BLOCK_K": 16}, {"CHUNKS": False, "RUN": 1}),
+    # a group's few channels (one group's are padded to 4 in the copy instead: below)
+    "single channels, grouped, K over several steps": (
+        form("nn.Conv2d(cin, cout, (3, 2), padding=(1, 0), dilation=(1, 2), groups=2)", "torch.tanh(y)",
+             "torch.rand(batch, cin, 5, 7)", 18, 12, 2), {"BLOCK_K": 16}, {"CHUNKS": False, "RUN": 1, "VEC": 1}),
+    "single channels, grouped, transposed, padding": (
+        form("nn.ConvTranspose2d(cin, cout, 3, stride=2, padding=1, groups=2)", "y",
+             with_inf("batch, cin, 3, 4", "(0, 0, 1, 1)"), 10, 10, 2), {"BLOCK_K": 16}, {"CHUNKS": False, "RUN": 1}),
+    # one group's channels padded with zeros to a multiple of 4 in the copy: 16-byte runs, K per tap the padded count
+    "padded channels, 3 of 4, 3d": (
+        form("nn.Conv3d(cin, cout, 3, padding=1)", "torch.relu(y)", with_inf("batch, cin, 3, 4, 5", "(1, 2, 1, 2, 3)"),
+             3, 8, 3), {"BLOCK_K": 16}, {"CHUNKS": False, "RUN": 4, "VEC": 4}),
+    "padded channels, 6 of 8, transposed phases": (
+        form("nn.ConvTranspose2d(cin, cout, 3, stride=2, padding=1)", "y * self.p", "torch.rand(batch, cin, 3, 4)",
+             6, 8, 2), {}, {"CHUNKS": False, "RUN": 8, "VEC": 4}),
     # tiles within one output row (ROWS): two per row, the second with a tail; many rows
     "rows, runs, padded": (
         form("nn.Conv2d(cin, cout, 3, padding=1)", "y * self.p + torch.sigmoid(y)", "torch.rand(batch, cin, 4, 31)",
              16, 20, 2), {"BLOCK_M": 16, "BLOCK_K": 16}, {"RUN": 16, "VEC": 4, "ROWS": True}),
-    "rows, single channels, strided 3d": (
+    "rows, padded channels, strided 3d": (
         form("nn.Conv3d(cin, cout, 3, stride=(1, 1, 2), padding=1)", "torch.relu(y)", "torch.rand(batch, cin, 3, 4, 31)",
-             5, 8, 3), {"BLOCK_M": 16}, {"RUN": 1, "ROWS": True}),
+             5, 8, 3), {"BLOCK_M": 16}, {"RUN": 8, "VEC": 4, "ROWS": True}),
     "rows, transposed phases": (
         form("nn.ConvTranspose2d(cin, cout, 4, stride=2, padding=1)", "y - self.p", "torch.rand(batch, cin, 3, 16)",
              16, 8, 2), {"BLOCK_M": 16, "BLOCK_K": 16}, {"RUN": 16, "ROWS": True}),
@@ -122,6 +130,7 @@ def test_the_plan_packs_the_weight_and_tables_the_input_offsets(tmp_path, monkey
     groups, block_k = model.conv.groups, getattr(mod, next(k for k in vars(mod) if k.endswith("_BLOCK_K")))
     xs = p.x.stride()
     every = w5.flatten(2)  # (.., .., kernel taps)
+    wcg = (w.shape[0] if transposed else w.shape[1] * groups) // groups  # the weight's input channels per group
     seen: list[int] = []
     for _, packed, table, sizes in p.launches:
         _, _, cog, kp, np_, _, cg, cgp = sizes[:8]
@@ -132,13 +141,13 @@ def test_the_plan_packs_the_weight_and_tables_the_input_offsets(tmp_path, monkey
         assert kp % block_k == 0 and np_ % getattr(mod, next(v for v in vars(mod) if v.endswith("_BLOCK_N"))) == 0
         live = torch.zeros_like(packed, dtype=torch.bool)
         for t in range(taps):
-            live[:, :cog, t * per_tap:t * per_tap + cg] = True
+            live[:, :cog, t * per_tap:t * per_tap + wcg] = True
         assert not packed[~live].any(), "padding must be zeros (a masked input times it adds nothing)"
         # every live block is the weight at one kernel tap, the taps in (d, h, w) order
         found = []
         for t in range(taps):
-            block = packed[:, :cog, t * per_tap:t * per_tap + cg]  # (groups, cog, cg)
-            want = block.permute(0, 2, 1).reshape(groups * cg, cog) if transposed else block.reshape(groups * cog, cg)
+            block = packed[:, :cog, t * per_tap:t * per_tap + wcg]  # (groups, cog, wcg)
+            want = block.permute(0, 2, 1).reshape(groups * wcg, cog) if transposed else block.reshape(groups * cog, wcg)
             found += [j for j in range(every.shape[2]) if torch.equal(every[:, :, j], want)]
         assert found == sorted(found) and len(found) == taps
         seen += found
@@ -181,8 +190,8 @@ print(json.dumps({int(w, 16): copies.count(w) for w in set(copies)}))
 
 @pytest.mark.slow  # Triton compiles for sm_90 (ptxas)
 @pytest.mark.parametrize(("name", "vector_a"), [("chunks, grouped 3d, channel tail", True),
-                                                ("runs, several taps a step, padding", True),
-                                                ("single channels, K over several steps", False)])
+                                                ("runs, several taps a step, padding", True), ("padded channels, 3 of 4, 3d", True),
+                                                ("single channels, grouped, K over several steps", False)])
 def test_tiles_load_with_16_byte_vectors_on_hopper(tmp_path, monkeypatch, name, vector_a):
     """Compiled for sm_90 here, without a GPU, as a launch at the form's input specializes it (ints
     and pointers divisible by 16 marked so, as Triton does), with a 128 x 128 tile on 8 warps: the

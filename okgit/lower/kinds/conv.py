@@ -21,8 +21,11 @@ device) is built at a launcher's first call at a shape and kept per key (`_ConvL
 calls only copy the input and pack the weight, whose values may change between calls. A run is
 gcd(channels per group, BLOCK_K) channels contiguous in the input (8 of 8, 16 of 48: several taps
 a step where the channels are few, K dense), read in vectors; where that is below 4 but the
-channels fill BLOCK_K chunks with a small tail, a chunk a run (CHUNKS, the tail masked); else (3
-channels, or an input read in place NCHW) single channels. Where an output row rounds up to whole
+channels fill BLOCK_K chunks with a small tail, a chunk a run (CHUNKS, the tail masked); else,
+where the launcher copies the input of a single group, the copy's channels are padded with zeros
+to a multiple of 4 (3 channels read as runs of 4, 16-byte vectors, where single channels were a
+gather of elements); else (a group of few channels, or an input read in place NCHW) single
+channels. Where an output row rounds up to whole
 tiles with little waste (ROWS), a tile holds positions of one row: contiguous in the output, so
 its stores coalesce.
 

@@ -37,6 +37,12 @@ CONV_OPS = {"conv1d": 1, "conv2d": 2, "conv3d": 3}  # ATen call (numeric padding
 # = 72 multiply-adds per output element read or written: about an H200's fp32 rate at its
 # copy bandwidth); a guess from that ratio, to be measured (bench/pool_conv.py)
 MAX_GROUP_CHANNELS = 8
+# Outputs per program along the rolled window dim (the template's rolled path; 0: the direct
+# path). Each program reads RUN + K - 1 input planes for RUN outputs: at 16 and a window of 3,
+# 1.125 plane reads per output instead of 3, and still ceil(OD / 16) programs along the dim to
+# spread (OD = 32: 2, OH = 254: 16) besides the (N x C x F) x OW tiles. The autotune phase
+# varies it (a *CHUNK* setting): 32, 64.
+ROLL_CHUNK = 16
 
 
 @template_kind(order=4)
@@ -81,4 +87,6 @@ class GroupedConv(WindowKind):
             params.append(leaf.ptr)
             code.seed_value = "conv + " + code.load(leaf, Scope(None, "flat", "mask"))
         window = {k: a.get(k, default) for k, default in (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))}
-        return self.render(low, g, name, code, leaves, args, params, read, {"w": low.tensor(a["weight"])}, window)
+        rendered = self.render(low, g, name, code, leaves, args, params, read, {"w": low.tensor(a["weight"])}, window)
+        rendered.tunables = {**rendered.tunables, f"{name.upper()}_ROLL_CHUNK": ROLL_CHUNK}
+        return rendered

@@ -15,6 +15,13 @@ Against Inductor: torch.compile leaves a convolution to the vendor call (cuDNN),
 its choosing; on an H200 its depthwise 2D convolution ran at 0.16x eager (issue 31). Here
 each output is a short dot read straight from memory, the index arithmetic per tile row and
 column, the weights once per tile row, bounds checked only in tiles at the input's edges.
+
+Where the outermost window dim (D, else H) has stride and dilation 1, the kernel rolls along
+it (ROLL_CHUNK outputs per program; 0 keeps the direct path, so the search can time both): a
+program walks the input planes along that dim once and adds each into the outputs it feeds,
+which keeps K accumulators per output in registers and cuts the loads per output by the
+window's size along that dim (the direct path's 27 per output of a 3x3x3 window read most
+planes three times over, reuse left to the caches: 0.11 of the copy floor on an H200).
 """
 
 from __future__ import annotations

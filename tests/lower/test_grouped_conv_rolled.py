@@ -82,13 +82,13 @@ def candidate(path: Path) -> str:
     return proposal.source
 
 
-# Runs the candidate under the interpreter (set before Triton is imported) at each ROLL_CHUNK in
-# tiles of 2 rows by 4 columns; prints, per setting, the error against torch in float64, the
+# Runs the candidate under the interpreter (set before Triton is imported) at each (ROLL_CHUNK,
+# ROLL_BLOCK), the direct path's tiles 2 rows by 4 columns; prints, per setting, the error against torch in float64, the
 # reference's largest magnitude, whether any output is NaN (never written), and each launch's grid.
 SCRIPT = r"""
 import json, sys, types, torch
 import triton
-ref_path, cand_path, runs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+ref_path, cand_path, settings = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 ref, cand = types.ModuleType("ref"), types.ModuleType("cand")
 exec(compile(open(ref_path).read(), ref_path, "exec"), ref.__dict__)
 exec(compile(open(cand_path).read(), cand_path, "exec"), cand.__dict__)
@@ -110,8 +110,9 @@ empty = torch.empty
 torch.empty = lambda *a, **k: empty(*a, **k).fill_(float("nan"))
 with torch.no_grad():
     want = model.double()(x.double())
-    for run in runs:
+    for run, block in settings:
         setattr(cand, prefix + "_ROLL_CHUNK", run)
+        setattr(cand, prefix + "_ROLL_BLOCK", block)
         got = mine(x).double()
         out[run] = {"err": (got - want).abs().max().item(), "scale": want.abs().max().item(),
                     "nan": bool(got.isnan().any()), "grids": grids[:], "shape": list(want.shape)}
@@ -124,14 +125,16 @@ print(json.dumps(out))
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_rolled_convolution_matches_torch(tmp_path, name):
-    """At RUN = 2 (a tail run where the outputs along the rolled dim are odd), RUN = 16 (one run
-    past the outputs) and RUN = 0 (the direct path): torch's result in float64 within fp32's
+    """At RUN = 2 (a tail run where the outputs along the rolled dim are odd) in tiles of 4
+    columns (partial ones where a width is not a multiple of 4), RUN = 16 (one run past the
+    outputs) in tiles of up to 16 outputs (whole rows, several a tile: partial tiles of rows
+    where the other outer dim's outputs are 3) and RUN = 0 (the direct path): torch's result in float64 within fp32's
     rounding, every output written (allocations poisoned with NaN); the launch's grid has a second
     axis of ceil(outputs / RUN) runs exactly where the dim rolls."""
     path = op_file(tmp_path, name, *CASES[name][:3])
     (tmp_path / "cand.py").write_text(candidate(path))
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(path), str(tmp_path / "cand.py"), "[2, 16, 0]"],
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(path), str(tmp_path / "cand.py"), "[[2, 4], [16, 16], [0, 16]]"],
                           capture_output=True, text=True, timeout=600, check=False, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rolled_dim = CASES[name][3]
@@ -145,16 +148,16 @@ def test_the_rolled_convolution_matches_torch(tmp_path, name):
 
 
 def test_the_run_is_a_setting_the_autotune_phase_varies(tmp_path):
-    """The candidate carries ROLL_CHUNK as a module constant (16 by default) that the autotune
-    phase finds as a launch setting."""
+    """The candidate carries ROLL_CHUNK and ROLL_BLOCK as module constants (16 and 512 by
+    default) that the autotune phase finds as launch settings."""
     from okgit.search.proposers.autotune import find_sites
 
     path = op_file(tmp_path, "dw", *CASES["depthwise3d_bias_relu"][:3])
     ctx = Context(problem=load_problem(path), reference=Reference(device="cpu", timed=False), backend="triton",
                   device="cpu", log=lambda type, **f: None)
     source = plan(ctx)[0].source
-    assert "FUSED_GROUPED_CONV_0_ROLL_CHUNK: int = 16" in source
-    assert any(s.name == "FUSED_GROUPED_CONV_0_ROLL_CHUNK" for s in find_sites(source))
+    assert "FUSED_GROUPED_CONV_0_ROLL_CHUNK: int = 16" in source and "FUSED_GROUPED_CONV_0_ROLL_BLOCK: int = 512" in source
+    assert {"FUSED_GROUPED_CONV_0_ROLL_CHUNK", "FUSED_GROUPED_CONV_0_ROLL_BLOCK"} <= {s.name for s in find_sites(source)}
 
 
 # Compiles the candidate's kernel for sm_90 (no GPU needed) on the rolled path along D or H and

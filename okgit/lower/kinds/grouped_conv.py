@@ -44,12 +44,19 @@ CONV_OPS = {"conv1d": 1, "conv2d": 2, "conv3d": 3}  # ATen call (numeric padding
 # = 72 multiply-adds per output element read or written: about an H200's fp32 rate at its
 # copy bandwidth); a guess from that ratio, to be measured (bench/pool_conv.py)
 MAX_GROUP_CHANNELS = 8
-# Outputs per program along the rolled window dim (the template's rolled path; 0: the direct
-# path). Each program reads RUN + K - 1 input planes for RUN outputs: at 16 and a window of 3,
-# 1.125 plane reads per output instead of 3, and still ceil(OD / 16) programs along the dim to
-# spread (OD = 32: 2, OH = 254: 16) besides the (N x C x F) x OW tiles. The autotune phase
-# varies it (a *CHUNK* setting): 32, 64.
+# The rolled path's settings (the autotune phase varies both: *CHUNK*, *BLOCK*).
+# ROLL_CHUNK: outputs per program along the rolled window dim (0: the direct path). A program
+# reads RUN + K - 1 input planes for RUN outputs: at 16 and a window of 3, 1.125 plane reads
+# per output instead of 3, and still ceil(OD / 16) programs along the dim (OD = 32: 2, OH =
+# 254: 16) besides the tiles. ROLL_BLOCK: outputs per program tile, per plane of the walk. Each
+# tap costs a thread its share of the tile in input loads plus one weight load per slot (4 for
+# a window of 3, the same address across the program), so a larger share amortises the
+# weights: 512 outputs on the default 4 warps make 4 input loads a thread against those 4 (the
+# direct path's 4 x 64 tile: 2 against 2, for every tap along the rolled dim too). Not more:
+# compiled for sm_90 (ptxas), a 3x3x3 window's kernel takes 144 registers at 4 outputs a
+# thread and 255, spilling, at 8 (every tap's loads in flight, each with its 64-bit address).
 ROLL_CHUNK = 16
+ROLL_BLOCK = 512
 
 
 @template_kind(order=4)
@@ -95,5 +102,5 @@ class GroupedConv(WindowKind):
             code.seed_value = "conv + " + code.load(leaf, Scope(None, "flat", "mask"))
         window = {k: a.get(k, default) for k, default in (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))}
         rendered = self.render(low, g, name, code, leaves, args, params, read, {"w": low.tensor(a["weight"])}, window)
-        rendered.tunables = {**rendered.tunables, f"{name.upper()}_ROLL_CHUNK": ROLL_CHUNK}
+        rendered.tunables = {**rendered.tunables, f"{name.upper()}_ROLL_CHUNK": ROLL_CHUNK, f"{name.upper()}_ROLL_BLOCK": ROLL_BLOCK}
         return rendered

@@ -14,8 +14,11 @@ dilation, 3D average pool with padding, depthwise 3D convolution). Per case:
 - times (triton.testing.do_bench: CUDA events, L2 cleared before each call, warm-up, median):
   eager, torch.compile (default mode), the candidate over a set of launch settings of its
   pooling / convolution kernels (tiles of BLOCK_ROWS output rows by BLOCK_W outputs,
-  ROW_LANES taps of a window row across lanes, NUM_WARPS), and that kernel alone (its launcher
-  on the inputs the forward gave it);
+  ROW_LANES taps of a window row across lanes, NUM_WARPS; for a convolution ROLL_CHUNK, the
+  outputs per program along the outermost window dim on its rolled path, 0 for its direct path,
+  as set: the launcher keeps the direct path where that dim's stride or dilation is not 1; the
+  rolled path's tile is ROLL_BLOCK = BLOCK_ROWS x BLOCK_W outputs, shaped by its launcher),
+  and that kernel alone (its launcher on the inputs the forward gave it);
 - the copy-bandwidth floor: bytes in + out (inputs, parameters, outputs; for the kernel alone
   its operands and outputs) over --bandwidth (4.18 TB/s, docs MEASURED), and each time's
   fraction of it.
@@ -24,8 +27,8 @@ Prints one table, writes $OUT/pool_conv.json (OUT defaults to /tmp/out) after ev
 stops starting cases after --time-limit seconds (the cases left are listed). Exploration figures
 for setting the kinds' defaults over classes of problems, not okgit's claims.
 
---smoke: CPU, Triton interpreter, knobs halved to tiny inputs, two settings, no torch.compile,
-nothing timed: the plumbing only.
+--smoke: CPU, Triton interpreter, knobs halved to tiny inputs, two settings (a convolution's
+rolled path a third), no torch.compile, nothing timed: the plumbing only.
 """
 
 from __future__ import annotations
@@ -43,11 +46,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 KINDS = ("pool", "grouped_conv")
-SETTING = re.compile(r"^(FUSED_(?:POOL|GROUPED_CONV)_\d+)_(BLOCK_ROWS|BLOCK_W|ROW_LANES|NUM_WARPS): int = (\d+)$", re.MULTILINE)
+SETTING = re.compile(r"^(FUSED_(?:POOL|GROUPED_CONV)_\d+)_(BLOCK_ROWS|BLOCK_W|ROW_LANES|NUM_WARPS|ROLL_CHUNK|ROLL_BLOCK): int = (\d+)$",
+                     re.MULTILINE)
 LAUNCHER = re.compile(r"^def (fused_(?:pool|grouped_conv)_\d+)\(", re.MULTILINE)
-CONFIGS = {  # (BLOCK_ROWS, BLOCK_W, ROW_LANES, NUM_WARPS); ROW_LANES is capped by the window row in the launcher
-    "compact": [(4, 64, 1, 4), (4, 64, 16, 4), (1, 256, 1, 8), (8, 64, 4, 8)],
-    "full": [(r, b, lanes, w) for r in (1, 4) for b in (64, 256) for lanes in (1, 4, 16) for w in (4, 8)],
+# (BLOCK_ROWS, BLOCK_W, ROW_LANES, NUM_WARPS, ROLL_CHUNK); ROW_LANES is capped by the window row in the
+# launcher; ROLL_CHUNK (grouped convolutions only) > 0 takes the rolled path where the window allows,
+# its tile ROLL_BLOCK = BLOCK_ROWS x BLOCK_W outputs (shaped by the launcher within one output plane)
+CONFIGS = {
+    "compact": [(4, 64, 1, 4, 0), (4, 64, 16, 4, 0), (1, 256, 1, 8, 0), (8, 64, 4, 8, 0),
+                (1, 512, 1, 4, 16), (1, 256, 1, 4, 16), (1, 1024, 1, 8, 16), (1, 512, 1, 2, 16), (1, 512, 1, 4, 32)],
+    "full": [(r, b, lanes, w, 0) for r in (1, 4) for b in (64, 256) for lanes in (1, 4, 16) for w in (4, 8)]
+    + [(1, b, 1, w, run) for b in (256, 512, 1024, 2048) for w in (2, 4, 8) for run in (16, 32)],
 }
 SYNTHETIC = {  # name -> (module, input shape, knobs); sizes of KernelBench's level-1 classes
     "synthetic_max_pool3d_k3": ("nn.MaxPool3d(k, stride=2, padding=1)", "batch, channels, dim, dim, dim",
@@ -204,25 +213,34 @@ def run_case(name: str, source: str, path: str, args, bench, device: str, deadli
         names = sorted({m[0] for m in SETTING.findall(cand)})
         row["configs"] = []
         seen = set()
-        for rows, block, lanes, warps in CONFIGS["compact" if args.smoke else args.configs][: 2 if args.smoke else None]:
+        rolls = any(f"{n}_ROLL_CHUNK: int" in cand for n in names)
+        settings = CONFIGS["compact"] if args.smoke else CONFIGS[args.configs]
+        if args.smoke:  # two settings of the direct path, one of the rolled path
+            settings = settings[:2] + [next(c for c in settings if c[4])]
+        for rows, block, lanes, warps, run in settings:
             if time.monotonic() > deadline:
                 row["configs_cut"] = True
                 break
+            if run and not rolls:
+                continue  # a pooling has no rolled path
             for n in names:
                 setattr(cand_mod, f"{n}_BLOCK_ROWS", rows)
                 setattr(cand_mod, f"{n}_BLOCK_W", block)
                 setattr(cand_mod, f"{n}_ROW_LANES", lanes)
                 setattr(cand_mod, f"{n}_NUM_WARPS", warps)
+                setattr(cand_mod, f"{n}_ROLL_CHUNK", run)
+                setattr(cand_mod, f"{n}_ROLL_BLOCK", rows * block)
             calls.clear()
             got = mine(*inputs)
             lanes_used = _row_lanes(cand_mod, names, calls, lanes)
-            if (rows, block, lanes_used, warps) in seen:
+            if (rows, block, lanes_used, warps, run) in seen:
                 continue  # the window row caps the lanes: the same kernel as one timed already
-            seen.add((rows, block, lanes_used, warps))
+            seen.add((rows, block, lanes_used, warps, run))
             err = max_err(got, want)
             ok = err <= max(2 * row["eager_err"], 1e-4 * scale)
             del got
-            conf = {"block_rows": rows, "block_w": block, "row_lanes": lanes_used, "num_warps": warps, "err": err, "correct": ok}
+            conf = {"block_rows": rows, "block_w": block, "row_lanes": lanes_used, "num_warps": warps, "roll_chunk": run,
+                    "err": err, "correct": ok}
             if ok:
                 conf["us"] = bench(lambda: mine(*inputs))
                 kernel = [(launchers[n], a) for n, a in calls.items()]
@@ -266,7 +284,7 @@ def ratio(a, b) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| case | origin | floor us | eager us | compile us | okgit us (ROWSxW/LANES/WARPS) | okgit/eager | "
+    lines = ["| case | origin | floor us | eager us | compile us | okgit us (ROWSxW/LANES/WARPS/RUN) | okgit/eager | "
              "okgit/compile | floor frac | kernel us | kernel floor frac | err eager / okgit |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -274,7 +292,7 @@ def table(rows: list[dict]) -> str:
             lines.append(f"| {r['case']} | skipped: {r['skipped'][:80]} |" + " |" * 10)
             continue
         b = r.get("best") or {}
-        conf = f"{fmt(b.get('us'))} ({b['block_rows']}x{b['block_w']}/{b['row_lanes']}/{b['num_warps']})" if b else "-"
+        conf = f"{fmt(b.get('us'))} ({b['block_rows']}x{b['block_w']}/{b['row_lanes']}/{b['num_warps']}/{b['roll_chunk']})" if b else "-"
         kfloor = b.get("kernel_bytes", 0) / ARGS.bandwidth * 1e6 if b.get("kernel_us") else None
         errs = f"{r['eager_err']:.1e} / " + ("/".join(f"{c['err']:.1e}" for c in r["configs"][:1]) or "-")
         lines.append(

@@ -344,8 +344,9 @@ def test_the_benchmark_runs_on_the_cpu(tmp_path):
     pool, adaptive, conv, synthetic = data["rows"]
     assert "no template covers aten.adaptive_avg_pool2d (pooling)" in adaptive["skipped"]
     for row, origin in ((pool, "template:pool"), (conv, "template:grouped_conv"), (synthetic, "template:grouped_conv")):
-        assert row["origin"] == origin and row["correct"] and len(row["configs"]) == 2
+        assert row["origin"] == origin and row["correct"] and len(row["configs"]) == (2 if origin == "template:pool" else 3)
         assert all(c["us"] is None and c["kernel_us"] is None for c in row["configs"])
+    assert [c["roll_chunk"] for c in synthetic["configs"]] == [0, 0, 16]  # the convolution's rolled path too
     assert "| level1/1_pool | pool |" in proc.stdout and "smoke run: no time is claimed" in proc.stdout
 
 

@@ -15,6 +15,13 @@ Against Inductor: torch.compile leaves a convolution to the vendor call (cuDNN),
 its choosing; on an H200 its depthwise 2D convolution ran at 0.16x eager (issue 31). Here
 each output is a short dot read straight from memory, the index arithmetic per tile row and
 column, the weights once per tile row, bounds checked only in tiles at the input's edges.
+
+Where the outermost window dim (D, else H) has stride and dilation 1, the kernel rolls along
+it (ROLL_CHUNK outputs per program; 0 keeps the direct path, so the search can time both): a
+program walks the input planes along that dim once and adds each into the outputs it feeds,
+which keeps K accumulators per output in registers and cuts the loads per output by the
+window's size along that dim (the direct path's 27 per output of a 3x3x3 window read most
+planes three times over, reuse left to the caches: 0.11 of the copy floor on an H200).
 """
 
 from __future__ import annotations
@@ -37,6 +44,19 @@ CONV_OPS = {"conv1d": 1, "conv2d": 2, "conv3d": 3}  # ATen call (numeric padding
 # = 72 multiply-adds per output element read or written: about an H200's fp32 rate at its
 # copy bandwidth); a guess from that ratio, to be measured (bench/pool_conv.py)
 MAX_GROUP_CHANNELS = 8
+# The rolled path's settings (the autotune phase varies both: *CHUNK*, *BLOCK*).
+# ROLL_CHUNK: outputs per program along the rolled window dim (0: the direct path). A program
+# reads RUN + K - 1 input planes for RUN outputs: at 16 and a window of 3, 1.125 plane reads
+# per output instead of 3, and still ceil(OD / 16) programs along the dim (OD = 32: 2, OH =
+# 254: 16) besides the tiles. ROLL_BLOCK: outputs per program tile, per plane of the walk. Each
+# tap costs a thread its share of the tile in input loads plus one weight load per slot (4 for
+# a window of 3, the same address across the program), so a larger share amortises the
+# weights: 512 outputs on the default 4 warps make 4 input loads a thread against those 4 (the
+# direct path's 4 x 64 tile: 2 against 2, for every tap along the rolled dim too). Not more:
+# compiled for sm_90 (ptxas), a 3x3x3 window's kernel takes 144 registers at 4 outputs a
+# thread and 255, spilling, at 8 (every tap's loads in flight, each with its 64-bit address).
+ROLL_CHUNK = 16
+ROLL_BLOCK = 512
 
 
 @template_kind(order=4)
@@ -81,4 +101,6 @@ class GroupedConv(WindowKind):
             params.append(leaf.ptr)
             code.seed_value = "conv + " + code.load(leaf, Scope(None, "flat", "mask"))
         window = {k: a.get(k, default) for k, default in (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))}
-        return self.render(low, g, name, code, leaves, args, params, read, {"w": low.tensor(a["weight"])}, window)
+        rendered = self.render(low, g, name, code, leaves, args, params, read, {"w": low.tensor(a["weight"])}, window)
+        rendered.tunables = {**rendered.tunables, f"{name.upper()}_ROLL_CHUNK": ROLL_CHUNK, f"{name.upper()}_ROLL_BLOCK": ROLL_BLOCK}
+        return rendered

@@ -149,15 +149,26 @@ def test_the_rolled_convolution_matches_torch(tmp_path, name):
 
 def test_the_run_is_a_setting_the_autotune_phase_varies(tmp_path):
     """The candidate carries ROLL_CHUNK and ROLL_BLOCK as module constants (16 and 512 by
-    default) that the autotune phase finds as launch settings."""
-    from okgit.search.proposers.autotune import find_sites
+    default) that the autotune phase finds as launch settings; ROLL_CHUNK as a path switch: the
+    direct path (0) is its first variant, memory-bound too, and from the direct path the rolled
+    one is tried back (the evaluator decides which pays, not the template)."""
+    from okgit.search.proposers.autotune import FOCUS, Focus, apply, find_sites, variants
 
     path = op_file(tmp_path, "dw", *CASES["depthwise3d_bias_relu"][:3])
     ctx = Context(problem=load_problem(path), reference=Reference(device="cpu", timed=False), backend="triton",
                   device="cpu", log=lambda type, **f: None)
     source = plan(ctx)[0].source
     assert "FUSED_GROUPED_CONV_0_ROLL_CHUNK: int = 16" in source and "FUSED_GROUPED_CONV_0_ROLL_BLOCK: int = 512" in source
-    assert {"FUSED_GROUPED_CONV_0_ROLL_CHUNK", "FUSED_GROUPED_CONV_0_ROLL_BLOCK"} <= {s.name for s in find_sites(source)}
+    sites = {s.name: s for s in find_sites(source)}
+    assert {"FUSED_GROUPED_CONV_0_ROLL_CHUNK", "FUSED_GROUPED_CONV_0_ROLL_BLOCK"} <= set(sites)
+    switch = sites["FUSED_GROUPED_CONV_0_ROLL_CHUNK"]
+    assert switch.control == "path"
+    memory = Focus("memory", FOCUS["memory"][0], False, "")
+    for focus in (None, memory):
+        tried = [v for s, v in variants(source, 1 << 31, 1 << 16, focus) if s.name == switch.name]
+        assert tried == [0, 32], focus
+    direct = apply(source, switch, 0)
+    assert [v for s, v in variants(direct, 1 << 31, 1 << 16) if s.name == switch.name] == [16]
 
 
 # Compiles the candidate's kernel for sm_90 (no GPU needed) on the rolled path along D or H and

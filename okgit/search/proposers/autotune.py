@@ -52,12 +52,14 @@ WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)
 GROUPS = (1, 4, 8, 16)
 MIN_BLOCK = 16
+PATH_ON = 16  # a path switch's size where the search turns it on from 0 (grouped_conv's ROLL_CHUNK default)
 MAX_VARIANTS = 24  # per parent file
 ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left to tune
 SETTING = re.compile(r"BLOCK|TILE|CHUNK|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
 # bottleneck -> (the controls to vary, in order; what they are, for the journal)
 FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
-    "memory": (("block", "stages", "warps"), "the block shape, the loads in flight (stages) and the vector width (warps)"),
+    "memory": (("block", "stages", "warps", "path"), "the block shape, the loads in flight (stages), the vector width "
+               "(warps) and a kernel's other path where it has one (a direct convolution rolled or not)"),
     "compute": (("warps", "stages", "block", "group"), "the warps, the pipeline stages, the tile shape and the GEMM's group"),
     "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs) only: "
                 "fusion and fewer launches are the levers there, and they are not launch settings"),
@@ -94,7 +96,7 @@ class Site:
     """One launch setting in the source and where to write a new value."""
 
     name: str  # "FUSED_ROWS_0_TILE" or "kernel.BLOCK_SIZE"
-    control: str  # what the value sets: block | warps | stages | group | programs | precision
+    control: str  # what the value sets: block | warps | stages | group | programs | path | precision
     value: int | str
     spans: list[tuple[int, int]]  # source offsets holding the value (grid literals included)
     insert_at: int | None = None  # absent keyword: where ", name=value" goes
@@ -104,6 +106,8 @@ class Site:
 
 def _control(name: str) -> str | None:
     up = name.upper()
+    if up.endswith("_ROLL_CHUNK"):  # a template's switch between two paths as well as a size (0: the other path)
+        return "path"
     if "WARPS" in up:
         return "warps"
     if "STAGES" in up:
@@ -190,7 +194,7 @@ def _constant_sites(tree: ast.Module, at: _Offsets) -> list[Site]:
     sites = []
     for name, node in _constants(tree):
         value, control = _int(node), _control(name)
-        if value is not None and control is not None and value > 0:
+        if value is not None and control is not None and (value > 0 or control == "path"):
             sites.append(Site(name, control, value, [at.span(node)]))
         elif name.endswith("_PRECISION") and node.value in gemm.TUNED_PRECISIONS:
             sites.append(Site(name, "precision", node.value, [at.span(node)]))
@@ -269,6 +273,8 @@ def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = 
         pool = GROUPS
     elif site.control == "programs":
         pool = tuple(v * f for f in (0.25, 0.5, 2, 4) if 32 <= v * f <= 4096)
+    elif site.control == "path":  # the other path first (0 turns it off), then the size on this one
+        return [0, v * 2] if v else [PATH_ON]
     else:
         if v & (v - 1):  # not a power of two: not ours to move
             return []

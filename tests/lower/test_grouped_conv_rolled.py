@@ -165,8 +165,9 @@ def test_the_run_is_a_setting_the_autotune_phase_varies(tmp_path):
     assert switch.control == "path"
     memory = Focus("memory", FOCUS["memory"][0], False, "")
     for focus in (None, memory):
-        tried = [v for s, v in variants(source, 1 << 31, 1 << 16, focus) if s.name == switch.name]
-        assert tried == [0, 32], focus
+        found = variants(source, 1 << 31, 1 << 16, focus)
+        assert found[0] == (switch, 0), focus  # the other path is the first variant tried
+        assert [v for s, v in found if s.name == switch.name] == [0, 32], focus
     direct = apply(source, switch, 0)
     assert [v for s, v in variants(direct, 1 << 31, 1 << 16) if s.name == switch.name] == [16]
 

@@ -58,8 +58,8 @@ ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left t
 SETTING = re.compile(r"BLOCK|TILE|CHUNK|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
 # bottleneck -> (the controls to vary, in order; what they are, for the journal)
 FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
-    "memory": (("block", "stages", "warps", "path"), "the block shape, the loads in flight (stages), the vector width "
-               "(warps) and a kernel's other path where it has one (a direct convolution rolled or not)"),
+    "memory": (("path", "block", "stages", "warps"), "a kernel's other path where it has one (a direct convolution "
+               "rolled or not), the block shape, the loads in flight (stages) and the vector width (warps)"),
     "compute": (("warps", "stages", "block", "group"), "the warps, the pipeline stages, the tile shape and the GEMM's group"),
     "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs) only: "
                 "fusion and fewer launches are the levers there, and they are not launch settings"),
@@ -326,7 +326,8 @@ def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = No
     launch = [s for s in found if s.control != "precision"]
     if focus is not None:
         launch = sorted((s for s in launch if s.control in focus.controls), key=lambda s: focus.controls.index(s.control))
-    sites = [s for s in found if s.control == "precision"] + launch
+    # a GEMM's precision and a kernel's path before its launch settings: they change the kernel most
+    sites = [s for s in found if s.control == "precision"] + sorted(launch, key=lambda s: s.control != "path")
     smaller = focus is not None and focus.smaller_first
     constants = {name: node.value for name, node in _constants(tree) if isinstance(node.value, (int, str))}
     per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim, smaller) if _fits(constants, s, v)] for s in sites]

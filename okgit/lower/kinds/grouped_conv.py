@@ -34,6 +34,7 @@ from okgit.lower.kinds.window import (
     input_parts,
     prologue_note,
     spatial_input,
+    tile_tunables,
 )
 from okgit.lower.template import template
 from okgit.lower.translate import schema_args
@@ -101,6 +102,8 @@ class GroupedConv(WindowKind):
             params.append(leaf.ptr)
             code.seed_value = "conv + " + code.load(leaf, Scope(None, "flat", "mask"))
         window = {k: a.get(k, default) for k, default in (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))}
-        rendered = self.render(low, g, name, code, leaves, args, params, read, {"w": low.tensor(a["weight"])}, window)
-        rendered.tunables = {**rendered.tunables, f"{name.upper()}_ROLL_CHUNK": ROLL_CHUNK, f"{name.upper()}_ROLL_BLOCK": ROLL_BLOCK}
-        return rendered
+        return self.render(low, g, name, code, leaves, args, params, read, {"w": low.tensor(a["weight"])}, window)
+
+    def tunables(self, NAME: str, stride_w: int) -> dict[str, int]:
+        """The tiles, and the rolled path's settings."""
+        return {**tile_tunables(NAME, stride_w), f"{NAME}_ROLL_CHUNK": ROLL_CHUNK, f"{NAME}_ROLL_BLOCK": ROLL_BLOCK}

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from okgit.eval.types import ProfileData
 from okgit.lower.graph import Unsupported
-from okgit.lower.kinds import gemm
+from okgit.lower.kinds import gemm, grouped_conv
 from okgit.lower.trace import input_extent
 from okgit.search.types import Context, Proposal, propose_several
 
@@ -52,7 +52,6 @@ WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)
 GROUPS = (1, 4, 8, 16)
 MIN_BLOCK = 16
-PATH_ON = 16  # a path switch's size where the search turns it on from 0 (grouped_conv's ROLL_CHUNK default)
 MAX_VARIANTS = 24  # per parent file
 ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left to tune
 SETTING = re.compile(r"BLOCK|TILE|CHUNK|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
@@ -274,7 +273,7 @@ def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = 
     elif site.control == "programs":
         pool = tuple(v * f for f in (0.25, 0.5, 2, 4) if 32 <= v * f <= 4096)
     elif site.control == "path":  # the other path first (0 turns it off), then the size on this one
-        return [0, v * 2] if v else [PATH_ON]
+        return [0, v * 2] if v else [grouped_conv.ROLL_CHUNK]
     else:
         if v & (v - 1):  # not a power of two: not ours to move
             return []

@@ -65,6 +65,7 @@ def main() -> int:
     sweep_out.mkdir(parents=True)
     if resumable.restore(state / TARBALL, sweep_out):
         print(f"resuming from {state / TARBALL}", flush=True)
+    before = {r["key"] for r in _report(sweep_out).get("problems", [])}
     levels = _layout(kb, WORK / "kb")
     cmd = [sys.executable, "-m", "okgit", "bench", "kernelbench", str(WORK / "kb"), "--out", str(sweep_out),
            "--parallel", str(args.parallel), "--time-limit", str(args.limit), "--json", *passthrough]
@@ -73,7 +74,8 @@ def main() -> int:
            "PYTHONUNBUFFERED": "1"}
     code = resumable.run_relaying(cmd, env)
     wall = time.monotonic() - started
-    calls = _add_call(sweep_out, wall, code)
+    finished = sorted({r["key"] for r in _report(sweep_out).get("problems", [])} - before)
+    calls = _add_call(sweep_out, wall, code, finished)
     resumable.pack(sweep_out, out / TARBALL)
     shutil.copy(out / TARBALL, _mkdir(state) / TARBALL)
     report = _report(sweep_out)
@@ -100,10 +102,13 @@ def _layout(kb: Path, dest: Path) -> list[str]:
     return levels
 
 
-def _add_call(sweep_out: Path, wall: float, code: int) -> list[dict]:
+def _add_call(sweep_out: Path, wall: float, code: int, finished: list[str]) -> list[dict]:
+    """Each call's wall, its code revision (OKGIT_REV, set by the caller: the GPU machine's copy has
+    no .git) and the problems it finished, so rows measured on different code are told apart."""
     path = sweep_out / "dev_calls.json"
     calls = json.loads(path.read_text()) if path.is_file() else []
-    calls.append({"wall_s": round(wall, 1), "exit": code, "ended": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    calls.append({"wall_s": round(wall, 1), "exit": code, "ended": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                  "rev": os.environ.get("OKGIT_REV", "unknown"), "finished": finished})
     path.write_text(json.dumps(calls, indent=1) + "\n")
     return calls
 
@@ -123,6 +128,11 @@ def _table(report: dict, calls: list[dict]) -> str:
     lines = [sweep.markdown().rstrip(), ""]
     if sweep.pending:
         lines.append(f"pending ({len(sweep.pending)}, {len(sweep.in_flight)} in flight): {', '.join(sweep.pending)}")
+    revs = sorted({c.get("rev", "unknown") for c in calls})
+    if len(revs) > 1:
+        lines.append("rows measured on different code: " + "; ".join(
+            f"{rev}: {', '.join(k for c in calls if c.get('rev', 'unknown') == rev for k in c.get('finished', [])) or 'none'}"
+            for rev in revs))
     lines.append(f"device-minutes used so far: {used / 60:.1f} over {len(calls)} call(s) of this script "
                  f"({used / HOUR_S:.0%} of the hour); finished {len(sweep.problems)} of "
                  f"{len(sweep.problems) + len(sweep.pending)} problems")

@@ -103,12 +103,12 @@ def _layout(kb: Path, dest: Path) -> list[str]:
 
 
 def _add_call(sweep_out: Path, wall: float, code: int, finished: list[str]) -> list[dict]:
-    """Each call's wall, its code revision (OKGIT_REV, set by the caller: the GPU machine's copy has
+    """Each call's wall, its code revision (SWEEP_REV, set by the caller: the GPU machine's copy has
     no .git) and the problems it finished, so rows measured on different code are told apart."""
     path = sweep_out / "dev_calls.json"
     calls = json.loads(path.read_text()) if path.is_file() else []
     calls.append({"wall_s": round(wall, 1), "exit": code, "ended": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                  "rev": os.environ.get("OKGIT_REV", "unknown"), "finished": finished})
+                  "rev": os.environ.get("SWEEP_REV", "unknown"), "finished": finished})
     path.write_text(json.dumps(calls, indent=1) + "\n")
     return calls
 

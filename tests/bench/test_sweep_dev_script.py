@@ -26,7 +26,7 @@ def test_the_second_call_resumes_from_the_first_calls_tarball_alone(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OUT": str(out), "TMPDIR": str(tmp)}
     cmd = [sys.executable, str(ROOT / "bench" / "sweep_dev.py"), "--smoke", "--state", str(state), "--parallel", "1",
            "--level=2"]
-    first = subprocess.Popen(cmd, cwd=tmp_path, env={**env, "OKGIT_REV": "rev1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(cmd, cwd=tmp_path, env={**env, "SWEEP_REV": "rev1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     repo = tmp / "okgit-sweep-dev" / "out" / "repos" / "level2_1_ScaleShift"
     deadline = time.monotonic() + 400
     while time.monotonic() < deadline and first.poll() is None:
@@ -42,7 +42,7 @@ def test_the_second_call_resumes_from_the_first_calls_tarball_alone(tmp_path):
     assert (state / "sweep-dev.tar.gz").is_file() and (out / "sweep-dev.tar.gz").is_file()
     (run_id,) = [d.name for d in (repo / ".okgit" / "runs").iterdir()]
 
-    again = subprocess.run(cmd, cwd=tmp_path, env={**env, "OKGIT_REV": "rev2"}, capture_output=True, text=True, timeout=600)
+    again = subprocess.run(cmd, cwd=tmp_path, env={**env, "SWEEP_REV": "rev2"}, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert "resuming from" in again.stdout and "over 2 call(s)" in again.stdout and "pending" not in again.stdout
     assert "rows measured on different code: rev1: none; rev2: level2/1_ScaleShift" in again.stdout

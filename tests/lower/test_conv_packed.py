@@ -108,7 +108,7 @@ def conv_plan(mod: types.ModuleType, x: torch.Tensor, model: torch.nn.Module):
     setting = lambda key: getattr(mod, f"{name}_{key}")  # noqa: E731
     transposed = isinstance(conv, torch.nn.modules.conv._ConvTransposeNd)
     return mod._ConvPlan(x, conv.weight.detach(), setting("BLOCK_M"), setting("BLOCK_N"), setting("BLOCK_K"), "ieee",
-                         setting("INPUT_COPY"), stride=conv.stride, padding=conv.padding, dilation=conv.dilation,
+                         setting("INPUT_COPY"), setting("TMA"), stride=conv.stride, padding=conv.padding, dilation=conv.dilation,
                          groups=conv.groups, transposed=transposed, output_padding=conv.output_padding)
 
 

@@ -189,6 +189,7 @@ class Conv(TemplateKind):
             f"{NAME}_NUM_WARPS": 8 if block_n >= 128 else 4, f"{NAME}_NUM_STAGES": 3,
             f"{NAME}_PRECISION": self.precision,
             f"{NAME}_INPUT_COPY": 1,  # 0: an input that needs no padding read in its own layout
+            f"{NAME}_TMA": 1,  # 0: pointer loads only (1: TMA where the device has it and _ConvLayout finds it exact)
         }
 
     def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:

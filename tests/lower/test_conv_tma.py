@@ -1,0 +1,180 @@
+"""The implicit-GEMM convolution's TMA path (conv_plan.py.tmpl's _conv_tma_input, conv.py.tmpl's
+TMA_A and TMA_B): the packed weight read through a TMA descriptor wherever the device has TMA,
+the input where a tile's rows at a K step are consecutive rows of its 2D view [positions,
+channels] and a step is one tap's block of one group's channels.
+
+This machine has no TMA: the tests force the path through the plan's one seam, `_tma_device`
+(the GEMM helpers' "does the device have TMA"), replaced in the candidate's module; Triton's
+interpreter runs the descriptor loads, bounds (zero fill) included. The kernel is checked
+against float64 on each form the path takes (the plan's choice asserted, so that a change of
+its rules cannot leave one untested), and the plan is checked to keep the pointer path where a
+descriptor would read the wrong elements."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+import traceback
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from test_conv_kind import ctx_for, form, setting
+from test_conv_packed import conv_plan, module, with_inf
+
+from okgit.search.proposers.templates import plan
+
+TILES = {"BLOCK_M": 16, "BLOCK_K": 16}
+# name: (op file text, its input's memory format, tile settings beyond TILES, TMA_A expected)
+TAKEN = {
+    # two tiles per output row of 30: the second's last two rows past the row's end, masked
+    "conv2d, stride 1, a tile past the row's end": (
+        form("nn.Conv2d(cin, cout, 3, padding=1)", "torch.relu(y) * self.p", "torch.rand(batch, cin, 3, 30)", 32, 12, 2),
+        {}),
+    "conv2d, stride (2, 1), dilated": (
+        form("nn.Conv2d(cin, cout, 3, stride=(2, 1), padding=2, dilation=2)", "y - self.p",
+             "torch.rand(batch, cin, 5, 16)", 16, 8, 2), {}),
+    "conv3d, stride 1": (form("nn.Conv3d(cin, cout, 3, padding=1)", "torch.sigmoid(y)", "torch.rand(batch, cin, 3, 4, 16)",
+                              16, 8, 3), {}),
+    "transposed conv2d, stride 1": (
+        form("nn.ConvTranspose2d(cin, cout, (3, 2))", "torch.tanh(y)", "torch.rand(batch, cin, 3, 15)", 16, 8, 2), {}),
+    # each phase's rows a step of one input position: consecutive rows of the view too
+    "transposed conv2d, stride 2, phases": (
+        form("nn.ConvTranspose2d(cin, cout, 4, stride=2, padding=1)", "y + self.p", "torch.rand(batch, cin, 3, 16)",
+             16, 8, 2), {}),
+    # 12 channels in blocks of 16: the block's last 4 past the view's row, zeros from TMA; an inf
+    # at the next position's channel 0 would make NaNs of them (times the packed weight's zeros)
+    "channel tail past the view": (
+        form("nn.Conv2d(cin, cout, 3, padding=1)", "y", with_inf("batch, cin, 3, 15", "(1, 0, 1, 7)"), 12, 8, 2), {}),
+    # 13 channels: the copy's padded to 16 (16-byte rows), zeros
+    "channel tail in the copy": (
+        form("nn.Conv2d(cin, cout, (1, 3), padding=(0, 1))", "y * self.p", "torch.rand(batch, cin, 2, 16)", 13, 8, 2), {}),
+    # an inf in group 1's first channel: group 0's blocks end before it
+    "groups, 16 channels each": (
+        form("nn.Conv2d(cin, cout, 3, padding=1, groups=2)", "torch.relu(y)", with_inf("batch, cin, 3, 16", "(0, 16, 1, 5)"),
+             32, 16, 2), {}),
+    # no padding, channels-last already, the copy off: x itself as the 2D view
+    "1x1, channels-last read in place": (
+        form("nn.Conv2d(cin, cout, 1)", "y * self.p", "torch.rand(batch, cin, 2, 16).contiguous(memory_format=torch."
+             "channels_last)", 16, 8, 2), {"INPUT_COPY": 0}),
+}
+# name: (op file text, tile settings beyond TILES): the pointer path for the input, TMA for the weight
+KEPT = {
+    "stride 2 along w": (form("nn.Conv2d(cin, cout, 3, stride=2, padding=1)", "y", "torch.rand(batch, cin, 3, 32)",
+                              16, 8, 2), {}),
+    "groups of 12 channels in blocks of 16": (
+        form("nn.Conv2d(cin, cout, 3, padding=1, groups=2)", "y", "torch.rand(batch, cin, 3, 16)", 24, 8, 2), {}),
+    "NCHW read in place": (form("nn.Conv2d(cin, cout, 1)", "y", "torch.rand(batch, cin, 2, 16)", 16, 8, 2),
+                           {"INPUT_COPY": 0}),
+    "a tile across output rows (no ROWS)": (form("nn.Conv2d(cin, cout, 3, padding=1)", "y", "torch.rand(batch, cin, 3, 6)",
+                                                 16, 8, 2), {}),
+    "3 channels in blocks of 16 (most of K wasted)": (
+        form("nn.Conv2d(cin, cout, 3, padding=1)", "y", "torch.rand(batch, cin, 3, 16)", 3, 8, 2), {}),
+}
+RUNNER = """
+import os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path[:0] = [{here!r}, {tests!r}]
+import test_conv_tma
+test_conv_tma.run_checks(sys.argv[1])
+"""
+
+
+def candidate(tmp_path: Path, name: str, text: str, tiles: dict) -> tuple[str, str]:
+    """The op file's path and its 3xTF32 convolution candidate, rendered for a GPU, its tiles set."""
+    path = tmp_path / (re.sub(r"\W+", "_", name) + ".py")
+    path.write_text(text)
+    source = next(p.source for p in plan(ctx_for(path, "cuda")) if p.origin == "template:conv")
+    for key, value in {**TILES, **tiles}.items():
+        source = setting(source, key, value)
+    return str(path), source
+
+
+def with_tma(source: str) -> types.ModuleType:
+    """The candidate as a module whose plan finds TMA on any device (the seam: _tma_device)."""
+    mod = types.ModuleType("cand")
+    exec(compile(source, "cand.py", "exec"), mod.__dict__)
+    mod._tma_device = lambda device: True
+    return mod
+
+
+def check(ref_path: str, source: str) -> dict:
+    """The candidate (TMA forced) against the reference in float64; the switches of its layouts."""
+    ref = types.ModuleType("ref")
+    exec(compile(Path(ref_path).read_text(), ref_path, "exec"), ref.__dict__)
+    cand = with_tma(source)
+    torch.manual_seed(0)
+    model = ref.Model(*ref.get_init_inputs())
+    ours = cand.Model(*ref.get_init_inputs())
+    ours.load_state_dict(model.state_dict())
+    x = ref.get_inputs()[0]
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(x.double())
+        got = ours(x)
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * float(want.nan_to_num(0, 0, 0).abs().max()),
+                               equal_nan=True)
+    return {"switches": [{k: v for k, v in layout.switches.items() if k.startswith("TMA")}
+                         for layout in cand._CONV_LAYOUTS.values()]}
+
+
+def run_checks(jobs_path: str) -> None:
+    """In the subprocess (TRITON_INTERPRET set before Triton's import): each job's outcome, a JSON line."""
+    for ref_path, source in json.loads(Path(jobs_path).read_text()):
+        try:
+            out = {"ok": True, **check(ref_path, source)}
+        except Exception:  # noqa: BLE001 - the job's failure is the report
+            out = {"ok": False, "why": traceback.format_exc()[-3000:]}
+        print(json.dumps(out), flush=True)
+
+
+@pytest.mark.slow  # the candidates under the interpreter, in a subprocess
+def test_the_tma_path_matches_float64_where_the_plan_takes_it(tmp_path):
+    """Stride-1 convolutions 2D and 3D, stride along d or h, transposed ones (one phase and
+    several), a channel tail past the view (TMA's zeros) and one in the copy, groups whose
+    channels fill whole blocks, x read in place: TMA for both operands, and the result within
+    fp32 tolerance of float64 (infs where a tail or a neighbouring group would meet them)."""
+    jobs = [candidate(tmp_path, name, text, tiles) for name, (text, tiles) in TAKEN.items()]
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    here, tests = str(Path(__file__).parent), str(Path(__file__).parents[1])
+    proc = subprocess.run([sys.executable, "-c", RUNNER.format(here=here, tests=tests), str(tmp_path / "jobs.json")],
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == len(TAKEN), proc.stdout[-3000:] + proc.stderr[-3000:]
+    bad = {name: r["why"] for name, r in zip(TAKEN, results, strict=True) if not r["ok"]}
+    assert not bad, bad
+    for name, r in zip(TAKEN, results, strict=True):
+        assert r["switches"] == [{"TMA_A": True, "TMA_B": True}], (name, r["switches"])
+
+
+def layout_switches(tmp_path, monkeypatch, name: str, text: str, tiles: dict, tma: bool) -> dict:
+    """The plan's switches for the form's input, TMA forced where `tma` (else the CPU's own answer)."""
+    _, source = candidate(tmp_path, name, text, tiles)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    mod = with_tma(source) if tma else module(source, monkeypatch)
+    ref = module(text, monkeypatch)
+    return conv_plan(mod, ref.get_inputs()[0], ref.Model(*ref.get_init_inputs())).switches
+
+
+@pytest.mark.parametrize("name", KEPT)
+def test_the_input_keeps_pointers_where_a_descriptor_would_read_wrong_elements(tmp_path, monkeypatch, name):
+    """A stride along w (a tile's rows not consecutive rows), a group's channels not whole blocks
+    (a block would read the next group's), NCHW read in place (channels not contiguous), tiles
+    across output rows (rows of padding between), or a block mostly past the channels: the
+    input through pointers; the weight through TMA all the same."""
+    switches = layout_switches(tmp_path, monkeypatch, name, *KEPT[name], tma=True)
+    assert (switches["TMA_A"], switches["TMA_B"]) == (False, True)
+
+
+def test_no_tma_without_the_device_or_with_the_setting_off(tmp_path, monkeypatch):
+    """The CPU has no TMA: pointers for both operands; `_TMA` 0 keeps them on a TMA device."""
+    name = next(iter(TAKEN))
+    text, tiles = TAKEN[name]
+    off = layout_switches(tmp_path, monkeypatch, name, text, tiles, tma=False)
+    assert (off["TMA_A"], off["TMA_B"]) == (False, False)
+    off = layout_switches(tmp_path, monkeypatch, name, text, {**tiles, "TMA": 0}, tma=True)
+    assert (off["TMA_A"], off["TMA_B"]) == (False, False)

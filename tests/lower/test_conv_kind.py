@@ -257,7 +257,8 @@ for wide in (False, True):
     values = {"BLOCK_M": setting("BLOCK_M"), "BLOCK_N": setting("BLOCK_N"), "BLOCK_K": setting("BLOCK_K"),
               "GROUP_M": setting("GROUP_M"), "PRECISION": setting("PRECISION"),
               "ROUND": setting("PRECISION") == "tf32", "WIDE": wide, "CHUNKS": wide, "VEC": 1,
-              "RUN": setting("BLOCK_K") if wide else 1, "ROWS": wide}  # the plan's layouts with the 64-bit indices
+              "RUN": setting("BLOCK_K") if wide else 1, "ROWS": wide,  # the plan's layouts with the 64-bit indices
+              "TMA_A": False, "TMA_B": False}  # pointers (tests/lower/test_conv_tma.py compiles the TMA path)
     signature = {p.name: "constexpr" if "constexpr" in str(p.annotation) else "*i32" if p.name == "t_ptr"
                  else "*fp32" if p.name.endswith("_ptr") else "i32" for p in params}
     constants = {p.name: values[p.name] for p in params if signature[p.name] == "constexpr"}

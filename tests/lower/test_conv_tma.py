@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
@@ -178,3 +179,72 @@ def test_no_tma_without_the_device_or_with_the_setting_off(tmp_path, monkeypatch
     assert (off["TMA_A"], off["TMA_B"]) == (False, False)
     off = layout_switches(tmp_path, monkeypatch, name, text, {**tiles, "TMA": 0}, tma=True)
     assert (off["TMA_A"], off["TMA_B"]) == (False, False)
+
+
+SM90_SCRIPT = r"""
+import json, re, sys, types
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler.compiler import ASTSource
+path, kernel, job = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+mod = types.ModuleType("cand")
+exec(compile(open(path).read(), path, "exec"), mod.__dict__)
+compiled = triton.compile(ASTSource(getattr(mod, kernel), job["signature"], job["constants"]),
+                          target=GPUTarget("cuda", 90, 32), options={"num_warps": job["warps"], "num_stages": job["stages"]})
+ptx = compiled.asm["ptx"]
+print(json.dumps({"tma": ptx.count("cp.async.bulk.tensor.2d"), "wgmma": ptx.count("wgmma.mma_async"),
+                  "copies": sorted(set(re.findall(r"cp\.async\.c[ag]\.shared\.global [^;]*, (0x[0-9a-f]+),", ptx)))}))
+"""
+
+
+@pytest.mark.slow  # Triton compiles for sm_90 (ptxas)
+@pytest.mark.parametrize("origin", ["template:conv", "template:conv_tf32"])
+def test_the_tma_path_compiles_for_hopper(tmp_path, monkeypatch, origin):
+    """Compiled for sm_90 here, without a GPU, at the kind's default tiles (128 x 128 on 8 warps)
+    as a launch at the form's input specializes it: both operands copied to shared memory by TMA
+    (cp.async.bulk.tensor), the products on wgmma, and no per-thread copy left but the table's
+    4-byte entries."""
+    pytest.importorskip("triton.backends.nvidia")
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    text = form("nn.Conv2d(cin, cout, 3, padding=1)", "torch.relu(y) * self.p", "torch.rand(batch, cin, 2, 128)", 32, 128, 2)
+    path = tmp_path / "conv.py"
+    path.write_text(text)
+    source = next(p.source for p in plan(ctx_for(path, "cuda")) if p.origin == origin)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    mod, ref = with_tma(source), module(text, monkeypatch)
+    p = conv_plan(mod, ref.get_inputs()[0], ref.Model(*ref.get_init_inputs()))
+    assert p.switches["TMA_A"] and p.switches["TMA_B"]
+    _, packed, table, sizes = p.launches[0]
+    kernel = next(k for k in vars(mod) if k.endswith("_kernel") and k.startswith("fused_conv"))
+    prefix = kernel[:-len("_kernel")].upper()
+    params = [q for q in __import__("inspect").signature(getattr(mod, kernel).fn).parameters.values()]
+    constants = {**{k: getattr(mod, f"{prefix}_{k}") for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "PRECISION")},
+                 **{k: v for k, v in p.switches.items() if k != "PRECISION"}, "WIDE": False}
+    values = {"x_ptr": p.a, "w_ptr": packed, **dict(zip(
+        [q.name for q in params if "constexpr" not in str(q.annotation) and not q.name.endswith("_ptr")], sizes, strict=True))}
+    signature = {}
+    for q in params:
+        if q.name in constants:
+            signature[q.name] = "constexpr"
+        elif q.name == "t_ptr":
+            signature[q.name] = "*i32"  # 32-bit indices on a GPU (the interpreter's are 64-bit: WIDE)
+        elif q.name.endswith("_ptr") and q.name not in values:
+            signature[q.name] = "*fp32"  # the epilogue's
+        else:
+            signature[q.name], _ = native_specialize_impl(BaseBackend, values[q.name], False, True, True)
+            if signature[q.name] == "constexpr":
+                constants[q.name] = values[q.name]
+    job = {"signature": signature, "constants": constants, "warps": getattr(mod, f"{prefix}_NUM_WARPS"),
+           "stages": getattr(mod, f"{prefix}_NUM_STAGES")}
+    assert job["warps"] == 8 and constants["BLOCK_M"] == constants["BLOCK_N"] == 128
+    (tmp_path / "cand.py").write_text(source)
+    proc = subprocess.run([sys.executable, "-c", SM90_SCRIPT, str(tmp_path / "cand.py"), kernel, json.dumps(job)],
+                          capture_output=True, text=True, timeout=600, check=False,
+                          env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+    if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr:
+        pytest.skip("no ptxas in this Triton")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got["tma"] >= 2 and got["wgmma"] > 0 and got["copies"] == ["0x4"], got

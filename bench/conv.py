@@ -2,7 +2,7 @@
 their real sizes, against cuDNN (eager, PyTorch's default flags) and torch.compile (default mode).
 
     python3 bench/conv.py --kb .kb/KernelBench [--problems "2:87,7 1:63"]
-                          [--time-limit 150] [--no-compile] [--no-tiles] [--smoke]
+                          [--time-limit 150] [--no-compile] [--no-tiles | --tma] [--smoke]
 
 Per problem, in one process: eager in NCHW and in channels_last (the two layouts the evaluator
 measures the reference's own error in; the larger error is the reference's), torch.compile, and
@@ -10,7 +10,10 @@ okgit's template candidates as `okgit optimize` proposes them on a GPU (the vend
 with its fused epilogue, the implicit-GEMM convolution in 3xTF32 and in TF32, the channels-last
 vendor one), each at its defaults; then the TF32 convolution, and the 3xTF32 one where the TF32
 one breaks the rule, over a compact set of tile settings, each one setting away from the
-defaults. Every arm's max abs error against float64 (the reference model in float64) is shown
+defaults. --tma instead: the implicit-GEMM kernel's TMA path against its pointer path (`_TMA` 0) at
+the same tiles (the TF32 one at its defaults and at BLOCK_K 16, where 16 input channels fill a
+K step; the 3xTF32 one at its defaults), each arm saying which operands its plan read through
+TMA, and a table of the pairs. Every arm's max abs error against float64 (the reference model in float64) is shown
 beside the reference's, and `rule` says whether it is within 4x of it (or 32 ulps of the
 output's magnitude): the evaluator's precision rule for contractions (docs/evaluation.md).
 
@@ -21,7 +24,7 @@ seconds (default 150), a problem already started skips its arms left after GRACE
 marked "time limit"), and the problems not started are printed as the next call's --problems;
 they run in the order --problems gives. Writes $OUT/conv.json (OUT defaults to /tmp/out).
 --smoke: CPU, Triton interpreter, tiny shapes and two problems of its own, nothing timed: the
-plumbing only.
+plumbing only (with --tma, the plan finds TMA on the CPU: the tests' seam, `_tma_device`).
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ TILES = [{"BLOCK_M": 64}, {"BLOCK_K": 64}, {"NUM_WARPS": 8}, {"NUM_STAGES": 4}, 
 # past --time-limit, a problem already started runs its arms this much longer at most: one arm
 # (a torch.compile of a convolution: tens of seconds) may still overrun it
 GRACE_S = 30.0
+# --tma: per implicit-GEMM kind, its tile settings, each run with TMA on (the default) and off
+TMA_TILES = {"template:conv_tf32": [{}, {"BLOCK_K": 16}], "template:conv": [{}]}
 GROUP = re.compile(r"^(FUSED_CONV(?:_TF32)?_\d+_)BLOCK_M: int", re.MULTILINE)
 
 
@@ -77,7 +82,7 @@ def conv_settings(source: str, settings: dict) -> str:
     return with_settings(source, {prefix[1] + k: v for k, v in settings.items()})
 
 
-def problems(b: Bench, files: list, compile_too: bool, tiles: bool, rows: list, pool, save) -> None:
+def problems(b: Bench, files: list, compile_too: bool, tiles: bool, tma: bool, rows: list, pool, save) -> None:
     from okgit.eval.worker import calls
 
     torch = b.torch
@@ -119,7 +124,9 @@ def problems(b: Bench, files: list, compile_too: bool, tiles: bool, rows: list, 
         ref = reference_error(row)
         for arm in row["arms"].values():
             arm["rule"] = within_rule(arm["err"], ref) if arm["err"] and ref else None
-        if tiles:
+        if tma:
+            tma_arms(b, row, sources, model, args, want64, ref, tag, knobs)
+        elif tiles:
             for origin in tile_arms(row, sources):
                 for settings in TILES[: 1 if b.smoke else None]:
                     if b.out_of_time():
@@ -133,6 +140,41 @@ def problems(b: Bench, files: list, compile_too: bool, tiles: bool, rows: list, 
         save()  # after each problem: a call killed from outside keeps what finished
         print(problem_line(row), flush=True)
         want64 = model = cl_model = args = cl_args = arms = None  # freed before the next problem's tensors
+
+
+def tma_arms(b: Bench, row: dict, sources: dict[str, str], model, args, want64, ref, tag: str, knobs) -> None:
+    """--tma: each implicit-GEMM kind's TMA_TILES with TMA on and off, and which operands went through TMA."""
+    for kind, settings_list in TMA_TILES.items():
+        origin = next((o for o in sources if o == kind or o.startswith(kind + "+")), None)
+        for settings, tma in ((s, t) for s in settings_list for t in (1, 0)) if origin else ():
+            if b.out_of_time():
+                return
+            module = load(conv_settings(sources[origin], {**settings, "TMA": tma}), tag + "_tma")
+            if b.smoke:
+                module._tma_device = lambda device: True  # the tests' seam: the CPU's interpreter runs descriptors
+            cand, _ = build(module, b.device, knobs)
+            cand.load_state_dict(model.state_dict())
+            err, us, why = b.run(lambda fn=cand: fn(*args), want64)
+            used = [(layout.switches["TMA_A"], layout.switches["TMA_B"]) for layout in module._CONV_LAYOUTS.values()]
+            row["arms"][f"{origin} {label({**settings, 'tma': tma})}"] = {
+                "us": us, "err": err, "error": why, "rule": within_rule(err, ref) if err and ref else None,
+                "tma": sorted({"A+B" if a and w else "B" if w else "A" if a else "none" for a, w in used})}
+
+
+def tma_summary(rows: list) -> list[str]:
+    """--tma: per problem and setting, the TMA path's time against the pointer path's."""
+    out = ["", "| problem | arm | TMA us | pointers us | pointers / TMA | TMA path | error TMA | error pointers |",
+           "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        for arm, on in row["arms"].items():
+            off = row["arms"].get(arm.replace("tma=1", "tma=0"))
+            if "tma=1" not in arm or off is None:
+                continue
+            ratio = f"{off['us'] / on['us']:.2f}x" if on.get("us") and off.get("us") else "-"
+            out.append(f"| {row['key']} | {arm.replace(', tma=1', '').replace('tma=1', 'defaults')} "
+                       f"| {on['error'] or fmt_us(on['us'])} | {off['error'] or fmt_us(off['us'])} | {ratio} "
+                       f"| {'/'.join(on.get('tma', [])) or '-'} | {fmt_err(on['err'])} | {fmt_err(off['err'])} |")
+    return out
 
 
 def spec(files: list) -> str:
@@ -170,7 +212,8 @@ def problem_line(row: dict) -> str:
     parts = [f"{row['key']} {row['file'][:48]}: {row['flops'] / 1e9:.1f} GFLOP"]
     for arm, r in row["arms"].items():
         parts.append(f"  {arm}: " + (r["error"] or f"{fmt_us(r['us'])} {tflops(row['flops'], r['us'])} error "
-                                                   f"{fmt_err(r['err'])} rule {fmt_rule(r['rule'])}"))
+                                                   f"{fmt_err(r['err'])} rule {fmt_rule(r['rule'])}")
+                     + (f" (TMA: {'/'.join(r['tma']) or '-'})" if "tma" in r else ""))
     if not any(a.startswith("template:conv") for a in row["arms"]):
         parts.append(f"  no implicit-GEMM candidate: {'; '.join(row['notes']) or 'no convolution in the graph'}")
     return "\n".join(parts)
@@ -252,6 +295,7 @@ def main() -> int:
     parser.add_argument("--time-limit", type=float, default=150.0, help="start no problem after this many seconds")
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile arm (its compiles take much of the time)")
     parser.add_argument("--no-tiles", action="store_true", help="the candidates at their defaults only")
+    parser.add_argument("--tma", action="store_true", help="the TMA path against the pointer path at the same tiles")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     refused = check_machine(args, need_kb=True)
@@ -273,9 +317,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, \
             concurrent.futures.ProcessPoolExecutor(max_workers=8, mp_context=spawn) as pool:
         files = problem_files(smoke_kb(Path(tmp)) if args.smoke else args.kb, "1:1 2:2" if args.smoke else args.problems)
-        problems(b, files, not args.no_compile, not args.no_tiles, rows, pool, save)
+        problems(b, files, not args.no_compile, not args.no_tiles, args.tma, rows, pool, save)
     save()
-    lines = summary(rows)
+    lines = summary(rows) + (tma_summary(rows) if args.tma else [])
     lines += ["", f"exploration figures (do_bench medians, one process; {device}); {time.monotonic() - t0:.0f} s"]
     print("\n".join(lines), flush=True)
     return 0

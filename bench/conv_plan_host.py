@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import os
 import statistics
@@ -34,6 +35,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = "okgit/lower/kinds/conv_plan.py.tmpl"
+GEMM_PLAN = "okgit/lower/kinds/gemm_plan.py.tmpl"  # the GEMM kind's helpers it uses: _tma_device, TensorDescriptor
 HEADER = "import torch\nimport triton\nimport triton.language as tl\n\n"
 # (problem, x's shape, w's shape, block_n as the conv kind picks it, settings): from the files
 SHAPES = [
@@ -56,7 +58,7 @@ def plan_module(text: str, name: str, folder: Path, device: torch.device) -> typ
     """The plan's template as a module (from a file: Triton reads its kernels' source); without a
     GPU its input copy stubbed (see the docstring)."""
     path = folder / f"{name}.py"
-    path.write_text(HEADER + text)
+    path.write_text(HEADER + (ROOT / GEMM_PLAN).read_text() + "\n\n" + text)  # as a candidate carries both
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
@@ -78,13 +80,14 @@ def _input_without_copy(x, pads, copy, channels=None):
 def host_ms(mod: types.ModuleType, x, w, block_n: int, settings: dict, repeat: int, clear: bool) -> float:
     """Median host milliseconds of one _ConvPlan construction."""
     times = []
+    tma = (1,) if "tma" in inspect.signature(mod._ConvPlan).parameters else ()  # a setting since the TMA path
     for _ in range(repeat + 1):  # the first one warms up (and fills the kept layouts)
         if clear and hasattr(mod, "_CONV_LAYOUTS"):
             mod._CONV_LAYOUTS.clear()
         if x.is_cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()
-        mod._ConvPlan(x, w, 128, block_n, 32, "tf32x3", 1, **settings)
+        mod._ConvPlan(x, w, 128, block_n, 32, "tf32x3", 1, *tma, **settings)
         times.append(time.perf_counter() - start)
     return statistics.median(times[1:]) * 1e3
 

@@ -29,6 +29,19 @@ channels. Where an output row rounds up to whole
 tiles with little waste (ROWS), a tile holds positions of one row: contiguous in the output, so
 its stores coalesce.
 
+TMA (Hopper and later, `_tma_device`; `<NAME>_TMA` 0 keeps pointers): the packed weight is read
+through a TMA descriptor over it as 2D [groups * NP, KP] wherever the device has TMA (K-major,
+zero-padded, aligned: always a block of the view). The input is, where a tile's rows at a K step
+are consecutive rows of the input's 2D view [positions, channels] (the copy, or x in place where
+it is channels-last and aligned): ROWS, a step along w of one position (stride 1 along w, and
+every transposed convolution's phases), and a K step one tap's block of BLOCK_K channels of one
+group (a group's channels a multiple of BLOCK_K, or a single group's padded to 4 in the copy,
+the block's tail read as TMA's zeros past the view, at most a quarter of K wasted; never another
+group's channels, since 0 * NaN is NaN). The table then holds per K step the tap's row and the
+block's channel; a tile's rows past its output row read other positions or zeros and are masked
+at the store. Elsewhere (strides along w, groups of few channels, channels read in place NCHW,
+tiles across rows) the input keeps its pointer gathers (`_conv_tma_input` decides, per layout).
+
 Precision is a candidate of its own: cuDNN may run a fp32 convolution in TF32 under PyTorch's
 default flags, and whether it did at a shape is what the reference's own error against float64
 shows, which the evaluator's precision rule for contractions judges (docs/evaluation.md). The

@@ -68,7 +68,7 @@ def plan_module(text: str, name: str, folder: Path, device: torch.device) -> typ
     return mod
 
 
-def _input_without_copy(x, pads, copy, channels=None):
+def _input_without_copy(x, pads, copy, channels=None, tf32=False):
     """What _conv_input returns, without the copy's kernel (its values are never read here);
     `channels`: the copy's, where the template pads them (the "before" revision may not)."""
     if not any(lo or hi for lo, hi in pads) and (not copy or x.permute(0, 2, 3, 4, 1).is_contiguous()):

@@ -85,48 +85,76 @@ test_conv_tma.run_checks(sys.argv[1])
 """
 
 
-def candidate(tmp_path: Path, name: str, text: str, tiles: dict) -> tuple[str, str]:
-    """The op file's path and its 3xTF32 convolution candidate, rendered for a GPU, its tiles set."""
+def candidate(tmp_path: Path, name: str, text: str, tiles: dict, origin: str = "template:conv") -> tuple[str, str]:
+    """The op file's path and its convolution candidate `origin`, rendered for a GPU, its tiles set."""
     path = tmp_path / (re.sub(r"\W+", "_", name) + ".py")
     path.write_text(text)
-    source = next(p.source for p in plan(ctx_for(path, "cuda")) if p.origin == "template:conv")
+    source = next(p.source for p in plan(ctx_for(path, "cuda")) if p.origin == origin)
     for key, value in {**TILES, **tiles}.items():
         source = setting(source, key, value)
     return str(path), source
 
 
-def with_tma(source: str) -> types.ModuleType:
-    """The candidate as a module whose plan finds TMA on any device (the seam: _tma_device)."""
+def with_tma(source: str, tma: bool = True) -> types.ModuleType:
+    """The candidate as a module whose plan finds TMA on any device where `tma` (the seam: _tma_device)."""
     mod = types.ModuleType("cand")
     exec(compile(source, "cand.py", "exec"), mod.__dict__)
-    mod._tma_device = lambda device: True
+    if tma:
+        mod._tma_device = lambda device: True
     return mod
 
 
-def check(ref_path: str, source: str) -> dict:
-    """The candidate (TMA forced) against the reference in float64; the switches of its layouts."""
+def tf32(t: torch.Tensor) -> torch.Tensor:
+    """t rounded to TF32 (to nearest), as a TF32 cuDNN kernel takes its operands."""
+    return ((t.view(torch.int32) + 0x1000) & -8192).view(torch.float32)
+
+
+def check(ref_path: str, source: str, rounded: bool, tma: bool) -> dict:
+    """The candidate (TMA forced where `tma`) against the reference in float64, its convolution's
+    operands rounded to TF32 first where `rounded` (the TF32 kind's, to 64 ulps: and farther from
+    the exact result); the switches of its layouts."""
     ref = types.ModuleType("ref")
     exec(compile(Path(ref_path).read_text(), ref_path, "exec"), ref.__dict__)
-    cand = with_tma(source)
+    cand = with_tma(source, tma)
     torch.manual_seed(0)
     model = ref.Model(*ref.get_init_inputs())
     ours = cand.Model(*ref.get_init_inputs())
     ours.load_state_dict(model.state_dict())
     x = ref.get_inputs()[0]
     with torch.no_grad():
-        want = copy.deepcopy(model).double()(x.double())
-        got = ours(x)
-    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * float(want.nan_to_num(0, 0, 0).abs().max()),
-                               equal_nan=True)
-    return {"switches": [{k: v for k, v in layout.switches.items() if k.startswith("TMA")}
+        exact = copy.deepcopy(model).double()(x.double())
+        got = ours(x).double()
+        if rounded:
+            model.conv.weight.copy_(tf32(model.conv.weight))
+            want = copy.deepcopy(model).double()(tf32(x).double())
+            ulps = 64 * 2.0**-23 * float(want.abs().max())
+            assert float((got - want).abs().max()) < ulps < float((got - exact).abs().max())
+    if not rounded:
+        torch.testing.assert_close(got, exact, rtol=1e-4, atol=1e-4 * float(exact.nan_to_num(0, 0, 0).abs().max()),
+                                   equal_nan=True)
+    return {"switches": [{k: v for k, v in layout.switches.items() if k.startswith(("TMA", "ROUND"))}
                          for layout in cand._CONV_LAYOUTS.values()]}
+
+
+def run_jobs(tmp_path: Path, jobs: list) -> list[dict]:
+    """Each job (ref_path, source, rounded, tma) checked in one subprocess under the interpreter."""
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    here, tests = str(Path(__file__).parent), str(Path(__file__).parents[1])
+    proc = subprocess.run([sys.executable, "-c", RUNNER.format(here=here, tests=tests), str(tmp_path / "jobs.json")],
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == len(jobs), proc.stdout[-3000:] + proc.stderr[-3000:]
+    bad = [r["why"] for r in results if not r["ok"]]
+    assert not bad, bad
+    return results
 
 
 def run_checks(jobs_path: str) -> None:
     """In the subprocess (TRITON_INTERPRET set before Triton's import): each job's outcome, a JSON line."""
-    for ref_path, source in json.loads(Path(jobs_path).read_text()):
+    for ref_path, source, rounded, tma in json.loads(Path(jobs_path).read_text()):
         try:
-            out = {"ok": True, **check(ref_path, source)}
+            out = {"ok": True, **check(ref_path, source, rounded, tma)}
         except Exception:  # noqa: BLE001 - the job's failure is the report
             out = {"ok": False, "why": traceback.format_exc()[-3000:]}
         print(json.dumps(out), flush=True)
@@ -138,18 +166,25 @@ def test_the_tma_path_matches_float64_where_the_plan_takes_it(tmp_path):
     several), a channel tail past the view (TMA's zeros) and one in the copy, groups whose
     channels fill whole blocks, x read in place: TMA for both operands, and the result within
     fp32 tolerance of float64 (infs where a tail or a neighbouring group would meet them)."""
-    jobs = [candidate(tmp_path, name, text, tiles) for name, (text, tiles) in TAKEN.items()]
-    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
-    here, tests = str(Path(__file__).parent), str(Path(__file__).parents[1])
-    proc = subprocess.run([sys.executable, "-c", RUNNER.format(here=here, tests=tests), str(tmp_path / "jobs.json")],
-                          capture_output=True, text=True, timeout=900, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert len(results) == len(TAKEN), proc.stdout[-3000:] + proc.stderr[-3000:]
-    bad = {name: r["why"] for name, r in zip(TAKEN, results, strict=True) if not r["ok"]}
-    assert not bad, bad
+    results = run_jobs(tmp_path, [(*candidate(tmp_path, name, text, tiles), False, True)
+                                  for name, (text, tiles) in TAKEN.items()])
     for name, r in zip(TAKEN, results, strict=True):
-        assert r["switches"] == [{"TMA_A": True, "TMA_B": True}], (name, r["switches"])
+        assert r["switches"] == [{"ROUND": False, "TMA_A": True, "TMA_B": True}], (name, r["switches"])
+
+
+@pytest.mark.slow  # the candidates under the interpreter, in a subprocess
+def test_one_tf32_pass_rounds_both_operands_to_nearest_on_either_path(tmp_path):
+    """The TF32 kind's operands come rounded to TF32 (to nearest) where the plan writes them (the
+    input's copy, the packed weight), so the products read them as they are; x read in place is
+    rounded in the kernel (ROUND). Either way, through TMA or pointers, the result is the
+    convolution of the rounded operands, and not the exact one."""
+    forms = ["conv2d, stride 1, a tile past the row's end", "1x1, channels-last read in place"]
+    jobs = [(*candidate(tmp_path, name, *TAKEN[name], origin="template:conv_tf32"), True, tma)
+            for name in forms for tma in (True, False)]
+    results = run_jobs(tmp_path, jobs)
+    assert [r["switches"] for r in results] == [
+        [{"ROUND": False, "TMA_A": True, "TMA_B": True}], [{"ROUND": False, "TMA_A": False, "TMA_B": False}],
+        [{"ROUND": True, "TMA_A": True, "TMA_B": True}], [{"ROUND": True, "TMA_A": False, "TMA_B": False}]]
 
 
 def layout_switches(tmp_path, monkeypatch, name: str, text: str, tiles: dict, tma: bool) -> dict:

@@ -47,7 +47,9 @@ default flags, and whether it did at a shape is what the reference's own error a
 shows, which the evaluator's precision rule for contractions judges (docs/evaluation.md). The
 kind `conv` multiplies in 3xTF32 (`<NAME>_PRECISION` "tf32x3", Triton splitting the operands in
 the kernel: the fp32 reference's accuracy on tensor cores), `conv_tf32` in one TF32 pass with
-operands rounded to nearest, as a TF32 cuDNN kernel; both are offered on a GPU (optional, each
+operands rounded to nearest, as a TF32 cuDNN kernel (rounded where the plan writes them, the
+input's copy and the packed weight, so the products read them from shared memory as they are;
+in the kernel where x is read in place); both are offered on a GPU (optional, each
 a candidate alone; the TF32 one not on a CPU, whose reference never runs in TF32) and the
 evaluator keeps what it judges correct. The tile order is the GEMM
 kind's (`_gemm_tile`).

@@ -226,9 +226,11 @@ mod = types.ModuleType("cand")
 exec(compile(open(path).read(), path, "exec"), mod.__dict__)
 compiled = triton.compile(ASTSource(getattr(mod, kernel), job["signature"], job["constants"]),
                           target=GPUTarget("cuda", 90, 32), options={"num_warps": job["warps"], "num_stages": job["stages"]})
-ptx = compiled.asm["ptx"]
+ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
+dots = re.findall(r"ttng\.warp_group_dot [^{]*\{[^}]*\} : (\S+)", ttgir)  # A's type
 print(json.dumps({"tma": ptx.count("cp.async.bulk.tensor.2d"), "wgmma": ptx.count("wgmma.mma_async"),
-                  "copies": sorted(set(re.findall(r"cp\.async\.c[ag]\.shared\.global [^;]*, (0x[0-9a-f]+),", ptx)))}))
+                  "copies": sorted(set(re.findall(r"cp\.async\.c[ag]\.shared\.global [^;]*, (0x[0-9a-f]+),", ptx))),
+                  "dots": len(dots), "a_shared": sum(d.startswith("!ttg.memdesc") for d in dots)}))
 """
 
 
@@ -238,7 +240,8 @@ def test_the_tma_path_compiles_for_hopper(tmp_path, monkeypatch, origin):
     """Compiled for sm_90 here, without a GPU, at the kind's default tiles (128 x 128 on 8 warps)
     as a launch at the form's input specializes it: both operands copied to shared memory by TMA
     (cp.async.bulk.tensor), the products on wgmma, and no per-thread copy left but the table's
-    4-byte entries."""
+    4-byte entries. In one TF32 pass (operands rounded ahead) every product reads A from shared
+    memory as TMA wrote it; 3xTF32 splits A in registers first."""
     pytest.importorskip("triton.backends.nvidia")
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
@@ -283,3 +286,4 @@ def test_the_tma_path_compiles_for_hopper(tmp_path, monkeypatch, origin):
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.splitlines()[-1])
     assert got["tma"] >= 2 and got["wgmma"] > 0 and got["copies"] == ["0x4"], got
+    assert got["dots"] > 0 and got["a_shared"] == (got["dots"] if origin == "template:conv_tf32" else 0), got

@@ -12,8 +12,8 @@ vendor one), each at its defaults; then the TF32 convolution, and the 3xTF32 one
 one breaks the rule, over a compact set of tile settings, each one setting away from the
 defaults. --tma instead: the implicit-GEMM kernel's TMA path against its pointer path (`_TMA` 0) at
 the same tiles (the TF32 one at its defaults and at BLOCK_K 16, where 16 input channels fill a
-K step; the 3xTF32 one at its defaults), each arm saying which operands its plan read through
-TMA, and a table of the pairs. Every arm's max abs error against float64 (the reference model in float64) is shown
+K step; the 3xTF32 one at its defaults; these replace the two kinds' default arms), each arm
+saying which operands its plan read through TMA, and a table of the pairs. Every arm's max abs error against float64 (the reference model in float64) is shown
 beside the reference's, and `rule` says whether it is within 4x of it (or 32 ulps of the
 output's magnitude): the evaluator's precision rule for contractions (docs/evaluation.md).
 
@@ -108,7 +108,8 @@ def problems(b: Bench, files: list, compile_too: bool, tiles: bool, tma: bool, r
         arms: list = [("eager", model, None)] + ([("eager channels_last", cl_model, cl_args)] if cl_model else [])
         sources = dict(found["candidates"])
         for origin, source in found["candidates"]:
-            arms.append((origin, source, None))
+            if not (tma and tma_kind(origin)):  # --tma: those at their defaults are its "tma=1" arms
+                arms.append((origin, source, None))
         if compile_too and not b.smoke:
             arms.append(("torch.compile", torch.compile(model), None))
         for arm, what, own_args in arms:
@@ -145,7 +146,7 @@ def problems(b: Bench, files: list, compile_too: bool, tiles: bool, tma: bool, r
 def tma_arms(b: Bench, row: dict, sources: dict[str, str], model, args, want64, ref, tag: str, knobs) -> None:
     """--tma: each implicit-GEMM kind's TMA_TILES with TMA on and off, and which operands went through TMA."""
     for kind, settings_list in TMA_TILES.items():
-        origin = next((o for o in sources if o == kind or o.startswith(kind + "+")), None)
+        origin = next((o for o in sources if tma_kind(o) == kind), None)
         for settings, tma in ((s, t) for s in settings_list for t in (1, 0)) if origin else ():
             if b.out_of_time():
                 return
@@ -159,6 +160,11 @@ def tma_arms(b: Bench, row: dict, sources: dict[str, str], model, args, want64, 
             row["arms"][f"{origin} {label({**settings, 'tma': tma})}"] = {
                 "us": us, "err": err, "error": why, "rule": within_rule(err, ref) if err and ref else None,
                 "tma": sorted({"A+B" if a and w else "B" if w else "A" if a else "none" for a, w in used})}
+
+
+def tma_kind(origin: str) -> str | None:
+    """The TMA_TILES kind a candidate's origin ("template:conv_tf32+rows") is of, if any."""
+    return next((k for k in TMA_TILES if origin == k or origin.startswith(k + "+")), None)
 
 
 def tma_summary(rows: list) -> list[str]:

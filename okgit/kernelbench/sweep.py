@@ -97,7 +97,7 @@ def run_sweep(
         sweep = _Sweep(flags, out_dir, timeout_s, timer, gpu, checking, extra_env, top,
                        f"modal:{config.modal_gpu}" if modal else None, say, stop, admission)
         with stop.on_signals():
-            reran = _run_all(pool, sweep.job, pending, done, out_dir, say)
+            reran = _run_all(pool, sweep, pending, done, out_dir, say)
     unfinished = [p.key for p in selected if p.key not in done]
     report = SweepReport(
         dir=str(Path(dir).resolve()), out=str(out_dir), device="modal" if modal else ("cuda" if gpu else "cpu"),
@@ -106,7 +106,7 @@ def run_sweep(
         problems=[done[p.key] for p in selected if p.key in done],
         summary=summarize([done[p.key] for p in selected if p.key in done]),
         cross_check=check_note, pending=unfinished,
-        in_flight=[p.key for p in selected if p.key in unfinished and (out_dir / "in_flight" / f"{slug(p)}.json").is_file()],
+        in_flight=[p.key for p in selected if p.key in unfinished and _in_flight(out_dir, p)],
     )
     report.calls_wall_s = _add_call(out_dir, report.wall_s)
     _write_report(report, out_dir, reran, stop)
@@ -206,23 +206,46 @@ class _Sweep:
     def job(self, problem: KBProblem, slot: Slot) -> ProblemResult | None:
         """One problem run in `slot`, its state saved and its line said; None when the sweep
         stopped before it could start or finish (its state then says how to go on)."""
-        if self.stop.is_set() or self.stop.left() < START_CUTOFF_S:
+        if self._late():
             return None
-        device = self.device or slot.name
         with self._admitted(problem, slot) as admitted:
-            if not admitted:
+            return self._run(problem, slot) if admitted else None
+
+    def next_job(self, problems: dict[str, KBProblem], slot: Slot) -> ProblemResult | None:
+        """On a GPU shared by several problems: the first problem in the admission's line that
+        fits beside those running on `slot`'s device, run there (`job`'s answer)."""
+        assert self.admission is not None
+        if self._late():
+            return None
+        taken = self.admission.take(slot.device, self.stop)
+        if taken is None:
+            return None
+        key, waited = taken
+        try:
+            if self._late():  # admitted after a long wait: too close to the stop to start
                 return None
-            try:
-                result = _run_problem(problem, slot, self.flags, self.out_dir, self.timeout_s, timer=self.timer,
-                                      gpu=self.gpu, cross_check=self.cross_check, device=device,
-                                      extra_env=self.extra_env, stop=self.stop, top=self.top)
-            except ProblemInterrupted:
-                again = "resumes it" if problem.level < 3 else "starts it over"  # a campaign is not resumable
-                self.say(f"{problem.key}: stopped in flight; the next sweep with this --out {again}")
-                return None
-            except OkgitError as e:  # e.g. git or Modal failing for this problem: recorded, the sweep goes on
-                result = ProblemResult(key=problem.key, level=problem.level, id=problem.id, name=problem.name,
-                                       status="error", device=device, error=str(e))
+            if waited > 1.0:
+                self.say(f"{key}: waited {waited:.0f} s for room on {slot.name}")
+            return self._run(problems[key], slot)
+        finally:
+            self.admission.leave(key, slot.device)
+
+    def _late(self) -> bool:
+        return self.stop.is_set() or self.stop.left() < START_CUTOFF_S
+
+    def _run(self, problem: KBProblem, slot: Slot) -> ProblemResult | None:
+        device = self.device or slot.name
+        try:
+            result = _run_problem(problem, slot, self.flags, self.out_dir, self.timeout_s, timer=self.timer,
+                                  gpu=self.gpu, cross_check=self.cross_check, device=device,
+                                  extra_env=self.extra_env, stop=self.stop, top=self.top)
+        except ProblemInterrupted:
+            again = "resumes it" if problem.level < 3 else "starts it over"  # a campaign is not resumable
+            self.say(f"{problem.key}: stopped in flight; the next sweep with this --out {again}")
+            return None
+        except OkgitError as e:  # e.g. git or Modal failing for this problem: recorded, the sweep goes on
+            result = ProblemResult(key=problem.key, level=problem.level, id=problem.id, name=problem.name,
+                                   status="error", device=device, error=str(e))
         _save_state(_state_path(self.out_dir, problem), result)
         speed = f"{fmt_speed(result.speedup_eager)} vs eager" if result.speedup_eager is not None else "untimed"
         self.say(f"{result.key}: {result.status}, {'correct' if result.correct else 'not correct'}, {speed} "
@@ -263,20 +286,30 @@ def _modal_baselines(config: Config, flags: dict[str, Any], parallel: int, owned
     return timer, {MAX_CONTAINERS_ENV: str(share)}
 
 
-def _run_all(pool: DevicePool, job: Callable[[KBProblem, Slot], ProblemResult | None], pending: list[KBProblem],
-             done: dict[str, ProblemResult], out_dir: Path, say: Callable[[str], None]) -> list[str]:
+def _run_all(pool: DevicePool, sweep: _Sweep, pending: list[KBProblem], done: dict[str, ProblemResult],
+             out_dir: Path, say: Callable[[str], None]) -> list[str]:
     """Every pending problem into `done` (those the sweep stopped before their end stay out);
-    the keys of those run again alone."""
-    reran: list[str] = []
-    for r in pool.map(job, pending):
+    the keys of those run again alone. On a GPU the problems wait in one line, those resumed
+    from their runs first, then the largest (by their memory estimate) first: the largest start
+    as soon as there is room for them, the small ones fill the room beside them."""
+    if sweep.admission is not None:
+        needs = {p.key: estimate(p.path) for p in pending}
+        line = sorted(pending, key=lambda p: (not _in_flight(out_dir, p), -needs[p.key]))
+        sweep.admission.line_up([(p.key, needs[p.key]) for p in line])
+        by_key = {p.key: p for p in pending}
+        results = pool.map(lambda _, slot: sweep.next_job(by_key, slot), pending)
+    else:
+        results = pool.map(sweep.job, pending)
+    for r in results:
         if r is not None:
             done[r.key] = r
+    reran: list[str] = []
     # A problem that failed for the device's memory while others ran beside it is run
     # again alone, so that its verdict is never another problem's doing.
     if len(pool.slots) > 1:
         for p in [p for p in pending if p.key in done and out_of_memory(done[p.key], out_dir, p)]:
             say(f"{p.key}: out of memory with {len(pool.slots)} problems at once; running it again alone")
-            again = job(p, pool.slots[0])
+            again = sweep.job(p, pool.slots[0])
             if again is None:  # stopped: it runs again in the next sweep, not counted as its first run's error
                 del done[p.key]
                 _state_path(out_dir, p).unlink(missing_ok=True)
@@ -320,6 +353,11 @@ def _check_settings(out_dir: Path, flags: dict[str, Any]) -> None:
 
 def _flag_text(flags: dict[str, Any]) -> str:
     return " ".join(f"--{k.replace('_', '-')} {v}" for k, v in sorted(flags.items())) or "no flags"
+
+
+def _in_flight(out_dir: Path, p: KBProblem) -> bool:
+    """Whether an earlier sweep stopped `p` in flight (its run resumes)."""
+    return (out_dir / "in_flight" / f"{slug(p)}.json").is_file()
 
 
 def _state_path(out_dir: Path, p: KBProblem) -> Path:

@@ -294,6 +294,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 and item.get_closest_marker("slow") is None and item.get_closest_marker("gpu") is None]
     if unmarked:
         raise pytest.UsageError(f"tests using the real evaluator must be marked slow: {', '.join(unmarked)}")
+    items[:] = slow_modules_first(items)
+
+
+def slow_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The modules with the most slow tests first, each module's tests in their own order.
+    pytest-xdist (`--dist loadscope --no-loadscope-reorder`, pyproject.toml) hands whole modules
+    to its two processes in this order: the long modules start at once and the fast ones, last,
+    fill whichever process finishes first. (By test count, xdist's own order, a module of one
+    40 s test came last and the other process idled while it ran.)"""
+    slow: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        slow[module] = slow.get(module, 0) + (item.get_closest_marker("slow") is not None)
+    return sorted(items, key=lambda item: -slow[item.nodeid.split("::")[0]])  # stable: ties keep their order
 
 
 def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import OP, OP_SOURCE, okgit, record_run, sh, snapshot
+from conftest import OP, OP_SOURCE, record_run, sh, snapshot
 
 from okgit import __version__
 from okgit.journal.events import Event, InterruptedEvent, Note, Preparing, ProposalEvent, ReferenceEvent, RunStarted
@@ -213,8 +213,6 @@ def test_version_and_resume_without_the_path(cli, git_repo: Path) -> None:
 
 @pytest.mark.slow  # a real okgit process stopped by a signal, then resumed here with real evaluation
 def test_resume_without_the_path_continues_the_run(cli, git_repo: Path) -> None:
-
-
     proc = subprocess.Popen([sys.executable, "-m", "okgit", "optimize", OP, "--device", "cpu", "--iterations", "2"],
                             cwd=git_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -225,13 +223,12 @@ def test_resume_without_the_path_continues_the_run(cli, git_repo: Path) -> None:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     run_id = out.split("--resume ")[-1].strip()
-    resumed = subprocess.run([sys.executable, "-m", "okgit", "optimize", "--resume", "latest", "--device", "cpu",
-                              "--iterations", "2", "--json"], cwd=git_repo, capture_output=True, text=True, timeout=600)
+    resumed = cli("optimize", "--resume", "latest", "--device", "cpu", "--iterations", "2", "--json", cwd=git_repo)
     assert resumed.returncode == 0, resumed.stderr
     result = json.loads(resumed.stdout)
     assert result["run_id"] == run_id and result["status"] == "unverified", result
     assert "set TRITON_INTERPRET=1 before Python starts" in Path(result["report"]).read_text()
-    assert okgit("optimize", "--resume", run_id, cwd=git_repo).stdout.startswith(f"run {run_id}: ")
+    assert cli("optimize", "--resume", run_id, cwd=git_repo).stdout.startswith(f"run {run_id}: ")
 
 
 def test_apply_of_a_cpu_run_says_how_to_run_it_on_a_cpu(cli, git_repo: Path) -> None:

@@ -9,6 +9,7 @@ tampers with its own inputs only computes the op on other values than the judge'
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 import warnings
@@ -284,13 +285,12 @@ def pin_flags(torch: Any) -> None:
 
 def warm_up(torch: Any, device: str, profiler: bool = True) -> None:
     """Pay one-time costs before the job, while the worker idles: the first switch to
-    deterministic algorithms (about a second: lazy imports), a Triton launch (driver utilities),
-    and on a GPU a profiler session and events (not in a profiling pass's worker: its tool takes
-    CUPTI alone)."""
+    deterministic algorithms, a Triton launch (driver utilities), and on a GPU a profiler session
+    and events (not in a profiling pass's worker: its tool takes CUPTI alone)."""
     from okgit.eval.worker.warm import fill_kernel
 
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.use_deterministic_algorithms(False)
+    deterministic(torch, True)
+    deterministic(torch, False)
     buf = torch.empty(16, device=device)
     fill_kernel[(1,)](buf, 16, BLOCK=16)
     if device == "cuda" and profiler:
@@ -311,12 +311,24 @@ class poisoned:
         import torch.utils.deterministic as det
 
         warnings.filterwarnings("ignore", message=".*does not have a deterministic implementation.*")
-        self.torch.use_deterministic_algorithms(True, warn_only=True)
+        deterministic(self.torch, True)
         # a property of torch's module subclass (_Deterministic), which the module's type does not show
         det.fill_uninitialized_memory = True  # type: ignore[attr-defined]
 
     def __exit__(self, *exc: Any) -> None:
-        self.torch.use_deterministic_algorithms(False)
+        deterministic(self.torch, False)
+
+
+def deterministic(torch: Any, mode: bool) -> None:
+    """torch.use_deterministic_algorithms(mode, warn_only=mode) less its import of Inductor, which
+    it makes to set Inductor's own flag: a second of every worker's and judge's start, as long as
+    the rest of it on a CPU. Where Inductor is not loaded, the default of its flag (an environment
+    variable) says the same, for a candidate that loads it later."""
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(mode, warn_only=mode)
+    else:
+        torch._C._set_deterministic_algorithms(mode, warn_only=mode)
+        os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1" if mode else "0"
 
 
 def init_names(cls: type) -> list[str]:

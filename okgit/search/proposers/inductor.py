@@ -46,8 +46,8 @@ SEED_NICE = 10
 
 class InductorProposer:
     """One seed in torch.compile's default mode; on a GPU, where Inductor's kernels at static
-    sizes differ in kind from its dynamic ones (a reduction kept in registers rather than
-    looped), a second that takes the static kernels at exactly the timed shape and the dynamic
+    sizes differ from its dynamic ones (a reduction kept in registers rather than looped, or
+    only the sizes as constants in the index arithmetic), a second that takes the static kernels at exactly the timed shape and the dynamic
     ones elsewhere, so that the search keeps the specialisation only where it times faster; then
     one in max-autotune-no-cudagraphs (more launch configs, coordinate descent, Triton GEMM and
     convolution templates against the vendor's), which costs minutes of compilation and can find
@@ -188,5 +188,5 @@ def _files(answer: dict[str, Any], mode: str) -> list[tuple[str, str]]:
     if answer.get("specialised"):
         files.append((Path(answer["specialised"]).read_text(),
                       f"{what}; and Inductor's kernels compiled static for exactly the timed shape, taken there "
-                      f"(they differ in kind: {answer.get('differs')}), kept only if this times faster"))
+                      f"(they differ: {answer.get('differs')}), kept only if this times faster"))
     return files

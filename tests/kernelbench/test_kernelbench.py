@@ -370,3 +370,15 @@ def test_a_problem_out_of_memory_beside_others_is_run_again_alone(tmp_path, monk
     assert [n for k, n in seen if k.endswith("/1_ScaledRelu")][-1] == 1  # the last try ran alone
     assert any("ran again alone after an out-of-memory failure" in n and "1_ScaledRelu" in n for n in report.notes)
     assert all(r.correct for r in report.problems)
+
+
+def test_the_whole_sets_geomean_counts_the_reference_where_no_kernel_was_handed_out():
+    rs = [result("level1/1_A", True, 2.0, 1.5, eager_us=100.0, compile_us=75.0),
+          result("level1/2_B", False, eager_us=100.0, compile_us=50.0),  # slower or fallback: eager kept
+          result("level1/3_C", False, 5.0, 5.0, eager_us=10.0, compile_us=20.0),  # incorrect: its speed never counts
+          result("level1/4_D", False)]  # not even the baselines timed: left out
+    eager, compiled = summarize(rs).scores
+    assert eager.geomean_kept == pytest.approx((2.0 * 1.0 * 1.0) ** (1 / 3)) and eager.kept_over == 3
+    assert compiled.geomean_kept == pytest.approx((1.5 * 0.5 * 2.0) ** (1 / 3)) and compiled.kept_over == 3
+    assert eager.geomean_speedup == pytest.approx(2.0) and eager.timed == 1  # the wins alone, as before
+    assert "| 1.26x over 3 |" in SweepReport(dir="d", out="o", device="cuda", problems=rs, summary=summarize(rs)).markdown()

@@ -81,6 +81,12 @@ class ProblemResult(BaseModel):
     def speedup(self, baseline: str) -> float | None:
         return self.speedup_eager if baseline == "eager" else self.speedup_compile
 
+    @property
+    def own_kernel(self) -> bool:
+        """Whether okgit found a correct kernel of its own, handed out or (slower than the
+        reference: `slower`) kept under its tag."""
+        return self.correct or (self.status == "slower" and self.best_tag is not None)
+
     def speedup_kept(self, baseline: str) -> float | None:
         """What the user runs after okgit against `baseline`: the winner where a correct kernel was
         handed out and timed, else the reference itself, kept (eager: 1.0; torch.compile: its time
@@ -107,6 +113,7 @@ class Summary(BaseModel):
     problems: int
     correct: int
     correctness_rate: float
+    own_kernels: int = 0  # problems with a correct kernel of okgit's own, faster or not (ProblemResult.own_kernel)
     timed: int  # problems whose speedups were measured
     scores: list[BaselineScores]
     llm_usd: float
@@ -154,7 +161,7 @@ def summarize(results: list[ProblemResult]) -> Summary:
     usd = sum(r.llm_usd for r in results)
     return Summary(
         problems=len(results), correct=correct,
-        correctness_rate=correct / len(results) if results else 0.0,
+        correctness_rate=correct / len(results) if results else 0.0, own_kernels=sum(r.own_kernel for r in results),
         timed=sum(r.timed for r in results), scores=scores,
         llm_usd=round(usd, 6), cost_per_kernel=round(usd / correct, 6) if correct else None,
         gpu_s=round(sum(r.gpu_s for r in results), 3),
@@ -252,7 +259,8 @@ def _scores(s: Summary) -> list[str]:
         lines.append(f"| {b.baseline} | {cells} | {gm} | {kept} |")
     lines += [
         "",
-        f"correct {s.correct}/{s.problems} ({s.correctness_rate:.0%}); timed {s.timed}; "
+        f"correct {s.correct}/{s.problems} ({s.correctness_rate:.0%}); a correct kernel of okgit's own, "
+        f"faster or not, on {s.own_kernels}; timed {s.timed}; "
         f"device time {s.gpu_s:.1f} s; LLM ${s.llm_usd:.4f}"
         + (f" (${s.cost_per_kernel:.4f} per correct kernel)" if s.cost_per_kernel is not None else ""),
     ]

@@ -382,3 +382,13 @@ def test_the_whole_sets_geomean_counts_the_reference_where_no_kernel_was_handed_
     assert compiled.geomean_kept == pytest.approx((1.5 * 0.5 * 2.0) ** (1 / 3)) and compiled.kept_over == 3
     assert eager.geomean_speedup == pytest.approx(2.0) and eager.timed == 1  # the wins alone, as before
     assert "| 1.26x over 3 |" in SweepReport(dir="d", out="o", device="cuda", problems=rs, summary=summarize(rs)).markdown()
+
+
+def test_a_slower_kernel_kept_under_its_tag_is_one_of_okgits_own_but_not_handed_out():
+    slower = result("level1/9_S", False, eager_us=10.0, compile_us=10.0).model_copy(
+        update={"status": "slower", "best_tag": "okgit/r/c010"})
+    rs = [result("level1/1_A", True, 2.0, 2.0, eager_us=10.0, compile_us=10.0), slower, result("level1/3_C", False)]
+    s = summarize(rs)
+    assert (s.correct, s.own_kernels) == (1, 2)  # fast_0 counts handed-out kernels; own kernels the slower one too
+    assert "a correct kernel of okgit's own, faster or not, on 2" in SweepReport(
+        dir="d", out="o", device="cuda", problems=rs, summary=s).markdown()

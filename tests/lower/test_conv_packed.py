@@ -188,6 +188,20 @@ print(json.dumps({int(w, 16): copies.count(w) for w in set(copies)}))
 """
 
 
+def compiled_for_sm90(tmp_path, source: str, kernel: str, job: dict, script: str) -> dict:
+    """`script` run on the candidate `source` in a process of its own (compiling `kernel` for
+    sm_90 with `job`'s signature, constants, warps and stages, outside the interpreter): what it
+    printed last, as JSON; skipped where this Triton has no ptxas."""
+    (tmp_path / "cand.py").write_text(source)
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "cand.py"), kernel, json.dumps(job)],
+                          capture_output=True, text=True, timeout=600, check=False,
+                          env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+    if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr:
+        pytest.skip("no ptxas in this Triton")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
 @pytest.mark.slow  # Triton compiles for sm_90 (ptxas)
 @pytest.mark.parametrize(("name", "vector_a"), [("chunks, grouped 3d, channel tail", True),
                                                 ("runs, several taps a step, padding", True), ("padded channels, 3 of 4, 3d", True),
@@ -235,14 +249,7 @@ def test_tiles_load_with_16_byte_vectors_on_hopper(tmp_path, monkeypatch, name, 
                 aligned.append(i)
     job = {"signature": signature, "constants": constants, "aligned": aligned, "warps": 8,
            "stages": getattr(mod, f"{prefix}_NUM_STAGES")}
-    (tmp_path / "cand.py").write_text(source)
-    proc = subprocess.run([sys.executable, "-c", SM90_SCRIPT, str(tmp_path / "cand.py"), kernel, json.dumps(job)],
-                          capture_output=True, text=True, timeout=600, check=False,
-                          env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
-    if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr:
-        pytest.skip("no ptxas in this Triton")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    widths = {int(k): v for k, v in json.loads(proc.stdout.splitlines()[-1]).items()}
+    widths = {int(k): v for k, v in compiled_for_sm90(tmp_path, source, kernel, job, SM90_SCRIPT).items()}
     if vector_a:
         assert widths.get(16) and not widths.get(4), widths
     else:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_conv_kind import ctx_for, form, setting
-from test_conv_packed import conv_plan, module, with_inf
+from test_conv_packed import compiled_for_sm90, conv_plan, module, with_inf
 
 from okgit.search.proposers.templates import plan
 
@@ -277,13 +276,6 @@ def test_the_tma_path_compiles_for_hopper(tmp_path, monkeypatch, origin):
     job = {"signature": signature, "constants": constants, "warps": getattr(mod, f"{prefix}_NUM_WARPS"),
            "stages": getattr(mod, f"{prefix}_NUM_STAGES")}
     assert job["warps"] == 8 and constants["BLOCK_M"] == constants["BLOCK_N"] == 128
-    (tmp_path / "cand.py").write_text(source)
-    proc = subprocess.run([sys.executable, "-c", SM90_SCRIPT, str(tmp_path / "cand.py"), kernel, json.dumps(job)],
-                          capture_output=True, text=True, timeout=600, check=False,
-                          env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
-    if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr:
-        pytest.skip("no ptxas in this Triton")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.splitlines()[-1])
+    got = compiled_for_sm90(tmp_path, source, kernel, job, SM90_SCRIPT)
     assert got["tma"] >= 2 and got["wgmma"] > 0 and got["copies"] == ["0x4"], got
     assert got["dots"] > 0 and got["a_shared"] == (got["dots"] if origin == "template:conv_tf32" else 0), got

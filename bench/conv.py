@@ -132,15 +132,21 @@ def problems(b: Bench, files: list, compile_too: bool, tiles: bool, tma: bool, r
                 for settings in TILES[: 1 if b.smoke else None]:
                     if b.out_of_time():
                         break
-                    cand, _ = build(load(conv_settings(sources[origin], settings), tag + "_tile"), b.device, knobs)
-                    cand.load_state_dict(model.state_dict())
-                    err, us, why = b.run(lambda fn=cand: fn(*args), want64)
-                    row["arms"][f"{origin} {label(settings)}"] = {
-                        "us": us, "err": err, "error": why, "rule": within_rule(err, ref) if err and ref else None}
+                    module = load(conv_settings(sources[origin], settings), tag + "_tile")
+                    row["arms"][f"{origin} {label(settings)}"] = setting_arm(b, module, model, args, want64, ref, knobs)
         rows.append(row)
         save()  # after each problem: a call killed from outside keeps what finished
         print(problem_line(row), flush=True)
         want64 = model = cl_model = args = cl_args = arms = None  # freed before the next problem's tensors
+
+
+def setting_arm(b: Bench, module, model, args, want64, ref, knobs) -> dict:
+    """One candidate module at settings of its own, with the reference's weights: its time, its
+    error against float64 and whether that is within the rule."""
+    cand, _ = build(module, b.device, knobs)
+    cand.load_state_dict(model.state_dict())
+    err, us, why = b.run(lambda fn=cand: fn(*args), want64)
+    return {"us": us, "err": err, "error": why, "rule": within_rule(err, ref) if err and ref else None}
 
 
 def tma_arms(b: Bench, row: dict, sources: dict[str, str], model, args, want64, ref, tag: str, knobs) -> None:
@@ -153,13 +159,10 @@ def tma_arms(b: Bench, row: dict, sources: dict[str, str], model, args, want64, 
             module = load(conv_settings(sources[origin], {**settings, "TMA": tma}), tag + "_tma")
             if b.smoke:
                 module._tma_device = lambda device: True  # the tests' seam: the CPU's interpreter runs descriptors
-            cand, _ = build(module, b.device, knobs)
-            cand.load_state_dict(model.state_dict())
-            err, us, why = b.run(lambda fn=cand: fn(*args), want64)
+            arm = setting_arm(b, module, model, args, want64, ref, knobs)
             used = [(layout.switches["TMA_A"], layout.switches["TMA_B"]) for layout in module._CONV_LAYOUTS.values()]
-            row["arms"][f"{origin} {label({**settings, 'tma': tma})}"] = {
-                "us": us, "err": err, "error": why, "rule": within_rule(err, ref) if err and ref else None,
-                "tma": sorted({"A+B" if a and w else "B" if w else "A" if a else "none" for a, w in used})}
+            arm["tma"] = sorted({"A+B" if a and w else "B" if w else "A" if a else "none" for a, w in used})
+            row["arms"][f"{origin} {label({**settings, 'tma': tma})}"] = arm
 
 
 def tma_kind(origin: str) -> str | None:

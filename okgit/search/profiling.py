@@ -9,7 +9,8 @@ as a `profiled` event; the verdict, already written, is never touched.
 
 The pass keeps to a share of the search's time: once it has taken more than PROFILE_SHARE of the
 wall time since the search began, it waits until the search has run long enough again (the
-reference and the first best are always profiled). A tool that is missing or not permitted is
+reference and the first best are always profiled, and passes that took under PROFILE_FREE_S in
+all are never paused). A tool that is missing or not permitted is
 said once, in a note.
 """
 
@@ -24,6 +25,9 @@ from okgit.search.types import Attempt, Context
 PROFILE_WITHIN = 0.03  # a correct candidate this close to the best speedup is profiled too
 PROFILE_SHARE = 0.10  # of the search's wall time, at most, once the first two passes are done
 ALWAYS = 2  # passes that run whatever they cost: the reference's and the first best's
+# passes that have cost less than this in all are never paused: over a search of milliseconds (an
+# evaluator in memory) the share is the noise of the clock, and a whole pass costs seconds
+PROFILE_FREE_S = 1.0
 
 
 class ProfilePass:
@@ -68,7 +72,7 @@ class ProfilePass:
 
     def _affordable(self) -> bool:
         elapsed = time.monotonic() - self.started
-        if self.passes < ALWAYS or self.spent_s <= PROFILE_SHARE * elapsed:
+        if self.passes < ALWAYS or self.spent_s <= max(PROFILE_SHARE * elapsed, PROFILE_FREE_S):
             return True
         self._note("paused", f"profiling pass: paused, it has taken {self.spent_s:.0f} s of the search's "
                              f"{elapsed:.0f} s (at most {PROFILE_SHARE:.0%}); it goes on as the search does")

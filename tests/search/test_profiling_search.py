@@ -320,3 +320,16 @@ def test_a_gemms_precision_comes_first_whatever_bounds_it():
     for bottleneck in ("memory", "compute", "latency"):
         found = [s.control for s, _ in variants(source, 1 << 20, 4096, Focus.of(ProfileData(bottleneck_type=bottleneck)))]
         assert found[0] == "precision" and "precision" in first_seen(found)[:1], (bottleneck, found)
+
+
+def test_passes_that_cost_under_a_second_in_all_are_never_paused():
+    ctx = Context(problem=load_problem("relu2.py", source=OP), reference=REFERENCE, backend="triton", device="cuda",
+                  log=lambda type, **f: None)
+    evaluator = InMemoryEvaluator(judge, device="cuda", ref_runtime_us=100.0,
+                                  profiler=lambda source, base: counters_profile())
+    search = Search(ctx, evaluator, Budget(iterations=4, patience=99), accept=lambda a: None)
+    search.profiling.passes = 5
+    search.profiling.spent_s = 0.9  # far past 10% of a search of milliseconds, yet under a second
+    assert search.profiling._affordable()
+    search.profiling.spent_s = 1.1
+    assert not search.profiling._affordable()

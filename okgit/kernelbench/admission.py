@@ -69,6 +69,7 @@ class Admission:
         self._changed = threading.Condition()
         self._line: list[tuple[str, int]] = []  # (key, estimate) not yet taken, in the order they run
         self._passed_over: dict[str, float] = {}  # the first in line while smaller ones went ahead: since when
+        self._crowded: set[str] = set()  # problems that had another beside them on their device at some time
 
     def line_up(self, problems: list[tuple[str, int]]) -> None:
         """The problems `take` hands out, (key, estimate) in the order they should start."""
@@ -87,7 +88,7 @@ class Admission:
                 if i is not None:
                     key, need = self._line.pop(i)
                     self._passed_over.pop(key, None)
-                    self.running.setdefault(device, {})[key] = need
+                    self._join(device, key, need)
                     return key, time.monotonic() - started
                 if stop.is_set():
                     return None
@@ -112,11 +113,22 @@ class Admission:
             while True:
                 running = self.running.setdefault(device, {})
                 if not running or self.used(device) + estimate <= self.capacity.get(device, 0):
-                    running[key] = estimate
+                    self._join(device, key, estimate)
                     return time.monotonic() - started
                 if stop.is_set():
                     return None
                 self._changed.wait(POLL_S)
+
+    def _join(self, device: str, key: str, need: int) -> None:
+        running = self.running.setdefault(device, {})
+        running[key] = need
+        if len(running) > 1:
+            self._crowded.update(running)
+
+    def had_company(self, key: str) -> bool:
+        """Whether another problem ran beside `key` on its device at any time while it ran."""
+        with self._changed:
+            return key in self._crowded
 
     def leave(self, key: str, device: str) -> None:
         with self._changed:

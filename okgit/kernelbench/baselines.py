@@ -130,7 +130,8 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
             input_sets = []
             for seed in range(INPUT_SETS):
                 torch.manual_seed(seed)
-                input_sets.append(_to(device, ref.get_inputs()))
+                with torch.device(device):  # drawn there, as the evaluator draws: 17 GB on the host took a minute
+                    input_sets.append(_to(device, ref.get_inputs()))
             arms: dict[str, Callable] = {"eager": eager}
             if fast is not None and not error:
                 arms["okgit"] = fast

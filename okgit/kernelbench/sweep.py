@@ -305,9 +305,11 @@ def _run_all(pool: DevicePool, sweep: _Sweep, pending: list[KBProblem], done: di
             done[r.key] = r
     reran: list[str] = []
     # A problem that failed for the device's memory while others ran beside it is run
-    # again alone, so that its verdict is never another problem's doing.
+    # again alone, so that its verdict is never another problem's doing (one that ran alone
+    # is not: its own memory is its verdict, and running it again would only repeat it).
     if len(pool.slots) > 1:
-        for p in [p for p in pending if p.key in done and out_of_memory(done[p.key], out_dir, p)]:
+        crowded = sweep.admission.had_company if sweep.admission is not None else lambda key: True
+        for p in [p for p in pending if p.key in done and crowded(p.key) and out_of_memory(done[p.key], out_dir, p)]:
             say(f"{p.key}: out of memory with {len(pool.slots)} problems at once; running it again alone")
             again = sweep.job(p, pool.slots[0])
             if again is None:  # stopped: it runs again in the next sweep, not counted as its first run's error

@@ -85,3 +85,29 @@ def test_on_a_gpu_resumed_problems_start_first_then_the_largest(tmp_path, monkey
     expected = [resumed.key] + sorted((p.key for p in problems if p is not resumed), key=lambda k: -sizes[k])
     assert s.order == expected and sorted(done) == sorted(p.key for p in problems)
     assert adm.running["cpu:0"] == {}  # each left the device when it ended
+
+
+def test_a_problem_that_ran_alone_is_not_run_again_for_its_own_out_of_memory(tmp_path, monkeypatch):
+    """Only company makes an out-of-memory failure no verdict: a problem too large to share the
+    device ran alone, and running it again alone would repeat the same minutes (the sweep did,
+    and threw away a finished run when its time limit came during the repeat)."""
+    problems = find_problems(FIXTURE, None, None)
+    big = problems[0]
+    sizes = {p.key: (95 if p is big else 10) * GiB for p in problems}
+    monkeypatch.setattr(sweep, "estimate", lambda path: sizes[next(p.key for p in problems if p.path == path)])
+
+    class OutOfMemory(_Recorded):
+        def _run(self, problem, slot):
+            self.order.append(problem.key)
+            time.sleep(0.2)  # the others, which fit together, overlap one another
+            return ProblemResult(key=problem.key, level=problem.level, id=problem.id, name=problem.name,
+                                 status="error", device=slot.name, error="torch.OutOfMemoryError: CUDA out of memory")
+
+    adm = admission.Admission({"cpu:0": 100 * GiB}, {}.get)
+    s = OutOfMemory({}, tmp_path, 60.0, None, True, False, {}, 1, None, lambda line: None, admission=adm)
+    s.order = []
+    reran = sweep._run_all(DevicePool(["cpu:0"], slots=3), s, problems, {}, tmp_path, lambda line: None)
+    assert s.order[0] == big.key and not adm.had_company(big.key)
+    assert big.key not in reran and s.order.count(big.key) == 1
+    others = [p.key for p in problems if p is not big]
+    assert all(adm.had_company(k) for k in others) and sorted(reran) == sorted(others)

@@ -109,3 +109,11 @@ def test_an_out_of_memory_that_passes_is_retried_into_a_verdict(git_repo: Path, 
     result = optimize(git_repo, [slow(5.0)], thorough=once_then_fine)
     assert result.status == RunStatus.optimized and len(tries) == 2
     assert [e["type"] for e in events(git_repo, result.run_id)].count("retry") == 1
+
+
+def test_a_runner_up_the_search_timed_far_below_the_reference_is_not_gated(git_repo: Path) -> None:
+    result = optimize(git_repo, [slow(25.0), slow(11.5), slow(10.8), slow(10.9)])
+    gated = [e["cand"] for e in events(git_repo, result.run_id) if e["type"] == "gate" and e["name"] == "thorough"]
+    # ranked 10.8 (0.93x), 10.9 (0.92x), 11.5 (0.87x): the best always, a runner-up at 0.9x or more
+    assert gated == ["c003", "c004"]
+    assert result.status == RunStatus.slower and result.speedup == pytest.approx(REF_US / 10.8)

@@ -94,6 +94,13 @@ def test_worker_env_has_no_credentials():
         assert k not in env
 
 
+def test_only_the_judge_on_a_gpu_grows_its_allocator_segments_in_place():
+    user = {"PATH": "/bin", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}
+    assert worker_env("cuda:0", user, role="judge")["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert worker_env("cuda:0", user)["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:64"  # timed: the user's own
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in worker_env("cpu", {"PATH": "/bin"}, role="judge")
+
+
 def test_tolerance_scales_and_respects_reference_error():
     import torch
 

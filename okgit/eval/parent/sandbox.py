@@ -44,8 +44,14 @@ CREDENTIAL = re.compile(
 )
 
 
-def worker_env(device: str, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """Only what torch, triton and the compilers need; never a credential."""
+JUDGE_ALLOC_CONF = "expandable_segments:True"
+
+
+def worker_env(device: str, environ: dict[str, str] | None = None, role: str = "worker") -> dict[str, str]:
+    """Only what torch, triton and the compilers need; never a credential. The judge's
+    allocator grows its segments in place: it holds float64 copies and cached outputs of many
+    sizes, and a 32 GiB float64 copy of a 17 GB input did not fit while 28 GiB it had reserved
+    lay free in pieces. The workers keep the user's allocator: they are the ones timed."""
     source = os.environ if environ is None else environ
     env = {k: v for k, v in source.items() if _KEEP.match(k) and not CREDENTIAL.search(k)}
     env["PYTHONUNBUFFERED"] = "1"
@@ -57,6 +63,8 @@ def worker_env(device: str, environ: dict[str, str] | None = None) -> dict[str, 
         env.pop("TRITON_INTERPRET", None)
         # the worker sees its one GPU only, as "cuda": nothing it runs can touch another
         env["CUDA_VISIBLE_DEVICES"] = physical_id(device)
+        if role == "judge":
+            env["PYTORCH_CUDA_ALLOC_CONF"] = JUDGE_ALLOC_CONF
     return env
 
 
@@ -176,7 +184,7 @@ class WorkerProcess:
             self.proc = subprocess.Popen(
                 [*(wrap or []), sys.executable, "-m", program, "--device", "cpu" if device == "cpu" else "cuda", *(args or [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.dir,
-                env=worker_env(device), start_new_session=True, preexec_fn=self._limits,
+                env=worker_env(device, role=self.role), start_new_session=True, preexec_fn=self._limits,
             )
         self._lines = Lines(self.proc)
         _STARTED[id(self)] = self

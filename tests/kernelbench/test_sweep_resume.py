@@ -48,7 +48,7 @@ def test_a_problem_stopped_in_flight_resumes_its_run_in_the_next_sweep(tmp_path)
     again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     (problem,) = json.loads(again.stdout)["problems"]
-    assert problem["correct"] and problem["run_id"] == run_dir.name and problem["calls"] == 2
+    assert problem["correct"] and problem["run_id"] == run_dir.name and problem["calls"] == 2, (problem, again.stderr[-3000:])
     assert not (out / "in_flight" / "level2_1_ScaleShift.json").exists()
     events = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
     if result["status"] == "interrupted":

@@ -29,6 +29,7 @@ class CrossCheck(BaseModel):
 
 
 STAGES = ("reference", "seeds", "search", "final gate", "check", "baselines")  # a problem's stages, in order
+PROFILE = "profile"  # the profiling pass: its seconds lie within the stages' (the reference's, the search's)
 
 
 class StageTime(BaseModel):
@@ -275,15 +276,18 @@ def _time_lines(report: SweepReport) -> list[str]:
     if not timed:
         return []
     stages = [s for s in STAGES if any(s in r.time for r in timed)]
-    lines = ["", "Where the time went (seconds; wall, and the device's lock: shared s / exclusive s, waited s):", "",
-             "| problem | wall | " + " | ".join(stages) + " | device excl. | device shared | lock wait |",
-             "|---|---|" + "---|" * (len(stages) + 3)]
+    lines = ["", "Where the time went (seconds; wall, and the device's lock: shared s / exclusive s, waited s; "
+             "the profiling pass within the stages, with its share of the wall):", "",
+             "| problem | wall | " + " | ".join(stages) + " | profiling | device excl. | device shared | lock wait |",
+             "|---|---|" + "---|" * (len(stages) + 4)]
     for r in timed:
         lines.append(f"| {r.key} | {r.wall_s:.0f} | " + " | ".join(_cell(r.time.get(s)) for s in stages)
-                     + f" | {_sum(r.time, 'exclusive_s'):.1f} | {_sum(r.time, 'shared_s'):.1f} | {_sum(r.time, 'wait_s'):.1f} |")
-    total = report.summary.time
-    lines.append("| **total** | " + f"{sum(r.wall_s for r in timed):.0f} | " + " | ".join(_cell(total.get(s)) for s in stages)
-                 + f" | {_sum(total, 'exclusive_s'):.1f} | {_sum(total, 'shared_s'):.1f} | {_sum(total, 'wait_s'):.1f} |")
+                     + f" | {_profiling(r.time, r.wall_s)} | {_sum(r.time, 'exclusive_s'):.1f} | {_sum(r.time, 'shared_s'):.1f}"
+                     f" | {_sum(r.time, 'wait_s'):.1f} |")
+    total, wall_total = report.summary.time, sum(r.wall_s for r in timed)
+    lines.append(f"| **total** | {wall_total:.0f} | " + " | ".join(_cell(total.get(s)) for s in stages)
+                 + f" | {_profiling(total, wall_total)} | {_sum(total, 'exclusive_s'):.1f} | {_sum(total, 'shared_s'):.1f}"
+                 f" | {_sum(total, 'wait_s'):.1f} |")
     wall = report.calls_wall_s or report.wall_s
     lines += ["", f"device time: the problems held the device alone for {_sum(total, 'exclusive_s') / 60:.1f} min and "
               f"shared it for {_sum(total, 'shared_s') / 60:.1f} min; the sweep's wall so far {wall / 60:.1f} min "
@@ -295,6 +299,13 @@ def _cell(t: StageTime | None) -> str:
     if t is None:
         return "-"
     return f"{t.wall_s:.0f} ({t.shared_s:.0f}/{t.exclusive_s:.0f}, {t.wait_s:.0f})"
+
+
+def _profiling(times: dict[str, StageTime], wall_s: float) -> str:
+    t = times.get(PROFILE)
+    if t is None or not t.wall_s:
+        return "-"
+    return f"{t.wall_s:.0f} ({100 * t.wall_s / wall_s:.0f}%)" if wall_s else f"{t.wall_s:.0f}"
 
 
 def _sum(times: dict[str, StageTime], field: str) -> float:

@@ -20,17 +20,19 @@ import json
 import time
 from pathlib import Path
 
-from okgit.journal.events import Event, Note, Preparing, ProposalEvent, ReferenceEvent, Resumed, RunFinished
-from okgit.kernelbench.scoring import STAGES, StageTime
+from okgit.journal.events import Event, Note, Preparing, Profiled, ProposalEvent, ReferenceEvent, Resumed, RunFinished
+from okgit.kernelbench.scoring import PROFILE, STAGES, StageTime
 
 _LEDGER_STAGES = {"reference": "reference", "seed": "seeds", "evaluation": "search", "final gate": "final gate",
-                  "check": "check", "baselines": "baselines"}
+                  "check": "check", "baselines": "baselines", "profile": PROFILE}
 SEARCH_ENDED = "search ended"  # the note okgit.run writes between the search and the final gate
 
 
 class StageClock:
     """A run's events, as they come, folded into wall seconds per stage: the time up to each event
-    goes to the stage it ends (an Inductor seed's proposal ends a wait for its compile)."""
+    goes to the stage it ends (an Inductor seed's proposal ends a wait for its compile). The
+    profiling pass's own seconds (`profiled` events) are counted apart, under PROFILE, as well:
+    they lie within the stages' walls, and their share of the run is what issue 32 bounds."""
 
     def __init__(self) -> None:
         self.walls: dict[str, float] = {}
@@ -43,6 +45,8 @@ class StageClock:
             seed = isinstance(event, ProposalEvent) and event.origin.startswith("inductor")
             self.add("seeds" if seed and self.stage == "search" else self.stage, now - self.last)
         self.last = now
+        if isinstance(event, Profiled):
+            self.add(PROFILE, event.seconds)
         if isinstance(event, Preparing):
             self.stage = "reference"  # a resumed run prepares its reference again, before `resumed`
         elif isinstance(event, (ReferenceEvent, Resumed)):

@@ -17,7 +17,16 @@ import pytest
 
 from okgit.errors import UsageError
 from okgit.eval.parent.memory import CUDA_CONTEXT, GiB
-from okgit.journal.events import Note, Preparing, ProposalEvent, ReferenceEvent, Resumed, RunFinished, RunStarted
+from okgit.journal.events import (
+    Note,
+    Preparing,
+    Profiled,
+    ProposalEvent,
+    ReferenceEvent,
+    Resumed,
+    RunFinished,
+    RunStarted,
+)
 from okgit.kernelbench import admission, runs, sweep, timeline
 from okgit.kernelbench.reader import find_problems
 from okgit.kernelbench.scoring import ProblemResult, StageTime, SweepReport, summarize
@@ -67,6 +76,21 @@ def test_the_stage_clock_gives_each_wait_to_the_stage_it_ends(monkeypatch):
     assert stages.walls == {"reference": 24.0, "search": 12.0, "seeds": 40.0, "final gate": 30.0}
 
 
+def test_the_stage_clock_counts_the_profiling_pass_apart_within_the_stages(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(timeline.time, "monotonic", clock)
+    ev = _events()
+    base = {"ts": 0.0, "run": "r"}
+    stages = timeline.StageClock()
+    for event, seconds in ((ev["preparing"], 3), (ev["reference"], 20),
+                           (Profiled(**base, cand=None, profile={}, seconds=6.5, tools=["ncu"]), 7),
+                           (ev["template"], 2), (Profiled(**base, cand="c001", profile={}, seconds=1.5, tools=[]), 2),
+                           (ev["ended"], 1)):
+        clock.now += seconds
+        stages(event)
+    assert stages.walls == {"reference": 23.0, "search": 12.0, "profile": 8.0}
+
+
 def test_a_resumed_run_prepares_its_reference_again_before_it_says_so(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(timeline.time, "monotonic", clock)
@@ -105,19 +129,21 @@ def test_the_report_says_where_the_time_went_per_problem_and_in_total():
         level, rest = key.split("/")
         pid, name = rest.split("_", 1)
         return ProblemResult(key=key, level=int(level[5:]), id=int(pid), name=name, status="optimized", correct=True,
-                             wall_s=sum(t.wall_s for t in stages.values()), time=stages)
+                             wall_s=sum(t.wall_s for s, t in stages.items() if s != "profile"), time=stages)
 
     rs = [result("level1/1_A", reference=StageTime(wall_s=20, shared_s=15, exclusive_s=2, wait_s=1),
-                 search=StageTime(wall_s=60, shared_s=30, exclusive_s=6, wait_s=4)),
+                 search=StageTime(wall_s=60, shared_s=30, exclusive_s=6, wait_s=4),
+                 profile=StageTime(wall_s=8, exclusive_s=1)),  # within the search's wall
           result("level2/3_B", reference=StageTime(wall_s=10, shared_s=8, exclusive_s=1),
                  baselines=StageTime(wall_s=30, shared_s=20, exclusive_s=3, wait_s=2))]
     report = SweepReport(dir="/kb", out="/out", device="cuda", problems=rs, summary=summarize(rs), wall_s=120,
                          calls_wall_s=300)
     assert report.summary.time["reference"] == StageTime(wall_s=30, shared_s=23, exclusive_s=3, wait_s=1)
     md = report.markdown()
-    assert "| problem | wall | reference | search | baselines | device excl. | device shared | lock wait |" in md
-    assert "| level1/1_A | 80 | 20 (15/2, 1) | 60 (30/6, 4) | - | 8.0 | 45.0 | 5.0 |" in md
-    assert "| **total** | 120 | 30 (23/3, 1) | 60 (30/6, 4) | 30 (20/3, 2) | 12.0 | 73.0 | 7.0 |" in md
+    assert "| problem | wall | reference | search | baselines | profiling | device excl. | device shared | lock wait |" in md
+    assert "| level1/1_A | 80 | 20 (15/2, 1) | 60 (30/6, 4) | - | 8 (10%) | 9.0 | 45.0 | 5.0 |" in md
+    assert "| level2/3_B | 40 | 10 (8/1, 0) | - | 30 (20/3, 2) | - | 4.0 | 28.0 | 2.0 |" in md
+    assert "| **total** | 120 | 30 (23/3, 1) | 60 (30/6, 4) | 30 (20/3, 2) | 8 (7%) | 13.0 | 73.0 | 7.0 |" in md
     assert "alone for 0.2 min" in md and "the sweep's wall so far 5.0 min (this call 2.0 min)" in md
 
 

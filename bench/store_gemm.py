@@ -12,7 +12,8 @@ Arms, in this order (the most telling first, so a time limit cuts the least usef
    other settings, the defaults before the store-bound rule among them (`was`: one program per
    tile, 3 stages, plain stores);
 4. this script's own kernel: the whole K in one step (BLOCK_K >= K), tiles walked by a persistent
-   grid or one program each, in precisions 3xTF32 with operands split ahead ("split", three TF32
+   grid or one program each, or ("hold") a program per column block holding B's tile while it
+   walks down the rows, in precisions 3xTF32 with operands split ahead ("split", three TF32
    products into one accumulator), Triton's tf32x3 / bf16x6 split inside, strict fp32 on the CUDA
    cores (`tl.dot` "ieee", and "fma": one rank-1 update per k), and stores plain, streamed,
    evict-first or TMA (whole tile, or two halves: "tma2").
@@ -71,8 +72,8 @@ WAS = {"PERSISTENT": 0, "NUM_STAGES": 3, "STORE": "plain"}  # the kind's default
 # this script's store-only kernel: (store, persistent)
 FLOORS = [("plain", False), ("stream", False), ("tma", False), ("tma", True), ("plain", True)]
 BASE = {"prec": "split", "store": "tma", "persistent": 1, "bm": 128, "bn": 128, "warps": 8, "stages": 2, "per_sm": 1,
-        "columns": 1}
-OWN = [{}, {"store": "tma2"}, {"store": "plain"}, {"store": "stream"}, {"store": "evict_first"}, {"columns": 0},
+        "columns": 1, "hold": 0}
+OWN = [{}, {"hold": 1}, {"hold": 1, "store": "plain"}, {"store": "tma2"}, {"store": "plain"}, {"store": "stream"}, {"store": "evict_first"}, {"columns": 0},
        {"stages": 1}, {"persistent": 0}, {"bm": 64, "warps": 4, "per_sm": 2, "stages": 1}, {"bm": 64, "warps": 4, "persistent": 0},
        {"bn": 256, "store": "tma2", "stages": 1}, {"warps": 4}, {"prec": "tf32x3"}, {"prec": "bf16x6"}, {"prec": "ieee"},
        {"prec": "fma", "store": "tma", "bm": 64, "bn": 128, "warps": 4}, {"prec": "fma", "store": "plain", "persistent": 0,
@@ -131,17 +132,46 @@ def gemm(a, a_lo, b, b_lo, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: t
                 y = tl.load(b + k * N + rn, mask=rn < N, other=0.0)
                 acc += x[:, None] * y[None, :]
         else:
-            in_a = (rm[:, None] < M) & (rk[None, :] < K)
-            in_b = (rn[:, None] < N) & (rk[None, :] < K)
-            at_a, at_b = rm[:, None].to(tl.int64) * K + rk[None, :], rn[:, None].to(tl.int64) * K + rk[None, :]
-            x, y = tl.load(a + at_a, mask=in_a, other=0.0), tl.load(b + at_b, mask=in_b, other=0.0).T
-            if PREC == "split":  # the small products first, all into one accumulator (one K step)
-                acc = tl.dot(tl.load(a_lo + at_a, mask=in_a, other=0.0), y, input_precision="tf32")
-                acc = tl.dot(x, tl.load(b_lo + at_b, mask=in_b, other=0.0).T, acc, input_precision="tf32")
-                acc = tl.dot(x, y, acc, input_precision="tf32")
-            else:
-                acc = tl.dot(x, y, input_precision=PREC)
+            y, y_lo = b_tiles(b, b_lo, rn, rk, N, K, PREC)
+            acc = products(a, a_lo, rm, rk, M, K, y, y_lo, PREC)
         put(c, acc, pm, pn, M, N, BM, BN, STORE)
+
+
+@triton.jit
+def gemm_hold_b(a, a_lo, b, b_lo, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+                STORE: tl.constexpr):
+    # gemm's operands; a program per column block of C and share of its rows (the grid a multiple of
+    # the column blocks): B's tile loaded once and held while the program walks down its rows
+    num_m, num_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+    pn, rk = tl.program_id(0) % num_n, tl.arange(0, BK)
+    y, y_lo = b_tiles(b, b_lo, pn * BN + tl.arange(0, BN), rk, N, K, PREC)
+    for pm in tl.range(tl.program_id(0) // num_n, num_m, tl.num_programs(0) // num_n):
+        acc = products(a, a_lo, pm * BM + tl.arange(0, BM), rk, M, K, y, y_lo, PREC)
+        put(c, acc, pm, pn, M, N, BM, BN, STORE)
+
+
+@triton.jit
+def b_tiles(b, b_lo, rn, rk, N, K, PREC: tl.constexpr):
+    # B's tile [BK, BN] from B^T's rows rn, and its TF32 remainders' where "split"
+    at, inside = rn[:, None].to(tl.int64) * K + rk[None, :], (rn[:, None] < N) & (rk[None, :] < K)
+    y = tl.load(b + at, mask=inside, other=0.0).T
+    if PREC == "split":
+        return y, tl.load(b_lo + at, mask=inside, other=0.0).T
+    else:
+        return y, y
+
+
+@triton.jit
+def products(a, a_lo, rm, rk, M, K, y, y_lo, PREC: tl.constexpr):
+    # A's rows rm times B's tile: "split", the small products first, all into one accumulator (one K step)
+    at, inside = rm[:, None].to(tl.int64) * K + rk[None, :], (rm[:, None] < M) & (rk[None, :] < K)
+    x = tl.load(a + at, mask=inside, other=0.0)
+    if PREC == "split":
+        acc = tl.dot(tl.load(a_lo + at, mask=inside, other=0.0), y, input_precision="tf32")
+        acc = tl.dot(x, y_lo, acc, input_precision="tf32")
+        return tl.dot(x, y, acc, input_precision="tf32")
+    else:
+        return tl.dot(x, y, input_precision=PREC)
 
 
 def tf32_split(x):
@@ -168,7 +198,10 @@ class Arms:
         return self.descriptor.from_tensor(c, [bm, bn // 2 if store == "tma2" else bn]) if store.startswith("tma") else c
 
     def grid(self, m: int, n: int, s: dict) -> tuple[int]:
-        tiles = triton.cdiv(m, s["bm"]) * triton.cdiv(n, s["bn"])
+        num_n = triton.cdiv(n, s["bn"])
+        tiles = triton.cdiv(m, s["bm"]) * num_n
+        if s["hold"]:  # programs a multiple of the column blocks
+            return (num_n * max(1, self.sms * s["per_sm"] // num_n),)
         return (min(tiles, self.sms * s["per_sm"]) if s["persistent"] else tiles,)
 
     def floor(self, store: str, persistent: bool, m: int, n: int, c):
@@ -196,9 +229,13 @@ class Arms:
             else:
                 bt = b.t().contiguous()
                 ops = (a, a, bt, bt)
-            gemm[self.grid(m, n, s)](*[x if x is not None else c for x in ops], self.target(c, s["store"], s["bm"], s["bn"]),
-                                          m, n, k, BM=s["bm"], BN=s["bn"], BK=bk, PREC=prec, STORE=s["store"],
-                                          COLUMNS=bool(s["columns"]), num_warps=s["warps"], num_stages=s["stages"])
+            args = [*[x if x is not None else c for x in ops], self.target(c, s["store"], s["bm"], s["bn"]), m, n, k]
+            shared = {"BM": s["bm"], "BN": s["bn"], "BK": bk, "PREC": prec, "STORE": s["store"], "num_warps": s["warps"],
+                      "num_stages": s["stages"]}
+            if s["hold"]:
+                gemm_hold_b[self.grid(m, n, s)](*args, **shared)
+            else:
+                gemm[self.grid(m, n, s)](*args, COLUMNS=bool(s["columns"]), **shared)
             return c
 
         return call

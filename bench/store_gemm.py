@@ -25,9 +25,9 @@ is timed: triton.testing.do_bench (CUDA events, L2 cleared before each call, war
 TB/s counts C's bytes only (the operands are 8 MiB). No arm starts after --time-limit seconds
 (default 170: one call of about 3 minutes on an H200); those left are listed, and --parts
 (floor,cuBLAS,okgit,own) runs some parts alone in a later call. Writes
-$OUT/store_gemm.json (OUT defaults to /tmp/out). --smoke: CPU, Triton interpreter, C 64 x 64 from a
-K of 16 (plus a tile past the edge), nothing timed; okgit's plan finds TMA there through the tests'
-seam (`_tma_device`) so that its TMA stores run too.
+$OUT/store_gemm.json (OUT defaults to /tmp/out). --smoke: CPU, Triton interpreter, C 72 x 72 from a
+K of 16 (tiles of at most 64: one past each edge), nothing timed; okgit's plan finds TMA there
+through the tests' seam (`_tma_device`) so that its TMA stores run too.
 """
 
 from __future__ import annotations

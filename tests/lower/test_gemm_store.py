@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -17,6 +18,7 @@ import types
 import pytest
 import torch
 from oprun import run_ops
+from test_attention_kind import OPS
 from test_conv_packed import module
 from test_gemm_kind import FORMS, _graph, ctx_for, op, setting, with_tma
 from test_gemm_tuning import _stand_ins
@@ -44,11 +46,12 @@ def get_init_inputs():
 DEFAULTS = {"PERSISTENT": 0, "NUM_STAGES": 3, "STORE": "plain"}
 
 
-def constants(source: str, names=("PERSISTENT", "NUM_STAGES", "STORE")) -> dict:
+def constants(source: str, group: str = "FUSED_GEMM_0", names=("PERSISTENT", "NUM_STAGES", "STORE")) -> dict:
+    """A GEMM group's settings `names` as its candidate's source sets them."""
     found = {}
     for line in source.splitlines():
         for name in names:
-            if line.startswith("FUSED_GEMM_0_" + name + ":"):
+            if line.startswith(f"{group}_{name}:"):
                 found[name] = json.loads(line.split(" = ")[1])
     return found
 
@@ -163,6 +166,22 @@ def test_every_store_matches_float64(tmp_path):
     results = run_ops(jobs, timeout=900)
     bad = [(n, r["why"]) for n, r in zip(names, results, strict=True) if not r["ok"]]
     assert not bad, bad
+
+
+@pytest.mark.slow  # candidates under the interpreter (oprun)
+def test_causal_attentions_scores_gemm_is_store_bound_and_right_through_tma(tmp_path):
+    """Attention written out as GEMMs (kinds/attention_gemms.py), causal, head dim 16 at 48 positions:
+    its scores GEMM (K 16, C larger than Q and K) takes the store-bound defaults, its tiles above the
+    diagonal skipped, and the whole still matches float64 through TMA stores (48 rows: whole tiles
+    per batch) and through the plan's fallback to plain stores (40 rows)."""
+    text = OPS["sdpa_causal"].replace("seq_len = 20", "seq_len = 48").replace("head_dim = 24", "head_dim = 16")
+    path = op(tmp_path, "causal", text)
+    source = next(p.source for p in plan(ctx_for(path)) if "attention_gemms" in p.origin)
+    assert constants(source, "FUSED_ATTENTION_GEMMS_1") == {"PERSISTENT": 1, "NUM_STAGES": 2, "STORE": "tma"}
+    assert constants(source, "FUSED_ATTENTION_GEMMS_3") == DEFAULTS  # P V: K is the 48 positions
+    small = re.sub(r"^(FUSED_ATTENTION_GEMMS_\d+_BLOCK_[MNK]): int = \d+", r"\1: int = 16", source, flags=re.MULTILINE)
+    results = run_ops([(path, with_tma(small), {}), (path, with_tma(small), {"seq_len": 40})], timeout=600)
+    assert all(r["ok"] for r in results), [r["why"] for r in results]
 
 
 SM90 = r"""

@@ -241,7 +241,8 @@ def record_plans(module: types.ModuleType) -> list[dict]:
     class Recording(module._GemmPlan):
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
-            seen.append({"ahead": self.switches["SPLIT"], "tma": self.switches["TMA"], "split_k": self.split_k})
+            seen.append({"ahead": self.switches["SPLIT"], "tma": self.switches["TMA"], "split_k": self.split_k,
+                         "store": self.switches.get("STORE"), "persistent": self.switches["PERSISTENT"]})
 
     module._GemmPlan = Recording
     return seen

@@ -15,6 +15,9 @@
 #   gemm             bench/gemm.py: the split-precision GEMM family's configurations on bare GEMMs, then the
 #                    development set's GEMM-bound problems (.kb/, carried) against eager and torch.compile;
 #                    GEMM_ARGS passes more (--no-compile, --family-only, --no-family, --problems ...)
+#   storegemm        bench/store_gemm.py: L1/9's store-bound GEMM (a 4 GiB C from a K of 32): the floor of
+#                    writing C, cuBLAS, okgit's GEMM kind at its settings, kernels of its own (~4 min);
+#                    STORE_GEMM_ARGS passes more (--parts okgit,own)
 #   conv             bench/conv.py: the implicit-GEMM convolutions against eager (both layouts) and torch.compile
 #                    on the development set's convolution problems (.kb/, carried); CONV_ARGS passes more
 #                    (--problems "2:7,87 1:63", --no-compile, --no-tiles)
@@ -50,7 +53,7 @@ usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 seen=" "
 for arg in "$@"; do
   stage="${arg%%:*}"; range="${arg#"$stage"}"; range="${range#:}"
-  case "$stage" in tests|eval|offline|space|realsize|trust|gemm|conv|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
+  case "$stage" in tests|eval|offline|space|realsize|trust|gemm|storegemm|conv|facts|smoke) ;; *) echo "unknown stage: $arg" >&2; usage;; esac
   if [ -n "$range" ] && ! [[ "$range" =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]]; then echo "bad range in $arg (want A-B or a list A,B-C)" >&2; exit 2; fi
   case "$seen" in *" $stage "*) echo "stage $stage twice in one call: its JSON would be overwritten" >&2; exit 2;; esac
   seen="$seen$stage "
@@ -143,6 +146,9 @@ for arg in "$@"; do
     gemm)
       need_gpu gemm || { final=3; continue; }
       run_stage gemm 330 'python3 bench/gemm.py --kb .kb ${GEMM_ARGS:-} --time-limit $LIMIT' ;;
+    storegemm)  # its --time-limit starts no arm after it; setup and the arm under way take up to 60 s more
+      need_gpu storegemm || { final=3; continue; }
+      run_stage storegemm 260 'python3 bench/store_gemm.py --kb .kb ${STORE_GEMM_ARGS:-} --time-limit $((LIMIT - 60))' ;;
     conv)
       need_gpu conv || { final=3; continue; }
       # its --time-limit starts no problem after it; the problem under way may take 60 s more

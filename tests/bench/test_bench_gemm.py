@@ -35,8 +35,13 @@ def test_smoke_runs_every_step_and_judges_by_the_rule(tmp_path):
     assert data["smoke"] is True
     family = [r for r in data["rows"] if r["part"] == "family"]
     assert {r["shape"] for r in family} == set(_bench().SHAPES)
-    assert all(r["error"] is None and r["rule"] and r["us"] is None for r in family)
-    assert {r["tiles"] for r in family} == {False, True} and all(r["plan"]["split_k"] >= 1 for r in family)
+    # a tile setting the kind counts as not fitting beside a shape's defaults (a store-bound GEMM's are
+    # persistent, with TMA stores) is listed, not run; every other row runs and holds the rule
+    listed = [r for r in family if (r["error"] or "").startswith("does not fit")]
+    assert all(r["tiles"] for r in listed) and len(listed) < len(family) // 4
+    ran = [r for r in family if r not in listed]
+    assert all(r["error"] is None and r["rule"] and r["us"] is None for r in ran)
+    assert {r["tiles"] for r in ran} == {False, True} and all(r["plan"]["split_k"] >= 1 for r in ran)
     problems = {r["key"]: r for r in data["rows"] if r["part"] == "problem"}
     assert set(problems) == {"L1/1", "L2/2"}
     linear = problems["L2/2"]["arms"]

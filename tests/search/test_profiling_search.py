@@ -230,8 +230,9 @@ def test_the_autotune_phase_says_in_the_journal_what_it_varies_and_why(tmp_path)
     first = AutotuneProposer().propose(ctx)
     assert first is not None and first.meta["control"] == "block"
     assert notes == ["autotune around the reference: memory-bound (ncu: DRAM at 81% of its peak): varying a kernel's "
-                     "other path where it has one (a direct convolution rolled or not), the block shape, the loads in "
-                     "flight (stages) and the vector width (warps); left out: group, programs"]
+                     "other path where it has one (a direct convolution rolled or not; a GEMM's stores of C and its "
+                     "persistent grid), the block shape, the loads in flight (stages) and the vector width (warps); "
+                     "left out: group, programs"]
 
 
 @pytest.mark.parametrize("bottleneck", ["memory", "compute", "latency"])

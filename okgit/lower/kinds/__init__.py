@@ -5,7 +5,8 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 |-------|-----------|--------------|-------------------------------------------------------------|
 | 0     | gemm      | gemm.py      | matmul / linear / bmm with its elementwise epilogue fused,  |
 |       |           |              | split precision on tensor cores (optional: before the       |
-|       |           |              | vendor GEMM)                                                |
+|       |           |              | vendor GEMM); persistent with TMA stores where writing C    |
+|       |           |              | bounds it                                                   |
 | 2     | pool      | pool.py      | max / average pooling, 1D-3D, epilogue fused (optional:     |
 |       |           |              | before the vendor pooling)                                  |
 | 4     | grouped_conv | grouped_conv.py | depthwise / grouped convolutions, 1D-3D, few channels per |

@@ -20,6 +20,13 @@ precision). Where the output has fewer tiles than the GPU has SMs, K is split in
 (`SPLIT_K`, 0: chosen from the shape) whose sums a second kernel adds in a fixed order before
 the epilogue: bitwise deterministic, no atomics.
 
+How the tiles write C (`<NAME>_STORE`, STORES): plainly, streamed (st.global.cs: first out of
+L2, so a C far larger than L2 leaves the operands there) or through a TMA descriptor over C,
+which the persistent tile loop does not wait for; the plan falls back to plain stores where a
+descriptor cannot take the tile. A GEMM bound by writing its output (store_bound: a K of at most
+STORE_BOUND_K and a C no smaller than the operands) gets STORE_BOUND's defaults: tiles walked
+persistently, the next tile's operands loading while one is written, through TMA.
+
 Recognition: a fp32 matmul-like PyTorch call (GEMM_OPS) with operands of 2 or more dims whose
 batch dims agree (or one operand 2D) seeds a group of its own, its elementwise epilogue after
 it; inside the kernel its value is the accumulator (plus the bias of a linear or addmm), and
@@ -30,6 +37,7 @@ its A comes split into TF32 highs and remainders (`split_rest`): the GEMM then s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar
 
@@ -72,6 +80,18 @@ TRIANGLES = {
 }
 # Shared memory a block may take on an H100/H200 (227 KiB), less room for Triton's barriers.
 SHARED_LIMIT = 232448 - 1024
+# How the tile epilogue writes C (`<NAME>_STORE`, gemm_plan.py.tmpl's _gemm_store), in the order
+# autotune tries them: a TMA store from shared memory, st.global.cs (evict first from L2), st.global.
+STORES = ("tma", "stream", "plain")
+# A GEMM bound by writing its output: 2K FLOPs per 4-byte element of C, against the H200's ~110
+# TFLOP/s of split-precision products and ~4 TB/s of writes, is store-bound below K ~ 55 (L1/9's
+# 32768 x 32 x 32768: a 4 GiB C from a K of 32, 2545 us in cuBLAS at 1.7 TB/s). There its tiles
+# are walked persistently with the next tile's operands loading during a tile's epilogue (2 stages;
+# 1734 us against the defaults' 2555 us in bench/results/2026-12-02-h200-gemm) and C leaves
+# through TMA stores, which the tile loop does not wait for. Where C is no larger than the
+# operands the GEMM is bound by them, not by C.
+STORE_BOUND_K = 64
+STORE_BOUND: dict[str, int | str] = {"PERSISTENT": 1, "NUM_STAGES": 2, "STORE": "tma"}
 
 
 @template_kind(order=0)
@@ -120,13 +140,13 @@ class Gemm(TemplateKind):
     def what(self, g) -> str:
         return "a Triton GEMM on tensor cores at fp32 accuracy with the epilogue on its accumulator"
 
-    def tunables(self, NAME: str) -> dict[str, int | str]:
-        return {
-            f"{NAME}_BLOCK_M": 128, f"{NAME}_BLOCK_N": 128, f"{NAME}_BLOCK_K": 32,
-            f"{NAME}_GROUP_M": 8, f"{NAME}_NUM_WARPS": 8, f"{NAME}_NUM_STAGES": 3,
-            f"{NAME}_PRECISION": PRECISION, f"{NAME}_SPLIT_K": 0, f"{NAME}_PERSISTENT": 0,
-            f"{NAME}_WARP_SPECIALIZE": 0,
+    def tunables(self, NAME: str, store_bound: bool = False) -> dict[str, int | str]:
+        """The defaults; a store-bound GEMM's (`store_bound`, STORE_BOUND_K) persistent with TMA stores."""
+        settings: dict[str, int | str] = {
+            "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "NUM_WARPS": 8, "NUM_STAGES": 3,
+            "PRECISION": PRECISION, "SPLIT_K": 0, "PERSISTENT": 0, "WARP_SPECIALIZE": 0, "STORE": "plain",
         }
+        return {f"{NAME}_{k}": v for k, v in {**settings, **(STORE_BOUND if store_bound else {})}.items()}
 
     def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:
         mm = g.seed
@@ -141,8 +161,10 @@ class Gemm(TemplateKind):
             params.append(leaf.ptr)
             code.seed_value = "acc + " + code.expr(bias, Scope(None, "flat", "mask"))
         body = Scope(None, "flat", "mask")
-        store_outputs(code, g, body, None, output_names(g))
+        outs = output_names(g)
+        store_outputs(code, g, body, None, outs)
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, "a.device")
+        tile_body, tile_call = _tile_stores(body.lines, call, [o for n, o in zip(g.outputs, outs) if n.dtype == torch.float32])
         operands = [low.tensor(a), low.tensor(b) + (".t()" if mm.op.startswith("aten.linear") else "")]
         rest = split_rest(mm)
         if rest is not None:
@@ -151,25 +173,46 @@ class Gemm(TemplateKind):
         src = fill(
             TEMPLATE, name=name, NAME=name.upper(), params=sig, body="\n".join(body.lines),
             args=", ".join(["a", "b"] + (["a_rest"] if rest is not None else []) + ([largs] if largs else [])),
-            doc=self.describe(g), prepare="\n".join(prep), call_args=call, returns=returns,
+            doc=self.describe(g), prepare="\n".join(prep), call_args=call, returns=returns, tile_body=tile_body,
+            tile_call_args=tile_call,
             triangle=TRIANGLES.get(mm.kwargs.get("triangle", ""), ""),
             kept_first=str(mm.kwargs.get("triangle") in KEPT_FIRST), a_rest="a_rest" if rest is not None else "None",
         )
-        return Rendered(name, src, self.tunables(name.upper()), operands + args, g.outputs, self.describe(g))
+        return Rendered(name, src, self.tunables(name.upper(), store_bound(a, b, mm)), operands + args, g.outputs,
+                        self.describe(g))
+
+
+def store_bound(a: Node, b: Node, mm: Node) -> bool:
+    """Whether writing C bounds the GEMM (STORE_BOUND_K): a K of at most STORE_BOUND_K and a C
+    (its batches included) at least as large as the operands."""
+    return a.shape[-1] <= STORE_BOUND_K and math.prod(mm.shape) >= math.prod(a.shape) + math.prod(b.shape)
+
+
+def _tile_stores(lines: list[str], call: str, outs: list[str]) -> tuple[str, str]:
+    """The epilogue as the tile kernel runs it: each fp32 output's store through _gemm_store (the
+    plan's STORE), its launch argument what the plan says to write it through (`plan.target`)."""
+    body, args = list(lines), call.split("\n")
+    for o in outs:
+        head, tail = f"tl.store({o}_ptr + flat, ", ", mask=mask)"
+        body = [f"_gemm_store({o}_ptr, flat, {line[len(head):-len(tail)]}, mask, z * M + off_m, off_n, STORE)"
+                if line.startswith(head) and line.endswith(tail) else line for line in body]
+        args = [f"plan.target({o})," if a == f"{o}," else a for a in args]
+    return "\n".join(body), "\n".join(args)
 
 
 def shared_bytes(settings: Mapping[str, int | str]) -> int:
     """Shared memory the kernel takes at `settings` (BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES,
-    PRECISION, PERSISTENT, without the group's prefix): each pipeline stage holds A's and B's
-    tiles in fp32, twice where the operands may come split ahead (tf32x3-split: TF32 high parts
+    PRECISION, PERSISTENT, STORE, without the group's prefix): each pipeline stage holds A's and
+    B's tiles in fp32, twice where the operands may come split ahead (tf32x3-split: TF32 high parts
     and remainders);
     a persistent kernel keeps its epilogue's fp32 tile beside the stages, which are still
-    loading the next tile. Triton 3.6 asked for exactly this on the H200 (plus < 100 bytes of
-    barriers) in every configuration that failed for want of it."""
+    loading the next tile, and so does a TMA store (the tile it writes from). Triton 3.6 asked for
+    exactly this on the H200 (plus < 100 bytes of barriers) in every configuration that failed for
+    want of it; Triton 3.9 compiling for sm_90 the same with TMA stores (tests/lower/test_gemm_store.py)."""
     bm, bn, bk = (int(settings[f"BLOCK_{d}"]) for d in "MNK")
     operands = 2 if settings.get("PRECISION", PRECISION) == "tf32x3-split" else 1
     stages = max(int(settings.get("NUM_STAGES", 2)), 1)
-    epilogue = bm * bn * 4 if settings.get("PERSISTENT") else 0
+    epilogue = bm * bn * 4 if settings.get("PERSISTENT") or settings.get("STORE") == "tma" else 0
     return (bm + bn) * bk * 4 * operands * stages + epilogue
 
 
@@ -199,6 +242,7 @@ def vendor_stand_ins() -> str:
         TEMPLATE, name="_split_gemm", NAME="SPLIT_GEMM", params="\n".join(f"{p}," for p in _EXTERN_PARAMS),
         body=_EXTERN_BODY, args="a, b, bias, out, alpha, beta", doc="alpha * a @ b (+ beta * bias) into out.",
         prepare=_EXTERN_PREPARE, call_args="\n".join(f"{a}," for a in _EXTERN_ARGS), returns="out", triangle="", kept_first="False", a_rest="None",
+        tile_body=_EXTERN_BODY, tile_call_args="\n".join(f"{a}," for a in _EXTERN_ARGS),
     )
     settings = "\n".join(constants(Gemm().tunables("SPLIT_GEMM")))
     return "\n\n\n".join([fill(Gemm.helpers["_gemm_plan"]), settings, kernel, fill(EXTERN)])

@@ -9,7 +9,9 @@ per file (no triton.autotune inside proposals: its own timing would hide in the 
 
 A split-precision GEMM's `*_PRECISION` (okgit.lower.kinds.gemm) is a setting too: its
 alternatives in the order measured fastest at fp32 accuracy, each judged by the evaluator's
-precision rule like any candidate (the only way to know whether bf16x3 passes on a problem).
+precision rule like any candidate (the only way to know whether bf16x3 passes on a problem). So
+are how its tiles write C (`*_STORE`: TMA, streamed, plain) and whether its grid is persistent
+(`*_PERSISTENT`, a switch: the other value), the levers of a GEMM bound by writing its output.
 
 Order: a GEMM's precision first, then the nearest values (a factor of 2 before 4), settings
 interleaved, so the cheap, likely wins come first; blocks above the padded problem size and
@@ -57,12 +59,16 @@ ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left t
 SETTING = re.compile(r"BLOCK|TILE|CHUNK|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
 # bottleneck -> (the controls to vary, in order; what they are, for the journal)
 FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
-    "memory": (("path", "block", "stages", "warps"), "a kernel's other path where it has one (a direct convolution "
-               "rolled or not), the block shape, the loads in flight (stages) and the vector width (warps)"),
-    "compute": (("warps", "stages", "block", "group"), "the warps, the pipeline stages, the tile shape and the GEMM's group"),
+    "memory": (("path", "store", "switch", "block", "stages", "warps"), "a kernel's other path where it has one (a "
+               "direct convolution rolled or not; a GEMM's stores of C and its persistent grid), the block shape, the "
+               "loads in flight (stages) and the vector width (warps)"),
+    "compute": (("warps", "stages", "block", "group", "switch"), "the warps, the pipeline stages, the tile shape, the "
+                "GEMM's group and its persistent grid"),
     "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs) only: "
                 "fusion and fewer launches are the levers there, and they are not launch settings"),
 }
+# a GEMM's string settings: the suffix of the name, its control, its values in the order they are tried
+CHOICES = {"_PRECISION": ("precision", gemm.TUNED_PRECISIONS), "_STORE": ("store", gemm.STORES)}
 LOW_OCCUPANCY = 0.5  # held below this by registers or shared memory: smaller tiles and fewer stages first
 
 
@@ -95,7 +101,7 @@ class Site:
     """One launch setting in the source and where to write a new value."""
 
     name: str  # "FUSED_ROWS_0_TILE" or "kernel.BLOCK_SIZE"
-    control: str  # what the value sets: block | warps | stages | group | programs | path | precision
+    control: str  # what the value sets: block | warps | stages | group | programs | path | switch | precision | store
     value: int | str
     spans: list[tuple[int, int]]  # source offsets holding the value (grid literals included)
     insert_at: int | None = None  # absent keyword: where ", name=value" goes
@@ -107,6 +113,8 @@ def _control(name: str) -> str | None:
     up = name.upper()
     if up.endswith("_ROLL_CHUNK"):  # a template's switch between two paths as well as a size (0: the other path)
         return "path"
+    if up.endswith("_PERSISTENT"):  # a GEMM's grid: one program per tile (0) or one per SM walking the tiles (1)
+        return "switch"
     if "WARPS" in up:
         return "warps"
     if "STAGES" in up:
@@ -193,10 +201,11 @@ def _constant_sites(tree: ast.Module, at: _Offsets) -> list[Site]:
     sites = []
     for name, node in _constants(tree):
         value, control = _int(node), _control(name)
-        if value is not None and control is not None and (value > 0 or control == "path"):
+        choice = next((c for suffix, c in CHOICES.items() if name.endswith(suffix)), None)
+        if value is not None and control is not None and (value > 0 or control in ("path", "switch")):
             sites.append(Site(name, control, value, [at.span(node)]))
-        elif name.endswith("_PRECISION") and node.value in gemm.TUNED_PRECISIONS:
-            sites.append(Site(name, "precision", node.value, [at.span(node)]))
+        elif choice is not None and node.value in choice[1]:
+            sites.append(Site(name, choice[0], node.value, [at.span(node)]))
     return sites
 
 
@@ -261,8 +270,10 @@ def _grid_exprs(fn: ast.FunctionDef, grid: ast.AST, call: ast.Call) -> list[ast.
 
 def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = False) -> list:
     v = site.value
-    if isinstance(v, str):  # a GEMM's precision: the others, in their measured order
-        return [p for p in gemm.TUNED_PRECISIONS if p != v]
+    if isinstance(v, str):  # a GEMM's precision or store: the others, in their order
+        return [p for control, values in CHOICES.values() if control == site.control for p in values if p != v]
+    if site.control == "switch":
+        return [1 - v] if v in (0, 1) else []
     pool: tuple[float, ...]
     if site.control == "warps":
         pool = WARPS
@@ -295,7 +306,7 @@ def _pow2_ceil(n: int) -> int:
 def _fits(constants: dict[str, int | str], changed: Site, value: int | str) -> bool:
     """GEMM tiles (a group's module constants BLOCK_M, BLOCK_N, BLOCK_K and their neighbours) must
     fit in shared memory as the GEMM kind counts it (okgit.lower.kinds.gemm.shared_bytes)."""
-    prefix = re.match(r"(.*?)_?(BLOCK_[MNK]|NUM_STAGES|PRECISION)$", changed.name)
+    prefix = re.match(r"(.*?)_?(BLOCK_[MNK]|NUM_STAGES|PRECISION|PERSISTENT|STORE)$", changed.name)
     if prefix is None or "." in changed.name:
         return True
     start = f"{prefix[1]}_" if prefix[1] else ""

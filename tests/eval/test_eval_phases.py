@@ -73,3 +73,18 @@ def test_a_sweep_adds_up_each_problems_evaluation_phases_and_reports_them():
     text = report.markdown()
     assert "Where the candidate evaluations' seconds went" in text
     assert "| level1/1_X | 2 | 5.0 | 1.5 | 2.8 | 0.8 |" in text
+
+
+def test_a_cpu_evaluations_processes_run_torch_on_one_thread():
+    """Threads gain nothing at a CPU's scaled shapes and cost the most on a loaded host (calls.start)."""
+    import torch
+
+    from okgit.eval.worker import calls
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        calls.start(torch, "cpu")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

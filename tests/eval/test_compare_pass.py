@@ -90,3 +90,13 @@ def test_a_passing_check_compacts_no_mask_into_indices():
     assert not compacting, compacting
     # one pass: the candidate's and the reference's NaNs once per chunk (passes apart read them three times)
     assert sum(n.startswith("isnan") for n in ops.names) == 2 * 6
+
+
+def test_the_judge_digests_only_the_outputs_the_determinism_gate_compares():
+    from okgit.eval.protocol.keys import CallKey
+
+    digested = {key: CallKey.parse(key).fingerprinted(kind) for key, kind in (
+        ("s0", "seed"), ("s3#repeat", "seed"), ("signed", "distribution"), ("x1", "extra_shape"),
+        ("i0", "init_inputs"), ("m0", "modes"), ("fresh", "seed"), ("timed:s1~77", "seed"))}
+    # the determinism gate (gates/cases.py) compares a seed case's call with its repeat, nothing else
+    assert [key for key, yes in digested.items() if yes] == ["s0", "s3#repeat"]

@@ -12,8 +12,8 @@ memory of a check is bounded by one case whatever the number of cases.
 Messages (okgit.eval.protocol.channel): {"op": "prepare", "job": Job} -> the prepared facts;
 {"op": "measure"} -> the reference's timing and profile on a GPU (a request of its own, since the
 parent holds the device alone for it and shares it for the rest); {"op": "check", "case", "gate",
-"leaves", "outputs", "dir"} -> {"checks", "fingerprints", "seconds"} (the last: where the check's
-time went, okgit.eval.parent.phases).
+"fingerprint", "leaves", "outputs", "dir"} -> {"checks", "fingerprints" (None unless asked for),
+"seconds"} (the last: where the check's time went, okgit.eval.parent.phases).
 """
 
 from __future__ import annotations
@@ -346,7 +346,8 @@ class Judge:
         gates = [g for g, _ in self.prep.parts.get(case.id, [])] or [str(message["gate"])] * len(native)
         checks = [asdict(check_leaf(out, leaves[j], native[j], f64[j] if f64 else None, tolerances[j], gates[j]))
                   for j, out in enumerate(outputs[: len(native)])]
-        prints = [fingerprint(o) if o is not None else None for o in outputs]
+        prints = ([fingerprint(o) if o is not None else None for o in outputs]
+                  if message.get("fingerprint", True) else None)  # the determinism gate's pairs only
         del outputs, native, f64
         if self.device == "cuda" and (case.salt or case.id not in self.prep.cache):
             self.torch.cuda.empty_cache()  # what a recomputed case held goes back to the candidate

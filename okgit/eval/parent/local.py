@@ -436,6 +436,7 @@ class _Relay:
             return {"ok": False}
         answer = self.prep.judge.request({"op": "check", "case": case, "salt": call.salt,
                                           "gate": self.gates[call.part(self.kinds[case])],
+                                          "fingerprint": call.fingerprinted(self.kinds[case]),
                                           "leaves": message.get("leaves"), "outputs": message.get("outputs"),
                                           "dir": str(self.job_dir)}, self.timeout_s)
         for leaf in message.get("outputs") or []:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -68,6 +69,14 @@ class ModelNew(nn.Module):
 RUNS = (("fast", 2), ("thorough", 1))  # mode, warm evaluations
 
 
+class _Stop(BaseException):  # not swallowed by an `except Exception`
+    """SIGTERM (the device call's `timeout`): print the table of the evaluations done."""
+
+
+def _stop(*_: object) -> None:
+    raise _Stop()
+
+
 def problems(kb: Path, only: str | None) -> list[tuple[str, Path, str]]:
     """(name, op file, candidate source): the large problem from the development set, the small one."""
     out = []
@@ -106,7 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["OKGIT_DEVICE_LEDGER"] = str(ledger)
     device = "cpu" if args.smoke else "cuda"
     rows: list[dict] = []
-    for name, op, source in problems(kb, args.only):
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        _measure(problems(kb, args.only), device, ledger, rows, out_dir, args.smoke)
+    except _Stop:
+        print("stopped (SIGTERM): the evaluations done so far")
+    print(_table(rows, args.smoke))
+    return 0 if rows and all(r.get("status", "correct") == "correct" for r in rows) else 1
+
+
+def _measure(todo: list[tuple[str, Path, str]], device: str, ledger: Path, rows: list[dict], out_dir: Path,
+             smoke: bool) -> None:
+    for name, op, source in todo:
         problem = load_problem(op, root=str(op.parent))
         with LocalEvaluator(device=device) as ev:
             t0 = time.monotonic()
@@ -116,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"problem": name, "run": "reference", "wall_s": round(time.monotonic() - t0, 3),
                          "ref_us": ref.runtime_us, "shapes": ref.shapes,
                          **{f"{k}_s": round(held[k] - before[k], 3) for k in held}})
-            _write(out_dir, rows, args.smoke)
+            _write(out_dir, rows, smoke)
             for mode, repeats in RUNS:
                 for i in range(repeats):
                     ev.wait_warm(300)
@@ -127,9 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "status": result.status.value + (f"@{result.error.gate}" if result.error else ""),
                                  "runtime_us": result.runtime_us, "phase_s": result.phase_s,
                                  **{f"{k}_s": round(held[k] - before[k], 3) for k in held}})
-                    _write(out_dir, rows, args.smoke)
-    print(_table(rows, args.smoke))
-    return 0 if all(r.get("status", "correct") == "correct" for r in rows) else 1
+                    _write(out_dir, rows, smoke)
 
 
 def _write(out_dir: Path, rows: list[dict], smoke: bool) -> None:

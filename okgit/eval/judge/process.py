@@ -348,12 +348,14 @@ class Judge:
                   for j, out in enumerate(outputs[: len(native)])]
         prints = ([fingerprint(o) if o is not None else None for o in outputs]
                   if message.get("fingerprint", True) else None)  # the determinism gate's pairs only
+        t2 = time.monotonic()
         del outputs, native, f64
         if self.device == "cuda" and (case.salt or case.id not in self.prep.cache):
             self.torch.cuda.empty_cache()  # what a recomputed case held goes back to the candidate
         # where the check's time went: the expected outputs (drawn and computed again where the
-        # cache does not hold them), then the comparisons
-        seconds = {"expected": t1 - t0, "compare": time.monotonic() - t1}
+        # cache does not hold them), the comparisons, then the worker's outputs closed and the
+        # memory of a recomputed case handed back to the device
+        seconds = {"expected": t1 - t0, "compare": t2 - t1, "release": time.monotonic() - t2}
         return {"checks": checks, "fingerprints": prints, "seconds": seconds}
 
     # ---- helpers -------------------------------------------------------------------------------

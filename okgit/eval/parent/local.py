@@ -416,7 +416,7 @@ class _Relay:
         self.job_dir: Path | None = None
         self.checks: dict[str, Any] = {}
         self.judge_failure: str | None = None
-        self.judge_own: dict[str, float] = {}  # the judge's seconds of its checks: expected, compare
+        self.judge_own: dict[str, float] = {}  # the judge's seconds of its checks: expected, compare, release
         self.judge_memory: dict[str, int] = {}
         self.kinds = {c.id: c.kind for c in prep.cases if c.id in case_ids}
         self.fresh_case = fresh_case([c.id for c in prep.cases if c.kind == "seed" and c.id in case_ids])

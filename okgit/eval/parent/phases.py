@@ -23,6 +23,7 @@ PHASES = {
     "calls": "the other checked calls (inputs kept for the unchanged check, outputs exported)",
     "judge_expected": "the judge's expected outputs (computed again where its cache does not hold them)",
     "judge_compare": "the judge's comparisons and fingerprints",
+    "judge_release": "the judge closing the worker's outputs and handing a recomputed case's memory back",
     "relay": "messages between worker, parent and judge (the worker's wait beyond the judge's work)",
     "device_wait": "waiting for the device alone before the timing",
     "timing": "timing and the profiled call, with their input sets",
@@ -38,7 +39,7 @@ _WORKER = {"load": "load", "compile": "load", "construct": "load", "first_call":
 def fold(parent: dict[str, float], worker: dict[str, float], judge: dict[str, float], worker_wall: float) -> dict[str, float]:
     """The phases without `other`: `parent` already in PHASES' names; `worker`, the worker's
     phase_s (its gates are `calls`; `judge`, its wait for the judge's answers, is split into the
-    judge's own `expected` and `compare` seconds and the relay); `worker_wall`, the job's wall as
+    judge's own `expected`, `compare` and `release` seconds and the relay); `worker_wall`, the job's wall as
     the parent saw it (the hand-over and the process's exit are what the worker's clock misses)."""
     out = {name: 0.0 for name in PHASES if name != "other"}
     for name, seconds in parent.items():
@@ -46,9 +47,9 @@ def fold(parent: dict[str, float], worker: dict[str, float], judge: dict[str, fl
     for name, seconds in worker.items():
         if name != "judge":
             out[_WORKER.get(name, "calls")] += seconds
-    out["judge_expected"] += judge.get("expected", 0.0)
-    out["judge_compare"] += judge.get("compare", 0.0)
-    out["relay"] += max(0.0, worker.get("judge", 0.0) - judge.get("expected", 0.0) - judge.get("compare", 0.0))
+    for name in ("expected", "compare", "release"):
+        out[f"judge_{name}"] += judge.get(name, 0.0)
+    out["relay"] += max(0.0, worker.get("judge", 0.0) - sum(judge.values()))
     out["exit"] += max(0.0, worker_wall - sum(worker.values()))
     return out
 

@@ -31,7 +31,7 @@ def test_an_evaluation_says_where_its_seconds_went(evaluator):
     assert sum(phases.values()) <= result.wall_s + len(phases) * 0.0005  # each rounded to milliseconds
     # the worker's first call compiles the kernel (the interpreter: no compile, still a call), the
     # other calls are checked, the judge compares each, and the worker's process ends
-    for name in ("load", "first_call", "draw", "calls", "judge_compare", "exit"):
+    for name in ("load", "first_call", "draw", "inputs_kept", "calls", "judge_compare", "exit"):
         assert phases[name] > 0, name
     assert phases["reference"] < 0.05  # prepared before: not prepared again
     assert phases["timing"] == phases["device_wait"] == 0  # a CPU times nothing

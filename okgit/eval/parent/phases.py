@@ -20,7 +20,8 @@ PHASES = {
     "load": "the worker loading the op files and building the models",
     "first_call": "the candidate's first call: its kernels' compile and first run",
     "draw": "drawing inputs on the device for the checked calls",
-    "calls": "the other checked calls (inputs kept for the unchanged check, outputs exported)",
+    "inputs_kept": "the checked calls' inputs copied before each call and compared after it (inputs_unchanged)",
+    "calls": "the other checked calls (their outputs' facts, exported to the judge)",
     "judge_expected": "the judge's expected outputs (computed again where its cache does not hold them)",
     "judge_compare": "the judge's comparisons and fingerprints",
     "judge_release": "the judge closing the worker's outputs and handing a recomputed case's memory back",
@@ -33,7 +34,7 @@ PHASES = {
 }
 # the worker's own phases outside the checked calls (okgit.eval.worker.candidate): where each goes
 _WORKER = {"load": "load", "compile": "load", "construct": "load", "first_call": "first_call", "draw": "draw",
-           "device_wait": "device_wait", "timing": "timing", "write": "exit"}
+           "inputs_kept": "inputs_kept", "device_wait": "device_wait", "timing": "timing", "write": "exit"}
 
 
 def fold(parent: dict[str, float], worker: dict[str, float], judge: dict[str, float], worker_wall: float) -> dict[str, float]:

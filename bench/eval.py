@@ -113,7 +113,7 @@ def bench_op(ev: LocalEvaluator, op: Path, args, smoke: bool) -> dict:
         row[f"{mode}_status"] = last.status.value + (f"@{last.error.gate}" if last.error else "")
         row[f"{mode}_us"] = last.runtime_us
         row[f"{mode}_speedup"] = last.speedup
-        row[f"{mode}_breakdown_s"] = None if smoke else (last.profile.raw.get("eval_s") if last.profile else None)
+        row[f"{mode}_breakdown_s"] = None if smoke else last.phase_s
     if smoke:
         row["aa_ratio"], row["aa_a_us"], row["aa_b_us"] = None, None, None  # skipped: GPU only
     else:

@@ -81,8 +81,7 @@ try:
         row[f"{mode}_gate"] = result.error.gate if result.error else None
         row[f"{mode}_message"] = (result.error.message.splitlines() or [""])[0][:200] if result.error else ""
         row["judge_host_peak"] = max(row["judge_host_peak"], prep.judge.peak_rss())
-        eval_s = (result.profile.raw.get("eval_s") if result.profile else None) or {}
-        row[f"{mode}_phases"] = {k: round(v, 3) for k, v in eval_s.items()}
+        row[f"{mode}_phases"] = result.phase_s
 finally:
     ev.close()
 row["parent_host_peak"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -126,6 +126,9 @@ class EvalResult(BaseModel):
     kernel_shapes: list[KernelShape] = Field(default_factory=list)  # where the candidate's own kernels ran
     flags: dict[str, Any] = Field(default_factory=dict)  # tf32/cudnn flags pinned in both arms
     wall_s: float | None = None  # the evaluation itself, where it ran
+    # where wall_s went, by phase (okgit.eval.parent.phases.PHASES; empty where the evaluator keeps no
+    # clock): for the benchmark and the sweep's report, never for a verdict
+    phase_s: dict[str, float] = Field(default_factory=dict)
     # A remote evaluator's overhead, apart from wall_s: seconds from submitting the job to its start there
     # (queueing, the container's cold start, transfers), and whether this job started a container.
     queue_s: float | None = None

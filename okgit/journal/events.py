@@ -85,6 +85,7 @@ class Evaluated(Event):
     wall_s: float | None
     cost_usd: float | None = None  # priced GPU-seconds (Modal), counted in the dollar budget
     kernel_shapes: list[dict[str, Any]] | None = None  # okgit.eval.types.KernelShape: where its own kernels ran
+    phase_s: dict[str, float] | None = None  # where wall_s went (okgit.eval.parent.phases.PHASES)
 
 
 class Profiled(Event):

@@ -64,6 +64,7 @@ class Candidate:
     error: EvalErrorFields | None = None
     profile: dict[str, Any] | None = None
     wall_s: float | None = None
+    phase_s: dict[str, float] = field(default_factory=dict)  # where wall_s went (okgit.eval.parent.phases)
     tag: str | None = None
     diagnosis: DiagnosisEvent | None = None
 
@@ -227,7 +228,7 @@ def _proposal(view: RunView, e: ProposalEvent) -> None:
 def _evaluated(view: RunView, e: Evaluated) -> None:
     c = view._candidate(e.cand)
     c.status, c.correct, c.timed, c.speedup, c.runtime_us = e.status or "error", e.correct, e.timed, e.speedup, e.runtime_us
-    c.error, c.profile, c.wall_s = e.error, e.profile, e.wall_s
+    c.error, c.profile, c.wall_s, c.phase_s = e.error, e.profile, e.wall_s, e.phase_s or {}
     view._log(e, f"{c.cand} {c.status}" + (f" {fmt_speed(c.speedup)}" if c.speedup is not None else "")
               + (f" ({fmt_error(c.error)})" if c.error else ""))
 

@@ -37,7 +37,7 @@ from okgit.journal.runview import RUNNING, RunView
 from okgit.kernelbench.baselines import BaselineTimes
 from okgit.kernelbench.reader import KBProblem
 from okgit.kernelbench.scoring import CrossCheck, ProblemResult
-from okgit.kernelbench.timeline import combine
+from okgit.kernelbench.timeline import combine, evaluation_phases
 from okgit.status import CORRECT
 
 # Times the baselines of (reference source, winner source or None) elsewhere (Modal's evaluator)
@@ -256,6 +256,7 @@ def _outcome(run: dict[str, Any], view: RunView) -> dict[str, Any]:
         "status": run.get("status", "error"), "correct": run.get("status") in CORRECT and bool(best_tag),
         "run_id": run.get("run_id"), "best_tag": best_tag,
         "gpu_s": round(sum(c.wall_s or 0.0 for c in done), 3),
+        "eval_phase_s": evaluation_phases(c.phase_s for c in done),
         "llm_usd": float(run.get("cost_usd") or 0.0), "iterations": len(done),
         "best_iteration": int(best_cand[1:]) if best_cand and best_cand[1:].isdigit() else None,
     }

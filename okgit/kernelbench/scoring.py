@@ -68,6 +68,7 @@ class ProblemResult(BaseModel):
     compile_s: float | None = None  # torch.compile's first call in the baselines (okgit.kernelbench.baselines)
     compile_cache: str | None = None  # whether Inductor's graph cache served that compile: hit, miss, not used
     gpu_s: float = 0.0  # wall seconds of the run's candidate evaluations (journal `evaluated` wall_s)
+    eval_phase_s: dict[str, float] = Field(default_factory=dict)  # gpu_s by phase (okgit.eval.parent.phases)
     llm_usd: float = 0.0
     iterations: int = 0  # candidates evaluated
     best_iteration: int | None = None  # the candidate number of the winner: iterations to the best
@@ -212,6 +213,7 @@ class SweepReport(BaseModel):
         lines += [_row(r) for r in self.problems]
         lines += _scores(self.summary)
         lines += _time_lines(self)
+        lines += _phase_lines(self)
         if self.pending:
             lines.append(f"stopped before the end: {len(self.pending)} problem(s) not finished, "
                          f"{len(self.in_flight)} of them in flight and resumable from their runs; "
@@ -292,6 +294,21 @@ def _time_lines(report: SweepReport) -> list[str]:
     lines += ["", f"device time: the problems held the device alone for {_sum(total, 'exclusive_s') / 60:.1f} min and "
               f"shared it for {_sum(total, 'shared_s') / 60:.1f} min; the sweep's wall so far {wall / 60:.1f} min "
               f"(this call {report.wall_s / 60:.1f} min)"]
+    return lines
+
+
+def _phase_lines(report: SweepReport) -> list[str]:
+    """Where the candidate evaluations' seconds went, by phase (okgit.eval.parent.phases), per problem."""
+    rows = [r for r in report.problems if r.eval_phase_s]
+    if not rows:
+        return []
+    names = list(dict.fromkeys(name for r in rows for name in r.eval_phase_s))
+    lines = ["", "Where the candidate evaluations' seconds went (by phase, added up over each problem's evaluations):",
+             "", "| problem | evaluations | seconds | " + " | ".join(names) + " |",
+             "|---|---|---|" + "---|" * len(names)]
+    for r in rows:
+        lines.append(f"| {r.key} | {r.iterations} | {r.gpu_s:.1f} | "
+                     + " | ".join(f"{r.eval_phase_s.get(name, 0.0):.1f}" for name in names) + " |")
     return lines
 
 

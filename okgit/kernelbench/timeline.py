@@ -12,12 +12,16 @@ Two sources, one per kind of figure:
 
 Exclusive seconds are what one GPU's problems cannot share: their sum bounds a sweep from below,
 whatever its parallelism. A problem resumed over several calls adds up its calls.
+
+Within the search, each candidate evaluation's wall is split by phase in its `evaluated` event
+(okgit.eval.parent.phases); `evaluation_phases` adds them up per problem.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from okgit.journal.events import Event, Note, Preparing, Profiled, ProposalEvent, ReferenceEvent, Resumed, RunFinished
@@ -85,6 +89,15 @@ def ledger_holds(path: Path) -> tuple[dict[str, StageTime], int | None]:
             t.shared_s = round(t.shared_s + held, 3)
         t.wait_s = round(t.wait_s + float(entry.get("wait_s", 0.0)), 3)
     return stages, footprint
+
+
+def evaluation_phases(phases: Iterable[dict[str, float]]) -> dict[str, float]:
+    """Evaluations' seconds by phase (EvalResult.phase_s), added up; phases that took no time left out."""
+    total: dict[str, float] = {}
+    for one in phases:
+        for name, seconds in one.items():
+            total[name] = round(total.get(name, 0.0) + seconds, 3)
+    return {name: seconds for name, seconds in total.items() if seconds > 0}
 
 
 def last_footprint(path: Path) -> int | None:

@@ -198,6 +198,7 @@ class Search:
             wall_s=result.wall_s,
             cost_usd=self._gpu_usd(result),
             kernel_shapes=result.kernel_shapes,
+            phase_s=result.phase_s or None,
         )
         attempt = Attempt(cand=cand, proposal=proposal, result=result)
         ctx.trace(

@@ -61,7 +61,10 @@ def test_cpu_sweep_reports_every_problem_and_resumes(tmp_path):
         assert scores["fast_p"] == {"0": pytest.approx(rate), "1.0": None, "1.5": None, "2.0": None}
     assert report["summary"]["correctness_rate"] == pytest.approx(rate)
     table, times = (out / "report.md").read_text().split("Where the time went")
+    times, phases = times.split("Where the candidate evaluations' seconds went")
     assert table.count("| level1/") == 3 and times.count("| level1/") == 3  # each problem's row in both tables
+    evaluated = [p for p in report["problems"] if p["eval_phase_s"]]  # and each that evaluated a candidate
+    assert len(evaluated) >= 2 and phases.count("| level1/") == len(evaluated)
     assert len(list((out / "state").glob("*.json"))) == 3
     assert len(list((out / "winners").glob("*.py"))) == sum(p["correct"] for p in report["problems"])
 

@@ -12,7 +12,8 @@ memory of a check is bounded by one case whatever the number of cases.
 Messages (okgit.eval.protocol.channel): {"op": "prepare", "job": Job} -> the prepared facts;
 {"op": "measure"} -> the reference's timing and profile on a GPU (a request of its own, since the
 parent holds the device alone for it and shares it for the rest); {"op": "check", "case", "gate",
-"leaves", "outputs", "dir"} -> {"checks", "fingerprints"}.
+"fingerprint", "leaves", "outputs", "dir"} -> {"checks", "fingerprints" (None unless asked for),
+"seconds"} (the last: where the check's time went, okgit.eval.parent.phases).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 from types import ModuleType
@@ -334,7 +336,9 @@ class Judge:
         case = self.prep.cases[str(message["case"])]
         if message.get("salt"):  # a timed call's inputs: the case's, salted (okgit.eval.worker.calls.salt_inputs)
             case = replace(case, salt=int(message["salt"]))
+        t0 = time.monotonic()
         native, f64 = self.expected(case)
+        t1 = time.monotonic()
         outputs = open_exported(message["outputs"], self.device, Path(str(message["dir"])))
         leaves = message["leaves"]
         tolerances = self.prep.tolerances[case.id]
@@ -342,11 +346,17 @@ class Judge:
         gates = [g for g, _ in self.prep.parts.get(case.id, [])] or [str(message["gate"])] * len(native)
         checks = [asdict(check_leaf(out, leaves[j], native[j], f64[j] if f64 else None, tolerances[j], gates[j]))
                   for j, out in enumerate(outputs[: len(native)])]
-        prints = [fingerprint(o) if o is not None else None for o in outputs]
+        prints = ([fingerprint(o) if o is not None else None for o in outputs]
+                  if message.get("fingerprint", True) else None)  # the determinism gate's pairs only
+        t2 = time.monotonic()
         del outputs, native, f64
         if self.device == "cuda" and (case.salt or case.id not in self.prep.cache):
             self.torch.cuda.empty_cache()  # what a recomputed case held goes back to the candidate
-        return {"checks": checks, "fingerprints": prints}
+        # where the check's time went: the expected outputs (drawn and computed again where the
+        # cache does not hold them), the comparisons, then the worker's outputs closed and the
+        # memory of a recomputed case handed back to the device
+        seconds = {"expected": t1 - t0, "compare": t2 - t1, "release": time.monotonic() - t2}
+        return {"checks": checks, "fingerprints": prints, "seconds": seconds}
 
     # ---- helpers -------------------------------------------------------------------------------
     def scale_for_cpu(self, job: Job, knobs: dict[str, int]) -> dict[str, int]:

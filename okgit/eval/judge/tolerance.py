@@ -44,8 +44,8 @@ def reference_error(native: Any, f64: Any) -> float:
     for _, (a, b) in chunks(native, f64):
         a, b = a.double(), b.double()
         finite = torch.isfinite(a) & torch.isfinite(b)
-        if bool(finite.any()):
-            worst = max(worst, float((a - b).abs()[finite].max()))
+        if bool(finite.any()):  # `where`, not indexing: no index tensor, no wait (_check_floats)
+            worst = max(worst, float(torch.where(finite, (a - b).abs(), 0.0).max()))
     return worst
 
 
@@ -55,10 +55,8 @@ def magnitude(native: Any, f64: Any) -> float:
 
     worst = 0.0
     for _, (ref,) in chunks(f64 if f64 is not None else native):
-        ref = ref.double()
-        finite = ref[torch.isfinite(ref)]
-        if finite.numel():
-            worst = max(worst, float(finite.abs().max()))
+        if ref.numel():
+            worst = max(worst, float(torch.where(torch.isfinite(ref), ref.double().abs(), 0.0).max()))
     return worst
 
 
@@ -114,61 +112,58 @@ def _check_integers(out: Any, native: Any, gate: str) -> LeafCheck:
 
 
 def _check_floats(out: Any, native: Any, f64: Any, tol: LeafTolerance, gate: str) -> LeafCheck:
-    """The gates of one float leaf in their order (unwritten, NaN pattern, inf, tolerance), each
-    a pass over the chunks so that the first failing gate reports its first position."""
+    """The gates of one float leaf in their order (unwritten, NaN pattern, inf, tolerance): one
+    pass over the chunks counts each finding with its first position, and the first gate in that
+    order with a finding is the answer. Masks are applied with `where`, never by indexing, which
+    on a GPU compacts every chunk into an index tensor and waits for the device."""
     import torch
 
     n = out.numel()
-    unwritten = _count_first(out, native, f64, lambda o, nat, ref: torch.isnan(o) & torch.isfinite(nat))
-    if unwritten[0]:
-        return LeafCheck(False, "outputs_written",
-                         f"{unwritten[0]} of {n} elements are NaN where the reference is finite, first at "
-                         f"{_unravel(unwritten[1], out.shape)}: never written (memory was poisoned with NaN) or a "
-                         "NaN the kernel produced")
-    pattern = _count_first(out, native, f64, lambda o, nat, ref: ~torch.isfinite(nat) & ~(
-        (torch.isnan(nat) & torch.isnan(o)) | (nat == o)))
-    if pattern[0]:
-        return LeafCheck(False, "nan_pattern", f"{pattern[0]} NaN/inf positions differ from the reference's")
-    inf = _count_first(out, native, f64, lambda o, nat, ref: ~torch.isfinite(o) & torch.isfinite(nat))
-    if inf[0]:
-        return LeafCheck(False, "nan_pattern", f"{inf[0]} elements are inf where the reference is finite")
+    found, at = [0, 0, 0], [-1, -1, -1]  # unwritten, NaN pattern, inf: count, first flat position
     max_abs = max_rel = 0.0
     over_n, first, got, want = 0, -1, 0.0, 0.0
     for start, (o, nat, ref) in chunks(out, native, f64):
+        nat_finite, o_nan = torch.isfinite(nat), torch.isnan(o)
+        masks = (o_nan & nat_finite,  # never written (poisoned with NaN), or a NaN the kernel produced
+                 ~nat_finite & ~((torch.isnan(nat) & o_nan) | (nat == o)),
+                 ~torch.isfinite(o) & nat_finite)
+        for j, mask in enumerate(masks):
+            k = int(mask.sum())
+            if k and at[j] < 0:
+                at[j] = start + int(torch.nonzero(mask)[0])
+            found[j] += k
+        del masks
+        if any(found):
+            continue  # a finding before the tolerance decides: its figures are not needed
         ref = (ref if ref is not None else nat).double()
-        finite = torch.isfinite(nat) & torch.isfinite(ref)
+        finite = nat_finite & torch.isfinite(ref)
         if not bool(finite.any()):
             continue
         o = o.double()
-        diff = (o - ref).abs()
-        diff[~finite] = 0
-        over = (diff > tol.atol + tol.rtol * ref.abs()) & finite
+        diff = torch.where(finite, (o - ref).abs(), 0.0)
+        scale = ref.abs()
+        over = (diff > tol.atol + tol.rtol * scale) & finite
         max_abs = max(max_abs, float(diff.max()))
-        max_rel = max(max_rel, float((diff / ref.abs().clamp_min(tol.atol or 1e-30))[finite].max()))
+        max_rel = max(max_rel, float(torch.where(finite, diff / scale.clamp_min(tol.atol or 1e-30), 0.0).max()))
         k = int(over.sum())
         if k and first < 0:
-            at = int(torch.nonzero(over)[0])
-            first, got, want = start + at, float(o[at]), float(ref[at])
+            i = int(torch.nonzero(over)[0])
+            first, got, want = start + i, float(o[i]), float(ref[i])
         over_n += k
+    if found[0]:
+        return LeafCheck(False, "outputs_written",
+                         f"{found[0]} of {n} elements are NaN where the reference is finite, first at "
+                         f"{_unravel(at[0], out.shape)}: never written (memory was poisoned with NaN) or a "
+                         "NaN the kernel produced")
+    if found[1]:
+        return LeafCheck(False, "nan_pattern", f"{found[1]} NaN/inf positions differ from the reference's")
+    if found[2]:
+        return LeafCheck(False, "nan_pattern", f"{found[2]} elements are inf where the reference is finite")
     if over_n:
         return LeafCheck(False, gate, f"{over_n} of {n} elements outside tolerance; max abs error "
                          f"{max_abs:.3e} (allowed {tol.describe}); first at {_unravel(first, out.shape)}: got "
                          f"{got:.6g}, expected {want:.6g}", max_abs, max_rel)
     return LeafCheck(True, max_abs=max_abs, max_rel=max_rel)
-
-
-def _count_first(out: Any, native: Any, f64: Any, mask_of: Any) -> tuple[int, int]:
-    """(how many elements the mask marks, flat index of the first) over the chunks."""
-    import torch
-
-    count, first = 0, -1
-    for start, (o, nat, ref) in chunks(out, native, f64):
-        mask = mask_of(o, nat, ref)
-        k = int(mask.sum())
-        if k and first < 0:
-            first = start + int(torch.nonzero(mask)[0])
-        count += k
-    return count, first
 
 
 def _unravel(flat: int, shape: Any) -> tuple[int, ...]:

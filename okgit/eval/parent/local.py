@@ -32,7 +32,7 @@ from typing import Any
 from okgit.errors import OkgitError
 from okgit.eval import roofline
 from okgit.eval.base import EvaluatorBase
-from okgit.eval.parent import memory
+from okgit.eval.parent import memory, phases
 from okgit.eval.parent.devices import DeviceHold, physical_name, record_footprint
 from okgit.eval.parent.gates import call_gates
 from okgit.eval.parent.gates.static import static_findings
@@ -157,6 +157,7 @@ class LocalEvaluator(EvaluatorBase):
         t0 = time.monotonic()
         result = self._evaluate(problem, source, mode=mode, backend=backend)
         result.wall_s = time.monotonic() - t0
+        result.phase_s = phases.with_other(result.phase_s, result.wall_s)
         return result
 
     @_one_at_a_time
@@ -212,6 +213,8 @@ class LocalEvaluator(EvaluatorBase):
     # ---- steps ----------------------------------------------------------------------------------
     def _evaluate(self, problem: Problem, source: str, *, mode: Mode, backend: str) -> EvalResult:
         base = {"device": self.device, "mode": mode, "flags": dict(PINNED_FLAGS)}
+        clock: dict[str, float] = {}
+        t0 = time.monotonic()
         try:
             tree = parse_python(source)
         except SyntaxError as e:
@@ -219,7 +222,9 @@ class LocalEvaluator(EvaluatorBase):
         findings = static_findings(tree)
         if findings:
             return _early(Status.rejected, "static", "; ".join(str(f) for f in findings[:5]), base)
+        t1 = time.monotonic()
         prep = self._prepare(problem)
+        clock.update(static=t1 - t0, reference=time.monotonic() - t1)
         spec = MODES[mode]
         seeds = [c.id for c in prep.cases if c.kind == "seed"]
         cases = [c for c in prep.cases if c.kind != "seed" or c.id in seeds[:spec.seeds]]
@@ -228,20 +233,25 @@ class LocalEvaluator(EvaluatorBase):
                                   timing=Timing(spec.warmup, spec.samples) if self._kind == "cuda" else None,
                                   profile=self._kind == "cuda")
         relay = _Relay(prep, {c.id for c in cases}, self._kind, self.timeout_s)
-        outcome, result = self._run(job, source, self.timeout_s, relay)
+        outcome, result = self._run(job, source, self.timeout_s, relay, clock)
+        t0 = time.monotonic()
+
+        def with_phases(out: EvalResult) -> EvalResult:
+            clock.update(worker_start=outcome.ready_wait_s, verdict=time.monotonic() - t0)
+            out.phase_s = phases.fold(clock, (result or {}).get("phase_s", {}), relay.judge_own, outcome.wall_s)
+            return out
+
         if relay.judge_failure:
             self._forget(prep)
-            return crashed(outcome, base, judge_failure=relay.judge_failure)
+            return with_phases(crashed(outcome, base, judge_failure=relay.judge_failure))
         if result is None:
-            return crashed(outcome, base)
+            return with_phases(crashed(outcome, base))
         out = decide(prep, cases, result, relay.checks, backend=backend, device=self.device, mode=mode, base=base)
         if out.profile is not None and self._kind == "cpu":
             out.profile.not_run["profiler"] = CPU_REASON
-        if out.profile is not None:  # where an evaluation's time goes, for the benchmark
-            out.profile.raw["eval_s"] = {**result.get("phase_s", {}), "ready_wait": outcome.ready_wait_s,
-                                         "worker_total": outcome.wall_s, "judge": relay.judge_s}
+        if out.profile is not None:  # what the processes held, for the benchmark
             out.profile.raw["memory"] = {"worker": result.get("memory", {}), "judge": relay.judge_memory}
-        return out
+        return with_phases(out)
 
     def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],
                        root: str | None = None, **kw: Any) -> Job:
@@ -356,9 +366,11 @@ class LocalEvaluator(EvaluatorBase):
         exclusive stretches for timing (on a CPU nothing is locked; the ledger still hears of it)."""
         return DeviceHold(self._torch if self._kind == "cuda" else None, what)
 
-    def _run(self, job: Job, source: str, timeout_s: float,
-             relay: "_Relay | None") -> tuple[Outcome, dict[str, Any] | None]:
-        """One job in one fresh worker; (outcome, result or None if it crashed)."""
+    def _run(self, job: Job, source: str, timeout_s: float, relay: "_Relay | None",
+             clock: dict[str, float] | None = None) -> tuple[Outcome, dict[str, Any] | None]:
+        """One job in one fresh worker; (outcome, result or None if it crashed). `clock` gets the
+        seconds waited for the device's lock and those of the worker's cleanup (okgit.eval.parent.phases)."""
+        clock = clock if clock is not None else {}
         worker = self.pool.take(self._torch, prestart_next=self.prestart)
         try:
             path = worker.dir / "candidate.py"
@@ -378,13 +390,17 @@ class LocalEvaluator(EvaluatorBase):
                     return {"ok": True}
                 return relay(message) if relay is not None else {"ok": False}
 
+            t0 = time.monotonic()
             with hold.region("shared") if started else contextlib.nullcontext():
+                clock["lock_wait"] = time.monotonic() - t0
                 outcome = worker.run(job, timeout_s, answer, startup_timeout_s=0.0)  # ready, or it never will be
             if outcome.crashed:
                 return outcome, None
             return outcome, read_result(worker.dir)
         finally:
+            t0 = time.monotonic()
             worker.close()
+            clock["exit"] = time.monotonic() - t0
 
 
 class _Relay:
@@ -400,7 +416,7 @@ class _Relay:
         self.job_dir: Path | None = None
         self.checks: dict[str, Any] = {}
         self.judge_failure: str | None = None
-        self.judge_s = 0.0
+        self.judge_own: dict[str, float] = {}  # the judge's seconds of its checks: expected, compare, release
         self.judge_memory: dict[str, int] = {}
         self.kinds = {c.id: c.kind for c in prep.cases if c.id in case_ids}
         self.fresh_case = fresh_case([c.id for c in prep.cases if c.kind == "seed" and c.id in case_ids])
@@ -418,12 +434,11 @@ class _Relay:
         case = self.case_of(call) if call is not None else None
         if message.get("op") != "check" or call is None or case is None or key in self.checks or self.judge_failure:
             return {"ok": False}
-        t0 = time.monotonic()
         answer = self.prep.judge.request({"op": "check", "case": case, "salt": call.salt,
                                           "gate": self.gates[call.part(self.kinds[case])],
+                                          "fingerprint": call.fingerprinted(self.kinds[case]),
                                           "leaves": message.get("leaves"), "outputs": message.get("outputs"),
                                           "dir": str(self.job_dir)}, self.timeout_s)
-        self.judge_s += time.monotonic() - t0
         for leaf in message.get("outputs") or []:
             if isinstance(leaf, dict) and isinstance(leaf.get("file"), str) and self.job_dir is not None:
                 (self.job_dir / Path(leaf["file"]).name).unlink(missing_ok=True)
@@ -431,6 +446,8 @@ class _Relay:
             self.judge_failure = _judge_failure(answer, self.prep.judge, f"the check of {key}")
             return {"ok": False}
         self.checks[key] = answer
+        for name, seconds in (answer.get("seconds") or {}).items():
+            self.judge_own[name] = self.judge_own.get(name, 0.0) + float(seconds)
         for name, value in (answer.get("memory") or {}).items():
             self.judge_memory[name] = max(self.judge_memory.get(name, 0), int(value))
         return {"ok": True}

@@ -87,6 +87,12 @@ class CallKey:
         a case's own call is its case's kind; the others are their kind."""
         return case_kind if self.kind is CallKind.case else self.kind.value
 
+    def fingerprinted(self, case_kind: str) -> bool:
+        """Whether the judge digests the call's outputs: a seed case's own call and its repeat, the
+        pairs the determinism gate compares. A digest is two passes over every output, so none is
+        made where nothing reads it (at L1/39's size: 2^31 elements, at 6 of a fast evaluation's 16 checks)."""
+        return case_kind == "seed" and self.kind in (CallKind.case, CallKind.repeat)
+
 
 FRESH_FIRST = CallKey(CallKind.fresh_first)
 FRESH = CallKey(CallKind.fresh)

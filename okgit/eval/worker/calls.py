@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 import warnings
 from dataclasses import dataclass
@@ -146,13 +147,18 @@ class Called:
     out: Any
     leaves: list[Any]
     facts: dict[str, Any]
+    kept_s: float = 0.0  # the inputs' copy before the call and their comparison after it
 
 
 def call(torch: Any, model: Any, inputs: list[Any], device: str, *, label: str, gate: str,
          counters: tuple[Any, ...] = (), check_inputs: bool = True) -> Called:
     """One call under no_grad, synchronized; its facts: output structure, per-leaf type, shape,
     dtype, device and aliasing, which inputs it changed, and the kernel launches it made."""
+    t0 = time.monotonic()
     pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if check_inputs else None
+    if device == "cuda":
+        torch.cuda.synchronize()  # the copy's time apart from the call's
+    kept_s = time.monotonic() - t0
     for counter in counters:
         counter.reset()
     try:
@@ -173,9 +179,11 @@ def call(torch: Any, model: Any, inputs: list[Any], device: str, *, label: str, 
                                     "cuda": sum(cuda_counter.failed.values())}
         facts["kernels"] = sorted(set(triton_counter.counts) | set(cuda_counter.counts))
     if pristine is not None:
+        t0 = time.monotonic()
         facts["inputs_changed"] = [i for i, (a, b) in enumerate(zip(inputs, pristine, strict=True))
                                    if isinstance(a, torch.Tensor) and not bitwise_equal(a, b)]
-    return Called(out, leaves, facts)
+        kept_s += time.monotonic() - t0
+    return Called(out, leaves, facts, kept_s)
 
 
 def mode_dependent(torch: Any, model: Any, source: str) -> bool:
@@ -267,11 +275,17 @@ def _span(t: Any) -> tuple[int, int]:
 
 
 def start(torch: Any, device: str) -> None:
-    """What both worker processes do first: the library flags pinned, CUDA up on a GPU."""
+    """What both worker processes do first: the library flags pinned, CUDA up on a GPU, and on a
+    CPU one thread for torch's operators. A CPU's shapes are scaled to about 64K elements, where
+    threads gain nothing, and on a host loaded by other work (the judge, workers, a test suite)
+    their spinning cost the most: an evaluation of a 32 x 2048 softmax took 17.4 s with two
+    threads on a loaded 2-core host, 3.6 s with one (the judge's comparisons 11 s against 0.2 s)."""
     pin_flags(torch)
     if device == "cuda":
         torch.cuda.init()
         torch.empty(1, device="cuda")
+    else:
+        torch.set_num_threads(1)
 
 
 def pin_flags(torch: Any) -> None:

@@ -74,6 +74,13 @@ class Worker:
         self.current, self.since = gate.split(":")[0], now
         (self.job_dir / PHASE_FILE).write_text(gate)
 
+    def spent(self, bucket: str, seconds: float) -> None:
+        """Account `seconds` of the gate in progress to `bucket` (drawing inputs, waiting for the judge
+        or for the device alone), not to the gate: where an evaluation's seconds go."""
+        times = self.result.setdefault("phase_s", {})
+        times[bucket] = times.get(bucket, 0.0) + seconds
+        self.since += seconds
+
     def finish(self) -> None:
         from okgit.eval.worker.own_memory import own_memory
 
@@ -113,6 +120,7 @@ class Worker:
         from okgit.eval.worker.export import export
 
         self.sent += 1
+        t0 = time.monotonic()
         descriptors, alive = export(called.leaves, self.device, self.job_dir, self.sent)
         self.channel.send({"op": "check", "key": key, "leaves": called.facts["leaves"], "spec": called.facts["spec"],
                            "outputs": descriptors})
@@ -120,14 +128,17 @@ class Worker:
         del alive
         if self.device == "cuda":
             self.torch.cuda.ipc_collect()
+        self.spent("judge", time.monotonic() - t0)
         if reply is None or not reply.get("ok"):
             raise CallFailed(gate, "error", f"{key}: the judge did not answer")
 
     def alone(self) -> None:
         """Ask the parent for the device alone: until here it was shared with other jobs' correctness
         work; timing and profiling must not run beside anything (okgit.eval.parent.devices)."""
+        t0 = time.monotonic()
         self.channel.send({"op": "exclusive"})
         reply = self.channel.receive()
+        self.spent("device_wait", time.monotonic() - t0)
         if reply is None or not reply.get("ok"):
             raise CallFailed("timing", "error", "the parent did not give this job the device alone for its timing")
 
@@ -160,9 +171,15 @@ class Worker:
                 self.result["calls"][key] = called.facts
                 self.send(key, gate, called)
                 return
+            t0 = time.monotonic()
             inputs = calls.draw_inputs(torch, references[case.shape], case, self.device)
+            self.spent("draw", time.monotonic() - t0)
             self.phase(gate)
+            t0 = time.monotonic()
             called = calls.call(torch, models[case.model], inputs, self.device, label=key, gate=gate, counters=counters)
+            self.spent("inputs_kept", called.kept_s)
+            if self.sent == 0:  # the candidate's first call: its kernels' compile (Triton's JIT), apart
+                self.spent("first_call", time.monotonic() - t0 - called.kept_s)
             self.returned_before(key, called)
             self.result["calls"][key] = called.facts
             del inputs
@@ -295,15 +312,18 @@ class Worker:
                      gate: str) -> None:
         """The same input buffers, refilled in place with new values, must give the new answer."""
         torch = self.torch
+        t0 = time.monotonic()
         buffers = calls.draw_inputs(torch, reference, first, self.device)
+        self.spent("draw", time.monotonic() - t0)
         self.phase(gate)
         once, key = FRESH_FIRST.format(), FRESH.format()
-        self.result["calls"][once] = calls.call(torch, model, buffers, self.device, label=once, gate=gate,
-                                                counters=counters).facts
+        first_call = calls.call(torch, model, buffers, self.device, label=once, gate=gate, counters=counters)
+        self.result["calls"][once] = first_call.facts
         for buf, new in zip(buffers, calls.draw_inputs(torch, reference, second, self.device), strict=True):
             if isinstance(buf, torch.Tensor):
                 buf.copy_(new)
         called = calls.call(torch, model, buffers, self.device, label=key, gate=gate, counters=counters)
+        self.spent("inputs_kept", first_call.kept_s + called.kept_s)
         self.result["calls"][key] = called.facts
         self.send(key, gate, called)
 

@@ -2,7 +2,7 @@
 
 The source is parsed, not run: `@triton.jit` kernels and their `tl.constexpr` parameters,
 launch sites `kernel[grid](..., BLOCK=128, num_warps=2)`, and module constants whose names
-say they are launch settings (`*BLOCK*`, `*TILE*`, `*CHUNK*`, `*WARPS*`, `*STAGES*`,
+say they are launch settings (`*BLOCK*`, `*TILE*`, `*CHUNK*`, `*LANES*`, `*WARPS*`, `*STAGES*`,
 `*GROUP*`, `*PROGRAMS*`, as the template proposer writes them). Each variant changes one
 setting and is an ordinary complete file, so the evaluator times exactly one configuration
 per file (no triton.autotune inside proposals: its own timing would hide in the first call).
@@ -52,9 +52,10 @@ WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)
 GROUPS = (1, 4, 8, 16)
 MIN_BLOCK = 16
+SMALL_TILE = re.compile(r"_(ROWS|LANES)$")  # a count of rows or lanes in a tile (a windowed kind's): down to 1
 MAX_VARIANTS = 24  # per parent file
 ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left to tune
-SETTING = re.compile(r"BLOCK|TILE|CHUNK|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
+SETTING = re.compile(r"BLOCK|TILE|CHUNK|LANES|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
 # bottleneck -> (the controls to vary, in order; what they are, for the journal)
 FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
     "memory": (("path", "block", "stages", "warps"), "a kernel's other path where it has one (a direct convolution "
@@ -280,7 +281,8 @@ def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = 
         # a block along one dim (GEMM tiles, a row's chunk, the column layout's J and R) needs no more than the largest dim
         tile_dim = re.search(r"(^|_)(M|N|K|J|R|N_MAX|CHUNK)$", site.name.split(".")[-1].upper())
         cap = _pow2_ceil(cap_dim if tile_dim else cap_numel)
-        pool = tuple(int(v * f) for f in (0.5, 2, 0.25, 4) if MIN_BLOCK <= v * f <= max(cap, MIN_BLOCK))
+        low = 1 if SMALL_TILE.search(site.name.upper()) else MIN_BLOCK
+        pool = tuple(int(v * f) for f in (0.5, 2, 0.25, 4) if low <= v * f <= max(cap, MIN_BLOCK))
     others = [int(p) for p in pool if int(p) != v]
     # nearest first; on a tie the larger (realistic GPU sizes favour bigger tiles), unless registers
     # or shared memory hold the occupancy down

@@ -105,19 +105,19 @@ def test_wide_windows_match_torch(tmp_path):
 
 
 def test_wide_strides_read_a_window_row_across_lanes(tmp_path):
-    """The defaults a candidate is lowered with: a window row across lanes from stride 4 on
-    (dilation 1), one lane per output below; a step's tile held to 512 taps."""
+    """The defaults a candidate is lowered with: a window row across the fewest lanes that keep
+    a warp's load within 4 cache lines (dilation 1), one lane per output up to stride 4; a step's
+    tile held to 256 taps."""
     wide = candidate(op_file(tmp_path, "wide", *OPS["avg2d_wide"]))
-    assert (setting(wide, "ROW_LANES"), setting(wide, "BLOCK_ROWS"), setting(wide, "BLOCK_W")) == (16, 1, 32)
+    assert (setting(wide, "ROW_LANES"), setting(wide, "BLOCK_ROWS"), setting(wide, "BLOCK_W")) == (4, 1, 64)
     overlapping = candidate(op_file(tmp_path, "overlapping", "nn.MaxPool2d(4, 1, 1)", "2, 3, 12, 12"))
     assert (setting(overlapping, "ROW_LANES"), setting(overlapping, "BLOCK_ROWS")) == (1, 4)
     dilated = candidate(op_file(tmp_path, "dilated", *OPS["max2d_dilated_strided"]))
     assert setting(dilated, "ROW_LANES") == 1
-    for kw, sw in ((2, 2), (3, 2), (4, 4), (5, 4), (11, 11), (40, 40)):
+    for kw, sw, lanes in ((2, 2, 1), (3, 2, 1), (4, 4, 1), (5, 4, 1), (7, 5, 2), (11, 11, 4), (3, 16, 4), (40, 40, 16)):
         s = pool_tunables("P", kw, sw, 1)
-        lanes = s["P_ROW_LANES"]
-        assert lanes == (1 if sw < 4 else min(16, 1 << (kw - 1).bit_length()))
-        assert s["P_BLOCK_ROWS"] * s["P_BLOCK_W"] * lanes <= 512
+        assert s["P_ROW_LANES"] == lanes and s["P_BLOCK_ROWS"] * s["P_BLOCK_W"] * lanes <= 256
+    assert pool_tunables("P", 11, 11, 2)["P_ROW_LANES"] == 1
 
 
 def test_the_autotune_reaches_every_pool_setting(tmp_path):
@@ -126,8 +126,8 @@ def test_the_autotune_reaches_every_pool_setting(tmp_path):
     found: dict[str, set] = {}
     for site, value in variants(source, 1 << 30, 4096):
         found.setdefault(site.name, set()).add(value)
-    assert {8, 4} <= found["FUSED_POOL_0_ROW_LANES"] and {2, 4} <= found["FUSED_POOL_0_BLOCK_ROWS"]
-    assert {16, 64} <= found["FUSED_POOL_0_BLOCK_W"] and "FUSED_POOL_0_NUM_WARPS" in found
+    assert {1, 2, 8, 16} <= found["FUSED_POOL_0_ROW_LANES"] and {2, 4} <= found["FUSED_POOL_0_BLOCK_ROWS"]
+    assert {32, 128} <= found["FUSED_POOL_0_BLOCK_W"] and "FUSED_POOL_0_NUM_WARPS" in found
 
 
 @pytest.mark.slow  # bench/pool_speed.py as a subprocess under the interpreter
@@ -143,6 +143,6 @@ def test_the_speed_benchmark_runs_on_the_cpu(tmp_path):
     (row,) = json.loads((tmp_path / "out" / "pool_speed.json").read_text())["rows"]
     assert row["origin"] == "template:pool" and row["correct"] and row["eager_us"] is None
     default, *others = row["settings"]
-    assert default["label"] == "default" and (default["block_rows"], default["block_w"], default["row_lanes"]) == (1, 32, 16)
-    assert [(s["row_lanes"], s["us"]) for s in others] == [(1, None), (4, None)]
-    assert "| level1/45 | 1x32 / 16 / 4 (default) |" in proc.stdout
+    assert default["label"] == "default" and (default["block_rows"], default["block_w"], default["row_lanes"]) == (1, 64, 4)
+    assert [(s["row_lanes"], s["us"]) for s in others] == [(1, None), (16, None)]
+    assert "| level1/45 | 1x64 / 4 / 4 (default) |" in proc.stdout

@@ -40,9 +40,9 @@ from okgit.lower.translate import schema_args
 
 TEMPLATE = template(__package__, "pool.py.tmpl")
 POOL_OPS = {f"{kind}_pool{n}d": n for kind in ("max", "avg") for n in (1, 2, 3)}  # ATen call -> spatial dims
-WIDE_STRIDE = 4  # a window row across lanes from this stride on (pool_tunables)
+LOAD_LINES = 4  # cache lines one warp's load may span before a window row goes across lanes (pool_tunables)
 MAX_LANES = 16  # lanes of one window row
-STEP_TAPS = 512  # taps one step of a program reads: 4 a thread at 4 warps (pool_tunables)
+STEP_TAPS = 256  # taps one step of a program reads: 2 a thread at 4 warps
 
 
 @template_kind(order=2)
@@ -65,7 +65,6 @@ class Pool(WindowKind):
     def what(self, g) -> str:
         op = g.seed.target._opname
         return f"a direct {'max' if op.startswith('max') else 'average'} pooling over {POOL_OPS[op]}D windows{prologue_note(g)}, the epilogue on its result"
-
 
     def tunables(self, NAME: str, window: dict[str, Any]) -> dict[str, int]:
         stride = window["stride"] or window["kernel_size"]  # an empty stride is the window
@@ -90,20 +89,28 @@ class Pool(WindowKind):
 def pool_tunables(NAME: str, kw: int, sw: int, dw: int) -> dict[str, int]:
     """The pooling kernel's launch settings for a window row of kw taps, stride sw, dilation dw.
 
-    ROW_LANES: with one lane per output, a warp's load of one tap spans 32 x sw floats, about sw
-    cache lines for 128 useful bytes, each line fetched again for every tap of the window row;
-    with the window row across T = next_pow2(kw) lanes (dilation 1) a warp reads 32 / T whole
-    windows side by side, about one line per 128 bytes, kw / T of the lanes busy. From a stride
-    of WIDE_STRIDE the lines saved outweigh the idle lanes; below it (stride 1 or 2: overlapping
-    or 2x2 windows) one lane per output, whose neighbours' taps are neighbours already.
+    ROW_LANES (T): a warp's load of one tap spans (32 / T) x sw floats, about sw / T cache lines,
+    with T lanes per window row (T = 1: one lane per output). ATen's pooling reads one lane per
+    output and is at the DRAM peak at sw = 11 (L1/45), so lines are cheap up to a point; lanes
+    idle on a row's padding (T - kw % T of every T) cost instructions. T is the fewest lanes that
+    keep a load within LOAD_LINES lines (dilation 1; a dilated row stays one lane per output):
+    1 up to stride 4 (overlapping and 2x2 windows), 4 at L1/45's stride 11 (12 taps read for 11,
+    about 4 lines a load instead of 12), never wider than the row or MAX_LANES.
 
-    BLOCK_ROWS x BLOCK_W x ROW_LANES, the taps a program reads in one step, is held to
-    STEP_TAPS: every lane keeps an fp32 accumulator per tap of the tile (folded across lanes
-    once, after the window) beside the step's loads in flight, so the tile, not the window,
-    sets the registers. Compiled for sm_90 (Triton 3.9, no GPU) at L1/45's window (11 x 11, stride 11), 4 warps:
-    a 4 x 64 x 16 tile took 255 registers and spilled (the 12% occupancy measured), 1 x 64 x 16
-    took 101, 1 x 32 x 16 64, 1 x 64 x 4 32. All four are module constants the autotune varies."""
-    lanes = min(MAX_LANES, 1 << max(0, (kw - 1).bit_length())) if dw == 1 and sw >= WIDE_STRIDE else 1
+    BLOCK_ROWS x BLOCK_W x T, the taps a program reads in one step, is held to STEP_TAPS: every
+    lane keeps an fp32 accumulator per tap of the tile (folded across lanes once, after the
+    window: a fold per step would cost log2(T) shuffles a tap) beside the step's loads in flight,
+    so the tile, not the window, sets the registers. Compiled for sm_90 (Triton 3.9, no GPU) at
+    L1/45's window (11 x 11, stride 11), 4 warps: the old default's 4 x 64 x 16 tile took 255
+    registers and spilled (the 12% occupancy measured), 1 x 64 x 16 101, 1 x 32 x 16 64, and
+    1 x 64 x 4 and 4 x 64 x 1 32. All four are module constants the autotune varies."""
+    lanes = 1
+    if dw == 1:
+        lanes = min(MAX_LANES, _pow2(kw), _pow2(-(-sw // LOAD_LINES)))
     block_w = min(64, STEP_TAPS // lanes)
     rows = max(1, min(4, STEP_TAPS // (block_w * lanes)))
     return {f"{NAME}_BLOCK_ROWS": rows, f"{NAME}_BLOCK_W": block_w, f"{NAME}_ROW_LANES": lanes, f"{NAME}_NUM_WARPS": 4}
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())

@@ -10,7 +10,8 @@ stride 11 on 16x64x2048x2048; L1/42, max pooling 2D, window 4 stride 1 padding 1
 - okgit's candidate built as `okgit optimize` builds it (the template proposer's first candidate
   with the pool kind, bench/pool_conv.py's `candidate`), run at the settings it was lowered
   with (`default`) and at a few others (SETTINGS: BLOCK_ROWS x BLOCK_W output tiles, ROW_LANES
-  taps of a window row across lanes, NUM_WARPS);
+  taps of a window row across lanes, NUM_WARPS, SHARED_ROWS output rows reading each input row
+  once between them, 0 for each row on its own: then BLOCK_ROWS does not count);
 - each checked against the reference computed in float64 on the GPU: correct when its error is
   within max(2 x eager's, 1e-4 x max|ref|) (okgit's rule: no worse than the reference itself);
 - eager and each correct setting timed by triton.testing.do_bench (CUDA events, L2 cleared
@@ -38,13 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pool_conv import _row_lanes, built, candidate, device_for, fmt, leaves, max_err, nbytes, timer, tiny_knobs
 
 PROBLEMS = "level1/45,level1/42"
-# (BLOCK_ROWS, BLOCK_W, ROW_LANES, NUM_WARPS) beside the lowered defaults, likeliest first (each
-# costs a compile); ROW_LANES is capped by the window row in the launcher (next power of two), so at
-# a narrow window some coincide and run once
-SETTINGS = [(4, 64, 1, 4), (1, 32, 16, 4), (1, 64, 16, 8), (2, 64, 4, 4), (1, 64, 8, 4), (1, 64, 4, 8),
-            (1, 256, 1, 8), (8, 64, 1, 8), (2, 128, 1, 4), (1, 128, 4, 8)]
-NAMES = ("BLOCK_ROWS", "BLOCK_W", "ROW_LANES", "NUM_WARPS")
-CONSTANT = re.compile(r"^(FUSED_POOL_\d+)_(BLOCK_ROWS|BLOCK_W|ROW_LANES|NUM_WARPS): int = (\d+)$", re.MULTILINE)
+# (BLOCK_ROWS, BLOCK_W, ROW_LANES, NUM_WARPS, SHARED_ROWS) beside the lowered defaults, likeliest
+# first (each costs a compile); ROW_LANES is capped by the window row in the launcher (next power
+# of two), so at a narrow window some coincide and run once
+SETTINGS = [(4, 64, 1, 4, 0), (1, 32, 16, 4, 0), (1, 128, 1, 4, 8), (1, 64, 16, 8, 0), (2, 64, 4, 4, 0),
+            (1, 64, 4, 8, 0), (1, 128, 1, 4, 16), (1, 256, 1, 8, 8), (1, 256, 1, 8, 0), (8, 64, 1, 8, 0)]
+NAMES = ("BLOCK_ROWS", "BLOCK_W", "ROW_LANES", "NUM_WARPS", "SHARED_ROWS")
+CONSTANT = re.compile(r"^(FUSED_POOL_\d+)_(BLOCK_ROWS|BLOCK_W|ROW_LANES|NUM_WARPS|SHARED_ROWS): int = (\d+)$", re.MULTILINE)
 
 
 def problem_path(kb: Path, spec: str) -> Path:
@@ -98,7 +99,8 @@ def run_problem(spec: str, args, bench, device: str, deadline: float) -> dict:
                     setattr(cand_mod, f"{n}_{k}", v)
             calls.clear()
             got = mine(*inputs)
-            conf = (*conf[:2], _row_lanes(cand_mod, names, calls, conf[2]), conf[3])  # the lanes it ran with
+            # the lanes it ran with; with shared rows BLOCK_ROWS is not read
+            conf = (0 if conf[4] else conf[0], conf[1], _row_lanes(cand_mod, names, calls, conf[2]), *conf[3:])
             if conf in seen:
                 continue
             seen.add(conf)
@@ -118,7 +120,7 @@ def run_problem(spec: str, args, bench, device: str, deadline: float) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| problem | settings (ROWSxW / LANES / WARPS) | us | GB/s | x eager | err |", "|---|---|---|---|---|---|"]
+    lines = ["| problem | settings (ROWSxW / LANES / WARPS, rows shared) | us | GB/s | x eager | err |", "|---|---|---|---|---|---|"]
     for r in rows:
         if "skipped" in r:
             lines.append(f"| {r['problem']} | skipped: {r['skipped'][:100]} | | | | |")
@@ -127,7 +129,8 @@ def table(rows: list[dict]) -> str:
             return "-" if not us else f"{r['bytes'] / us / 1e3:.0f}"
         lines.append(f"| {r['problem']} | eager | {fmt(r['eager_us'])} | {gbs(r['eager_us'])} | 1.00 | {r['eager_err']:.1e} |")
         for s in sorted(r["settings"], key=lambda s: s.get("us") or float("inf")):
-            conf = f"{s['block_rows']}x{s['block_w']} / {s['row_lanes']} / {s['num_warps']}" + (" (default)" if s["label"] == "default" else "")
+            conf = (f"{s['shared_rows'] or s['block_rows']}x{s['block_w']} / {s['row_lanes']} / {s['num_warps']}"
+                    + (" shared" if s["shared_rows"] else "") + (" (default)" if s["label"] == "default" else ""))
             us = s.get("us")
             ratio = f"{r['eager_us'] / us:.2f}" if us and r["eager_us"] else "-"
             lines.append(f"| {r['problem']} | {conf}{'' if s['correct'] else ' INCORRECT'} | {fmt(us)} | {gbs(us)} | "

@@ -18,7 +18,9 @@ more than 25 taps with its stride unequal to it falls back to ATen. Here every w
 unrolled over its constexpr sizes (the depth dim looped) in tiles of neighbouring outputs,
 the index arithmetic per tile row and column, bounds checked only in tiles at the input's
 edges, and a window row can be spread over lanes so that strided windows still read
-contiguous memory.
+contiguous memory. Where neighbouring output rows' windows overlap down the height, a tile of
+them reads each input row once between them (SHARED_ROWS). The settings come from the window's
+shape (`pool_tunables`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ POOL_OPS = {f"{kind}_pool{n}d": n for kind in ("max", "avg") for n in (1, 2, 3)}
 LOAD_LINES = 4  # cache lines one warp's load may span before a window row goes across lanes (pool_tunables)
 MAX_LANES = 16  # lanes of one window row
 STEP_TAPS = 256  # taps one step of a program reads: 2 a thread at 4 warps
+SHARED_ROWS = 8  # output rows of a tile that read their input rows once between them (pool_tunables)
+SHARE_GAIN = 2  # the reads of an input row by those rows' windows, at least, for that path
 
 
 @template_kind(order=2)
@@ -68,7 +72,8 @@ class Pool(WindowKind):
 
     def tunables(self, NAME: str, window: dict[str, Any]) -> dict[str, int]:
         stride = window["stride"] or window["kernel_size"]  # an empty stride is the window
-        return pool_tunables(NAME, last(window["kernel_size"], 1), last(stride, 1), last(window["dilation"], 1))
+        k, s, d = (window["kernel_size"], stride, window["dilation"])
+        return pool_tunables(NAME, (_height(k), last(k, 1)), (_height(s), last(s, 1)), (_height(d), last(d, 1)))
 
     def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:
         pool = g.seed
@@ -86,8 +91,9 @@ class Pool(WindowKind):
         return self.render(low, g, name, code, leaves, args, params, read, {}, window, is_max=str(is_max))
 
 
-def pool_tunables(NAME: str, kw: int, sw: int, dw: int) -> dict[str, int]:
-    """The pooling kernel's launch settings for a window row of kw taps, stride sw, dilation dw.
+def pool_tunables(NAME: str, k: tuple[int, int], s: tuple[int, int], d: tuple[int, int]) -> dict[str, int]:
+    """The pooling kernel's launch settings for a window of k = (kh, kw) taps, stride s and
+    dilation d (height and width).
 
     ROW_LANES (T): a warp's load of one tap spans (32 / T) x sw floats, about sw / T cache lines,
     with T lanes per window row (T = 1: one lane per output). ATen's pooling reads one lane per
@@ -103,13 +109,34 @@ def pool_tunables(NAME: str, kw: int, sw: int, dw: int) -> dict[str, int]:
     so the tile, not the window, sets the registers. Compiled for sm_90 (Triton 3.9, no GPU) at
     L1/45's window (11 x 11, stride 11), 4 warps: the old default's 4 x 64 x 16 tile took 255
     registers and spilled (the 12% occupancy measured), 1 x 64 x 16 101, 1 x 32 x 16 64, and
-    1 x 64 x 4 and 4 x 64 x 1 32. All four are module constants the autotune varies."""
+    1 x 64 x 4 and 4 x 64 x 1 32.
+
+    SHARED_ROWS: where SHARED_ROWS neighbouring output rows' windows read each input row at
+    least SHARE_GAIN times between them (windows overlapping down the height: L1/42's 4 x 4 at
+    stride 1, 2.9 times), the kernel reads each input row once for all of them (0: each row's
+    windows read on their own), its tile one row of BLOCK_W x T = 128 taps (one a thread at
+    4 warps: a narrower one is loaded by several threads). At L1/42's window, compiled for
+    sm_90: 5.5 loads an output instead of 16, 40 registers. Not timed yet (bench/pool_speed.py
+    times both paths). All five are module constants the autotune varies."""
+    (kh, kw), (sh, sw), (dh, dw) = k, s, d
     lanes = 1
     if dw == 1:
         lanes = min(MAX_LANES, _pow2(kw), _pow2(-(-sw // LOAD_LINES)))
     block_w = min(64, STEP_TAPS // lanes)
     rows = max(1, min(4, STEP_TAPS // (block_w * lanes)))
-    return {f"{NAME}_BLOCK_ROWS": rows, f"{NAME}_BLOCK_W": block_w, f"{NAME}_ROW_LANES": lanes, f"{NAME}_NUM_WARPS": 4}
+    shared = SHARED_ROWS * kh >= SHARE_GAIN * ((SHARED_ROWS - 1) * sh + (kh - 1) * dh + 1)
+    if shared:
+        block_w = max(1, 128 // lanes)
+    return {f"{NAME}_BLOCK_ROWS": rows, f"{NAME}_BLOCK_W": block_w, f"{NAME}_ROW_LANES": lanes, f"{NAME}_NUM_WARPS": 4,
+            f"{NAME}_SHARED_ROWS": SHARED_ROWS if shared else 0}
+
+
+def _height(v: Any) -> int:
+    """The height's entry of a window argument as traced (an int, one value for every dim, or
+    one per dim: the second last); 1 where it has none."""
+    if isinstance(v, int):
+        return v
+    return int(v[-2] if len(v) >= 2 else v[0]) if v else 1
 
 
 def _pow2(n: int) -> int:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from okgit.eval.types import ProfileData
 from okgit.lower.graph import Unsupported
-from okgit.lower.kinds import gemm, grouped_conv
+from okgit.lower.kinds import gemm, grouped_conv, pool
 from okgit.lower.trace import input_extent
 from okgit.search.types import Context, Proposal, propose_several
 
@@ -52,6 +52,8 @@ WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)
 GROUPS = (1, 4, 8, 16)
 MIN_BLOCK = 16
+# a template's switch between two paths that is also the size on one of them: its value when switched on
+PATHS = {"_ROLL_CHUNK": grouped_conv.ROLL_CHUNK, "_SHARED_ROWS": pool.SHARED_ROWS}
 SMALL_TILE = re.compile(r"_(ROWS|LANES)$")  # a count of rows or lanes in a tile (a windowed kind's): down to 1
 MAX_VARIANTS = 24  # per parent file
 ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left to tune
@@ -59,7 +61,7 @@ SETTING = re.compile(r"BLOCK|TILE|CHUNK|LANES|WARPS|STAGES|GROUP|PROGRAMS", re.I
 # bottleneck -> (the controls to vary, in order; what they are, for the journal)
 FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
     "memory": (("path", "block", "stages", "warps"), "a kernel's other path where it has one (a direct convolution "
-               "rolled or not), the block shape, the loads in flight (stages) and the vector width (warps)"),
+               "rolled or not, a pooling's rows shared or not), the block shape, the loads in flight (stages) and the vector width (warps)"),
     "compute": (("warps", "stages", "block", "group"), "the warps, the pipeline stages, the tile shape and the GEMM's group"),
     "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs) only: "
                 "fusion and fewer launches are the levers there, and they are not launch settings"),
@@ -106,7 +108,7 @@ class Site:
 
 def _control(name: str) -> str | None:
     up = name.upper()
-    if up.endswith("_ROLL_CHUNK"):  # a template's switch between two paths as well as a size (0: the other path)
+    if up.endswith(tuple(PATHS)):  # a template's switch between two paths as well as a size (0: the other path)
         return "path"
     if "WARPS" in up:
         return "warps"
@@ -274,7 +276,7 @@ def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = 
     elif site.control == "programs":
         pool = tuple(v * f for f in (0.25, 0.5, 2, 4) if 32 <= v * f <= 4096)
     elif site.control == "path":  # the other path first (0 turns it off), then the size on this one
-        return [0, v * 2] if v else [grouped_conv.ROLL_CHUNK]
+        return [0, v * 2] if v else [PATHS[next(s for s in PATHS if site.name.upper().endswith(s))]]
     else:
         if v & (v - 1):  # not a power of two: not ours to move
             return []

@@ -17,7 +17,9 @@ dilation, 3D average pool with padding, depthwise 3D convolution). Per case:
   ROW_LANES taps of a window row across lanes, NUM_WARPS; for a convolution ROLL_CHUNK, the
   outputs per program along the outermost window dim on its rolled path, 0 for its direct path,
   as set: the launcher keeps the direct path where that dim's stride or dilation is not 1; the
-  rolled path's tile is ROLL_BLOCK = BLOCK_ROWS x BLOCK_W outputs, shaped by its launcher),
+  rolled path's tile is ROLL_BLOCK = BLOCK_ROWS x BLOCK_W outputs, shaped by its launcher; a
+  pooling's output rows each read their own input rows, SHARED_ROWS 0: bench/pool_speed.py
+  times the shared rows),
   and that kernel alone (its launcher on the inputs the forward gave it);
 - the copy-bandwidth floor: bytes in + out (inputs, parameters, outputs; for the kernel alone
   its operands and outputs) over --bandwidth (4.18 TB/s, docs MEASURED), and each time's
@@ -240,6 +242,7 @@ def run_case(name: str, source: str, path: str, args, bench, device: str, deadli
                 setattr(cand_mod, f"{n}_NUM_WARPS", warps)
                 setattr(cand_mod, f"{n}_ROLL_CHUNK", run)
                 setattr(cand_mod, f"{n}_ROLL_BLOCK", rows * block)
+                setattr(cand_mod, f"{n}_SHARED_ROWS", 0)  # a pooling's rows on their own (bench/pool_speed.py times both)
             calls.clear()
             got = mine(*inputs)
             lanes_used = _row_lanes(cand_mod, names, calls, lanes)

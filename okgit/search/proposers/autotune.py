@@ -61,7 +61,7 @@ SETTING = re.compile(r"BLOCK|TILE|CHUNK|LANES|WARPS|STAGES|GROUP|PROGRAMS", re.I
 # bottleneck -> (the controls to vary, in order; what they are, for the journal)
 FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
     "memory": (("path", "block", "stages", "warps"), "a kernel's other path where it has one (a direct convolution "
-               "rolled or not, a pooling's rows shared or not), the block shape, the loads in flight (stages) and the vector width (warps)"),
+               "rolled or not), the block shape, the loads in flight (stages) and the vector width (warps)"),
     "compute": (("warps", "stages", "block", "group"), "the warps, the pipeline stages, the tile shape and the GEMM's group"),
     "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs) only: "
                 "fusion and fewer launches are the levers there, and they are not launch settings"),

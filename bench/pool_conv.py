@@ -17,7 +17,9 @@ dilation, 3D average pool with padding, depthwise 3D convolution). Per case:
   ROW_LANES taps of a window row across lanes, NUM_WARPS; for a convolution ROLL_CHUNK, the
   outputs per program along the outermost window dim on its rolled path, 0 for its direct path,
   as set: the launcher keeps the direct path where that dim's stride or dilation is not 1; the
-  rolled path's tile is ROLL_BLOCK = BLOCK_ROWS x BLOCK_W outputs, shaped by its launcher),
+  rolled path's tile is ROLL_BLOCK = BLOCK_ROWS x BLOCK_W outputs, shaped by its launcher; a
+  pooling's output rows each read their own input rows, SHARED_ROWS 0: bench/pool_speed.py
+  times the shared rows),
   and that kernel alone (its launcher on the inputs the forward gave it);
 - the copy-bandwidth floor: bytes in + out (inputs, parameters, outputs; for the kernel alone
   its operands and outputs) over --bandwidth (4.18 TB/s, docs MEASURED), and each time's
@@ -153,6 +155,29 @@ def cases(kb: Path, wanted: list[str]) -> list[tuple[str, str, str]]:
     return [c for c in out if not wanted or any(w in c[0] for w in wanted)]
 
 
+def built(source: str, cand: str, knobs: dict[str, int], device: str) -> tuple:
+    """The op file and its candidate loaded with `knobs` on `device`: the candidate's module, the
+    reference model, the candidate's (its weights), the inputs, the candidate's launchers by name
+    and `calls`, where each launcher now records what the forward hands it."""
+    import torch
+
+    ref_mod, cand_mod = load(source, "ref", knobs), load(cand, "cand", knobs)
+    torch.manual_seed(0)
+    init = ref_mod.get_init_inputs()
+    with torch.device(device):
+        torch.manual_seed(1)
+        model = ref_mod.Model(*init)
+        torch.manual_seed(2)
+        inputs = list(ref_mod.get_inputs())
+    mine = (getattr(cand_mod, "ModelNew", None) or cand_mod.Model)(*init).to(device)
+    mine.load_state_dict(model.state_dict())
+    launchers = {n: getattr(cand_mod, n) for n in LAUNCHER.findall(cand)}
+    calls: dict[str, tuple] = {}
+    for n, fn in launchers.items():
+        setattr(cand_mod, n, lambda *a, _n=n, _fn=fn: (calls.setdefault(_n, a), _fn(*a))[1])
+    return cand_mod, model, mine, inputs, launchers, calls
+
+
 def leaves(out) -> list:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
@@ -184,20 +209,7 @@ def run_case(name: str, source: str, path: str, args, bench, device: str, deadli
         return row
     knobs = tiny_knobs(source) if args.smoke else {}
     row["knobs"] = knobs
-    ref_mod, cand_mod = load(source, "ref", knobs), load(cand, "cand", knobs)
-    torch.manual_seed(0)
-    init = ref_mod.get_init_inputs()
-    with torch.device(device):
-        torch.manual_seed(1)
-        model = ref_mod.Model(*init)
-        torch.manual_seed(2)
-        inputs = list(ref_mod.get_inputs())
-    mine = (getattr(cand_mod, "ModelNew", None) or cand_mod.Model)(*init).to(device)
-    mine.load_state_dict(model.state_dict())
-    launchers = {n: getattr(cand_mod, n) for n in LAUNCHER.findall(cand)}
-    calls: dict[str, tuple] = {}
-    for n, fn in launchers.items():  # record what the forward hands each launcher, for timing it alone
-        setattr(cand_mod, n, lambda *a, _n=n, _fn=fn: (calls.setdefault(_n, a), _fn(*a))[1])
+    cand_mod, model, mine, inputs, launchers, calls = built(source, cand, knobs, device)
     with torch.no_grad():
         flags = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
         torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
@@ -230,6 +242,7 @@ def run_case(name: str, source: str, path: str, args, bench, device: str, deadli
                 setattr(cand_mod, f"{n}_NUM_WARPS", warps)
                 setattr(cand_mod, f"{n}_ROLL_CHUNK", run)
                 setattr(cand_mod, f"{n}_ROLL_BLOCK", rows * block)
+                setattr(cand_mod, f"{n}_SHARED_ROWS", 0)  # a pooling's rows on their own (bench/pool_speed.py times both)
             calls.clear()
             got = mine(*inputs)
             lanes_used = _row_lanes(cand_mod, names, calls, lanes)
@@ -275,6 +288,32 @@ def _row_lanes(module, names: list[str], calls: dict, lanes: int) -> int:
     return min(lanes, width)
 
 
+def device_for(smoke: bool) -> str | None:
+    """'cpu' under Triton's interpreter (`smoke`; set before triton is imported), else 'cuda',
+    or None where there is no GPU."""
+    if smoke:
+        os.environ["TRITON_INTERPRET"] = "1"
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else None
+
+
+def timer(smoke: bool):
+    """A function that times a call in us: do_bench's median (CUDA events, L2 cleared before each
+    call, warm-up); with `smoke` it runs the call once and gives None."""
+    if smoke:
+        def run_once(fn):
+            fn()
+            return None
+        return run_once
+    import triton.testing
+
+    def bench(fn):
+        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1000.0
+    return bench
+
+
 def fmt(us) -> str:
     return "-" if us is None else f"{us:.0f}"
 
@@ -317,23 +356,13 @@ def main() -> int:
     parser.add_argument("--bandwidth", type=float, default=4.18e12, help="copy bandwidth, bytes per second")
     parser.add_argument("--smoke", action="store_true")
     ARGS = args = parser.parse_args()
-    if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
-    import torch
-
-    device = "cpu" if args.smoke else "cuda"
-    if not args.smoke and not torch.cuda.is_available():
+    device = device_for(args.smoke)
+    if device is None:
         print("no CUDA GPU (--smoke runs on the CPU)", file=sys.stderr)
         return 3
-    if args.smoke:
-        def bench(fn):
-            fn()
-            return None
-    else:
-        import triton.testing
+    import torch
 
-        def bench(fn):
-            return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1000.0
+    bench = timer(args.smoke)
     start = time.monotonic()
     deadline = start + args.time_limit
     out_dir = Path(os.environ.get("OUT", "/tmp/out"))

@@ -26,6 +26,8 @@ planes three times over, reuse left to the caches: 0.11 of the copy floor on an 
 
 from __future__ import annotations
 
+from typing import Any
+
 from okgit.lower.graph import Node
 from okgit.lower.kernelcode import KernelCode, Leaf, Scope
 from okgit.lower.kinds.base import Rendered, template_kind
@@ -34,7 +36,6 @@ from okgit.lower.kinds.window import (
     input_parts,
     prologue_note,
     spatial_input,
-    tile_tunables,
 )
 from okgit.lower.template import template
 from okgit.lower.translate import schema_args
@@ -104,6 +105,6 @@ class GroupedConv(WindowKind):
         window = {k: a.get(k, default) for k, default in (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))}
         return self.render(low, g, name, code, leaves, args, params, read, {"w": low.tensor(a["weight"])}, window)
 
-    def tunables(self, NAME: str, stride_w: int) -> dict[str, int]:
+    def tunables(self, NAME: str, window: dict[str, Any]) -> dict[str, int]:
         """The tiles, and the rolled path's settings."""
-        return {**tile_tunables(NAME, stride_w), f"{NAME}_ROLL_CHUNK": ROLL_CHUNK, f"{NAME}_ROLL_BLOCK": ROLL_BLOCK}
+        return {**super().tunables(NAME, window), f"{NAME}_ROLL_CHUNK": ROLL_CHUNK, f"{NAME}_ROLL_BLOCK": ROLL_BLOCK}

@@ -82,12 +82,13 @@ class WindowKind(TemplateKind):
         )
         device = f"{low.graph.forward_args[0]}.device"  # (no window argument is a device)
         forward = x_forward + list(head.values()) + [low.pyarg(v, device) for v in window.values()]
-        stride = window["stride"] or window.get("kernel_size")  # an empty stride is the window
-        return Rendered(name, src, self.tunables(name.upper(), last(stride, 1)), forward + args, g.outputs, self.describe(g))
+        return Rendered(name, src, self.tunables(name.upper(), window), forward + args, g.outputs, self.describe(g))
 
-    def tunables(self, NAME: str, stride_w: int) -> dict[str, int]:
-        """The kernel's launch settings as the candidate's module constants: the tiles (tile_tunables)."""
-        return tile_tunables(NAME, stride_w)
+    def tunables(self, NAME: str, window: dict[str, Any]) -> dict[str, int]:
+        """The kernel's launch settings as the candidate's module constants, from the call's
+        window arguments as traced: the tiles (tile_tunables)."""
+        stride = window["stride"] or window.get("kernel_size")  # an empty stride is the window
+        return tile_tunables(NAME, last(stride, 1))
 
 
 def last(v: Any, default: int) -> int:

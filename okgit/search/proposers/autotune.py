@@ -2,7 +2,7 @@
 
 The source is parsed, not run: `@triton.jit` kernels and their `tl.constexpr` parameters,
 launch sites `kernel[grid](..., BLOCK=128, num_warps=2)`, and module constants whose names
-say they are launch settings (`*BLOCK*`, `*TILE*`, `*CHUNK*`, `*WARPS*`, `*STAGES*`,
+say they are launch settings (`*BLOCK*`, `*TILE*`, `*CHUNK*`, `*LANES*`, `*WARPS*`, `*STAGES*`,
 `*GROUP*`, `*PROGRAMS*`, as the template proposer writes them). Each variant changes one
 setting and is an ordinary complete file, so the evaluator times exactly one configuration
 per file (no triton.autotune inside proposals: its own timing would hide in the first call).
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from okgit.eval.types import ProfileData
 from okgit.lower.graph import Unsupported
-from okgit.lower.kinds import gemm, grouped_conv
+from okgit.lower.kinds import gemm, grouped_conv, pool
 from okgit.lower.trace import input_extent
 from okgit.search.types import Context, Proposal, propose_several
 
@@ -54,9 +54,12 @@ WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)
 GROUPS = (1, 4, 8, 16)
 MIN_BLOCK = 16
+# a template's switch between two paths that is also the size on one of them: its value when switched on
+PATHS = {"_ROLL_CHUNK": grouped_conv.ROLL_CHUNK, "_SHARED_ROWS": pool.SHARED_ROWS}
+SMALL_TILE = re.compile(r"_(ROWS|LANES)$")  # a count of rows or lanes in a tile (a windowed kind's): down to 1
 MAX_VARIANTS = 24  # per parent file
 ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left to tune
-SETTING = re.compile(r"BLOCK|TILE|CHUNK|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
+SETTING = re.compile(r"BLOCK|TILE|CHUNK|LANES|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
 # bottleneck -> (the controls to vary, in order; what they are, for the journal)
 FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
     "memory": (("path", "store", "switch", "block", "stages", "warps"), "a kernel's other path where it has one (a "
@@ -111,7 +114,7 @@ class Site:
 
 def _control(name: str) -> str | None:
     up = name.upper()
-    if up.endswith("_ROLL_CHUNK"):  # a template's switch between two paths as well as a size (0: the other path)
+    if up.endswith(tuple(PATHS)):  # a template's switch between two paths as well as a size (0: the other path)
         return "path"
     if up.endswith("_PERSISTENT"):  # a GEMM's grid: one program per tile (0) or one per SM walking the tiles (1)
         return "switch"
@@ -284,14 +287,15 @@ def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = 
     elif site.control == "programs":
         pool = tuple(v * f for f in (0.25, 0.5, 2, 4) if 32 <= v * f <= 4096)
     elif site.control == "path":  # the other path first (0 turns it off), then the size on this one
-        return [0, v * 2] if v else [grouped_conv.ROLL_CHUNK]
+        return [0, v * 2] if v else [PATHS[next(s for s in PATHS if site.name.upper().endswith(s))]]
     else:
         if v & (v - 1):  # not a power of two: not ours to move
             return []
         # a block along one dim (GEMM tiles, a row's chunk, the column layout's J and R) needs no more than the largest dim
         tile_dim = re.search(r"(^|_)(M|N|K|J|R|N_MAX|CHUNK)$", site.name.split(".")[-1].upper())
         cap = _pow2_ceil(cap_dim if tile_dim else cap_numel)
-        pool = tuple(int(v * f) for f in (0.5, 2, 0.25, 4) if MIN_BLOCK <= v * f <= max(cap, MIN_BLOCK))
+        low = 1 if SMALL_TILE.search(site.name.upper()) else MIN_BLOCK
+        pool = tuple(int(v * f) for f in (0.5, 2, 0.25, 4) if low <= v * f <= max(cap, MIN_BLOCK))
     others = [int(p) for p in pool if int(p) != v]
     # nearest first; on a tie the larger (realistic GPU sizes favour bigger tiles), unless registers
     # or shared memory hold the occupancy down

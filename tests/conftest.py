@@ -18,6 +18,16 @@ import pytest
 # `python -m okgit` in a subprocess runs this checkout, whichever one pip installed in editable mode.
 ROOT = Path(__file__).resolve().parent.parent
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+# One torch thread per process (this one, and through the environment every worker, judge and okgit
+# process a test starts: the evaluator keeps OMP_*): the suite runs two test processes on two
+# cores, each with its children, so a pool of threads waits at every op for a thread whose core
+# is taken (as okgit.campaign.probe says of a shared CPU): the judges' float64 checks cost twice
+# the CPU that way. Set before torch is imported anywhere; a value of the caller's stands.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Inductor compiles in the process that asks (okgit.inductor's child, a sweep's baseline), not in a
+# pool of compile processes it starts first, each importing torch: what is compiled does not
+# change (docs/kernelbench.md).
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 OP = "ops/relu.py"
 OP_SOURCE = '''import torch

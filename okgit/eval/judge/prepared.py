@@ -54,11 +54,12 @@ def must_release(recomputed: bool, free: int, case_bytes: int) -> bool:
     """Whether the judge empties its allocator's cache after a check. A recomputed (or salted)
     case's memory stays cached in the judge's allocator once the check is over; handing it back
     costs seconds at large sizes (cudaFree now, cudaMalloc again at the next check: 2.5 s of
-    release in an evaluation of KernelBench L1/39 on an H200, ~16 checks), so it goes back only when the device's
-    `free` bytes are below what the candidate's worker may add before the next check: its next
-    case twice over (inputs, their copy, outputs, and temporaries as large) and the timing's
-    input sets. A candidate never runs short for what the judge merely caches while that much
-    is free; a device shared with other problems has less free, and the judge releases."""
+    release in an evaluation of KernelBench L1/39 on an H200, ~16 checks), so it goes back only
+    when the device's `free` bytes are below what the candidate's worker may add before the next
+    check: its next case twice over (inputs, their copy, outputs, and temporaries as large) and
+    the timing's input sets. A candidate never runs short for what the judge merely caches while
+    that much is free; a device shared with other problems has less free, and the judge
+    releases."""
     return recomputed and free < 2 * case_bytes + TIMING_SET_BYTES
 
 

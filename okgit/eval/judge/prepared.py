@@ -1,5 +1,6 @@
 """What the judge keeps of a prepared reference (its arms, per-case statistics, the expected
-outputs it caches) and how it picks the shapes it prepares (okgit.eval.judge.process)."""
+outputs it caches), when it hands device memory back, and how it picks the shapes it prepares
+(okgit.eval.judge.process)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from okgit.eval.judge.tolerance import OutputSummary
 from okgit.eval.protocol.checks import LeafTolerance
 from okgit.eval.protocol.jobs import Case, Job
+from okgit.eval.worker.measure import TIMING_SET_BYTES
 
 
 @dataclass
@@ -45,6 +47,20 @@ class Prepared:
     cache: dict[str, tuple[list[Any], list[Any] | None]] = field(default_factory=dict)
     cached_bytes: int = 0
     parts: dict[str, list[list[str]]] = field(default_factory=dict)  # modes case: [gate, what] per output
+    case_bytes: int = 0  # the largest case's inputs and outputs
+
+
+def must_release(recomputed: bool, free: int, case_bytes: int) -> bool:
+    """Whether the judge empties its allocator's cache after a check. A recomputed (or salted)
+    case's memory stays cached in the judge's allocator once the check is over; handing it back
+    costs seconds at large sizes (cudaFree now, cudaMalloc again at the next check: 2.5 s of
+    release in an evaluation of KernelBench L1/39 on an H200, ~16 checks), so it goes back only
+    when the device's `free` bytes are below what the candidate's worker may add before the next
+    check: its next case twice over (inputs, their copy, outputs, and temporaries as large) and
+    the timing's input sets. A candidate never runs short for what the judge merely caches while
+    that much is free; a device shared with other problems has less free, and the judge
+    releases."""
+    return recomputed and free < 2 * case_bytes + TIMING_SET_BYTES
 
 
 def shapes_of_inputs(torch: Any, module: ModuleType) -> list[Any]:

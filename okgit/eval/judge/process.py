@@ -28,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from okgit.eval.judge.prepared import Arm, CaseStats, Prepared, shape_variants, shapes_of_inputs
+from okgit.eval.judge.prepared import Arm, CaseStats, Prepared, must_release, shape_variants, shapes_of_inputs
 from okgit.eval.judge.tolerance import (
     check_leaf,
     degenerate_reason,
@@ -126,6 +126,7 @@ class Judge:
             tolerances={cid: [asdict(t) for t in tols] for cid, tols in prep.tolerances.items()},
             case_bytes=max(s.nbytes for s in stats.values()), cached=sorted(prep.cache),
         )
+        prep.case_bytes = result["case_bytes"]
         del first[:]
         if job.device == "cuda":  # what this problem holds on the device, for a sweep's admission
             result["device_peak_bytes"] = int(torch.cuda.max_memory_reserved())
@@ -350,11 +351,12 @@ class Judge:
                   if message.get("fingerprint", True) else None)  # the determinism gate's pairs only
         t2 = time.monotonic()
         del outputs, native, f64
-        if self.device == "cuda" and (case.salt or case.id not in self.prep.cache):
+        recomputed = bool(case.salt) or case.id not in self.prep.cache
+        if self.device == "cuda" and must_release(recomputed, self.torch.cuda.mem_get_info()[0], self.prep.case_bytes):
             self.torch.cuda.empty_cache()  # what a recomputed case held goes back to the candidate
         # where the check's time went: the expected outputs (drawn and computed again where the
         # cache does not hold them), the comparisons, then the worker's outputs closed and the
-        # memory of a recomputed case handed back to the device
+        # memory of a recomputed case handed back to the device where the candidate may need it
         seconds = {"expected": t1 - t0, "compare": t2 - t1, "release": time.monotonic() - t2}
         return {"checks": checks, "fingerprints": prints, "seconds": seconds}
 

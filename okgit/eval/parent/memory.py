@@ -11,8 +11,10 @@ each) share the host: a problem whose workers cannot fit its share is refused in
 Device. The judge keeps expected outputs between evaluations only up to `cache_bytes` (a
 sixteenth of the device, so that parallel problems leave room for each other); every other
 case is drawn and computed again when it is checked, so one case at a time is what a check
-adds. A reference or candidate that does not fit the device fails with torch's out-of-memory
-error, which the judge and the verdict turn into one line with the sizes involved.
+adds; what it held stays in the judge's allocator for the next check unless the device's free
+memory is short of what the candidate may need (okgit.eval.judge.prepared.must_release). A
+reference or candidate that does not fit the device fails with torch's out-of-memory error,
+which the judge and the verdict turn into one line with the sizes involved.
 """
 
 from __future__ import annotations

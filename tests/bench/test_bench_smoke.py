@@ -68,7 +68,7 @@ def test_offline_smoke(tmp_path):
     (p,) = data["problems"]
     assert p["correct"] and p["timed"] is False and p["speedup_eager"] is None and p["eager_us"] is None
     assert data["summary"]["scores"][0]["fast_p"]["1.0"] is None  # no speed claim without timing
-    assert (tmp_path / "out" / "offline.md").read_text().count("| level1/") == 2  # its results row and where its time went
+    assert (tmp_path / "out" / "offline.md").read_text().count("| level1/") == 3  # its results row, where its time went, its evaluations' phases
     events = [json.loads(line) for line in (tmp_path / "out" / "journals.jsonl").read_text().splitlines()]
     assert {e["problem"] for e in events} == {"level1_1_01_relu_bias_scale"} and events[-1]["type"] == "run_finished"
     # a later call resumes from that offline.json: the problem is not run again

@@ -88,6 +88,7 @@ def run_problem(spec: str, args, bench, device: str, deadline: float) -> dict:
         scale = max((w.abs().nan_to_num(0.0).max().item() for w in leaves(want)), default=0.0)
         del out
         row["eager_us"] = bench(lambda: model(*inputs))
+        print(f"  {spec} eager: {row['eager_us']} us, err {row['eager_err']:.1e}", flush=True)  # before a timeout can cut the table
         seen = set()
         settings = [("default", lowered)] + [("alt", c) for c in SETTINGS[: 2 if args.smoke else None]]
         for label, conf in settings:

@@ -26,6 +26,7 @@ from okgit.eval.parent.devices import stage
 from okgit.eval.parent.sandbox import live_processes, stop_all  # before any handler: a Ctrl-C mid-import breaks cleanup
 from okgit.eval.registry import make_evaluator
 from okgit.eval.types import Comparison, EvalResult, ProfileData, Reference
+from okgit.final_gate import Unjudged, final_gate
 from okgit.fmt import fmt_speed
 from okgit.git.repo import Repo
 from okgit.git.rundir import RunDir
@@ -295,8 +296,8 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
         log("note", message=f"search ended: {stop_reason}")
         try:
             with stage("final gate"):  # its device holds, in the ledger of a sweep's problem
-                status, winner, comparison = _final_gate(ctx, evaluator, config, log)
-        except _Unjudged as e:
+                status, winner, comparison = final_gate(ctx, evaluator, config, log)
+        except Unjudged as e:
             log("note", message=f"the run ends in error: {e}")
             return _finish(space, ctx, RunStatus.error, None, None, stop_reason, search.spent_usd, log, cause=str(e))
         return _finish(space, ctx, status, winner, comparison, stop_reason, search.spent_usd, log)
@@ -343,86 +344,6 @@ def _restore(space, ctx: Context) -> None:
         ctx.attempts.append(attempt)
         if is_better(attempt, ctx.best):
             ctx.best = attempt
-
-
-CONTENDER_SPEEDUP = 0.9  # a runner-up the search timed this far below the reference is not gated
-GATE_RETRY_WAITS_S = (10.0, 30.0, 60.0)  # before each new try of a final-gate step the machine failed
-
-
-class _Unjudged(Exception):
-    """The final gate could not judge a candidate, after its retries: the run ends `error`."""
-
-
-def _final_gate(ctx: Context, evaluator: Evaluator, config: Config, log) -> tuple[RunStatus, Attempt | None, Comparison | None]:
-    """Decide the run's status. A timed winner must hold a thorough re-check and the interleaved
-    rounds: faster past the noise in every round is `optimized`, as fast within the noise is
-    `matched`; a candidate slower past the noise is never handed out (`slower`, when no other is).
-    A step the machine failed (okgit.eval.types.EvalResult.infrastructure_failure) is tried again
-    after waiting; if it still fails, the run ends `error`, never with a verdict on the kernel."""
-    correct = [a for a in ctx.attempts if a.result.correct and a.tag]
-    if not correct:
-        return RunStatus.fallback, None, None
-    if not ctx.reference.timed or not any(a.result.timed for a in correct):
-        return RunStatus.unverified, ctx.best or correct[0], None
-    ranked = sorted((a for a in correct if a.result.timed), key=lambda a: -(a.result.speedup or 0.0))
-    # The first always (a slower run shows its figures); a runner-up only while the search's own
-    # timing leaves it a chance: gating three kernels at 0.4x cost a minute a problem for nothing.
-    finalists = ranked[:1] + [a for a in ranked[1:3] if (a.result.speedup or 0.0) >= CONTENDER_SPEEDUP]
-    slower: tuple[Attempt, Comparison] | None = None  # the fastest of those that lost: for inspection
-    for attempt in finalists:
-        comparison = _gated(ctx, evaluator, config, attempt, log)
-        if comparison is None:
-            continue
-        if comparison.optimized:
-            return RunStatus.optimized, attempt, comparison
-        if not comparison.slower:
-            return RunStatus.matched, attempt, comparison
-        if slower is None or comparison.speedup > slower[1].speedup:
-            slower = attempt, comparison
-    if slower:
-        return RunStatus.slower, *slower
-    return RunStatus.fallback, None, None
-
-
-def _gated(ctx: Context, evaluator: Evaluator, config: Config, attempt: Attempt, log) -> Comparison | None:
-    """One candidate through the final gate: the thorough check, then (when it holds) the
-    interleaved rounds against the baseline; None when the check failed."""
-    def thorough() -> EvalResult:
-        return evaluator.evaluate(ctx.problem, attempt.proposal.source, mode="thorough", backend=attempt.proposal.backend)
-
-    def rounds() -> Comparison:
-        return evaluator.compare(ctx.problem, attempt.proposal.source, rounds=10 if config.mode == "thorough" else 5,
-                                 backend=attempt.proposal.backend)
-
-    check = _retried(thorough, attempt.cand, "the thorough check", log)
-    log("gate", name="thorough", cand=attempt.cand, passed=check.correct,
-        detail=check.error.message if check.error else "all correctness gates passed")
-    if not check.correct:
-        return None
-    comparison = _retried(rounds, attempt.cand, "the interleaved rounds", log)
-    log("gate", name="interleaved", cand=attempt.cand, passed=not comparison.slower, detail=comparison.detail,
-        **comparison.model_dump(exclude={"detail"}))
-    return comparison
-
-
-def _retried(step: Callable[[], Any], cand: str, what: str, log) -> Any:
-    """`step`'s answer once the machine let it judge: a result that failed for the machine's
-    sake, or a comparison whose rounds could not run, is tried again after each wait."""
-    cause: str | None = None
-    for wait_s in (0.0, *GATE_RETRY_WAITS_S):
-        if wait_s:
-            log("retry", cand=cand, step=what, cause=cause, wait_s=wait_s,
-                message=f"{what} of {cand} could not be judged ({cause}); trying again in {wait_s:.0f} s")
-            time.sleep(wait_s)
-        try:
-            answer = step()
-        except OkgitError as e:  # a timing round that failed: the candidate passed its checks just before
-            cause = str(e)
-            continue
-        cause = answer.infrastructure_failure() if isinstance(answer, EvalResult) else None
-        if not cause:
-            return answer
-    raise _Unjudged(f"{what} of {cand} could not be judged after {len(GATE_RETRY_WAITS_S) + 1} tries: {cause}")
 
 
 def _finish(space, ctx: Context, status: RunStatus, winner: Attempt | None, comparison: Comparison | None,

@@ -15,7 +15,7 @@ LAYERS = [
     {"okgit.lower", "okgit.eval", "okgit.backends", "okgit.llm", "okgit.prompts", "okgit.inductor"},
     {"okgit.search"},
     {"okgit.views"},  # how runs and results read: above what they render, below the commands
-    {"okgit.run", "okgit.verify", "okgit.doctor", "okgit.kernelbench", "okgit.tui"},
+    {"okgit.run", "okgit.final_gate", "okgit.verify", "okgit.doctor", "okgit.kernelbench", "okgit.tui"},
     {"okgit.campaign"},  # each problem a run, a model's patch verified
     {"okgit.cli", "okgit.__main__", "okgit"},
 ]

@@ -137,7 +137,7 @@ class EvalResult(BaseModel):
     def infrastructure_failure(self) -> str | None:
         """Why this evaluation could not judge the candidate, where the cause is the machine and not
         the kernel: the device's memory ran out, the judge or a worker was lost, the device failed.
-        Such a result is no verdict: the final gate waits and tries again (okgit.run)."""
+        Such a result is no verdict: the final gate waits and tries again (okgit.final_gate)."""
         if self.status is not Status.error or self.error is None:
             return None
         text = self.error.message

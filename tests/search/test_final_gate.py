@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import OP, okgit, sh, variant
 
-from okgit import run
+from okgit import final_gate, run
 from okgit.eval.base import InMemoryEvaluator
 from okgit.eval.types import EvalError, EvalResult, Status
 from okgit.search.types import Proposal
@@ -87,7 +87,7 @@ def oom(source: str) -> EvalResult:
 
 
 def test_an_out_of_memory_in_the_final_gate_is_retried_and_then_ends_in_error(git_repo: Path, monkeypatch) -> None:
-    monkeypatch.setattr(run, "GATE_RETRY_WAITS_S", (0.01, 0.01))
+    monkeypatch.setattr(final_gate, "GATE_RETRY_WAITS_S", (0.01, 0.01))
     result = optimize(git_repo, [slow(5.0)], thorough=oom)
     assert result.status == RunStatus.error and "out of memory" in (result.error or "")
     assert "after 3 tries" in (result.error or "") and "--resume" in result.summary()
@@ -99,7 +99,7 @@ def test_an_out_of_memory_in_the_final_gate_is_retried_and_then_ends_in_error(gi
 
 
 def test_an_out_of_memory_that_passes_is_retried_into_a_verdict(git_repo: Path, monkeypatch) -> None:
-    monkeypatch.setattr(run, "GATE_RETRY_WAITS_S", (0.01, 0.01))
+    monkeypatch.setattr(final_gate, "GATE_RETRY_WAITS_S", (0.01, 0.01))
     tries: list[str] = []
 
     def once_then_fine(source: str) -> EvalResult:

@@ -1,6 +1,7 @@
 """What the judge keeps of a prepared reference (its arms, per-case statistics, the expected
-outputs it caches), when it hands device memory back, and how it picks the shapes it prepares
-(okgit.eval.judge.process)."""
+outputs it caches), what it decides from those statistics once every case ran (the cases
+dropped where the reference is not finite, the tolerances fixed per leaf), when it hands
+device memory back, and how it picks the shapes it prepares (okgit.eval.judge.process)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from okgit.eval.judge.tolerance import OutputSummary
+from okgit.eval.judge.tolerance import OutputSummary, tolerance_from
 from okgit.eval.protocol.checks import LeafTolerance
 from okgit.eval.protocol.jobs import Case, Job
+from okgit.eval.worker import calls
 from okgit.eval.worker.measure import TIMING_SET_BYTES
 
 
@@ -48,6 +50,43 @@ class Prepared:
     cached_bytes: int = 0
     parts: dict[str, list[list[str]]] = field(default_factory=dict)  # modes case: [gate, what] per output
     case_bytes: int = 0  # the largest case's inputs and outputs
+
+    def forget(self, case: Case) -> None:
+        self.arms.pop(case.model, None)
+        self.cases.pop(case.id, None)
+        nbytes = sum(calls.nbytes(part or []) for part in self.cache.pop(case.id, ([], None)))
+        self.cached_bytes -= nbytes
+
+    def drop_nonfinite(self, stats: dict[str, CaseStats], dropped: list[str]) -> list[Case]:
+        # a variant (distribution, shape) where the reference stops being finite proves nothing
+        base_finite = stats["s0"].finite
+        kept = []
+        for case in list(self.cases.values()):
+            if case.kind != "seed" and base_finite and not stats[case.id].finite:
+                dropped.append(f"{case.id}: the reference is not finite there")
+                self.forget(case)
+                continue
+            kept.append(case)
+        return kept
+
+    def fix_tolerances(self, stats: dict[str, CaseStats], kept: list[Case], contraction: bool) -> None:
+        """The reference's own error, worst over the cases of the same shape: fixed per leaf up front
+        (`contraction`: the op does matmul or convolution FLOPs, its float32 outputs judged by precision)."""
+        def key(case: Case) -> int | str:  # the modes case's outputs are its own: training, buffers, eval
+            return case.id if case.kind == "modes" else case.shape
+
+        worst: dict[tuple[int | str, int], float] = {}
+        for case in kept:
+            for j, err in enumerate(stats[case.id].ref_errors):
+                worst[(key(case), j)] = max(worst.get((key(case), j), 0.0), err)
+        job = self.job
+        for case in kept:
+            s = stats[case.id]
+            self.tolerances[case.id] = [
+                tolerance_from(s.dtypes[j], s.scales[j], worst[(key(case), j)], job.rtol, job.atol, contraction)
+                if s.dtypes[j] else LeafTolerance(0.0, 0.0, 0.0)
+                for j in range(len(s.dtypes))
+            ]
 
 
 def must_release(recomputed: bool, free: int, case_bytes: int) -> bool:

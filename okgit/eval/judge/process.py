@@ -36,10 +36,8 @@ from okgit.eval.judge.tolerance import (
     magnitude,
     reference_error,
     summarize_outputs,
-    tolerance_from,
 )
 from okgit.eval.protocol.channel import READY, Channel
-from okgit.eval.protocol.checks import LeafTolerance
 from okgit.eval.protocol.jobs import Case, Job, flatten, perturb_floats
 from okgit.eval.worker import calls
 from okgit.eval.worker.tensors import bitwise_equal
@@ -115,10 +113,10 @@ class Judge:
             self.init_case(prep, run_case, dropped)
             self.modes_case(prep, run_case)
             self.extra_shapes(prep, main, run_case, dropped)
-        kept = self.drop_nonfinite(prep, stats, dropped)
+        kept = prep.drop_nonfinite(stats, dropped)
         self.phase("reference: flops")
         result["cost"] = self.count_cost(prep)
-        self.fix_tolerances(prep, stats, kept, contraction=result["cost"]["flops"] > 0)
+        prep.fix_tolerances(stats, kept, contraction=result["cost"]["flops"] > 0)
         summaries = [stats[c.id].summary for c in kept if c.kind in ("seed", "distribution")]
         result.update(
             shapes=prep.shapes, cases=[vars(c) for c in kept], dropped_shapes=dropped, deterministic=deterministic,
@@ -157,7 +155,7 @@ class Judge:
                 raise
             dropped.append(f"init_inputs: the reference raises with {', '.join(changes)}: "
                            f"{calls.describe(e).splitlines()[-1]}")
-            self.forget(prep, case)
+            prep.forget(case)
 
     def modes_case(self, prep: Prepared, run_case: Any) -> None:
         """Where the reference's behaviour or state depends on its mode: one case that calls a fresh
@@ -193,44 +191,7 @@ class Judge:
                 dropped.append(f"{knobs}: {calls.describe(e).splitlines()[-1]}")
                 if prep.shapes[-1] is knobs:
                     prep.shapes.pop()
-                self.forget(prep, case)
-
-    def forget(self, prep: Prepared, case: Case) -> None:
-        prep.arms.pop(case.model, None)
-        prep.cases.pop(case.id, None)
-        nbytes = sum(calls.nbytes(part or []) for part in prep.cache.pop(case.id, ([], None)))
-        prep.cached_bytes -= nbytes
-
-    def drop_nonfinite(self, prep: Prepared, stats: dict[str, CaseStats], dropped: list[str]) -> list[Case]:
-        # a variant (distribution, shape) where the reference stops being finite proves nothing
-        base_finite = stats["s0"].finite
-        kept = []
-        for case in list(prep.cases.values()):
-            if case.kind != "seed" and base_finite and not stats[case.id].finite:
-                dropped.append(f"{case.id}: the reference is not finite there")
-                self.forget(prep, case)
-                continue
-            kept.append(case)
-        return kept
-
-    def fix_tolerances(self, prep: Prepared, stats: dict[str, CaseStats], kept: list[Case], contraction: bool) -> None:
-        """The reference's own error, worst over the cases of the same shape: fixed per leaf up front
-        (`contraction`: the op does matmul or convolution FLOPs, its float32 outputs judged by precision)."""
-        def key(case: Case) -> int | str:  # the modes case's outputs are its own: training, buffers, eval
-            return case.id if case.kind == "modes" else case.shape
-
-        worst: dict[tuple[int | str, int], float] = {}
-        for case in kept:
-            for j, err in enumerate(stats[case.id].ref_errors):
-                worst[(key(case), j)] = max(worst.get((key(case), j), 0.0), err)
-        job = prep.job
-        for case in kept:
-            s = stats[case.id]
-            prep.tolerances[case.id] = [
-                tolerance_from(s.dtypes[j], s.scales[j], worst[(key(case), j)], job.rtol, job.atol, contraction)
-                if s.dtypes[j] else LeafTolerance(0.0, 0.0, 0.0)
-                for j in range(len(s.dtypes))
-            ]
+                prep.forget(case)
 
     # ---- one case ------------------------------------------------------------------------------
     def compute(self, case: Case, record: bool = False) -> tuple[list[Any], list[Any] | None, dict[str, Any], int]:

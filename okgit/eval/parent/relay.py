@@ -1,0 +1,87 @@
+"""The relay of one evaluation: a candidate's exported outputs carried from its worker to the
+judge, the judge's answers back (okgit.eval.parent.local runs it between the two processes),
+and why the judge did not answer, in one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from okgit.eval.parent import memory
+from okgit.eval.parent.gates import call_gates
+from okgit.eval.parent.reference import PreparedReference
+from okgit.eval.parent.sandbox import WorkerProcess
+from okgit.eval.protocol.keys import CallKey, CallKind, fresh_case
+
+
+class Relay:
+    """Carries a candidate's exported outputs to the judge and its answers back. The case a call
+    is judged against, its salt and its gate follow from the call's key (okgit.eval.protocol.keys),
+    never from what else the worker says."""
+
+    def __init__(self, prep: PreparedReference, case_ids: set[str], kind: str, timeout_s: float) -> None:
+        self.prep = prep
+        self.case_ids = case_ids
+        self.kind = kind
+        self.timeout_s = timeout_s
+        self.job_dir: Path | None = None
+        self.checks: dict[str, Any] = {}
+        self.judge_failure: str | None = None
+        self.judge_own: dict[str, float] = {}  # the judge's seconds of its checks: expected, compare, release
+        self.judge_memory: dict[str, int] = {}
+        self.kinds = {c.id: c.kind for c in prep.cases if c.id in case_ids}
+        self.fresh_case = fresh_case([c.id for c in prep.cases if c.kind == "seed" and c.id in case_ids])
+        self.gates = call_gates()
+
+    def case_of(self, call: CallKey) -> str | None:
+        """The case a checked call is judged against, where the key names one of this job's."""
+        if call.kind is CallKind.fresh:
+            return self.fresh_case
+        return call.case if call.kind is not CallKind.fresh_first and call.case in self.kinds else None
+
+    def __call__(self, message: dict[str, Any]) -> dict[str, Any]:
+        key = str(message.get("key", ""))
+        call = CallKey.parse(key)
+        case = self.case_of(call) if call is not None else None
+        if message.get("op") != "check" or call is None or case is None or key in self.checks or self.judge_failure:
+            return {"ok": False}
+        answer = self.prep.judge.request({"op": "check", "case": case, "salt": call.salt,
+                                          "gate": self.gates[call.part(self.kinds[case])],
+                                          "fingerprint": call.fingerprinted(self.kinds[case]),
+                                          "leaves": message.get("leaves"), "outputs": message.get("outputs"),
+                                          "dir": str(self.job_dir)}, self.timeout_s)
+        for leaf in message.get("outputs") or []:
+            if isinstance(leaf, dict) and isinstance(leaf.get("file"), str) and self.job_dir is not None:
+                (self.job_dir / Path(leaf["file"]).name).unlink(missing_ok=True)
+        if answer is None or answer.get("failure"):
+            self.judge_failure = judge_failure(answer, self.prep.judge, f"the check of {key}")
+            return {"ok": False}
+        self.checks[key] = answer
+        for name, seconds in (answer.get("seconds") or {}).items():
+            self.judge_own[name] = self.judge_own.get(name, 0.0) + float(seconds)
+        for name, value in (answer.get("memory") or {}).items():
+            self.judge_memory[name] = max(self.judge_memory.get(name, 0), int(value))
+        return {"ok": True}
+
+
+def judge_failure(reply: dict[str, Any] | None, judge_process: WorkerProcess, what: str) -> str:
+    """One line: why the judge did not answer, with the sizes involved when memory ran out."""
+    if reply and reply.get("failure"):
+        failure = reply["failure"]
+        why = _last_line(failure["message"])
+        if failure.get("out_of_memory"):
+            free = failure.get("free")
+            room = f"; {memory.gib(free[0])} of the device's {memory.gib(free[1])} free afterwards" if free else ""
+            why = f"{what} does not fit in memory ({why}{room})"
+        return why
+    if judge_process.alive() and not judge_process.over_budget():
+        return f"{what}: the judge gave no answer in time"
+    outcome = judge_process.run_outcome()
+    return f"{outcome.describe()} during {outcome.phase}: {_last_line(outcome.stderr_tail)}"
+
+
+def _last_line(text: str) -> str:
+    """The exception line of a traceback: what the user's code said, on one line."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "no message"

@@ -101,7 +101,8 @@ def pool_tunables(NAME: str, k: tuple[int, int], s: tuple[int, int], d: tuple[in
     idle on a row's padding (T - kw % T of every T) cost instructions. T is the fewest lanes that
     keep a load within LOAD_LINES lines (dilation 1; a dilated row stays one lane per output):
     1 up to stride 4 (overlapping and 2x2 windows), 4 at L1/45's stride 11 (12 taps read for 11,
-    about 4 lines a load instead of 12), never wider than the row or MAX_LANES.
+    about 4 lines a load instead of 12), never wider than the row or MAX_LANES (ROW_LANES_MAX: the
+    launcher's cap, which also bounds the autotune's values).
 
     BLOCK_ROWS x BLOCK_W x T, the taps a program reads in one step, is held to STEP_TAPS: every
     lane keeps an fp32 accumulator per tap of the tile (folded across lanes once, after the
@@ -127,7 +128,8 @@ def pool_tunables(NAME: str, k: tuple[int, int], s: tuple[int, int], d: tuple[in
     shared = SHARED_ROWS * kh >= SHARE_GAIN * ((SHARED_ROWS - 1) * sh + (kh - 1) * dh + 1)
     if shared:
         block_w = max(1, 128 // lanes)
-    return {f"{NAME}_BLOCK_ROWS": rows, f"{NAME}_BLOCK_W": block_w, f"{NAME}_ROW_LANES": lanes, f"{NAME}_NUM_WARPS": 4,
+    return {f"{NAME}_BLOCK_ROWS": rows, f"{NAME}_BLOCK_W": block_w, f"{NAME}_ROW_LANES": lanes,
+            f"{NAME}_ROW_LANES_MAX": min(MAX_LANES, _pow2(kw)), f"{NAME}_NUM_WARPS": 4,
             f"{NAME}_SHARED_ROWS": SHARED_ROWS if shared else 0}
 
 

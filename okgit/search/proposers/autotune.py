@@ -3,7 +3,8 @@
 The source is parsed, not run: `@triton.jit` kernels and their `tl.constexpr` parameters,
 launch sites `kernel[grid](..., BLOCK=128, num_warps=2)`, and module constants whose names
 say they are launch settings (`*BLOCK*`, `*TILE*`, `*CHUNK*`, `*LANES*`, `*WARPS*`, `*STAGES*`,
-`*GROUP*`, `*PROGRAMS*`, as the template proposer writes them). Each variant changes one
+`*GROUP*`, `*PROGRAMS*`, as the template proposer writes them; `NAME_MAX` beside one is its
+bound, not a setting: the template's launcher caps NAME there). Each variant changes one
 setting and is an ordinary complete file, so the evaluator times exactly one configuration
 per file (no triton.autotune inside proposals: its own timing would hide in the first call).
 
@@ -56,6 +57,7 @@ GROUPS = (1, 4, 8, 16)
 MIN_BLOCK = 16
 # a template's switch between two paths that is also the size on one of them: its value when switched on
 PATHS = {"_ROLL_CHUNK": grouped_conv.ROLL_CHUNK, "_SHARED_ROWS": pool.SHARED_ROWS}
+BOUND = "_MAX"  # NAME_MAX: the most NAME may be (_constant_sites)
 SMALL_TILE = re.compile(r"_(ROWS|LANES)$")  # a count of rows or lanes in a tile (a windowed kind's): down to 1
 MAX_VARIANTS = 24  # per parent file
 ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left to tune
@@ -110,6 +112,7 @@ class Site:
     insert_at: int | None = None  # absent keyword: where ", name=value" goes
     keyword: str = ""
     kernel: str = ""
+    most: int | None = None  # the source's NAME_MAX beside it: a value above it would run as it anyway
 
 
 def _control(name: str) -> str | None:
@@ -201,12 +204,19 @@ def _constants(tree: ast.Module) -> list[tuple[str, ast.Constant]]:
 
 
 def _constant_sites(tree: ast.Module, at: _Offsets) -> list[Site]:
+    """Module constants that are launch settings; `NAME_MAX` is not one but bounds NAME (a
+    template's cap that its launcher applies, such as a window row's lanes: a value above it
+    would compile the same kernel again under another name)."""
     sites = []
-    for name, node in _constants(tree):
+    found = _constants(tree)
+    bounds = {name[: -len(BOUND)]: _int(node) for name, node in found if name.endswith(BOUND)}
+    for name, node in found:
         value, control = _int(node), _control(name)
         choice = next((c for suffix, c in CHOICES.items() if name.endswith(suffix)), None)
+        if name.endswith(BOUND):
+            continue
         if value is not None and control is not None and (value > 0 or control in ("path", "switch")):
-            sites.append(Site(name, control, value, [at.span(node)]))
+            sites.append(Site(name, control, value, [at.span(node)], most=bounds.get(name)))
         elif choice is not None and node.value in choice[1]:
             sites.append(Site(name, choice[0], node.value, [at.span(node)]))
     return sites
@@ -296,7 +306,7 @@ def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = 
         cap = _pow2_ceil(cap_dim if tile_dim else cap_numel)
         low = 1 if SMALL_TILE.search(site.name.upper()) else MIN_BLOCK
         pool = tuple(int(v * f) for f in (0.5, 2, 0.25, 4) if low <= v * f <= max(cap, MIN_BLOCK))
-    others = [int(p) for p in pool if int(p) != v]
+    others = [int(p) for p in pool if int(p) != v and (site.most is None or p <= site.most)]
     # nearest first; on a tie the larger (realistic GPU sizes favour bigger tiles), unless registers
     # or shared memory hold the occupancy down
     smaller = smaller_first and site.control in ("block", "stages")

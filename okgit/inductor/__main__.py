@@ -12,8 +12,9 @@ one process compiles them in turn (torch, CUDA and Inductor's compile workers st
 sizes option applying to the first and the later ones compiled dynamic, each into its own file
 (OUT.py for the first, OUT.<n>.py for the n-th after it). One JSON line per mode, printed as soon
 as its seed is made: {"ok": true, "mode": M, "path": PATH, "kernels": N, "modes": [...],
-"dynamic": [...], "static": PATH | null, "specialised": PATH | null, "differs": "...", "lock": "..."}
-or {"ok": false, "mode": M, "why": "..."}; "dynamic" names the sizes left free ("x.size(0)").
+"dynamic": [...], "static": PATH | null, "specialised": PATH | null, "differs": "...", "layout": "...",
+"lock": "..."} or {"ok": false, "mode": M, "why": "..."}; "dynamic" names the sizes left free
+("x.size(0)"), "layout" the layout the convolutions run in and why (okgit.inductor.layout; "" without any).
 
 On a GPU the process holds the device's lock itself (okgit.inductor.locking): shared while the
 model is built and the compiled graphs run, alone while Inductor benchmarks, and not at all
@@ -79,8 +80,9 @@ def _seed(ref: str, device: str, out: Path, mode: str, knobs: dict[str, int], si
         written[what] = str(out.with_suffix(f".{what}.py"))
         out.with_suffix(f".{what}.py").write_text(text)
     free = sorted({e for g in cap["graphs"] for e in g["assumed"]["symbols"].values()})
+    layout = "; ".join(dict.fromkeys(g["layout"] for g in cap["graphs"] if g["layout"]))
     return {"ok": True, "path": str(out), "kernels": kernels, "modes": [g["mode"] for g in cap["graphs"]],
-            "dynamic": free, **written, "differs": differs}
+            "dynamic": free, **written, "differs": differs, "layout": layout}
 
 
 def _differs(static: dict[str, Any], dynamic: dict[str, Any]) -> str:

@@ -4,7 +4,8 @@ The reference is built on the device at the knobs asked for and traced by torch.
 front end (dynamo, one graph, once per module mode; one graph kept where both modes give the
 same code) with the batch and the dims that follow the shape knobs dynamic (okgit.inductor.shapes),
 then compiled by Inductor (default mode, or the mode asked for, the evaluator's pinned library
-flags): its kernels take their sizes as arguments, so one file serves every shape the op takes.
+flags): its kernels take their sizes as arguments, so one file serves every shape the op takes;
+its convolutions in the layout Inductor chooses at the op's own sizes (okgit.inductor.layout).
 What is kept is plain data for okgit.inductor.standalone: the wrapper's `call` body, each Triton
 kernel's source with the launch settings Inductor chose and its grid as expressions of the
 kernel's sizes, how each argument of `call` is read from the forward's names, what the code
@@ -31,6 +32,7 @@ from typing import Any
 
 from okgit.eval.parent.devices import DeviceHold
 from okgit.eval.worker.calls import build, init_args, load_op, mode_dependent, pin_flags
+from okgit.inductor.layout import as_at_own_sizes
 from okgit.inductor.shapes import Assumed, NotAssumable, Reader, assumed, dynamic_dims, mark_dynamic, source_name
 
 MODE_NAMES = {True: "train", False: "eval"}
@@ -55,6 +57,7 @@ class Graph:
     kernels: list[Kernel]
     assumed: Assumed  # its arguments, and what the code assumed of them
     tuple_output: bool  # the forward returns a tuple of the call's outputs (else the one tensor)
+    layout: str = ""  # the layout its convolutions run in and why (okgit.inductor.layout), "" without any
 
 
 @dataclass
@@ -70,14 +73,16 @@ class NotCaptured(Exception):
 
 
 def capture(path: str, knobs: dict[str, int], device: str, mode: str = "default", dynamic: bool = True,
-            hold: DeviceHold | None = None) -> dict[str, Any]:
+            hold: DeviceHold | None = None, own_layout: bool = True) -> dict[str, Any]:
     """What Inductor makes of the reference in torch.compile's `mode` (default, or
     max-autotune-no-cudagraphs: more configs tried, Triton GEMM and convolution templates
     against the vendor's, coordinate descent on the launch settings); `dynamic=False` compiles
     every size static, as torch.compile does by default. A reference whose behaviour cannot
     depend on its module mode (okgit.eval.worker.calls.mode_dependent, the evaluator's own test)
     is compiled once, for both modes. `hold`: the device's lock, held shared while the model is
-    built and the compiled graph runs (okgit.inductor.locking holds it alone for benchmarks)."""
+    built and the compiled graph runs (okgit.inductor.locking holds it alone for benchmarks).
+    `own_layout`: convolutions in the layout Inductor chooses at the op's own sizes
+    (okgit.inductor.layout; False: its dynamic compile's, for comparison)."""
     import inspect
     from pathlib import Path
 
@@ -108,7 +113,7 @@ def capture(path: str, knobs: dict[str, int], device: str, mode: str = "default"
         model.train(training)
         with torch._inductor.config.patch(options):
             graphs[MODE_NAMES[training]] = _compile(torch, model, inputs, device, MODE_NAMES[training], externs, reader,
-                                                    hold)
+                                                    hold, own_layout)
     model.train(True)
     train = graphs["train"]
     eval_ = graphs.get("eval")
@@ -124,7 +129,7 @@ def _for_either_mode(graph: Graph) -> Graph:
     same code in both; the training flags dynamo read are not something it depends on."""
     constants = {k: v for k, v in graph.assumed.constants.items() if not k.endswith(".training")}
     kept = Assumed(graph.assumed.args, graph.assumed.symbols, graph.assumed.tensors, graph.assumed.relations, constants)
-    return Graph("any", graph.body, graph.kernels, kept, graph.tuple_output)
+    return Graph("any", graph.body, graph.kernels, kept, graph.tuple_output, graph.layout)
 
 
 def _synchronize(torch: Any, device: str) -> None:
@@ -147,7 +152,7 @@ def _merged(a: Graph, b: Graph) -> Graph:
         if a.assumed.constants[key] != b.assumed.constants[key]:
             del constants[key]
     kept = Assumed(a.assumed.args, a.assumed.symbols, a.assumed.tensors, a.assumed.relations, constants)
-    return Graph("any", a.body, a.kernels, kept, a.tuple_output)
+    return Graph("any", a.body, a.kernels, kept, a.tuple_output, a.layout)
 
 
 @contextlib.contextmanager
@@ -200,11 +205,13 @@ def _generated_afresh(torch: Any) -> Iterator[None]:
 
 
 def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, externs: dict[str, str], reader: Reader,
-             hold: DeviceHold) -> Graph:
+             hold: DeviceHold, own_layout: bool) -> Graph:
     from torch._inductor import graph as inductor_graph
     from torch._inductor.compile_fx import compile_fx
 
     codes: list[str] = []
+    layouts: dict[int, str] = {}  # id of a graph module -> the layout of its convolutions
+    notes: list[str] = []  # the layout note of each graph generated, as `codes`
     seen: dict[str, Any] = {}
     original = inductor_graph.GraphLowering.codegen
 
@@ -212,6 +219,7 @@ def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, exte
         result = original(self, *args, **kwargs)
         code: Any = result[0]
         codes.append(str(getattr(code, "value", code)))  # a ValueWithLineMap in newer versions
+        notes.append(layouts.get(id(self.module), ""))
         if device == "cpu":
             raise _Generated()  # a CPU has no Triton backend to compile it with: the text is all we need
         return result
@@ -247,7 +255,8 @@ def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, exte
     before = {id(o) for o in _autotuners()} if device == "cuda" else set()
     inductor_graph.GraphLowering.codegen = codegen  # type: ignore[method-assign]
     try:
-        with torch.no_grad(), _cpu_triton(device), _dynamic_config(torch), _generated_afresh(torch), warnings.catch_warnings():
+        with torch.no_grad(), _cpu_triton(device), _dynamic_config(torch), _generated_afresh(torch), \
+                as_at_own_sizes(torch, layouts, own_layout), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compiled = torch._dynamo.optimize(backend, nopython=True, guard_export_fn=export)(model)
             result = compiled(*inputs)  # compiles; on a GPU Inductor autotunes here
@@ -268,7 +277,7 @@ def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, exte
     except NotAssumable as e:
         raise NotCaptured(str(e)) from None
     tuple_output = _check_outputs(torch, body, seen, result)
-    return Graph(mode, body, kernels, what, tuple_output)
+    return Graph(mode, body, kernels, what, tuple_output, notes[-1])
 
 
 def _check_outputs(torch: Any, body: str, seen: dict[str, Any], result: Any) -> bool:

@@ -182,8 +182,9 @@ def _files(answer: dict[str, Any], mode: str) -> list[tuple[str, str]]:
     modes = " and ".join(m for m in answer["modes"] if m != "any")
     free = answer.get("dynamic") or []
     free_sizes = f"; sizes compiled dynamic: {', '.join(free)}" if free else "; every size static"
+    layout = f"; {answer['layout']}" if answer.get("layout") else ""
     what = (f"torch.compile's {answer['kernels']} Triton kernel(s) (Inductor, {mode} mode) launched from a "
-            f"standalone file{f', one graph each for {modes} mode' if modes else ''}{free_sizes}")
+            f"standalone file{f', one graph each for {modes} mode' if modes else ''}{free_sizes}{layout}")
     files = [(Path(answer["path"]).read_text(), what)]
     if answer.get("specialised"):
         files.append((Path(answer["specialised"]).read_text(),

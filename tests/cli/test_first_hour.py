@@ -176,7 +176,7 @@ def _drive(app: WatchApp, steps) -> None:
 
 
 def _a_run(tmp_path: Path, finished: bool = True) -> Path:
-    run = next(d for d in sorted(JOURNALS.iterdir()) if d.is_dir())
+    run = next(d for d in sorted(JOURNALS.iterdir()) if d.is_dir() and not d.name.startswith("__"))  # not a __pycache__
     copy = Path(shutil.copytree(run, tmp_path / run.name))
     if not finished:  # the run as it was before its last event
         journal = copy / "journal.jsonl"

@@ -120,6 +120,25 @@ def run_problem(spec: str, args, bench, device: str, deadline: float) -> dict:
     return row
 
 
+def run_problems(run_problem, args, bench, device: str, start: float, out: Path, meta: dict) -> list[dict]:
+    """run_problem over args.problems, each its share of args.time_limit from `start`; one
+    problem's failure is its row, the others still run; `out` (JSON) rewritten after each."""
+    import torch
+
+    rows: list[dict] = []
+    specs = [p for p in args.problems.split(",") if p]
+    for i, spec in enumerate(specs):
+        try:
+            row = run_problem(spec, args, bench, device, start + args.time_limit * (i + 1) / len(specs))
+        except Exception as e:  # noqa: BLE001 - one problem's failure is its row, the others still run
+            row = {"problem": spec, "skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
+        rows.append(row)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        out.write_text(json.dumps({**meta, "rows": rows}, indent=1))
+    return rows
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| problem | settings (ROWSxW / LANES / WARPS, rows shared) | us | GB/s | x eager | err |", "|---|---|---|---|---|---|"]
     for r in rows:
@@ -158,17 +177,7 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "torch": torch.__version__,
             "smoke": args.smoke}
-    rows: list[dict] = []
-    specs = [p for p in args.problems.split(",") if p]
-    for i, spec in enumerate(specs):
-        try:  # each problem its share of the time
-            row = run_problem(spec, args, bench, device, start + args.time_limit * (i + 1) / len(specs))
-        except Exception as e:  # noqa: BLE001 - one problem's failure is its row, the others still run
-            row = {"problem": spec, "skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
-        rows.append(row)
-        if device == "cuda":
-            torch.cuda.empty_cache()
-        (out_dir / "pool_speed.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
+    rows = run_problems(run_problem, args, bench, device, start, out_dir / "pool_speed.json", meta)
     print()
     print(table(rows))
     print(f"\n{meta['device']}, torch {torch.__version__}, {time.monotonic() - start:.0f} s"

@@ -348,6 +348,7 @@ class Walk:
     tile: str
     axis: int
     head: tuple[str, ...] = ()  # more lines at the top of each step (offsets of other layouts)
+    stages: str = ""  # a constexpr: the loop's loads pipelined that deep (Triton pipelines a loop with no dot only when asked)
 
     @property
     def over(self) -> str:
@@ -361,7 +362,8 @@ class Walk:
             f"flat = base + {col_offset}",
             *self.head,
         ]
-        return [f"for start in range(0, n_red, {self.block}):"] + indent(head + body)
+        steps = f"tl.range(0, n_red, {self.block}, num_stages={self.stages})" if self.stages else f"range(0, n_red, {self.block})"
+        return [f"for start in {steps}:"] + indent(head + body)
 
 
 COLUMN_PROGRAMS = 2048  # about 16 programs per SM of an H100/H200

@@ -26,7 +26,8 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 | 20    | conv_cl   | conv_cl.py   | the epilogue of a 2D convolution run channels-last          |
 |       |           |              | (optional: a candidate of its own, after the NCHW ones)     |
 | 30    | pointwise | pointwise.py | elementwise chains, parameters and broadcasts included      |
-| 40    | rows      | rows.py      | reductions / normalisations over some dims, per row         |
+| 40    | rows      | rows.py      | reductions / normalisations over some dims, per row; a long |
+|       |           |              | row read in several passes on a persistent grid sized by L2 |
 | 45    | scan      | scan.py      | cumulative sums / products along one dim, reversed too,     |
 |       |           |              | elementwise prologue and epilogue fused                     |
 | 50    | scalar    | scalar.py    | reductions to one value (losses), two-stage, no atomics     |

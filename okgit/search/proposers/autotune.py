@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from okgit.eval.types import ProfileData
 from okgit.lower.graph import Unsupported
-from okgit.lower.kinds import gemm, grouped_conv, pool
+from okgit.lower.kinds import gemm, grouped_conv, pool, rows
 from okgit.lower.trace import input_extent
 from okgit.search.types import Context, Proposal, propose_several
 
@@ -56,7 +56,7 @@ STAGES = (1, 2, 3, 4, 5)
 GROUPS = (1, 4, 8, 16)
 MIN_BLOCK = 16
 # a template's switch between two paths that is also the size on one of them: its value when switched on
-PATHS = {"_ROLL_CHUNK": grouped_conv.ROLL_CHUNK, "_SHARED_ROWS": pool.SHARED_ROWS}
+PATHS = {"_ROLL_CHUNK": grouped_conv.ROLL_CHUNK, "_SHARED_ROWS": pool.SHARED_ROWS, "_L2_SHARE": rows.L2_SHARE}
 BOUND = "_MAX"  # NAME_MAX: the most NAME may be (_constant_sites)
 SMALL_TILE = re.compile(r"_(ROWS|LANES)$")  # a count of rows or lanes in a tile (a windowed kind's): down to 1
 MAX_VARIANTS = 24  # per parent file
@@ -117,7 +117,8 @@ class Site:
 
 def _control(name: str) -> str | None:
     up = name.upper()
-    if up.endswith(tuple(PATHS)):  # a template's switch between two paths as well as a size (0: the other path)
+    if up.endswith(tuple(PATHS)):  # a template's switch between two paths as well as a size (0: the other path;
+        # a long row's persistent grid sized by its share of L2, 0: one program per row block)
         return "path"
     if up.endswith("_PERSISTENT"):  # a GEMM's grid: one program per tile (0) or one per SM walking the tiles (1)
         return "switch"

@@ -46,7 +46,7 @@ PROBLEMS = "level1/39,level1/24"
 # (CHUNK, NUM_WARPS, STAGES, grid), likeliest first after the default (each new chunk, warps and
 # stages costs a compile); grid: "rule@S" (the rule at an L2 share of S%), "plain", or "Nx" (N per SM)
 CONFIGS = [
-    (2048, 16, 1, "plain"), (8192, 16, 1, "plain"), (8192, 16, 1, "1x"), (8192, 16, 1, "2x"),
+    (8192, 16, 1, "rule@75"), (2048, 16, 1, "rule@75"), (8192, 16, 1, "plain"), (8192, 16, 1, "1x"), (8192, 16, 1, "2x"),
     (4096, 16, 1, "1x"), (16384, 16, 1, "1x"), (2048, 16, 3, "1x"), (8192, 16, 2, "1x"), (2048, 16, 4, "2x"),
     (8192, 8, 1, "2x"), (8192, 32, 1, "1x"), (8192, 16, 1, "rule@50"), (8192, 16, 1, "rule@100"),
     (8192, 16, 1, "3x"), (8192, 16, 1, "0.5x"), (8192, 16, 3, "2x"), (4096, 8, 2, "4x"), (2048, 16, 1, "1x"),

@@ -1,9 +1,10 @@
 """Rows: a reduction or normalisation over some dims, with what it feeds, per row
 (rows.py.tmpl). Each program owns BLOCK_M rows at a time: a row that fits one tile is read once
 and kept in registers, a longer one is streamed in chunks (ROW_WALK), once per reduction level.
-Such a long row is read again by each later pass: the launcher gives those kernels a persistent
-grid where the rows in flight then fit a share of L2 (`_L2_SHARE`, rows_grid.py.tmpl), so the
-later passes read the row from L2, not DRAM."""
+Such a long row is read again by each later pass: those kernels can take a persistent grid
+where the rows in flight fit a share of L2 (`_L2_SHARE`, rows_grid.py.tmpl), so that the later
+passes read the row from L2, not DRAM. That path is a setting the autotune switches on (0, the
+plain grid, as shipped until bench/rows_l2.py has measured it on an H200)."""
 
 from __future__ import annotations
 
@@ -35,12 +36,10 @@ if TYPE_CHECKING:
 TEMPLATE = template(__package__, "rows.py.tmpl")
 ROW_WALK = Walk("BLOCK_N", "[BLOCK_M, BLOCK_N]", 1)  # rows along axis 0, a row's elements along axis 1
 STREAM_WALK = Walk("BLOCK_N", "[BLOCK_M, BLOCK_N]", 1, stages="STAGES")  # a streamed row's chunks pipelined STAGES deep
-# Provisional (bench/rows_l2.py measures them on an H200): the percent of L2 the row blocks in
-# flight may fill (0: the plain grid), and the chunk's bounds: a long row's chunk grows with it
-# (an eighth of the row) so that the few programs of a persistent grid keep as many bytes in
-# flight per SM as four programs of 2048-wide chunks do on the plain grid.
+# The percent of L2 the row blocks in flight may fill when the persistent grid is switched on (the
+# autotune's other path; the rendered default is 0, the plain grid, as measured so far). 75: at
+# 50 an H200's L2 (50 MB) would not hold one of L1/39's 256 KB row blocks per SM. Not measured.
 L2_SHARE = 75
-CHUNK, CHUNK_MAX = 2048, 8192
 
 
 def per_row(g: Group) -> bool:
@@ -74,7 +73,7 @@ class Rows(TemplateKind):
         if _pow2(n_red) > settings[f"{NAME}_BLOCK_N_MAX"]:  # streamed, as the launcher decides it
             settings[f"{NAME}_STAGES"] = 1
             if passes > 1:
-                settings |= {f"{NAME}_CHUNK": min(max(CHUNK, _pow2(n_red) // 8), CHUNK_MAX), f"{NAME}_L2_SHARE": L2_SHARE}
+                settings[f"{NAME}_L2_SHARE"] = 0
         return settings
 
     def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:

@@ -15,7 +15,8 @@ training mode on 64x64x512x512), at its real size:
   than the reference itself), and the whole state dict after the call (running mean and
   variance to the same rule, num_batches_tracked exact);
 - eager, torch.compile (default mode) and the candidate at its lowered settings and at SETTINGS,
-  in training mode, each timed by triton.testing.do_bench (CUDA events, L2 cleared before each
+  in training mode, then eager and the candidate in eval mode (no statistics pass: what that
+  pass costs is the difference), each timed by triton.testing.do_bench (CUDA events, L2 cleared before each
   call, warm-up, median), with the bandwidth of two reads and one write of the input (the floor
   every one of them needs: statistics, then normalise).
 
@@ -131,17 +132,19 @@ def run_problem(spec: str, args, bench, device: str, deadline: float) -> dict:
     cand_mod, ref, mine, inputs, _, _ = built(source, cand, knobs, device)
     row["shapes"] = [list(x.shape) for x in inputs]
     row["check"] = check(ref, mine, inputs, device)
-    moved = 3 * sum(x.numel() * x.element_size() for x in inputs)  # two reads and a write
+    moved = sum(x.numel() * x.element_size() for x in inputs)  # one pass over the input
     ref.train()
     mine.train()
 
-    def timed(label: str, fn) -> None:
+    def timed(label: str, fn, passes: int = 3) -> None:
+        """Time fn on the inputs; its bandwidth as `passes` passes over the input (training: two
+        reads and a write; eval mode: a read and a write)."""
         if time.monotonic() > deadline:
             row["timings"].append({"what": label, "us": None, "why": "time limit"})
             return
         with torch.no_grad():
             us = bench(lambda: fn(*inputs))
-        row["timings"].append({"what": label, "us": us, "gbps": moved / us / 1e3 if us else None})
+        row["timings"].append({"what": label, "us": us, "gbps": passes * moved / us / 1e3 if us else None})
 
     timed("eager", ref)
     if not args.smoke:
@@ -156,6 +159,14 @@ def run_problem(spec: str, args, bench, device: str, deadline: float) -> dict:
                 setattr(cand_mod, f"{p}_{k}", v)
         tag = "okgit " + "/".join(map(str, setting)) + (" (lowered)" if setting == lowered else "")
         timed(tag, mine)
+    # eval mode: no statistics pass (one read and one write), so the gap to training mode is its cost
+    for p in prefixes:
+        for k, v in zip(NAMES, lowered):
+            setattr(cand_mod, f"{p}_{k}", v)
+    ref.eval()
+    mine.eval()
+    timed("eager, eval mode", ref, 2)
+    timed("okgit lowered, eval mode (normalise only)", mine, 2)
     return row
 
 

@@ -29,6 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 KB = Path("/work/shared/kernelbench/KernelBench")
 
 MODEL = """
+import torch.nn.functional as F
+
+
 class Model(nn.Module):
     def __init__(self, channels):
         super().__init__()
@@ -51,6 +54,9 @@ CASES = {
     "bn1d_rows_momentum": ("nn.BatchNorm1d(channels, momentum=0.3, affine=False)", "self.bn(x)", "(6, channels)"),
     "bn1d_seq_no_running": ("nn.BatchNorm1d(channels, track_running_stats=False)", "self.bn(x) - 0.5", "(4, channels, 11)"),
     "bn3d": ("nn.BatchNorm3d(channels, momentum=0.05, eps=1e-3)", "self.bn(x)", "(2, channels, 3, 5, 6)"),
+    "functional_always_training": ("nn.BatchNorm2d(channels)",
+                                   "F.batch_norm(x, self.bn.running_mean, self.bn.running_var, self.bn.weight, None, True, 0.2)",
+                                   "(2, channels, 4, 3)"),
 }
 
 CHECK = r'''
@@ -137,6 +143,16 @@ def test_the_counter_step_and_running_updates_join_the_kernels(tmp_path):
     graph = capture(load_problem(path))
     plain = [it.op for it in partition(graph) if not isinstance(it, Group)]
     assert plain == ["aten.add_.Tensor", "aten.batch_norm.default"]
+
+
+def test_a_batch_norm_that_always_updates_its_buffers_keeps_its_constant_flag(tmp_path):
+    """Traced in training mode both a module's flag and a functional call's True read True; the
+    eval-mode trace tells them apart (capture), so the functional one is never made to follow
+    self.training."""
+    source, _ = lowered(write(tmp_path, "functional_always_training"))
+    assert "self.bn.running_var, None, True, 0.2" in source
+    source, _ = lowered(write(tmp_path, "bn2d_epilogue"))
+    assert ", self.training, float(self.bn.momentum)" in source
 
 
 def test_a_cumulative_running_average_is_refused_in_one_line(tmp_path):

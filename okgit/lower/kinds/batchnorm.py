@@ -17,7 +17,7 @@ pass, the epilogue on its tile.
 Recognition: an `aten.batch_norm` call on a floating input of 2 to 5 dims; `rewrite` makes it,
 with the step of the same module's `num_batches_tracked` (the `add_` the module makes in
 training), one call the kind seeds. The module's mode (`self.training`) reaches the launcher at
-run time. A cumulative running average (momentum None) cannot be traced (its factor reads the
+run time (a call that passes True itself stays True: okgit.lower.capture). A cumulative running average (momentum None) cannot be traced (its factor reads the
 counter), so capture refuses it before any kind sees it.
 """
 
@@ -29,9 +29,9 @@ from okgit.lower.kinds.attention import replaced
 from okgit.lower.kinds.base import Rendered, TemplateKind, template_kind
 from okgit.lower.kinds.window import epilogue_lines
 from okgit.lower.template import fill, template
+from okgit.lower.translate import BATCH_NORM
 
 TEMPLATE = template(__package__, "batchnorm.py.tmpl")
-BATCH_NORM = "aten.batch_norm.default"
 COUNTER_STEP = "aten.add_.Tensor"
 SEEDED = "batch_norm"  # the op of the call `rewrite` makes: batch norm with its counter's step
 OPERANDS = ("input", "weight", "bias", "running_mean", "running_var")

@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 KB_PLACES = (ROOT / ".kb", ROOT / "shared" / "kernelbench" / "KernelBench", Path("/work/shared/kernelbench/KernelBench"))
 # (STATS_PROGRAMS, STATS_TILE, STATS_WARPS, TILE, BLOCK_W, NUM_WARPS) beside the lowered defaults
 NAMES = ("STATS_PROGRAMS", "STATS_TILE", "STATS_WARPS", "TILE", "BLOCK_W", "NUM_WARPS")
-SETTINGS = [(1024, 2048, 4, 2048, 1024, 4), (4096, 2048, 4, 2048, 1024, 4), (2048, 4096, 8, 2048, 1024, 4),
-            (2048, 1024, 4, 2048, 1024, 4), (2048, 2048, 8, 2048, 1024, 4), (2048, 2048, 4, 4096, 1024, 8),
-            (2048, 2048, 4, 1024, 512, 4), (4096, 4096, 8, 4096, 1024, 8)]
+SETTINGS = [(2048, 2048, 4, 2048, 1024, 4), (4096, 2048, 4, 2048, 1024, 4), (16384, 2048, 4, 2048, 1024, 4),
+            (8192, 4096, 8, 2048, 1024, 4), (8192, 1024, 4, 2048, 1024, 4), (8192, 2048, 8, 2048, 1024, 4),
+            (8192, 2048, 4, 4096, 1024, 8), (8192, 2048, 4, 1024, 512, 4), (16384, 4096, 8, 4096, 1024, 8)]
 CONSTANT = re.compile(r"^(FUSED_BATCHNORM_\d+)_(\w+): int = (\d+)$", re.MULTILINE)
 
 

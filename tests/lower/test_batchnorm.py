@@ -211,10 +211,13 @@ mod = types.ModuleType("cand")
 mod.__file__ = path
 exec(compile(open(path).read(), path, "exec"), mod.__dict__)
 setting = lambda key: getattr(mod, f"FUSED_BATCHNORM_0_{key}")
-jobs = {  # L1/33's launch (64 x 64 x 512 x 512): one batch row of a channel per statistics tile
+# L1/33's launch (64 x 64 x 512 x 512) as the launcher makes it: one batch row of a channel per statistics tile
+split = min(64 * 512 * 512 // setting("STATS_TILE"), -(-setting("STATS_PROGRAMS") // 64))
+block_p = triton.next_power_of_2(split)
+jobs = {
     "stats": ({"BLOCK_N": 1, "BLOCK_S": setting("STATS_TILE")}, setting("STATS_WARPS")),
     "finalize": ({"BATCH_STATS": True, "UPDATE": True, "HAS_W": True, "HAS_B": True, "HAS_COUNTER": True,
-                  "BLOCK_C": 64, "BLOCK_P": 32}, 4),
+                  "BLOCK_C": max(1, min(64, 4096 // block_p)), "BLOCK_P": block_p}, 4),
     "": ({"CHANNEL_COLS": False, "ROWS": setting("TILE") // 512, "BLOCK_W": 512, "WIDE": False}, setting("NUM_WARPS")),
 }
 out = {}

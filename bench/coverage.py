@@ -109,8 +109,11 @@ def survey(path: Path, level: int) -> Row:
         return row
     for turned_on in candidates(graph, "cuda"):  # the survey is of what a GPU run proposes
         try:
-            items = partition(graph, seeding=turned_on)
-            text, low = lowered_file(source, graph, items, turned_on)
+            shaped = graph
+            for kind in turned_on:  # as the proposer does: a kind may make a pattern one call it seeds
+                shaped = kind.rewrite(shaped)
+            items = partition(shaped, seeding=turned_on)
+            text, low = lowered_file(source, shaped, items, turned_on)
         except Unsupported as e:
             notes.append(str(e))  # the same reason for each set of optional kinds, said once
             continue

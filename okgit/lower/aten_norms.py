@@ -1,4 +1,4 @@
-"""The ATen handlers of normalisations over several dims and of distance losses (registered
+"""The ATen handlers of group and instance norms and of distance losses (registered
 into okgit.lower.aten.HANDLERS), spelled in the captured graph's primitives so that the rows
 kind computes their statistics and the elementwise work around them in one kernel.
 
@@ -6,18 +6,15 @@ Group norm reads its input with the channels split into groups, (N, G, C/G, ...)
 made in the forward (Builder.reshape; G a BoundInt where the model's GroupNorm holds it), folds
 each group's channels and positions, and merges the groups back after its affine. Instance
 norm folds each channel's positions (with running statistics it stays PyTorch's). Batch norm
-folds every dim but the channels; where the module keeps running statistics, the kernel picks
-the batch's or the running ones by the module's flag and computes the running ones' new values,
-which the forward copies back. The triplet margin loss is two pairwise distances (a norm per
-row) and a mean.
+has no handler: its call stays one, which the batchnorm kind seeds (okgit.lower.kinds.batchnorm:
+its statistics split across programs, its running ones updated in its kernel). The triplet
+margin loss is two pairwise distances (a norm per row) and a mean.
 """
 
 from __future__ import annotations
 
-import torch
-
 from okgit.lower.aten import _h, _norm
-from okgit.lower.graph import Bound, ModeFlag, Node, Unsupported
+from okgit.lower.graph import Unsupported
 
 
 def _normalise(b, x, dims, eps):
@@ -41,51 +38,6 @@ def _group_norm(b, a, t):
             ones = (1,) * len(rest)
             y = b.op(prim, y, b.reshape(p, (groups, c // groups, *ones), (groups, -1, *ones)))
     return b.reshape(y, x.shape, (("dim", 0), -1, *(("dim", j) for j in range(3, len(grouped.shape)))))
-
-
-@_h("batch_norm")
-def _batch_norm(b, a, t):
-    """Batch statistics over every dim but the channels in training mode, the running ones in
-    eval mode; where the module keeps running statistics, both are computed and the module's
-    flag picks (so one forward serves both modes), and the running statistics are updated in
-    place from the kernel's new values (unchanged in eval mode)."""
-    x, mean_run, var_run, training = a["input"], a["running_mean"], a["running_var"], a["training"]
-    if len(x.shape) < 2:
-        raise Unsupported("batch norm of a vector")
-    ones = (1,) * (len(x.shape) - 2)
-    dims = (0, *range(2, len(x.shape)))
-
-    def per_channel(p):
-        return b.view(p, p.shape + ones)
-
-    if mean_run is None or training is True:
-        if mean_run is not None:
-            raise Unsupported("batch norm that always updates its running statistics")
-        var, mean = b.var(x, dims, True, 0.0)
-    elif training is False:
-        var, mean = per_channel(var_run), per_channel(mean_run)
-    else:
-        if a["momentum"] is None or not isinstance(training, ModeFlag):
-            raise Unsupported("batch norm with a cumulative running average")
-        flag = b.op("ne", Bound(1.0, training.expr), 0.0)  # float(self.training): a kernel argument
-        var_batch, mean_batch = b.var(x, dims, True, 0.0)
-        mean = b.op("where", flag, mean_batch, per_channel(mean_run))
-        var = b.op("where", flag, var_batch, per_channel(var_run))
-    y = b.op("mul", b.op("sub", x, mean), b.op("rsqrt", b.op("add", var, float(a["eps"]))))
-    for name, prim in (("weight", "mul"), ("bias", "add")):
-        if a.get(name) is not None:
-            y = b.op(prim, y, per_channel(a[name]))
-    if mean_run is not None and not isinstance(training, bool):
-        # new = (1 - momentum) * old + momentum * batch (the unbiased variance), after y read the old
-        m = float(a["momentum"])
-        unbiased, _ = b.var(x, dims, True, 1.0)
-        news = []
-        for old, batch in ((mean_run, mean_batch), (var_run, unbiased)):
-            new = b.op("add", b.op("mul", per_channel(old), 1.0 - m), b.op("mul", batch, m))
-            news.append((old, b.view(b.op("where", flag, new, per_channel(old)), old.shape)))
-        for old, new in news:  # both computed in the kernel before either call
-            b.add(Node("extern", "aten.copy_.default", (old, new), old.shape, old.dtype, target=torch.ops.aten.copy_.default))
-    return y
 
 
 @_h("instance_norm")

@@ -12,20 +12,26 @@ reads that one from `self` (okgit.lower.binding.bind_ints). The
 constants that come from the module's float attributes are bound to expressions of `self`
 (okgit.lower.binding), and the constructor's floats scaled as the evaluator does must move
 no constant in any other way.
+
+The reference is traced in training mode, where translate takes batch norm's `training` for the
+module's flag; a call that passes True itself (a functional batch norm on buffers, always
+updating them) is told apart by a second trace in eval mode, where its flag stays True: that
+one is a constant (`_constant_modes`).
 """
 
 from __future__ import annotations
 
 from okgit.lower.binding import apply_bindings, bind_attributes, bind_ints, check_scaled_init
-from okgit.lower.graph import Graph, Unsupported
+from okgit.lower.graph import Graph, ModeFlag, Unsupported
 from okgit.lower.trace import trace
+from okgit.lower.translate import BATCH_NORM
 from okgit.problem import Problem
 
 
 def capture(problem: Problem) -> Graph:
     """The reference's graph at its default knobs, its attribute constants bound, checked
     against a second knob setting and against scaled constructor floats."""
-    graph = trace(problem.source, {})
+    graph = _constant_modes(problem, trace(problem.source, {}))
     bindings = bind_attributes(problem.source, graph)
     # two other settings: +3 finds constants that follow a knob, doubling keeps the divisibility a
     # setting like GroupNorm(num_groups, channels) needs where +3 breaks it (131 channels, 11 groups)
@@ -41,6 +47,22 @@ def capture(problem: Problem) -> Graph:
         if not _same(graph, other) and not (bind_ints(problem.source, graph, other, changed) and _same(graph, other)):
             raise Unsupported("the computation's constants depend on the shape knobs")
     check_scaled_init(problem.source, graph)
+    return graph
+
+
+def _constant_modes(problem: Problem, graph: Graph) -> Graph:
+    """The graph with each batch norm's `training` that is True in eval mode too made the constant
+    True again (translate made every True on running statistics the module's flag)."""
+    calls = [n for n in graph.nodes if n.kind == "extern" and n.op == BATCH_NORM and isinstance(n.args[5], ModeFlag)]
+    if not calls:
+        return graph
+    evaled = [n for n in trace(problem.source, {}, tweak=lambda model: model.eval()).nodes
+              if n.kind == "extern" and n.op == BATCH_NORM]
+    if len(evaled) != len(calls):
+        raise Unsupported("the reference calls batch norm differently in eval mode")
+    for n, e in zip(calls, evaled):
+        if e.args[5] is not False:  # True in eval mode: not the module's flag
+            n.args = (*n.args[:5], True, *n.args[6:])
     return graph
 
 

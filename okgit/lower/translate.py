@@ -36,7 +36,8 @@ OP_CLASSES = {
 }
 
 
-PURE_CALLS = {"aten.flip.default"}  # PyTorch calls that change nothing but their result: dropped when unused
+PURE_CALLS = {"aten.flip.default"}
+BATCH_NORM = "aten.batch_norm.default"  # its `training` made the module's flag (_mode_dynamic)  # PyTorch calls that change nothing but their result: dropped when unused
 
 
 def translate(ep, forward_args: list[str], entry: str, constants: dict[str, Any]) -> Graph:

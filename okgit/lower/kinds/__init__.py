@@ -16,6 +16,9 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 | 6     | attention_gemms | attention_gemms.py | an fp32 attention call written out: its two       |
 |       |           |              | products split-precision GEMMs, the softmax a rows kernel   |
 |       |           |              | (optional: before the vendor's)                             |
+| 8     | batchnorm | batchnorm.py | batch norm, 1D-3D, training and eval mode: statistics split |
+|       |           |              | across programs, running ones updated in the kernel, epilogue |
+|       |           |              | fused (optional: before the vendor call)                    |
 | 10    | columns   | columns.py   | strided row reductions in the column layout (optional: a    |
 |       |           |              | second candidate, before the row layout)                    |
 | 15    | conv      | conv.py      | a convolution (1D-3D: stride, dilation, groups, transposed) |
@@ -41,6 +44,7 @@ from __future__ import annotations
 from okgit.lower.kinds import (  # noqa: F401
     attention,
     attention_gemms,
+    batchnorm,
     columns,
     conv,
     conv_cl,

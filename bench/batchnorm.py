@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pool_conv import built, device_for, fmt, timer, tiny_knobs
+from pool_conv import built, candidate, device_for, fmt, timer, tiny_knobs
 
 ROOT = Path(__file__).resolve().parents[1]
 KB_PLACES = (ROOT / ".kb", ROOT / "shared" / "kernelbench" / "KernelBench", Path("/work/shared/kernelbench/KernelBench"))
@@ -59,22 +59,6 @@ def kb_folder(given: str | None) -> Path:
         if (p / "KernelBench" / "level1").is_dir():
             return p / "KernelBench"
     raise SystemExit(f"no KernelBench folder with level1/ at {given or ', '.join(map(str, KB_PLACES))}")
-
-
-def candidate(source: str, path: str) -> tuple[str | None, str]:
-    """okgit's first template candidate with the batchnorm kind, and its origin (or why none)."""
-    from okgit.eval.types import Reference
-    from okgit.problem import load_problem
-    from okgit.search.proposers.templates import plan
-    from okgit.search.types import Context
-
-    notes: list[str] = []
-    ctx = Context(problem=load_problem(path, source=source), reference=Reference(device="cpu", timed=False),
-                  backend="triton", device="cpu", log=lambda type, **f: notes.append(str(f.get("message"))))
-    for p in plan(ctx):
-        if "batchnorm" in p.origin.split(":")[1].split("+"):
-            return p.source, p.origin
-    return None, "; ".join(notes) or "no candidate"
 
 
 def rel_err(got, want) -> float:
@@ -123,7 +107,7 @@ def run_problem(spec: str, args, bench, device: str, deadline: float) -> dict:
     (path,) = (args.kb / level).glob(f"{number}_*.py")
     source = path.read_text()
     row: dict = {"problem": spec, "file": path.name, "timings": []}
-    cand, origin = candidate(source, str(path))
+    cand, origin = candidate(source, str(path), ("batchnorm",))
     row["origin"] = origin
     if cand is None:
         row["skipped"] = origin

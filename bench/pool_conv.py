@@ -122,8 +122,8 @@ def tiny_knobs(source: str) -> dict[str, int]:
         knobs.update(big)
 
 
-def candidate(source: str, path: str) -> tuple[str | None, str]:
-    """okgit's first template candidate that uses one of KINDS, and its origin (or why none)."""
+def candidate(source: str, path: str, kinds: tuple[str, ...] = KINDS) -> tuple[str | None, str]:
+    """okgit's first template candidate that uses one of `kinds`, and its origin (or why none)."""
     from okgit.eval.types import Reference
     from okgit.problem import load_problem
     from okgit.search.proposers.templates import plan
@@ -134,7 +134,7 @@ def candidate(source: str, path: str) -> tuple[str | None, str]:
                   backend="triton", device="cpu", log=lambda type, **f: notes.append(str(f.get("message"))))
     for p in plan(ctx):
         parts = p.origin.split(":")[1].split("+")
-        if any(k in parts for k in KINDS):
+        if any(k in parts for k in kinds):
             return p.source, p.origin
     return None, "; ".join(notes) or "no candidate"
 

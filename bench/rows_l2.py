@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pool_conv import device_for, fmt, load, timer, tiny_knobs
+from pool_conv import candidate, device_for, fmt, load, timer, tiny_knobs
 from pool_speed import problem_path, run_problems
 
 PROBLEMS = "level1/39,level1/24"
@@ -52,22 +52,6 @@ CONFIGS = [
     (8192, 16, 1, "3x"), (8192, 16, 1, "0.5x"), (8192, 16, 3, "2x"), (4096, 8, 2, "4x"), (2048, 16, 1, "1x"),
 ]
 CONSTANT = re.compile(r"^(FUSED_ROWS_\d+)_(TILE|BLOCK_N_MAX|CHUNK|NUM_WARPS|STAGES|L2_SHARE): int = (\d+)$", re.MULTILINE)
-
-
-def candidate(source: str, path: str) -> tuple[str | None, str]:
-    """okgit's template candidate with a rows kernel, and its origin (or why none)."""
-    from okgit.eval.types import Reference
-    from okgit.problem import load_problem
-    from okgit.search.proposers.templates import plan
-    from okgit.search.types import Context
-
-    notes: list[str] = []
-    ctx = Context(problem=load_problem(path, source=source), reference=Reference(device="cpu", timed=False),
-                  backend="triton", device="cpu", log=lambda type, **f: notes.append(str(f.get("message"))))
-    for p in plan(ctx):
-        if "rows" in p.origin.split(":")[1].split("+"):
-            return p.source, p.origin
-    return None, "; ".join(notes) or "no candidate"
 
 
 def max_err(got, want, rows: int = 1024) -> float:
@@ -97,7 +81,7 @@ def run_problem(spec: str, args, bench, device: str, deadline: float) -> dict:
     path = problem_path(args.kb, spec)
     source = path.read_text()
     row: dict = {"problem": spec, "file": path.name, "settings": []}
-    cand, origin = candidate(source, str(path))
+    cand, origin = candidate(source, str(path), ("rows",))
     row["origin"] = origin
     if cand is None:
         row["skipped"] = origin

@@ -21,3 +21,10 @@ def test_a_bound_caps_the_values_and_is_no_setting_itself():
     bounded = SOURCE.format(bound="K_ROW_LANES_MAX: int = 16")
     assert lanes(bounded) == {8, 4}
     assert "K_ROW_LANES_MAX" not in {s.name for s in find_sites(bounded)}
+
+
+def test_a_max_with_nothing_to_bound_is_a_setting():
+    """The rows kind's BLOCK_N_MAX (the widest row kept in registers) bounds no constant BLOCK_N:
+    the autotune varies it as before."""
+    source = "R_BLOCK_N_MAX: int = 2048\nR_CHUNK: int = 2048\n"
+    assert {v for s, v in variants(source, 1 << 30, 1 << 20) if s.name == "R_BLOCK_N_MAX"} == {1024, 4096, 512, 8192}

@@ -205,16 +205,19 @@ def _constants(tree: ast.Module) -> list[tuple[str, ast.Constant]]:
 
 
 def _constant_sites(tree: ast.Module, at: _Offsets) -> list[Site]:
-    """Module constants that are launch settings; `NAME_MAX` is not one but bounds NAME (a
-    template's cap that its launcher applies, such as a window row's lanes: a value above it
-    would compile the same kernel again under another name)."""
+    """Module constants that are launch settings; `NAME_MAX` beside a constant NAME is not one but
+    bounds NAME (a template's cap that its launcher applies, such as a window row's lanes: a value
+    above it would compile the same kernel again under another name). Without a NAME beside it,
+    a `*_MAX` is a setting like any other (the rows kind's BLOCK_N_MAX, the widest row kept whole)."""
     sites = []
     found = _constants(tree)
-    bounds = {name[: -len(BOUND)]: _int(node) for name, node in found if name.endswith(BOUND)}
+    names = {name for name, _ in found}
+    bounds = {name[: -len(BOUND)]: _int(node) for name, node in found
+              if name.endswith(BOUND) and name[: -len(BOUND)] in names}
     for name, node in found:
         value, control = _int(node), _control(name)
         choice = next((c for suffix, c in CHOICES.items() if name.endswith(suffix)), None)
-        if name.endswith(BOUND):
+        if name.endswith(BOUND) and name[: -len(BOUND)] in bounds:
             continue
         if value is not None and control is not None and (value > 0 or control in ("path", "switch")):
             sites.append(Site(name, control, value, [at.span(node)], most=bounds.get(name)))

@@ -178,7 +178,7 @@ class Comparison(BaseModel):
     sign_test_p: float
     speedup: float  # median baseline / median candidate
     optimized: bool  # won every round by more than the noise
-    slower: bool = False  # the median candidate is slower than the median baseline by more than the noise
+    slower: bool = False  # the median candidate slower than the median baseline past its typical spread (rounds.py)
     detail: str = ""
 
 

@@ -176,6 +176,23 @@ def test_final_gate_statistics():
     assert not noisy.optimized and noisy.wins == 3
 
 
+def test_one_disturbed_round_hides_no_slower_candidate():
+    """L1/87 on an H200: the baseline's first round disturbed (5521 us against 3424-3439), the
+    candidate at half its speed in every round; the A/A noise (61%) once called that `matched`."""
+    gate = summarize([5521.2, 3431.6, 3424.3, 3425.4, 3438.8], [6794.0, 6694.6, 6805.3, 6797.9, 6858.6])
+    assert gate.slower and not gate.optimized and gate.wins == 0
+    assert gate.noise > 0.6 and "(typical 0.63%)" in gate.detail
+    # the same disturbed baseline against a candidate as fast: within the noise, not slower
+    level = summarize([5521.2, 3431.6, 3424.3, 3425.4, 3438.8], [3429.0, 3436.0, 3427.5, 3433.1, 3426.0])
+    assert not level.slower and not level.optimized
+    # two disturbed rounds of five (problem 15, 2026-12-03): still the median's spread
+    two = summarize([4859.0, 4982.0, 1848.0, 1849.5, 1847.2], [2301.0, 2295.0, 2310.4, 2299.0, 2305.8])
+    assert two.slower
+    # a steady baseline: the typical spread is capped by the A/A noise, so nothing changes there
+    steady = summarize([100.0, 101.0, 100.5], [100.6, 100.9, 100.7])
+    assert not steady.slower and steady.detail.endswith("A/A noise 0.50%")
+
+
 @pytest.mark.slow  # the real evaluator
 def test_render_cpu_result(evaluator):
     problem = load_problem(OPS / "relu.py", root=str(OPS))

@@ -96,7 +96,7 @@ def constants(source: str) -> dict[str, int]:
 
 def test_only_a_row_read_in_several_passes_gets_an_l2_share(tmp_path):
     twice = constants(rows_candidate(long_row_op(tmp_path, "norm", OPS["l2_norm"])))
-    assert twice["L2_SHARE"] == 0 and twice["STAGES"] == 1 and twice["CHUNK"] == 2048  # the plain grid, as measured
+    assert twice["L2_SHARE"] == 0 and twice["STAGES"] == 1 and twice["CHUNK"] == 8192  # the plain grid, as measured
     once = constants(rows_candidate(long_row_op(tmp_path, "sum", "x.sum(dim=1)")))
     assert "L2_SHARE" not in once and once["STAGES"] == 1 and once["CHUNK"] == 2048  # one read: no grid to size
     short = op(tmp_path, "short", """

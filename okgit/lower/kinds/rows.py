@@ -3,8 +3,9 @@
 and kept in registers, a longer one is streamed in chunks (ROW_WALK), once per reduction level.
 Such a long row is read again by each later pass: those kernels can take a persistent grid
 where the rows in flight fit a share of L2 (`_L2_SHARE`, rows_grid.py.tmpl), so that the later
-passes read the row from L2, not DRAM. That path is a setting the autotune switches on (0, the
-plain grid, as shipped until bench/rows_l2.py has measured it on an H200)."""
+passes read the row from L2, not DRAM. That path is a setting the autotune switches on: measured
+on an H200 (bench/rows_l2.py, 2026-12-03), the plain grid with chunks of 8192 was the fastest on
+both long-row problems of the development set, so it is what ships."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ TEMPLATE = template(__package__, "rows.py.tmpl")
 ROW_WALK = Walk("BLOCK_N", "[BLOCK_M, BLOCK_N]", 1)  # rows along axis 0, a row's elements along axis 1
 STREAM_WALK = Walk("BLOCK_N", "[BLOCK_M, BLOCK_N]", 1, stages="STAGES")  # a streamed row's chunks pipelined STAGES deep
 # The percent of L2 the row blocks in flight may fill when the persistent grid is switched on (the
-# autotune's other path; the rendered default is 0, the plain grid, as measured so far). 75: at
-# 50 an H200's L2 (50 MB) would not hold one of L1/39's 256 KB row blocks per SM. Not measured.
+# autotune's other path; the rendered default is 0, the plain grid). 75: at 50 an H200's L2 would
+# not hold one of L1/39's 256 KB row blocks per SM. On an H200 (bench/rows_l2.py, 2026-12-03) the
+# share made no difference at 50-100% and no persistent grid beat the plain one at chunks of 8192.
 L2_SHARE = 75
 
 
@@ -74,6 +76,9 @@ class Rows(TemplateKind):
             settings[f"{NAME}_STAGES"] = 1
             if passes > 1:
                 settings[f"{NAME}_L2_SHARE"] = 0
+                # chunks of 8192, H200: L1/39 (rows of 65535) 6863 us against 8485 at 2048, L1/24
+                # 6163 against 6216 (a row read once was not measured: it keeps 2048)
+                settings[f"{NAME}_CHUNK"] = 8192
         return settings
 
     def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:

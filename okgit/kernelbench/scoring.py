@@ -221,7 +221,7 @@ class SweepReport(BaseModel):
         if self.cross_check:
             lines.append(f"cross-check: {self.cross_check}")
             lines += [_cross_check(r.key, r.cross_check) for r in self.problems if r.cross_check]
-        for note in self.notes:
+        for note in self.notes + _disagreements(self.problems):
             lines.append(f"note: {note}")
         models = [r for r in self.problems if r.level == 3]
         if models:
@@ -239,6 +239,19 @@ class SweepReport(BaseModel):
         if errors:
             lines += ["", "Errors:"] + [f"- {r.key}: {r.error}" for r in errors]
         return "\n".join(lines) + "\n"
+
+
+DISAGREE_BELOW = 0.9  # past any arm's spread seen in the live baselines on an H200 (a few percent)
+
+
+def _disagreements(problems: list[ProblemResult]) -> list[str]:
+    """A winner handed out as at least as fast as eager (the run's final gate) that the live
+    baselines time well below eager: two measurements of the same kernel that disagree, said so
+    rather than left for a reader to spot (L1/87 on 122e097: `matched` at 0.51x)."""
+    return [f"{r.key}: the run called its winner {r.status}, the live baselines time it at "
+            f"{fmt_speed(r.speedup_eager)} eager: one of the two measurements is wrong"
+            for r in problems if r.level < 3 and r.status in ("optimized", "matched") and r.speedup_eager is not None
+            and r.speedup_eager < DISAGREE_BELOW]
 
 
 def _row(r: ProblemResult) -> str:

@@ -392,3 +392,17 @@ def test_a_slower_kernel_kept_under_its_tag_is_one_of_okgits_own_but_not_handed_
     assert (s.correct, s.own_kernels) == (1, 2)  # fast_0 counts handed-out kernels; own kernels the slower one too
     assert "a correct kernel of okgit's own, faster or not, on 2" in SweepReport(
         dir="d", out="o", device="cuda", problems=rs, summary=s).markdown()
+
+
+def test_a_winner_the_live_baselines_time_well_below_eager_is_said_to_disagree():
+    """L1/87 on 122e097: the run's final gate called its winner matched, the sweep's own baselines
+    timed it at 0.51x eager; the report says the two measurements disagree."""
+    wrong = result("level1/87_P", True, 0.51, 1.51, eager_us=3427.4, compile_us=10153.9).model_copy(
+        update={"status": "matched"})
+    slow_but_said = result("level1/5_S", False, eager_us=10.0, compile_us=10.0).model_copy(update={"status": "slower"})
+    fine = result("level1/1_A", True, 0.97, 1.0, eager_us=10.0, compile_us=10.0).model_copy(update={"status": "matched"})
+    rs = [wrong, slow_but_said, fine]
+    md = SweepReport(dir="d", out="o", device="cuda", problems=rs, summary=summarize(rs)).markdown()
+    notes = [line for line in md.splitlines() if "measurements is wrong" in line]
+    assert notes == ["note: level1/87_P: the run called its winner matched, the live baselines time it at 0.51x eager: "
+                     "one of the two measurements is wrong"]

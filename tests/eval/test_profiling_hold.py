@@ -85,12 +85,14 @@ def test_a_pass_the_parent_does_not_give_the_device_alone_profiles_nothing(log):
 
 
 # Speaks the worker's protocol (ready, the job, the request for the device alone) with the shared and
-# the alone parts of a pass a measurable length; the wrapped worker's command line is ignored.
+# the alone parts of a pass a measurable length, and a wrapper's line among the messages, as ncu's
+# would be; the wrapped worker's command line is ignored.
 STAND_IN = textwrap.dedent("""
     import json, sys, time
     print(json.dumps({"ready": True}), flush=True)
     job_dir = json.loads(sys.stdin.readline())["job"]
     time.sleep(0.3)  # load, compile, warm up: shared
+    print("==PROF== Connected to process", flush=True)  # the wrapper's (ncu's) words: no message
     print(json.dumps({"op": "exclusive"}), flush=True)
     reply = json.loads(sys.stdin.readline())
     time.sleep(0.3)  # the profiled call: alone

@@ -29,13 +29,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from okgit.eval.parent import memory, ncu, proton
 from okgit.eval.parent.profile import CPU_REASON, classify, with_counters
-from okgit.eval.parent.sandbox import WorkerPool, WorkerProcess, read_result
+from okgit.eval.parent.sandbox import Outcome, WorkerPool, WorkerProcess, read_result
 from okgit.eval.types import ProfileData
 
 if TYPE_CHECKING:
     from okgit.eval.parent.reference import PreparedReference
     from okgit.eval.parent.relay import Relay
-    from okgit.eval.parent.sandbox import Outcome
     from okgit.eval.protocol.jobs import Job
     from okgit.problem import Problem
 

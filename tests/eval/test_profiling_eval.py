@@ -5,11 +5,13 @@ the counters from ncu or Proton and says which ran."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from okgit.eval.parent.devices import LEDGER_ENV
 from okgit.eval.parent.local import LocalEvaluator
 from okgit.eval.parent.profile import CPU_REASON
 from okgit.eval.parent.sandbox import WorkerProcess, _rss_bytes, _tree_rss_bytes, default_memory_limit
@@ -68,10 +70,12 @@ def test_a_cpu_evaluation_has_an_empty_profile_with_the_reason_and_the_same_verd
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_the_pass_fills_the_counters_and_leaves_the_verdict_alone():
+def test_on_a_gpu_the_pass_fills_the_counters_and_leaves_the_verdict_alone(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
     ev = LocalEvaluator(device="cuda")
     try:
         problem = load_problem(OPS / "relu.py", source=(OPS / "relu.py").read_text().replace("dim = 16384", "dim = 16384 * 64"),
@@ -92,3 +96,8 @@ def test_on_a_gpu_the_pass_fills_the_counters_and_leaves_the_verdict_alone():
             assert relu.stalls and any((s.line or "").startswith("candidate.py:") for s in relu.stalls)  # the worker's copy
     finally:
         ev.close()
+    # each tool's worker: shared for its set-up, alone from just before the profiled call(s) to its end
+    holds = [json.loads(line) for line in ledger.read_text().splitlines() if "stage" in line]
+    passes = [h["mode"] for h in holds if h["stage"] == "profile"]
+    assert passes.count("exclusive") >= len(prof.tools), holds  # every tool that read something
+    assert all(i > 0 and passes[i - 1] == "shared" for i, m in enumerate(passes) if m == "exclusive"), holds

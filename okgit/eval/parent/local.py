@@ -366,6 +366,27 @@ class LocalEvaluator(EvaluatorBase):
         exclusive stretches for timing (on a CPU nothing is locked; the ledger still hears of it)."""
         return DeviceHold(self._torch if self._kind == "cuda" else None, what)
 
+    def _in_worker(self, worker: WorkerProcess, job: Job, timeout_s: float, relay: Relay | None, what: str,
+                   clock: dict[str, float]) -> Outcome:
+        """`job` in a worker of its own, holding the device shared from its start: the worker asks for
+        it alone ({"op": "exclusive"}) just before it times or profiles, and keeps it so to the job's
+        end; its other messages go to the judge (`relay`). `what`: the ledger's stage of the holds;
+        `clock` gets the seconds waited for the lock."""
+        # started before the lock: spawning and importing never hold up another job's GPU work
+        started = worker.wait_ready(STARTUP_TIMEOUT_S)
+        hold = self._hold(what)
+
+        def answer(message: dict[str, Any]) -> dict[str, Any]:
+            if message.get("op") == "exclusive":  # from here to the job's end
+                hold.upgrade()
+                return {"ok": True}
+            return relay(message) if relay is not None else {"ok": False}
+
+        t0 = time.monotonic()
+        with hold.region("shared") if started else contextlib.nullcontext():
+            clock["lock_wait"] = time.monotonic() - t0
+            return worker.run(job, timeout_s, answer, startup_timeout_s=0.0)  # ready, or it never will be
+
     def _run(self, job: Job, source: str, timeout_s: float, relay: Relay | None,
              clock: dict[str, float] | None = None) -> tuple[Outcome, dict[str, Any] | None]:
         """One job in one fresh worker; (outcome, result or None if it crashed). `clock` gets the
@@ -380,20 +401,7 @@ class LocalEvaluator(EvaluatorBase):
             worker.memory_limit = max(worker.memory_limit, memory.worker_bytes(prep_bytes))
             if relay:
                 relay.job_dir = worker.dir
-            # started before the lock: spawning and importing never hold up another job's GPU work
-            started = worker.wait_ready(STARTUP_TIMEOUT_S)
-            hold = self._hold("evaluation")
-
-            def answer(message: dict[str, Any]) -> dict[str, Any]:
-                if message.get("op") == "exclusive":  # the worker's timing, from here to the job's end
-                    hold.upgrade()
-                    return {"ok": True}
-                return relay(message) if relay is not None else {"ok": False}
-
-            t0 = time.monotonic()
-            with hold.region("shared") if started else contextlib.nullcontext():
-                clock["lock_wait"] = time.monotonic() - t0
-                outcome = worker.run(job, timeout_s, answer, startup_timeout_s=0.0)  # ready, or it never will be
+            outcome = self._in_worker(worker, job, timeout_s, relay, "evaluation", clock)
             if outcome.crashed:
                 return outcome, None
             return outcome, read_result(worker.dir)

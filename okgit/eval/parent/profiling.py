@@ -4,7 +4,9 @@ a fresh worker under a tool that reads the GPU's hardware, apart from its evalua
 The pass never touches a verdict: it runs after the evaluation, in a worker of its own (a fresh
 process with the worker's sandbox: no credentials, its own directory, a time limit, the memory
 budget over its whole process tree), makes no correctness call and times nothing; what it reads
-goes only into ProfileData. It holds the GPU's lock like any job, so it never overlaps a timing.
+goes only into ProfileData. It holds the GPU's lock like any job: shared while the worker loads,
+compiles, builds and warms the call up, alone for the profiled call(s) (the worker asks, as before
+a timing), so it never overlaps a timing and its set-up never keeps other problems off the GPU.
 
 Tools, in the order "auto" tries them:
 - `ncu` (Nsight Compute) wraps the worker (okgit.eval.parent.ncu): per kernel, DRAM bytes and
@@ -18,7 +20,6 @@ torch.profiler's kernel times and launches (every timed evaluation's) stay the f
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -28,17 +29,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from okgit.eval.parent import memory, ncu, proton
 from okgit.eval.parent.profile import CPU_REASON, classify, with_counters
-from okgit.eval.parent.sandbox import WorkerPool, WorkerProcess, read_result
+from okgit.eval.parent.sandbox import Outcome, WorkerPool, WorkerProcess, read_result
 from okgit.eval.types import ProfileData
 
 if TYPE_CHECKING:
-    from okgit.eval.parent.devices import DeviceHold
     from okgit.eval.parent.reference import PreparedReference
+    from okgit.eval.parent.relay import Relay
     from okgit.eval.protocol.jobs import Job
     from okgit.problem import Problem
 
 PROFILE_TIMEOUT_S = 180.0  # one tool's worker: start, compile, warm-up, the profiled call and its replays
-STARTUP_TIMEOUT_S = 300.0
 FAILURES_BEFORE_REFUSAL = 2
 RAW_ENV = "OKGIT_PROFILE_RAW"  # a directory to keep each pass's raw tool output in (bench/profile_pass.py sets it)
 
@@ -57,7 +57,8 @@ class Host(Protocol):
     def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],
                        root: str | None = None, **kw: Any) -> Job: ...
 
-    def _hold(self, what: str) -> DeviceHold: ...
+    def _in_worker(self, worker: WorkerProcess, job: Job, timeout_s: float, relay: Relay | None, what: str,
+                   clock: dict[str, float]) -> Outcome: ...
 
 
 class ProfilingPass:
@@ -123,10 +124,8 @@ class ProfilingPass:
         try:
             (worker.dir / "candidate.py").write_text(source)
             job.source_path = str(worker.dir / "candidate.py")
-            started = worker.wait_ready(STARTUP_TIMEOUT_S)
-            # a profiler's replays are timing: the device alone (docs/evaluation.md, the device's lock)
-            with ev._hold("profile").region("exclusive") if started else contextlib.nullcontext():
-                outcome = worker.run(job, PROFILE_TIMEOUT_S, None, startup_timeout_s=0.0)
+            # shared, and alone from just before the profiled call(s): a profiler's replays are timing
+            outcome = ev._in_worker(worker, job, PROFILE_TIMEOUT_S, None, "profile", {})
             result = None if outcome.crashed else read_result(worker.dir)
             text = (logs / ncu.LOG_FILE).read_text(errors="replace") if logs and (logs / ncu.LOG_FILE).exists() else ""
             refused = ncu.refusal(text) if tool == "ncu" else _proton_refusal(outcome.stderr_tail)

@@ -250,6 +250,8 @@ class WorkerProcess:
             line = self._read_line(deadline)
             if line is None:
                 break
+            if self.wrapped and not line.startswith(b"{"):
+                continue  # the wrapper's own words: an answer would be read as the reply to the worker's next request
             try:
                 message = json.loads(line)
             except ValueError:

@@ -133,14 +133,15 @@ class Worker:
             raise CallFailed(gate, "error", f"{key}: the judge did not answer")
 
     def alone(self) -> None:
-        """Ask the parent for the device alone: until here it was shared with other jobs' correctness
-        work; timing and profiling must not run beside anything (okgit.eval.parent.devices)."""
+        """Ask the parent for the device alone, to the job's end: until here it was shared with other
+        jobs' work that times nothing; timing and profiling must not run beside anything
+        (okgit.eval.parent.devices). A failure belongs to the gate in progress (timing, profiling)."""
         t0 = time.monotonic()
         self.channel.send({"op": "exclusive"})
         reply = self.channel.receive()
         self.spent("device_wait", time.monotonic() - t0)
         if reply is None or not reply.get("ok"):
-            raise CallFailed("timing", "error", "the parent did not give this job the device alone for its timing")
+            raise CallFailed(self.current, "error", f"the parent did not give this job the device alone for its {self.current}")
 
     # ---- the candidate --------------------------------------------------------------------
     def run_candidate(self, job: Job) -> None:
@@ -223,7 +224,8 @@ class Worker:
 
     def run_counters(self, job: Job) -> None:
         """The profiling pass (okgit.eval.worker.counters): the model at the first shape, on the first
-        seed's inputs, called under the tool this worker was started for; nothing is checked."""
+        seed's inputs, called under the tool this worker was started for; nothing is checked. Shared
+        with other jobs' work up to the profiled calls, alone from there (`profile_model`)."""
         from okgit.eval.worker.counters import profile_model
 
         self.phase("compile")
@@ -238,7 +240,7 @@ class Worker:
         inputs = calls.draw_inputs(self.torch, references[0], case, self.device)
         self.phase("profiling")
         self.triton_launches.reset()
-        self.result["counters"] = profile_model(self.torch, model, inputs, job.counters)
+        self.result["counters"] = profile_model(self.torch, model, inputs, job.counters, self.alone)
         self.result["kernels"] = sorted(set(self.triton_launches.counts) | self.cuda_kernel_names)
 
     def returned_before(self, key: str, called: calls.Called) -> None:

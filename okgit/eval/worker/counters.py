@@ -12,6 +12,11 @@ The parent starts a fresh worker for the pass, its process named for the tool
   saw loaded); the profiled calls run in the scope PROTON_SCOPE, and the session's file is written
   into the worker's directory when they are done.
 
+Loading, compiling, building the model, drawing its inputs and the warm-up calls share the device
+with other jobs' work that times nothing; `alone` (the worker's request to the parent) is called
+after the warm-up, when its kernels are done, and before the profiled calls: a profiler's replays
+and samples are timing, and from there to the job's end the device is this job's alone.
+
 Neither shares the process with torch.profiler (CUPTI takes one client: the worker's warm-up
 leaves it out), and the calls' outputs are not checked: the verdict was decided before.
 """
@@ -19,6 +24,7 @@ leaves it out), and the calls' outputs are not checked: the verdict was decided 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from okgit.eval.protocol.jobs import PROTON_FILE, PROTON_SCOPE
@@ -36,8 +42,11 @@ def start(tool: str) -> None:
         proton.start(PROTON_FILE, backend="cupti", mode="pcsampling")
 
 
-def profile_model(torch: Any, model: Any, inputs: list[Any], tool: str) -> dict[str, Any]:
-    """Warm up, then the profiled calls; how long they took."""
+def profile_model(torch: Any, model: Any, inputs: list[Any], tool: str, alone: Callable[[], None]) -> dict[str, Any]:
+    """Warm up, ask for the device `alone`, then the profiled calls; how long they took."""
+    if tool not in TOOLS:
+        raise ValueError(f"no profiling tool {tool!r} (one of {', '.join(TOOLS)})")
+
     def call() -> Any:
         with torch.no_grad():
             return model(*inputs)
@@ -45,6 +54,7 @@ def profile_model(torch: Any, model: Any, inputs: list[Any], tool: str) -> dict[
     for _ in range(WARMUP_CALLS):
         call()
     torch.cuda.synchronize()
+    alone()
     t0 = time.monotonic()
     if tool == "ncu":
         torch.cuda.empty_cache()  # less device memory for ncu to save and restore around each replay
@@ -52,7 +62,7 @@ def profile_model(torch: Any, model: Any, inputs: list[Any], tool: str) -> dict[
         call()
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
-    elif tool == "proton":
+    else:
         import triton.profiler as proton
 
         with proton.scope(PROTON_SCOPE):
@@ -60,6 +70,4 @@ def profile_model(torch: Any, model: Any, inputs: list[Any], tool: str) -> dict[
                 call()
             torch.cuda.synchronize()
         proton.finalize()
-    else:
-        raise ValueError(f"no profiling tool {tool!r} (one of {', '.join(TOOLS)})")
     return {"tool": tool, "profiled_s": time.monotonic() - t0}

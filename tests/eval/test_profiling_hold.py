@@ -1,0 +1,123 @@
+"""The profiling pass holds the device alone only for its profiled calls: the worker asks for it
+after the warm-up (ncu: before cudaProfilerStart; Proton: before its scope), and the parent,
+holding the device shared from the job's start, answers as it does for a timing; the ledger
+shows the pass's shared and exclusive holds apart, both under the stage "profile".
+
+On a CPU neither tool runs (torch has no CUDA there), so the worker's side is profile_model
+itself, on a real model, with torch's CUDA calls and the request recorded in the order they come;
+the parent's side is a real process speaking the worker's protocol."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from contextlib import contextmanager
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from okgit.eval.parent.devices import LEDGER_ENV
+from okgit.eval.parent.local import LocalEvaluator
+from okgit.eval.parent.sandbox import WorkerProcess, default_memory_limit, read_result
+from okgit.eval.protocol.jobs import Job
+from okgit.eval.worker.calls import CallFailed
+from okgit.eval.worker.counters import WARMUP_CALLS, profile_model
+
+
+class Doubled(torch.nn.Module):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.log.append("call")
+        return x * 2
+
+
+def recording_torch(log: list[str]) -> SimpleNamespace:
+    """torch, with the CUDA calls profile_model makes written to `log` instead of run."""
+    def note(name: str):
+        return lambda: log.append(name)
+
+    cuda = SimpleNamespace(synchronize=note("synchronize"), empty_cache=note("empty_cache"),
+                           profiler=SimpleNamespace(start=note("profiler.start"), stop=note("profiler.stop")))
+    return SimpleNamespace(no_grad=torch.no_grad, cuda=cuda)
+
+
+@pytest.fixture
+def log(monkeypatch) -> list[str]:
+    """What profile_model did, in order; Proton's scope and its end recorded too (on a CPU, Proton's
+    session cannot open)."""
+    import triton.profiler as proton
+
+    done: list[str] = []
+
+    @contextmanager
+    def scope(name: str):
+        done.append("scope")
+        yield
+        done.append("scope end")
+
+    monkeypatch.setattr(proton, "scope", scope)
+    monkeypatch.setattr(proton, "finalize", lambda: done.append("finalize"))
+    return done
+
+
+@pytest.mark.parametrize(("tool", "profiled"), [
+    ("ncu", ["empty_cache", "profiler.start", "call", "synchronize", "profiler.stop"]),
+    ("proton", ["scope", "call", "call", "synchronize", "scope end", "finalize"]),
+])
+def test_the_worker_asks_for_the_device_alone_after_the_warm_up_and_before_the_profiled_calls(log, tool, profiled):
+    out = profile_model(recording_torch(log), Doubled(log), [torch.ones(4)], tool, lambda: log.append("alone"))
+    assert log == ["call"] * WARMUP_CALLS + ["synchronize", "alone", *profiled]
+    assert out["tool"] == tool and out["profiled_s"] >= 0
+
+
+def test_a_pass_the_parent_does_not_give_the_device_alone_profiles_nothing(log):
+    def refused() -> None:
+        raise CallFailed("profiling", "error", "the parent did not give this job the device alone for its profiling")
+
+    with pytest.raises(CallFailed):
+        profile_model(recording_torch(log), Doubled(log), [torch.ones(4)], "ncu", refused)
+    assert log == ["call"] * WARMUP_CALLS + ["synchronize"]  # no profiler started, no call profiled
+
+
+# Speaks the worker's protocol (ready, the job, the request for the device alone) with the shared and
+# the alone parts of a pass a measurable length, and a wrapper's line among the messages, as ncu's
+# would be; the wrapped worker's command line is ignored.
+STAND_IN = textwrap.dedent("""
+    import json, sys, time
+    print(json.dumps({"ready": True}), flush=True)
+    job_dir = json.loads(sys.stdin.readline())["job"]
+    time.sleep(0.3)  # load, compile, warm up: shared
+    print("==PROF== Connected to process", flush=True)  # the wrapper's (ncu's) words: no message
+    print(json.dumps({"op": "exclusive"}), flush=True)
+    reply = json.loads(sys.stdin.readline())
+    time.sleep(0.3)  # the profiled call: alone
+    print(json.dumps({"op": "check"}), flush=True)  # anything else goes to the judge, and a pass has none
+    other = json.loads(sys.stdin.readline())
+    with open(job_dir + "/result.json", "w") as f:  # the worker's result: here, the parent's answers
+        json.dump({"replies": [reply, other]}, f)
+""")
+
+
+def test_the_parent_holds_a_pass_shared_then_alone_when_its_worker_asks(tmp_path, monkeypatch):
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    ev = LocalEvaluator(device="cpu", prestart=False)
+    worker = WorkerProcess("cpu", default_memory_limit(), args=["--counters", "ncu"],
+                           wrap=[sys.executable, "-c", STAND_IN])
+    try:
+        job = Job(role="candidate", source_path="", device="cpu", backend="triton", root=None, check=False,
+                  counters="ncu")
+        outcome = ev._in_worker(worker, job, 60.0, None, "profile", {})
+        assert outcome.returncode == 0 and not outcome.crashed, outcome.stderr_tail
+        assert read_result(worker.dir)["replies"] == [{"ok": True}, {"ok": False}]
+    finally:
+        worker.close()
+        ev.close()
+    holds = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert [(h["stage"], h["mode"]) for h in holds] == [("profile", "shared"), ("profile", "exclusive")]
+    assert holds[0]["held_s"] >= 0.25 and holds[1]["held_s"] >= 0.25  # each part where it ran

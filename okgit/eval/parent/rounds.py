@@ -31,20 +31,22 @@ def sign_test_p(wins: int, rounds: int) -> float:
     return sum(comb(rounds, k) for k in range(wins, rounds + 1)) / 2**rounds if rounds else 1.0
 
 
-def aa_noise(baseline_us: list[float]) -> float:
+def _deviations(baseline_us: list[float]) -> list[float]:
+    """Each round's relative deviation from the baseline's median ([0.0] with fewer than two rounds)."""
     if len(baseline_us) < 2:
-        return MIN_NOISE
+        return [0.0]
     mid = statistics.median(baseline_us)
-    return max(MIN_NOISE, max(abs(b / mid - 1.0) for b in baseline_us))
+    return [abs(b / mid - 1.0) for b in baseline_us]
+
+
+def aa_noise(baseline_us: list[float]) -> float:
+    return max(MIN_NOISE, max(_deviations(baseline_us)))
 
 
 def typical_noise(baseline_us: list[float]) -> float:
     """TYPICAL_FACTOR times the median round's deviation from the baseline's median, never below
     MIN_NOISE: the spread of the rounds the machine left alone, however far off the others were."""
-    if len(baseline_us) < 2:
-        return MIN_NOISE
-    mid = statistics.median(baseline_us)
-    return max(MIN_NOISE, TYPICAL_FACTOR * statistics.median(abs(b / mid - 1.0) for b in baseline_us))
+    return max(MIN_NOISE, TYPICAL_FACTOR * statistics.median(_deviations(baseline_us)))
 
 
 def summarize(baseline_us: list[float], candidate_us: list[float], detail: str = "") -> Comparison:

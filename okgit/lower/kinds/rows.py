@@ -5,7 +5,8 @@ Such a long row is read again by each later pass: those kernels can take a persi
 where the rows in flight fit a share of L2 (`_L2_SHARE`, rows_grid.py.tmpl), so that the later
 passes read the row from L2, not DRAM. That path is a setting the autotune switches on: measured
 on an H200 (bench/rows_l2.py, 2026-12-03), the plain grid with chunks of 8192 was the fastest on
-both long-row problems of the development set, so it is what ships."""
+L1/39 and within 1% of the fastest on L1/24 (a grid of 2 programs per SM, 3 stages), and no grid
+sized by the L2 share beat it, so the plain grid is what ships."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ STREAM_WALK = Walk("BLOCK_N", "[BLOCK_M, BLOCK_N]", 1, stages="STAGES")  # a str
 # The percent of L2 the row blocks in flight may fill when the persistent grid is switched on (the
 # autotune's other path; the rendered default is 0, the plain grid). 75: at 50 an H200's L2 would
 # not hold one of L1/39's 256 KB row blocks per SM. On an H200 (bench/rows_l2.py, 2026-12-03) the
-# share made no difference at 50-100% and no persistent grid beat the plain one at chunks of 8192.
+# share made no difference at 50-100%, and no grid it sized beat the plain one at chunks of 8192.
 L2_SHARE = 75
 
 

@@ -2,7 +2,8 @@
 
 Each problem on a device is counted at its footprint: once its reference is prepared, what its
 run says it holds (okgit.eval.parent.memory.device_footprint, from the judge's measured peak,
-written to the problem's ledger); before that, an estimate from its op file on the meta device
+and from each evaluation on, the largest peaks its judge and workers reported, written to the
+problem's ledger); before that, an estimate from its op file on the meta device
 (inputs, outputs and parameters, no data: `estimate`), deliberately high, since a preparation
 holds float64 copies beside the outputs. A problem starts on a device when its estimate fits
 beside the footprints of those running there, or when none is running (a problem too large to

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from okgit.errors import UsageError
-from okgit.eval.parent.memory import CUDA_CONTEXT, GiB
+from okgit.eval.parent.memory import CUDA_CONTEXT, GiB, device_footprint
+from okgit.eval.parent.reference import PreparedReference
 from okgit.journal.events import (
     Note,
     Preparing,
@@ -170,6 +171,20 @@ def test_a_problem_waits_until_it_fits_beside_the_others_and_one_alone_always_ru
     assert adm.enter("third", "cuda:0", 2 * GiB, stop) is None  # stopped while waiting for room
     footprints["small"] = 1 * GiB
     assert adm.enter("third", "cuda:0", 2 * GiB, threading.Event()) is not None
+
+
+def test_the_footprint_counts_a_worker_at_its_judge_until_workers_report_their_own_peaks():
+    prep = PreparedReference(judge=None, reference_path="", shapes=[], cases=[], calls={}, tolerances={},  # type: ignore[arg-type]
+                             deterministic=True, degenerate=None, cost={}, case_bytes=0, init_seed=0,
+                             device_peak_bytes=60 * GiB)
+    contexts = 5 * CUDA_CONTEXT  # the judge, the working worker and three idle ones
+    assert device_footprint(prep.device_peak_bytes, 3, prep.worker_peak_bytes) == 120 * GiB + contexts
+    # an evaluation's peaks (the judge grew while it checked; the worker held less than the judge)
+    assert prep.note_peaks(judge=62 * GiB, worker=40 * GiB)
+    assert device_footprint(prep.device_peak_bytes, 3, prep.worker_peak_bytes) == 102 * GiB + contexts
+    assert not prep.note_peaks(judge=50 * GiB, worker=30 * GiB)  # smaller peaks leave the largest ones
+    assert prep.note_peaks(judge=0, worker=70 * GiB)  # a worker past its judge (a GEMM's autotuning) counts in full
+    assert device_footprint(prep.device_peak_bytes, 3, prep.worker_peak_bytes) == 132 * GiB + contexts
 
 
 def test_the_estimate_reads_the_op_file_at_its_own_sizes_on_the_meta_device():

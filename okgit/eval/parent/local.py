@@ -251,7 +251,13 @@ class LocalEvaluator(EvaluatorBase):
             out.profile.not_run["profiler"] = CPU_REASON
         if out.profile is not None:  # what the processes held, for the benchmark
             out.profile.raw["memory"] = {"worker": result.get("memory", {}), "judge": relay.judge_memory}
+        if prep.note_peaks(relay.judge_memory.get("device_peak", 0), result.get("memory", {}).get("device_peak", 0)):
+            self._record_footprint(prep)  # measured peaks replace the guess that a worker holds what the judge does
         return with_phases(out)
+
+    def _record_footprint(self, prep: PreparedReference) -> None:
+        record_footprint(memory.device_footprint(prep.device_peak_bytes, self.pool.idle_count + self.prestart,
+                                                 prep.worker_peak_bytes))
 
     def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],
                        root: str | None = None, **kw: Any) -> Job:
@@ -321,7 +327,7 @@ class LocalEvaluator(EvaluatorBase):
         if peaks_file is not None:
             prep.peaks = roofline.load_peaks(peaks_file)
         if prep.device_peak_bytes:
-            record_footprint(memory.device_footprint(prep.device_peak_bytes, self.pool.idle_count + self.prestart))
+            self._record_footprint(prep)
         self._prepared[key] = prep
         return prep
 

@@ -35,10 +35,18 @@ class PreparedReference:
     timing: dict[str, Any] | None = None
     kernels: dict[str, Any] | None = None
     peaks: dict[str, Any] | None = None
-    device_peak_bytes: int = 0  # the judge's device memory at its peak while preparing (0 on a CPU)
+    device_peak_bytes: int = 0  # the judge's device memory at its peak so far (0 on a CPU)
+    worker_peak_bytes: int = 0  # the largest peak a candidate's worker reported (0 until one did)
 
     def close(self) -> None:
         self.judge.close()
+
+    def note_peaks(self, judge: int, worker: int) -> bool:
+        """An evaluation's measured device peaks kept where they are the largest yet; whether one was."""
+        grew = judge > self.device_peak_bytes or worker > self.worker_peak_bytes
+        self.device_peak_bytes = max(self.device_peak_bytes, judge)
+        self.worker_peak_bytes = max(self.worker_peak_bytes, worker)
+        return grew
 
 
 def from_judge(judge: WorkerProcess, reference_path: str, result: dict[str, Any], init_seed: int) -> PreparedReference:

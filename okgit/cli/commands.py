@@ -80,7 +80,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from okgit.eval.parent.local import evaluate_file
+    from okgit.eval.parent.one_shot import evaluate_file
 
     result = evaluate_file(Path(args.candidate), Path(args.ref), device=args.device, mode=args.mode or "fast", backend=args.backend)
     from okgit.views.eval_text import eval_text

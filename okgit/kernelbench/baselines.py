@@ -189,9 +189,10 @@ def _compiled(torch: Any, eager: Any, inputs: list[Any], device: str, result: Ba
 def check(ref_path: Path, winner_source: str, device: str, backend: str = "triton",
           evaluator: Any = None) -> tuple[str | None, str | None]:
     """The winner checked again here, at the problem's default shapes, by the evaluator's own
-    contract and code (okgit.eval.parent.local.check_winner): both modes and the module's state where
+    contract and code (okgit.eval.parent.one_shot.check_winner): both modes and the module's state where
     the reference has them. (disagreement, error): why it is wrong, why there is no verdict."""
-    from okgit.eval.parent.local import LocalEvaluator, check_winner
+    from okgit.eval.parent.local import LocalEvaluator
+    from okgit.eval.parent.one_shot import check_winner
     from okgit.problem import load_problem
 
     problem = load_problem(ref_path.name, source=ref_path.read_text(), root=str(ref_path.parent))

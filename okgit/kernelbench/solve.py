@@ -48,7 +48,7 @@ class Solved(BaseModel):
 def solve(op: Path, flags: dict[str, Any], resume: str | None = None, *, evaluator: Evaluator | None = None,
           progress: Callable[[Event], None] | None = None) -> Solved:
     """The run, then the check of its winner; a signal ends it with `interrupted` (never raised)."""
-    from okgit.eval.parent.local import check_winner
+    from okgit.eval.parent.one_shot import check_winner
     from okgit.eval.registry import make_evaluator
     from okgit.run import optimize
 

@@ -1,5 +1,5 @@
 """How the sweep's own check of a winner (okgit.kernelbench.baselines.check, through
-okgit.eval.parent.local.check_winner) reads a verdict, for every case of the adversarial suite
+okgit.eval.parent.one_shot.check_winner) reads a verdict, for every case of the adversarial suite
 (tests/cases): it says what the evaluator said. test_eval_cases.py runs the check itself beside
 the real evaluator on one case of each op, verdict and kind of gate."""
 
@@ -11,7 +11,7 @@ import pytest
 from test_eval_cases import CASES, OPS, _agree, _cases
 
 from okgit.eval.base import InMemoryEvaluator
-from okgit.eval.parent.local import check_winner
+from okgit.eval.parent.one_shot import check_winner
 from okgit.eval.types import EvalError, EvalResult, Status
 from okgit.problem import load_problem
 

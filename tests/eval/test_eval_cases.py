@@ -4,7 +4,7 @@
  optional "timeout_s" / "memory_limit_gb" for an evaluator of its own}.
 
 The sweep's own check of a winner (okgit.kernelbench.baselines.check) agrees with each verdict:
-it checks with the evaluator's contract and code (okgit.eval.parent.local.check_winner) in an
+it checks with the evaluator's contract and code (okgit.eval.parent.one_shot.check_winner) in an
 evaluator of its own that prepares the reference again, so a winner the evaluator passed is
 never called wrong by the sweep, nor the other way round. Both run the same code, so one case of
 each op, verdict and kind of gate (static: nothing runs; or a gate that runs the candidate), the

@@ -87,6 +87,20 @@ def test_compare_honest_vs_reference(gpu_evaluator, big_relu):
     assert len(cmp.baseline_us) == 3 and cmp.noise < 0.2
 
 
+def test_compare_after_a_thorough_check_of_the_same_code_checks_it_no_more(gpu_evaluator, big_relu, monkeypatch):
+    """The final gate checks its candidate thoroughly, then compares: the comparison's own fast
+    check would repeat a subset of what just passed. Other code is still checked first."""
+    source = (OPS / "relu_triton.py").read_text()
+    assert gpu_evaluator.evaluate(big_relu, source, mode="thorough").status is Status.correct
+    modes: list[str] = []
+    real = gpu_evaluator.evaluate
+    monkeypatch.setattr(gpu_evaluator, "evaluate", lambda *a, **kw: modes.append(kw.get("mode", "fast")) or real(*a, **kw))
+    gpu_evaluator.compare(big_relu, source, rounds=2)
+    assert modes == []
+    gpu_evaluator.compare(big_relu, source + "\n# another candidate\n", rounds=2)
+    assert modes == ["fast"]
+
+
 def test_host_latency_before_launch_is_not_timed():
     """A loaded host that takes 150 us to launch a ~30 us kernel: the spin before the start
     event lets the launch queue first, so the events time the kernel, not the host."""

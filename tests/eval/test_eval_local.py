@@ -168,6 +168,25 @@ def test_compare_rounds_start_their_workers_at_once(monkeypatch):
         evaluator.close()
 
 
+@pytest.mark.slow  # the real evaluator, a thorough check (8 seeds)
+def test_code_that_passed_a_thorough_check_is_remembered_against_its_reference(evaluator):
+    """What lets the final gate's comparison skip its own fast check (the comparison itself needs a
+    GPU: tests/eval/test_eval_gpu.py): only a thorough pass of that very code counts."""
+    from okgit.eval.parent.local import _digest
+
+    problem = load_problem(OPS / "relu.py", root=str(OPS))
+    honest = (OPS / "relu_triton.py").read_text()
+    wrong = honest.replace("tl.maximum(x, 0.0)", "tl.maximum(x, 0.5)")
+    assert wrong != honest
+    assert evaluator.evaluate(problem, honest, mode="fast").status is Status.correct
+    prep = evaluator.prepared(problem)
+    assert _digest(problem, honest, "triton") not in prep.thorough  # a fast check is a subset
+    assert evaluator.evaluate(problem, wrong, mode="thorough").status is Status.incorrect
+    assert evaluator.evaluate(problem, honest, mode="thorough").status is Status.correct
+    assert prep.thorough == {_digest(problem, honest, "triton")}
+    assert _digest(problem, honest, "cuda") not in prep.thorough
+
+
 def test_final_gate_statistics():
     assert sign_test_p(5, 5) == pytest.approx(1 / 32)
     clear = summarize([100.0, 101.0, 100.5], [80.0, 81.0, 80.0])

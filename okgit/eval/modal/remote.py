@@ -220,7 +220,7 @@ def remote_baselines(ref_source: str, winner_source: str | None, device: str = "
         return result
     arms = {"eager": (ref_source, "torch"), "compile": (ref_source + COMPILE_ARM, "torch")}
     if winner_source is not None:
-        from okgit.eval.parent.local import check_winner
+        from okgit.eval.parent.one_shot import check_winner
 
         result.disagreement, error = check_winner(evaluator, problem, winner_source, backend)
         if error:

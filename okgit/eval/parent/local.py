@@ -25,7 +25,6 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from statistics import median
 from typing import Any
 
@@ -47,7 +46,7 @@ from okgit.eval.parent.streams import check_streams
 from okgit.eval.parent.verdict import base_fields, crashed, decide
 from okgit.eval.protocol.jobs import PINNED_FLAGS, Job, Timing
 from okgit.eval.types import Comparison, EvalError, EvalResult, GateResult, Mode, ProfileData, Reference, Status
-from okgit.problem import Problem, load_problem, parse_python
+from okgit.problem import Problem, parse_python
 
 
 def _one_at_a_time(method):
@@ -174,11 +173,12 @@ class LocalEvaluator(EvaluatorBase):
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
         if self._kind != "cuda":
             raise OkgitError("compare needs a GPU: no timing is claimed on a CPU")
-        first = self.evaluate(problem, source, mode="fast", backend=backend)
-        if first.status is not Status.correct:
-            raise OkgitError(f"compare needs a correct candidate: {first.status.value}"
-                             + (f" at {first.error.gate}: {first.error.message}" if first.error else ""))
         prep = self._prepare(problem)
+        if _digest(problem, source, backend) not in prep.thorough:  # the final gate's thorough check is a superset
+            first = self.evaluate(problem, source, mode="fast", backend=backend)
+            if first.status is not Status.correct:
+                raise OkgitError(f"compare needs a correct candidate: {first.status.value}"
+                                 + (f" at {first.error.gate}: {first.error.message}" if first.error else ""))
         self.prestart_for(2 * rounds)
         base: list[float] = []
         cand: list[float] = []
@@ -247,6 +247,8 @@ class LocalEvaluator(EvaluatorBase):
         if result is None:
             return with_phases(crashed(outcome, base))
         out = decide(prep, cases, result, relay.checks, backend=backend, device=self.device, mode=mode, base=base)
+        if mode == "thorough" and out.status is Status.correct:
+            prep.thorough.add(_digest(problem, source, backend))
         if out.profile is not None and self._kind == "cpu":
             out.profile.not_run["profiler"] = CPU_REASON
         if out.profile is not None:  # what the processes held, for the benchmark
@@ -417,35 +419,9 @@ class LocalEvaluator(EvaluatorBase):
             clock["exit"] = time.monotonic() - t0
 
 
-def evaluate_file(cand: str | Path, ref: str | Path, device: str | None = None, mode: Mode = "fast",
-                  backend: str | None = "triton") -> EvalResult:
-    """`okgit eval CAND --ref REF`: the reference file's Model against the candidate file."""
-    ref_path = Path(ref).resolve()
-    cand_path = Path(cand)
-    if not cand_path.is_file():
-        raise OkgitError(f"{cand}: no such file")
-    problem = load_problem(ref_path, root=str(ref_path.parent))
-    with LocalEvaluator(device=device, prestart=False) as evaluator:
-        return evaluator.evaluate(problem, cand_path.read_text(), mode=mode, backend=backend or "triton")
-
-
-def check_winner(evaluator: Any, problem: Problem, source: str, backend: str = "triton") -> tuple[str | None, str | None]:
-    """The sweep's own check of a winner (okgit.kernelbench.baselines, and on Modal
-    okgit.eval.modal.remote): the evaluator's contract and code, so the two cannot disagree.
-    (disagreement: the winner gives a wrong answer, error: no verdict here); both None when it holds."""
-    check = evaluator.evaluate(problem, source, mode="fast", backend=backend)
-    why = f"{check.error.gate}: {_first_and_last_line(check.error.message)}" if check.error else check.status.value
-    if check.status is Status.incorrect:
-        return why[:300], None
-    if check.status is not Status.correct:  # rejected, or the worker died: no figure for it
-        return None, f"the winner's check here ended {check.status.value}: {why}"[:300]
-    return None, None
-
-
-def _first_and_last_line(text: str) -> str:
-    """A message on one line: its first line, and its last (a traceback's exception) when they differ."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else "no message"
+def _digest(problem: Problem, source: str, backend: str) -> str:
+    """A candidate as the judge sees it: its code, backend and the folder it imports from."""
+    return hashlib.sha256(repr((source, backend, problem.candidate_root or problem.root)).encode()).hexdigest()
 
 
 def _early(status: Status, gate: str, message: str, base: dict[str, Any]) -> EvalResult:

@@ -37,6 +37,7 @@ class PreparedReference:
     peaks: dict[str, Any] | None = None
     device_peak_bytes: int = 0  # the judge's device memory at its peak so far (0 on a CPU)
     worker_peak_bytes: int = 0  # the largest peak a candidate's worker reported (0 until one did)
+    thorough: set[str] = field(default_factory=set)  # candidates (okgit.eval.parent.local._digest) correct in thorough mode
 
     def close(self) -> None:
         self.judge.close()

@@ -1,10 +1,14 @@
 """The Inductor seed's convolution layout (GPU): each op made into a dynamic seed twice, its
 convolutions in the layout Inductor chooses at the op's own sizes (okgit.inductor.layout, what a
 run makes) and in the one its dynamic compile chooses (NCHW wherever a convolution has a free
-size), each checked against the reference at the op's own shape and at a second batch size (train
+size), and into a static one (every size as compiled: what the specialised seed runs at the op's
+own shape; Inductor tiles a pointwise kernel that reads a channels-last convolution and writes NCHW
+in 2D there, in 1D where the spatial sizes are free), each checked against the reference at the op's own shape and at a second batch size (train
 and eval mode, Triton launches counted: 0 means the reference's forward ran), then timed at the
-own shape in eval mode against eager and torch.compile (default mode) with the evaluator's timer
-(CUDA events, L2 flushed, warm-up, interleaved rounds, median).
+own shape in eval and in training mode against eager and torch.compile (default mode) with the
+evaluator's timer (CUDA events, L2 flushed, warm-up, interleaved rounds, median), and each arm's
+kernels by device time (torch.profiler) in both modes. The seeds' code is kept under
+$OUT/seed_layout/<op>/.
 
     python bench/seed_layout.py                                   # GPU: conv_bias_relu and conv_bn of bench/newuser/
     python bench/seed_layout.py bench/newuser/conv_bias_relu.py
@@ -30,7 +34,8 @@ from seed_shapes import CHILD_PRELUDE, ROUNDS, SAMPLES, run_json, scaled
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = [Path(__file__).resolve().parent / "newuser" / f"{name}.py" for name in ("conv_bias_relu", "conv_bn")]
-SEEDS = {"seed_own_sizes": True, "seed_dynamic": False}  # the seed's name -> own_layout
+# the seed's name -> (own_layout, dynamic); seed_static is what the specialised seed runs at the op's own shape
+SEEDS = {"seed_own_sizes": (True, True), "seed_dynamic": (False, True), "seed_static": (True, False)}
 
 MAKE = r'''
 import json, sys, torch
@@ -39,9 +44,9 @@ from okgit.inductor.standalone import standalone_file
 
 job = json.loads(sys.argv[1])
 out = {}
-for name, own in job["seeds"].items():
+for name, (own, dynamic) in job["seeds"].items():
     with torch.backends.mkldnn.flags(enabled=job["device"] != "cpu"):
-        cap = capture(job["ref"], job["knobs"], job["device"], own_layout=own)
+        cap = capture(job["ref"], job["knobs"], job["device"], dynamic=dynamic, own_layout=own)
     path = f"{job['tmp']}/{name}.py"
     with open(path, "w") as f:
         f.write(standalone_file(open(job["ref"]).read(), cap, job["device"]))
@@ -51,6 +56,20 @@ print("RESULT " + json.dumps(out))
 '''
 
 RUN = CHILD_PRELUDE + r'''
+def kernels(fn, inputs, calls=5):
+    """Each kernel's device time per call (us), the largest first: where an arm's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad():
+        fn(*inputs)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn(*inputs)
+            torch.cuda.synchronize()
+    per = [(e.key, getattr(e, "device_time_total", 0.0) / calls) for e in prof.key_averages()]
+    return [[key[:90], round(us, 1)] for key, us in sorted(per, key=lambda r: -r[1]) if us > 0][:8]
+
 rows = {}
 for shape, knobs in job["shapes"].items():
     ref_module, ref = arm(job["ref"], f"ref_{shape}", knobs)
@@ -75,9 +94,12 @@ for shape, knobs in job["shapes"].items():
                 rows.setdefault(name, {})[f"{shape} {mode}"] = {"launches": counter.total(), "error": f"{type(e).__name__}: {str(e)[:200]}"}
     if shape != "own" or device != "cuda":
         continue
-    for model in (ref, *seeds.values()):
-        model.eval()
-    rows["time_us"] = time_arms({"eager": ref, "compile": torch.compile(ref), **seeds}, inputs)
+    arms = {"eager": ref, "compile": torch.compile(ref), **seeds}
+    for mode in ("eval", "train"):  # eval first: the figures of the earlier runs of this script
+        for model in (ref, *seeds.values()):
+            model.train(mode == "train")
+        rows["time_us" if mode == "eval" else "time_us_train"] = time_arms(arms, inputs)
+        rows["kernels_" + mode] = {name: kernels(fn, inputs) for name, fn in arms.items()}
 print("RESULT " + json.dumps(rows))
 '''
 
@@ -109,6 +131,10 @@ def one(path: Path, tmp: Path, smoke: bool, env: dict[str, str]) -> dict:
         row["error"] = err
         return row
     row["made"] = made
+    kept = Path(os.environ.get("OUT", "/tmp/out")) / "seed_layout" / path.stem
+    kept.mkdir(parents=True, exist_ok=True)
+    for name, m in made.items():  # the seeds' code, to read what each kernel does
+        (kept / f"{name}.py").write_text(Path(m["path"]).read_text())
     job = {"ref": str(path), "seeds": {name: m["path"] for name, m in made.items()}, "shapes": found,
            "device": device, "rounds": ROUNDS, "samples": SAMPLES}
     result, err = run_json([sys.executable, "-c", RUN, json.dumps(job)], 600, env, prefix="RESULT ")
@@ -120,26 +146,35 @@ def one(path: Path, tmp: Path, smoke: bool, env: dict[str, str]) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| op | arm | layout | kernels | launches (each shape and mode) | rel err (worst) | us (own, eval) | x torch.compile |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| op | arm | layout | kernels | launches (each shape and mode) | rel err (worst) | us (own, eval) | "
+             "x torch.compile | us (own, train) | x torch.compile |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         if "error" in row:
-            lines.append(f"| {row['op']} | - | {row['error']} | | | | | |")
+            lines.append(f"| {row['op']} | - | {row['error']} | | | | | | | |")
             continue
-        times = row.get("time_us", {})
-        compiled = times.get("compile")
+        modes = (row.get("time_us", {}), row.get("time_us_train", {}))
+
+        def timed(name: str) -> str:
+            cells = []
+            for times in modes:
+                us, compiled = times.get(name), times.get("compile")
+                cells += [f"{us:.1f}" if us else "-", f"{compiled / us:.2f}" if us and compiled else "-"]
+            return " | ".join(cells)
+
         for name, made in row["made"].items():
             per = row.get(name, {})
             launches = " / ".join(str(r.get("launches", "-")) for r in per.values())
             errs = [r["rel_err"] for r in per.values() if r.get("rel_err") is not None]
             worst = f"{max(errs):.1e}" if errs else next((r["error"] for r in per.values() if "error" in r), "-")
-            us = times.get(name)
-            ratio = f"{compiled / us:.2f}" if us and compiled else "-"
             lines.append(f"| {row['op']} | {name} | {made['layout'] or '-'} | {made['kernels']} | {launches} | {worst} | "
-                         f"{f'{us:.1f}' if us else '-'} | {ratio} |")
+                         f"{timed(name)} |")
         for name in ("eager", "compile"):
-            if times.get(name):
-                lines.append(f"| {row['op']} | {name} | | | | | {times[name]:.1f} | |")
+            if any(times.get(name) for times in modes):
+                lines.append(f"| {row['op']} | {name} | | | | | {timed(name)} |")
+    for row in rows:  # where each arm's time goes
+        for mode in ("eval", "train"):
+            for name, top in row.get("kernels_" + mode, {}).items():
+                lines.append(f"{row['op']} {mode} {name}: " + "; ".join(f"{us} us {key}" for key, us in top))
     return "\n".join(lines)
 
 
@@ -165,8 +200,10 @@ def main() -> int:
     out = Path(os.environ.get("OUT", "/tmp/out"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "seed_layout.json").write_text(json.dumps(rows, indent=1))
-    bad = [f"{row['op']} {name}" for row in rows for name in SEEDS if "error" in row or any(
-        r.get("launches", 0) == 0 or "error" in r or r.get("rel_err", 0) > 1e-3 for r in row.get(name, {}).values())]
+    # a static seed runs the reference's forward at any other shape (0 launches there, as it should)
+    bad = [f"{row['op']} {name}" for row in rows for name, (_, dynamic) in SEEDS.items() if "error" in row or any(
+        (r.get("launches", 0) == 0 and (dynamic or key.startswith("own"))) or "error" in r or r.get("rel_err", 0) > 1e-3
+        for key, r in row.get(name, {}).items())]
     if bad:
         print(f"a seed not running or not matching at some shape: {bad}")
     return 1 if bad else 0

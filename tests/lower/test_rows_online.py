@@ -1,7 +1,8 @@
 """A softmax's sum folded into its max's streamed pass (Group.online_max, streamed.fold_passes):
 the long row is read twice, not three times, and the kernels match torch under the Triton
 interpreter over several chunks with a ragged last one, with -inf entries, a row of -inf, a row
-holding a NaN and one holding +inf. Groups that only look like it keep their passes."""
+holding a NaN and one holding +inf, in the row layout and in the column one. Groups that only
+look like it keep their passes."""
 
 from __future__ import annotations
 
@@ -107,11 +108,40 @@ def test_a_max_and_a_sum_that_are_not_a_softmax_keep_their_passes(tmp_path, name
     assert streamed_passes(rows_candidate(path)) == want
 
 
-@pytest.mark.slow  # reason: one interpreter subprocess, five kernels over several chunks
+# softmaxes over the middle dim: the column layout streams its rows along axis 0 of its tiles
+STRIDED = """
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.log_softmax(x, dim=1), torch.softmax(x * 0.5, dim=1)
+
+a = 4
+b = 75
+c = 20
+
+def get_inputs():
+    x = torch.randn(a, b, c) * 3
+    x[0, ::3, :] = float("-inf")
+    x[1, :, 3] = float("-inf")
+    x[2, 7, 5] = float("nan")
+    x[3, b - 1, 9] = float("inf")
+    x[3, :, 11] += 200.0
+    return [x]
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.slow  # reason: one interpreter subprocess, nine kernels over several chunks
 def test_streamed_kernels_match_pytorch_on_infinities_and_nan(tmp_path):
     jobs = [(path, tiny(rows_candidate(path)), {"rows": 7, "dim": 37})
             for path in (row_op(tmp_path, name, expr) for name, expr in ONLINE.items())]
     for source in (j[1] for j in jobs):
         assert "ONE_PASS=one_pass" in source and "BLOCK_N_MAX: int = 16" in source  # 37 > 16: streamed
+    strided = op(tmp_path, "strided", STRIDED)
+    layouts = {p.origin: p.source for p in plan(ctx_for(strided))}
+    assert streamed_passes(layouts["template:rows"]) == 2
+    jobs += [(strided, tiny(source), {}) for source in layouts.values()]
+    jobs += [(strided, layouts["template:columns"], {})]  # chunks of 16 of the 75 (its own default)
     bad = [(path, r["why"]) for (path, _, _), r in zip(jobs, run_ops(jobs), strict=True) if not r["ok"]]
     assert not bad, bad

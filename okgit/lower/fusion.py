@@ -71,6 +71,30 @@ class Group:
                 memo[id(n)] = max((self.level(a, memo) for a in n.inputs), default=0) + (n.kind == "reduce")
         return memo[id(n)]
 
+    def online_max(self, r: Node) -> tuple[Node, str] | None:
+        """(m, f) where the reduction r sums f(e - m), f exp or exp2, and m is the max of that same
+        e over the same rows, broadcast back along them (a softmax's denominator): a streamed pass
+        can fold r beside m, rescaling each lane's partial sum as its running max grows, instead
+        of reading the row again once m is known (kernelcode.fold_passes)."""
+        if not (r.kind == "reduce" and r.op == "sum"):
+            return None
+        f = self._through(r.args[0])
+        if not (self.computes(f) and f.kind == "op" and f.op in ("exp", "exp2")):
+            return None
+        d = self._through(f.args[0])
+        if not (self.computes(d) and d.kind == "op" and d.op == "sub" and len(d.inputs) == 2):
+            return None
+        e, m = (self._through(a) for a in d.args)
+        if self.computes(m) and m.kind == "reduce" and m.op == "max" and self._through(m.args[0]) is e:
+            return m, f.op
+        return None
+
+    def _through(self, n: Node) -> Node:
+        """The value under the unit-dim views the group computes on top of n (they move no data)."""
+        while n.kind == "view" and self.computes(n):
+            n = n.args[0]
+        return n
+
 
 def _align(own: tuple[int, ...], out_shape: tuple[int, ...], out_map, domain: tuple[int, ...]):
     """Map an operand's dims to domain dims through its consumer's map (torch broadcasting)."""

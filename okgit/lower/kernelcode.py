@@ -1,10 +1,9 @@
 """One fusion group's kernel code: Triton expressions for its nodes, its loads, its
-reductions, its stores and the loops that stream its rows (the template kinds in
-okgit.lower.kinds render these into their kernel templates).
+reductions and its stores (the template kinds in okgit.lower.kinds render these into their
+kernel templates; okgit.lower.streamed the loops that stream a group's rows).
 
 All arithmetic is in fp32. A `Scope` is where an expression is evaluated (a row's prologue,
-one tile of a streamed pass); `KernelCode` emits each node once per scope and reuses it; a
-`Walk` is the loop a layout streams its rows with (`stream_rows`).
+one tile of a streamed pass); `KernelCode` emits each node once per scope and reuses it.
 """
 
 from __future__ import annotations
@@ -338,34 +337,6 @@ def indent(lines: list[str], n: int = 4) -> list[str]:
     return [" " * n + ln if ln else ln for ln in lines]
 
 
-@dataclass(frozen=True)
-class Walk:
-    """How a streamed kernel steps through its rows' folded elements: chunks of `block` lanes
-    along axis `axis` of a `tile`, one fp32 accumulator per tile lane, folded over `axis`
-    once after the loop."""
-
-    block: str
-    tile: str
-    axis: int
-    head: tuple[str, ...] = ()  # more lines at the top of each step (offsets of other layouts)
-    stages: str = ""  # a constexpr: the loop's loads pipelined that deep (Triton pipelines a loop with no dot only when asked)
-
-    @property
-    def over(self) -> str:
-        return f"axis={self.axis}, keep_dims=True"
-
-    def loop(self, col_offset: str, body: list[str]) -> list[str]:
-        lanes = "[None, :]" if self.axis == 1 else "[:, None]"
-        head = [
-            f"col = start + tl.arange(0, {self.block}){lanes}",
-            "mask = row_mask & (col < n_red)",
-            f"flat = base + {col_offset}",
-            *self.head,
-        ]
-        steps = f"tl.range(0, n_red, {self.block}, num_stages={self.stages})" if self.stages else f"range(0, n_red, {self.block})"
-        return [f"for start in {steps}:"] + indent(head + body)
-
-
 COLUMN_PROGRAMS = 2048  # about 16 programs per SM of an H100/H200
 
 
@@ -395,55 +366,3 @@ def store_outputs(code: KernelCode, g: Group, full: Scope, row: Scope | None, ou
             scope.lines.append(f"tl.store({o}_ptr, {v})")
         else:
             scope.lines.append(f"tl.store({o}_ptr + row, {v}, mask=row_mask)")
-
-
-def stream_rows(code: KernelCode, g: Group, root: Scope, outs: list[str], walk: Walk) -> Scope:
-    """The rows streamed chunk by chunk: once per reduction level (statistics that depend
-    on earlier ones, e.g. a variance after its mean), then once to store the elementwise
-    outputs. The row layout's multi-pass branch, and the whole kernel of the column layout and
-    of the channels-last reduction."""
-    code.reduce_tile = None
-    col_offset = code.radix("col", [d for d in code.covered if d in g.red])
-    multi = Scope(root, "base", "row_mask")
-    reduces = [n for n in g.nodes if n.kind == "reduce"]
-    levels = sorted({g.level(r.args[0]) for r in reduces})
-    for lv in levels:
-        _fold_pass(code, multi, [r for r in reduces if g.level(r.args[0]) == lv], col_offset, walk)
-    if any(code.placement(n) == "full" for n in g.outputs):
-        loop = Scope(multi, "flat", "mask", row=multi)
-        store_outputs(code, g, loop, multi, outs, only="full")
-        multi.lines += walk.loop(col_offset, loop.lines)
-    store_outputs(code, g, multi, multi, outs, only="row")
-    return multi
-
-
-def _fold_pass(code: KernelCode, outer: Scope, reduces: list[Node], col_offset: str, walk: Walk) -> None:
-    """One streamed pass over the row folding `reduces` into per-row values."""
-    loop = Scope(outer, "flat", "mask", row=outer)
-    inits, updates, accs = [], [], []
-    for r in reduces:
-        acc = f"acc{code.count}"
-        code.count += 1
-        v = code.as_float(r.args[0], code.value(r.args[0], loop))
-        w = f"tl.where(mask, {v}, {NEUTRAL[r.op]})"
-        shape = walk.tile
-        if r.op == "sum":
-            inits.append(f"{acc} = tl.zeros({shape}, dtype=tl.float32)")
-            updates.append(f"{acc} += {w}")
-        elif r.op in ("max", "min"):  # a NaN sticks to its lane (torch's max is NaN then)
-            inits.append(f"{acc} = tl.full({shape}, {NEUTRAL[r.op]}, tl.float32)")
-            updates.append(f"{acc} = tl.{r.op}imum({acc}, {w}, propagate_nan=tl.PropagateNan.ALL)")
-        else:  # argmax / argmin: best value and its first column, per lane; a NaN beats all but an earlier NaN
-            better = ">" if r.op == "argmax" else "<"
-            inits += [f"{acc} = tl.full({shape}, {NEUTRAL[r.op]}, tl.float32)", f"{acc}_i = tl.zeros({shape}, dtype=tl.int32)"]
-            updates += [
-                f"{acc}_w = {w}",
-                f"{acc}_b = ({acc}_w {better} {acc}) | (({acc}_w != {acc}_w) & ({acc} == {acc}))",
-                f"{acc}_i = tl.where({acc}_b, col, {acc}_i)",
-                f"{acc} = tl.where({acc}_b, {acc}_w, {acc})",
-            ]
-        accs.append(acc)
-    outer.lines += inits
-    outer.lines += walk.loop(col_offset, loop.lines + updates)
-    for r, acc in zip(reduces, accs):
-        code.emit(outer, code.fold(outer, r.op, acc, f"{acc}_i", walk.over), r)

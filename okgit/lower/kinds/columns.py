@@ -12,9 +12,7 @@ from okgit.lower.graph import Unsupported
 from okgit.lower.kernelcode import (
     KernelCode,
     Scope,
-    Walk,
     prod,
-    stream_rows,
     widest_block,
 )
 from okgit.lower.kinds.base import (
@@ -25,6 +23,7 @@ from okgit.lower.kinds.base import (
     template_kind,
 )
 from okgit.lower.kinds.rows import per_row
+from okgit.lower.streamed import Walk, stream_rows
 from okgit.lower.template import fill, template
 
 TEMPLATE = template(__package__, "columns.py.tmpl")

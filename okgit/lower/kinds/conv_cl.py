@@ -16,15 +16,14 @@ from okgit.lower.kernelcode import (
     KernelCode,
     Leaf,
     Scope,
-    Walk,
     index_by_part,
     store_outputs,
-    stream_rows,
     widest_block,
 )
 from okgit.lower.kinds.base import Rendered, TemplateKind, output_names, template_kind
 from okgit.lower.kinds.pointwise import elementwise
 from okgit.lower.kinds.rows import per_row
+from okgit.lower.streamed import Walk, stream_rows
 from okgit.lower.template import fill, template
 
 if TYPE_CHECKING:

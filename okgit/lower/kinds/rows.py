@@ -1,6 +1,7 @@
 """Rows: a reduction or normalisation over some dims, with what it feeds, per row
 (rows.py.tmpl). Each program owns BLOCK_M rows at a time: a row that fits one tile is read once
-and kept in registers, a longer one is streamed in chunks (ROW_WALK), once per reduction level.
+and kept in registers, a longer one is streamed in chunks (ROW_WALK), once per fold pass
+(streamed.fold_passes: one per reduction level, a softmax's sum folded in its max's pass).
 Such a long row is read again by each later pass: those kernels can take a persistent grid
 where the rows in flight fit a share of L2 (`_L2_SHARE`, rows_grid.py.tmpl), so that the later
 passes read the row from L2, not DRAM. That path is a setting the autotune switches on: measured
@@ -18,10 +19,8 @@ from okgit.lower.kernelcode import (
     KernelCode,
     Leaf,
     Scope,
-    Walk,
     prod,
     store_outputs,
-    stream_rows,
 )
 from okgit.lower.kinds.base import (
     Rendered,
@@ -30,6 +29,7 @@ from okgit.lower.kinds.base import (
     output_names,
     template_kind,
 )
+from okgit.lower.streamed import Walk, fold_passes, stream_rows
 from okgit.lower.template import fill, template
 
 if TYPE_CHECKING:
@@ -117,10 +117,9 @@ class Rows(TemplateKind):
 
 
 def passes(code: KernelCode, g: Group) -> int:
-    """How many times a streamed row is read: once per reduction level, once more to write the
-    elementwise outputs (kernelcode.stream_rows)."""
-    levels = {g.level(n.args[0]) for n in g.nodes if n.kind == "reduce"}
-    return len(levels) + any(code.placement(n) == "full" for n in g.outputs)
+    """How many times a streamed row is read: once per fold pass, once more to write the
+    elementwise outputs (streamed.stream_rows)."""
+    return len(fold_passes(g)) + any(code.placement(n) == "full" for n in g.outputs)
 
 
 def row_bytes(code: KernelCode, leaves: dict[int, Leaf]) -> int:

@@ -41,6 +41,12 @@ FORMS = {
     "2d, channels-last input": (
         form("nn.Conv2d(cin, cout, 1)", "y + self.p", "torch.randn(batch, cin, 4, 5).contiguous(memory_format=torch."
              "channels_last)", 20, 12, 2), SMALL),
+    # every other column: positions at one stride of 2, read in place
+    "2d, an input strided along w": (
+        form("nn.Conv2d(cin, cout, 1)", "y", "torch.randn(batch, cin, 4, 10)[..., ::2]", 9, 12, 2), SMALL),
+    # half of each row: positions that do not merge into one stride, the one input the plan copies (x.reshape)
+    "2d, rows of an input cut short": (
+        form("nn.Conv2d(cin, cout, 1)", "y", "torch.randn(batch, cin, 4, 10)[..., :5]", 9, 12, 2), SMALL),
 }
 # not pointwise: the implicit-GEMM plan
 OTHERS = {
@@ -97,14 +103,15 @@ def test_the_input_is_read_where_it_is(tmp_path, monkeypatch):
     """The plan's x is a view of the input (NCHW or channels-last): no copy; a 3x3 convolution's
     launcher keeps the implicit-GEMM plan, which copies its input padded."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    for name in ("2d, bias, epilogue, odd sizes, batch 3", "2d, channels-last input"):
+    for name, step in (("2d, bias, epilogue, odd sizes, batch 3", 1), ("2d, channels-last input", 20),
+                       ("2d, an input strided along w", 2)):
         text, tiles = FORMS[name]
         _, source = candidate(tmp_path, name, text, tiles)
         mod, ref = module(source, monkeypatch), module(text, monkeypatch)
         x = ref.get_inputs()[0]
         p = mod._ConvPointwise(x, ref.Model(*ref.get_init_inputs()).conv.weight, 16, 16, 16, "tf32x3")
         assert p.x.data_ptr() == x.data_ptr() and p.x.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
-        assert p.x.stride()[2] == (1 if x.is_contiguous() else x.shape[1]), name
+        assert p.x.stride()[2] == step, name
     path = tmp_path / "three.py"
     path.write_text(form("nn.Conv2d(cin, cout, 3)", "y", "torch.rand(batch, cin, 9, 9)", 8, 16, 2))
     source = next(p.source for p in plan(ctx_for(path, "cuda")) if p.origin == "template:conv")
@@ -147,12 +154,14 @@ print(json.dumps({"wgmma": ptx.count("wgmma.mma_async"), "copies": sorted(set(co
 
 @pytest.mark.slow  # Triton compiles for sm_90 (ptxas)
 @pytest.mark.parametrize("origin", ["template:conv", "template:conv_tf32"])
-def test_the_kernel_compiles_for_hopper_with_vectors(tmp_path, monkeypatch, origin):
+@pytest.mark.parametrize("wide", [False, True])
+def test_the_kernel_compiles_for_hopper_with_vectors(tmp_path, monkeypatch, origin, wide):
     """Compiled for sm_90 here, without a GPU, at the kind's default tiles as a launch on an NCHW
     input specializes it (ints and pointers divisible by 16 marked so, positions' stride 1 a
     constant, as Triton does): the products on wgmma, both operands' tiles copied to shared
     memory in 16-byte vectors (x's along its contiguous positions) and the output stored in
-    16-byte vectors along them, not element by element."""
+    16-byte vectors along them, not element by element; with 64-bit indices too (an output past
+    2**31 elements, as KernelBench L1/87's)."""
     pytest.importorskip("triton.backends.nvidia")
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
@@ -169,7 +178,7 @@ def test_the_kernel_compiles_for_hopper_with_vectors(tmp_path, monkeypatch, orig
     kernel = prefix.lower() + "_kernel"
     params = list(__import__("inspect").signature(getattr(mod, kernel).fn).parameters.values())
     constants = {**{k: get(k) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "PRECISION")},
-                 "ROUND": p.switches["ROUND"], "WIDE": False}
+                 "ROUND": p.switches["ROUND"], "WIDE": wide}
     values = dict(zip([q.name for q in params if "constexpr" not in str(q.annotation) and not q.name.endswith("_ptr")],
                       p.sizes, strict=True))
     signature, aligned = {}, []

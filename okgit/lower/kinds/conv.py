@@ -16,12 +16,12 @@ A pointwise convolution (`pointwise`: a kernel of ones, stride 1, no padding, on
 dilation, irrelevant at 1) is a GEMM per sample, out[b] (Cout x P) = W (Cout x Cin) @ x[b]
 (Cin x P) over its P positions, and runs as one (conv_pointwise.py.tmpl, `_ConvPointwise`): x
 read where it is, a tile [BLOCK_M positions, BLOCK_K channels] loaded along its contiguous
-positions, the output's tile stored along them; no copy, no table. Such a convolution is bound
-by memory, not by its products: at 64 input and 128 output channels (KernelBench L1/87, x 4.3 GB,
-the output 8.6 GB) the padded copy's write and second read add two thirds to the traffic, and
-the copying candidate took 6.7 ms on an H200 where cuDNN took 3.4. Its weight is packed per call
-as the others' is (padded, K contiguous, TF32-rounded for one TF32 pass; x is rounded in the
-kernel, where it is read).
+positions, the output's tile stored along them; no copy, no table. With few channels such a
+convolution is bound by memory, not by its products: at 64 input and 128 output channels
+(KernelBench L1/87, x 4.3 GB, the output 8.6 GB) the padded copy's write and second read add
+two thirds to the traffic, and the copying candidate took 6.7 ms on an H200 where cuDNN took
+3.4. Its weight is packed per call as the others' is (padded, K contiguous, TF32-rounded for one
+TF32 pass; x is rounded in the kernel, where it is read).
 
 Memory access: K runs over a phase's taps, channels fastest, in one pipelined loop. The launcher
 packs the weight per phase and group into a zero-padded K-major matrix (K contiguous, as Hopper's

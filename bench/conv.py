@@ -23,7 +23,7 @@ within about 4 minutes on an H200: it starts no problem and no tile setting afte
 seconds (default 150), a problem already started skips its arms left after GRACE_S more (each
 marked "time limit"), and the problems not started are printed as the next call's --problems;
 they run in the order --problems gives. Writes $OUT/conv.json (OUT defaults to /tmp/out).
---smoke: CPU, Triton interpreter, tiny shapes and two problems of its own, nothing timed: the
+--smoke: CPU, Triton interpreter, tiny shapes and three problems of its own, nothing timed: the
 plumbing only (with --tma, the plan finds TMA on the CPU: the tests' seam, `_tma_device`).
 """
 
@@ -253,7 +253,7 @@ def summary(rows: list) -> list[str]:
 
 
 def smoke_kb(tmp: Path) -> Path:
-    """Two tiny convolution problems of its own, laid out as a KernelBench folder."""
+    """Three tiny convolution problems of its own, laid out as a KernelBench folder."""
     (tmp / "level1").mkdir(parents=True)
     (tmp / "level2").mkdir()
     (tmp / "level1" / "1_Conv_transposed.py").write_text(HEADER + textwrap.dedent("""
@@ -271,6 +271,26 @@ def smoke_kb(tmp: Path) -> Path:
 
     def get_inputs():
         return [torch.rand(batch, cin, 7, 6)]
+
+    def get_init_inputs():
+        return [cin, cout]
+    """))
+    # a pointwise one: the conv kinds' GEMM per sample on x as it is (_ConvPointwise)
+    (tmp / "level1" / "3_Conv_pointwise.py").write_text(HEADER + textwrap.dedent("""
+    class Model(nn.Module):
+        def __init__(self, cin, cout):
+            super().__init__()
+            self.conv = nn.Conv2d(cin, cout, 1)
+
+        def forward(self, x):
+            return self.conv(x)
+
+    batch = 2
+    cin = 5
+    cout = 12
+
+    def get_inputs():
+        return [torch.rand(batch, cin, 6, 7)]
 
     def get_init_inputs():
         return [cin, cout]
@@ -325,7 +345,7 @@ def main() -> int:
     spawn = multiprocessing.get_context("spawn")  # capture is CPU work: op files rendered 8 at a time
     with tempfile.TemporaryDirectory() as tmp, \
             concurrent.futures.ProcessPoolExecutor(max_workers=8, mp_context=spawn) as pool:
-        files = problem_files(smoke_kb(Path(tmp)) if args.smoke else args.kb, "1:1 2:2" if args.smoke else args.problems)
+        files = problem_files(smoke_kb(Path(tmp)) if args.smoke else args.kb, "1:1,3 2:2" if args.smoke else args.problems)
         problems(b, files, not args.no_compile, not args.no_tiles, args.tma, rows, pool, save)
     save()
     lines = summary(rows) + (tma_summary(rows) if args.tma else [])

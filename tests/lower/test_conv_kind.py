@@ -64,7 +64,10 @@ FORMS = {
     "conv3d, padded": form("nn.Conv3d(cin, cout, (2, 3, 1), padding=1)", "torch.sigmoid(y) - self.p",
                            "torch.rand(batch, cin, 4, 5, 6)", 3, 16, 3),
     "conv2d, lone, no bias": form("nn.Conv2d(cin, cout, 3, bias=False)", "y", "torch.rand(batch, cin, 9, 10)", 7, 20, 2),
+    # a pointwise convolution: a GEMM per sample on x in place (tests/lower/test_conv_pointwise.py)
     "conv2d, 1x1": form("nn.Conv2d(cin, cout, 1)", "F.leaky_relu(y, 0.1)", "torch.rand(batch, cin, 6, 7)", 16, 24, 2),
+    "conv2d, 1x1, strided": form("nn.Conv2d(cin, cout, 1, stride=(2, 1))", "y * self.p", "torch.rand(batch, cin, 6, 7)",
+                                 16, 24, 2),
     "transposed 2d, strided, output padding": form(
         "nn.ConvTranspose2d(cin, cout, 4, stride=2, padding=1, output_padding=1)", "y + self.p",
         "torch.rand(batch, cin, 5, 6)", 6, 8, 2),
@@ -115,7 +118,7 @@ def test_every_form_matches_float64(tmp_path):
         jobs.append((path, source, {}))
         names.append(f"{name}, small tiles")
     # an input that needs no padding read in its own layout (NCHW, strided channels), no copy
-    for name in ("conv2d, lone, no bias", "conv2d, 1x1"):
+    for name in ("conv2d, lone, no bias", "conv2d, 1x1, strided"):
         path, source = conv_source(tmp_path, name)
         jobs.append((path, setting(source, "INPUT_COPY", 0), {}))
         names.append(f"{name}, read in place")

@@ -44,7 +44,7 @@ FORMS = {
     "runs, two per tap, strided, column tail": (
         form("nn.Conv2d(cin, cout, 3, stride=2, padding=1)", "torch.relu(y) * self.p", "torch.rand(batch, cin, 7, 6)",
              32, 20, 2), {"BLOCK_K": 16, "BLOCK_N": 16}, {"CHUNKS": False, "RUN": 16, "VEC": 4}),
-    "runs, one tap": (form("nn.Conv2d(cin, cout, 1)", "y - self.p", "torch.rand(batch, cin, 4, 5)", 32, 24, 2),
+    "runs, one tap": (form("nn.Conv2d(cin, cout, 1, stride=2)", "y - self.p", "torch.rand(batch, cin, 4, 5)", 32, 24, 2),
                       {"BLOCK_K": 16}, {"CHUNKS": False, "RUN": 16, "VEC": 4}),
     # 8 channels: four taps a step, the last step's padding runs not read
     "runs, several taps a step, padding": (

@@ -58,8 +58,8 @@ TAKEN = {
         form("nn.Conv2d(cin, cout, 3, padding=1, groups=2)", "torch.relu(y)", with_inf("batch, cin, 3, 16", "(0, 16, 1, 5)"),
              32, 16, 2), {}),
     # no padding, channels-last already, the copy off: x itself as the 2D view
-    "1x1, channels-last read in place": (
-        form("nn.Conv2d(cin, cout, 1)", "y * self.p", "torch.rand(batch, cin, 2, 16).contiguous(memory_format=torch."
+    "1x1 strided along h, channels-last read in place": (
+        form("nn.Conv2d(cin, cout, 1, stride=(2, 1))", "y * self.p", "torch.rand(batch, cin, 2, 16).contiguous(memory_format=torch."
              "channels_last)", 16, 8, 2), {"INPUT_COPY": 0}),
 }
 # name: (op file text, tile settings beyond TILES): the pointer path for the input, TMA for the weight
@@ -68,7 +68,7 @@ KEPT = {
                               16, 8, 2), {}),
     "groups of 12 channels in blocks of 16": (
         form("nn.Conv2d(cin, cout, 3, padding=1, groups=2)", "y", "torch.rand(batch, cin, 3, 16)", 24, 8, 2), {}),
-    "NCHW read in place": (form("nn.Conv2d(cin, cout, 1)", "y", "torch.rand(batch, cin, 2, 16)", 16, 8, 2),
+    "NCHW read in place": (form("nn.Conv2d(cin, cout, 1, stride=(2, 1))", "y", "torch.rand(batch, cin, 2, 16)", 16, 8, 2),
                            {"INPUT_COPY": 0}),
     "a tile across output rows (no ROWS)": (form("nn.Conv2d(cin, cout, 3, padding=1)", "y", "torch.rand(batch, cin, 3, 6)",
                                                  16, 8, 2), {}),
@@ -177,7 +177,7 @@ def test_one_tf32_pass_rounds_both_operands_to_nearest_on_either_path(tmp_path):
     input's copy, the packed weight), so the products read them as they are; x read in place is
     rounded in the kernel (ROUND). Either way, through TMA or pointers, the result is the
     convolution of the rounded operands, and not the exact one."""
-    forms = ["conv2d, stride 1, a tile past the row's end", "1x1, channels-last read in place"]
+    forms = ["conv2d, stride 1, a tile past the row's end", "1x1 strided along h, channels-last read in place"]
     jobs = [(*candidate(tmp_path, name, *TAKEN[name], origin="template:conv_tf32"), True, tma)
             for name in forms for tma in (True, False)]
     results = run_jobs(tmp_path, jobs)

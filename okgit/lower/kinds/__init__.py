@@ -23,7 +23,8 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 |       |           |              | second candidate, before the row layout)                    |
 | 15    | conv      | conv.py      | a convolution (1D-3D: stride, dilation, groups, transposed) |
 |       |           |              | as a Triton implicit GEMM in 3xTF32, its elementwise        |
-|       |           |              | epilogue fused (optional: a candidate of its own)           |
+|       |           |              | epilogue fused (optional: a candidate of its own); a 1x1    |
+|       |           |              | one (stride 1, unpadded) a GEMM per sample on x as it is    |
 | 16    | conv_tf32 | conv.py      | the same in one TF32 pass, where cuDNN's own error allows   |
 |       |           |              | it (optional: a candidate of its own)                       |
 | 20    | conv_cl   | conv_cl.py   | the epilogue of a 2D convolution run channels-last          |

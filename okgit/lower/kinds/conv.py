@@ -12,6 +12,17 @@ only the tile's edges. A transposed convolution gathers: its outputs split into 
 output position modulo the stride, per dim), each a launch whose taps are the kernel taps that
 reach it, so no product with an inserted zero is ever computed.
 
+A pointwise convolution (`pointwise`: a kernel of ones, stride 1, no padding, one group; any
+dilation, irrelevant at 1) is a GEMM per sample, out[b] (Cout x P) = W (Cout x Cin) @ x[b]
+(Cin x P) over its P positions, and runs as one (conv_pointwise.py.tmpl, `_ConvPointwise`): x
+read where it is, a tile [BLOCK_M positions, BLOCK_K channels] loaded along its contiguous
+positions, the output's tile stored along them; no copy, no table. With few channels such a
+convolution is bound by memory, not by its products: at 64 input and 128 output channels
+(KernelBench L1/87, x 4.3 GB, the output 8.6 GB) the padded copy's write and second read add
+two thirds to the traffic, and the copying candidate took 6.7 ms on an H200 where cuDNN took
+3.4. Its weight is packed per call as the others' is (padded, K contiguous, TF32-rounded for one
+TF32 pass; x is rounded in the kernel, where it is read).
+
 Memory access: K runs over a phase's taps, channels fastest, in one pipelined loop. The launcher
 packs the weight per phase and group into a zero-padded K-major matrix (K contiguous, as Hopper's
 TF32 products take an operand), read in unmasked 16-byte vectors, and gives the kernel a table of
@@ -77,6 +88,7 @@ if TYPE_CHECKING:
     from okgit.lower.template import Traversable
 
 TEMPLATE = template(__package__, "conv.py.tmpl")
+POINTWISE = template(__package__, "conv_pointwise.py.tmpl")
 CONV_OPS = {"conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution"}
 MIN_GROUP_CHANNELS = 4  # a transposed grouped convolution with fewer channels per group is declined
 
@@ -138,6 +150,13 @@ def conv_spec(n: Node) -> ConvSpec:
                     per_dim("dilation", 1), groups, transposed, per_dim("output_padding", 0))
 
 
+def pointwise(spec: ConvSpec) -> bool:
+    """Whether the convolution is a GEMM per sample on its input as it is (_ConvPointwise): a
+    kernel of ones (dilation then irrelevant), stride 1, no padding, one group, not transposed."""
+    return (not spec.transposed and spec.groups == 1 and all(k == 1 for k in spec.w.shape[2:])
+            and all(s == 1 for s in spec.stride) and not any(spec.padding))
+
+
 def _bind(n: Node) -> dict:
     """The call's arguments by schema name (defaults left out)."""
     names = [a.name for a in n.target._schema.arguments]
@@ -191,6 +210,8 @@ class Conv(TemplateKind):
     def what(self, g) -> str:
         spec = conv_spec(g.seed)
         form = f"{'transposed ' if spec.transposed else ''}{len(spec.x.shape) - 2}D convolution"
+        if pointwise(spec):
+            return f"a Triton pointwise {form}, a GEMM per sample on x as it is ({self.precision}), with the epilogue"
         return f"a Triton implicit-GEMM {form} ({self.precision}) with the epilogue on its accumulator"
 
     def tunables(self, NAME: str, spec: ConvSpec) -> dict[str, int | str]:
@@ -199,10 +220,15 @@ class Conv(TemplateKind):
         # the GEMM kind's measured start on Hopper (128 x 128 x 32, 8 warps, 3 stages: two warp
         # groups share the fp32 accumulator) where the group has the output channels for it;
         # 4 warps (one warp group) hold a 128 x 64 tile or smaller
-        return {
+        tiles: dict[str, int | str] = {
             f"{NAME}_BLOCK_M": 128, f"{NAME}_BLOCK_N": block_n, f"{NAME}_BLOCK_K": 32, f"{NAME}_GROUP_M": 8,
             f"{NAME}_NUM_WARPS": 8 if block_n >= 128 else 4, f"{NAME}_NUM_STAGES": 3,
             f"{NAME}_PRECISION": self.precision,
+        }
+        if pointwise(spec):  # x read in place, the weight through pointers: no copy, no TMA to choose
+            return tiles
+        return {
+            **tiles,
             f"{NAME}_INPUT_COPY": 1,  # 0: an input that needs no padding read in its own layout
             f"{NAME}_TMA": 1,  # 0: pointer loads only (1: TMA where the device has it and _ConvLayout finds it exact)
         }
@@ -229,7 +255,7 @@ class Conv(TemplateKind):
         NAME = name.upper()
         low.helpers.update(("_gemm_plan", "_conv_plan"))
         src = fill(
-            TEMPLATE, name=name, NAME=NAME, params=sig, body="\n".join(body.lines),
+            POINTWISE if pointwise(spec) else TEMPLATE, name=name, NAME=NAME, params=sig, body="\n".join(body.lines),
             args=", ".join(["x", "w"] + ([largs] if largs else [])), doc=self.describe(g), prepare="\n".join(prep),
             conv=spec.literal(), call_args=call, returns=returns,
         )

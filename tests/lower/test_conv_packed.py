@@ -171,7 +171,9 @@ def test_each_layout_matches_float64(tmp_path):
     assert not bad, bad
 
 
-SM90_SCRIPT = r"""
+# a candidate's `kernel` compiled for sm_90 as `job` says (signature, constants, warps, stages);
+# each test's script reads the compiled kernel after it
+SM90_COMPILE = r"""
 import json, re, sys, types
 import triton
 from triton.backends.compiler import GPUTarget
@@ -182,6 +184,8 @@ exec(compile(open(path).read(), path, "exec"), mod.__dict__)
 attrs = {(i,): [["tt.divisibility", 16]] for i in job["aligned"]}
 compiled = triton.compile(ASTSource(getattr(mod, kernel), job["signature"], job["constants"], attrs),
                           target=GPUTarget("cuda", 90, 32), options={"num_warps": job["warps"], "num_stages": job["stages"]})
+"""
+SM90_SCRIPT = SM90_COMPILE + r"""
 # the widths of the copies global -> shared ahead of the products (cp.async: 4, 8 or 16 bytes)
 copies = re.findall(r"cp\.async\.c[ag]\.shared\.global [^;]*, (0x[0-9a-f]+),", compiled.asm["ptx"])
 print(json.dumps({int(w, 16): copies.count(w) for w in set(copies)}))

@@ -13,7 +13,7 @@ import pytest
 import torch
 from oprun import run_ops
 from test_conv_kind import ctx_for, form, setting
-from test_conv_packed import compiled_for_sm90, module
+from test_conv_packed import SM90_COMPILE, compiled_for_sm90, module
 from test_conv_tma import candidate, run_jobs
 
 from okgit.lower.capture import capture
@@ -134,17 +134,7 @@ def test_the_weight_is_packed_rounded_and_never_written(tmp_path, monkeypatch):
     assert torch.equal(p.w[:20, :67], rounded) and not p.w[20:].any() and not p.w[:, 67:].any()
 
 
-SM90_SCRIPT = r"""
-import json, re, sys, types
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler.compiler import ASTSource
-path, kernel, job = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-mod = types.ModuleType("cand")
-exec(compile(open(path).read(), path, "exec"), mod.__dict__)
-attrs = {(i,): [["tt.divisibility", 16]] for i in job["aligned"]}
-compiled = triton.compile(ASTSource(getattr(mod, kernel), job["signature"], job["constants"], attrs),
-                          target=GPUTarget("cuda", 90, 32), options={"num_warps": job["warps"], "num_stages": job["stages"]})
+SM90_SCRIPT = SM90_COMPILE + r"""
 ptx = compiled.asm["ptx"]
 copies = re.findall(r"cp\.async\.c[ag]\.shared\.global [^;]*, (0x[0-9a-f]+),", ptx)
 print(json.dumps({"wgmma": ptx.count("wgmma.mma_async"), "copies": sorted(set(copies)),

@@ -5,8 +5,8 @@ in torch.compile, L2/91's softmax kernel 2329 against 967: same source, same siz
 the op static (okgit.inductor.capture, as the specialised seed does) and prints per kernel: whether
 Inductor's autotuner was found after the first call (else the seed takes its first config), the
 configs it had, the times its own benchmark gave each (ms), and the config the seed launches.
-Then the seed file made of the capture is run under torch.profiler beside torch.compile: each
-kernel's device time in both.
+Then the seed file made of the capture and torch.compile of the reference are run under
+torch.profiler: each kernel's device time in both.
 
     python bench/seed_configs.py OP.py [OP.py ...]
 
@@ -93,7 +93,13 @@ def one(path: Path) -> dict[str, Any]:
         torch.manual_seed(0)
         model = mod.Model(*mod.get_init_inputs()).cuda()
         inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
-        times = {"seed": _kernel_times(model, inputs), "compile": _kernel_times(torch.compile(model), inputs)}
+        ref_spec = importlib.util.spec_from_file_location("ref_mod", path)
+        assert ref_spec and ref_spec.loader
+        ref = importlib.util.module_from_spec(ref_spec)
+        ref_spec.loader.exec_module(ref)
+        torch.manual_seed(0)
+        reference = ref.Model(*ref.get_init_inputs()).cuda()
+        times = {"seed": _kernel_times(model, inputs), "compile": _kernel_times(torch.compile(reference), inputs)}
     return {"op": path.stem, "kernels": records, "times": times}
 
 

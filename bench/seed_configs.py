@@ -2,8 +2,8 @@
 
 On the H200 (2026-12-04) L2/87's pointwise kernel took 2119 us in the static seed against 1274 us
 in torch.compile, L2/91's softmax kernel 2329 against 967: same source, same sizes. This captures
-the op static (okgit.inductor.capture, as the specialised seed does) and prints per kernel: whether
-Inductor's autotuner was found after the first call (else the seed takes its first config), the
+the op static (okgit.inductor.capture, as the specialised seed does) and prints per kernel: the
+config Inductor launched it with (None where it was not launched: the seed takes its first config), the
 configs it had, the times its own benchmark gave each (ms), and the config the seed launches.
 Then the seed file made of the capture and torch.compile of the reference are run under
 torch.profiler: each kernel's device time in both.
@@ -71,8 +71,7 @@ def one(path: Path) -> dict[str, Any]:
     def kernel(name: str, source: str, comment: str, chosen: Any) -> Any:
         k = original(name, source, comment, chosen)
         auto = cap_mod._load_kernel(name, source)
-        records.append({"name": name, "chosen_found": bool(chosen is not None and getattr(chosen, "launchers", None)),
-                        "launchers": len(getattr(chosen, "launchers", None) or []) if chosen is not None else None,
+        records.append({"name": name, "launched_with": str(chosen) if chosen is not None else None,
                         "configs": [str(c) for c in auto.configs],
                         "seed_takes": {**k.kwargs, "num_warps": k.num_warps, "num_stages": k.num_stages},
                         "inductor_ms": TIMINGS.get(name)})

@@ -9,8 +9,8 @@ host's alone):
 - one Triton kernel with seven pointers and four sizes, launched N times through the JIT
   (`kernel[grid](...)`, what okgit's files do), and through the CompiledKernel the first launch
   returned (`compiled[grid](...)`, no argument binding or specialisation key);
-- op files (default: the saved conv_bn seeds of 2026-12-04), per call in eval and training mode,
-  against torch.compile of the same model: host us per call beside the device us per call
+- seed files (default: the saved conv_bn seeds of 2026-12-04), per call in eval and training
+  mode, against torch.compile of the reference's forward (kept in the file as forward_reference): host us per call beside the device us per call
   (CUDA events over a synchronized loop).
 
     python bench/launch_overhead.py [OP.py ...] [--calls 50]
@@ -94,7 +94,9 @@ def op_rows(path: Path, calls: int) -> list[dict[str, Any]]:
     torch.manual_seed(0)
     model = mod.Model(*mod.get_init_inputs()).cuda()
     inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
-    compiled = torch.compile(model)
+    # torch.compile of the reference's own forward (the seed file keeps it as forward_reference);
+    # the 2026-12-04 run compiled the seed's forward instead, so its compile rows are not a baseline
+    compiled = torch.compile(model.forward_reference)
     rows = []
     with torch.no_grad():
         for mode in ("eval", "train"):

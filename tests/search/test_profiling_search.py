@@ -98,6 +98,39 @@ def test_the_pass_keeps_to_its_share_of_the_search(monkeypatch):
     assert len(paused) == 1 and "at most 10%" in paused[0]
 
 
+def test_a_resumed_run_keeps_its_earlier_calls_account():
+    """Each call of a resumed run took the two passes that always run afresh: a sweep's L2/91 on the
+    H200 was profiled 5 times over 3 calls, 144 s of its 718. Now the earlier calls' passes count."""
+    from okgit.journal.events import Event, Profiled, Resumed
+
+    run_id = "20261204-093649-8097"
+    profile = counters_profile().model_dump()
+    earlier = [Event(type="run_started", ts=0.0, run=run_id),
+               Profiled(ts=50.0, run=run_id, cand=None, profile=profile, seconds=25.0, tools=["ncu"]),
+               Profiled(ts=120.0, run=run_id, cand="c007", profile=profile, seconds=33.0, tools=["ncu"]),
+               Event(type="interrupted", ts=190.0, run=run_id),
+               Resumed(ts=5000.0, run=run_id, message="resumed"),
+               Event(type="interrupted", ts=5100.0, run=run_id)]
+    events: list[dict] = []
+    ctx = Context(problem=load_problem("relu2.py", source=OP), reference=REFERENCE, backend="triton", device="cuda",
+                  log=lambda type, **f: events.append({"type": type, **f}), earlier=earlier)
+    evaluator = InMemoryEvaluator(judge, device="cuda", ref_runtime_us=100.0,
+                                  profiler=lambda source, base: counters_profile())
+    search = Search(ctx, evaluator, Budget(iterations=2, patience=99), accept=lambda a: None)
+    assert search.profiling.passes == 2 and search.profiling.spent_s == 58.0
+    assert 289.0 < time_since(search.profiling.started) < 300.0  # 190 s and 100 s of earlier calls, not the gap
+    search.profiling.reference()  # done in the first call
+    search.step(Queue(["1.5"]).propose(ctx))  # a new best, but the run's two passes are spent and 58 s is over 10%
+    assert [e for e in events if e["type"] == "profiled"] == []
+    assert any(e["type"] == "note" and "paused" in e["message"] for e in events)
+
+
+def time_since(started: float) -> float:
+    import time
+
+    return time.monotonic() - started
+
+
 def test_a_missing_tool_is_said_once_in_the_journal():
     def without_ncu(source: str, base: ProfileData | None) -> ProfileData:
         prof = counters_profile()

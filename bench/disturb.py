@@ -1,0 +1,105 @@
+"""What disturbs a timing on a shared GPU (GPU): the final gate's rounds on the H200's sweep had
+one baseline round far off the others in 3 of 24 problems (L1/66: 15514 us once, 4881-4890 us in
+four rounds), although the device's lock held every other process's kernels off the GPU (the
+ledgers' holds never overlapped). Work that holds no lock is what is left: a process freeing
+device memory (the caching allocator's empty_cache, or a worker's exit with tens of GB) or
+creating a context. This times one memory-bound call in rounds (CUDA events, median of each
+round's samples) while a second process does, in turn:
+
+- `idle`: nothing;
+- `free`: allocates and frees 16 GiB (empty_cache) in a loop;
+- `exit`: starts processes that each touch 16 GiB of device memory and exit;
+- `context`: starts processes that only create a CUDA context and exit.
+
+    python bench/disturb.py [--rounds 8] [--gib 16]
+
+Prints each mode's round medians and their spread; writes disturb.json under $OUT (default /tmp/out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+DISTURBER = r'''
+import sys, time, torch
+mode, gib = sys.argv[1], float(sys.argv[2])
+n = int(gib * (1 << 30) // 4)
+if mode == "free":
+    while True:
+        x = torch.empty(n, device="cuda"); x.fill_(1.0); torch.cuda.synchronize(); del x
+        torch.cuda.empty_cache(); time.sleep(0.05)
+elif mode == "exit":
+    x = torch.empty(n, device="cuda"); x.fill_(1.0); torch.cuda.synchronize()
+elif mode == "context":
+    torch.cuda.init(); torch.empty(1, device="cuda")
+'''
+
+
+def _rounds(torch, rounds: int, samples: int = 20) -> list[float]:
+    x = torch.randn(1 << 28, device="cuda")  # 1 GiB: about 0.6 ms a pass on an H200
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    medians = []
+    for _ in range(rounds):
+        times = []
+        for _ in range(samples):
+            start.record()
+            x.mul_(1.0000001)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3)
+        medians.append(round(statistics.median(times), 1))
+        time.sleep(0.2)
+    return medians
+
+
+def _disturber(mode: str, gib: float, stop: threading.Event) -> None:
+    """Runs `mode` in other processes until `stop` is set (`exit` and `context`: one process after another)."""
+    if mode == "free":
+        p = subprocess.Popen([sys.executable, "-c", DISTURBER, mode, str(gib)])
+        stop.wait()
+        p.kill()
+        p.wait()
+        return
+    while not stop.is_set():
+        subprocess.run([sys.executable, "-c", DISTURBER, mode, str(gib)], check=False)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--gib", type=float, default=16.0)
+    args = parser.parse_args()
+    import torch
+
+    out = Path(os.environ.get("OUT", "/tmp/out"))
+    out.mkdir(parents=True, exist_ok=True)
+    _rounds(torch, 1)  # warm
+    result = {}
+    for mode in ("idle", "free", "exit", "context", "idle"):
+        stop = threading.Event()
+        thread = None
+        if mode != "idle":
+            thread = threading.Thread(target=_disturber, args=(mode, args.gib, stop), daemon=True)
+            thread.start()
+            time.sleep(3.0)  # the disturber under way
+        medians = _rounds(torch, args.rounds)
+        stop.set()
+        result.setdefault(mode, []).append(medians)
+        spread = (max(medians) - min(medians)) / statistics.median(medians)
+        print(f"{mode:8s} round medians us {medians}  spread {spread:.1%}", flush=True)
+        (out / "disturb.json").write_text(json.dumps(result, indent=1))
+        if thread is not None:
+            thread.join(timeout=60)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -70,6 +70,26 @@ def held(path: Path, shared: bool) -> Iterator[float]:
         os.close(fd)  # closing releases the lock
 
 
+def waited_for(path: Path) -> bool:
+    """Whether another holder waits at `path`'s turnstile (`held`). Asked by a shared holder, that
+    is an exclusive one waiting for the shared ones to leave (a shared one passes the turnstile at
+    once while no exclusive one holds `path`); one only passing it reads as waiting, which costs a
+    needless release and retake, never a wrong hold."""
+    gate = path.with_name(path.name + ".gate")
+    if not gate.exists():
+        return False
+    fd = os.open(gate, os.O_RDWR)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
 def try_hold(path: Path, tries: int = PROBE_TRIES) -> FileLock | None:
     """`path`'s lock, held until released, or None when another process holds it lastingly."""
     lock = _lock(path)

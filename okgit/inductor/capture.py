@@ -13,9 +13,10 @@ assumed of them (shapes as expressions of size symbols, the relations between th
 constants it baked in), and the public torch function behind each `extern_kernels` call.
 
 On a GPU Inductor's own autotuning chooses among its configs (the compiled model is run once,
-at the knobs asked for), and each kernel keeps the config Inductor launched it with. On a CPU Inductor is asked for Triton code (`cpu_backend = "triton"`)
-that is never compiled: the first config of each kernel is taken, and the result runs under
-Triton's interpreter, which is how the tests check it.
+at the knobs asked for), and each kernel keeps the config Inductor launched it with. On a CPU
+Inductor is asked for Triton code (`cpu_backend = "triton"`) that is never compiled: the first
+config of each kernel is taken, and the result runs under Triton's interpreter, which is how the
+tests check it.
 """
 
 from __future__ import annotations

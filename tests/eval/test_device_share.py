@@ -206,3 +206,104 @@ def test_on_a_gpu_a_job_checks_sharing_the_device_and_times_alone(tmp_path, monk
     assert {("reference", "shared"), ("reference", "exclusive"), ("evaluation", "shared"),
             ("evaluation", "exclusive")} <= modes
     assert any("footprint_bytes" in e for e in entries)
+
+
+def test_a_shared_holder_sees_an_exclusive_one_waiting_and_makes_way_between_calls(tmp_path):
+    """A job's correctness work keeps a timing waiting for one call, not for all of its calls: at
+    `make_way` (a worker's message between two calls) the shared hold lets the waiting exclusive
+    holder in, then takes the device shared again behind it."""
+    from okgit.locks import waited_for
+
+    job = DeviceHold("cuda:7", "evaluation")  # only its lock file is used: nothing touches a GPU
+    path = devices.lock_path("cuda:7")
+    order: list[str] = []
+    with job.region("shared"):
+        assert not waited_for(path) and job.make_way() is False  # nobody waits: the hold is kept
+        assert job.mode == "shared"
+
+        def timing() -> None:
+            with device_lock("cuda:7", "exclusive", "final gate"):
+                order.append("timing")
+                time.sleep(0.2)
+
+        t = _in_thread(timing)
+        deadline = time.monotonic() + 5
+        while not waited_for(path) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert waited_for(path) and order == []  # it waits behind this job's shared hold
+        assert job.make_way() is True  # lets it in, then waits behind it for the device shared again
+        order.append("next call")
+        assert job.mode == "shared"
+        t.join(5)
+    assert order == ["timing", "next call"]
+
+
+def test_a_hold_upgraded_for_timing_never_makes_way(tmp_path):
+    job = DeviceHold("cuda:6", "evaluation")
+    got_in: list[float] = []
+
+    def other() -> None:
+        with device_lock("cuda:6", "exclusive", "final gate"):
+            got_in.append(time.monotonic())
+
+    with job.region("shared"):
+        job.upgrade()
+        t = _in_thread(other)
+        time.sleep(0.2)
+        assert job.make_way() is False and job.mode == "exclusive" and got_in == []
+        left = time.monotonic()
+    t.join(5)
+    assert got_in and got_in[0] >= left  # it got the device only when the job's regions closed
+
+
+def test_waiting_for_the_device_moves_a_jobs_deadline_within_its_own_timeout():
+    """The parent's waits for the device on a job's behalf (its upgrade for timing, making way
+    between calls) are other jobs' time, not the candidate's; a job that keeps asking gets at
+    most its own timeout again."""
+    from okgit.eval.parent.sandbox import deadline_moved
+
+    assert deadline_moved({"ok": True, "waited_s": 12.5}, room_s=180.0) == 12.5
+    assert deadline_moved({"ok": True, "waited_s": 12.5}, room_s=4.0) == 4.0
+    assert deadline_moved({"ok": True, "waited_s": 3.0}, room_s=0.0) == 0.0
+    assert deadline_moved({"ok": True}, room_s=180.0) == 0.0  # the judge's answers move nothing
+    assert deadline_moved({"ok": True, "waited_s": -1.0}, room_s=180.0) == 0.0
+
+
+@pytest.mark.gpu
+@pytest.mark.slow  # the real evaluator on a GPU (skipped without one)
+def test_on_a_gpu_an_evaluation_makes_way_for_a_timing_between_its_calls(tmp_path, monkeypatch):
+    """Another process's timing keeps asking for the device alone while a candidate is checked: the
+    evaluation lets it in between its calls (more than one shared hold in the ledger) and its
+    verdict is unchanged."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from okgit.eval.parent.local import LocalEvaluator
+    from okgit.problem import load_problem
+
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    ops = Path(__file__).parents[1] / "ops"
+    problem = load_problem(ops / "relu.py", root=str(ops))
+    stop = threading.Event()
+    timings: list[float] = []
+
+    def other_timing() -> None:
+        while not stop.is_set():
+            with device_lock("cuda:0", "exclusive", "final gate"):
+                timings.append(time.monotonic())
+                time.sleep(0.02)
+            time.sleep(0.01)
+
+    with LocalEvaluator(device="cuda") as evaluator:
+        evaluator.reference(problem)
+        t = _in_thread(other_timing)
+        try:
+            result = evaluator.evaluate(problem, (ops / "relu_triton.py").read_text())
+        finally:
+            stop.set()
+            t.join(10)
+    assert result.correct and result.timed, result.error
+    shared = [e for e in (json.loads(line) for line in ledger.read_text().splitlines())
+              if e.get("stage") == "evaluation" and e.get("mode") == "shared"]
+    assert len(shared) > 1 and timings

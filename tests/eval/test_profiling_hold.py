@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+import time
 from contextlib import contextmanager
 from types import SimpleNamespace
 
@@ -114,10 +115,47 @@ def test_the_parent_holds_a_pass_shared_then_alone_when_its_worker_asks(tmp_path
                   counters="ncu")
         outcome = ev._in_worker(worker, job, 60.0, None, "profile", {})
         assert outcome.returncode == 0 and not outcome.crashed, outcome.stderr_tail
-        assert read_result(worker.dir)["replies"] == [{"ok": True}, {"ok": False}]
+        upgraded, other = read_result(worker.dir)["replies"]
+        assert upgraded["ok"] is True and 0.0 <= upgraded["waited_s"] < 1.0 and other == {"ok": False}
     finally:
         worker.close()
         ev.close()
     holds = [json.loads(line) for line in ledger.read_text().splitlines()]
     assert [(h["stage"], h["mode"]) for h in holds] == [("profile", "shared"), ("profile", "exclusive")]
     assert holds[0]["held_s"] >= 0.25 and holds[1]["held_s"] >= 0.25  # each part where it ran
+
+
+MAKES_WAY = textwrap.dedent("""
+    import json, sys, time
+    print(json.dumps({"ready": True}), flush=True)
+    job_dir = json.loads(sys.stdin.readline())["job"]
+    print(json.dumps({"op": "make_way"}), flush=True)  # between two calls
+    reply = json.loads(sys.stdin.readline())
+    time.sleep(0.5)  # the next call
+    with open(job_dir + "/result.json", "w") as f:
+        json.dump({"replies": [reply]}, f)
+""")
+
+
+def test_the_parent_answers_make_way_and_its_wait_is_not_the_jobs_time(tmp_path, monkeypatch):
+    """A worker's offer of its turn between two calls is answered (made way or not), and the seconds
+    the parent waited for the device then move the job's deadline: a job with a 1 s limit whose
+    parent waited 0.8 s for other jobs' timings, and which then works 0.5 s, still ends on its own."""
+    from okgit.eval.parent.devices import DeviceHold
+
+    def slow_way(self) -> bool:
+        time.sleep(0.8)  # other jobs' timings went first
+        return True
+
+    monkeypatch.setattr(DeviceHold, "make_way", slow_way)
+    ev = LocalEvaluator(device="cpu", prestart=False)
+    worker = WorkerProcess("cpu", default_memory_limit(), wrap=[sys.executable, "-c", MAKES_WAY])
+    try:
+        job = Job(role="candidate", source_path="", device="cpu", backend="triton", root=None, check=False)
+        outcome = ev._in_worker(worker, job, 1.0, None, "evaluation", {})
+        assert not outcome.timed_out and outcome.returncode == 0, outcome.stderr_tail
+        (reply,) = read_result(worker.dir)["replies"]
+        assert reply["ok"] is True and reply["made_way"] is True and reply["waited_s"] >= 0.8
+    finally:
+        worker.close()
+        ev.close()

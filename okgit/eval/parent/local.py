@@ -378,16 +378,20 @@ class LocalEvaluator(EvaluatorBase):
                    clock: dict[str, float]) -> Outcome:
         """`job` in a worker of its own, holding the device shared from its start: the worker asks for
         it alone ({"op": "exclusive"}) just before it times or profiles, and keeps it so to the job's
-        end; its other messages go to the judge (`relay`). `what`: the ledger's stage of the holds;
-        `clock` gets the seconds waited for the lock."""
+        end; between its calls it offers its turn ({"op": "make_way"}: a waiting timing of another
+        job goes first); its other messages go to the judge (`relay`). `what`: the ledger's stage of
+        the holds; `clock` gets the seconds waited for the lock."""
         # started before the lock: spawning and importing never hold up another job's GPU work
         started = worker.wait_ready(STARTUP_TIMEOUT_S)
         hold = self._hold(what)
 
         def answer(message: dict[str, Any]) -> dict[str, Any]:
+            t0 = time.monotonic()
             if message.get("op") == "exclusive":  # from here to the job's end
                 hold.upgrade()
-                return {"ok": True}
+                return {"ok": True, "waited_s": time.monotonic() - t0}
+            if message.get("op") == "make_way":  # between two calls: a waiting timing goes first
+                return {"ok": True, "made_way": hold.make_way(), "waited_s": time.monotonic() - t0}
             return relay(message) if relay is not None else {"ok": False}
 
         t0 = time.monotonic()

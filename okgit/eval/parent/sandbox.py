@@ -164,6 +164,12 @@ class Lines:
         return line
 
 
+def deadline_moved(reply: dict[str, Any], room_s: float) -> float:
+    """How far an answer moves a job's deadline: the seconds the parent waited for the device on
+    its behalf (`waited_s`), within the `room_s` left of the job's own timeout."""
+    return max(0.0, min(float(reply.get("waited_s") or 0.0), room_s))
+
+
 class WorkerProcess:
     """One worker (or judge) process. `args`: more of the worker's own arguments (a profiling pass's
     tool); `wrap`: a program that runs the worker as its child (Nsight Compute), given its arguments
@@ -237,7 +243,9 @@ class WorkerProcess:
     def run(self, job: Job, timeout_s: float, on_message: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
             startup_timeout_s: float = 300.0) -> Outcome:
         """Hand the job over, answer its messages, wait for its exit; kill its group on timeout or
-        past its memory budget."""
+        past its memory budget. An answer's `waited_s` (the parent waited for the device on the
+        job's behalf) moves the deadline by as much, up to `timeout_s` in all: waiting for other
+        jobs' work is not the candidate's time."""
         t0 = time.monotonic()
         if not self.wait_ready(startup_timeout_s):
             self.kill()
@@ -245,7 +253,7 @@ class WorkerProcess:
         job.save(self.dir / "job.json")
         self.send({"job": str(self.dir)})
         t0 = time.monotonic()
-        deadline = t0 + timeout_s
+        deadline, extended = t0 + timeout_s, 0.0
         while True:
             line = self._read_line(deadline)
             if line is None:
@@ -256,7 +264,10 @@ class WorkerProcess:
                 message = json.loads(line)
             except ValueError:
                 message = {}
-            self.send(on_message(message) if on_message and isinstance(message, dict) else {"ok": False})
+            reply = on_message(message) if on_message and isinstance(message, dict) else {"ok": False}
+            moved = deadline_moved(reply, timeout_s - extended)
+            deadline, extended = deadline + moved, extended + moved
+            self.send(reply)
         timed_out = memory_killed = False
         if self.alive():
             memory_killed = self.over_budget()

@@ -131,6 +131,21 @@ class Worker:
         self.spent("judge", time.monotonic() - t0)
         if reply is None or not reply.get("ok"):
             raise CallFailed(gate, "error", f"{key}: the judge did not answer")
+        self.make_way()
+
+    def make_way(self) -> None:
+        """Between two calls, this job's GPU work finished and judged: the parent lets a timing of
+        another job that waits for the device alone go first (okgit.eval.parent.devices.DeviceHold.make_way).
+        On a CPU nothing is locked: nothing to make way for."""
+        if self.device != "cuda":
+            return
+        self.torch.cuda.synchronize()
+        t0 = time.monotonic()
+        self.channel.send({"op": "make_way"})
+        reply = self.channel.receive()
+        self.spent("device_wait", time.monotonic() - t0)
+        if reply is None or not reply.get("ok"):
+            raise CallFailed(self.current, "error", "the parent did not answer between two calls")
 
     def alone(self) -> None:
         """Ask the parent for the device alone, to the job's end: until here it was shared with other

@@ -143,13 +143,18 @@ class DeviceHold:
         with self._state:
             if self.mode != "shared" or self.device is None or not waited_for(lock_path(self.device)):
                 return False
+            self._release()
+            self._settle()
+            return True
+
+    def _release(self) -> None:
+        """Let go of what is held, its time written to the ledger."""
+        if self.mode is not None:
             if self._held is not None:
                 self._held.__exit__(None, None, None)
                 self._held = None
             _record(self.what, self.mode, self._waited, time.monotonic() - self._since)
-            self.mode = None
-            self._settle()
-            return True
+        self.mode = None
 
     def _settle(self) -> None:
         """Hold what the open regions want; never wait for one mode while holding the other (two
@@ -158,12 +163,7 @@ class DeviceHold:
                                "shared" if self._open["shared"] else None)
         if wanted == self.mode:
             return
-        if self.mode is not None:
-            if self._held is not None:
-                self._held.__exit__(None, None, None)
-                self._held = None
-            _record(self.what, self.mode, self._waited, time.monotonic() - self._since)
-        self.mode = None
+        self._release()
         if wanted is not None:
             start = time.monotonic()
             if self.device is not None:

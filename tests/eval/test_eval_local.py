@@ -45,6 +45,20 @@ def test_honest_kernels_pass(evaluator, op):
         assert result.profile.flops and result.profile.min_bytes
 
 
+@pytest.mark.slow  # the real evaluator, its judge stopped between two evaluations
+def test_a_reference_whose_judge_is_gone_is_prepared_anew(evaluator):
+    """A Ctrl-C in a run stops every process okgit started (sandbox.stop_all), the judges of
+    references prepared earlier too, and removes their directories: an evaluation after that
+    prepares its reference again instead of judging against a file no longer there."""
+    problem = load_problem(OPS / "relu.py", root=str(OPS))
+    before = evaluator.prepared(problem)
+    before.judge.close()  # what stop_all does to it: killed, its directory (and reference.py) removed
+    result = evaluator.evaluate(problem, (OPS / "relu_triton.py").read_text())
+    assert result.status is Status.correct, result.error
+    after = evaluator.prepared(problem)
+    assert after is not before and after.judge.alive() and Path(after.reference_path).is_file()
+
+
 @pytest.mark.slow  # the real evaluator prepares the reference
 def test_reference_scaled_for_cpu_and_not_degenerate(evaluator):
     problem = load_problem(OPS / "relu.py", root=str(OPS))

@@ -276,7 +276,11 @@ class LocalEvaluator(EvaluatorBase):
     def _prepare(self, problem: Problem) -> PreparedReference:
         key = self._key(problem)
         if key in self._prepared:
-            return self._prepared[key]
+            if self._prepared[key].judge.alive():
+                return self._prepared[key]
+            # its judge is gone since (killed by the machine, or by stop_all with its directory and
+            # the reference in it): prepared anew, never judged against a reference no longer there
+            self._forget(self._prepared[key])
         seeds = [SEED_BASE + i for i in range(PREPARED.seeds)]
         judge_process = self._take_judge()
         reference_path = judge_process.dir / "reference.py"

@@ -307,3 +307,49 @@ def test_on_a_gpu_an_evaluation_makes_way_for_a_timing_between_its_calls(tmp_pat
     shared = [e for e in (json.loads(line) for line in ledger.read_text().splitlines())
               if e.get("stage") == "evaluation" and e.get("mode") == "shared"]
     assert len(shared) > 1 and timings
+
+
+def test_a_job_that_makes_way_is_stopped_until_it_holds_the_device_again(tmp_path):
+    """While a job has let another job's timing in, its worker's process group is stopped: a
+    thread of the candidate's own that keeps working gets nothing done during the timing."""
+    from okgit.eval.parent.sandbox import paused
+    from okgit.locks import waited_for
+
+    ticks = tmp_path / "ticks"
+    busy = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import threading, time
+        def tick():  # a candidate's thread of its own, working whatever its job's harness does
+            n = 0
+            while True:
+                n += 1
+                open({str(ticks)!r}, "w").write(str(n))
+                time.sleep(0.005)
+        threading.Thread(target=tick).start()
+    """)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not ticks.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        job = DeviceHold("cuda:5", "evaluation")  # only its lock file is used: nothing touches a GPU
+        seen: list[str] = []
+
+        def timing() -> None:
+            with device_lock("cuda:5", "exclusive", "final gate"):
+                first = ticks.read_text()
+                time.sleep(0.3)
+                seen.extend([first, ticks.read_text()])
+
+        with job.region("shared"):
+            t = _in_thread(timing)
+            deadline = time.monotonic() + 5
+            while not waited_for(devices.lock_path("cuda:5")) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert job.make_way(away=lambda: paused(busy.pid)) is True
+            t.join(5)
+        assert len(seen) == 2 and seen[0] == seen[1]  # not one tick while the other job timed
+        before = ticks.read_text()
+        time.sleep(0.2)
+        assert ticks.read_text() != before  # and it goes on once the job holds the device again
+    finally:
+        busy.kill()
+        busy.wait()

@@ -21,7 +21,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
@@ -134,17 +134,21 @@ class DeviceHold:
             self._upgraded = any(self._open.values())
             self._settle()
 
-    def make_way(self) -> bool:
+    def make_way(self, away: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext) -> bool:
         """Where this hold is shared (not upgraded) and another process waits to hold the device
         alone, let go and take it shared again, behind that one: a job's correctness work then keeps
         a timing waiting for one call, not for all of them (on the H200's sweep, 2026-12-04, an
         exclusive request waited behind shared holds for 12.6 of 48.5 minutes, evaluations' for
-        most of it). Called between a job's calls, its GPU work finished. True where it made way."""
+        most of it). Called between a job's calls, its GPU work finished. True where it made way.
+        `away` is entered before letting go and left once the device is held again: the worker
+        whose hold this is stays stopped all that while (sandbox.WorkerProcess.paused), so no
+        thread of an untrusted candidate launches GPU work beside the other job's timing."""
         with self._state:
             if self.mode != "shared" or self.device is None or not waited_for(lock_path(self.device)):
                 return False
-            self._release()
-            self._settle()
+            with away():
+                self._release()
+                self._settle()
             return True
 
     def _release(self) -> None:

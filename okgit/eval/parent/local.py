@@ -395,7 +395,7 @@ class LocalEvaluator(EvaluatorBase):
                 hold.upgrade()
                 return {"ok": True, "waited_s": time.monotonic() - t0}
             if message.get("op") == "make_way":  # between two calls: a waiting timing goes first
-                return {"ok": True, "made_way": hold.make_way(), "waited_s": time.monotonic() - t0}
+                return {"ok": True, "made_way": hold.make_way(away=worker.paused), "waited_s": time.monotonic() - t0}
             return relay(message) if relay is not None else {"ok": False}
 
         t0 = time.monotonic()

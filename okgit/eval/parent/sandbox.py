@@ -11,6 +11,7 @@ time. Messages go both ways as JSON lines (okgit.eval.protocol.channel).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -22,7 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -164,6 +166,25 @@ class Lines:
         return line
 
 
+@contextmanager
+def paused(pid: int) -> Iterator[None]:
+    """The process group of `pid` stopped (SIGSTOP) for the block, continued after: while a job has
+    let another job's timing have the device, none of its worker's threads (a candidate's own
+    included) can launch GPU work. Work already queued on the GPU is not stopped: the worker
+    synchronized before it asked, so only work launched in that instant could run on."""
+    try:
+        os.killpg(pid, signal.SIGSTOP)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        yield
+    finally:
+        try:
+            os.killpg(pid, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def deadline_moved(reply: dict[str, Any], room_s: float) -> float:
     """How far an answer moves a job's deadline: the seconds the parent waited for the device on
     its behalf (`waited_s`), within the `room_s` left of the job's own timeout."""
@@ -302,6 +323,10 @@ class WorkerProcess:
         if self.alive():
             self.kill()
         return self._outcome(self.started, timed_out=False, memory_killed=memory_killed)
+
+    def paused(self) -> contextlib.AbstractContextManager[None]:
+        """The worker stopped for the block (`paused`)."""
+        return paused(self.proc.pid)
 
     def kill(self) -> None:
         try:

@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     hooked = exclusive_benchmarks(hold) if device == "cuda" else []
     lock = (f"exclusive for Inductor's benchmarks ({', '.join(hooked)})" if hooked else
             "exclusive throughout (no benchmarker found to hold it for)" if device == "cuda" else "none (a CPU)")
-    with hold.region("exclusive") if device == "cuda" and not hooked else contextlib.nullcontext():
+    with hold.region("exclusive", "compile") if device == "cuda" and not hooked else contextlib.nullcontext():
         for i, mode in enumerate(modes):
             path = Path(out) if i == 0 else Path(out).with_suffix(f".{i}.py")
             answer = _seed(ref, device, path, mode, knobs, sizes if i == 0 else "dynamic", hold)

@@ -46,7 +46,7 @@ def exclusive_benchmarks(hold: DeviceHold) -> list[str]:
     wrapped = ["benchmarker.benchmark_gpu"]
     # an attribute of the one instance: every caller's `benchmarker.benchmark_gpu(...)`, and the
     # benchmarker's own `self.benchmark_gpu` from `benchmark`, find it
-    bench.benchmark_gpu = _exclusive(bench.benchmark_gpu, hold)
+    bench.benchmark_gpu = _exclusive(bench.benchmark_gpu, hold, "benchmarker.benchmark_gpu")
     for module_name, class_name, name in _AROUND:
         try:
             cls = getattr(importlib.import_module(module_name), class_name)
@@ -56,19 +56,22 @@ def exclusive_benchmarks(hold: DeviceHold) -> list[str]:
         if raw is None:
             continue
         if isinstance(raw, (classmethod, staticmethod)):
-            setattr(cls, name, type(raw)(_exclusive(raw.__func__, hold)))
+            setattr(cls, name, type(raw)(_exclusive(raw.__func__, hold, f"{class_name}.{name}")))
         elif callable(raw):
-            setattr(cls, name, _exclusive(raw, hold))
+            setattr(cls, name, _exclusive(raw, hold, f"{class_name}.{name}"))
         else:
             continue
         wrapped.append(f"{class_name}.{name}")
     return wrapped
 
 
-def _exclusive(fn: Any, hold: DeviceHold) -> Any:
+def _exclusive(fn: Any, hold: DeviceHold, label: str) -> Any:
+    """`fn` in an exclusive region; the ledger writes `label` with its seconds beside the hold, so
+    a coarse region's time can be told from its benchmarks' (they nest)."""
+
     @functools.wraps(fn)
     def alone(*args: Any, **kwargs: Any) -> Any:
-        with hold.region("exclusive"):
+        with hold.region("exclusive", label):
             return fn(*args, **kwargs)
 
     return alone

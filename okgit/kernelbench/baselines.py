@@ -135,12 +135,12 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
             arms: dict[str, Callable] = {"eager": eager}
             if fast is not None and not error:
                 arms["okgit"] = fast
-            with hold.region("exclusive") if alone_for_compile else contextlib.nullcontext():
+            with hold.region("exclusive", "torch.compile") if alone_for_compile else contextlib.nullcontext():
                 compiled = _compiled(torch, eager, input_sets[0], device, result)
             if compiled is not None:
                 arms["compile"] = compiled
             torch.cuda.synchronize(device)
-        with hold.region("exclusive"):
+        with hold.region("exclusive", "timing"):
             times, result.noise = _time_arms(arms, input_sets, device)
     result.eager_us = times.get("eager")
     result.compile_us = times.get("compile")

@@ -41,9 +41,15 @@ class StageTime(BaseModel):
     shared_s: float = 0.0
     exclusive_s: float = 0.0
     wait_s: float = 0.0
+    # exclusive seconds by what ran in the hold, where it was labelled (an Inductor benchmark
+    # function, a worker's timing): nested labels overlap, so these may add up to more
+    alone_for: dict[str, float] = Field(default_factory=dict)
 
     def plus(self, other: StageTime) -> StageTime:
-        return StageTime(**{k: round(getattr(self, k) + getattr(other, k), 3) for k in type(self).model_fields})
+        sums = {k: round(getattr(self, k) + getattr(other, k), 3) for k in ("wall_s", "shared_s", "exclusive_s", "wait_s")}
+        labels = {k: round(self.alone_for.get(k, 0.0) + other.alone_for.get(k, 0.0), 3)
+                  for k in self.alone_for.keys() | other.alone_for.keys()}
+        return StageTime(**sums, alone_for=labels)
 
 
 class ProblemResult(BaseModel):
@@ -307,7 +313,22 @@ def _time_lines(report: SweepReport) -> list[str]:
     lines += ["", f"device time: the problems held the device alone for {_sum(total, 'exclusive_s') / 60:.1f} min and "
               f"shared it for {_sum(total, 'shared_s') / 60:.1f} min; the sweep's wall so far {wall / 60:.1f} min "
               f"(this call {report.wall_s / 60:.1f} min)"]
-    return lines
+    return lines + _alone_lines(total)
+
+
+ALONE_SHOWN = 8  # the labels of exclusive holds named in the report, most seconds first
+
+
+def _alone_lines(total: dict[str, StageTime]) -> list[str]:
+    """What ran while the device was held alone, by stage and label, most seconds first: where a
+    coarse region (an Inductor autotuning) outlasts the benchmarks nested in it, the rest was not
+    benchmarking (compiling, say) and kept every other problem off the device."""
+    seconds = {f"{stage}: {label}": s for stage, t in total.items() for label, s in t.alone_for.items()}
+    if not seconds:
+        return []
+    top = sorted(seconds.items(), key=lambda kv: -kv[1])[:ALONE_SHOWN]
+    return ["held alone, by what ran in the hold (seconds over every problem; nested labels overlap): "
+            + ", ".join(f"{name} {s:.1f}" for name, s in top)]
 
 
 def _phase_lines(report: SweepReport) -> list[str]:

@@ -85,6 +85,9 @@ def ledger_holds(path: Path) -> tuple[dict[str, StageTime], int | None]:
         held = float(entry.get("held_s", 0.0))
         if entry.get("mode") == "exclusive":
             t.exclusive_s = round(t.exclusive_s + held, 3)
+            labels = entry.get("for") if isinstance(entry.get("for"), dict) else {}
+            for label, seconds in labels.items():
+                t.alone_for[str(label)] = round(t.alone_for.get(str(label), 0.0) + float(seconds), 3)
         else:
             t.shared_s = round(t.shared_s + held, 3)
         t.wait_s = round(t.wait_s + float(entry.get("wait_s", 0.0)), 3)

@@ -206,6 +206,9 @@ def test_on_a_gpu_a_job_checks_sharing_the_device_and_times_alone(tmp_path, monk
     assert {("reference", "shared"), ("reference", "exclusive"), ("evaluation", "shared"),
             ("evaluation", "exclusive")} <= modes
     assert any("footprint_bytes" in e for e in entries)
+    # what each held alone for: the judge's timing of the reference, the worker's gate
+    alone = {(e["stage"], label) for e in entries if e.get("mode") == "exclusive" for label in e.get("for", {})}
+    assert {("reference", "timing"), ("evaluation", "timing")} <= alone, alone
 
 
 def test_a_shared_holder_sees_an_exclusive_one_waiting_and_makes_way_between_calls(tmp_path):
@@ -353,3 +356,33 @@ def test_a_job_that_makes_way_is_stopped_until_it_holds_the_device_again(tmp_pat
     finally:
         busy.kill()
         busy.wait()
+
+
+def test_each_hold_says_what_ran_in_it_and_for_how_long(tmp_path, monkeypatch):
+    """Labelled regions (an Inductor autotuning, a benchmark nested in it, a worker's timing) are
+    written beside the hold they fell in, each with the seconds it was open in that hold: the
+    ledger then tells a coarse region's benchmarking from the rest of its time."""
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    hold = DeviceHold("cpu:6", "seed")
+    with hold.region("shared", "build"):
+        time.sleep(0.05)
+        with hold.region("exclusive", "CachingAutotuner.coordinate_descent_tuning"):
+            time.sleep(0.1)  # what a compile inside the region would be
+            with hold.region("exclusive", "benchmarker.benchmark_gpu"):
+                time.sleep(0.05)
+        time.sleep(0.02)
+    job = DeviceHold("cpu:6", "evaluation")
+    with job.region("shared"):
+        job.upgrade("timing")  # a worker's gate, to the job's end
+        time.sleep(0.05)
+    entries = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert [(e["stage"], e["mode"]) for e in entries] == [("seed", "shared"), ("seed", "exclusive"), ("seed", "shared"),
+                                                          ("evaluation", "shared"), ("evaluation", "exclusive")]
+    first, alone, after, _, timed = entries
+    assert set(first["for"]) == {"build"} and 0.04 <= first["for"]["build"] <= first["held_s"] + 0.001
+    coarse, bench = alone["for"]["CachingAutotuner.coordinate_descent_tuning"], alone["for"]["benchmarker.benchmark_gpu"]
+    assert 0.14 <= coarse <= alone["held_s"] + 0.001 and 0.04 <= bench < coarse - 0.08
+    assert alone["for"]["build"] == pytest.approx(alone["held_s"], abs=0.005)  # the shared region, open throughout
+    assert set(after["for"]) == {"build"} and after["for"]["build"] >= 0.015  # counted from the new hold on
+    assert set(timed["for"]) == {"timing"} and timed["for"]["timing"] >= 0.04

@@ -4,23 +4,26 @@ handed over as soon as it is made (okgit.search.proposers.inductor.SeedProcess).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from okgit.eval.parent.devices import DeviceHold
+from okgit.eval.parent.devices import LEDGER_ENV, DeviceHold
 
 OP = Path(__file__).parents[1] / "kb_fixture" / "KernelBench" / "level2" / "1_ScaleShift.py"
 
 
 @pytest.mark.slow  # importing Inductor's autotuning takes seconds
-def test_inductors_benchmarks_run_with_the_device_held_alone(monkeypatch):
+def test_inductors_benchmarks_run_with_the_device_held_alone(monkeypatch, tmp_path):
     pytest.importorskip("torch._inductor.select_algorithm")
     from torch._inductor import select_algorithm
     from torch._inductor.runtime import benchmarking, triton_heuristics
 
     from okgit.inductor.locking import exclusive_benchmarks
 
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
     hold = DeviceHold(None, "seed")
     seen: list[str | None] = []
 
@@ -50,6 +53,10 @@ def test_inductors_benchmarks_run_with_the_device_held_alone(monkeypatch):
         assert hold.mode == "shared"
     assert benchmarking.benchmarker.benchmark_gpu(lambda: None) == 1.0  # from nothing held (max-autotune's compile)
     assert seen == ["exclusive", "exclusive", "exclusive"] and hold.mode is None
+    # each exclusive hold names what Inductor ran in it
+    alone = [e["for"] for e in map(json.loads, ledger.read_text().splitlines()) if e["mode"] == "exclusive"]
+    assert [set(a) for a in alone] == [{"benchmarker.benchmark_gpu"}, {"AlgorithmSelectorCache.benchmark_in_current_process"},
+                                       {"benchmarker.benchmark_gpu"}]
 
 
 @pytest.mark.slow  # Inductor compiles in the seed's child process

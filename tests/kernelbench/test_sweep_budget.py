@@ -110,14 +110,18 @@ def test_the_ledger_adds_up_holds_by_stage_and_keeps_the_last_footprint(tmp_path
              {"footprint_bytes": 5 * GiB},
              {"stage": "evaluation", "mode": "shared", "wait_s": 0.0, "held_s": 3.0},
              {"stage": "evaluation", "mode": "exclusive", "wait_s": 4.0, "held_s": 0.5},
-             {"stage": "seed", "mode": "exclusive", "wait_s": 0.0, "held_s": 7.0},
+             {"stage": "seed", "mode": "exclusive", "wait_s": 0.0, "held_s": 7.0,
+              "for": {"CachingAutotuner.coordinate_descent_tuning": 6.5, "benchmarker.benchmark_gpu": 1.25}},
+             {"stage": "seed", "mode": "exclusive", "wait_s": 0.0, "held_s": 0.5, "for": {"benchmarker.benchmark_gpu": 0.5}},
              {"footprint_bytes": 6 * GiB}]
     ledger.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"stage": "cut sh')  # a line cut by a kill
     holds, footprint = timeline.ledger_holds(ledger)
     assert footprint == 6 * GiB
     assert holds["reference"] == StageTime(shared_s=10.0, exclusive_s=1.5, wait_s=3.0)
     assert holds["search"] == StageTime(shared_s=3.0, exclusive_s=0.5, wait_s=4.0)
-    assert holds["seeds"] == StageTime(exclusive_s=7.0)
+    # what ran in the holds: the coarse region outlasts the benchmarks nested in it
+    assert holds["seeds"] == StageTime(exclusive_s=7.5, alone_for={"CachingAutotuner.coordinate_descent_tuning": 6.5,
+                                                                   "benchmarker.benchmark_gpu": 1.75})
     both = timeline.combine({"reference": 30.0, "final gate": 12.0}, ledger)
     assert list(both) == ["reference", "seeds", "search", "final gate"]
     assert both["reference"].wall_s == 30.0 and both["reference"].exclusive_s == 1.5
@@ -136,16 +140,23 @@ def test_the_report_says_where_the_time_went_per_problem_and_in_total():
                  search=StageTime(wall_s=60, shared_s=30, exclusive_s=6, wait_s=4),
                  profile=StageTime(wall_s=8, exclusive_s=1)),  # within the search's wall
           result("level2/3_B", reference=StageTime(wall_s=10, shared_s=8, exclusive_s=1),
-                 baselines=StageTime(wall_s=30, shared_s=20, exclusive_s=3, wait_s=2))]
+                 seeds=StageTime(wall_s=5, exclusive_s=4, alone_for={"AlgorithmSelectorCache.benchmark_in_current_process": 4,
+                                                                     "benchmarker.benchmark_gpu": 0.5}),
+                 baselines=StageTime(wall_s=30, shared_s=20, exclusive_s=3, wait_s=2, alone_for={"timing": 3}))]
     report = SweepReport(dir="/kb", out="/out", device="cuda", problems=rs, summary=summarize(rs), wall_s=120,
                          calls_wall_s=300)
     assert report.summary.time["reference"] == StageTime(wall_s=30, shared_s=23, exclusive_s=3, wait_s=1)
     md = report.markdown()
-    assert "| problem | wall | reference | search | baselines | profiling | device excl. | device shared | lock wait |" in md
-    assert "| level1/1_A | 80 | 20 (15/2, 1) | 60 (30/6, 4) | - | 8 (10%) | 9.0 | 45.0 | 5.0 |" in md
-    assert "| level2/3_B | 40 | 10 (8/1, 0) | - | 30 (20/3, 2) | - | 4.0 | 28.0 | 2.0 |" in md
-    assert "| **total** | 120 | 30 (23/3, 1) | 60 (30/6, 4) | 30 (20/3, 2) | 8 (7%) | 13.0 | 73.0 | 7.0 |" in md
-    assert "alone for 0.2 min" in md and "the sweep's wall so far 5.0 min (this call 2.0 min)" in md
+    assert ("| problem | wall | reference | seeds | search | baselines | profiling | device excl. | device shared | lock wait |"
+            in md)
+    assert "| level1/1_A | 80 | 20 (15/2, 1) | - | 60 (30/6, 4) | - | 8 (10%) | 9.0 | 45.0 | 5.0 |" in md
+    assert "| level2/3_B | 45 | 10 (8/1, 0) | 5 (0/4, 0) | - | 30 (20/3, 2) | - | 8.0 | 28.0 | 2.0 |" in md
+    assert "| **total** | 125 | 30 (23/3, 1) | 5 (0/4, 0) | 60 (30/6, 4) | 30 (20/3, 2) | 8 (6%) | 17.0 | 73.0 | 7.0 |" in md
+    assert "alone for 0.3 min" in md and "the sweep's wall so far 5.0 min (this call 2.0 min)" in md
+    # what ran while the device was held alone, most seconds first
+    assert ("held alone, by what ran in the hold (seconds over every problem; nested labels overlap): "
+            "seeds: AlgorithmSelectorCache.benchmark_in_current_process 4.0, baselines: timing 3.0, "
+            "seeds: benchmarker.benchmark_gpu 0.5") in md
 
 
 # --- admission by memory -------------------------------------------------------------------------

@@ -115,24 +115,52 @@ class DeviceHold:
         self._state = threading.Lock()
         self._held: contextlib.AbstractContextManager[float] | None = None
         self._waited = self._since = 0.0
+        # what ran in the hold, for the ledger: each open labelled region (its label, since when),
+        # and the seconds each label has been open during the current hold
+        self._labels: dict[int, tuple[str, float]] = {}
+        self._label_s: dict[str, float] = {}
 
     @contextmanager
-    def region(self, mode: Mode) -> Iterator[None]:
+    def region(self, mode: Mode, label: str | None = None) -> Iterator[None]:
+        """`label`: what runs in the region (an Inductor benchmark function, a timing), written with
+        the seconds it took beside each hold it fell in."""
         with self._state:
             self._open[mode] += 1
             self._settle()
+            token = self._open_label(label)  # once held: it belongs to the hold it runs in
         try:
             yield
         finally:
             with self._state:
                 self._open[mode] -= 1
+                self._close_label(token)
+                if not self._upgraded or not any(self._open.values()):
+                    self._close_label(0)  # an upgrade's label ends with it
                 self._upgraded = self._upgraded and any(self._open.values())
                 self._settle()
 
-    def upgrade(self) -> None:
+    def upgrade(self, label: str | None = None) -> None:
+        """Hold the device alone until the open regions close; `label`: what for (the worker's gate)."""
         with self._state:
             self._upgraded = any(self._open.values())
             self._settle()
+            if self._upgraded and label and 0 not in self._labels:
+                self._labels[0] = (label, time.monotonic())
+
+    def _open_label(self, label: str | None) -> int | None:
+        if not label:
+            return None
+        token = max(self._labels, default=0) + 1
+        self._labels[token] = (label, time.monotonic())
+        return token
+
+    def _close_label(self, token: int | None) -> None:
+        if token is not None and token in self._labels:
+            self._count_label(*self._labels.pop(token))
+
+    def _count_label(self, label: str, opened: float) -> None:
+        if self.mode is not None:
+            self._label_s[label] = self._label_s.get(label, 0.0) + time.monotonic() - max(opened, self._since)
 
     def make_way(self, away: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext) -> bool:
         """Where this hold is shared (not upgraded) and another process waits to hold the device
@@ -157,8 +185,10 @@ class DeviceHold:
             if self._held is not None:
                 self._held.__exit__(None, None, None)
                 self._held = None
-            _record(self.what, self.mode, self._waited, time.monotonic() - self._since)
-        self.mode = None
+            for label, opened in self._labels.values():
+                self._count_label(label, opened)
+            _record(self.what, self.mode, self._waited, time.monotonic() - self._since, self._label_s)
+        self.mode, self._label_s = None, {}
 
     def _settle(self) -> None:
         """Hold what the open regions want; never wait for one mode while holding the other (two
@@ -181,8 +211,13 @@ def record_footprint(nbytes: int) -> None:
     _append({"footprint_bytes": int(nbytes)})
 
 
-def _record(what: str, mode: Mode, waited_s: float, held_s: float) -> None:
-    _append({"stage": _stage or what, "mode": mode, "wait_s": round(waited_s, 3), "held_s": round(held_s, 3)})
+def _record(what: str, mode: Mode, waited_s: float, held_s: float, labels: dict[str, float] | None = None) -> None:
+    """One hold; `labels`: the seconds each labelled region was open in it (nested ones overlap)."""
+    entry: dict[str, object] = {"stage": _stage or what, "mode": mode, "wait_s": round(waited_s, 3),
+                                "held_s": round(held_s, 3)}
+    if labels:
+        entry["for"] = {label: round(seconds, 3) for label, seconds in labels.items()}
+    _append(entry)
 
 
 def _append(entry: dict[str, object]) -> None:

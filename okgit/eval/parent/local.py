@@ -306,7 +306,7 @@ class LocalEvaluator(EvaluatorBase):
             t0 = time.monotonic()
             reply = judge_process.request({"op": "prepare", "job": job.to_dict()}, self.reference_timeout_s) if started else None
             if reply is not None and not reply.get("failure") and self._kind == "cuda":
-                with hold.region("exclusive"):  # the device's peaks and the reference's timing: the device alone
+                with hold.region("exclusive", "timing"):  # the device's peaks and the reference's timing: the device alone
                     measured = judge_process.request({"op": "measure"}, self.reference_timeout_s - (time.monotonic() - t0))
                 reply = {**reply, **measured} if measured is not None and not measured.get("failure") else measured
         if reply is None and started and judge_process.alive() and time.monotonic() - t0 >= self.reference_timeout_s:
@@ -392,7 +392,7 @@ class LocalEvaluator(EvaluatorBase):
         def answer(message: dict[str, Any]) -> dict[str, Any]:
             t0 = time.monotonic()
             if message.get("op") == "exclusive":  # from here to the job's end
-                hold.upgrade()
+                hold.upgrade(re.sub(r"[^a-z_ ]", "", str(message.get("for") or ""))[:40] or "job")  # the worker's word: a label only
                 return {"ok": True, "waited_s": time.monotonic() - t0}
             if message.get("op") == "make_way":  # between two calls: a waiting timing goes first
                 return {"ok": True, "made_way": hold.make_way(away=worker.paused), "waited_s": time.monotonic() - t0}

@@ -152,7 +152,7 @@ class Worker:
         jobs' work that times nothing; timing and profiling must not run beside anything
         (okgit.eval.parent.devices). A failure belongs to the gate in progress (timing, profiling)."""
         t0 = time.monotonic()
-        self.channel.send({"op": "exclusive"})
+        self.channel.send({"op": "exclusive", "for": self.current})  # the gate: a label in the ledger
         reply = self.channel.receive()
         self.spent("device_wait", time.monotonic() - t0)
         if reply is None or not reply.get("ok"):

@@ -10,9 +10,12 @@ caller's to hold shared around its own GPU work.
 
 The benchmarks are found where Inductor keeps them: the one benchmarker every path goes
 through, and, so that one autotuning takes the lock once rather than per configuration, the
-coarser functions around it (a kernel's configurations, its coordinate descent, a template
-choice). A name a torch version lacks is skipped; where the benchmarker itself is missing,
-`exclusive_benchmarks` says so and the caller holds the device alone for the whole compile.
+coarser functions around it whose configurations are all compiled before they run (a kernel's
+configurations, a template choice). Not coordinate descent: it compiles each configuration it
+tries just before benchmarking it (CachingAutotuner._coordinate_descent_tuning), so held around
+it the device would be held alone through every one of those compiles; each of its benchmarks
+holds it alone instead. A name a torch version lacks is skipped; where the benchmarker itself is
+missing, `exclusive_benchmarks` says so and the caller holds the device alone for the whole compile.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from okgit.eval.parent.devices import DeviceHold
 # (module, class, attribute): coarse regions, each one autotuning of one kernel or one choice
 _AROUND = (
     ("torch._inductor.runtime.triton_heuristics", "CachingAutotuner", "benchmark_all_configs"),
-    ("torch._inductor.runtime.triton_heuristics", "CachingAutotuner", "coordinate_descent_tuning"),
     ("torch._inductor.select_algorithm", "AlgorithmSelectorCache", "benchmark_in_current_process"),
     ("torch._inductor.select_algorithm", "AlgorithmSelectorCache", "benchmark_in_sub_process"),
 )

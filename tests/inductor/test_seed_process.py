@@ -87,3 +87,49 @@ def test_a_seed_process_runs_below_timing_and_closed_early_leaves_nothing_runnin
     assert os.getpriority(os.PRIO_PROCESS, child.proc.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + SEED_NICE)
     child.close()
     assert child.proc.poll() is not None
+
+
+@pytest.mark.slow  # importing Inductor's autotuning takes seconds
+def test_coordinate_descent_compiles_with_nothing_held_and_benchmarks_alone(monkeypatch):
+    """Inductor's own coordinate descent (CachingAutotuner._coordinate_descent_tuning) compiles
+    each configuration it tries just before benchmarking it: the device is held alone for each
+    benchmark, not through the compiles between them (on the H200's sweep, 2026-12-04, single
+    seed holds of 28-57 s kept every other problem off the device). Driven here on a real
+    autotuner of a captured kernel, its compile and its benchmark standing in for the GPU's."""
+    from types import SimpleNamespace
+
+    from torch._inductor import select_algorithm
+    from torch._inductor.runtime import benchmarking, triton_heuristics
+
+    from okgit.inductor.capture import _load_kernel
+    from okgit.inductor.locking import exclusive_benchmarks
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    from test_inductor_autotuners import _autotuned_kernel
+
+    hold = DeviceHold(None, "seed")
+    seen: list[tuple[str, str | None]] = []
+    monkeypatch.setattr(benchmarking.benchmarker, "benchmark_gpu", lambda fn, **kw: seen.append(("bench", hold.mode)) or 1.0)
+    for cls, names in ((select_algorithm.AlgorithmSelectorCache, ("benchmark_in_current_process", "benchmark_in_sub_process")),
+                       (triton_heuristics.CachingAutotuner, ("benchmark_all_configs", "coordinate_descent_tuning"))):
+        for name in names:  # put back by monkeypatch afterwards
+            monkeypatch.setattr(cls, name, cls.__dict__[name])
+    exclusive_benchmarks(hold)
+
+    k = _autotuned_kernel()
+    autotuner = _load_kernel(k["name"], k["source"])
+    autotuner.__dict__["_should_coordesc_tune"] = True  # as max-autotune sets it
+
+    def launcher(config):
+        return SimpleNamespace(config=config, n_regs=0, n_spills=0, shared=0, cache_hash=None)
+
+    def compile_config(config):
+        seen.append(("compile", hold.mode))
+        return SimpleNamespace(make_launcher=lambda: launcher(config))
+
+    autotuner._precompile_config = compile_config
+    autotuner.bench = lambda one, *a, **kw: benchmarking.benchmarker.benchmark_gpu(lambda: None)
+    autotuner.coordinate_descent_tuning(launcher(autotuner.configs[0]))
+    assert {what for what, _ in seen} == {"compile", "bench"} and len(seen) >= 4
+    assert {mode for what, mode in seen if what == "compile"} == {None}  # nothing held while it compiles
+    assert {mode for what, mode in seen if what == "bench"} == {"exclusive"}

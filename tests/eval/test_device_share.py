@@ -386,3 +386,30 @@ def test_each_hold_says_what_ran_in_it_and_for_how_long(tmp_path, monkeypatch):
     assert alone["for"]["build"] == pytest.approx(alone["held_s"], abs=0.005)  # the shared region, open throughout
     assert set(after["for"]) == {"build"} and after["for"]["build"] >= 0.015  # counted from the new hold on
     assert set(timed["for"]) == {"timing"} and timed["for"]["timing"] >= 0.04
+
+
+def test_a_job_whose_timing_is_done_holds_the_device_shared_again_behind_a_waiting_timing(tmp_path):
+    """After its timing, what is left of a job (checking the timed outputs, its result, its exit)
+    times nothing: the hold goes back to shared, and a timing of another job that waits goes first."""
+    from okgit.locks import waited_for
+
+    job = DeviceHold("cuda:3", "evaluation")
+    order: list[str] = []
+    with job.region("shared"):
+        job.upgrade("timing")
+        assert job.mode == "exclusive"
+
+        def timing() -> None:
+            with device_lock("cuda:3", "exclusive", "final gate"):
+                order.append("other timing")
+                time.sleep(0.2)
+
+        t = _in_thread(timing)
+        deadline = time.monotonic() + 5
+        while not waited_for(devices.lock_path("cuda:3")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        job.downgrade()
+        order.append("the rest of the job")
+        assert job.mode == "shared"
+        t.join(5)
+    assert order == ["other timing", "the rest of the job"]

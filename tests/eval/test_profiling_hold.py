@@ -1,7 +1,8 @@
 """The profiling pass holds the device alone only for its profiled calls: the worker asks for it
-after the warm-up (ncu: before cudaProfilerStart; Proton: before its scope), and the parent,
+after the warm-up (ncu: before cudaProfilerStart; Proton: before its scope) and gives it back
+once they are done (the tool's wrap-up and the worker's exit time nothing), and the parent,
 holding the device shared from the job's start, answers as it does for a timing; the ledger
-shows the pass's shared and exclusive holds apart, both under the stage "profile".
+shows the pass's shared and exclusive holds apart, all under the stage "profile".
 
 On a CPU neither tool runs (torch has no CUDA there), so the worker's side is profile_model
 itself, on a real model, with torch's CUDA calls and the request recorded in the order they come;
@@ -70,9 +71,10 @@ def log(monkeypatch) -> list[str]:
     ("ncu", ["empty_cache", "profiler.start", "call", "synchronize", "profiler.stop"]),
     ("proton", ["scope", "call", "call", "synchronize", "scope end", "finalize"]),
 ])
-def test_the_worker_asks_for_the_device_alone_after_the_warm_up_and_before_the_profiled_calls(log, tool, profiled):
-    out = profile_model(recording_torch(log), Doubled(log), [torch.ones(4)], tool, lambda: log.append("alone"))
-    assert log == ["call"] * WARMUP_CALLS + ["synchronize", "alone", *profiled]
+def test_the_worker_holds_the_device_alone_for_the_profiled_calls_only(log, tool, profiled):
+    out = profile_model(recording_torch(log), Doubled(log), [torch.ones(4)], tool, lambda: log.append("alone"),
+                        lambda: log.append("done"))
+    assert log == ["call"] * WARMUP_CALLS + ["synchronize", "alone", *profiled, "done"]
     assert out["tool"] == tool and out["profiled_s"] >= 0
 
 
@@ -81,7 +83,7 @@ def test_a_pass_the_parent_does_not_give_the_device_alone_profiles_nothing(log):
         raise CallFailed("profiling", "error", "the parent did not give this job the device alone for its profiling")
 
     with pytest.raises(CallFailed):
-        profile_model(recording_torch(log), Doubled(log), [torch.ones(4)], "ncu", refused)
+        profile_model(recording_torch(log), Doubled(log), [torch.ones(4)], "ncu", refused, lambda: log.append("done"))
     assert log == ["call"] * WARMUP_CALLS + ["synchronize"]  # no profiler started, no call profiled
 
 
@@ -99,8 +101,11 @@ STAND_IN = textwrap.dedent("""
     time.sleep(0.3)  # the profiled call: alone
     print(json.dumps({"op": "check"}), flush=True)  # anything else goes to the judge, and a pass has none
     other = json.loads(sys.stdin.readline())
+    print(json.dumps({"op": "timed"}), flush=True)  # the profiled call done
+    back = json.loads(sys.stdin.readline())
+    time.sleep(0.3)  # the tool's wrap-up, the worker's exit: shared
     with open(job_dir + "/result.json", "w") as f:  # the worker's result: here, the parent's answers
-        json.dump({"replies": [reply, other]}, f)
+        json.dump({"replies": [reply, other, back]}, f)
 """)
 
 
@@ -115,14 +120,17 @@ def test_the_parent_holds_a_pass_shared_then_alone_when_its_worker_asks(tmp_path
                   counters="ncu")
         outcome = ev._in_worker(worker, job, 60.0, None, "profile", {})
         assert outcome.returncode == 0 and not outcome.crashed, outcome.stderr_tail
-        upgraded, other = read_result(worker.dir)["replies"]
+        upgraded, other, back = read_result(worker.dir)["replies"]
         assert upgraded["ok"] is True and 0.0 <= upgraded["waited_s"] < 1.0 and other == {"ok": False}
+        assert back["ok"] is True
     finally:
         worker.close()
         ev.close()
     holds = [json.loads(line) for line in ledger.read_text().splitlines()]
-    assert [(h["stage"], h["mode"]) for h in holds] == [("profile", "shared"), ("profile", "exclusive")]
-    assert holds[0]["held_s"] >= 0.25 and holds[1]["held_s"] >= 0.25  # each part where it ran
+    assert [(h["stage"], h["mode"]) for h in holds] == [("profile", "shared"), ("profile", "exclusive"),
+                                                        ("profile", "shared")]
+    assert all(h["held_s"] >= 0.25 for h in holds)  # each part where it ran
+    assert set(holds[1]["for"]) == {"job"}  # a worker that names no gate: the hold is the job's
 
 
 MAKES_WAY = textwrap.dedent("""
@@ -143,7 +151,7 @@ def test_the_parent_answers_make_way_and_its_wait_is_not_the_jobs_time(tmp_path,
     parent waited 0.8 s for other jobs' timings, and which then works 0.5 s, still ends on its own."""
     from okgit.eval.parent.devices import DeviceHold
 
-    def slow_way(self) -> bool:
+    def slow_way(self, away=None) -> bool:
         time.sleep(0.8)  # other jobs' timings went first
         return True
 

@@ -102,9 +102,9 @@ class DeviceHold:
     """A process's hold on its device, by regions: `region("shared")` around GPU work that times
     nothing, `region("exclusive")` around timing (and Inductor's autotuning); outside every
     region nothing is held (a compile on the CPU keeps no timing waiting). The strongest open
-    region decides; `upgrade()` makes the hold exclusive until its regions close (a worker's
-    timing, to the job's end). Regions may nest and come from several threads: a thread inside
-    an exclusive region never waits for another's. `device` None (a CPU): nothing is locked,
+    region decides; `upgrade()` makes the hold exclusive until its regions close or `downgrade()`
+    (a worker's timing, until it says the timing is done). Regions may nest and come from several
+    threads: a thread inside an exclusive region never waits for another's. `device` None (a CPU): nothing is locked,
     and the hold's time is still written to the ledger."""
 
     def __init__(self, device: str | None, what: str) -> None:
@@ -146,6 +146,15 @@ class DeviceHold:
             self._settle()
             if self._upgraded and label and 0 not in self._labels:
                 self._labels[0] = (label, time.monotonic())
+
+    def downgrade(self) -> None:
+        """Back from an upgrade to what the open regions want (shared): the job's timing is done and
+        what is left of it (checking the timed outputs, writing its result, its process's exit) times
+        nothing. A timing of another job that waits goes first (no new shared hold gets past it)."""
+        with self._state:
+            self._close_label(0)
+            self._upgraded = False
+            self._settle()
 
     def _open_label(self, label: str | None) -> int | None:
         if not label:

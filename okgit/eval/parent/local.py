@@ -381,8 +381,8 @@ class LocalEvaluator(EvaluatorBase):
     def _in_worker(self, worker: WorkerProcess, job: Job, timeout_s: float, relay: Relay | None, what: str,
                    clock: dict[str, float]) -> Outcome:
         """`job` in a worker of its own, holding the device shared from its start: the worker asks for
-        it alone ({"op": "exclusive"}) just before it times or profiles, and keeps it so to the job's
-        end; between its calls it offers its turn ({"op": "make_way"}: a waiting timing of another
+        it alone ({"op": "exclusive"}) just before it times or profiles, and gives it back
+        ({"op": "timed"}) once that is done: what is left of the job times nothing; between its calls it offers its turn ({"op": "make_way"}: a waiting timing of another
         job goes first); its other messages go to the judge (`relay`). `what`: the ledger's stage of
         the holds; `clock` gets the seconds waited for the lock."""
         # started before the lock: spawning and importing never hold up another job's GPU work
@@ -391,8 +391,12 @@ class LocalEvaluator(EvaluatorBase):
 
         def answer(message: dict[str, Any]) -> dict[str, Any]:
             t0 = time.monotonic()
-            if message.get("op") == "exclusive":  # from here to the job's end
+            if message.get("op") == "exclusive":  # from here until it says "timed"
                 hold.upgrade(re.sub(r"[^a-z_ ]", "", str(message.get("for") or ""))[:40] or "job")  # the worker's word: a label only
+                return {"ok": True, "waited_s": time.monotonic() - t0}
+            if message.get("op") == "timed":  # its timing (or profiled call) done: shared again, stopped
+                with worker.paused():  # while a waiting timing of another job goes first
+                    hold.downgrade()
                 return {"ok": True, "waited_s": time.monotonic() - t0}
             if message.get("op") == "make_way":  # between two calls: a waiting timing goes first
                 return {"ok": True, "made_way": hold.make_way(away=worker.paused), "waited_s": time.monotonic() - t0}

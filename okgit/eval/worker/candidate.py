@@ -147,6 +147,18 @@ class Worker:
         if reply is None or not reply.get("ok"):
             raise CallFailed(self.current, "error", "the parent did not answer between two calls")
 
+    def timed(self) -> None:
+        """The timing (or the profiled call) done and synchronized: the device goes back to shared
+        for what is left of the job (the timed outputs' check, the result, the exit); the parent
+        stops this process while a waiting timing of another job goes first."""
+        self.torch.cuda.synchronize()
+        t0 = time.monotonic()
+        self.channel.send({"op": "timed"})
+        reply = self.channel.receive()
+        self.spent("device_wait", time.monotonic() - t0)
+        if reply is None or not reply.get("ok"):
+            raise CallFailed(self.current, "error", f"the parent did not take the device back after its {self.current}")
+
     def alone(self) -> None:
         """Ask the parent for the device alone, to the job's end: until here it was shared with other
         jobs' work that times nothing; timing and profiling must not run beside anything
@@ -222,6 +234,7 @@ class Worker:
             self.phase("timing")
             self.alone()
             measured, spot = time_model(torch, models[0], references[0], seeds, job, self.device)
+            self.timed()
             self.result.update(measured)
         elif job.check and seeds:  # nothing is timed here: the timing's protocol all the same
             from okgit.eval.worker.measure import exercise_model
@@ -255,7 +268,7 @@ class Worker:
         inputs = calls.draw_inputs(self.torch, references[0], case, self.device)
         self.phase("profiling")
         self.triton_launches.reset()
-        self.result["counters"] = profile_model(self.torch, model, inputs, job.counters, self.alone)
+        self.result["counters"] = profile_model(self.torch, model, inputs, job.counters, self.alone, self.timed)
         self.result["kernels"] = sorted(set(self.triton_launches.counts) | self.cuda_kernel_names)
 
     def returned_before(self, key: str, called: calls.Called) -> None:

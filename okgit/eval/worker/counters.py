@@ -15,7 +15,8 @@ The parent starts a fresh worker for the pass, its process named for the tool
 Loading, compiling, building the model, drawing its inputs and the warm-up calls share the device
 with other jobs' work that times nothing; `alone` (the worker's request to the parent) is called
 after the warm-up, when its kernels are done, and before the profiled calls: a profiler's replays
-and samples are timing, and from there to the job's end the device is this job's alone.
+and samples are timing, and from there until they are done (`done`: the tool's wrap-up and the
+worker's exit time nothing) the device is this job's alone.
 
 Neither shares the process with torch.profiler (CUPTI takes one client: the worker's warm-up
 leaves it out), and the calls' outputs are not checked: the verdict was decided before.
@@ -42,8 +43,10 @@ def start(tool: str) -> None:
         proton.start(PROTON_FILE, backend="cupti", mode="pcsampling")
 
 
-def profile_model(torch: Any, model: Any, inputs: list[Any], tool: str, alone: Callable[[], None]) -> dict[str, Any]:
-    """Warm up, ask for the device `alone`, then the profiled calls; how long they took."""
+def profile_model(torch: Any, model: Any, inputs: list[Any], tool: str, alone: Callable[[], None],
+                  done: Callable[[], None]) -> dict[str, Any]:
+    """Warm up, ask for the device `alone`, then the profiled calls, then say they are `done` (the
+    tool's own wrap-up and the worker's exit time nothing); how long they took."""
     if tool not in TOOLS:
         raise ValueError(f"no profiling tool {tool!r} (one of {', '.join(TOOLS)})")
 
@@ -70,4 +73,6 @@ def profile_model(torch: Any, model: Any, inputs: list[Any], tool: str, alone: C
                 call()
             torch.cuda.synchronize()
         proton.finalize()
-    return {"tool": tool, "profiled_s": time.monotonic() - t0}
+    profiled_s = time.monotonic() - t0
+    done()
+    return {"tool": tool, "profiled_s": profiled_s}

@@ -102,8 +102,10 @@ def test_on_a_gpu_the_pass_fills_the_counters_and_leaves_the_verdict_alone(tmp_p
             assert relu.stalls and any((s.line or "").startswith("candidate.py:") for s in relu.stalls)  # the worker's copy
     finally:
         ev.close()
-    # each tool's worker: shared for its set-up, alone from just before the profiled call(s) to its end
+    # each tool's worker: shared for its set-up, alone from just before the profiled call(s) until they
+    # are done, shared again for the tool's wrap-up and the worker's exit
     holds = [json.loads(line) for line in ledger.read_text().splitlines() if "stage" in line]
     passes = [h["mode"] for h in holds if h["stage"] == "profile"]
     assert passes.count("exclusive") >= len(prof.tools), holds  # every tool that read something
     assert all(i > 0 and passes[i - 1] == "shared" for i, m in enumerate(passes) if m == "exclusive"), holds
+    assert all(i + 1 < len(passes) and passes[i + 1] == "shared" for i, m in enumerate(passes) if m == "exclusive"), holds

@@ -298,7 +298,7 @@ def _time_lines(report: SweepReport) -> list[str]:
         return []
     stages = [s for s in STAGES if any(s in r.time for r in timed)]
     lines = ["", "Where the time went (seconds; wall, and the device's lock: shared s / exclusive s, waited s; "
-             "the profiling pass within the stages, with its share of the wall):", "",
+             "the profiling pass within the stages, with its share of the wall and of the device held alone):", "",
              "| problem | wall | " + " | ".join(stages) + " | profiling | device excl. | device shared | lock wait |",
              "|---|---|" + "---|" * (len(stages) + 4)]
     for r in timed:
@@ -353,10 +353,15 @@ def _cell(t: StageTime | None) -> str:
 
 
 def _profiling(times: dict[str, StageTime], wall_s: float) -> str:
+    """The pass's wall seconds, its share of the wall and of the seconds the device was held alone:
+    on a device other problems share, what it keeps from them is the latter."""
     t = times.get(PROFILE)
     if t is None or not t.wall_s:
         return "-"
-    return f"{t.wall_s:.0f} ({100 * t.wall_s / wall_s:.0f}%)" if wall_s else f"{t.wall_s:.0f}"
+    alone = _sum(times, "exclusive_s")
+    shares = [f"{100 * t.wall_s / wall_s:.0f}%"] if wall_s else []
+    shares += [f"alone {100 * t.exclusive_s / alone:.0f}%"] if alone else []
+    return f"{t.wall_s:.0f} ({'; '.join(shares)})" if shares else f"{t.wall_s:.0f}"
 
 
 def _sum(times: dict[str, StageTime], field: str) -> float:

@@ -149,9 +149,10 @@ def test_the_report_says_where_the_time_went_per_problem_and_in_total():
     md = report.markdown()
     assert ("| problem | wall | reference | seeds | search | baselines | profiling | device excl. | device shared | lock wait |"
             in md)
-    assert "| level1/1_A | 80 | 20 (15/2, 1) | - | 60 (30/6, 4) | - | 8 (10%) | 9.0 | 45.0 | 5.0 |" in md
+    assert "| level1/1_A | 80 | 20 (15/2, 1) | - | 60 (30/6, 4) | - | 8 (10%; alone 11%) | 9.0 | 45.0 | 5.0 |" in md
     assert "| level2/3_B | 45 | 10 (8/1, 0) | 5 (0/4, 0) | - | 30 (20/3, 2) | - | 8.0 | 28.0 | 2.0 |" in md
-    assert "| **total** | 125 | 30 (23/3, 1) | 5 (0/4, 0) | 60 (30/6, 4) | 30 (20/3, 2) | 8 (6%) | 17.0 | 73.0 | 7.0 |" in md
+    assert ("| **total** | 125 | 30 (23/3, 1) | 5 (0/4, 0) | 60 (30/6, 4) | 30 (20/3, 2) | 8 (6%; alone 6%) | 17.0 | 73.0 | 7.0 |"
+            in md)
     assert "alone for 0.3 min" in md and "the sweep's wall so far 5.0 min (this call 2.0 min)" in md
     # what ran while the device was held alone, most seconds first
     assert ("held alone, by what ran in the hold (seconds over every problem; nested labels overlap): "

@@ -9,16 +9,23 @@ round's samples) while a second process does, in turn:
 - `idle`: nothing;
 - `free`: allocates and frees 16 GiB (empty_cache) in a loop;
 - `exit`: starts processes that each touch 16 GiB of device memory and exit;
-- `context`: starts processes that only create a CUDA context and exit.
+- `context`: starts processes that only create a CUDA context and exit;
+- `busy`: a process running kernels of its own without pause (the control: work that should show).
+
+During each mode's rounds it also asks NVML (the driver's management library, through ctypes)
+which other processes it saw using the GPU's SMs (nvmlDeviceGetProcessUtilization): whether the
+evaluator could tell, during a timing, that a process outside the device's lock ran work beside it.
 
     python bench/disturb.py [--rounds 8] [--gib 16]
 
-Prints each mode's round medians and their spread; writes disturb.json under $OUT (default /tmp/out).
+Prints each mode's round medians and their spread, and the other processes NVML saw busy; writes
+disturb.json under $OUT (default /tmp/out).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -40,7 +47,52 @@ elif mode == "exit":
     x = torch.empty(n, device="cuda"); x.fill_(1.0); torch.cuda.synchronize()
 elif mode == "context":
     torch.cuda.init(); torch.empty(1, device="cuda")
+elif mode == "busy":
+    x = torch.randn(4096, 4096, device="cuda")
+    while True:
+        x = (x @ x).clamp_(-1, 1)
 '''
+
+
+class _Sample(ctypes.Structure):  # nvmlProcessUtilizationSample_t
+    _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong), ("smUtil", ctypes.c_uint),
+                ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
+
+
+class Nvml:
+    """Per-process SM utilization samples of GPU 0 since a time stamp; `error` says why not, if not."""
+
+    def __init__(self) -> None:
+        self.error = ""
+        try:
+            self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+            self.handle = ctypes.c_void_p()
+            self._check(self.lib.nvmlInit_v2(), "nvmlInit_v2")
+            self._check(self.lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.handle)), "nvmlDeviceGetHandleByIndex_v2")
+        except (OSError, RuntimeError) as e:
+            self.error = str(e)
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise RuntimeError(f"{what} returned {rc}")
+
+    def busy_since(self, stamp_us: int) -> dict[int, int]:
+        """pid -> its highest SM utilization (%) in the samples since `stamp_us` (NVML's microseconds)."""
+        if self.error:
+            return {}
+        count = ctypes.c_uint(0)
+        rc = self.lib.nvmlDeviceGetProcessUtilization(self.handle, None, ctypes.byref(count), ctypes.c_ulonglong(stamp_us))
+        if rc == 6 or count.value == 0:  # NVML_ERROR_NOT_FOUND: no sample since then
+            return {}
+        samples = (_Sample * count.value)()
+        rc = self.lib.nvmlDeviceGetProcessUtilization(self.handle, samples, ctypes.byref(count), ctypes.c_ulonglong(stamp_us))
+        if rc != 0:
+            self.error = f"nvmlDeviceGetProcessUtilization returned {rc}"
+            return {}
+        busy: dict[int, int] = {}
+        for s in samples[: count.value]:
+            busy[s.pid] = max(busy.get(s.pid, 0), s.smUtil)
+        return busy
 
 
 def _rounds(torch, rounds: int, samples: int = 20) -> list[float]:
@@ -62,7 +114,7 @@ def _rounds(torch, rounds: int, samples: int = 20) -> list[float]:
 
 def _disturber(mode: str, gib: float, stop: threading.Event) -> None:
     """Runs `mode` in other processes until `stop` is set (`exit` and `context`: one process after another)."""
-    if mode == "free":
+    if mode in ("free", "busy"):
         p = subprocess.Popen([sys.executable, "-c", DISTURBER, mode, str(gib)])
         stop.wait()
         p.kill()
@@ -82,19 +134,25 @@ def main() -> int:
     out = Path(os.environ.get("OUT", "/tmp/out"))
     out.mkdir(parents=True, exist_ok=True)
     _rounds(torch, 1)  # warm
-    result = {}
-    for mode in ("idle", "free", "exit", "context", "idle"):
+    nvml = Nvml()
+    print(f"NVML: {nvml.error or 'per-process utilization read'}", flush=True)
+    result: dict = {"nvml_error": nvml.error}
+    for mode in ("idle", "free", "exit", "context", "busy", "idle"):
         stop = threading.Event()
         thread = None
         if mode != "idle":
             thread = threading.Thread(target=_disturber, args=(mode, args.gib, stop), daemon=True)
             thread.start()
             time.sleep(3.0)  # the disturber under way
+        stamp_us = int(time.time() * 1e6)
         medians = _rounds(torch, args.rounds)
+        others = {pid: sm for pid, sm in nvml.busy_since(stamp_us).items() if pid != os.getpid()}
         stop.set()
         result.setdefault(mode, []).append(medians)
+        result.setdefault(f"{mode}_others_busy", []).append(others)
         spread = (max(medians) - min(medians)) / statistics.median(medians)
-        print(f"{mode:8s} round medians us {medians}  spread {spread:.1%}", flush=True)
+        print(f"{mode:8s} round medians us {medians}  spread {spread:.1%}  other processes on the SMs (pid: max %) {others}",
+              flush=True)
         (out / "disturb.json").write_text(json.dumps(result, indent=1))
         if thread is not None:
             thread.join(timeout=60)

@@ -32,6 +32,9 @@ FORBIDDEN_MODULES = {
     "pickle": "reads serialized objects",
     "shutil": "touches files",
     "pathlib": "touches files",
+    "importlib": "imports dynamically",
+    "pty": "starts processes",
+    "runpy": "runs other modules",
     "okgit": "imports the evaluator",
 }
 FORBIDDEN_CALLS = {
@@ -48,6 +51,12 @@ FORBIDDEN_ATTRS = {
     "system": "runs shell commands", "popen": "runs shell commands", "fork": "starts processes",
     "kill": "sends signals", "_exit": "exits the worker", "execv": "replaces the worker",
     "execve": "replaces the worker", "execvp": "replaces the worker", "spawnv": "starts processes",
+    **dict.fromkeys(("execl", "execle", "execlp", "execlpe", "execvpe"), "replaces the worker"),
+    **dict.fromkeys(("spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnve", "spawnvp", "spawnvpe", "posix_spawn",
+                     "posix_spawnp", "forkpty"), "starts processes"),
+    # a process of its own session or group outlives the worker's process group, which is killed
+    **dict.fromkeys(("setsid", "setpgid", "setpgrp"), "leaves the worker's process group"),
+    "killpg": "sends signals", "import_module": "imports dynamically",
     "_getframe": "inspects the evaluator's frames", "settrace": "traces the evaluator",
     "setprofile": "traces the evaluator",
     # torch

@@ -313,34 +313,40 @@ def test_on_a_gpu_an_evaluation_makes_way_for_a_timing_between_its_calls(tmp_pat
 
 
 def test_a_job_that_makes_way_is_stopped_until_it_holds_the_device_again(tmp_path):
-    """While a job has let another job's timing in, its worker's process group is stopped: a
-    thread of the candidate's own that keeps working gets nothing done during the timing."""
-    from okgit.eval.parent.sandbox import paused
+    """While a job has let another job's timing in, its worker is stopped, with every process it
+    started, in its group or not: a candidate's own thread, and a process it put in a session of its
+    own, get nothing done during the timing, and go on after."""
+    from okgit.eval.parent.sandbox import REAPER, paused
     from okgit.locks import waited_for
 
-    ticks = tmp_path / "ticks"
-    busy = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import threading, time
-        def tick():  # a candidate's thread of its own, working whatever its job's harness does
+    worker = tmp_path / "worker.py"
+    worker.write_text(textwrap.dedent(f"""
+        import os, sys, threading, time
+        def tick(path):
             n = 0
             while True:
                 n += 1
-                open({str(ticks)!r}, "w").write(str(n))
+                open(path, "w").write(str(n))
                 time.sleep(0.005)
-        threading.Thread(target=tick).start()
-    """)], start_new_session=True)
+        if len(sys.argv) > 1:  # started again, in a session of its own
+            tick(sys.argv[1])
+        os.posix_spawn(sys.executable, [sys.executable, __file__, {str(tmp_path / "escaped")!r}], dict(os.environ), setsid=True)
+        threading.Thread(target=tick, args=({str(tmp_path / "thread")!r},)).start()
+    """))
+    busy = subprocess.Popen([sys.executable, "-I", str(REAPER), "--", sys.executable, str(worker)], start_new_session=True)
+    ticks = [tmp_path / "thread", tmp_path / "escaped"]
     try:
         deadline = time.monotonic() + 10
-        while not ticks.exists() and time.monotonic() < deadline:
+        while not all(t.exists() for t in ticks) and time.monotonic() < deadline:
             time.sleep(0.01)
         job = DeviceHold("cuda:5", "evaluation")  # only its lock file is used: nothing touches a GPU
-        seen: list[str] = []
+        seen: list[list[str]] = []
 
         def timing() -> None:
             with device_lock("cuda:5", "exclusive", "final gate"):
-                first = ticks.read_text()
+                first = [t.read_text() for t in ticks]
                 time.sleep(0.3)
-                seen.extend([first, ticks.read_text()])
+                seen.extend([first, [t.read_text() for t in ticks]])
 
         with job.region("shared"):
             t = _in_thread(timing)
@@ -349,11 +355,16 @@ def test_a_job_that_makes_way_is_stopped_until_it_holds_the_device_again(tmp_pat
                 time.sleep(0.01)
             assert job.make_way(away=lambda: paused(busy.pid)) is True
             t.join(5)
-        assert len(seen) == 2 and seen[0] == seen[1]  # not one tick while the other job timed
-        before = ticks.read_text()
-        time.sleep(0.2)
-        assert ticks.read_text() != before  # and it goes on once the job holds the device again
+        assert len(seen) == 2 and seen[0] == seen[1]  # not one tick, of either, while the other job timed
+        before = [t.read_text() for t in ticks]
+        deadline = time.monotonic() + 10
+        while any(a == t.read_text() for a, t in zip(before, ticks)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(a != t.read_text() for a, t in zip(before, ticks))  # both go on after
     finally:
+        from okgit.eval.parent.reaper import kill_tree
+
+        kill_tree(busy.pid)
         busy.kill()
         busy.wait()
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from okgit.eval.parent.devices import physical_id
+from okgit.eval.parent.reaper import descendants, kill_tree, stop_tree
 from okgit.eval.protocol.jobs import Job
 
 # Names a worker keeps (then the credential filter still applies to them).
@@ -119,6 +120,7 @@ class Outcome:
         return f"worker exited with code {rc} without a result"
 
 
+REAPER = Path(__file__).with_name("reaper.py")  # run by path: no package import before the worker's
 _STARTED: dict[int, "WorkerProcess"] = {}  # every worker and judge this process started and has not closed
 
 
@@ -168,21 +170,20 @@ class Lines:
 
 @contextmanager
 def paused(pid: int) -> Iterator[None]:
-    """The process group of `pid` stopped (SIGSTOP) for the block, continued after: while a job has
-    let another job's timing have the device, none of its worker's threads (a candidate's own
+    """Every process below `pid` (a worker's reaper: the worker and whatever it started, in any
+    group or session) stopped (SIGSTOP) for the block, continued after: while a job has let another
+    job's timing have the device, none of its worker's threads or processes (a candidate's own
     included) can launch GPU work. Work already queued on the GPU is not stopped: the worker
     synchronized before it asked, so only work launched in that instant could run on."""
-    try:
-        os.killpg(pid, signal.SIGSTOP)
-    except (ProcessLookupError, PermissionError):
-        pass
+    stopped = stop_tree(pid)
     try:
         yield
     finally:
-        try:
-            os.killpg(pid, signal.SIGCONT)
-        except (ProcessLookupError, PermissionError):
-            pass
+        for p in stopped:
+            try:
+                os.kill(p, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def deadline_moved(reply: dict[str, Any], room_s: float) -> float:
@@ -207,9 +208,10 @@ class WorkerProcess:
         self.started = time.monotonic()
         self.ready_wait_s = 0.0  # how long a job waited for this worker to finish starting
         self._ready = False
-        with open(self.dir / "stderr.log", "wb") as err:
+        with open(self.dir / "stderr.log", "wb") as err:  # under the reaper: nothing it starts outlives it
             self.proc = subprocess.Popen(
-                [*(wrap or []), sys.executable, "-m", program, "--device", "cpu" if device == "cpu" else "cuda", *(args or [])],
+                [sys.executable, "-I", str(REAPER), "--", *(wrap or []), sys.executable, "-m", program,
+                 "--device", "cpu" if device == "cpu" else "cuda", *(args or [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.dir,
                 env=worker_env(device, role=self.role), start_new_session=True, preexec_fn=self._limits,
             )
@@ -246,11 +248,7 @@ class WorkerProcess:
         return self._lines.next(deadline, self.over_budget)
 
     def over_budget(self) -> bool:
-        return (_tree_rss_bytes(self.proc.pid) if self.wrapped else _rss_bytes(self.proc.pid)) > self.memory_limit
-
-    def peak_rss(self) -> int:
-        """The process's peak resident memory so far (VmHWM), 0 once it is gone."""
-        return _status_bytes(self.proc.pid, "VmHWM:")
+        return _tree_rss_bytes(self.proc.pid) > self.memory_limit  # the reaper, the worker, all they started
 
     def request(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
         """One request to a long-lived worker (the judge): its answer, or None if it never came."""
@@ -329,6 +327,9 @@ class WorkerProcess:
         return paused(self.proc.pid)
 
     def kill(self) -> None:
+        """Everything below the reaper first (while it lives, an orphan comes back to it, whatever
+        group or session it went to), then the reaper's process group."""
+        kill_tree(self.proc.pid)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -396,20 +397,8 @@ def _rss_bytes(pid: int) -> int:
 
 
 def _tree_rss_bytes(pid: int) -> int:
-    """A process's resident memory with its descendants' (a wrapped worker runs as a child)."""
-    total, todo, seen = 0, [pid], set()
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        total += _rss_bytes(p)
-        for task in Path(f"/proc/{p}/task").glob("*/children"):
-            try:
-                todo += [int(c) for c in task.read_text().split()]
-            except (OSError, ValueError):
-                pass
-    return total
+    """A process's resident memory with its descendants' (the worker runs below its reaper)."""
+    return sum(_rss_bytes(p) for p in [pid, *descendants(pid)])
 
 
 def _status_bytes(pid: int | str, field: str) -> int:

@@ -1,0 +1,97 @@
+"""Nothing a worker starts outlives it (okgit.eval.reaper): a process a candidate puts in a session
+of its own, even orphaned by a double fork, is killed when the worker exits and when the parent
+kills the worker; the worker's exit reaches the parent as it was. Real processes throughout."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from okgit.eval.parent.sandbox import REAPER, WorkerProcess, default_memory_limit
+
+# Starts a sleeper that leaves the worker's process group and session, through a double fork (the
+# middle process exits at once, so the sleeper is orphaned), writes the sleeper's pid, then acts.
+ESCAPES = textwrap.dedent("""
+    import os, sys, time
+    if sys.argv[1] == "sleeper":
+        time.sleep(3600)
+    elif sys.argv[1] == "middle":
+        pid = os.posix_spawn(sys.executable, [sys.executable, __file__, "sleeper"], dict(os.environ), setsid=True)
+        open(sys.argv[2], "w").write(str(pid))
+    else:
+        middle = os.posix_spawn(sys.executable, [sys.executable, __file__, "middle", sys.argv[2]], dict(os.environ))
+        os.waitpid(middle, 0)
+        print('{"ready": true}', flush=True)
+        if sys.argv[1] == "exit":
+            sys.exit(3)
+        if sys.argv[1] == "killed":
+            os.kill(os.getpid(), 9)
+        time.sleep(3600)  # "stay": until the parent kills it
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _sleeper(pid_file: Path) -> int:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if pid_file.exists() and pid_file.read_text().strip():
+            return int(pid_file.read_text())
+        time.sleep(0.01)
+    raise AssertionError("the worker never started its sleeper")
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not _alive(pid)
+
+
+def test_what_a_worker_left_in_a_session_of_its_own_dies_with_it_and_its_exit_code_is_kept(tmp_path):
+    script, pid_file = tmp_path / "escapes.py", tmp_path / "sleeper.pid"
+    script.write_text(ESCAPES)
+    proc = subprocess.run([sys.executable, "-I", str(REAPER), "--", sys.executable, str(script), "exit", str(pid_file)],
+                          capture_output=True, text=True, timeout=60, start_new_session=True)
+    sleeper = _sleeper(pid_file)
+    assert proc.returncode == 3 and proc.stdout.strip() == '{"ready": true}', proc.stderr
+    assert _gone(sleeper)  # orphaned, in a session of its own: still the reaper's to kill
+
+
+def test_a_worker_killed_by_a_signal_reads_so_to_the_parent(tmp_path):
+    script, pid_file = tmp_path / "escapes.py", tmp_path / "sleeper.pid"
+    script.write_text(ESCAPES)
+    proc = subprocess.run([sys.executable, "-I", str(REAPER), "--", sys.executable, str(script), "killed", str(pid_file)],
+                          capture_output=True, timeout=60, start_new_session=True)
+    assert proc.returncode == -signal.SIGKILL
+    assert _gone(_sleeper(pid_file))
+
+
+def test_the_parent_kills_a_live_worker_with_everything_it_started(tmp_path):
+    script, pid_file = tmp_path / "escapes.py", tmp_path / "sleeper.pid"
+    script.write_text(ESCAPES)
+    # the stand-in runs where a wrapper would (as ncu does), the worker's own command line ignored
+    worker = WorkerProcess("cpu", default_memory_limit(), wrap=[sys.executable, str(script), "stay", str(pid_file)])
+    try:
+        assert worker.wait_ready(60)
+        sleeper = _sleeper(pid_file)
+        assert _alive(sleeper)
+        worker.close()
+        assert _gone(sleeper) and not worker.alive()
+    finally:
+        worker.close()
+
+
+def test_without_a_command_the_reaper_says_how_it_is_called():
+    proc = subprocess.run([sys.executable, "-I", str(REAPER)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and "usage" in proc.stderr

@@ -31,7 +31,10 @@ PR_SET_CHILD_SUBREAPER = 36
 
 def descendants(pid: int) -> list[int]:
     """Every process below `pid`: through each of its threads' children (/proc/PID/task/*/children),
-    or, where the kernel keeps no such list, every process's parent in /proc/*/stat."""
+    or, where the kernel keeps no such list, every process's parent in /proc/*/stat; none without
+    /proc (not Linux: the process group is all there is)."""
+    if not Path("/proc/self").exists():
+        return []
     children = _children if Path(f"/proc/{pid}/task/{pid}/children").exists() else _children_by_stat()
     found: list[int] = []
     todo = [pid]

@@ -174,7 +174,9 @@ def paused(pid: int) -> Iterator[None]:
     group or session) stopped (SIGSTOP) for the block, continued after: while a job has let another
     job's timing have the device, none of its worker's threads or processes (a candidate's own
     included) can launch GPU work. Work already queued on the GPU is not stopped: the worker
-    synchronized before it asked, so only work launched in that instant could run on."""
+    synchronized before it asked, so only work launched in that instant could run on. Its process
+    group too (where there is no /proc to find the tree in, that is all there is)."""
+    _signal_group(pid, signal.SIGSTOP)
     stopped = stop_tree(pid)
     try:
         yield
@@ -184,6 +186,14 @@ def paused(pid: int) -> Iterator[None]:
                 os.kill(p, signal.SIGCONT)
             except (ProcessLookupError, PermissionError):
                 pass
+        _signal_group(pid, signal.SIGCONT)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def deadline_moved(reply: dict[str, Any], room_s: float) -> float:
@@ -330,10 +340,7 @@ class WorkerProcess:
         """Everything below the reaper first (while it lives, an orphan comes back to it, whatever
         group or session it went to), then the reaper's process group."""
         kill_tree(self.proc.pid)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _signal_group(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
     def close(self) -> None:

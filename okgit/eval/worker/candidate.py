@@ -56,6 +56,10 @@ class Worker:
         cuda_backend.install_load_hooks(self.cuda_launches, self.cuda_kernel_names, run_on_gpu=device == "cuda")
         if device == "cuda":
             timing.bind()
+        elif os.environ.get("TRITON_INTERPRET") == "1":
+            from okgit.backends import libdevice_cpu
+
+            libdevice_cpu.install()  # libdevice's math, which Triton's interpreter lacks
         calls.warm_up(torch, device, profiler=not counters)  # a profiling pass's tool takes CUPTI alone
         self.entry_points = Snapshot()  # after the hooks above, before any candidate code
         self.job_dir = Path(".")

@@ -39,10 +39,18 @@ def descendants(pid: int) -> list[int]:
     found: list[int] = []
     todo = [pid]
     while todo:
-        new = [k for k in children(todo.pop()) if k not in found]
+        new = [k for k in children(todo.pop()) if k not in found and not _exited(k)]
         found += new
         todo += new
     return found
+
+
+def _exited(pid: int) -> bool:
+    """Gone, or a zombie waiting for its parent to collect its exit (nothing left to stop or kill)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 def _children(pid: int) -> list[int]:

@@ -382,9 +382,11 @@ class LocalEvaluator(EvaluatorBase):
                    clock: dict[str, float]) -> Outcome:
         """`job` in a worker of its own, holding the device shared from its start: the worker asks for
         it alone ({"op": "exclusive"}) just before it times or profiles, and gives it back
-        ({"op": "timed"}) once that is done: what is left of the job times nothing; between its calls it offers its turn ({"op": "make_way"}: a waiting timing of another
-        job goes first); its other messages go to the judge (`relay`). `what`: the ledger's stage of
-        the holds; `clock` gets the seconds waited for the lock."""
+        ({"op": "timed"}) once that is done, since what is left of the job times nothing; between its
+        calls it offers its turn ({"op": "make_way"}: a waiting timing of another job goes first);
+        its other messages go to the judge (`relay`). While another job's timing goes first, the
+        worker is stopped. `what`: the ledger's stage of the holds; `clock` gets the seconds waited
+        for the lock."""
         # started before the lock: spawning and importing never hold up another job's GPU work
         started = worker.wait_ready(STARTUP_TIMEOUT_S)
         hold = self._hold(what)

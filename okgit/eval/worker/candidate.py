@@ -164,7 +164,7 @@ class Worker:
             raise CallFailed(self.current, "error", f"the parent did not take the device back after its {self.current}")
 
     def alone(self) -> None:
-        """Ask the parent for the device alone, to the job's end: until here it was shared with other
+        """Ask the parent for the device alone, until `timed`: until here it was shared with other
         jobs' work that times nothing; timing and profiling must not run beside anything
         (okgit.eval.parent.devices). A failure belongs to the gate in progress (timing, profiling)."""
         t0 = time.monotonic()

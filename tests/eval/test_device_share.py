@@ -26,6 +26,15 @@ def data_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("OKGIT_DATA_DIR", str(tmp_path / "data"))
 
 
+def _until_one_waits(device: str, within_s: float = 5.0) -> None:
+    """Until another holder waits for `device`'s lock (or `within_s` passed)."""
+    from okgit.locks import waited_for
+
+    deadline = time.monotonic() + within_s
+    while not waited_for(devices.lock_path(device)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _in_thread(fn) -> threading.Thread:
     t = threading.Thread(target=fn, daemon=True)
     t.start()
@@ -230,9 +239,7 @@ def test_a_shared_holder_sees_an_exclusive_one_waiting_and_makes_way_between_cal
                 time.sleep(0.2)
 
         t = _in_thread(timing)
-        deadline = time.monotonic() + 5
-        while not waited_for(path) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _until_one_waits("cuda:7")
         assert waited_for(path) and order == []  # it waits behind this job's shared hold
         assert job.make_way() is True  # lets it in, then waits behind it for the device shared again
         order.append("next call")
@@ -317,7 +324,6 @@ def test_a_job_that_makes_way_is_stopped_until_it_holds_the_device_again(tmp_pat
     started, in its group or not: a candidate's own thread, and a process it put in a session of its
     own, get nothing done during the timing, and go on after."""
     from okgit.eval.parent.sandbox import REAPER, paused
-    from okgit.locks import waited_for
 
     worker = tmp_path / "worker.py"
     worker.write_text(textwrap.dedent(f"""
@@ -350,9 +356,7 @@ def test_a_job_that_makes_way_is_stopped_until_it_holds_the_device_again(tmp_pat
 
         with job.region("shared"):
             t = _in_thread(timing)
-            deadline = time.monotonic() + 5
-            while not waited_for(devices.lock_path("cuda:5")) and time.monotonic() < deadline:
-                time.sleep(0.01)
+            _until_one_waits("cuda:5")
             assert job.make_way(away=lambda: paused(busy.pid)) is True
             t.join(5)
         assert len(seen) == 2 and seen[0] == seen[1]  # not one tick, of either, while the other job timed
@@ -402,8 +406,6 @@ def test_each_hold_says_what_ran_in_it_and_for_how_long(tmp_path, monkeypatch):
 def test_a_job_whose_timing_is_done_holds_the_device_shared_again_behind_a_waiting_timing(tmp_path):
     """After its timing, what is left of a job (checking the timed outputs, its result, its exit)
     times nothing: the hold goes back to shared, and a timing of another job that waits goes first."""
-    from okgit.locks import waited_for
-
     job = DeviceHold("cuda:3", "evaluation")
     order: list[str] = []
     with job.region("shared"):
@@ -416,9 +418,7 @@ def test_a_job_whose_timing_is_done_holds_the_device_shared_again_behind_a_waiti
                 time.sleep(0.2)
 
         t = _in_thread(timing)
-        deadline = time.monotonic() + 5
-        while not waited_for(devices.lock_path("cuda:3")) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _until_one_waits("cuda:3")
         job.downgrade()
         order.append("the rest of the job")
         assert job.mode == "shared"

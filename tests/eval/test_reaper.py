@@ -11,6 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from okgit.eval.parent.reaper import exited
 from okgit.eval.parent.sandbox import REAPER, WorkerProcess, default_memory_limit
 
 # Starts a sleeper that leaves the worker's process group and session, through a double fork (the
@@ -34,14 +35,6 @@ ESCAPES = textwrap.dedent("""
 """)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _sleeper(pid_file: Path) -> int:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -53,9 +46,9 @@ def _sleeper(pid_file: Path) -> int:
 
 def _gone(pid: int, within_s: float = 10.0) -> bool:
     deadline = time.monotonic() + within_s
-    while _alive(pid) and time.monotonic() < deadline:
+    while not exited(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return not _alive(pid)
+    return exited(pid)
 
 
 def test_what_a_worker_left_in_a_session_of_its_own_dies_with_it_and_its_exit_code_is_kept(tmp_path):
@@ -85,7 +78,7 @@ def test_the_parent_kills_a_live_worker_with_everything_it_started(tmp_path):
     try:
         assert worker.wait_ready(60)
         sleeper = _sleeper(pid_file)
-        assert _alive(sleeper)
+        assert not exited(sleeper)
         worker.close()
         assert _gone(sleeper) and not worker.alive()
     finally:

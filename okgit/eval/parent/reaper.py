@@ -27,25 +27,26 @@ from collections.abc import Callable
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
+_PROC = Path("/proc/self").exists()  # Linux: the process tree can be read
 
 
 def descendants(pid: int) -> list[int]:
     """Every process below `pid`: through each of its threads' children (/proc/PID/task/*/children),
     or, where the kernel keeps no such list, every process's parent in /proc/*/stat; none without
     /proc (not Linux: the process group is all there is)."""
-    if not Path("/proc/self").exists():
+    if not _PROC:
         return []
     children = _children if Path(f"/proc/{pid}/task/{pid}/children").exists() else _children_by_stat()
     found: list[int] = []
     todo = [pid]
     while todo:
-        new = [k for k in children(todo.pop()) if k not in found and not _exited(k)]
+        new = [k for k in children(todo.pop()) if k not in found and not exited(k)]
         found += new
         todo += new
     return found
 
 
-def _exited(pid: int) -> bool:
+def exited(pid: int) -> bool:
     """Gone, or a zombie waiting for its parent to collect its exit (nothing left to stop or kill)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
@@ -84,7 +85,7 @@ def stop_tree(pid: int, rounds: int = 50) -> list[int]:
         if not new:
             break
         for p in new:
-            _signal(p, signal.SIGSTOP)
+            send(p, signal.SIGSTOP)
         stopped += new
     return stopped
 
@@ -96,11 +97,12 @@ def kill_tree(pid: int, rounds: int = 50) -> None:
         if not below:
             return
         for p in below:
-            _signal(p, signal.SIGKILL)
+            send(p, signal.SIGKILL)
         time.sleep(0.005)
 
 
-def _signal(pid: int, sig: int) -> None:
+def send(pid: int, sig: int) -> None:
+    """`sig` to `pid`, if it is still there to get it."""
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):

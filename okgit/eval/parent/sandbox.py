@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from okgit.eval.parent.devices import physical_id
-from okgit.eval.parent.reaper import descendants, kill_tree, stop_tree
+from okgit.eval.parent.reaper import descendants, kill_tree, send, stop_tree
 from okgit.eval.protocol.jobs import Job
 
 # Names a worker keeps (then the credential filter still applies to them).
@@ -182,10 +182,7 @@ def paused(pid: int) -> Iterator[None]:
         yield
     finally:
         for p in stopped:
-            try:
-                os.kill(p, signal.SIGCONT)
-            except (ProcessLookupError, PermissionError):
-                pass
+            send(p, signal.SIGCONT)
         _signal_group(pid, signal.SIGCONT)
 
 

@@ -144,37 +144,31 @@ class Worker:
         if self.device != "cuda":
             return
         self.torch.cuda.synchronize()
-        t0 = time.monotonic()
-        self.channel.send({"op": "make_way"})
-        reply = self.channel.receive()
-        self.spent("device_wait", time.monotonic() - t0)
-        if reply is None or not reply.get("ok"):
-            raise CallFailed(self.current, "error", "the parent did not answer between two calls")
+        self._ask_parent({"op": "make_way"}, "the parent did not answer between two calls")
 
     def timed(self) -> None:
         """The timing (or the profiled call) done and synchronized: the device goes back to shared
         for what is left of the job (the timed outputs' check, the result, the exit); the parent
         stops this process while a waiting timing of another job goes first."""
         self.torch.cuda.synchronize()
-        t0 = time.monotonic()
-        self.channel.send({"op": "timed"})
-        reply = self.channel.receive()
-        self.spent("device_wait", time.monotonic() - t0)
-        if reply is None or not reply.get("ok"):
-            raise CallFailed(self.current, "error", f"the parent did not take the device back after its {self.current}")
+        self._ask_parent({"op": "timed"}, f"the parent did not take the device back after its {self.current}")
 
     def alone(self) -> None:
         """Ask the parent for the device alone, until `timed`: until here it was shared with other
         jobs' work that times nothing; timing and profiling must not run beside anything
         (okgit.eval.parent.devices). A failure belongs to the gate in progress (timing, profiling)."""
+        self._ask_parent({"op": "exclusive", "for": self.current},  # the gate: a label in the ledger
+                         f"the parent did not give this job the device alone for its {self.current}")
+
+    def _ask_parent(self, message: dict[str, Any], unanswered: str) -> None:
+        """One request about the device, its wait counted as `device_wait`; no "ok" fails the gate in progress."""
         t0 = time.monotonic()
-        self.channel.send({"op": "exclusive", "for": self.current})  # the gate: a label in the ledger
+        self.channel.send(message)
         reply = self.channel.receive()
         self.spent("device_wait", time.monotonic() - t0)
         if reply is None or not reply.get("ok"):
-            raise CallFailed(self.current, "error", f"the parent did not give this job the device alone for its {self.current}")
+            raise CallFailed(self.current, "error", unanswered)
 
-    # ---- the candidate --------------------------------------------------------------------
     def run_candidate(self, job: Job) -> None:
         torch = self.torch
         self.phase("compile")

@@ -39,6 +39,7 @@ from okgit.eval.judge.tolerance import (
 )
 from okgit.eval.protocol.channel import READY, Channel
 from okgit.eval.protocol.jobs import Case, Job, flatten, perturb_floats
+from okgit.eval.protocol.start import device_start
 from okgit.eval.worker import calls
 from okgit.eval.worker.tensors import bitwise_equal
 
@@ -389,7 +390,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
     args = parser.parse_args(argv)
     channel = Channel()
-    judge = Judge(args.device)
+    with device_start():  # the device shared: CUDA's start and the warm-up never beside a timing
+        judge = Judge(args.device)
     judge.phase_file = Path.cwd() / "phase"
     channel.send(READY)
     while (message := channel.receive()) is not None:

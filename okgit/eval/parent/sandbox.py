@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from okgit.eval.parent.devices import physical_id
+from okgit.eval.parent.devices import lock_path, physical_id
 from okgit.eval.parent.reaper import descendants, kill_tree, send, stop_tree
 from okgit.eval.protocol.jobs import Job
+from okgit.eval.protocol.start import DEVICE_LOCK_ENV
 
 # Names a worker keeps (then the credential filter still applies to them).
 _KEEP = re.compile(
@@ -66,6 +67,7 @@ def worker_env(device: str, environ: dict[str, str] | None = None, role: str = "
         env.pop("TRITON_INTERPRET", None)
         # the worker sees its one GPU only, as "cuda": nothing it runs can touch another
         env["CUDA_VISIBLE_DEVICES"] = physical_id(device)
+        env[DEVICE_LOCK_ENV] = str(lock_path(device))  # held shared through its start (okgit.eval.protocol.start)
         if role == "judge":
             env["PYTORCH_CUDA_ALLOC_CONF"] = JUDGE_ALLOC_CONF
     return env

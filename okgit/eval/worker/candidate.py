@@ -30,6 +30,7 @@ from typing import Any
 from okgit.eval.protocol.channel import READY, Channel
 from okgit.eval.protocol.jobs import Case, Job, flatten, perturb_floats, tree_spec
 from okgit.eval.protocol.keys import FRESH, FRESH_FIRST, CallKey
+from okgit.eval.protocol.start import device_start
 from okgit.eval.worker import calls
 from okgit.eval.worker.calls import CallFailed
 
@@ -362,11 +363,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--counters", choices=["ncu", "proton"], help="a worker for the profiling pass")
     args = parser.parse_args(argv)
     channel = Channel()  # from here on, whatever runs may print: never onto the messages
-    if args.counters:
-        from okgit.eval.worker.counters import start
+    with device_start():  # the device shared: CUDA's start and the warm-up never beside a timing
+        if args.counters:
+            from okgit.eval.worker.counters import start
 
-        start(args.counters)
-    worker = Worker(args.device, channel, counters=args.counters or "")
+            start(args.counters)
+        worker = Worker(args.device, channel, counters=args.counters or "")
     channel.send(READY)
     message = channel.receive()
     if message is None:

@@ -1,0 +1,81 @@
+"""A worker's and a judge's start on the GPU hold the device's lock shared
+(okgit.eval.protocol.start): never beside a timing, which holds it alone. Real flock locks, real
+worker and judge processes (on the CPU, with a lock named in their environment as the parent
+names it for a GPU)."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from okgit.eval.parent import devices
+from okgit.eval.parent.sandbox import worker_env
+from okgit.eval.protocol.start import DEVICE_LOCK_ENV, device_start
+from okgit.locks import held
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("OKGIT_DATA_DIR", str(tmp_path / "data"))
+
+
+def test_a_gpu_process_is_given_its_devices_lock_and_a_cpu_one_none(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    env = worker_env("cuda:1")
+    assert env[DEVICE_LOCK_ENV] == str(devices.lock_path("cuda:1"))
+    assert env[DEVICE_LOCK_ENV].endswith("cuda-5.lock")  # the physical GPU's lock, as every okgit process takes it
+    assert DEVICE_LOCK_ENV not in worker_env("cpu")
+
+
+def test_the_start_waits_for_a_timing_and_leaves_no_trace_of_the_lock(tmp_path, monkeypatch):
+    path = tmp_path / "gpu.lock"
+    monkeypatch.setenv(DEVICE_LOCK_ENV, str(path))
+    entered = threading.Event()
+
+    def start() -> None:
+        with device_start():
+            entered.set()
+            assert DEVICE_LOCK_ENV not in os.environ  # what the job runs later does not find it there
+
+    with held(path, shared=False):  # a timing in progress
+        t = threading.Thread(target=start, daemon=True)
+        t.start()
+        assert not entered.wait(0.5)
+    assert entered.wait(5)
+    t.join(5)
+    with held(path, shared=False) as waited:  # released once started
+        assert waited < 1.0
+
+
+def _ready_within(proc: subprocess.Popen[bytes], seconds: float) -> bool:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], seconds)
+    return bool(ready) and b'"ready": true' in proc.stdout.readline()
+
+
+@pytest.mark.slow  # a worker's and a judge's processes: torch and Triton imported
+@pytest.mark.parametrize("program", ["okgit.eval.worker", "okgit.eval.judge"])
+def test_a_process_is_not_ready_while_the_device_is_held_alone(tmp_path, program):
+    path = tmp_path / "gpu.lock"
+    env = {**worker_env("cpu"), DEVICE_LOCK_ENV: str(path), "PYTHONPATH": os.pathsep.join(sys.path)}
+    with held(path, shared=False):
+        proc = subprocess.Popen([sys.executable, "-m", program, "--device", "cpu"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path)
+        try:
+            assert not _ready_within(proc, 20.0)  # its imports are done long before: it waits for the lock
+            released = time.monotonic()
+        except BaseException:
+            proc.kill()
+            raise
+    try:
+        assert _ready_within(proc, 120.0)
+        assert time.monotonic() - released < 60.0
+    finally:
+        proc.kill()
+        proc.wait()

@@ -53,8 +53,10 @@ def test_cpu_sweep_reports_every_problem_and_resumes(tmp_path):
         assert p["device"] in ("cpu:0", "cpu:1")
         assert p["correct"] == (p["status"] == "unverified")
     # The templates handle a pointwise op and a row reduction; nothing handles a sort.
-    assert by_key["level1/1_ScaledRelu"]["correct"] and by_key["level1/1_ScaledRelu"]["best_iteration"]
-    assert by_key["level1/2_RowSum"]["correct"]
+    # (the row in the message: once, on a 2-core host loaded by other tests, ScaledRelu's was not correct)
+    assert by_key["level1/1_ScaledRelu"]["correct"] and by_key["level1/1_ScaledRelu"]["best_iteration"], \
+        (by_key["level1/1_ScaledRelu"], first.stderr[-2000:])
+    assert by_key["level1/2_RowSum"]["correct"], (by_key["level1/2_RowSum"], first.stderr[-2000:])
     assert not by_key["level1/3_RowSort"]["correct"]
     rate = sum(p["correct"] for p in report["problems"]) / 3
     for scores in report["summary"]["scores"]:

@@ -12,19 +12,13 @@ from typing import Any, Callable
 from okgit.config import Config
 from okgit.errors import OkgitError
 from okgit.eval.base import Evaluator
-from okgit.eval.parent.rounds import typical_noise
+from okgit.eval.parent.rounds import far_off
 from okgit.eval.types import Comparison, EvalResult
 from okgit.search.types import Attempt, Context
 from okgit.status import RunStatus
 
 CONTENDER_SPEEDUP = 0.9  # a runner-up the search timed this far below the reference is not gated
 GATE_RETRY_WAITS_S = (10.0, 30.0, 60.0)  # before each new try of a final-gate step the machine failed
-# The baseline's A/A noise this many times its typical spread, and at least DISTURBED_NOISE: a round
-# the machine disturbed. On the H200's sweep (2026-12-04) 6 of 23 gated problems had one, and 3 of
-# those winners were called `matched` for it: L1/66's baseline took 15514 us in one round and
-# 4881-4890 in the four others, and a candidate 1.8x faster in every round was `matched` on a 218% noise.
-DISTURBED = 10.0
-DISTURBED_NOISE = 0.05
 
 
 class Unjudged(Exception):
@@ -92,7 +86,7 @@ def _gated(ctx: Context, evaluator: Evaluator, config: Config, attempt: Attempt,
 
 def disturbed(comparison: Comparison) -> bool:
     """Whether one of the baseline's rounds stands far off its others (okgit.eval.parent.rounds)."""
-    return comparison.noise >= max(DISTURBED_NOISE, DISTURBED * typical_noise(comparison.baseline_us))
+    return far_off(comparison.baseline_us)
 
 
 def _retried(step: Callable[[], Any], cand: str, what: str, log) -> Any:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 from okgit.errors import OkgitError
 from okgit.eval.parent.device_pool import Slot
 from okgit.eval.parent.devices import LEDGER_ENV
+from okgit.eval.parent.rounds import far_off
 from okgit.eval.parent.sandbox import die_with_parent
 from okgit.git.repo import Repo, git
 from okgit.git.rundir import RunDir
@@ -252,6 +253,7 @@ def _outcome(run: dict[str, Any], view: RunView) -> dict[str, Any]:
     best_cand = view.finished.best_cand if view.finished else None
     best_tag = run.get("best_tag")
     done = [c for c in view.candidates.values() if c.status != RUNNING]  # evaluated
+    compared = [g for g in view.gates if g.baseline_us and g.candidate_us]  # the interleaved rounds
     return {
         "status": run.get("status", "error"), "correct": run.get("status") in CORRECT and bool(best_tag),
         "run_id": run.get("run_id"), "best_tag": best_tag,
@@ -259,6 +261,8 @@ def _outcome(run: dict[str, Any], view: RunView) -> dict[str, Any]:
         "eval_phase_s": evaluation_phases(c.phase_s for c in done),
         "llm_usd": float(run.get("cost_usd") or 0.0), "iterations": len(done),
         "best_iteration": int(best_cand[1:]) if best_cand and best_cand[1:].isdigit() else None,
+        "gate_comparisons": len(compared),
+        "gate_far_off": sum(far_off(g.baseline_us or []) or far_off(g.candidate_us or []) for g in compared),
     }
 
 

@@ -85,6 +85,10 @@ class ProblemResult(BaseModel):
     calls: int = 1  # the sweep calls that worked on it (more when it was in flight at a stop)
     modules_swapped: int | None = None  # level 3: the model's modules whose forward okgit's patch replaces
     noise: dict[str, float] = Field(default_factory=dict)  # level 3: arm -> spread of its round medians
+    # the final gate's interleaved comparisons (a disturbed one run again counts twice), and how many
+    # had a round of either arm far off its others (okgit.eval.parent.rounds.far_off): what disturbs timing
+    gate_comparisons: int = 0
+    gate_far_off: int = 0
 
     def speedup(self, baseline: str) -> float | None:
         return self.speedup_eager if baseline == "eager" else self.speedup_compile
@@ -218,6 +222,7 @@ class SweepReport(BaseModel):
         ]
         lines += [_row(r) for r in self.problems]
         lines += _scores(self.summary)
+        lines += _far_off_lines(self.problems)
         lines += _time_lines(self)
         lines += _phase_lines(self)
         if self.pending:
@@ -289,6 +294,17 @@ def _scores(s: Summary) -> list[str]:
     if not s.timed:
         lines.append("No timing on this device: fast_0 is the correctness rate; no speedup is claimed.")
     return lines
+
+
+def _far_off_lines(problems: list[ProblemResult]) -> list[str]:
+    compared = [r for r in problems if r.gate_comparisons]
+    if not compared:
+        return []
+    far = [r for r in compared if r.gate_far_off]
+    return ["", (f"final gates: {sum(r.gate_comparisons for r in compared)} interleaved comparisons over "
+                 f"{len(compared)} problems, {sum(r.gate_far_off for r in far)} with a round of either arm far off "
+                 f"its others (at least ten times their typical spread and 5%)"
+                 + (": " + ", ".join(f"{r.key} ({r.gate_far_off})" for r in far) if far else ""))]
 
 
 def _time_lines(report: SweepReport) -> list[str]:

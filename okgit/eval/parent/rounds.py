@@ -24,6 +24,13 @@ from okgit.eval.types import Comparison
 
 MIN_NOISE = 0.005
 TYPICAL_FACTOR = 3.0  # a median deviation, widened to cover the undisturbed rounds' own spread
+# A round this many times the others' typical spread off their median, and at least DISTURBED_NOISE:
+# a round the machine disturbed. On the H200's sweep (2026-12-04) 6 of 23 gated problems had one in
+# the baseline's rounds, and 3 of those winners were called `matched` for it: L1/66's baseline took
+# 15514 us in one round and 4881-4890 in the four others, and a candidate 1.8x faster in every round
+# was `matched` on a 218% noise (okgit.final_gate runs such rounds again).
+DISTURBED = 10.0
+DISTURBED_NOISE = 0.05
 
 
 def sign_test_p(wins: int, rounds: int) -> float:
@@ -68,3 +75,8 @@ def summarize(baseline_us: list[float], candidate_us: list[float], detail: str =
         detail=detail or f"won {wins}/{len(baseline_us)} rounds; A/A noise {noise:.2%}"
         + (f" (typical {typical:.2%})" if typical < noise else ""),
     )
+
+
+def far_off(rounds_us: list[float]) -> bool:
+    """Whether one of an arm's rounds stands far off the others (DISTURBED)."""
+    return max(_deviations(rounds_us)) >= max(DISTURBED_NOISE, DISTURBED * typical_noise(rounds_us))

@@ -1,10 +1,12 @@
 """A worker's and a judge's start on the GPU hold the device's lock shared
-(okgit.eval.protocol.start): never beside a timing, which holds it alone. Real flock locks, real
-worker and judge processes (on the CPU, with a lock named in their environment as the parent
-names it for a GPU)."""
+(okgit.eval.protocol.start), and so do their exits when an evaluator closes: never beside a
+timing, which holds it alone. Real flock locks, real worker and judge processes (on the CPU, with
+a lock named in their environment as the parent names it for a GPU; an evaluator's holds on a CPU
+lock nothing and go to the ledger all the same)."""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import subprocess
@@ -79,3 +81,29 @@ def test_a_process_is_not_ready_while_the_device_is_held_alone(tmp_path, program
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.slow  # an evaluator's idle worker and spare judge: real processes
+def test_an_evaluators_processes_exit_inside_a_shared_hold(tmp_path, monkeypatch):
+    from okgit.eval.parent.devices import LEDGER_ENV
+    from okgit.eval.parent.local import LocalEvaluator
+    from okgit.eval.parent.sandbox import WorkerProcess
+
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    closed: list[float] = []
+    real_close = WorkerProcess.close
+
+    def close(self: WorkerProcess) -> None:
+        real_close(self)
+        closed.append(time.time())
+
+    monkeypatch.setattr(WorkerProcess, "close", close)
+    evaluator = LocalEvaluator(device="cpu")  # a worker and a judge started ahead
+    processes = [w.proc for queue in evaluator.pool.idle.values() for w in queue] + [evaluator._spare_judge.proc]
+    evaluator.close()
+    assert len(closed) == len(processes) == 2 and all(p.poll() is not None for p in processes)
+    holds = [json.loads(line) for line in ledger.read_text().splitlines()]
+    (hold,) = [h for h in holds if h.get("stage") == "close"]
+    assert hold["mode"] == "shared"
+    assert all(hold["t"] - hold["held_s"] - 0.01 <= t <= hold["t"] + 0.01 for t in closed), (hold, closed)

@@ -200,15 +200,18 @@ class LocalEvaluator(EvaluatorBase):
 
     def close(self) -> None:
         atexit.unregister(self.close)
-        self.pool.close()
-        if self._profiling is not None:
-            self._profiling.close()
-        if self._spare_judge is not None:
-            self._spare_judge.close()
-            self._spare_judge = None
-        for prep in self._prepared.values():
-            prep.close()
-        self._prepared.clear()
+        # the processes' exits tear their CUDA contexts down: the device shared meanwhile, as for
+        # their starts (okgit.eval.protocol.start), never beside another job's timing
+        with self._hold("close").region("shared"):
+            self.pool.close()
+            if self._profiling is not None:
+                self._profiling.close()
+            if self._spare_judge is not None:
+                self._spare_judge.close()
+                self._spare_judge = None
+            for prep in self._prepared.values():
+                prep.close()
+            self._prepared.clear()
 
     # ---- steps ----------------------------------------------------------------------------------
     def _evaluate(self, problem: Problem, source: str, *, mode: Mode, backend: str) -> EvalResult:

@@ -215,6 +215,11 @@ def test_on_a_gpu_a_job_checks_sharing_the_device_and_times_alone(tmp_path, monk
     assert {("reference", "shared"), ("reference", "exclusive"), ("evaluation", "shared"),
             ("evaluation", "exclusive")} <= modes
     assert any("footprint_bytes" in e for e in entries)
+    # the judge's memory by phase: its preparation's cases and its timing, the peak never falling
+    (phases,) = [e["judge_phases"] for e in entries if "judge_phases" in e][:1]
+    names = [name for name, _, _ in phases]
+    assert "reference: s0" in names and "reference: timing" in names, names
+    assert all(a[1] <= b[1] for a, b in zip(phases, phases[1:])) and phases[-1][1] > 0
     # what each held alone for: the judge's timing of the reference, the worker's gate
     alone = {(e["stage"], label) for e in entries if e.get("mode") == "exclusive" for label in e.get("for", {})}
     assert {("reference", "timing"), ("evaluation", "timing")} <= alone, alone

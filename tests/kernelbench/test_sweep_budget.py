@@ -129,6 +129,20 @@ def test_the_ledger_adds_up_holds_by_stage_and_keeps_the_last_footprint(tmp_path
     assert timeline.ledger_holds(tmp_path / "missing.jsonl") == ({}, None)
 
 
+def test_a_footprint_carries_the_judges_memory_by_phase_where_known(tmp_path, monkeypatch):
+    from okgit.eval.parent.devices import LEDGER_ENV, record_footprint
+
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    phases = [["reference: s0", 40 * GiB, 2 * GiB], ["reference: timing", 48 * GiB, 3 * GiB]]
+    record_footprint(100 * GiB, phases)
+    record_footprint(90 * GiB)  # a later peak's footprint, nothing new of the phases
+    first, second = map(json.loads, ledger.read_text().splitlines())
+    assert first["footprint_bytes"] == 100 * GiB and first["judge_phases"] == phases
+    assert second["footprint_bytes"] == 90 * GiB and "judge_phases" not in second
+    assert timeline.last_footprint(ledger) == 90 * GiB  # admission reads the last one, as before
+
+
 def test_the_report_says_where_the_time_went_per_problem_and_in_total():
     def result(key: str, **stages: StageTime) -> ProblemResult:
         level, rest = key.split("/")

@@ -59,8 +59,17 @@ class Judge:
         self.prep: Prepared | None = None
         self.layout_outputs: dict[str, list[Any]] = {}  # case -> the channels_last reference's outputs, until its stats
         self.phase_file: Path | None = None
+        # while the reference is prepared and timed on a GPU: [phase, the peak bytes allocated from
+        # the preparation's start to the phase's end, the bytes still allocated then], for a sweep's
+        # admission to see what drives a problem's footprint and what the judge keeps
+        self.memory_trace: list[list[Any]] | None = None
+        self.current = "start"
 
     def phase(self, gate: str) -> None:
+        if self.memory_trace is not None and self.device == "cuda":
+            cuda = self.torch.cuda
+            self.memory_trace.append([self.current, int(cuda.max_memory_allocated()), int(cuda.memory_allocated())])
+        self.current = gate
         if self.phase_file is not None:
             self.phase_file.write_text(gate)
 
@@ -73,6 +82,7 @@ class Judge:
         result: dict[str, Any] = {"calls": {}}
         if job.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
+        self.memory_trace, self.current = [], "reference: start"
         self.phase("reference: import")
         main = dict(job.knobs)
         if job.device == "cpu":
@@ -129,6 +139,8 @@ class Judge:
         del first[:]
         if job.device == "cuda":  # what this problem holds on the device, for a sweep's admission
             result["device_peak_bytes"] = int(torch.cuda.max_memory_reserved())
+            self.phase("reference: prepared")
+            result["device_phases"] = list(self.memory_trace or [])
         return result
 
     def arm(self, job: Job, key: int | str, knobs: dict[str, int], perturbed: list[Any] | None = None) -> Arm:
@@ -381,6 +393,8 @@ class Judge:
         seeds = [c for c in self.prep.cases.values() if c.kind == "seed"]
         self.phase("reference: timing")
         measured, _ = time_model(self.torch, model, arm.module, seeds, job, self.device)
+        self.phase("reference: timed")
+        measured["device_phases"], self.memory_trace = self.memory_trace or [], None  # the checks are not traced
         self.torch.cuda.empty_cache()
         return measured
 

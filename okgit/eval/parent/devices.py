@@ -215,9 +215,10 @@ class DeviceHold:
             self.mode, self._waited, self._since = wanted, time.monotonic() - start, time.monotonic()
 
 
-def record_footprint(nbytes: int) -> None:
-    """The device memory this process's problem is expected to hold (from its prepared reference)."""
-    _append({"footprint_bytes": int(nbytes)})
+def record_footprint(nbytes: int, judge_phases: list[list[object]] | None = None) -> None:
+    """The device memory this process's problem is expected to hold (from its prepared reference),
+    with the judge's memory by phase of its preparation where known (what drove the peak)."""
+    _append({"footprint_bytes": int(nbytes), **({"judge_phases": judge_phases} if judge_phases else {})})
 
 
 def _record(what: str, mode: Mode, waited_s: float, held_s: float, labels: dict[str, float] | None = None) -> None:

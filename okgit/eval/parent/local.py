@@ -260,9 +260,10 @@ class LocalEvaluator(EvaluatorBase):
             self._record_footprint(prep)  # measured peaks replace the guess that a worker holds what the judge does
         return with_phases(out)
 
-    def _record_footprint(self, prep: PreparedReference) -> None:
+    def _record_footprint(self, prep: PreparedReference, prepared: bool = False) -> None:
+        """`prepared`: the first, with the judge's memory by phase of the preparation."""
         record_footprint(memory.device_footprint(prep.device_peak_bytes, self.pool.idle_count + self.prestart,
-                                                 prep.worker_peak_bytes))
+                                                 prep.worker_peak_bytes), prep.device_phases if prepared else None)
 
     def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],
                        root: str | None = None, **kw: Any) -> Job:
@@ -336,7 +337,7 @@ class LocalEvaluator(EvaluatorBase):
         if peaks_file is not None:
             prep.peaks = roofline.load_peaks(peaks_file)
         if prep.device_peak_bytes:
-            self._record_footprint(prep)
+            self._record_footprint(prep, prepared=True)
         self._prepared[key] = prep
         return prep
 

@@ -37,6 +37,8 @@ class PreparedReference:
     peaks: dict[str, Any] | None = None
     device_peak_bytes: int = 0  # the judge's device memory at its peak so far (0 on a CPU)
     worker_peak_bytes: int = 0  # the largest peak a candidate's worker reported (0 until one did)
+    # the judge's preparation and timing by phase: [phase, peak bytes so far, bytes held] (okgit.eval.judge.process)
+    device_phases: list[list[Any]] = field(default_factory=list)
     thorough: set[str] = field(default_factory=set)  # candidates (okgit.eval.parent.local._digest) correct in thorough mode
 
     def close(self) -> None:
@@ -68,4 +70,5 @@ def from_judge(judge: WorkerProcess, reference_path: str, result: dict[str, Any]
         timing=result.get("timing"),
         kernels=result.get("profile"),
         device_peak_bytes=int(result.get("device_peak_bytes", 0)),
+        device_phases=list(result.get("device_phases") or []),
     )

@@ -11,6 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from okgit.eval.parent.reaper import exited
 from okgit.eval.parent.sandbox import REAPER, WorkerProcess, default_memory_limit
 
@@ -88,3 +90,37 @@ def test_the_parent_kills_a_live_worker_with_everything_it_started(tmp_path):
 def test_without_a_command_the_reaper_says_how_it_is_called():
     proc = subprocess.run([sys.executable, "-I", str(REAPER)], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+@pytest.mark.parametrize("where", ["in Popen, after the fork", "once Popen returned"])
+def test_an_interrupt_while_a_worker_starts_leaves_no_process_and_no_directory(tmp_path, monkeypatch, where):
+    """Ctrl-C or SIGTERM (a KeyboardInterrupt in okgit) landing while a worker is started: its
+    directory goes, and so does its process where okgit holds it."""
+    from okgit.eval.parent import sandbox
+
+    spawned: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        spawned.append(real_popen(*args, **kwargs))
+        if where == "in Popen, after the fork":
+            raise KeyboardInterrupt
+        return spawned[-1]
+
+    def lines(proc):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sandbox.subprocess, "Popen", popen)
+    if where == "once Popen returned":
+        monkeypatch.setattr(sandbox, "Lines", lines)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            WorkerProcess("cpu", default_memory_limit(), base_dir=tmp_path)
+        assert list(tmp_path.glob("okgit-worker-*")) == []
+        assert not any(w.proc in spawned for w in list(sandbox._STARTED.values()))  # nothing left for stop_all
+        if where == "once Popen returned":
+            assert spawned[0].poll() is not None  # killed: okgit held it
+    finally:
+        for proc in spawned:
+            proc.kill()
+            proc.wait()

@@ -217,15 +217,25 @@ class WorkerProcess:
         self.started = time.monotonic()
         self.ready_wait_s = 0.0  # how long a job waited for this worker to finish starting
         self._ready = False
-        with open(self.dir / "stderr.log", "wb") as err:  # under the reaper: nothing it starts outlives it
-            self.proc = subprocess.Popen(
-                [sys.executable, "-I", str(REAPER), "--", *(wrap or []), sys.executable, "-m", program,
-                 "--device", "cpu" if device == "cpu" else "cuda", *(args or [])],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.dir,
-                env=worker_env(device, role=self.role), start_new_session=True, preexec_fn=self._limits,
-            )
-        self._lines = Lines(self.proc)
-        _STARTED[id(self)] = self
+        # An interrupt (Ctrl-C, SIGTERM) while it starts leaves no directory behind: one landing in
+        # Popen after the fork (its wait for the exec) left a process unknown to `stop_all`, which
+        # died with its pipes, and its directory under /dev/shm (seen once in CI under load).
+        try:
+            with open(self.dir / "stderr.log", "wb") as err:  # under the reaper: nothing it starts outlives it
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-I", str(REAPER), "--", *(wrap or []), sys.executable, "-m", program,
+                     "--device", "cpu" if device == "cpu" else "cuda", *(args or [])],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.dir,
+                    env=worker_env(device, role=self.role), start_new_session=True, preexec_fn=self._limits,
+                )
+            _STARTED[id(self)] = self
+            self._lines = Lines(self.proc)
+        except BaseException:
+            if "proc" in vars(self):
+                self.close()
+            else:
+                shutil.rmtree(self.dir, ignore_errors=True)
+            raise
 
     def _limits(self) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

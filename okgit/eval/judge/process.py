@@ -139,8 +139,7 @@ class Judge:
         del first[:]
         if job.device == "cuda":  # what this problem holds on the device, for a sweep's admission
             result["device_peak_bytes"] = int(torch.cuda.max_memory_reserved())
-            self.phase("reference: prepared")
-            result["device_phases"] = list(self.memory_trace or [])
+            self.phase("reference: prepared")  # the trace goes with the timing's answer (`measure`)
         return result
 
     def arm(self, job: Job, key: int | str, knobs: dict[str, int], perturbed: list[Any] | None = None) -> Arm:

@@ -170,6 +170,7 @@ class Worker:
         if reply is None or not reply.get("ok"):
             raise CallFailed(self.current, "error", unanswered)
 
+    # ---- the candidate --------------------------------------------------------------------
     def run_candidate(self, job: Job) -> None:
         torch = self.torch
         self.phase("compile")

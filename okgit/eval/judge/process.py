@@ -59,16 +59,21 @@ class Judge:
         self.prep: Prepared | None = None
         self.layout_outputs: dict[str, list[Any]] = {}  # case -> the channels_last reference's outputs, until its stats
         self.phase_file: Path | None = None
-        # while the reference is prepared and timed on a GPU: [phase, the peak bytes allocated from
-        # the preparation's start to the phase's end, the bytes still allocated then], for a sweep's
-        # admission to see what drives a problem's footprint and what the judge keeps
+        # while the reference is prepared and timed on a GPU: [phase, the peak bytes allocated in
+        # the phase, the bytes still allocated at its end, the peak bytes reserved in it], for a
+        # sweep's admission to see what drives a problem's footprint and what the judge keeps. Each
+        # phase begins with the allocator's cache emptied, so that its reserved peak is its own
+        # (blocks a phase before it left cached, in pieces of other sizes, are not counted again).
         self.memory_trace: list[list[Any]] | None = None
         self.current = "start"
 
     def phase(self, gate: str) -> None:
         if self.memory_trace is not None and self.device == "cuda":
             cuda = self.torch.cuda
-            self.memory_trace.append([self.current, int(cuda.max_memory_allocated()), int(cuda.memory_allocated())])
+            self.memory_trace.append([self.current, int(cuda.max_memory_allocated()), int(cuda.memory_allocated()),
+                                      int(cuda.max_memory_reserved())])
+            cuda.empty_cache()
+            cuda.reset_peak_memory_stats()
         self.current = gate
         if self.phase_file is not None:
             self.phase_file.write_text(gate)
@@ -138,8 +143,10 @@ class Judge:
         prep.case_bytes = result["case_bytes"]
         del first[:]
         if job.device == "cuda":  # what this problem holds on the device, for a sweep's admission
-            result["device_peak_bytes"] = int(torch.cuda.max_memory_reserved())
             self.phase("reference: prepared")  # the trace goes with the timing's answer (`measure`)
+            # the largest phase's: what a check that computes a case again can reach (the cases were
+            # the preparation's phases, each from an emptied cache, with more than a check computes)
+            result["device_peak_bytes"] = max((row[3] for row in self.memory_trace or []), default=0)
         return result
 
     def arm(self, job: Job, key: int | str, knobs: dict[str, int], perturbed: list[Any] | None = None) -> Arm:
@@ -394,7 +401,10 @@ class Judge:
         measured, _ = time_model(self.torch, model, arm.module, seeds, job, self.device)
         self.phase("reference: timed")
         measured["device_phases"], self.memory_trace = self.memory_trace or [], None  # the checks are not traced
+        # what the checks reach from here on (own_memory's peak with each answer), not the one-off
+        # preparation and timing: the footprint counts a problem at what recurs
         self.torch.cuda.empty_cache()
+        self.torch.cuda.reset_peak_memory_stats()
         return measured
 
 

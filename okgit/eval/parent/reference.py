@@ -35,7 +35,9 @@ class PreparedReference:
     timing: dict[str, Any] | None = None
     kernels: dict[str, Any] | None = None
     peaks: dict[str, Any] | None = None
-    device_peak_bytes: int = 0  # the judge's device memory at its peak so far (0 on a CPU)
+    # the judge's device memory at its peak as it recurs (0 on a CPU): its preparation's largest phase,
+    # then the largest its checks reached (what it holds between checks and a case computed again)
+    device_peak_bytes: int = 0
     worker_peak_bytes: int = 0  # the largest peak a candidate's worker reported (0 until one did)
     # the judge's preparation and timing by phase: [phase, peak bytes so far, bytes held] (okgit.eval.judge.process)
     device_phases: list[list[Any]] = field(default_factory=list)

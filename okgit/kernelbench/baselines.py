@@ -3,10 +3,10 @@
 The arms are timed in one process on one device, in training mode (the mode a module is built in,
 in which the run's evaluator and KernelBench time), interleaved over rounds, with the
 evaluator's own timer (okgit.eval.worker.timing: CUDA events, L2 flushed before each sample,
-warm-up excluded, pre-generated input sets rotated, median) and its pinned library flags,
-holding the device alone (the device's lock, exclusive); the models are built, the inputs drawn
-and torch.compile compiled holding it shared, Inductor's autotuning alone
-(okgit.inductor.locking), as a seed's compile holds it. Run as
+warm-up excluded, pre-generated input sets rotated, as many as the evaluator's timing rotates,
+median) and its pinned library flags, holding the device alone (the device's lock, exclusive);
+the models are built, the inputs drawn and torch.compile compiled holding it shared, Inductor's
+autotuning alone (okgit.inductor.locking), as a seed's compile holds it. Run as
 `python -m okgit.kernelbench.baselines REF [WINNER [BACKEND]] [--device D] [--checked] [--model-patch]`
 in a process pinned to one GPU; prints one JSON object. Without a winner (a problem okgit found
 no kernel for) only eager and torch.compile are timed. `--checked`: the winner was checked
@@ -45,7 +45,7 @@ from okgit.eval.types import BaselineTimes
 ROUNDS = 5
 SAMPLES_PER_ROUND = 20
 WARMUP = 10
-INPUT_SETS = 3
+INPUT_SETS = 3  # at most; as many as the evaluator's timing rotates (okgit.eval.worker.measure.set_count)
 
 
 def _load(source: str, name: str, workdir: Path):
@@ -114,6 +114,8 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
     disagreement, error = ((None, None) if winner_source is None or model_patch or checked
                            else check(ref_path, winner_source, device, backend))
     from okgit.eval.parent.devices import DeviceHold, physical_name
+    from okgit.eval.worker.calls import nbytes
+    from okgit.eval.worker.measure import set_count
     from okgit.inductor.locking import exclusive_benchmarks
 
     result = BaselineTimes(device=physical_name(device), timed=True, flags=_pin_flags(), disagreement=disagreement,
@@ -127,9 +129,9 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
         win = _load(winner_source, "okgit_bench_winner", Path(tmp)) if winner_source is not None else None
         with hold.region("shared"):
             eager, fast = built(torch, ref, win, device)
-            input_sets = []
-            for seed in range(INPUT_SETS):
-                torch.manual_seed(seed)
+            input_sets: list[list[Any]] = []
+            while len(input_sets) < set_count(nbytes(input_sets[0]) if input_sets else 0, INPUT_SETS):
+                torch.manual_seed(len(input_sets))
                 with torch.device(device):  # drawn there, as the evaluator draws: 17 GB on the host took a minute
                     input_sets.append(_to(device, ref.get_inputs()))
             arms: dict[str, Callable] = {"eager": eager}

@@ -71,9 +71,15 @@ def exercise_model(torch: Any, model: Any, module: ModuleType, seeds: list[Case]
 
 
 def _input_sets(torch: Any, module: ModuleType, seeds: list[Case], device: str) -> list[list[Any]]:
-    """The seed cases' inputs as sets to rotate, as many as fit TIMING_SET_BYTES twice over."""
+    """The seed cases' inputs as sets to rotate (`set_count` of them)."""
     sets = [calls.draw_inputs(torch, module, seeds[0], device)]
-    per_set = calls.nbytes(sets[0]) or 1
-    for case in seeds[1: max(1, min(len(seeds), TIMING_SET_BYTES // (2 * per_set)))]:
+    for case in seeds[1: set_count(calls.nbytes(sets[0]), len(seeds))]:
         sets.append(calls.draw_inputs(torch, module, case, device))
     return sets
+
+
+def set_count(per_set: int, most: int) -> int:
+    """How many input sets a timing rotates: as many as fit TIMING_SET_BYTES twice over (the timer
+    keeps a copy of each), at least one, at most `most`. Sets larger than the L2 cache (flushed
+    before every sample anyway) gain nothing from rotating: a GB input is timed from one set."""
+    return max(1, min(most, TIMING_SET_BYTES // (2 * max(per_set, 1))))

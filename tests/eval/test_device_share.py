@@ -221,7 +221,7 @@ def test_on_a_gpu_a_job_checks_sharing_the_device_and_times_alone(tmp_path, monk
     (phases,) = [e["judge_phases"] for e in entries if "judge_phases" in e][:1]
     names = [name for name, *_ in phases]
     assert "reference: s0" in names and "reference: timing" in names, names
-    assert all(peak >= held and reserved >= peak for _, peak, held, reserved in phases), phases
+    assert all(peak >= kept and reserved >= peak for _, peak, kept, reserved in phases), phases
     assert dict((name, peak) for name, peak, *_ in phases)["reference: s0"] > 0
     # the footprint counts the judge (and the worker, until it reports) at the preparation's
     # largest phase, not at the timing's (the rows from "reference: prepared" on are measure's)

@@ -39,7 +39,8 @@ class PreparedReference:
     # then the largest its checks reached (what it holds between checks and a case computed again)
     device_peak_bytes: int = 0
     worker_peak_bytes: int = 0  # the largest peak a candidate's worker reported (0 until one did)
-    # the judge's preparation and timing by phase: [phase, peak bytes so far, bytes held] (okgit.eval.judge.process)
+    # the judge's preparation and timing by phase: [phase, peak bytes allocated in it, bytes allocated at
+    # its end, peak bytes reserved in it] (okgit.eval.judge.process)
     device_phases: list[list[Any]] = field(default_factory=list)
     thorough: set[str] = field(default_factory=set)  # candidates (okgit.eval.parent.local._digest) correct in thorough mode
 

@@ -89,6 +89,7 @@ class ProblemResult(BaseModel):
     # had a round of either arm far off its others (okgit.eval.parent.rounds.far_off): what disturbs timing
     gate_comparisons: int = 0
     gate_far_off: int = 0
+    footprint_bytes: int | None = None  # the device memory admission last counted it at (its ledger's)
 
     def speedup(self, baseline: str) -> float | None:
         return self.speedup_eager if baseline == "eager" else self.speedup_compile
@@ -208,6 +209,9 @@ class SweepReport(BaseModel):
     pending: list[str] = Field(default_factory=list)
     in_flight: list[str] = Field(default_factory=list)
     calls_wall_s: float = 0.0  # the wall time of every call of this sweep so far, this one included
+    # seconds with 1, 2, ... of its problems running at once (index k - 1), over every call so far:
+    # what admission by memory let share the devices (okgit.kernelbench.timeline.running_at_once)
+    running_at_once_s: list[float] = Field(default_factory=list)
 
     def markdown(self) -> str:
         lines = [
@@ -314,21 +318,27 @@ def _time_lines(report: SweepReport) -> list[str]:
         return []
     stages = [s for s in STAGES if any(s in r.time for r in timed)]
     lines = ["", "Where the time went (seconds; wall, and the device's lock: shared s / exclusive s, waited s; "
-             "the profiling pass within the stages, with its share of the wall and of the device held alone):", "",
-             "| problem | wall | " + " | ".join(stages) + " | profiling | device excl. | device shared | lock wait |",
-             "|---|---|" + "---|" * (len(stages) + 4)]
+             "the profiling pass within the stages, with its share of the wall and of the device held alone; "
+             "memory: the device memory admission last counted the problem at):", "",
+             "| problem | wall | " + " | ".join(stages) + " | profiling | device excl. | device shared | lock wait"
+             " | memory GiB |",
+             "|---|---|" + "---|" * (len(stages) + 5)]
     for r in timed:
+        memory = f"{r.footprint_bytes / 2**30:.0f}" if r.footprint_bytes else "-"
         lines.append(f"| {r.key} | {r.wall_s:.0f} | " + " | ".join(_cell(r.time.get(s)) for s in stages)
                      + f" | {_profiling(r.time, r.wall_s)} | {_sum(r.time, 'exclusive_s'):.1f} | {_sum(r.time, 'shared_s'):.1f}"
-                     f" | {_sum(r.time, 'wait_s'):.1f} |")
+                     f" | {_sum(r.time, 'wait_s'):.1f} | {memory} |")
     total, wall_total = report.summary.time, sum(r.wall_s for r in timed)
     lines.append(f"| **total** | {wall_total:.0f} | " + " | ".join(_cell(total.get(s)) for s in stages)
                  + f" | {_profiling(total, wall_total)} | {_sum(total, 'exclusive_s'):.1f} | {_sum(total, 'shared_s'):.1f}"
-                 f" | {_sum(total, 'wait_s'):.1f} |")
+                 f" | {_sum(total, 'wait_s'):.1f} | - |")
     wall = report.calls_wall_s or report.wall_s
     lines += ["", f"device time: the problems held the device alone for {_sum(total, 'exclusive_s') / 60:.1f} min and "
               f"shared it for {_sum(total, 'shared_s') / 60:.1f} min; the sweep's wall so far {wall / 60:.1f} min "
               f"(this call {report.wall_s / 60:.1f} min)"]
+    if report.running_at_once_s:
+        lines.append("problems running at once (seconds over every call, from admission to end or stop): "
+                     + ", ".join(f"{k} for {s:.0f}" for k, s in enumerate(report.running_at_once_s, 1) if s))
     return lines + _alone_lines(total)
 
 

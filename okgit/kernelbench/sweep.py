@@ -41,7 +41,7 @@ from okgit.kernelbench.models import run_model_problem
 from okgit.kernelbench.reader import KBProblem, find_problems
 from okgit.kernelbench.runs import ProblemInterrupted, Timer, out_of_memory, run_problem, slug
 from okgit.kernelbench.scoring import ProblemResult, SweepReport, summarize
-from okgit.kernelbench.timeline import last_footprint
+from okgit.kernelbench.timeline import last_footprint, record_running, running_at_once
 
 CAMPAIGN_TOP = 4  # level 3: the modules and chains each model campaign optimizes (--top)
 DEFAULT_TIMEOUT_S = 3600.0  # one problem's whole okgit run; a hang past it is recorded as `timeout`
@@ -107,6 +107,7 @@ def run_sweep(
         summary=summarize([done[p.key] for p in selected if p.key in done]),
         cross_check=check_note, pending=unfinished,
         in_flight=[p.key for p in selected if p.key in unfinished and _in_flight(out_dir, p)],
+        running_at_once_s=running_at_once(_ledger(out_dir, p.key) for p in selected),
     )
     report.calls_wall_s = _add_call(out_dir, report.wall_s)
     _write_report(report, out_dir, reran, stop)
@@ -235,6 +236,7 @@ class _Sweep:
 
     def _run(self, problem: KBProblem, slot: Slot) -> ProblemResult | None:
         device = self.device or slot.name
+        started = time.time()
         try:
             result = _run_problem(problem, slot, self.flags, self.out_dir, self.timeout_s, timer=self.timer,
                                   gpu=self.gpu, cross_check=self.cross_check, device=device,
@@ -246,6 +248,8 @@ class _Sweep:
         except OkgitError as e:  # e.g. git or Modal failing for this problem: recorded, the sweep goes on
             result = ProblemResult(key=problem.key, level=problem.level, id=problem.id, name=problem.name,
                                    status="error", device=device, error=str(e))
+        finally:
+            record_running(_ledger(self.out_dir, problem.key), started, time.time())
         _save_state(_state_path(self.out_dir, problem), result)
         speed = f"{fmt_speed(result.speedup_eager)} vs eager" if result.speedup_eager is not None else "untimed"
         self.say(f"{result.key}: {result.status}, {'correct' if result.correct else 'not correct'}, {speed} "

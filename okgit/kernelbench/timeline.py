@@ -107,6 +107,40 @@ def last_footprint(path: Path) -> int | None:
     return ledger_holds(path)[1]
 
 
+def record_running(ledger: Path, start: float, end: float) -> None:
+    """One stretch of a problem's run in a sweep call (wall clock, from its admission to its end or
+    stop), appended to its ledger: the report's count of problems running at once reads them."""
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    with open(ledger, "a") as f:
+        f.write(json.dumps({"running": [round(start, 3), round(end, 3)]}) + "\n")
+
+
+def running_at_once(ledgers: Iterable[Path]) -> list[float]:
+    """Seconds with 1, 2, ... problems running at once (index k - 1), over every stretch the
+    ledgers record: what admission let onto the devices, call after call."""
+    edges: list[tuple[float, int]] = []
+    for path in ledgers:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                start, end = json.loads(line)["running"]
+            except (ValueError, KeyError, TypeError):
+                continue  # a hold, a footprint, or a line cut by a kill
+            if end > start:  # a problem stopped as it was admitted ran for no time
+                edges += [(float(start), 1), (float(end), -1)]
+    seconds: list[float] = []
+    running, last = 0, 0.0
+    for t, step in sorted(edges, key=lambda e: (e[0], e[1])):  # an end before a start at the same instant
+        if running:
+            seconds += [0.0] * (running - len(seconds))
+            seconds[running - 1] += t - last
+        running, last = running + step, t
+    return [round(x, 1) for x in seconds]
+
+
 def combine(walls: dict[str, float], ledger: Path) -> dict[str, StageTime]:
     """Every stage's wall seconds beside its device holds, in STAGES order (others after)."""
     holds, _ = ledger_holds(ledger)

@@ -65,6 +65,9 @@ def test_cpu_sweep_reports_every_problem_and_resumes(tmp_path):
     table, times = (out / "report.md").read_text().split("Where the time went")
     times, phases = times.split("Where the candidate evaluations' seconds went")
     assert table.count("| level1/") == 3 and times.count("| level1/") == 3  # each problem's row in both tables
+    # how many ran at once, from each problem's stretches in its ledger: never more than --parallel
+    at_once = report["running_at_once_s"]
+    assert 1 <= len(at_once) <= 2 and at_once[0] > 0 and "problems running at once" in times, at_once
     evaluated = [p for p in report["problems"] if p["eval_phase_s"]]  # and each that evaluated a candidate
     assert len(evaluated) >= 2 and phases.count("| level1/") == len(evaluated)
     assert len(list((out / "state").glob("*.json"))) == 3

@@ -129,6 +129,20 @@ def test_the_ledger_adds_up_holds_by_stage_and_keeps_the_last_footprint(tmp_path
     assert timeline.ledger_holds(tmp_path / "missing.jsonl") == ({}, None)
 
 
+def test_the_ledgers_stretches_say_how_many_problems_ran_at_once(tmp_path):
+    """Each call's stretch of each problem (admission to end or stop), folded over every ledger:
+    seconds with 1, 2, ... running at once; a stretch that ends as another starts is not overlap."""
+    a, b, c = (tmp_path / f"{k}.jsonl" for k in "abc")
+    timeline.record_running(a, 100.0, 200.0)
+    timeline.record_running(a, 500.0, 520.0)  # resumed in a later call
+    timeline.record_running(b, 150.0, 250.0)
+    timeline.record_running(c, 250.0, 300.0)  # starts as b ends
+    timeline.record_running(c, 400.0, 400.0)  # stopped as it was admitted
+    c.write_text(c.read_text() + '{"footprint_bytes": 5}\n{"running": [1, ')  # other lines, one cut by a kill
+    assert timeline.running_at_once([a, b, c, tmp_path / "missing.jsonl"]) == [170.0, 50.0]
+    assert timeline.running_at_once([]) == []
+
+
 def test_a_footprint_carries_the_judges_memory_by_phase_where_known(tmp_path, monkeypatch):
     from okgit.eval.parent.devices import LEDGER_ENV, record_footprint
 
@@ -157,16 +171,18 @@ def test_the_report_says_where_the_time_went_per_problem_and_in_total():
                  seeds=StageTime(wall_s=5, exclusive_s=4, alone_for={"AlgorithmSelectorCache.benchmark_in_current_process": 4,
                                                                      "benchmarker.benchmark_gpu": 0.5}),
                  baselines=StageTime(wall_s=30, shared_s=20, exclusive_s=3, wait_s=2, alone_for={"timing": 3}))]
+    rs[0].footprint_bytes = 104 * GiB
     report = SweepReport(dir="/kb", out="/out", device="cuda", problems=rs, summary=summarize(rs), wall_s=120,
-                         calls_wall_s=300)
+                         calls_wall_s=300, running_at_once_s=[211.0, 385.0, 0.0, 135.0])
     assert report.summary.time["reference"] == StageTime(wall_s=30, shared_s=23, exclusive_s=3, wait_s=1)
     md = report.markdown()
-    assert ("| problem | wall | reference | seeds | search | baselines | profiling | device excl. | device shared | lock wait |"
-            in md)
-    assert "| level1/1_A | 80 | 20 (15/2, 1) | - | 60 (30/6, 4) | - | 8 (10%; alone 11%) | 9.0 | 45.0 | 5.0 |" in md
-    assert "| level2/3_B | 45 | 10 (8/1, 0) | 5 (0/4, 0) | - | 30 (20/3, 2) | - | 8.0 | 28.0 | 2.0 |" in md
-    assert ("| **total** | 125 | 30 (23/3, 1) | 5 (0/4, 0) | 60 (30/6, 4) | 30 (20/3, 2) | 8 (6%; alone 6%) | 17.0 | 73.0 | 7.0 |"
-            in md)
+    assert ("| problem | wall | reference | seeds | search | baselines | profiling | device excl. | device shared | lock wait"
+            " | memory GiB |" in md)
+    assert "| level1/1_A | 80 | 20 (15/2, 1) | - | 60 (30/6, 4) | - | 8 (10%; alone 11%) | 9.0 | 45.0 | 5.0 | 104 |" in md
+    assert "| level2/3_B | 45 | 10 (8/1, 0) | 5 (0/4, 0) | - | 30 (20/3, 2) | - | 8.0 | 28.0 | 2.0 | - |" in md
+    assert ("| **total** | 125 | 30 (23/3, 1) | 5 (0/4, 0) | 60 (30/6, 4) | 30 (20/3, 2) | 8 (6%; alone 6%) | 17.0 | 73.0 | 7.0"
+            " | - |" in md)
+    assert "problems running at once (seconds over every call, from admission to end or stop): 1 for 211, 2 for 385, 4 for 135" in md
     assert "alone for 0.3 min" in md and "the sweep's wall so far 5.0 min (this call 2.0 min)" in md
     # what ran while the device was held alone, most seconds first
     assert ("held alone, by what ran in the hold (seconds over every problem; nested labels overlap): "

@@ -80,7 +80,9 @@ def ledger_holds(path: Path) -> tuple[dict[str, StageTime], int | None]:
         if "footprint_bytes" in entry:
             footprint = int(entry["footprint_bytes"])
             continue
-        stage = _LEDGER_STAGES.get(str(entry.get("stage")), str(entry.get("stage")))
+        if "stage" not in entry:
+            continue  # the sweep's own lines (`record_running`): no hold
+        stage = _LEDGER_STAGES.get(str(entry["stage"]), str(entry["stage"]))
         t = stages.setdefault(stage, StageTime())
         held = float(entry.get("held_s", 0.0))
         if entry.get("mode") == "exclusive":

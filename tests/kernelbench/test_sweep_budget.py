@@ -113,10 +113,11 @@ def test_the_ledger_adds_up_holds_by_stage_and_keeps_the_last_footprint(tmp_path
              {"stage": "seed", "mode": "exclusive", "wait_s": 0.0, "held_s": 7.0,
               "for": {"CachingAutotuner.coordinate_descent_tuning": 6.5, "benchmarker.benchmark_gpu": 1.25}},
              {"stage": "seed", "mode": "exclusive", "wait_s": 0.0, "held_s": 0.5, "for": {"benchmarker.benchmark_gpu": 0.5}},
-             {"footprint_bytes": 6 * GiB}]
+             {"footprint_bytes": 6 * GiB},
+             {"running": [100.0, 160.0]}]  # a stretch of an earlier call (the sweep's own line): no hold
     ledger.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"stage": "cut sh')  # a line cut by a kill
     holds, footprint = timeline.ledger_holds(ledger)
-    assert footprint == 6 * GiB
+    assert footprint == 6 * GiB and set(holds) == {"reference", "search", "seeds"}, holds
     assert holds["reference"] == StageTime(shared_s=10.0, exclusive_s=1.5, wait_s=3.0)
     assert holds["search"] == StageTime(shared_s=3.0, exclusive_s=0.5, wait_s=4.0)
     # what ran in the holds: the coarse region outlasts the benchmarks nested in it

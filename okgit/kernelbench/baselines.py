@@ -129,11 +129,13 @@ def measure(ref_path: Path, winner_source: str | None, device: str = "cuda:0", b
         win = _load(winner_source, "okgit_bench_winner", Path(tmp)) if winner_source is not None else None
         with hold.region("shared"):
             eager, fast = built(torch, ref, win, device)
-            input_sets: list[list[Any]] = []
-            while len(input_sets) < set_count(nbytes(input_sets[0]) if input_sets else 0, INPUT_SETS):
-                torch.manual_seed(len(input_sets))
+            def drawn(seed: int) -> list[Any]:
+                torch.manual_seed(seed)
                 with torch.device(device):  # drawn there, as the evaluator draws: 17 GB on the host took a minute
-                    input_sets.append(_to(device, ref.get_inputs()))
+                    return _to(device, ref.get_inputs())
+
+            input_sets = [drawn(0)]
+            input_sets += [drawn(seed) for seed in range(1, set_count(nbytes(input_sets[0]), INPUT_SETS))]
             arms: dict[str, Callable] = {"eager": eager}
             if fast is not None and not error:
                 arms["okgit"] = fast

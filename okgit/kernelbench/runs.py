@@ -38,7 +38,7 @@ from okgit.journal.runview import RUNNING, RunView
 from okgit.kernelbench.baselines import BaselineTimes
 from okgit.kernelbench.reader import KBProblem
 from okgit.kernelbench.scoring import CrossCheck, ProblemResult
-from okgit.kernelbench.timeline import combine, evaluation_phases, last_footprint
+from okgit.kernelbench.timeline import combine, evaluation_phases, ledger_holds
 from okgit.status import CORRECT
 
 # Times the baselines of (reference source, winner source or None) elsewhere (Modal's evaluator)
@@ -121,9 +121,9 @@ class Workspace:
         earlier = self.earlier()
         total = earlier.plus(self.wall_s(), self.walls)
         self.in_flight_path.unlink(missing_ok=True)
+        holds, footprint = ledger_holds(self.ledger)
         return result.model_copy(update={"wall_s": total.wall_s, "calls": total.calls,
-                                         "time": combine(total.walls, self.ledger),
-                                         "footprint_bytes": last_footprint(self.ledger)})
+                                         "time": combine(total.walls, holds), "footprint_bytes": footprint})
 
     def okgit(self, args: list[str], timeout_s: float, what: str) -> subprocess.CompletedProcess[str] | dict[str, Any]:
         """`okgit ARGS` in the repository, its stderr kept as the problem's log: the finished

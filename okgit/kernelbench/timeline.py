@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from okgit.journal.events import Event, Note, Preparing, Profiled, ProposalEvent, ReferenceEvent, Resumed, RunFinished
 from okgit.kernelbench.scoring import PROFILE, STAGES, StageTime
@@ -68,15 +69,7 @@ def ledger_holds(path: Path) -> tuple[dict[str, StageTime], int | None]:
     """The ledger's holds per stage (no wall time), and the last device footprint it gives."""
     stages: dict[str, StageTime] = {}
     footprint = None
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return stages, None
-    for line in lines:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a kill
+    for entry in _entries(path):
         if "footprint_bytes" in entry:
             footprint = int(entry["footprint_bytes"])
             continue
@@ -87,13 +80,28 @@ def ledger_holds(path: Path) -> tuple[dict[str, StageTime], int | None]:
         held = float(entry.get("held_s", 0.0))
         if entry.get("mode") == "exclusive":
             t.exclusive_s = round(t.exclusive_s + held, 3)
-            labels = entry.get("for") if isinstance(entry.get("for"), dict) else {}
-            for label, seconds in labels.items():
+            labels = entry.get("for")
+            for label, seconds in (labels.items() if isinstance(labels, dict) else ()):
                 t.alone_for[str(label)] = round(t.alone_for.get(str(label), 0.0) + float(seconds), 3)
         else:
             t.shared_s = round(t.shared_s + held, 3)
         t.wait_s = round(t.wait_s + float(entry.get("wait_s", 0.0)), 3)
     return stages, footprint
+
+
+def _entries(path: Path) -> Iterator[dict[str, Any]]:
+    """The ledger's lines as objects: none where it is missing, none of a line cut by a kill."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            yield entry
 
 
 def evaluation_phases(phases: Iterable[dict[str, float]]) -> dict[str, float]:
@@ -122,15 +130,8 @@ def running_at_once(ledgers: Iterable[Path]) -> list[float]:
     ledgers record: what admission let onto the devices, call after call."""
     edges: list[tuple[float, int]] = []
     for path in ledgers:
-        try:
-            lines = path.read_text().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            try:
-                start, end = json.loads(line)["running"]
-            except (ValueError, KeyError, TypeError):
-                continue  # a hold, a footprint, or a line cut by a kill
+        for entry in _entries(path):
+            start, end = entry.get("running") or (0.0, 0.0)  # a hold or a footprint: no stretch
             if end > start:  # a problem stopped as it was admitted ran for no time
                 edges += [(float(start), 1), (float(end), -1)]
     seconds: list[float] = []
@@ -143,8 +144,7 @@ def running_at_once(ledgers: Iterable[Path]) -> list[float]:
     return [round(x, 1) for x in seconds]
 
 
-def combine(walls: dict[str, float], ledger: Path) -> dict[str, StageTime]:
-    """Every stage's wall seconds beside its device holds, in STAGES order (others after)."""
-    holds, _ = ledger_holds(ledger)
+def combine(walls: dict[str, float], holds: dict[str, StageTime]) -> dict[str, StageTime]:
+    """Every stage's wall seconds beside its device holds (`ledger_holds`), in STAGES order (others after)."""
     names = [s for s in STAGES if s in walls or s in holds] + sorted((set(walls) | set(holds)) - set(STAGES))
     return {s: holds.get(s, StageTime()).model_copy(update={"wall_s": round(walls.get(s, 0.0), 3)}) for s in names}

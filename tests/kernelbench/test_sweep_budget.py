@@ -123,7 +123,7 @@ def test_the_ledger_adds_up_holds_by_stage_and_keeps_the_last_footprint(tmp_path
     # what ran in the holds: the coarse region outlasts the benchmarks nested in it
     assert holds["seeds"] == StageTime(exclusive_s=7.5, alone_for={"CachingAutotuner.coordinate_descent_tuning": 6.5,
                                                                    "benchmarker.benchmark_gpu": 1.75})
-    both = timeline.combine({"reference": 30.0, "final gate": 12.0}, ledger)
+    both = timeline.combine({"reference": 30.0, "final gate": 12.0}, holds)
     assert list(both) == ["reference", "seeds", "search", "final gate"]
     assert both["reference"].wall_s == 30.0 and both["reference"].exclusive_s == 1.5
     assert both["final gate"] == StageTime(wall_s=12.0)

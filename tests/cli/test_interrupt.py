@@ -1,7 +1,7 @@
 """Nothing left running, nothing lost: a reference that hangs ends within its own limit, and
 Ctrl-C or SIGTERM of `okgit optimize` (while the reference is prepared, and mid-search) ends
 every process okgit started and removes their /dev/shm directories. Real subprocesses, a real
-repository; the processes okgit started are found as children of the okgit process."""
+repository; the processes okgit started are found below the okgit process."""
 
 from __future__ import annotations
 
@@ -39,17 +39,23 @@ def get_init_inputs():
 
 
 def children(pid: int) -> dict[int, str]:
-    """The processes whose parent is `pid`, with their working directories."""
-    found = {}
+    """Every process below `pid` (okgit's zygotes, the reapers they fork, the workers and judges
+    below those), with their working directories."""
+    parents: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+        if entry.name.isdigit():
+            try:
+                parents.setdefault(int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    found, todo = {}, list(parents.get(pid, []))
+    while todo:
+        child = todo.pop()
         try:
-            stat = (entry / "stat").read_text()
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found[int(entry.name)] = os.readlink(entry / "cwd")
-        except (OSError, ValueError, IndexError):
+            found[child] = os.readlink(f"/proc/{child}/cwd")
+        except OSError:
             continue
+        todo += parents.get(child, [])
     return found
 
 

@@ -379,7 +379,7 @@ def test_a_job_that_makes_way_is_stopped_until_it_holds_the_device_again(tmp_pat
             time.sleep(0.05)
         assert all(a != t.read_text() for a, t in zip(before, ticks))  # both go on after
     finally:
-        from okgit.eval.parent.reaper import kill_tree
+        from okgit.eval.protocol.reaper import kill_tree
 
         kill_tree(busy.pid)
         busy.kill()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from okgit.eval.parent.reaper import exited
 from okgit.eval.parent.sandbox import REAPER, WorkerProcess, default_memory_limit
+from okgit.eval.protocol.reaper import exited
 
 # Starts a sleeper that leaves the worker's process group and session, through a double fork (the
 # middle process exits at once, so the sleeper is orphaned), writes the sleeper's pid, then acts.
@@ -92,35 +92,49 @@ def test_without_a_command_the_reaper_says_how_it_is_called():
     assert proc.returncode == 2 and "usage" in proc.stderr
 
 
-@pytest.mark.parametrize("where", ["in Popen, after the fork", "once Popen returned"])
-def test_an_interrupt_while_a_worker_starts_leaves_no_process_and_no_directory(tmp_path, monkeypatch, where):
-    """Ctrl-C or SIGTERM (a KeyboardInterrupt in okgit) landing while a worker is started: its
-    directory goes, and so does its process where okgit holds it."""
+@pytest.mark.parametrize("how", ["spawned", "forked"])
+@pytest.mark.parametrize("where", ["while it starts", "once it started"])
+def test_an_interrupt_while_a_worker_starts_leaves_no_process_and_no_directory(tmp_path, monkeypatch, where, how):
+    """Ctrl-C or SIGTERM (a KeyboardInterrupt in okgit) landing while a worker is started (spawned:
+    in Popen after its fork; forked: once the zygote was asked): its directory goes, and so does its
+    process where okgit holds it; a forked one okgit never held exits once its pipes close."""
     from okgit.eval.parent import sandbox
 
-    spawned: list[subprocess.Popen[bytes]] = []
-    real_popen = subprocess.Popen
+    started: list = []
 
-    def popen(*args, **kwargs):
-        spawned.append(real_popen(*args, **kwargs))
-        if where == "in Popen, after the fork":
-            raise KeyboardInterrupt
-        return spawned[-1]
+    def starting(real):
+        def start(*args, **kwargs):
+            started.append(real(*args, **kwargs))
+            if where == "while it starts":
+                raise KeyboardInterrupt
+            return started[-1]
+        return start
 
     def lines(proc):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sandbox.subprocess, "Popen", popen)
-    if where == "once Popen returned":
+    if how == "spawned":
+        monkeypatch.setattr(sandbox.forks, "fork", lambda *args: None)
+        monkeypatch.setattr(sandbox.subprocess, "Popen", starting(subprocess.Popen))
+    else:
+        monkeypatch.setattr(sandbox.forks, "fork", starting(sandbox.forks.fork))
+    if where == "once it started":
         monkeypatch.setattr(sandbox, "Lines", lines)
     try:
         with pytest.raises(KeyboardInterrupt):
             WorkerProcess("cpu", default_memory_limit(), base_dir=tmp_path)
         assert list(tmp_path.glob("okgit-worker-*")) == []
-        assert not any(w.proc in spawned for w in list(sandbox._STARTED.values()))  # nothing left for stop_all
-        if where == "once Popen returned":
-            assert spawned[0].poll() is not None  # killed: okgit held it
+        assert not any(w.proc in started for w in list(sandbox._STARTED.values()))  # nothing left for stop_all
+        if where == "once it started":
+            assert started[0].poll() is not None  # killed: okgit held it
+        elif how == "forked":  # ended, at the end of its stdin (no job for it), or unstarted (its directory went)
+            started[0].stdin.close()
+            assert started[0].wait(60) in (0, 1)
     finally:
-        for proc in spawned:
-            proc.kill()
-            proc.wait()
+        for proc in started:
+            if how == "spawned":
+                proc.kill()
+                proc.wait()
+            elif proc.poll() is None:
+                proc.stdin.close()
+                proc.wait(60)

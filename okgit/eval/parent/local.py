@@ -36,12 +36,13 @@ from okgit.eval.parent.devices import DeviceHold, physical_name, record_footprin
 from okgit.eval.parent.gates import call_gates
 from okgit.eval.parent.gates.static import static_findings
 from okgit.eval.parent.gates.timed import allowed_matmul_rate
+from okgit.eval.parent.pool import WorkerPool
 from okgit.eval.parent.profile import CPU_REASON, profile_data
 from okgit.eval.parent.profiling import ProfilingPass
 from okgit.eval.parent.reference import PreparedReference, from_judge
 from okgit.eval.parent.relay import Relay, judge_failure
 from okgit.eval.parent.rounds import summarize
-from okgit.eval.parent.sandbox import Outcome, WorkerPool, WorkerProcess, default_memory_limit, read_result
+from okgit.eval.parent.sandbox import Outcome, WorkerProcess, default_memory_limit, read_result
 from okgit.eval.parent.streams import check_streams
 from okgit.eval.parent.verdict import base_fields, crashed, decide
 from okgit.eval.protocol.jobs import PINNED_FLAGS, Job, Timing
@@ -346,7 +347,7 @@ class LocalEvaluator(EvaluatorBase):
 
     def _take_judge(self) -> WorkerProcess:
         judge_process, self._spare_judge = self._spare_judge, None
-        if judge_process is None or not judge_process.alive():
+        if judge_process is None or not (judge_process.forked() and judge_process.alive()):
             judge_process = self._new_judge()
         self._judges_taken += 1
         # The next spare once a second problem came: more may follow (a campaign, a sweep), while a

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from okgit.eval.parent import memory, ncu, proton
+from okgit.eval.parent.pool import WorkerPool
 from okgit.eval.parent.profile import CPU_REASON, classify, with_counters
-from okgit.eval.parent.sandbox import Outcome, WorkerPool, WorkerProcess, read_result
+from okgit.eval.parent.sandbox import Outcome, WorkerProcess, read_result
 from okgit.eval.types import ProfileData
 
 if TYPE_CHECKING:

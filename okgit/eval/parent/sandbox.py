@@ -1,11 +1,13 @@
-"""Worker processes: spawned clean, limited, killed with their whole process group.
+"""Worker processes: started clean, limited, killed with their whole process group.
 
 Each worker runs in its own session (process group) with a private temp directory as cwd, an
 environment with no credentials, no core dumps, and a watchdog that kills a worker whose
-resident memory passes its budget (okgit.eval.parent.memory). A `WorkerPool` keeps pre-started idle
-candidate workers per device: torch, triton and CUDA are up, no candidate code is loaded; each
-runs one job and exits. The judge is a worker process too, long-lived, asked one request at a
-time. Messages go both ways as JSON lines (okgit.eval.protocol.channel).
+resident memory passes its budget (okgit.eval.parent.memory). It is forked from a zygote that
+imported torch and triton (okgit.eval.parent.forks), or spawned where none forks it. A
+`WorkerPool` (okgit.eval.parent.pool) keeps pre-started idle candidate workers per device:
+torch, triton and CUDA are up, no candidate code is loaded; each runs one job and exits. The
+judge is a worker process too, long-lived, asked one request at a time. Messages go both ways
+as JSON lines (okgit.eval.protocol.channel).
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from okgit.eval.parent import forks
 from okgit.eval.parent.devices import lock_path, physical_id
-from okgit.eval.parent.reaper import descendants, kill_tree, send, stop_tree
+from okgit.eval.protocol import reaper
 from okgit.eval.protocol.jobs import Job
+from okgit.eval.protocol.reaper import descendants, kill_tree, send, stop_tree
 from okgit.eval.protocol.start import DEVICE_LOCK_ENV
 
 # Names a worker keeps (then the credential filter still applies to them).
@@ -122,13 +126,14 @@ class Outcome:
         return f"worker exited with code {rc} without a result"
 
 
-REAPER = Path(__file__).with_name("reaper.py")  # run by path: no package import before the worker's
+REAPER = Path(reaper.__file__)  # run by path: no package import before the worker's
 _STARTED: dict[int, "WorkerProcess"] = {}  # every worker and judge this process started and has not closed
 
 
 def live_processes() -> list[str]:
-    """What `stop_all` would stop, one name each ("judge 1234", "worker 1235")."""
-    return [f"{w.role} {w.proc.pid}" for w in list(_STARTED.values()) if w.alive()]
+    """What `stop_all` would stop, one name each ("judge 1234", "worker 1235"); a worker a zygote
+    has not forked yet has no pid, and will not be forked once the zygotes are stopped."""
+    return [f"{w.role} {w.proc.pid}" for w in list(_STARTED.values()) if w.alive() and w.proc.pid is not None]
 
 
 def stop_all() -> list[str]:
@@ -136,6 +141,7 @@ def stop_all() -> list[str]:
     too) and remove their directories (under /dev/shm). On Ctrl-C, SIGTERM and exit, whatever
     state the evaluators were in (a judge still preparing is held by no evaluator yet)."""
     stopped = live_processes()
+    forks.stop()  # first: nothing is forked while the workers are stopped
     for worker in list(_STARTED.values()):
         worker.close()
     return stopped
@@ -147,7 +153,7 @@ atexit.register(stop_all)
 class Lines:
     """A child's stdout, line by line, each line waited for until a deadline at most."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes] | forks.Forked) -> None:
         self.proc = proc
         self.buffer = b""
 
@@ -221,13 +227,10 @@ class WorkerProcess:
         # Popen after the fork (its wait for the exec) left a process unknown to `stop_all`, which
         # died with its pipes, and its directory under /dev/shm (seen once in CI under load).
         try:
-            with open(self.dir / "stderr.log", "wb") as err:  # under the reaper: nothing it starts outlives it
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-I", str(REAPER), "--", *(wrap or []), sys.executable, "-m", program,
-                     "--device", "cpu" if device == "cpu" else "cuda", *(args or [])],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.dir,
-                    env=worker_env(device, role=self.role), start_new_session=True, preexec_fn=self._limits,
-                )
+            env = worker_env(device, role=self.role)
+            # forked from a zygote with its imports done, unless it runs under a wrapper or with a tool
+            forked = forks.fork(device, program, env, self.dir) if not wrap and not args else None
+            self.proc: subprocess.Popen[bytes] | forks.Forked = forked or self._spawn(program, env, args or [], wrap or [])
             _STARTED[id(self)] = self
             self._lines = Lines(self.proc)
         except BaseException:
@@ -237,11 +240,26 @@ class WorkerProcess:
                 shutil.rmtree(self.dir, ignore_errors=True)
             raise
 
+    def _spawn(self, program: str, env: dict[str, str], args: list[str], wrap: list[str]) -> subprocess.Popen[bytes]:
+        with open(self.dir / "stderr.log", "wb") as err:  # under the reaper: nothing it starts outlives it
+            return subprocess.Popen(
+                [sys.executable, "-I", str(REAPER), "--", *wrap, sys.executable, "-m", program,
+                 "--device", "cpu" if self.device == "cpu" else "cuda", *args],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=self.dir,
+                env=env, start_new_session=True, preexec_fn=self._limits,
+            )
+
     def _limits(self) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def forked(self, timeout_s: float = 300.0) -> bool:
+        """Whether its process exists: a spawned one's does; a forked one's once its zygote forked
+        it (waited for at most `timeout_s`: the zygote may still be importing), never if the zygote
+        ended first."""
+        return not isinstance(self.proc, forks.Forked) or self.proc.started(timeout_s)
 
     def wait_ready(self, timeout_s: float) -> bool:
         """True once the worker has said it is ready (torch imported, device up); waits at most timeout_s."""
@@ -267,7 +285,8 @@ class WorkerProcess:
         return self._lines.next(deadline, self.over_budget)
 
     def over_budget(self) -> bool:
-        return _tree_rss_bytes(self.proc.pid) > self.memory_limit  # the reaper, the worker, all they started
+        # below the reaper: the worker and all it started (a forked reaper shares torch's pages with its zygote)
+        return self.proc.pid is not None and _tree_rss_bytes(self.proc.pid) > self.memory_limit
 
     def request(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
         """One request to a long-lived worker (the judge): its answer, or None if it never came."""
@@ -342,12 +361,16 @@ class WorkerProcess:
         return self._outcome(self.started, timed_out=False, memory_killed=memory_killed)
 
     def paused(self) -> contextlib.AbstractContextManager[None]:
-        """The worker stopped for the block (`paused`)."""
+        """The worker stopped for the block (`paused`): it is running a job, so it has a pid."""
+        assert self.proc.pid is not None
         return paused(self.proc.pid)
 
     def kill(self) -> None:
         """Everything below the reaper first (while it lives, an orphan comes back to it, whatever
         group or session it went to), then the reaper's process group."""
+        if not self.forked(60.0):
+            return  # never forked: if its zygote forks it late, it reads the end of its stdin and exits
+        assert self.proc.pid is not None
         kill_tree(self.proc.pid)
         _signal_group(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
@@ -365,56 +388,13 @@ class WorkerProcess:
         _STARTED.pop(id(self), None)
 
 
-class WorkerPool:
-    """One idle, pre-started worker per device; `take()` hands it out and starts the next."""
-
-    def __init__(self, memory_limit: int, base_dir: Path | None = None, idle: int = 1) -> None:
-        self.memory_limit = memory_limit
-        self.idle_count = idle  # back-to-back jobs outrun one pre-started worker (torch + CUDA start)
-        # outputs travel through files: keep them in memory where the machine allows
-        shm = Path("/dev/shm")
-        self.base_dir = base_dir or (shm if shm.is_dir() and os.access(shm, os.W_OK) else None)
-        self.idle: dict[str, list[WorkerProcess]] = {}
-
-    def take(self, device: str, *, prestart_next: bool = True) -> WorkerProcess:
-        """The oldest idle worker (fresh one if none), topping the idle ones up again."""
-        queue = self.idle.setdefault(device, [])
-        worker = None
-        while queue and worker is None:
-            w = queue.pop(0)
-            if w.alive():
-                worker = w
-            else:
-                w.close()
-        worker = worker or WorkerProcess(device, self.memory_limit, self.base_dir)
-        if prestart_next:
-            self.prestart(device)
-        return worker
-
-    def prestart(self, device: str, at_least: int = 0) -> None:
-        queue = self.idle.setdefault(device, [])
-        while len(queue) < max(self.idle_count, at_least):
-            queue.append(WorkerProcess(device, self.memory_limit, self.base_dir))
-
-    def wait_warm(self, device: str, timeout_s: float) -> bool:
-        """Wait until every idle worker of `device` is ready (a benchmark of warm evaluations)."""
-        deadline = time.monotonic() + timeout_s
-        return all(w.wait_ready(deadline - time.monotonic()) for w in self.idle.get(device, []))
-
-    def close(self) -> None:
-        for queue in self.idle.values():
-            for worker in queue:
-                worker.close()
-        self.idle.clear()
-
-
 def _rss_bytes(pid: int) -> int:
     return _status_bytes(pid, "VmRSS:")
 
 
 def _tree_rss_bytes(pid: int) -> int:
-    """A process's resident memory with its descendants' (the worker runs below its reaper)."""
-    return sum(_rss_bytes(p) for p in [pid, *descendants(pid)])
+    """The resident memory of every process below `pid` (a worker's reaper)."""
+    return sum(_rss_bytes(p) for p in descendants(pid))
 
 
 def _status_bytes(pid: int | str, field: str) -> int:

@@ -12,7 +12,7 @@ before it kills this process (okgit.eval.parent.sandbox, WorkerProcess.kill). No
 it is run by path with stdlib imports only, and a candidate cannot change another process's
 subreaper mark.
 
-    python -I okgit/eval/parent/reaper.py -- COMMAND...
+    python -I okgit/eval/protocol/reaper.py -- COMMAND...
 """
 
 from __future__ import annotations
@@ -56,7 +56,11 @@ def exited(pid: int) -> bool:
 
 def _children(pid: int) -> list[int]:
     kids: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").glob("*/children"))
+    except OSError:  # it exited while its threads were listed
+        return kids
+    for task in tasks:
         try:
             kids += [int(c) for c in task.read_text().split()]
         except (OSError, ValueError):
@@ -122,19 +126,31 @@ def _reap(within_s: float = 5.0) -> None:
             time.sleep(0.005)
 
 
+def become_subreaper() -> None:
+    """Orphans anywhere below this process come back to it (Linux), whatever group or session."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the process group is all there is
+
+
+def outlive(pid: int) -> int:
+    """Wait for the child `pid` (the worker), then kill and collect whatever is left below this
+    process: the worker's exit code, negative for the signal that ended it."""
+    _, status = os.waitpid(pid, 0)
+    kill_tree(os.getpid())
+    _reap()
+    return os.waitstatus_to_exitcode(status)
+
+
 def main(argv: list[str]) -> int:
     command = argv[argv.index("--") + 1:] if "--" in argv else []
     if not command:
         print("usage: reaper.py -- COMMAND...", file=sys.stderr)
         return 2
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: the process group is all there is
+    become_subreaper()
     worker = subprocess.Popen(command)  # stdin, stdout, stderr, directory and environment are the worker's
-    code = worker.wait()
-    kill_tree(os.getpid())
-    _reap()
+    code = worker.returncode = outlive(worker.pid)
     if code < 0:  # killed by a signal: end the same way, so the parent reads the same exit
         try:
             signal.signal(-code, signal.SIG_DFL)

@@ -1,0 +1,172 @@
+"""Workers and judges forked from a zygote (okgit.eval.worker.zygote) instead of spawned.
+
+A spawned worker imports torch and triton before it can say ready: about 1.4 s of CPU on a
+CPU-only machine, more with CUDA's build, for every candidate. A zygote per device, program and
+environment imports them once; `fork` asks it for a process and returns at once with a handle
+that reads like the `subprocess.Popen` of a spawned worker (pid, stdin, stdout, poll, wait,
+returncode), so okgit.eval.parent.sandbox treats both alike. The handle's status pipe brings the
+reaper's pid, then the worker's exit code; the reaper is the zygote's child, not this process's,
+and its exit reaches this process only that way (a reaper killed before it wrote one reads as
+killed by SIGKILL, as the parent's `kill` does).
+
+A zygote is keyed by the worker's whole environment (okgit.eval.parent.sandbox.worker_env), so a
+forked worker sees what a spawned one would: when the environment changes, the next request
+starts a new zygote and the old one ends. A zygote that ends on its own (an import failed, CUDA
+came up while importing, it was killed) is not asked again for its environment: those workers
+are spawned, and a spawned worker says in its own stderr what failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+Key = tuple[str, str, tuple[tuple[str, str], ...]]  # device kind, program, environment
+
+
+class Forked:
+    """A forked worker's handle, read like a `subprocess.Popen` of its reaper."""
+
+    def __init__(self, stdin: int, stdout: int, status: int) -> None:
+        self.stdin = os.fdopen(stdin, "wb")
+        self.stdout = os.fdopen(stdout, "rb", buffering=0)
+        self._status = status
+        self._read = b""
+        self.pid: int | None = None  # the reaper's, once the zygote forked it
+        self.returncode: int | None = None
+
+    def started(self, timeout_s: float) -> bool:
+        """Waits until the zygote forked it (its pid is known); False if it never will."""
+        deadline = time.monotonic() + timeout_s
+        while self.pid is None and self.returncode is None:
+            if not self._take(max(0.0, deadline - time.monotonic())):
+                break
+        return self.pid is not None
+
+    def poll(self) -> int | None:
+        while self.returncode is None and self._take(0.0):
+            pass
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            if not self._take(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                raise subprocess.TimeoutExpired("forked worker", timeout or 0.0)
+        return self.returncode
+
+    def close(self) -> None:
+        for pipe in (self.stdin, self.stdout):
+            pipe.close()
+        if self._status >= 0:
+            os.close(self._status)
+            self._status = -1
+
+    def _take(self, timeout_s: float | None) -> bool:
+        """Read what the status pipe has within `timeout_s`; False if nothing came."""
+        if self._status < 0:
+            return False
+        ready, _, _ = select.select([self._status], [], [], timeout_s)
+        if not ready:
+            return False
+        chunk = os.read(self._status, 256)
+        self._read += chunk
+        lines = self._read.split(b"\n")
+        if len(lines) > 1 and self.pid is None:
+            self.pid = int(lines[0])
+        if len(lines) > 2:
+            self.returncode = int(lines[1])
+        if not chunk:  # the reaper ended without an exit code: killed (or never forked: no pid)
+            os.close(self._status)
+            self._status = -1
+            if self.returncode is None:
+                self.returncode = -signal.SIGKILL if self.pid is not None else 1
+        return True
+
+
+class Zygote:
+    """One zygote process and this process's end of its socket."""
+
+    def __init__(self, key: Key) -> None:
+        self.key = key
+        kind, program, env = key
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.requests = ours
+        # its stderr goes nowhere: a zygote that fails is not asked again (see above)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "okgit.eval.worker.zygote", "--device", kind, "--program", program,
+             "--socket", str(theirs.fileno())],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
+            env=dict(env), pass_fds=[theirs.fileno()], start_new_session=True,
+        )
+        theirs.close()
+
+    def fork(self, directory: Path) -> Forked | None:
+        """A worker in `directory`, its stderr into stderr.log there; None if the request failed."""
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        status_r, status_w = os.pipe()
+        err = os.open(directory / "stderr.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        theirs = [stdin_r, stdout_w, err, status_w]
+        # the handle first: if this is interrupted, its pipes close with it and an orphaned worker
+        # reads the end of its stdin and exits
+        handle = Forked(stdin_w, stdout_r, status_r)
+        try:
+            socket.send_fds(self.requests, [json.dumps({"cwd": str(directory)}).encode()], theirs)
+        except OSError:
+            handle.close()
+            return None
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        return handle
+
+    def close(self) -> None:
+        """No more requests: it ends once it reads that (its workers live on, no longer its)."""
+        self.requests.close()
+
+    def kill(self) -> None:
+        self.requests.close()
+        self.proc.kill()
+        self.proc.wait()
+
+
+_LOCK = threading.Lock()
+_ZYGOTES: dict[tuple[str, str], Zygote] = {}  # by device and program: the newest environment's
+_REFUSED: set[Key] = set()  # environments whose zygote ended on its own: spawned from then on
+
+
+def fork(device: str, program: str, env: dict[str, str], directory: Path) -> Forked | None:
+    """A worker for `program` on `device` ("cpu", "cuda:N": `python -m PROGRAM --device cpu|cuda`)
+    with environment `env`, forked in `directory` (its stderr into stderr.log there); None where
+    none is forked: spawn it."""
+    key: Key = ("cpu" if device == "cpu" else "cuda", program, tuple(sorted(env.items())))
+    slot = (device, program)
+    with _LOCK:
+        zygote = _ZYGOTES.get(slot)
+        if zygote is not None and (zygote.key != key or zygote.proc.poll() is not None):
+            if zygote.proc.poll() is not None:
+                _REFUSED.add(zygote.key)
+            _ZYGOTES.pop(slot).close()
+            zygote = None
+        if key in _REFUSED:
+            return None
+        if zygote is None:
+            zygote = _ZYGOTES[slot] = Zygote(key)
+        return zygote.fork(directory)
+
+
+def stop() -> None:
+    """Kill every zygote (at exit, and when okgit stops its workers)."""
+    with _LOCK:
+        for zygote in _ZYGOTES.values():
+            zygote.kill()
+        _ZYGOTES.clear()

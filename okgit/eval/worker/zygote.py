@@ -1,0 +1,138 @@
+"""`python -m okgit.eval.worker.zygote --device cpu|cuda --program MODULE`: forks workers (or
+judges) with torch and triton already imported.
+
+A worker's start is mostly its imports: about 1.4 s of CPU for torch and triton on a CPU-only
+machine, more with CUDA's build, for every candidate (each runs in a process of its own). This
+process imports them once and then only forks: each request (okgit.eval.parent.forks) brings the
+worker's stdin, stdout, stderr and a status pipe, and its directory. The fork becomes the
+worker's reaper (okgit.eval.protocol.reaper: a session of its own, no core dumps, a child
+subreaper), writes its pid on the status pipe, forks the worker proper, which runs MODULE as
+`python -m MODULE --device ...` would, and when the worker has exited writes its exit code there
+and ends.
+
+What a forked worker starts from is what a spawned one would have after its imports: this process
+never initialises CUDA (a CUDA context does not survive a fork; the worker makes its own, under
+the device's lock, as a spawned one does), never loads an op or a candidate, and its environment
+is the worker's (okgit.eval.parent.sandbox.worker_env: no credential), fixed when it started.
+It ends when the parent closes its end of the socket (or dies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import resource
+import runpy
+import select
+import socket
+import sys
+import traceback
+
+from okgit.eval.protocol.reaper import become_subreaper, outlive
+
+# What each program imports before it says ready, loaded here once: the program's own modules pull
+# in torch (and the judge's, the worker's op-file code).
+PRELOAD = {
+    "okgit.eval.worker": ("torch", "numpy", "triton", "okgit.eval.worker.candidate"),
+    "okgit.eval.judge": ("torch", "numpy", "triton", "okgit.eval.judge.process"),
+}
+REQUEST_BYTES = 1 << 16
+FDS = 4  # stdin, stdout, stderr, status
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="okgit.eval.worker.zygote")
+    parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
+    parser.add_argument("--program", choices=sorted(PRELOAD), required=True)
+    parser.add_argument("--socket", type=int, required=True, help="the parent's socket, an inherited descriptor")
+    args = parser.parse_args(argv)
+    requests = socket.socket(fileno=args.socket)
+    for module in PRELOAD[args.program]:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            if module != "triton":  # a CPU-only machine may lack it; the worker says so itself
+                raise
+    torch = sys.modules["torch"]
+    if torch.cuda.is_initialized():  # a fork would inherit a context it cannot use
+        sys.exit("okgit zygote: CUDA was initialised while importing; workers are spawned instead")
+    while True:
+        ready, _, _ = select.select([requests], [], [], 1.0)
+        _collect()
+        if not ready:
+            continue
+        data, fds, _, _ = socket.recv_fds(requests, REQUEST_BYTES, FDS)
+        if not data:
+            return  # the parent closed its end: no more workers
+        try:
+            if len(fds) == FDS and os.fork() == 0:
+                _reaper(requests, json.loads(data), args.program, args.device, fds)
+        except OSError as e:
+            if len(fds) > 2:
+                os.write(fds[2], f"okgit zygote: could not fork the worker: {e}\n".encode())
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _collect() -> None:
+    """Reap the reapers that ended (their exit codes reached the parent on their status pipes)."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def _reaper(requests: socket.socket, request: dict[str, str], program: str, device: str, fds: list[int]) -> None:
+    """The fork's life, as the worker's reaper; never returns."""
+    code = 1
+    try:
+        requests.close()
+        os.setsid()
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        stdin, stdout, stderr, status = fds
+        for fd, std in ((stdin, 0), (stdout, 1), (stderr, 2)):
+            os.dup2(fd, std)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.write(status, f"{os.getpid()}\n".encode())
+        become_subreaper()
+        worker = os.fork()
+        if worker == 0:
+            os.close(status)
+            _worker(program, device)
+        os.write(status, f"{outlive(worker)}\n".encode())
+        code = 0
+    except BaseException:  # noqa: BLE001 - said on the worker's stderr; the parent reads no exit code
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _worker(program: str, device: str) -> None:
+    """The worker proper: MODULE run as `python -m MODULE --device DEVICE` would; never returns."""
+    code: int | str | None = 0
+    sys.argv = [program, "--device", device]
+    sys.path[0] = os.getcwd()  # as `python -m` puts its directory first
+    try:
+        runpy.run_module(program, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        code = e.code
+    except BaseException:  # noqa: BLE001 - as Python would end: the traceback on stderr, code 1
+        traceback.print_exc()
+        code = 1
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Workers and judges forked from a zygote (okgit.eval.parent.forks, okgit.eval.worker.zygote): each
+starts from the zygote, never from the worker before it; with the environment a spawned one would
+have; under a reaper of its own that outlives it; spawned instead once its zygote is gone. Real
+processes throughout."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from test_reaper import _gone  # exited within a moment: its pipes close a moment before
+
+from okgit.eval.parent import forks
+from okgit.eval.parent.local import LocalEvaluator
+from okgit.eval.parent.sandbox import WorkerProcess, _rss_bytes, _tree_rss_bytes, default_memory_limit
+from okgit.eval.protocol.reaper import descendants, exited
+from okgit.eval.types import Status
+from okgit.problem import load_problem
+
+WORKER = ("cpu", "okgit.eval.worker")
+OPS = Path(__file__).resolve().parent.parent / "ops"
+
+
+def _environ(worker: WorkerProcess) -> dict[str, str]:
+    """The environment of the worker proper, the one process below its reaper."""
+    assert worker.wait_ready(120) and worker.proc.pid is not None
+    (pid,) = descendants(worker.proc.pid)
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+
+
+def test_a_forked_worker_has_the_environment_a_spawned_one_would_have_then(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("TORCH_OKGIT_PROBE", "1")
+    first = WorkerProcess("cpu", default_memory_limit())
+    try:
+        assert isinstance(first.proc, forks.Forked)
+        env = _environ(first)
+        assert env["TORCH_OKGIT_PROBE"] == "1" and "OPENAI_API_KEY" not in env
+        assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
+        monkeypatch.setenv("TORCH_OKGIT_PROBE", "2")  # the next worker forks from a zygote with this
+        second = WorkerProcess("cpu", default_memory_limit())
+        try:
+            assert _environ(second)["TORCH_OKGIT_PROBE"] == "2"
+        finally:
+            second.close()
+    finally:
+        first.close()
+
+
+def test_a_forked_workers_budget_counts_the_worker_not_its_reaper():
+    """The reaper is a fork of the zygote: its resident pages are torch's, shared with the worker."""
+    worker = WorkerProcess("cpu", default_memory_limit())
+    try:
+        assert worker.wait_ready(120) and worker.proc.pid is not None
+        reaper = worker.proc.pid
+        (pid,) = descendants(reaper)
+        assert _rss_bytes(reaper) > 50 * 2**20  # torch's pages, as the zygote had them
+        assert _tree_rss_bytes(reaper) == pytest.approx(_rss_bytes(pid), rel=0.2)
+        worker.memory_limit = _rss_bytes(pid) + 32 * 2**20  # the worker's own memory fits
+        assert not worker.over_budget()
+    finally:
+        worker.close()
+    assert not worker.alive() and _gone(reaper)
+
+
+def test_workers_are_spawned_once_their_zygote_ended_on_its_own(monkeypatch):
+    monkeypatch.setattr(forks, "_REFUSED", set())  # the refusal stays in this test
+    first = WorkerProcess("cpu", default_memory_limit())
+    try:
+        assert isinstance(first.proc, forks.Forked) and first.wait_ready(120)
+        zygote = forks._ZYGOTES[WORKER].proc
+        zygote.kill()
+        zygote.wait()
+        second = WorkerProcess("cpu", default_memory_limit())
+        try:
+            assert isinstance(second.proc, subprocess.Popen) and second.wait_ready(120)
+        finally:
+            second.close()
+        assert first.alive()  # a forked worker is not its zygote's: it lives on
+    finally:
+        first.close()
+    monkeypatch.undo()
+    again = WorkerProcess("cpu", default_memory_limit())  # a new zygote for the tests after this one
+    try:
+        assert isinstance(again.proc, forks.Forked) and again.wait_ready(120)
+    finally:
+        again.close()
+
+
+SLEEPER_OP = '''import os
+import sys
+
+import torch
+import torch.nn as nn
+
+# a process in a session of its own, which a kill of the judge's process group would miss
+pid = os.posix_spawn(sys.executable, [sys.executable, "-c", "import time; time.sleep(3600)"], dict(os.environ),
+                     setsid=True)
+open({pid_file!r}, "w").write(str(pid))
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.slow  # a judge prepares a reference
+def test_what_a_forked_judge_left_in_a_session_of_its_own_ends_with_it_and_its_exit_reaches_the_parent(tmp_path):
+    pid_file = tmp_path / "sleeper.pid"
+    op = tmp_path / "op.py"
+    op.write_text(SLEEPER_OP.format(pid_file=str(pid_file)))
+    ev = LocalEvaluator(device="cpu", prestart=False)
+    try:
+        ev.reference(load_problem(op, root=str(tmp_path)))
+        (prep,) = ev._prepared.values()
+        judge = prep.judge
+        assert isinstance(judge.proc, forks.Forked)
+        sleeper = int(pid_file.read_text())
+        assert not exited(sleeper)
+        judge.proc.stdin.close()  # the judge's end: it exits on its own, its reaper after it
+        assert judge.proc.wait(60) == 0
+        assert _gone(sleeper)
+    finally:
+        ev.close()
+
+
+@pytest.mark.slow  # two evaluations
+def test_a_forked_worker_holds_nothing_of_the_candidate_before_it(evaluator, tmp_path):
+    """Each worker is forked from the zygote, which never ran a candidate: a mark the first
+    candidate leaves in its process at import (Python's recursion limit) is not there for the
+    second, which would see it in the same process."""
+    problem = load_problem(OPS / "relu.py", root=str(OPS))
+    honest = (OPS / "relu_triton.py").read_text()
+    marks = honest + "\nimport sys\nsys.setrecursionlimit(4321)\n"
+    checks = honest + "\nimport sys\nassert sys.getrecursionlimit() != 4321, 'a mark of the candidate before'\n"
+    first = evaluator.evaluate(problem, marks)
+    second = evaluator.evaluate(problem, checks)
+    assert first.status is Status.correct and second.status is Status.correct, (first.error, second.error)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow  # the real evaluator on a GPU
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_workers_and_judges_are_forked_and_each_brings_up_cuda_itself(gpu_evaluator):
+    """The zygote imported torch with its CUDA build and never initialised CUDA (it would have
+    refused to fork): the judge and the workers are forked, and a candidate is judged and timed."""
+    problem = load_problem(OPS / "relu.py", root=str(OPS))
+    result = gpu_evaluator.evaluate(problem, (OPS / "relu_triton.py").read_text())
+    assert result.status is Status.correct and result.runtime_us, result.error
+    judges = [prep.judge for prep in gpu_evaluator._prepared.values()]
+    idle = [w for queue in gpu_evaluator.pool.idle.values() for w in queue]
+    assert judges and idle and all(isinstance(w.proc, forks.Forked) for w in judges + idle)

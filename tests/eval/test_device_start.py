@@ -55,6 +55,19 @@ def test_the_start_waits_for_a_timing_and_leaves_no_trace_of_the_lock(tmp_path, 
         assert waited < 1.0
 
 
+def _waits_for_a_lock(pid: int, within_s: float) -> bool:
+    """The process is asleep in flock (Linux's wait channel), within `within_s`."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if "lock" in open(f"/proc/{pid}/wchan").read():
+                return True
+        except OSError:
+            return False
+        time.sleep(0.05)
+    return False
+
+
 def _ready_within(proc: subprocess.Popen[bytes], seconds: float) -> bool:
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], seconds)
@@ -70,7 +83,8 @@ def test_a_process_is_not_ready_while_the_device_is_held_alone(tmp_path, program
         proc = subprocess.Popen([sys.executable, "-m", program, "--device", "cpu"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path)
         try:
-            assert not _ready_within(proc, 20.0)  # its imports are done long before: it waits for the lock
+            assert _waits_for_a_lock(proc.pid, 120.0)  # its imports done, it waits for the device
+            assert not _ready_within(proc, 1.0)
             released = time.monotonic()
         except BaseException:
             proc.kill()

@@ -6,6 +6,8 @@ processes throughout."""
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -64,6 +66,25 @@ def test_a_forked_workers_budget_counts_the_worker_not_its_reaper():
     finally:
         worker.close()
     assert not worker.alive() and _gone(reaper)
+
+
+def test_a_forked_workers_exit_reaches_a_thread_that_waits_and_one_that_polls():
+    """A signal's handler lists the live workers (poll) while a job waits on one (wait)."""
+    worker = WorkerProcess("cpu", default_memory_limit())
+    try:
+        assert worker.wait_ready(120)
+        waited: list[int] = []
+        waiter = threading.Thread(target=lambda: waited.append(worker.proc.wait(60)))
+        waiter.start()
+        worker.proc.stdin.close()  # no job: it exits
+        polled = None
+        deadline = time.monotonic() + 60
+        while polled is None and time.monotonic() < deadline:
+            polled = worker.proc.poll()
+        waiter.join(60)
+        assert waited == [0] and polled == 0
+    finally:
+        worker.close()
 
 
 def test_workers_are_spawned_once_their_zygote_ended_on_its_own(monkeypatch):

@@ -33,13 +33,17 @@ Key = tuple[str, str, tuple[tuple[str, str], ...]]  # device kind, program, envi
 
 
 class Forked:
-    """A forked worker's handle, read like a `subprocess.Popen` of its reaper."""
+    """A forked worker's handle, read like a `subprocess.Popen` of its reaper. Safe to poll from
+    another thread (a signal's handler lists the live workers while a job waits on one)."""
 
     def __init__(self, stdin: int, stdout: int, status: int) -> None:
         self.stdin = os.fdopen(stdin, "wb")
         self.stdout = os.fdopen(stdout, "rb", buffering=0)
-        self._status = status
+        os.set_blocking(status, False)  # a thread that finds it drained by another reads nothing
+        self._status = status  # open until `close`: a descriptor closed under another thread's select could be reused
+        self._ended = False
         self._read = b""
+        self._lock = threading.Lock()
         self.pid: int | None = None  # the reaper's, once the zygote forked it
         self.returncode: int | None = None
 
@@ -65,30 +69,39 @@ class Forked:
 
     def close(self) -> None:
         for pipe in (self.stdin, self.stdout):
-            pipe.close()
-        if self._status >= 0:
-            os.close(self._status)
-            self._status = -1
+            try:
+                pipe.close()
+            except OSError:
+                pass  # its reader is gone
+        with self._lock:
+            if self._status >= 0:
+                os.close(self._status)
+                self._status = -1
 
     def _take(self, timeout_s: float | None) -> bool:
         """Read what the status pipe has within `timeout_s`; False if nothing came."""
-        if self._status < 0:
+        if self._ended or self._status < 0:
             return False
         ready, _, _ = select.select([self._status], [], [], timeout_s)
         if not ready:
             return False
-        chunk = os.read(self._status, 256)
-        self._read += chunk
-        lines = self._read.split(b"\n")
-        if len(lines) > 1 and self.pid is None:
-            self.pid = int(lines[0])
-        if len(lines) > 2:
-            self.returncode = int(lines[1])
-        if not chunk:  # the reaper ended without an exit code: killed (or never forked: no pid)
-            os.close(self._status)
-            self._status = -1
-            if self.returncode is None:
-                self.returncode = -signal.SIGKILL if self.pid is not None else 1
+        with self._lock:
+            try:
+                chunk = os.read(self._status, 256)
+            except BlockingIOError:
+                return True  # another thread read it
+            except OSError:  # closed meanwhile
+                return False
+            self._read += chunk
+            lines = self._read.split(b"\n")
+            if len(lines) > 1 and self.pid is None:
+                self.pid = int(lines[0])
+            if len(lines) > 2:
+                self.returncode = int(lines[1])
+            if not chunk:  # the reaper ended without an exit code: killed (or never forked: no pid)
+                self._ended = True
+                if self.returncode is None:
+                    self.returncode = -signal.SIGKILL if self.pid is not None else 1
         return True
 
 

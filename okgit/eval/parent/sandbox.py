@@ -378,6 +378,8 @@ class WorkerProcess:
     def close(self) -> None:
         if self.alive():
             self.kill()
+        if isinstance(self.proc, forks.Forked):
+            self.proc.close()  # its status pipe with them
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe and not pipe.closed:
                 try:

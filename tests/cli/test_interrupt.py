@@ -16,6 +16,8 @@ import pytest
 from conftest import OP
 from test_optimize import POINTWISE, commit_op
 
+from okgit.eval.protocol.reaper import descendants
+
 pytestmark = pytest.mark.slow  # signals to real okgit processes and their workers
 
 HANGING = '''import time
@@ -41,21 +43,12 @@ def get_init_inputs():
 def children(pid: int) -> dict[int, str]:
     """Every process below `pid` (okgit's zygotes, the reapers they fork, the workers and judges
     below those), with their working directories."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents.setdefault(int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
-            except (OSError, ValueError, IndexError):
-                continue
-    found, todo = {}, list(parents.get(pid, []))
-    while todo:
-        child = todo.pop()
+    found = {}
+    for child in descendants(pid):
         try:
             found[child] = os.readlink(f"/proc/{child}/cwd")
         except OSError:
             continue
-        todo += parents.get(child, [])
     return found
 
 

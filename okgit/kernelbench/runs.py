@@ -29,9 +29,9 @@ from pydantic import BaseModel, Field
 
 from okgit.errors import OkgitError
 from okgit.eval.parent.device_pool import Slot
-from okgit.eval.parent.devices import LEDGER_ENV
 from okgit.eval.parent.rounds import far_off
 from okgit.eval.parent.sandbox import die_with_parent
+from okgit.eval.protocol.ledger import LEDGER_ENV
 from okgit.git.repo import Repo, git
 from okgit.git.rundir import RunDir
 from okgit.journal.runview import RUNNING, RunView

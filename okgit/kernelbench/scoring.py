@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from okgit.eval.protocol.start import STAGE as START_STAGE
 from okgit.fmt import fmt_speed, fmt_us
 
 THRESHOLDS = (0.0, 1.0, 1.5, 2.0)
@@ -336,6 +337,10 @@ def _time_lines(report: SweepReport) -> list[str]:
     lines += ["", f"device time: the problems held the device alone for {_sum(total, 'exclusive_s') / 60:.1f} min and "
               f"shared it for {_sum(total, 'shared_s') / 60:.1f} min; the sweep's wall so far {wall / 60:.1f} min "
               f"(this call {report.wall_s / 60:.1f} min)"]
+    starts = total.get(START_STAGE)
+    if starts is not None:
+        lines.append(f"process starts (workers and judges bringing their device up, held shared, no timing beside "
+                     f"them): {starts.shared_s:.1f} s held, {starts.wait_s:.1f} s waited, over every problem")
     if report.running_at_once_s:
         lines.append("problems running at once (seconds over every call, from admission to end or stop): "
                      + ", ".join(f"{k} for {s:.0f}" for k, s in enumerate(report.running_at_once_s, 1) if s))

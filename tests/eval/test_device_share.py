@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from okgit.eval.parent import devices
-from okgit.eval.parent.devices import LEDGER_ENV, DeviceHold, device_lock, stage
+from okgit.eval.parent.devices import DeviceHold, device_lock, stage
 from okgit.eval.parent.memory import CUDA_CONTEXT
+from okgit.eval.protocol.ledger import LEDGER_ENV
 from okgit.locks import held
 
 

@@ -18,7 +18,8 @@ import pytest
 
 from okgit.eval.parent import devices
 from okgit.eval.parent.sandbox import worker_env
-from okgit.eval.protocol.start import DEVICE_LOCK_ENV, device_start
+from okgit.eval.protocol.ledger import LEDGER_ENV
+from okgit.eval.protocol.start import DEVICE_LOCK_ENV, device_start, step
 from okgit.locks import held
 
 
@@ -41,7 +42,7 @@ def test_the_start_waits_for_a_timing_and_leaves_no_trace_of_the_lock(tmp_path, 
     entered = threading.Event()
 
     def start() -> None:
-        with device_start():
+        with device_start("worker"):
             entered.set()
             assert DEVICE_LOCK_ENV not in os.environ  # what the job runs later does not find it there
 
@@ -53,6 +54,23 @@ def test_the_start_waits_for_a_timing_and_leaves_no_trace_of_the_lock(tmp_path, 
     t.join(5)
     with held(path, shared=False) as waited:  # released once started
         assert waited < 1.0
+
+
+def test_the_start_writes_its_hold_and_steps_to_the_ledger_and_keeps_its_name_from_the_job(tmp_path, monkeypatch):
+    path, ledger = tmp_path / "gpu.lock", tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(DEVICE_LOCK_ENV, str(path))
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    with device_start("judge"):
+        time.sleep(0.2)
+        step("cuda")
+        time.sleep(0.1)
+        step("warm-up")
+        assert LEDGER_ENV not in os.environ  # a candidate run later cannot write the sweep's account
+    (entry,) = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert entry["stage"] == "process start" and entry["role"] == "judge" and entry["mode"] == "shared"
+    assert entry["held_s"] >= 0.3 and entry["wait_s"] < 1.0 and entry["pid"] == os.getpid()
+    assert list(entry["steps"]) == ["cuda", "warm-up"]
+    assert entry["steps"]["cuda"] >= 0.2 and 0.1 <= entry["steps"]["warm-up"] < entry["steps"]["cuda"]
 
 
 def _waits_for_a_lock(pid: int, within_s: float) -> bool:
@@ -77,8 +95,9 @@ def _ready_within(proc: subprocess.Popen[bytes], seconds: float) -> bool:
 @pytest.mark.slow  # a worker's and a judge's processes: torch and Triton imported
 @pytest.mark.parametrize("program", ["okgit.eval.worker", "okgit.eval.judge"])
 def test_a_process_is_not_ready_while_the_device_is_held_alone(tmp_path, program):
-    path = tmp_path / "gpu.lock"
-    env = {**worker_env("cpu"), DEVICE_LOCK_ENV: str(path), "PYTHONPATH": os.pathsep.join(sys.path)}
+    path, ledger = tmp_path / "gpu.lock", tmp_path / "ledger.jsonl"
+    env = {**worker_env("cpu"), DEVICE_LOCK_ENV: str(path), LEDGER_ENV: str(ledger),
+           "PYTHONPATH": os.pathsep.join(sys.path)}
     with held(path, shared=False):
         proc = subprocess.Popen([sys.executable, "-m", program, "--device", "cpu"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path)
@@ -92,6 +111,8 @@ def test_a_process_is_not_ready_while_the_device_is_held_alone(tmp_path, program
     try:
         assert _ready_within(proc, 120.0)
         assert time.monotonic() - released < 60.0
+        (entry,) = [json.loads(line) for line in ledger.read_text().splitlines()]  # its start, as a sweep reads it
+        assert entry["role"] == program.rsplit(".", 1)[1] and entry["wait_s"] >= 1.0 and "warm-up" in entry["steps"]
     finally:
         proc.kill()
         proc.wait()
@@ -99,9 +120,9 @@ def test_a_process_is_not_ready_while_the_device_is_held_alone(tmp_path, program
 
 @pytest.mark.slow  # an evaluator's idle worker and spare judge: real processes
 def test_an_evaluators_processes_exit_inside_a_shared_hold(tmp_path, monkeypatch):
-    from okgit.eval.parent.devices import LEDGER_ENV
     from okgit.eval.parent.local import LocalEvaluator
     from okgit.eval.parent.sandbox import WorkerProcess
+    from okgit.eval.protocol.ledger import LEDGER_ENV
 
     ledger = tmp_path / "ledger.jsonl"
     monkeypatch.setenv(LEDGER_ENV, str(ledger))

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from okgit.eval.parent.devices import LEDGER_ENV
 from okgit.eval.parent.local import LocalEvaluator
 from okgit.eval.parent.profile import CPU_REASON
 from okgit.eval.parent.sandbox import WorkerProcess, _rss_bytes, _tree_rss_bytes, default_memory_limit
+from okgit.eval.protocol.ledger import LEDGER_ENV
 from okgit.eval.types import ProfileData, Status
 from okgit.problem import load_problem
 

@@ -20,10 +20,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from okgit.eval.parent.devices import LEDGER_ENV
 from okgit.eval.parent.local import LocalEvaluator
 from okgit.eval.parent.sandbox import WorkerProcess, default_memory_limit, read_result
 from okgit.eval.protocol.jobs import Job
+from okgit.eval.protocol.ledger import LEDGER_ENV
 from okgit.eval.worker.calls import CallFailed
 from okgit.eval.worker.counters import WARMUP_CALLS, profile_model
 

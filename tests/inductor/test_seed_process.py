@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from okgit.eval.parent.devices import LEDGER_ENV, DeviceHold
+from okgit.eval.parent.devices import DeviceHold
+from okgit.eval.protocol.ledger import LEDGER_ENV
 
 OP = Path(__file__).parents[1] / "kb_fixture" / "KernelBench" / "level2" / "1_ScaleShift.py"
 

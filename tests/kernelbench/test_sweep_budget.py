@@ -145,7 +145,8 @@ def test_the_ledgers_stretches_say_how_many_problems_ran_at_once(tmp_path):
 
 
 def test_a_footprint_carries_the_judges_memory_by_phase_where_known(tmp_path, monkeypatch):
-    from okgit.eval.parent.devices import LEDGER_ENV, record_footprint
+    from okgit.eval.parent.devices import record_footprint
+    from okgit.eval.protocol.ledger import LEDGER_ENV
 
     ledger = tmp_path / "ledger.jsonl"
     monkeypatch.setenv(LEDGER_ENV, str(ledger))
@@ -167,7 +168,8 @@ def test_the_report_says_where_the_time_went_per_problem_and_in_total():
 
     rs = [result("level1/1_A", reference=StageTime(wall_s=20, shared_s=15, exclusive_s=2, wait_s=1),
                  search=StageTime(wall_s=60, shared_s=30, exclusive_s=6, wait_s=4),
-                 profile=StageTime(wall_s=8, exclusive_s=1)),  # within the search's wall
+                 profile=StageTime(wall_s=8, exclusive_s=1),  # within the search's wall
+                 **{"process start": StageTime(shared_s=12, wait_s=3)}),  # its workers' and judge's, in no stage's wall
           result("level2/3_B", reference=StageTime(wall_s=10, shared_s=8, exclusive_s=1),
                  seeds=StageTime(wall_s=5, exclusive_s=4, alone_for={"AlgorithmSelectorCache.benchmark_in_current_process": 4,
                                                                      "benchmarker.benchmark_gpu": 0.5}),
@@ -179,11 +181,13 @@ def test_the_report_says_where_the_time_went_per_problem_and_in_total():
     md = report.markdown()
     assert ("| problem | wall | reference | seeds | search | baselines | profiling | device excl. | device shared | lock wait"
             " | memory GiB |" in md)
-    assert "| level1/1_A | 80 | 20 (15/2, 1) | - | 60 (30/6, 4) | - | 8 (10%; alone 11%) | 9.0 | 45.0 | 5.0 | 104 |" in md
+    assert "| level1/1_A | 80 | 20 (15/2, 1) | - | 60 (30/6, 4) | - | 8 (10%; alone 11%) | 9.0 | 57.0 | 8.0 | 104 |" in md
     assert "| level2/3_B | 45 | 10 (8/1, 0) | 5 (0/4, 0) | - | 30 (20/3, 2) | - | 8.0 | 28.0 | 2.0 | - |" in md
-    assert ("| **total** | 125 | 30 (23/3, 1) | 5 (0/4, 0) | 60 (30/6, 4) | 30 (20/3, 2) | 8 (6%; alone 6%) | 17.0 | 73.0 | 7.0"
+    assert ("| **total** | 125 | 30 (23/3, 1) | 5 (0/4, 0) | 60 (30/6, 4) | 30 (20/3, 2) | 8 (6%; alone 6%) | 17.0 | 85.0 | 10.0"
             " | - |" in md)
     assert "problems running at once (seconds over every call, from admission to end or stop): 1 for 211, 2 for 385, 4 for 135" in md
+    assert ("process starts (workers and judges bringing their device up, held shared, no timing beside them): "
+            "12.0 s held, 3.0 s waited, over every problem") in md
     assert "alone for 0.3 min" in md and "the sweep's wall so far 5.0 min (this call 2.0 min)" in md
     # what ran while the device was held alone, most seconds first
     assert ("held alone, by what ran in the hold (seconds over every problem; nested labels overlap): "

@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
     args = parser.parse_args(argv)
     channel = Channel()
-    with device_start():  # the device shared: CUDA's start and the warm-up never beside a timing
+    with device_start("judge"):  # the device shared: CUDA's start and the warm-up never beside a timing
         judge = Judge(args.device)
     judge.phase_file = Path.cwd() / "phase"
     channel.send(READY)

@@ -9,14 +9,13 @@ seeing it as cuda:0 takes the same lock as an unpinned process using cuda:2.
 
 Where `OKGIT_DEVICE_LEDGER` names a file, every hold appends one line to it: what held the
 device (its stage), shared or exclusive, the seconds waited and held, so that a sweep can say
-where a problem's time went (okgit.kernelbench.ledger reads it); a prepared reference adds the
+where a problem's time went (okgit.kernelbench.timeline reads it; okgit.eval.protocol.ledger writes it); a prepared reference adds the
 device memory its problem is expected to hold.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import threading
@@ -26,11 +25,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
+from okgit.eval.protocol.ledger import append
 from okgit.locks import held, waited_for
 from okgit.paths import data_dir
 
 Mode = Literal["shared", "exclusive"]
-LEDGER_ENV = "OKGIT_DEVICE_LEDGER"
 _stage: str | None = None  # what this process is doing, when it says more than the holder (`stage`)
 
 
@@ -218,7 +217,7 @@ class DeviceHold:
 def record_footprint(nbytes: int, judge_phases: list[list[object]] | None = None) -> None:
     """The device memory this process's problem is expected to hold (from its prepared reference),
     with the judge's memory by phase of its preparation where known (what drove the peak)."""
-    _append({"footprint_bytes": int(nbytes), **({"judge_phases": judge_phases} if judge_phases else {})})
+    append({"footprint_bytes": int(nbytes), **({"judge_phases": judge_phases} if judge_phases else {})})
 
 
 def _record(what: str, mode: Mode, waited_s: float, held_s: float, labels: dict[str, float] | None = None) -> None:
@@ -227,16 +226,4 @@ def _record(what: str, mode: Mode, waited_s: float, held_s: float, labels: dict[
                                 "held_s": round(held_s, 3)}
     if labels:
         entry["for"] = {label: round(seconds, 3) for label, seconds in labels.items()}
-    _append(entry)
-
-
-def _append(entry: dict[str, object]) -> None:
-    path = os.environ.get(LEDGER_ENV)
-    if not path:
-        return
-    line = json.dumps({**entry, "pid": os.getpid(), "t": round(time.time(), 3)}) + "\n"
-    try:  # one short line in append mode: whole, among the lines of other processes
-        with open(path, "a") as f:
-            f.write(line)
-    except OSError:
-        pass  # the ledger is an account, never a reason for work to fail
+    append(entry)

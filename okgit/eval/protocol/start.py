@@ -18,22 +18,42 @@ device itself (it would wait behind a timing that waits for it): it waits for `r
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from okgit.eval.protocol.ledger import LEDGER_ENV, append
 from okgit.locks import held
 
 DEVICE_LOCK_ENV = "OKGIT_DEVICE_LOCK"
+STAGE = "process start"  # the ledger's stage of a start's hold
+_steps: list[tuple[str, float]] = []  # (step, when it ended) within the start in progress
+
+
+def step(name: str) -> None:
+    """One step of the start is done (its CUDA context, the warm-up, a profiler session): the
+    ledger's line for the start says what each step held the device for."""
+    _steps.append((name, time.monotonic()))
 
 
 @contextmanager
-def device_start() -> Iterator[None]:
+def device_start(role: str) -> Iterator[None]:
     """Hold the device named by the environment shared (nothing where none is named: a CPU's
-    process); the name leaves the environment, so nothing the job runs later reads it there."""
+    process); the name leaves the environment, so nothing the job runs later reads it there, and
+    so does the ledger's, where the hold is written (`role`: worker or judge, with its steps)."""
     path = os.environ.pop(DEVICE_LOCK_ENV, "")
+    ledger = os.environ.pop(LEDGER_ENV, "")
     if not path:
         yield
         return
-    with held(Path(path), shared=True):
+    with held(Path(path), shared=True) as waited:
+        since = last = time.monotonic()
+        _steps.clear()
         yield
+        held_s = time.monotonic() - since
+    steps = {}
+    for name, ended in _steps:
+        steps[name], last = round(ended - last, 3), ended
+    append({"stage": STAGE, "role": role, "mode": "shared", "wait_s": round(waited, 3), "held_s": round(held_s, 3),
+            "steps": steps}, ledger)

@@ -20,6 +20,7 @@ from typing import Any
 
 from okgit.eval.protocol.jobs import MODEL_SEED, PINNED_FLAGS, Case, flatten, tree_spec
 from okgit.eval.protocol.keys import MODES_EVAL, MODES_STATE
+from okgit.eval.protocol.start import step
 from okgit.eval.worker.tensors import bitwise_equal
 from okgit.problem import with_knobs
 
@@ -284,6 +285,7 @@ def start(torch: Any, device: str) -> None:
     if device == "cuda":
         torch.cuda.init()
         torch.empty(1, device="cuda")
+        step("cuda")
     else:
         torch.set_num_threads(1)
 
@@ -307,11 +309,13 @@ def warm_up(torch: Any, device: str, profiler: bool = True) -> None:
     deterministic(torch, False)
     buf = torch.empty(16, device=device)
     fill_kernel[(1,)](buf, 16, BLOCK=16)
+    step("warm-up")
     if device == "cuda" and profiler:
         from okgit.eval.worker.profiler import profile_calls
 
         profile_calls(lambda: buf.add_(1.0), calls=1)
         torch.cuda.synchronize()
+        step("profiler")
 
 
 class poisoned:

@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--counters", choices=["ncu", "proton"], help="a worker for the profiling pass")
     args = parser.parse_args(argv)
     channel = Channel()  # from here on, whatever runs may print: never onto the messages
-    with device_start():  # the device shared: CUDA's start and the warm-up never beside a timing
+    with device_start("worker"):  # the device shared: CUDA's start and the warm-up never beside a timing
         if args.counters:
             from okgit.eval.worker.counters import start
 

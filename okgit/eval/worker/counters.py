@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from okgit.eval.protocol.jobs import PROTON_FILE, PROTON_SCOPE
+from okgit.eval.protocol.start import step
 
 TOOLS = ("ncu", "proton")
 WARMUP_CALLS = 2  # compile and autotune before anything is profiled
@@ -41,6 +42,7 @@ def start(tool: str) -> None:
         import triton.profiler as proton
 
         proton.start(PROTON_FILE, backend="cupti", mode="pcsampling")
+        step("proton")
 
 
 def profile_model(torch: Any, model: Any, inputs: list[Any], tool: str, alone: Callable[[], None],

@@ -36,7 +36,7 @@ from okgit.eval.parent.devices import DeviceHold, physical_name, record_footprin
 from okgit.eval.parent.gates import call_gates
 from okgit.eval.parent.gates.static import static_findings
 from okgit.eval.parent.gates.timed import allowed_matmul_rate
-from okgit.eval.parent.pool import WorkerPool
+from okgit.eval.parent.pool import STARTUP_TIMEOUT_S, WorkerPool
 from okgit.eval.parent.profile import CPU_REASON, profile_data
 from okgit.eval.parent.profiling import ProfilingPass
 from okgit.eval.parent.reference import PreparedReference, from_judge
@@ -72,7 +72,6 @@ MODES: dict[str, ModeSpec] = {"fast": ModeSpec(seeds=5, warmup=3, samples=10),
 PREPARED = MODES["thorough"]  # the reference's seeds and timing, for every mode
 SEED_BASE = 1000
 COMPARE_TIMING = Timing(warmup=5, samples=30)
-STARTUP_TIMEOUT_S = 300.0
 # The reference's own limit for its preparation (every case, float64, cost, timing): a forward
 # that hangs ends there, in one line. `reference_timeout_s` (okgit.toml, OKGIT_REFERENCE_TIMEOUT_S) sets it.
 REFERENCE_TIMEOUT_S = {"cpu": 600.0, "cuda": 360.0}
@@ -110,7 +109,7 @@ class LocalEvaluator(EvaluatorBase):
         self.reference_timeout_s = reference_timeout_s or REFERENCE_TIMEOUT_S[self._kind]
         # a GPU worker takes ~4 s to start (torch + CUDA), two warm evaluations ~2 s each: keep three waiting
         self.pool = WorkerPool(memory_limit_bytes or default_memory_limit(),
-                               idle=idle_workers or (3 if self._kind == "cuda" else 1))
+                               idle=idle_workers or (3 if self._kind == "cuda" else 1), batched=self._kind == "cuda")
         self.prestart = prestart
         self.judge_cache_bytes = judge_cache_bytes  # None: okgit.eval.parent.memory's rule
         self.host_share = max(1, host_share)

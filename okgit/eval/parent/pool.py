@@ -8,21 +8,39 @@ from pathlib import Path
 
 from okgit.eval.parent.sandbox import WorkerProcess
 
+STARTUP_TIMEOUT_S = 300.0  # a worker's start: forked or spawned, its imports and its device
+
 
 class WorkerPool:
-    """One idle, pre-started worker per device; `take()` hands it out and starts the next."""
+    """Idle, pre-started workers per device; `take()` hands out the oldest.
 
-    def __init__(self, memory_limit: int, base_dir: Path | None = None, idle: int = 1) -> None:
+    `batched` (a GPU): a worker's start holds the device shared (okgit.eval.protocol.start), so a
+    timing waits for every start in progress, and refilling the pool one worker per job made a
+    job's timing wait for its successor's start (on the H200's sweep on 1326172, 2026-12-05, timings
+    waited 4-8 s again and again while no hold the ledger then recorded was in progress: 170 s of
+    the 443 s the ledgers span, waiting with the device's known holders idle). There the pool refills
+    only once it is empty, with a batch started at once, and `take()` waits until every start in the
+    pool is done before it hands a worker out: a problem's jobs then wait for starts once per batch,
+    and no start of its own runs beside its timings. Elsewhere (a CPU, nothing held) the next
+    worker starts as one is taken, behind the job's back."""
+
+    def __init__(self, memory_limit: int, base_dir: Path | None = None, idle: int = 1, batched: bool = False) -> None:
         self.memory_limit = memory_limit
         self.idle_count = idle  # back-to-back jobs outrun one pre-started worker (torch + CUDA start)
+        self.batched = batched
         # outputs travel through files: keep them in memory where the machine allows
         shm = Path("/dev/shm")
         self.base_dir = base_dir or (shm if shm.is_dir() and os.access(shm, os.W_OK) else None)
         self.idle: dict[str, list[WorkerProcess]] = {}
 
     def take(self, device: str, *, prestart_next: bool = True) -> WorkerProcess:
-        """The oldest idle worker (fresh one if none), topping the idle ones up again."""
+        """The oldest idle worker (fresh one if none), the pool topped up again."""
         queue = self.idle.setdefault(device, [])
+        waited = 0.0
+        if self.batched:
+            if prestart_next and not queue:
+                self.prestart(device, at_least=self.idle_count + 1)  # this job's worker and the next ones'
+            waited = self._settle(queue)
         worker = None
         while queue and worker is None:
             w = queue.pop(0)
@@ -31,9 +49,19 @@ class WorkerPool:
             else:
                 w.close()
         worker = worker or WorkerProcess(device, self.memory_limit, self.base_dir)
-        if prestart_next:
+        worker.ready_wait_s += waited  # the job waited for its batch: its worker's start, as it reports
+        if prestart_next and not self.batched:
             self.prestart(device)
         return worker
+
+    def _settle(self, queue: list[WorkerProcess]) -> float:
+        """Wait until every worker in `queue` has started (or failed to); the seconds it took."""
+        t0 = time.monotonic()
+        for w in queue:
+            before = w.ready_wait_s
+            w.wait_ready(max(0.0, t0 + STARTUP_TIMEOUT_S - time.monotonic()))
+            w.ready_wait_s = before  # counted once, for the job that waited (`take`)
+        return time.monotonic() - t0
 
     def prestart(self, device: str, at_least: int = 0) -> None:
         queue = self.idle.setdefault(device, [])

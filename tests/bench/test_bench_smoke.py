@@ -159,3 +159,13 @@ def test_trust_smoke(tmp_path):
     again = run(cmd, tmp_path)  # everything finished: the next call only prints the table
     assert "trust: parallel" not in again.stdout and "trust: alone" not in again.stdout
     assert table_rows(again.stdout, "problem | parallel 2 | alone")[1] == rows[1]
+
+
+@pytest.mark.slow  # workers, a judge and an evaluator: real processes
+def test_starts_smoke(tmp_path):
+    proc = run([sys.executable, str(BENCH / "starts.py"), "--smoke"], tmp_path)
+    assert "device cpu (smoke: no lock held, so no start in the ledger)" in proc.stdout
+    data = json.loads((tmp_path / "starts.json").read_text())
+    assert [(b["program"], b["n"], b["ready"]) for b in data["batches"]] == [
+        ("okgit.eval.worker", 1, 1), ("okgit.eval.worker", 2, 2), ("okgit.eval.judge", 1, 1)]
+    assert data["evaluations"]["evaluation_wall_s"]["n"] == 2 and data["evaluations"]["rounds"] == 0

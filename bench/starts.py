@@ -2,7 +2,7 @@
 batches; and whether an evaluator's timings still wait behind starts (the GPU's pool refills in
 batches, okgit.eval.parent.pool). One call, one table.
 
-    python bench/starts.py [--batches 1,4,10] [--evaluations 6] [--rounds 5]
+    python bench/starts.py [--batches 1,4,10] [--evaluations 6] [--rounds 5] [--repeats 2]
     python bench/starts.py --smoke   # CPU: every step; no lock is held there, so no start is in the ledger
 
 Part 1, for each batch size N: N workers started at once (as the pool starts a batch) and a
@@ -11,7 +11,13 @@ each start's seconds held and waited, and its steps' (`cuda`, `warm-up`, `profil
 Part 2: examples/01 evaluated back to back (fast mode; the op itself as its candidate, rejected
 at backend_kernel, but every call and the timing run), then final-gate rounds in fresh workers
 started ahead (`time_once`): the ledger's exclusive holds and what they waited (median, max,
-sum), and the starts that held the device meanwhile. Writes starts.json under $OUT when set.
+sum), and the starts that held the device meanwhile.
+Part 3 (a GPU only), the profiler's cost in a start (3.6-4.2 s of a 4-7 s start on the H200,
+2026-12-05): in fresh processes, the steps of today's order (CUDA's context, a kernel, then a
+profiled call, then another) against the profiler's session opened first, before CUDA is up and
+with no kernel (its CPU work, which needs no lock if it touches no device), then the same steps:
+whether the first profiled call is then as fast as the second, so that the start need hold the
+device only for its context and warm-up kernel. Writes starts.json under $OUT when set.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +44,31 @@ from okgit.eval.protocol.start import STAGE  # noqa: E402
 from okgit.problem import load_problem  # noqa: E402
 
 OP = ROOT / "examples" / "01_relu_bias_scale.py"
+ORDERS = ("context first", "profiler first")
+# one process, one order: each step's seconds, as JSON on its last line
+PROFILER_ORDER = r'''
+import json, sys, time
+t = time.monotonic()
+import torch
+from torch.profiler import ProfilerActivity, profile
+from okgit.eval.worker.profiler import profile_calls
+steps = {"import": time.monotonic() - t}
+def step(name, fn):
+    global t
+    t = time.monotonic(); fn(); steps[name] = round(time.monotonic() - t, 3)
+def empty_session():
+    with profile(activities=[ProfilerActivity.CUDA]):
+        pass
+if sys.argv[1] == "profiler first":
+    step("empty session", empty_session)
+    steps["cuda up after it"] = torch.cuda.is_initialized()
+step("cuda", lambda: (torch.cuda.init(), torch.empty(1, device="cuda")))
+buf = torch.zeros(16, device="cuda")
+step("kernel", lambda: (buf.add_(1.0), torch.cuda.synchronize()))
+step("first profiled call", lambda: profile_calls(lambda: buf.add_(1.0), calls=1))
+step("second profiled call", lambda: profile_calls(lambda: buf.add_(1.0), calls=1))
+print(json.dumps(steps))
+'''
 
 
 def _entries(ledger: Path) -> list[dict[str, Any]]:
@@ -88,11 +120,24 @@ def evaluations(device: str, count: int, rounds: int, ledger: Path, smoke: bool)
             "exclusive_held_s": _stats([e["held_s"] for e in exclusive]), "starts": _starts(entries)}
 
 
+def profiler_orders(repeats: int) -> list[dict[str, Any]]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    rows = []
+    for _ in range(repeats):
+        for order in ORDERS:
+            proc = subprocess.run([sys.executable, "-c", PROFILER_ORDER, order], env=env, capture_output=True, text=True,
+                                  timeout=120, check=False)
+            lines = proc.stdout.strip().splitlines()
+            rows.append({"order": order, **(json.loads(lines[-1]) if proc.returncode == 0 and lines
+                                            else {"error": proc.stderr.strip()[-300:]})})
+    return rows
+
+
 def _fmt(v: Any) -> str:
     return "-" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v)
 
 
-def table(rows: list[dict[str, Any]], evals: dict[str, Any]) -> str:
+def table(rows: list[dict[str, Any]], evals: dict[str, Any], orders: list[dict[str, Any]]) -> str:
     lines = ["starts (N at once): program | N | ready | all ready s | held s median / max | waited s max | steps (median s)"]
     for r in rows:
         steps = ", ".join(f"{k} {v:.2f}" for k, v in r["steps_median_s"].items()) or "-"
@@ -104,6 +149,8 @@ def table(rows: list[dict[str, Any]], evals: dict[str, Any]) -> str:
               f"waited median {_fmt(w['median'])} s, max {_fmt(w['max'])} s, sum {_fmt(w['sum'])} s; "
               f"{starts['held_s']['n']} starts held the device {_fmt(starts['held_s']['sum'])} s "
               f"(median {_fmt(starts['held_s']['median'])} s)"]
+    for r in orders:
+        lines.append(f"{r['order']}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in r.items() if k != "order"))
     return "\n".join(lines)
 
 
@@ -112,6 +159,7 @@ def main() -> int:
     parser.add_argument("--batches", default="1,4,10")
     parser.add_argument("--evaluations", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=2, help="of each profiler order (part 3)")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     import torch
@@ -126,10 +174,12 @@ def main() -> int:
     rows.append(batch(device, 1, "okgit.eval.judge", ledger))
     evals = evaluations(device, args.evaluations if not args.smoke else 2, args.rounds, ledger, args.smoke)
     print(f"device {device}" + (" (smoke: no lock held, so no start in the ledger)" if device == "cpu" else ""))
-    print(table(rows, evals))
+    orders = profiler_orders(args.repeats) if device != "cpu" else []
+    print(table(rows, evals, orders))
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "starts.json").write_text(json.dumps({"device": device, "batches": rows,
-                                                                      "evaluations": evals}, indent=1))
+                                                                      "evaluations": evals, "profiler_orders": orders},
+                                                                     indent=1))
     return 0
 
 

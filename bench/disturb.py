@@ -39,18 +39,20 @@ DISTURBER = r'''
 import sys, time, torch
 mode, gib = sys.argv[1], float(sys.argv[2])
 n = int(gib * (1 << 30) // 4)
+def running():  # the GPU work has begun: the timing rounds may start
+    print("running", flush=True)
 if mode == "free":
     while True:
-        x = torch.empty(n, device="cuda"); x.fill_(1.0); torch.cuda.synchronize(); del x
+        x = torch.empty(n, device="cuda"); x.fill_(1.0); torch.cuda.synchronize(); running(); del x
         torch.cuda.empty_cache(); time.sleep(0.05)
 elif mode == "exit":
-    x = torch.empty(n, device="cuda"); x.fill_(1.0); torch.cuda.synchronize()
+    x = torch.empty(n, device="cuda"); x.fill_(1.0); torch.cuda.synchronize(); running()
 elif mode == "context":
-    torch.cuda.init(); torch.empty(1, device="cuda")
+    torch.cuda.init(); torch.empty(1, device="cuda"); running()
 elif mode == "busy":
     x = torch.randn(4096, 4096, device="cuda")
     while True:
-        x = (x @ x).clamp_(-1, 1)
+        x = (x @ x).clamp_(-1, 1); torch.cuda.synchronize(); running()
 '''
 
 
@@ -95,6 +97,9 @@ class Nvml:
         return busy
 
 
+ROUND_GAP_S = 1.5  # the rounds span about as long as an `exit` or `context` process's start, so that one falls in them
+
+
 def _rounds(torch, rounds: int, samples: int = 20) -> list[float]:
     x = torch.randn(1 << 28, device="cuda")  # 1 GiB: about 0.6 ms a pass on an H200
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -108,20 +113,28 @@ def _rounds(torch, rounds: int, samples: int = 20) -> list[float]:
             end.synchronize()
             times.append(start.elapsed_time(end) * 1e3)
         medians.append(round(statistics.median(times), 1))
-        time.sleep(0.2)
+        time.sleep(ROUND_GAP_S)
     return medians
 
 
-def _disturber(mode: str, gib: float, stop: threading.Event) -> None:
-    """Runs `mode` in other processes until `stop` is set (`exit` and `context`: one process after another)."""
+def _disturber(mode: str, gib: float, stop: threading.Event, under_way: threading.Event) -> None:
+    """Runs `mode` in other processes until `stop` is set (`exit` and `context`: one process after
+    another); `under_way` once the first has done its GPU work (a process takes seconds to import
+    torch: on 2026-12-05 the rounds, 2 s in all, ended before the disturber began, NVML saw no
+    other process during the `busy` control, and its rounds were as fast as idle ones)."""
+    command = [sys.executable, "-c", DISTURBER, mode, str(gib)]
     if mode in ("free", "busy"):
-        p = subprocess.Popen([sys.executable, "-c", DISTURBER, mode, str(gib)])
+        p = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        assert p.stdout is not None
+        if p.stdout.readline().strip() == "running":
+            under_way.set()
         stop.wait()
         p.kill()
         p.wait()
         return
     while not stop.is_set():
-        subprocess.run([sys.executable, "-c", DISTURBER, mode, str(gib)], check=False)
+        if subprocess.run(command, check=False, capture_output=True, text=True).stdout.startswith("running"):
+            under_way.set()
 
 
 def main() -> int:
@@ -141,9 +154,13 @@ def main() -> int:
         stop = threading.Event()
         thread = None
         if mode != "idle":
-            thread = threading.Thread(target=_disturber, args=(mode, args.gib, stop), daemon=True)
+            under_way = threading.Event()
+            thread = threading.Thread(target=_disturber, args=(mode, args.gib, stop, under_way), daemon=True)
             thread.start()
-            time.sleep(3.0)  # the disturber under way
+            if not under_way.wait(120):
+                print(f"{mode:8s} its process never began its GPU work: not timed", flush=True)
+                stop.set()
+                continue
         stamp_us = int(time.time() * 1e6)
         medians = _rounds(torch, args.rounds)
         others = {pid: sm for pid, sm in nvml.busy_since(stamp_us).items() if pid != os.getpid()}

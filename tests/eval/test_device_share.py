@@ -224,11 +224,15 @@ def test_on_a_gpu_a_job_checks_sharing_the_device_and_times_alone(tmp_path, monk
     assert "reference: s0" in names and "reference: timing" in names, names
     assert all(peak >= kept and reserved >= peak for _, peak, kept, reserved in phases), phases
     assert dict((name, peak) for name, peak, *_ in phases)["reference: s0"] > 0
-    # the footprint counts the judge (and the worker, until it reports) at the preparation's
-    # largest phase, not at the timing's (the rows from "reference: prepared" on are measure's)
+    # the footprint counts the judge at a check that computes a case again, measured last in its
+    # preparation (every expected output of this op is kept: the salted seed case), and the worker,
+    # until it reports, at the preparation's largest phase, not at the timing's (the rows from
+    # "reference: prepared" on are measure's)
     footprint = next(e["footprint_bytes"] for e in entries if "judge_phases" in e)
-    largest = max(reserved for _, _, _, reserved in phases[: names.index("reference: prepared")])
-    assert 2 * largest < footprint <= 2 * largest + 16 * CUDA_CONTEXT, phases  # and a context per process
+    prepared = phases[: names.index("reference: prepared")]
+    assert prepared[-1][0] == "reference: s0~1", names
+    check, largest = prepared[-1][3], max(reserved for _, _, _, reserved in prepared)
+    assert check + largest < footprint <= check + largest + 16 * CUDA_CONTEXT, phases  # and a context per process
     # what each held alone for: the judge's timing of the reference, the worker's gate
     alone = {(e["stage"], label) for e in entries if e.get("mode") == "exclusive" for label in e.get("for", {})}
     assert {("reference", "timing"), ("evaluation", "timing")} <= alone, alone

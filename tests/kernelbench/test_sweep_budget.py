@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from okgit.errors import UsageError
-from okgit.eval.parent.memory import CUDA_CONTEXT, GiB, device_footprint
+from okgit.eval.parent.memory import CUDA_CONTEXT, GiB
 from okgit.eval.parent.reference import PreparedReference
 from okgit.journal.events import (
     Note,
@@ -220,18 +220,47 @@ def test_a_problem_waits_until_it_fits_beside_the_others_and_one_alone_always_ru
     assert adm.enter("third", "cuda:0", 2 * GiB, threading.Event()) is not None
 
 
-def test_the_footprint_counts_a_worker_at_its_judge_until_workers_report_their_own_peaks():
+def test_the_footprint_counts_a_worker_at_the_judges_preparation_until_workers_report_their_own_peaks():
     prep = PreparedReference(judge=None, reference_path="", shapes=[], cases=[], calls={}, tolerances={},  # type: ignore[arg-type]
                              deterministic=True, degenerate=None, cost={}, case_bytes=0, init_seed=0,
-                             device_peak_bytes=60 * GiB)
+                             device_peak_bytes=50 * GiB, preparation_peak_bytes=70 * GiB)
     contexts = 5 * CUDA_CONTEXT  # the judge, the working worker and three idle ones
-    assert device_footprint(prep.device_peak_bytes, 3, prep.worker_peak_bytes) == 120 * GiB + contexts
+    assert prep.footprint(3) == 120 * GiB + contexts  # the judge as it recurs, the worker at the preparation's largest
     # an evaluation's peaks (the judge grew while it checked; the worker held less than the judge)
     assert prep.note_peaks(judge=62 * GiB, worker=40 * GiB)
-    assert device_footprint(prep.device_peak_bytes, 3, prep.worker_peak_bytes) == 102 * GiB + contexts
+    assert prep.footprint(3) == 102 * GiB + contexts
     assert not prep.note_peaks(judge=50 * GiB, worker=30 * GiB)  # smaller peaks leave the largest ones
     assert prep.note_peaks(judge=0, worker=70 * GiB)  # a worker past its judge (a GEMM's autotuning) counts in full
-    assert device_footprint(prep.device_peak_bytes, 3, prep.worker_peak_bytes) == 132 * GiB + contexts
+    assert prep.footprint(3) == 132 * GiB + contexts
+
+
+# KernelBench L1/45's judge on the H200 (bench/results/sweep-dev-1326172, 2026-12-05): [phase, peak
+# allocated, allocated at its end, peak reserved], and the check the preparation now measures last
+L1_45_PHASES = [["reference: start", 0, 0, 2097152], ["reference: import", 0, 0, 0],
+                ["reference: s0", 51681312768, 425115648, 68872568832], ["reference: s1", 52106428416, 850231296, 52409925632],
+                ["reference: s7", 54657122304, 3400925184, 54989422592],
+                ["reference: signed", 55082237952, 3826040832, 89340772352],
+                ["reference: determinism", 21147615232, 3826040832, 21225275392],
+                ["reference: x1", 51537790976, 4410379776, 67740106752], ["reference: x2", 7191983616, 4579705344, 8201961472],
+                ["reference: flops", 21901279744, 4579705344, 22020096000],
+                ["reference: s0~1", 52106428416, 4579705344, 53687091200]]
+
+
+def test_the_judge_is_counted_at_a_check_that_computes_again_not_at_its_preparations_largest_phase():
+    from okgit.eval.judge.prepared import device_peaks
+    from okgit.eval.protocol.jobs import Case
+
+    cases = [Case(id=i, kind="seed", shape=0, seed=n) for n, i in enumerate(["s0", "s1", "s7"])]
+    cases += [Case(id="signed", kind="distribution", shape=0, seed=0, signed=True),
+              Case(id="x1", kind="extra_shape", shape=1, seed=0), Case(id="x2", kind="extra_shape", shape=2, seed=0)]
+    every = {c.id for c in cases}
+    # every expected output kept: only the salted seed case is computed again (50 GiB, not 83)
+    assert device_peaks(L1_45_PHASES, cases, every) == (53687091200, 89340772352)
+    # a case the judge could not keep is computed again at its check: its preparation's phase counts
+    assert device_peaks(L1_45_PHASES, cases, every - {"signed"}) == (89340772352, 89340772352)
+    assert device_peaks(L1_45_PHASES, cases, every - {"x1"}) == (67740106752, 89340772352)
+    # no check measured and nothing computed again: the largest phase, as before
+    assert device_peaks(L1_45_PHASES[:-1], cases, every) == (89340772352, 89340772352)
 
 
 def test_the_estimate_reads_the_op_file_at_its_own_sizes_on_the_meta_device():

@@ -28,7 +28,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from okgit.eval.judge.prepared import Arm, CaseStats, Prepared, must_release, shape_variants, shapes_of_inputs
+from okgit.eval.judge.prepared import (
+    PEAK_SALT,
+    Arm,
+    CaseStats,
+    Prepared,
+    device_peaks,
+    must_release,
+    shape_variants,
+    shapes_of_inputs,
+)
 from okgit.eval.judge.tolerance import (
     check_leaf,
     degenerate_reason,
@@ -143,10 +152,12 @@ class Judge:
         prep.case_bytes = result["case_bytes"]
         del first[:]
         if job.device == "cuda":  # what this problem holds on the device, for a sweep's admission
+            seed = next((c for c in kept if c.kind == "seed"), None)
+            if seed is not None:  # as a timed call's check does it: the seed case drawn salted, computed again
+                self.expected(replace(seed, salt=PEAK_SALT))
             self.phase("reference: prepared")  # the trace goes with the timing's answer (`measure`)
-            # the largest phase's: what a check that computes a case again can reach (the cases were
-            # the preparation's phases, each from an emptied cache, with more than a check computes)
-            result["device_peak_bytes"] = max((row[3] for row in self.memory_trace or []), default=0)
+            result["device_peak_bytes"], result["preparation_peak_bytes"] = device_peaks(
+                self.memory_trace or [], kept, set(prep.cache))
         return result
 
     def arm(self, job: Job, key: int | str, knobs: dict[str, int], perturbed: list[Any] | None = None) -> Arm:
@@ -218,7 +229,7 @@ class Judge:
         torch = self.torch
         assert self.prep is not None
         arm = self.prep.arms[case.model]
-        self.phase(f"reference: {case.id}")
+        self.phase(f"reference: {case.id}" + (f"~{case.salt}" if case.salt else ""))
         if case.kind == "modes":
             return self.compute_modes(case, arm, record)
         inputs = calls.draw_inputs(torch, arm.module, case, self.device)

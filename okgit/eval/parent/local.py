@@ -262,8 +262,7 @@ class LocalEvaluator(EvaluatorBase):
 
     def _record_footprint(self, prep: PreparedReference, prepared: bool = False) -> None:
         """`prepared`: the first, with the judge's memory by phase of the preparation."""
-        record_footprint(memory.device_footprint(prep.device_peak_bytes, self.pool.idle_count + self.prestart,
-                                                 prep.worker_peak_bytes), prep.device_phases if prepared else None)
+        record_footprint(prep.footprint(self.pool.idle_count + self.prestart), prep.device_phases if prepared else None)
 
     def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],
                        root: str | None = None, **kw: Any) -> Job:

@@ -31,15 +31,15 @@ PROCESS_BASE = {"cpu": GiB // 2, "cuda": 2 * GiB}
 CUDA_CONTEXT = GiB // 2  # the device memory of one process's CUDA context (torch, its libraries' workspaces)
 
 
-def device_footprint(judge_peak: int, idle_workers: int, worker_peak: int = 0) -> int:
+def device_footprint(judge_peak: int, idle_workers: int, worker_peak: int) -> int:
     """A problem's device memory while it evaluates: the judge's measured peak as it recurs (a
     case's inputs, outputs and float64 copies beside its cached outputs: PreparedReference.
     device_peak_bytes), a candidate worker's, and a CUDA context for each process (the judge, the
-    working worker and the idle ones). Until a worker has reported its peak (`worker_peak` 0),
-    the worker is counted at the judge's: measured on an H200 (sweep on 8deb49a), workers held
-    0.3-0.9x their judge's whole preparation's peak, except a GEMM's, whose Triton kernels'
+    working worker and the idle ones). Until a worker has reported its peak, the caller counts it
+    at the judge's preparation's largest phase: measured on an H200 (sweep on 8deb49a), workers
+    held 0.3-0.9x their judge's whole preparation's peak, except a GEMM's, whose Triton kernels'
     autotuning took 1.3x."""
-    return judge_peak + (worker_peak or judge_peak) + (2 + idle_workers) * CUDA_CONTEXT
+    return judge_peak + worker_peak + (2 + idle_workers) * CUDA_CONTEXT
 
 
 def worker_bytes(case_bytes: int) -> int:

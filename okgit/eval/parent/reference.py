@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from okgit.eval.parent import memory
 from okgit.eval.parent.sandbox import WorkerProcess
 from okgit.eval.protocol.checks import LeafTolerance
 from okgit.eval.protocol.jobs import Case
@@ -35,9 +36,11 @@ class PreparedReference:
     timing: dict[str, Any] | None = None
     kernels: dict[str, Any] | None = None
     peaks: dict[str, Any] | None = None
-    # the judge's device memory at its peak as it recurs (0 on a CPU): its preparation's largest phase,
-    # then the largest its checks reached (what it holds between checks and a case computed again)
+    # the judge's device memory at its peak as it recurs (0 on a CPU): a check that computes a case
+    # again, measured in its preparation (okgit.eval.judge.prepared.device_peaks), then the largest its
+    # checks reached (what it holds between checks and a case computed again)
     device_peak_bytes: int = 0
+    preparation_peak_bytes: int = 0  # its preparation's largest phase: a worker's, until one reports
     worker_peak_bytes: int = 0  # the largest peak a candidate's worker reported (0 until one did)
     # the judge's preparation and timing by phase: [phase, peak bytes allocated in it, bytes allocated at
     # its end, peak bytes reserved in it] (okgit.eval.judge.process)
@@ -46,6 +49,12 @@ class PreparedReference:
 
     def close(self) -> None:
         self.judge.close()
+
+    def footprint(self, idle_workers: int) -> int:
+        """The problem's device memory as it evaluates (okgit.eval.parent.memory.device_footprint),
+        a worker counted at the judge's preparation's largest phase until one reports its peak."""
+        return memory.device_footprint(self.device_peak_bytes, idle_workers,
+                                       self.worker_peak_bytes or self.preparation_peak_bytes)
 
     def note_peaks(self, judge: int, worker: int) -> bool:
         """An evaluation's measured device peaks kept where they are the largest yet; whether one was."""
@@ -73,5 +82,6 @@ def from_judge(judge: WorkerProcess, reference_path: str, result: dict[str, Any]
         timing=result.get("timing"),
         kernels=result.get("profile"),
         device_peak_bytes=int(result.get("device_peak_bytes", 0)),
+        preparation_peak_bytes=int(result.get("preparation_peak_bytes", 0)),
         device_phases=list(result.get("device_phases") or []),
     )

@@ -95,6 +95,10 @@ class Search:
 
     def run(self, proposers: list[Proposer]) -> str:
         """Run proposers in order until each is exhausted or a budget ends the search."""
+        for proposer in proposers:  # work that needs nothing of the search begins beside it
+            begin = getattr(proposer, "begin", None)
+            if begin:
+                begin(self.ctx)
         self.profiling.reference()
         for proposer in proposers:
             duplicates = 0

@@ -136,3 +136,29 @@ def test_a_batch_of_two_backends_is_evaluated_per_backend_and_kept_in_order():
     assert seen == [(("t1", "t2"), "triton"), (("c1",), "cuda"), (("wrong t3",), "triton")]
     assert [a.proposal.source for a in s.ctx.attempts] == ["t1", "c1", "t2", "wrong t3"]
     assert [a.cand for a in s.ctx.attempts] == ["c001", "c002", "c003", "c004"]
+
+
+class Begins(Batches):
+    """Says when it was asked to begin, and when to propose, in one shared order."""
+
+    def __init__(self, name: str, sources: list[str], order: list[str]) -> None:
+        super().__init__(sources)
+        self.name, self.order = name, order
+
+    def begin(self, ctx: Context) -> None:
+        self.order.append(f"begin {self.name}")
+
+    def propose(self, ctx: Context) -> Proposal | None:
+        self.order.append(f"propose {self.name}")
+        return super().propose(ctx)
+
+
+def test_every_proposer_begins_before_the_first_proposal_of_any():
+    """The Inductor seed's compile (a proposer late in the order) starts with the search, beside
+    the first proposers' evaluations, not at its turn."""
+    order: list[str] = []
+    s, _ = search(InMemoryEvaluator(result))
+    s.run([Begins("templates", ["a"], order), Batches(["b"]), Begins("inductor", ["c"], order)])
+    assert order[:3] == ["begin templates", "begin inductor", "propose templates"]
+    assert order.count("begin inductor") == 1 and "propose inductor" in order
+    assert [a.proposal.source for a in s.ctx.attempts] == ["a", "b", "c"]

@@ -61,7 +61,11 @@ class InductorProposer:
         self._child: SeedProcess | None = None
         self._ready: list[Proposal] = []  # made together with the last one, proposed next
 
-    def propose(self, ctx: Context) -> Proposal | None:
+    def begin(self, ctx: Context) -> None:
+        """The compile starts once the reference is prepared, beside the reference's profile and
+        the templates' evaluations (KernelBench L1/6's search on the H200, 2026-12-05, waited 20 s
+        for its default mode, whose compile started at this proposer's turn); a second call for
+        the same problem does nothing."""
         if self._source != ctx.problem.source:
             self.finish(ctx)
             self._source = ctx.problem.source
@@ -74,6 +78,9 @@ class InductorProposer:
                 self._child = SeedProcess(ctx.problem.source, ctx.problem.root, ctx.device, modes, knobs,
                                           "both" if gpu else "dynamic")
             self._ready = []
+
+    def propose(self, ctx: Context) -> Proposal | None:
+        self.begin(ctx)  # where the driver did not (a proposer called on its own)
         if self._ready:
             return self._ready.pop(0)
         while self._child is not None:

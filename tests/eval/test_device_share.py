@@ -233,6 +233,9 @@ def test_on_a_gpu_a_job_checks_sharing_the_device_and_times_alone(tmp_path, monk
     assert prepared[-1][0] == "reference: s0~1", names
     check, largest = prepared[-1][3], max(reserved for _, _, _, reserved in prepared)
     assert check + largest < footprint <= check + largest + 16 * CUDA_CONTEXT, phases  # and a context per process
+    # the worker's first report, with its peak by gate (each gate's own, from a reset peak)
+    (worker,) = [e["worker_phases"] for e in entries if "worker_phases" in e][:1]
+    assert worker and all(peak > 0 for peak in worker.values()), worker
     # what each held alone for: the judge's timing of the reference, the worker's gate
     alone = {(e["stage"], label) for e in entries if e.get("mode") == "exclusive" for label in e.get("for", {})}
     assert {("reference", "timing"), ("evaluation", "timing")} <= alone, alone

@@ -152,10 +152,11 @@ def test_a_footprint_carries_the_judges_memory_by_phase_where_known(tmp_path, mo
     monkeypatch.setenv(LEDGER_ENV, str(ledger))
     phases = [["reference: s0", 40 * GiB, 2 * GiB], ["reference: timing", 48 * GiB, 3 * GiB]]
     record_footprint(100 * GiB, phases)
-    record_footprint(90 * GiB)  # a later peak's footprint, nothing new of the phases
+    record_footprint(90 * GiB, worker_phases={"load": GiB, "timing": 3 * GiB})  # a worker's peaks, by gate
     first, second = map(json.loads, ledger.read_text().splitlines())
-    assert first["footprint_bytes"] == 100 * GiB and first["judge_phases"] == phases
+    assert first["footprint_bytes"] == 100 * GiB and first["judge_phases"] == phases and "worker_phases" not in first
     assert second["footprint_bytes"] == 90 * GiB and "judge_phases" not in second
+    assert second["worker_phases"] == {"load": GiB, "timing": 3 * GiB}
     assert timeline.last_footprint(ledger) == 90 * GiB  # admission reads the last one, as before
 
 

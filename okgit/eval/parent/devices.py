@@ -214,10 +214,13 @@ class DeviceHold:
             self.mode, self._waited, self._since = wanted, time.monotonic() - start, time.monotonic()
 
 
-def record_footprint(nbytes: int, judge_phases: list[list[object]] | None = None) -> None:
+def record_footprint(nbytes: int, judge_phases: list[list[object]] | None = None,
+                     worker_phases: dict[str, int] | None = None) -> None:
     """The device memory this process's problem is expected to hold (from its prepared reference),
-    with the judge's memory by phase of its preparation where known (what drove the peak)."""
-    append({"footprint_bytes": int(nbytes), **({"judge_phases": judge_phases} if judge_phases else {})})
+    with what drove it where known: the judge's memory by phase of its preparation, and the peak
+    a candidate's worker reserved in each of its gates."""
+    append({"footprint_bytes": int(nbytes), **({"judge_phases": judge_phases} if judge_phases else {}),
+            **({"worker_phases": worker_phases} if worker_phases else {})})
 
 
 def _record(what: str, mode: Mode, waited_s: float, held_s: float, labels: dict[str, float] | None = None) -> None:

@@ -257,12 +257,16 @@ class LocalEvaluator(EvaluatorBase):
         if out.profile is not None:  # what the processes held, for the benchmark
             out.profile.raw["memory"] = {"worker": result.get("memory", {}), "judge": relay.judge_memory}
         if prep.note_peaks(relay.judge_memory.get("device_peak", 0), result.get("memory", {}).get("device_peak", 0)):
-            self._record_footprint(prep)  # measured peaks replace the guess that a worker holds what the judge does
+            # measured peaks replace the guess that a worker holds what the judge does
+            self._record_footprint(prep, worker_phases=result.get("phase_peak"))
         return with_phases(out)
 
-    def _record_footprint(self, prep: PreparedReference, prepared: bool = False) -> None:
-        """`prepared`: the first, with the judge's memory by phase of the preparation."""
-        record_footprint(prep.footprint(self.pool.idle_count + self.prestart), prep.device_phases if prepared else None)
+    def _record_footprint(self, prep: PreparedReference, prepared: bool = False,
+                          worker_phases: dict[str, int] | None = None) -> None:
+        """`prepared`: the first, with the judge's memory by phase of the preparation; `worker_phases`:
+        the evaluation's worker's peak by gate, where its peak grew."""
+        record_footprint(prep.footprint(self.pool.idle_count + self.prestart), prep.device_phases if prepared else None,
+                         worker_phases)
 
     def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],
                        root: str | None = None, **kw: Any) -> Job:

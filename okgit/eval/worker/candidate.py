@@ -72,10 +72,18 @@ class Worker:
 
     # ---- plumbing -------------------------------------------------------------------------
     def phase(self, gate: str) -> None:
-        """Name the gate in progress (for crash reports) and account the time of the last one."""
+        """Name the gate in progress (for crash reports) and account the time and, on a GPU, the
+        peak device memory reserved of the last one (what drives a problem's footprint)."""
         now = time.monotonic()
         times = self.result.setdefault("phase_s", {})
         times[self.current] = times.get(self.current, 0.0) + now - self.since
+        if self.device == "cuda":
+            peaks = self.result.setdefault("phase_peak", {})
+            try:  # the allocator's own counts; a context a candidate broke loses the account, never the verdict
+                peaks[self.current] = max(peaks.get(self.current, 0), int(self.torch.cuda.max_memory_reserved()))
+                self.torch.cuda.reset_peak_memory_stats()
+            except RuntimeError:
+                pass
         self.current, self.since = gate.split(":")[0], now
         (self.job_dir / PHASE_FILE).write_text(gate)
 
@@ -89,7 +97,9 @@ class Worker:
     def finish(self) -> None:
         from okgit.eval.worker.own_memory import own_memory
 
-        self.result["memory"] = own_memory()
+        self.result["memory"] = memory = own_memory()
+        if "device_peak" in memory:  # since the last gate's reset: the whole job's is the largest gate's
+            memory["device_peak"] = max([memory["device_peak"], *self.result.get("phase_peak", {}).values()])
         (self.job_dir / RESULT_FILE).write_text(json.dumps(self.result, default=str))
 
     def fail(self, status: str, gate: str, message: str) -> None:

@@ -7,10 +7,10 @@ other such work, and timing (and Inductor's autotuning) holds it exclusively, so
 of okgit runs on the GPU while anything is timed there. A process pinned to "GPU 2" and
 seeing it as cuda:0 takes the same lock as an unpinned process using cuda:2.
 
-Where `OKGIT_DEVICE_LEDGER` names a file, every hold appends one line to it: what held the
-device (its stage), shared or exclusive, the seconds waited and held, so that a sweep can say
-where a problem's time went (okgit.kernelbench.timeline reads it; okgit.eval.protocol.ledger writes it); a prepared reference adds the
-device memory its problem is expected to hold.
+Where `OKGIT_DEVICE_LEDGER` names a file, every hold appends one line to it
+(okgit.eval.protocol.ledger): what held the device (its stage), shared or exclusive, the seconds
+waited and held, so that a sweep can say where a problem's time went (okgit.kernelbench.timeline
+reads it); a prepared reference adds the device memory its problem is expected to hold.
 """
 
 from __future__ import annotations

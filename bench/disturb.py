@@ -10,6 +10,9 @@ round's samples) while a second process does, in turn:
 - `free`: allocates and frees 16 GiB (empty_cache) in a loop;
 - `exit`: starts processes that each touch 16 GiB of device memory and exit;
 - `context`: starts processes that only create a CUDA context and exit;
+- `profiler`: starts processes that only open and close a profiler session (CUDA activities, no
+  kernel) and exit: whether a start's profiler session, 3.6-4.2 s of each start on the H200,
+  need hold the device's lock (bench/starts.py asks whether it may come first);
 - `busy`: a process running kernels of its own without pause (the control: work that should show).
 
 During each mode's rounds it also asks NVML (the driver's management library, through ctypes)
@@ -49,6 +52,11 @@ elif mode == "exit":
     x = torch.empty(n, device="cuda"); x.fill_(1.0); torch.cuda.synchronize(); running()
 elif mode == "context":
     torch.cuda.init(); torch.empty(1, device="cuda"); running()
+elif mode == "profiler":  # a start's profiler session, opened first, with no kernel of its own
+    from torch.profiler import ProfilerActivity, profile
+    running()
+    with profile(activities=[ProfilerActivity.CUDA]):
+        pass
 elif mode == "busy":
     x = torch.randn(4096, 4096, device="cuda")
     while True:
@@ -150,7 +158,7 @@ def main() -> int:
     nvml = Nvml()
     print(f"NVML: {nvml.error or 'per-process utilization read'}", flush=True)
     result: dict = {"nvml_error": nvml.error}
-    for mode in ("idle", "free", "exit", "context", "busy", "idle"):
+    for mode in ("idle", "free", "exit", "context", "profiler", "busy", "idle"):
         stop = threading.Event()
         thread = None
         if mode != "idle":

@@ -154,7 +154,11 @@ class Judge:
         if job.device == "cuda":  # what this problem holds on the device, for a sweep's admission
             seed = next((c for c in kept if c.kind == "seed"), None)
             if seed is not None:  # as a timed call's check does it: the seed case drawn salted, computed again
-                self.expected(replace(seed, salt=PEAK_SALT))
+                try:
+                    self.expected(replace(seed, salt=PEAK_SALT))
+                except (calls.CallFailed, RuntimeError) as e:  # the device full: its phase says how far it got
+                    if not calls.out_of_memory(e):
+                        raise
             self.phase("reference: prepared")  # the trace goes with the timing's answer (`measure`)
             result["device_peak_bytes"], result["preparation_peak_bytes"] = device_peaks(
                 self.memory_trace or [], kept, set(prep.cache))

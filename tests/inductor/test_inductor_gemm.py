@@ -128,13 +128,14 @@ def test_the_rewritten_seed_runs_its_compiled_path_with_the_stand_in(tmp_path):
 def test_the_proposer_offers_the_split_seed_right_after_the_default(monkeypatch, tmp_path):
     """On a GPU: the default seed, then the same with its vendor GEMMs split, then max-autotune's
     (both modes made by one okgit.inductor child process: here the fixture's file stands in for
-    it, one file per mode)."""
+    it, one file per mode). The compile begins with the search (`begin`, which the driver calls
+    before the first proposal), once per problem, and its process is let go once its modes are done."""
     from okgit.eval.types import Reference
     from okgit.problem import load_problem
     from okgit.search.proposers import inductor
     from okgit.search.types import Context
 
-    made = []
+    made, closed = [], []
 
     class Child:
         def __init__(self, reference, root, device, modes, knobs, sizes):
@@ -148,14 +149,17 @@ def test_the_proposer_offers_the_split_seed_right_after_the_default(monkeypatch,
             return mode, [(_seed(), f"seed ({mode})")], ""
 
         def close(self):
-            pass
+            closed.append(1)
 
     monkeypatch.setattr(inductor, "SeedProcess", Child)
     ctx = Context(problem=load_problem(OP), reference=Reference(device="cuda", timed=True), backend="triton",
                   device="cuda", log=lambda _t, **f: None)
     proposer = inductor.InductorProposer()
+    proposer.begin(ctx)
+    assert made == [["default", "max-autotune-no-cudagraphs"]]  # before any proposal was asked for
+    proposer.begin(ctx)  # the same problem: the same compile, not a second
     origins = []
     while (p := proposer.propose(ctx)) is not None:
         origins.append(p.origin)
     assert origins == ["inductor", "inductor:split_gemm", "inductor:max-autotune-no-cudagraphs"]
-    assert made == [["default", "max-autotune-no-cudagraphs"]]
+    assert made == [["default", "max-autotune-no-cudagraphs"]] and closed == [1]

@@ -41,6 +41,7 @@ from okgit.eval.parent.local import LocalEvaluator  # noqa: E402
 from okgit.eval.parent.sandbox import WorkerProcess, default_memory_limit  # noqa: E402
 from okgit.eval.protocol.ledger import LEDGER_ENV  # noqa: E402
 from okgit.eval.protocol.start import STAGE  # noqa: E402
+from okgit.kernelbench.timeline import ledger_entries  # noqa: E402
 from okgit.problem import load_problem  # noqa: E402
 
 OP = ROOT / "examples" / "01_relu_bias_scale.py"
@@ -71,10 +72,6 @@ print(json.dumps(steps))
 '''
 
 
-def _entries(ledger: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in ledger.read_text().splitlines()] if ledger.exists() else []
-
-
 def _stats(values: list[float]) -> dict[str, float | int | None]:
     return {"n": len(values), "median": round(statistics.median(values), 3) if values else None,
             "max": round(max(values), 3) if values else None, "sum": round(sum(values), 3)}
@@ -97,7 +94,7 @@ def batch(device: str, n: int, program: str, ledger: Path) -> dict[str, Any]:
     with DeviceHold(device if device != "cpu" else None, "close").region("shared"):
         for p in procs:
             p.close()
-    return {"program": program, "n": n, "ready": sum(ready), "all_ready_s": round(wall, 3), **_starts(_entries(ledger))}
+    return {"program": program, "n": n, "ready": sum(ready), "all_ready_s": round(wall, 3), **_starts(list(ledger_entries(ledger)))}
 
 
 def evaluations(device: str, count: int, rounds: int, ledger: Path, smoke: bool) -> dict[str, Any]:
@@ -113,7 +110,7 @@ def evaluations(device: str, count: int, rounds: int, ledger: Path, smoke: bool)
             ev.prestart_for(2 * rounds)
             for _ in range(2 * rounds):
                 ev.time_once(problem, prep, problem.source, "triton")
-    entries = _entries(ledger)
+    entries = list(ledger_entries(ledger))
     exclusive = [e for e in entries if e.get("mode") == "exclusive"]
     return {"evaluations": count, "rounds": 0 if smoke else rounds, "evaluation_wall_s": _stats(walls),
             "exclusive_wait_s": _stats([e["wait_s"] for e in exclusive]),

@@ -69,7 +69,7 @@ def ledger_holds(path: Path) -> tuple[dict[str, StageTime], int | None]:
     """The ledger's holds per stage (no wall time), and the last device footprint it gives."""
     stages: dict[str, StageTime] = {}
     footprint = None
-    for entry in _entries(path):
+    for entry in ledger_entries(path):
         if "footprint_bytes" in entry:
             footprint = int(entry["footprint_bytes"])
             continue
@@ -89,7 +89,7 @@ def ledger_holds(path: Path) -> tuple[dict[str, StageTime], int | None]:
     return stages, footprint
 
 
-def _entries(path: Path) -> Iterator[dict[str, Any]]:
+def ledger_entries(path: Path) -> Iterator[dict[str, Any]]:
     """The ledger's lines as objects: none where it is missing, none of a line cut by a kill."""
     try:
         lines = path.read_text().splitlines()
@@ -130,7 +130,7 @@ def running_at_once(ledgers: Iterable[Path]) -> list[float]:
     ledgers record: what admission let onto the devices, call after call."""
     edges: list[tuple[float, int]] = []
     for path in ledgers:
-        for entry in _entries(path):
+        for entry in ledger_entries(path):
             start, end = entry.get("running") or (0.0, 0.0)  # a hold or a footprint: no stretch
             if end > start:  # a problem stopped as it was admitted ran for no time
                 edges += [(float(start), 1), (float(end), -1)]

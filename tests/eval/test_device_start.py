@@ -142,3 +142,37 @@ def test_an_evaluators_processes_exit_inside_a_shared_hold(tmp_path, monkeypatch
     (hold,) = [h for h in holds if h.get("stage") == "close"]
     assert hold["mode"] == "shared"
     assert all(hold["t"] - hold["held_s"] - 0.01 <= t <= hold["t"] + 0.01 for t in closed), (hold, closed)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow  # the real evaluator on a GPU: an evaluation and a final gate's round
+def test_on_a_gpu_only_an_evaluations_worker_opens_a_profiler_session_at_its_start(tmp_path, monkeypatch):
+    """An evaluation's worker profiles its candidate once timed, so its start opens torch.profiler's
+    session (3.6-4.2 s of a 4-7 s start on the H200, the device held shared); the final gate's
+    rounds only time: their workers start without it, and the ledger names them apart."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from okgit.eval.parent.local import LocalEvaluator
+    from okgit.eval.types import Status
+    from okgit.problem import load_problem
+    from tests.eval.test_eval_local import OPS
+
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    evaluator = LocalEvaluator(device="cuda")
+    try:
+        problem, source = load_problem(OPS / "relu.py", root=str(OPS)), (OPS / "relu_triton.py").read_text()
+        assert evaluator.evaluate(problem, source).status is Status.correct
+        comparison = evaluator.compare(problem, source, rounds=1)
+        assert len(comparison.candidate_us) == 1
+    finally:
+        evaluator.close()
+    starts = [e for e in map(json.loads, ledger.read_text().splitlines()) if e.get("stage") == "process start"]
+    workers = [s for s in starts if s["role"] == "worker"]
+    rounds = [s for s in starts if s["role"] == "timing worker"]
+    assert workers and all("profiler" in s["steps"] for s in workers), starts
+    assert len(rounds) >= 2 and all("profiler" not in s["steps"] and "warm-up" in s["steps"] for s in rounds), starts
+    print("start holds (s): evaluations' workers", sorted(s["held_s"] for s in workers),
+          "timing-only", sorted(s["held_s"] for s in rounds))

@@ -166,7 +166,7 @@ def test_degenerate_reason():
 @pytest.mark.slow  # starts worker processes
 def test_compare_rounds_start_their_workers_at_once(monkeypatch):
     """Each round of the final gate is a fresh worker: they are started together, not one by one,
-    up to a cap (10; 3 here, for fewer processes to start)."""
+    up to a cap (10; 3 here, for fewer processes to start), in the timing-only line."""
     from okgit.eval.parent import local
 
     assert local.MAX_IDLE == 10
@@ -174,9 +174,9 @@ def test_compare_rounds_start_their_workers_at_once(monkeypatch):
     evaluator = LocalEvaluator(device="cpu", idle_workers=1)
     try:
         evaluator.prestart_for(2)
-        assert len(evaluator.pool.idle["cpu"]) == 2
+        assert len(evaluator.pool.idle[("cpu", True)]) == 2
         evaluator.prestart_for(50)
-        assert len(evaluator.pool.idle["cpu"]) == 3  # capped: each holds torch in memory
+        assert len(evaluator.pool.idle[("cpu", True)]) == 3  # capped: each holds torch in memory
         assert evaluator.wait_warm(120)
     finally:
         evaluator.close()

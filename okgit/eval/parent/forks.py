@@ -122,8 +122,9 @@ class Zygote:
         )
         theirs.close()
 
-    def fork(self, directory: Path) -> Forked | None:
-        """A worker in `directory`, its stderr into stderr.log there; None if the request failed."""
+    def fork(self, directory: Path, args: list[str]) -> Forked | None:
+        """A worker in `directory` with its own `args`, its stderr into stderr.log there; None if the
+        request failed."""
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         status_r, status_w = os.pipe()
@@ -133,7 +134,7 @@ class Zygote:
         # reads the end of its stdin and exits
         handle = Forked(stdin_w, stdout_r, status_r)
         try:
-            socket.send_fds(self.requests, [json.dumps({"cwd": str(directory)}).encode()], theirs)
+            socket.send_fds(self.requests, [json.dumps({"cwd": str(directory), "args": args}).encode()], theirs)
         except OSError:
             handle.close()
             return None
@@ -157,10 +158,10 @@ _ZYGOTES: dict[tuple[str, str], Zygote] = {}  # by device and program: the newes
 _REFUSED: set[Key] = set()  # environments whose zygote ended on its own: spawned from then on
 
 
-def fork(device: str, program: str, env: dict[str, str], directory: Path) -> Forked | None:
-    """A worker for `program` on `device` ("cpu", "cuda:N": `python -m PROGRAM --device cpu|cuda`)
-    with environment `env`, forked in `directory` (its stderr into stderr.log there); None where
-    none is forked: spawn it."""
+def fork(device: str, program: str, env: dict[str, str], directory: Path, args: list[str] | None = None) -> Forked | None:
+    """A worker for `program` on `device` ("cpu", "cuda:N": `python -m PROGRAM --device cpu|cuda
+    ARGS`) with environment `env`, forked in `directory` (its stderr into stderr.log there); None
+    where none is forked: spawn it."""
     key: Key = ("cpu" if device == "cpu" else "cuda", program, tuple(sorted(env.items())))
     slot = (device, program)
     with _LOCK:
@@ -174,7 +175,7 @@ def fork(device: str, program: str, env: dict[str, str], directory: Path) -> For
             return None
         if zygote is None:
             zygote = _ZYGOTES[slot] = Zygote(key)
-        return zygote.fork(directory)
+        return zygote.fork(directory, args or [])
 
 
 def stop() -> None:

@@ -189,10 +189,11 @@ class LocalEvaluator(EvaluatorBase):
         return summarize(base, cand)
 
     def prestart_for(self, jobs: int) -> None:
-        """Start workers for `jobs` back-to-back jobs at once (at most MAX_IDLE): rounds in fresh
-        processes would otherwise wait, one after another, for each worker's torch and CUDA start."""
+        """Start workers for `jobs` back-to-back timing rounds (`time_once`) at once (at most
+        MAX_IDLE): rounds in fresh processes would otherwise wait, one after another, for each
+        worker's torch and CUDA start."""
         if self.prestart:
-            self.pool.prestart(self._torch, at_least=min(jobs, MAX_IDLE))
+            self.pool.prestart(self._torch, at_least=min(jobs, MAX_IDLE), timing_only=True)
 
     def wait_warm(self, timeout_s: float = 120.0) -> bool:
         """Block until the pre-started workers are ready: what "a warm evaluation" is timed from."""
@@ -374,7 +375,7 @@ class LocalEvaluator(EvaluatorBase):
         final gate's rounds, and the A/A check of the benchmark script)."""
         job = self._candidate_job(problem, prep, backend, root=root or problem.root,
                                   cases=[c for c in prep.cases if c.kind == "seed"], check=False, timing=COMPARE_TIMING)
-        outcome, result = self._run(job, source, self.timeout_s, None)
+        outcome, result = self._run(job, source, self.timeout_s, None, timing_only=True)
         if result is None or result.get("failure") or not result.get("timing"):
             why = result["failure"]["message"] if result and result.get("failure") else outcome.describe()
             raise OkgitError(f"a timing round failed: {why}")
@@ -417,11 +418,12 @@ class LocalEvaluator(EvaluatorBase):
             return worker.run(job, timeout_s, answer, startup_timeout_s=0.0)  # ready, or it never will be
 
     def _run(self, job: Job, source: str, timeout_s: float, relay: Relay | None,
-             clock: dict[str, float] | None = None) -> tuple[Outcome, dict[str, Any] | None]:
-        """One job in one fresh worker; (outcome, result or None if it crashed). `clock` gets the
-        seconds waited for the device's lock and those of the worker's cleanup (okgit.eval.parent.phases)."""
+             clock: dict[str, float] | None = None, timing_only: bool = False) -> tuple[Outcome, dict[str, Any] | None]:
+        """One job in one fresh worker (`timing_only`: one that opened no profiler session); (outcome,
+        result or None if it crashed). `clock` gets the seconds waited for the device's lock and
+        those of the worker's cleanup (okgit.eval.parent.phases)."""
         clock = clock if clock is not None else {}
-        worker = self.pool.take(self._torch, prestart_next=self.prestart)
+        worker = self.pool.take(self._torch, prestart_next=self.prestart, timing_only=timing_only)
         try:
             path = worker.dir / "candidate.py"
             path.write_text(source)

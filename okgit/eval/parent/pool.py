@@ -22,7 +22,11 @@ class WorkerPool:
     only once it is empty, with a batch started at once, and `take()` waits until every start in the
     pool is done before it hands a worker out: a problem's jobs then wait for starts once per batch,
     and no start of its own runs beside its timings. Elsewhere (a CPU, nothing held) the next
-    worker starts as one is taken, behind the job's back."""
+    worker starts as one is taken, behind the job's back.
+
+    Timing-only workers (`timing_only`: the final gate's rounds, which neither check nor profile)
+    wait in a line of their own: they skip the profiler session that is most of a start's hold.
+    They are started for the rounds ahead (`prestart`) or one per job, never kept idle beyond that."""
 
     def __init__(self, memory_limit: int, base_dir: Path | None = None, idle: int = 1, batched: bool = False) -> None:
         self.memory_limit = memory_limit
@@ -31,15 +35,15 @@ class WorkerPool:
         # outputs travel through files: keep them in memory where the machine allows
         shm = Path("/dev/shm")
         self.base_dir = base_dir or (shm if shm.is_dir() and os.access(shm, os.W_OK) else None)
-        self.idle: dict[str, list[WorkerProcess]] = {}
+        self.idle: dict[tuple[str, bool], list[WorkerProcess]] = {}  # by device and timing-only
 
-    def take(self, device: str, *, prestart_next: bool = True) -> WorkerProcess:
+    def take(self, device: str, *, prestart_next: bool = True, timing_only: bool = False) -> WorkerProcess:
         """The oldest idle worker (fresh one if none), the pool topped up again."""
-        queue = self.idle.setdefault(device, [])
+        queue = self.idle.setdefault((device, timing_only), [])
         waited = 0.0
         if self.batched:
-            if prestart_next and not queue:
-                self.prestart(device, at_least=self.idle_count + 1)  # this job's worker and the next ones'
+            if prestart_next and not queue:  # this job's worker, and the next jobs' unless timing-only
+                self.prestart(device, at_least=1 if timing_only else self.idle_count + 1, timing_only=timing_only)
             waited = self._settle(queue)
         worker = None
         while queue and worker is None:
@@ -48,9 +52,9 @@ class WorkerPool:
                 worker = w
             else:
                 w.close()
-        worker = worker or WorkerProcess(device, self.memory_limit, self.base_dir)
+        worker = worker or WorkerProcess(device, self.memory_limit, self.base_dir, timing_only=timing_only)
         worker.ready_wait_s += waited  # the job waited for its batch: its worker's start, as it reports
-        if prestart_next and not self.batched:
+        if prestart_next and not self.batched and not timing_only:
             self.prestart(device)
         return worker
 
@@ -63,15 +67,19 @@ class WorkerPool:
             w.ready_wait_s = before  # counted once, for the job that waited (`take`)
         return time.monotonic() - t0
 
-    def prestart(self, device: str, at_least: int = 0) -> None:
-        queue = self.idle.setdefault(device, [])
-        while len(queue) < max(self.idle_count, at_least):
-            queue.append(WorkerProcess(device, self.memory_limit, self.base_dir))
+    def prestart(self, device: str, at_least: int = 0, timing_only: bool = False) -> None:
+        queue = self.idle.setdefault((device, timing_only), [])
+        while len(queue) < max(0 if timing_only else self.idle_count, at_least):
+            queue.append(WorkerProcess(device, self.memory_limit, self.base_dir, timing_only=timing_only))
+
+    def idle_workers(self, device: str) -> list[WorkerProcess]:
+        """Every idle worker of `device`, of either line."""
+        return [w for (d, _), queue in self.idle.items() if d == device for w in queue]
 
     def wait_warm(self, device: str, timeout_s: float) -> bool:
         """Wait until every idle worker of `device` is ready (a benchmark of warm evaluations)."""
         deadline = time.monotonic() + timeout_s
-        return all(w.wait_ready(deadline - time.monotonic()) for w in self.idle.get(device, []))
+        return all(w.wait_ready(deadline - time.monotonic()) for w in self.idle_workers(device))
 
     def close(self) -> None:
         for queue in self.idle.values():

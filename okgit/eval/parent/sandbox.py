@@ -210,15 +210,18 @@ def deadline_moved(reply: dict[str, Any], room_s: float) -> float:
 class WorkerProcess:
     """One worker (or judge) process. `args`: more of the worker's own arguments (a profiling pass's
     tool); `wrap`: a program that runs the worker as its child (Nsight Compute), given its arguments
-    and then the worker's command line: the whole process tree counts against the memory budget."""
+    and then the worker's command line: the whole process tree counts against the memory budget.
+    `timing_only`: a worker for a job that only times (the final gate's rounds), which opens no
+    profiler session at its start (okgit.eval.worker.candidate)."""
 
     def __init__(self, device: str, memory_limit: int, base_dir: Path | None = None,
                  program: str = "okgit.eval.worker", args: list[str] | None = None,
-                 wrap: list[str] | None = None) -> None:
+                 wrap: list[str] | None = None, timing_only: bool = False) -> None:
         self.role = "judge" if program.endswith("judge") else "worker"
         self.device = device
         self.memory_limit = memory_limit
         self.wrapped = bool(wrap)
+        self.timing_only = timing_only
         self.dir = Path(tempfile.mkdtemp(prefix="okgit-worker-", dir=base_dir))
         self.started = time.monotonic()
         self.ready_wait_s = 0.0  # how long a job waited for this worker to finish starting
@@ -229,8 +232,10 @@ class WorkerProcess:
         try:
             env = worker_env(device, role=self.role)
             # forked from a zygote with its imports done, unless it runs under a wrapper or with a tool
-            forked = forks.fork(device, program, env, self.dir) if not wrap and not args else None
-            self.proc: subprocess.Popen[bytes] | forks.Forked = forked or self._spawn(program, env, args or [], wrap or [])
+            own = ["--timing-only"] if timing_only else []
+            forked = forks.fork(device, program, env, self.dir, own) if not wrap and not args else None
+            self.proc: subprocess.Popen[bytes] | forks.Forked = forked or self._spawn(program, env, [*(args or []), *own],
+                                                                                     wrap or [])
             _STARTED[id(self)] = self
             self._lines = Lines(self.proc)
         except BaseException:

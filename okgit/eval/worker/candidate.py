@@ -39,7 +39,12 @@ PHASE_FILE = "phase"
 
 
 class Worker:
-    def __init__(self, device: str, channel: Channel, counters: str = "") -> None:
+    """`counters`: a profiling pass's tool, which takes CUPTI alone; `timing_only`: a worker for jobs
+    that only time (the final gate's rounds). Neither opens torch.profiler's session at its start:
+    on the H200 that session was 3.6-4.2 s of a start's 4-7 s, held with the device shared, when
+    every timing on the device waits for the starts in progress (okgit.eval.protocol.start)."""
+
+    def __init__(self, device: str, channel: Channel, counters: str = "", timing_only: bool = False) -> None:
         import torch
 
         from okgit.backends import cuda as cuda_backend
@@ -61,7 +66,8 @@ class Worker:
             from okgit.backends import libdevice_cpu
 
             libdevice_cpu.install()  # libdevice's math, which Triton's interpreter lacks
-        calls.warm_up(torch, device, profiler=not counters)  # a profiling pass's tool takes CUPTI alone
+        self.timing_only = timing_only
+        calls.warm_up(torch, device, profiler=not (counters or timing_only))
         self.entry_points = Snapshot()  # after the hooks above, before any candidate code
         self.job_dir = Path(".")
         self.result: dict[str, Any] = {"calls": {}}
@@ -112,7 +118,9 @@ class Worker:
         if job.root and job.root not in sys.path:
             sys.path.insert(0, job.root)
         try:
-            if job.counters:
+            if job.profile and self.timing_only:  # its first profiled call would pay the session, timed alone
+                self.fail("error", "worker", "a timing-only worker was given a job that profiles")
+            elif job.counters:
                 self.run_counters(job)
             else:
                 self.run_candidate(job)
@@ -372,14 +380,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="okgit.eval.worker")
     parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
     parser.add_argument("--counters", choices=["ncu", "proton"], help="a worker for the profiling pass")
+    parser.add_argument("--timing-only", action="store_true", help="a worker for jobs that only time: no profiler")
     args = parser.parse_args(argv)
     channel = Channel()  # from here on, whatever runs may print: never onto the messages
-    with device_start("worker"):  # the device shared: CUDA's start and the warm-up never beside a timing
+    # the device shared: CUDA's start and the warm-up never beside a timing
+    with device_start("timing worker" if args.timing_only else "worker"):
         if args.counters:
             from okgit.eval.worker.counters import start
 
             start(args.counters)
-        worker = Worker(args.device, channel, counters=args.counters or "")
+        worker = Worker(args.device, channel, counters=args.counters or "", timing_only=args.timing_only)
     channel.send(READY)
     message = channel.receive()
     if message is None:

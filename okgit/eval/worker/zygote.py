@@ -4,10 +4,11 @@ judges) with torch and triton already imported.
 A worker's start is mostly its imports: about 1.4 s of CPU for torch and triton on a CPU-only
 machine, more with CUDA's build, for every candidate (each runs in a process of its own). This
 process imports them once and then only forks: each request (okgit.eval.parent.forks) brings the
-worker's stdin, stdout, stderr and a status pipe, and its directory. The fork becomes the
+worker's stdin, stdout, stderr and a status pipe, its directory and its own arguments (a
+timing-only worker's flag). The fork becomes the
 worker's reaper (okgit.eval.protocol.reaper: a session of its own, no core dumps, a child
 subreaper), writes its pid on the status pipe, forks the worker proper, which runs MODULE as
-`python -m MODULE --device ...` would, and when the worker has exited writes its exit code there
+`python -m MODULE --device ... ARGS` would, and when the worker has exited writes its exit code there
 and ends.
 
 What a forked worker starts from is what a spawned one would have after its imports: this process
@@ -29,6 +30,7 @@ import select
 import socket
 import sys
 import traceback
+from typing import Any
 
 from okgit.eval.protocol.reaper import become_subreaper, outlive
 
@@ -86,7 +88,7 @@ def _collect() -> None:
         pass
 
 
-def _reaper(requests: socket.socket, request: dict[str, str], program: str, device: str, fds: list[int]) -> None:
+def _reaper(requests: socket.socket, request: dict[str, Any], program: str, device: str, fds: list[int]) -> None:
     """The fork's life, as the worker's reaper; never returns."""
     code = 1
     try:
@@ -103,7 +105,7 @@ def _reaper(requests: socket.socket, request: dict[str, str], program: str, devi
         worker = os.fork()
         if worker == 0:
             os.close(status)
-            _worker(program, device)
+            _worker(program, device, [str(a) for a in request.get("args", [])])
         os.write(status, f"{outlive(worker)}\n".encode())
         code = 0
     except BaseException:  # noqa: BLE001 - said on the worker's stderr; the parent reads no exit code
@@ -112,10 +114,10 @@ def _reaper(requests: socket.socket, request: dict[str, str], program: str, devi
         os._exit(code)
 
 
-def _worker(program: str, device: str) -> None:
-    """The worker proper: MODULE run as `python -m MODULE --device DEVICE` would; never returns."""
+def _worker(program: str, device: str, args: list[str]) -> None:
+    """The worker proper: MODULE run as `python -m MODULE --device DEVICE ARGS` would; never returns."""
     code: int | str | None = 0
-    sys.argv = [program, "--device", device]
+    sys.argv = [program, "--device", device, *args]
     sys.path[0] = os.getcwd()  # as `python -m` puts its directory first
     try:
         runpy.run_module(program, run_name="__main__", alter_sys=True)

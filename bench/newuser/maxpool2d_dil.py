@@ -6,7 +6,7 @@ from torch import nn
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
-        self.pool = nn.MaxPool2d(kernel_size=3, stride=2, padding=2, dilation=2)
+        self.pool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1, dilation=2)
 
     def forward(self, x):
         return self.pool(x)

@@ -169,3 +169,9 @@ def test_starts_smoke(tmp_path):
     assert [(b["program"], b["n"], b["ready"]) for b in data["batches"]] == [
         ("okgit.eval.worker", 1, 1), ("okgit.eval.worker", 2, 2), ("okgit.eval.judge", 1, 1)]
     assert data["evaluations"]["evaluation_wall_s"]["n"] == 2 and data["evaluations"]["rounds"] == 0
+
+
+def test_ncu_passes_smoke(tmp_path):
+    """The metric groups cover okgit's ncu list and the pass-count parser reads ncu's lines."""
+    proc = run([sys.executable, str(BENCH / "ncu_passes.py"), "--smoke"], tmp_path)
+    assert "smoke: groups all (" in proc.stdout and "parser ok" in proc.stdout

@@ -135,12 +135,31 @@ def _finite_pass(out: Any, native: Any, f64: Any, tol: LeafTolerance) -> tuple[i
                                                                              float] | None:
     """(elements outside the tolerance, the first's flat position, its value, the expected one,
     max abs error, max relative error), or None where an element of the output or a reference is
-    not finite (it shows in the native chunk's sum or the difference's maximum). Each chunk's
-    figures stay on the device until the end; the first position is looked for only where there is one."""
+    not finite. On a GPU one Triton kernel reads each element once (okgit.eval.judge.fused); the
+    first position is looked for only where there is one."""
+    if out.is_cuda:
+        from okgit.eval.judge import fused
+
+        counted = fused.finite_pass(out, native, f64, tol.rtol, tol.atol)
+    else:
+        counted = _finite_counts(out, native, f64, tol)
+    if counted is None:
+        return None
+    over_n, max_abs, max_rel = counted
+    first, got, want = -1, 0.0, 0.0
+    if over_n:
+        first, got, want = _first_outside(out, native, f64, tol)
+    return over_n, first, got, want, max_abs, max_rel
+
+
+def _finite_counts(out: Any, native: Any, f64: Any, tol: LeafTolerance) -> tuple[int, float, float] | None:
+    """The finite pass in torch, chunk by chunk (a CPU's): (elements outside, max abs error, max
+    relative error), or None where an element is not finite (it shows in the native chunk's sum or
+    the difference's maximum). Each chunk's figures stay on the device until the end."""
     import torch
 
-    figures, starts = [], []
-    for start, (o, nat, ref) in chunks(out, native, f64):
+    figures = []
+    for _, (o, nat, ref) in chunks(out, native, f64):
         if not o.numel():
             continue
         ref = (ref if ref is not None else nat).double()
@@ -149,21 +168,24 @@ def _finite_pass(out: Any, native: Any, f64: Any, tol: LeafTolerance) -> tuple[i
         rel = torch.div(diff, scale.clamp_min_(tol.atol or 1e-30), out=scale).amax()
         # a sum is NaN or inf where an element is (NaN propagates through a sum, and through amax)
         figures.append(torch.stack([nat.sum(dtype=torch.float64), max_abs, rel, over.sum().double()]))
-        starts.append(start)
     rows = torch.stack(figures).tolist() if figures else []
     if not all(math.isfinite(row[0]) and math.isfinite(row[1]) for row in rows):
         return None
-    over_n = int(sum(row[3] for row in rows))
-    max_abs, max_rel = max([0.0] + [row[1] for row in rows]), max([0.0] + [row[2] for row in rows])
-    first, got, want = -1, 0.0, 0.0
-    if over_n:  # the first chunk with an element outside: that chunk again, for its position
-        at = starts[next(k for k, row in enumerate(rows) if row[3])]
-        for start, (o, nat, ref) in chunks(out, native, f64):
-            if start == at:
-                ref = (ref if ref is not None else nat).double()
-                i = int(torch.nonzero(_excess(o, ref, tol)[2])[0])
-                first, got, want = start + i, float(o[i]), float(ref[i])
-    return over_n, first, got, want, max_abs, max_rel
+    return (int(sum(row[3] for row in rows)), max([0.0] + [row[1] for row in rows]),
+            max([0.0] + [row[2] for row in rows]))
+
+
+def _first_outside(out: Any, native: Any, f64: Any, tol: LeafTolerance) -> tuple[int, float, float]:
+    """The first element outside the tolerance: its flat position, its value, the expected one."""
+    import torch
+
+    for start, (o, nat, ref) in chunks(out, native, f64):
+        ref = (ref if ref is not None else nat).double()
+        outside = torch.nonzero(_excess(o, ref, tol)[2])
+        if outside.numel():
+            i = int(outside[0])
+            return start + i, float(o[i]), float(ref[i])
+    return -1, 0.0, 0.0
 
 
 def _masked_pass(out: Any, native: Any, f64: Any, tol: LeafTolerance, gate: str) -> LeafCheck:

@@ -1,0 +1,87 @@
+"""The judge's finite pass (okgit.eval.judge.tolerance) over outputs on a GPU in one Triton kernel.
+
+The pass in torch walks each chunk with about a dozen kernels and float64 temporaries: about 150
+bytes of memory traffic per element against the 16 the data is (the output, the native and the
+float64 expected). On the H200 it was the largest phase of a large evaluation (L1/39, 2.1 G
+elements per output: 2.6 s of a 4.5-5.3 s fast evaluation, 2026-12-03), and the sweep's
+evaluations spent 309 s in it over 23 problems (8deb49a), each second of it with the device held
+shared, which every timing on the device waits for. Here each program reads its block of the three
+once and writes four figures: how many elements are not finite (in the output or a reference),
+how many lie outside the tolerance, the largest absolute and relative errors; torch adds the
+programs' figures up.
+
+The arithmetic is the torch pass's, in float64, in the same order: |o - ref|, and outside where
+not diff <= |ref| * rtol + atol (atol alone where rtol is 0), with fused multiply-adds off
+(`enable_fp_fusion`) so that the bound rounds as torch's two operations do; the relative error
+divides by |ref| clamped below at atol (or 1e-30). A pass that finds an element not finite
+answers None, as the torch pass does, and the caller walks the masks in torch. Tested against the
+torch pass under Triton's interpreter (tests/eval/test_fused_check.py) and on a GPU.
+"""
+
+import os
+from typing import Any
+
+import triton
+import triton.language as tl
+
+BLOCK = 2048  # elements per program: four figures each, 1 M programs for a 2 G element output
+
+_kernels: dict[bool, Any] = {}  # by whether Triton's interpreter runs it (tests on a CPU)
+
+
+def finite_pass(out: Any, native: Any, f64: Any, rtol: float, atol: float) -> tuple[int, float, float] | None:
+    """(elements outside the tolerance, max abs error, max relative error) of `out` against
+    `f64` (the float64 expected, or `native` where there is none), or None where an element of the
+    output or a reference is not finite; one launch and one wait for the device."""
+    import torch
+
+    o, nat = out.reshape(-1), native.reshape(-1)
+    ref = f64.reshape(-1) if f64 is not None else nat
+    n = o.numel()
+    if n == 0:
+        return 0, 0.0, 0.0
+    programs = triton.cdiv(n, BLOCK)
+    # float64 scalars travel as a tensor: Triton passes a Python float as float32
+    params = torch.tensor([rtol, atol, atol or 1e-30], dtype=torch.float64, device=o.device)
+    counts = torch.empty((programs, 2), dtype=torch.int64, device=o.device)
+    errors = torch.empty((programs, 2), dtype=torch.float64, device=o.device)
+    _kernel()[(programs,)](o, nat, ref, params, counts, errors, n, USE_RTOL=bool(rtol), BLOCK=BLOCK,
+                           enable_fp_fusion=False)
+    nonfinite, over_n, max_abs, max_rel = torch.cat([counts.sum(0).double(), errors.amax(0)]).tolist()
+    if nonfinite:
+        return None
+    return int(over_n), max_abs, max_rel
+
+
+def _kernel() -> Any:
+    """The kernel, made on first use: Triton's decorator reads TRITON_INTERPRET when it runs."""
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    if interpret not in _kernels:
+        _kernels[interpret] = triton.jit(_finite_figures)
+    return _kernels[interpret]
+
+
+def _finite_figures(o_ptr, nat_ptr, ref_ptr, params_ptr, counts_ptr, errors_ptr, n,
+                    USE_RTOL: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < n
+    o = tl.load(o_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+    nat = tl.load(nat_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+    ref = tl.load(ref_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+    rtol, atol, clamp = tl.load(params_ptr), tl.load(params_ptr + 1), tl.load(params_ptr + 2)
+    # x - x is 0 for a finite x and NaN for NaN or inf: no constant near the largest double, which
+    # Triton would round to float32 (inf)
+    finite = ((o - o) == 0) & ((nat - nat) == 0) & ((ref - ref) == 0)
+    diff = tl.abs(o - ref)
+    scale = tl.abs(ref)
+    if USE_RTOL:
+        bound = scale * rtol + atol
+    else:
+        bound = tl.zeros_like(scale) + atol
+    outside = (diff <= bound) == 0
+    rel = diff / tl.maximum(scale, clamp)
+    tl.store(counts_ptr + pid * 2, tl.sum((inside & (finite == 0)).to(tl.int64), axis=0))
+    tl.store(counts_ptr + pid * 2 + 1, tl.sum((inside & outside).to(tl.int64), axis=0))
+    tl.store(errors_ptr + pid * 2, tl.max(tl.where(inside, diff, 0.0), axis=0))
+    tl.store(errors_ptr + pid * 2 + 1, tl.max(tl.where(inside, rel, 0.0), axis=0))

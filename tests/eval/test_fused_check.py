@@ -1,0 +1,111 @@
+"""The judge's finite pass in one Triton kernel (okgit.eval.judge.fused), which a GPU's checks run:
+the same verdicts, positions and figures as the comparison's oracle (tests/eval/test_compare_oracle.py)
+over its random outputs and at the tolerance's bound, a strided output, an element not finite in
+any of the three; run by Triton's interpreter on the CPU, with blocks of 8 elements so that outputs
+span several programs and end in a partial one. On a GPU, the kernel against the torch pass at
+a size past a chunk."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from okgit.eval.judge import fused, tolerance
+from okgit.eval.judge.tolerance import check_leaf
+from okgit.eval.protocol.checks import LeafTolerance
+
+ROOT = Path(__file__).resolve().parents[2]
+# Triton's decorator reads TRITON_INTERPRET when it runs, its own library's functions (tl.sum)
+# included: the interpreter's cases run in a process that sets it before importing anything
+INTERPRETED = r"""
+import functools
+from okgit.eval.judge import fused, tolerance
+from okgit.eval.worker.tensors import chunks
+from tests.eval import test_compare_oracle as oracle, test_fused_check as here
+fused.BLOCK = 8
+tolerance._finite_counts = lambda out, native, f64, tol: fused.finite_pass(out, native, f64, tol.rtol, tol.atol)
+tolerance.chunks = functools.partial(chunks, size=oracle.SIZE)
+oracle.test_the_comparison_finds_what_its_former_implementation_found()
+oracle.test_a_contraction_tolerance_at_its_bound_and_a_zero_atol_agree_with_the_oracle()
+here.strided_output()
+here.at_the_relative_bound()
+for where in ("output", "native", "float64"):
+    here.not_finite(where)
+print("fused pass: every case agrees")
+"""
+
+
+@pytest.mark.slow  # 600 checks under Triton's interpreter, in a process of their own
+def test_the_fused_pass_finds_what_the_oracle_found():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    proc = subprocess.run([sys.executable, "-c", INTERPRETED], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0 and "every case agrees" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def strided_output() -> None:
+    """A column-major output: read where it lies, its outside elements counted and the first named."""
+    from tests.eval.test_compare_oracle import LEAF, old_check_floats
+
+    ref = torch.linspace(-3.0, 3.0, 12 * 7, dtype=torch.float64).reshape(12, 7)
+    native = ref.float()
+    out = native.t().contiguous().t()  # the same values, column-major
+    out[[2, 9], [3, 5]] += torch.tensor([1e-3, -2e-3])
+    tol = LeafTolerance(rtol=1e-4, atol=1e-5, ref_error=0.0, scale=3.0)
+    got = check_leaf(out, LEAF, native, ref, tol, "seeds")
+    assert got == old_check_floats(out, native, ref, tol, "seeds")
+    assert not got.ok and got.message.startswith("2 of 84 elements outside tolerance") and "first at (2, 3)" in got.message
+    counted = fused.finite_pass(out, native, ref, tol.rtol, tol.atol)
+    assert counted is not None and counted[0] == 2 and abs(counted[1] - 2e-3) < 1e-6, counted
+
+
+def at_the_relative_bound() -> None:
+    """|o - ref| exactly |ref| * rtol + atol is inside; the next float32 up is outside."""
+    ref = torch.full((19,), 1.0, dtype=torch.float64)
+    out = ref.float()
+    out[[4, 11]] = 1.0 + 2.0**-10 + 2.0**-20  # exactly at the bound below
+    out[11] = torch.nextafter(out[11], torch.tensor(2.0))
+    assert fused.finite_pass(out, ref.float(), ref, 2.0**-10, 2.0**-20) == (1, 2.0**-10 + 2.0**-20 + 2.0**-23,
+                                                                            2.0**-10 + 2.0**-20 + 2.0**-23)
+
+
+def not_finite(where: str) -> None:
+    """An element not finite in the output or either reference: no figures (the masked pass decides)."""
+    ref = torch.linspace(0.5, 1.5, 20, dtype=torch.float64)
+    native, out = ref.float(), ref.float()
+    {"output": out, "native": native, "float64": ref}[where][13] = float("inf")
+    assert fused.finite_pass(out, native, ref, 1e-4, 1e-5) is None, where
+    clean = torch.linspace(0.5, 1.5, 20)
+    assert fused.finite_pass(clean, clean, clean.double(), 1e-4, 1e-5) == (0, 0.0, 0.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow  # GB-sized tensors on the GPU
+def test_on_a_gpu_the_kernel_counts_what_the_torch_pass_counts_and_takes_less_time():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    n = (1 << 28) + 3  # past a chunk of torch's pass, and a partial block
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    ref = torch.rand(n, generator=gen, dtype=torch.float64, device="cuda") * 4 - 2
+    native = ref.float()
+    out = native + torch.randn(n, generator=gen, device="cuda") * 1e-7
+    out[[5, n // 2, n - 1]] += torch.tensor([1e-3, -1e-2, 1e-4], device="cuda")
+    for rtol, atol in ((1e-4, 2e-4), (0.0, 1e-6)):
+        tol = LeafTolerance(rtol=rtol, atol=atol, ref_error=0.0, scale=2.0)
+        seconds = {}
+        counted = {}
+        for name, count in (("fused", lambda: fused.finite_pass(out, native, ref, rtol, atol)),
+                            ("torch", lambda: tolerance._finite_counts(out, native, ref, tol))):
+            count()  # compiled, cached
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            counted[name] = count()
+            seconds[name] = time.perf_counter() - t0
+        assert counted["fused"] == counted["torch"], counted
+        print(f"rtol {rtol}: {n} elements, fused {seconds['fused'] * 1e3:.1f} ms, torch {seconds['torch'] * 1e3:.1f} ms")

@@ -91,7 +91,7 @@ def optimize(
     """`path` may be None with `resume` (the run's own op). `on_event` gets each journal event
     as its model once written (okgit.journal.events), and a `Preparing` before the first.
     `watcher`: a live view already started (`optimize --watch`), told the run's directory."""
-    repo = Repo.find(cwd or Path.cwd())
+    repo = Repo.working_in(cwd or Path.cwd(), path)
     # From the start: a signal while the reference is prepared must stop its judge too.
     in_main = threading.current_thread() is threading.main_thread()
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}

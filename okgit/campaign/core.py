@@ -135,8 +135,9 @@ def find_ops(repo: Repo, directory: Path, config: Config) -> tuple[list[str], li
                 continue  # a helper module, not an op file
         except (OkgitError, UnicodeDecodeError):
             pass  # unreadable: refused when the campaign screens it, with the reason
-        if not repo.is_tracked(rel):
-            skipped.append(f"{rel}: not tracked by git (commit it first)")
+        why = repo.uncommitted(rel)
+        if why:
+            skipped.append(f"{rel}: {why} (commit it first)")
             continue
         ops.append(rel)
     return ops, skipped

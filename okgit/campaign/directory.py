@@ -17,7 +17,7 @@ from okgit.paths import given_path
 
 def optimize_dir(directory: Path, *, flags: dict[str, Any] | None = None, cwd: Path | None = None,
                  on_event: Callable[[Event], None] | None = None) -> CampaignResult:
-    repo = Repo.find(cwd or Path.cwd())
+    repo = Repo.working_in(cwd or Path.cwd(), directory)
     path = given_path(directory, cwd)
     if not path.is_dir():
         raise OkgitError(f"{directory}: no such directory")

@@ -40,7 +40,7 @@ def optimize_model(path: Path, *, flags: dict[str, Any] | None = None, top: int 
                    on_event: Callable[[Event], None] | None = None) -> CampaignResult:
     from okgit.git.workspace import check_op
 
-    repo = Repo.find(cwd or Path.cwd())
+    repo = Repo.working_in(cwd or Path.cwd(), path)
     model_path = given_path(path, cwd)
     check_model(model_path)
     rel = check_op(repo, model_path)

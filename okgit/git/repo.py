@@ -76,6 +76,23 @@ class Repo:
         root = Path(lines[0]).resolve()
         return cls(root=root, common_dir=(cwd / lines[1]).resolve())
 
+    @classmethod
+    def working_in(cls, cwd: Path | str, given: Path | str | None) -> Repo:
+        """The current directory's repository, where okgit works (as git does); outside one, a
+        refusal that also names the repository the `given` file or folder lies in, if any."""
+        try:
+            return cls.find(cwd)
+        except OkgitError as outside:
+            path = Path(cwd, given) if given is not None else None
+            folder = path if path is None or path.is_dir() else path.parent
+            if folder is None or not folder.is_dir():
+                raise
+            try:
+                theirs = cls.find(folder)
+            except OkgitError:
+                raise outside from None
+            raise OkgitError(f"{outside}; {given} is in the repository {theirs.root}: run okgit from there") from None
+
     def git(self, *args: str, cwd: Path | None = None, check: bool = True, input: str | None = None,
             env: dict[str, str] | None = None) -> str:
         """`git` in this repository (default cwd: its root), with no optional locks and no hooks
@@ -141,6 +158,18 @@ class Repo:
     def is_tracked(self, rel: str) -> bool:
         out = self.git("ls-files", "--cached", "--full-name", "--", f":(top,literal){rel}")
         return bool(out.strip())
+
+    def is_committed(self, rel: str) -> bool:
+        """Whether HEAD holds `rel` (a file staged and never committed is tracked, not committed:
+        a patch against HEAD would not find it)."""
+        out = self.git("ls-tree", "--name-only", "-z", "HEAD", "--", f":(top,literal){rel}", check=False)
+        return rel in out.split("\0")
+
+    def uncommitted(self, rel: str) -> str | None:
+        """Why `rel` is no file to optimize yet ("not tracked by git", "staged but never committed"), or None."""
+        if self.is_committed(rel):
+            return None
+        return "staged but never committed" if self.is_tracked(rel) else "not tracked by git"
 
     def is_dirty(self, rel: str) -> bool:
         """Whether `rel` differs from HEAD in the index or the working tree."""

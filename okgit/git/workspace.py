@@ -149,15 +149,16 @@ def op_diff(repo: Repo, base: str, rev: str, op: str) -> str:
 
 
 def check_op(repo: Repo, op_path: Path | str) -> str:
-    """The op file's repository-relative path, or a one-line refusal: missing, outside, untracked."""
+    """The op file's repository-relative path, or a one-line refusal: missing, outside, not committed."""
     path = Path(op_path)
     if not path.exists():
         raise OkgitError(f"{op_path}: no such file")
     if not path.is_file():
         raise OkgitError(f"{op_path}: not a file")
     rel = repo.relpath(path)
-    if not repo.is_tracked(rel):
-        raise OkgitError(f"{op_path}: not tracked by git (commit it first; okgit optimizes committed files)")
+    why = repo.uncommitted(rel)
+    if why:
+        raise OkgitError(f"{op_path}: {why} (commit it first; okgit optimizes committed files)")
     return rel
 
 

@@ -125,3 +125,14 @@ def test_doctor_always_exits_0(git_repo: Path) -> None:
     found = {c["name"]: c for c in json.loads(proc.stdout)}
     assert {"python", "torch", "cuda gpu", "nvcc", "triton", "triton interpreter", "modal", "model keys"} <= set(found)
     assert found["python"]["ok"] and found["torch"]["ok"]
+
+
+def test_outside_a_repository_the_op_files_repository_is_named(cli, git_repo: Path) -> None:
+    """okgit works in the current directory's repository, as git does; run from outside one with a
+    file or folder that lies in one, the refusal says where to run it."""
+    outside = git_repo.parent
+    for args, given in ((["optimize", f"{git_repo.name}/{OP}"], f"{git_repo.name}/{OP}"),
+                        (["optimize", f"{git_repo.name}/ops/"], f"{git_repo.name}/ops"),
+                        (["optimize", f"{git_repo.name}/{OP}", "--campaign"], f"{git_repo.name}/{OP}")):
+        _one_line_error(cli(*args, cwd=outside), f"okgit: not inside a git repository: {outside.resolve()}; "
+                                                 f"{given} is in the repository {git_repo.resolve()}: run okgit from there")

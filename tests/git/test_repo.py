@@ -54,6 +54,8 @@ def test_reads_never_rewrite_the_index(git_repo: Path) -> None:
         os.utime(git_repo / rel, (future, future))  # stale stat data, same content
     index = (git_repo / ".git" / "index").read_bytes()
     assert repo.is_tracked(OP) and repo.is_tracked("lib/util.py") and not repo.is_tracked("notes.txt")
+    assert repo.uncommitted(OP) is None and repo.uncommitted("lib/util.py") is None  # committed, then staged
+    assert repo.uncommitted("notes.txt") == "not tracked by git"
     assert not repo.is_dirty(OP)
     assert repo.is_dirty("README.md") and repo.is_dirty("lib/util.py")  # modified; staged
     assert repo.blob_of(OP) == sh(git_repo, "rev-parse", f"HEAD:{OP}").strip()

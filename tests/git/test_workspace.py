@@ -95,12 +95,16 @@ def test_dirty_op_file_becomes_the_base(git_repo: Path) -> None:
     [
         ("ops/missing.py", "ops/missing.py: no such file"),
         ("notes.txt", "notes.txt: not tracked by git"),
+        # its patch would be against HEAD, which lacks it (okgit verify would not find it)
+        ("ops/staged.py", r"ops/staged.py: staged but never committed \(commit it first"),
         ("ops", "ops: not a file"),
         ("../outside.py", "outside the repository"),
     ],
 )
 def test_start_run_refuses(git_repo: Path, monkeypatch: pytest.MonkeyPatch, path: str, message: str) -> None:
     (git_repo.parent / "outside.py").write_text(OP_SOURCE)
+    (git_repo / "ops" / "staged.py").write_text(OP_SOURCE)
+    sh(git_repo, "add", "ops/staged.py")
     monkeypatch.chdir(git_repo)
     before = snapshot(git_repo)
     with pytest.raises(OkgitError, match=message) as err:

@@ -37,6 +37,7 @@ here.strided_output()
 here.at_the_relative_bound()
 for where in ("output", "native", "float64"):
     here.not_finite(where)
+here.fingerprints()
 print("fused pass: every case agrees")
 """
 
@@ -75,6 +76,20 @@ def at_the_relative_bound() -> None:
                                                                             2.0**-10 + 2.0**-20 + 2.0**-23)
 
 
+def fingerprints() -> None:
+    """The kernel's word sums are the torch pass's, for words of 32 and of 8 bits."""
+    from okgit.eval.judge.tolerance import fingerprint
+
+    gen = torch.Generator().manual_seed(3)
+    for t in (torch.randn(1001, generator=gen), torch.randn(7, 3, generator=gen).half(),
+              torch.randint(-2**31, 2**31 - 1, (77,), dtype=torch.int32, generator=gen),
+              torch.randn(3, generator=gen).to(torch.bfloat16), torch.tensor([True, False, True]), torch.empty(0)):
+        flat = t.reshape(-1)
+        words = flat.view(torch.int32) if flat.numel() * flat.element_size() % 4 == 0 else flat.view(torch.uint8)
+        plain, weighted = fused.word_sums(words)
+        assert fingerprint(t).endswith(f":{plain & (2**64 - 1):x}:{weighted & (2**64 - 1):x}"), t
+
+
 def not_finite(where: str) -> None:
     """An element not finite in the output or either reference: no figures (the masked pass decides)."""
     ref = torch.linspace(0.5, 1.5, 20, dtype=torch.float64)
@@ -87,7 +102,7 @@ def not_finite(where: str) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.slow  # GB-sized tensors on the GPU
-def test_on_a_gpu_the_kernel_counts_what_the_torch_pass_counts_and_takes_less_time():
+def test_on_a_gpu_the_kernels_count_and_digest_what_the_torch_passes_do():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     n = (1 << 28) + 3  # past a chunk of torch's pass, and a partial block
@@ -109,3 +124,10 @@ def test_on_a_gpu_the_kernel_counts_what_the_torch_pass_counts_and_takes_less_ti
             seconds[name] = time.perf_counter() - t0
         assert counted["fused"] == counted["torch"], counted
         print(f"rtol {rtol}: {n} elements, fused {seconds['fused'] * 1e3:.1f} ms, torch {seconds['torch'] * 1e3:.1f} ms")
+    from okgit.eval.judge.tolerance import fingerprint
+
+    t0 = time.perf_counter()
+    on_gpu = fingerprint(out)
+    seconds_gpu = time.perf_counter() - t0
+    assert on_gpu == fingerprint(out.cpu())  # the kernel's sums are the torch pass's
+    print(f"fingerprint of {n} elements on the GPU: {seconds_gpu * 1e3:.1f} ms")

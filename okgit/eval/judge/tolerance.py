@@ -258,17 +258,23 @@ def _unravel(flat: int, shape: Any) -> tuple[int, ...]:
 
 def fingerprint(t: Any) -> str:
     """A digest of a tensor's values (not its strides), to tell two outputs apart without
-    keeping both: sums of its 32-bit words, plain and position-weighted, in wrapping int64."""
+    keeping both: sums of its 32-bit words, plain and position-weighted, in wrapping int64 (on a
+    GPU one Triton kernel reading each word once: okgit.eval.judge.fused)."""
     import torch
 
     flat = t.detach().contiguous().reshape(-1)
     words = flat.view(torch.int32) if flat.numel() * flat.element_size() % 4 == 0 else flat.view(torch.uint8)
-    plain = weighted = 0
-    for start, (w,) in chunks(words):
-        w = w.to(torch.int64)
-        plain += int(w.sum())
-        pos = torch.arange(start + 1, start + 1 + w.numel(), device=w.device, dtype=torch.int64) * 2654435761
-        weighted += int((w * pos).sum())
+    if words.is_cuda:
+        from okgit.eval.judge import fused
+
+        plain, weighted = fused.word_sums(words)
+    else:
+        plain = weighted = 0
+        for start, (w,) in chunks(words):
+            w = w.to(torch.int64)
+            plain += int(w.sum())
+            pos = torch.arange(start + 1, start + 1 + w.numel(), device=w.device, dtype=torch.int64) * 2654435761
+            weighted += int((w * pos).sum())
     return f"{t.dtype}:{list(t.shape)}:{plain & (2**64 - 1):x}:{weighted & (2**64 - 1):x}"
 
 

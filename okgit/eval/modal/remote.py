@@ -233,6 +233,7 @@ def remote_baselines(ref_source: str, winner_source: str | None, device: str = "
 
     result.timed, result.flags = True, dict(PINNED_FLAGS)
     samples: dict[str, list[float]] = {arm: [] for arm in arms if arm not in result.errors}
+    evaluator.prestart_for(BASELINE_ROUNDS * len(samples))  # each round's worker, started together
     for _ in range(BASELINE_ROUNDS):
         for arm in list(samples):
             source, arm_backend = arms[arm]

@@ -370,10 +370,12 @@ def init_names(cls: type) -> list[str]:
 
 
 def describe(e: BaseException) -> str:
+    """The exception on the first line (what a one-line view shows), then the traceback's last frames."""
     tb = traceback.format_exception(type(e), e, e.__traceback__)
     # the op's frames matter; okgit's own are noise
     lines = [ln for ln in tb if "okgit/eval/" not in ln]
-    return "".join(lines[-8:]).strip()
+    said = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}{': ' + said if said else ''}\n" + "".join(lines[-8:]).strip()
 
 
 def out_of_memory(e: BaseException) -> bool:

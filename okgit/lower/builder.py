@@ -57,6 +57,8 @@ class Builder:
         self.diagonals: dict[int, Node] = {}  # a diagonal matrix torch.diag made -> its diagonal
 
     def add(self, n: Node) -> Node:
+        if n.kind not in ("input", "param", "extern") and any(m.dtype.is_complex for m in (n, *n.inputs)):
+            raise Unsupported("complex tensors: Triton has no complex dtype")  # a vendor call may take them
         self.nodes.append(n)
         return n
 

@@ -262,6 +262,8 @@ def get_init_inputs():
     ("F.adaptive_avg_pool2d(x, 2)", "no template covers aten.adaptive_avg_pool2d (pooling)"),
     ("F.relu(torch.cummax(x, dim=1).values).sum(dim=(2, 3)).sort(dim=1).values", None),  # the sum is a group
     ("F.conv2d(x, self.weight)", "nothing for a Triton kernel beside aten.conv2d (convolution)"),
+    # Triton has no complex dtype: the abs of an FFT stays with the vendor call, not a pointwise kernel
+    ("torch.abs(torch.fft.fft(x))", "no template covers aten.fft_fft, aten.abs"),
 ])
 def test_a_note_names_the_op_no_template_covers(tmp_path, forward, why):
     path = op(tmp_path, "uncovered", f"""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import os
 import statistics
 import sys
 import time
@@ -53,6 +54,9 @@ def probe(model_path: Path, device: str) -> dict[str, Any]:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     pin_flags(torch)  # the evaluator's library flags (TF32 off, ...): the times it will compare against
     if device == "cpu":
+        # a model patched with okgit's kernels runs them on a CPU under Triton's interpreter only,
+        # as the evaluator's CPU workers do; set before Triton is first imported (the model's import)
+        os.environ.setdefault("TRITON_INTERPRET", "1")
         # One thread: on a shared CPU a pool of threads waits at every op for the one whose core
         # is taken (a small MLP at load 4 on 2 cores: 64 ms a call with the pool, 0.56 ms on one
         # thread), and the ranking would be the scheduler's, not the model's.

@@ -98,7 +98,8 @@ def test_profile_ranks_the_leaf_modules_and_call_sites(cli, git_repo: Path) -> N
     assert 0 <= report["settled"] <= len(rows) and ("ranked past" in text)
 
 
-def test_a_model_campaign_swaps_the_winners_into_the_model_file(cli, git_repo: Path, tmp_path: Path) -> None:
+def test_a_model_campaign_swaps_the_winners_into_the_model_file(cli, git_repo: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     _commit(git_repo, "model.py", MODEL)
     before = snapshot(git_repo)
     proc = cli("optimize", "model.py", "--campaign", "--top", "4", "--iterations", "1", "--device", "cpu", "--json",
@@ -151,6 +152,12 @@ print(json.dumps({"err": float((got - want).abs().max()), "keys": list(fast.stat
     out = json.loads(ran.stdout.strip().splitlines()[-1])
     assert out["err"] < 1e-4
     assert "blocks.0.norm.weight" in out["keys"] and not any("layer" in k for k in out["keys"])
+
+    # `okgit profile` runs the patched model on a CPU too: its kernels under Triton's interpreter,
+    # which the user need not ask for
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    profiled = cli("profile", "model.py", "--device", "cpu", "--json", cwd=clone)
+    assert profiled.returncode == 0, profiled.stderr
 
     # okgit's own commands take the campaign like a run.
     assert cli("apply", "campaign:latest", "--check", cwd=git_repo).returncode == 0

@@ -50,6 +50,23 @@ def test_the_fused_pass_finds_what_the_oracle_found():
     assert proc.returncode == 0 and "every case agrees" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
+@pytest.mark.slow  # Triton compiles for sm_90 (ptxas)
+def test_compiled_for_hopper_the_bound_is_a_multiply_then_an_add_as_in_torch():
+    """Compiled for sm_90 here, without a GPU, with the options the pass launches with: the bound
+    |ref| * rtol + atol is no fused multiply-add (which rounds once, where torch's two kernels round
+    twice: an element at the bound could land on the other side), and the division is IEEE's."""
+    pytest.importorskip("triton.backends.nvidia")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import ASTSource
+
+    signature = {"o_ptr": "*fp32", "nat_ptr": "*fp32", "ref_ptr": "*fp64", "params_ptr": "*fp64", "counts_ptr": "*i64",
+                 "errors_ptr": "*fp64", "n": "i64", "USE_RTOL": "constexpr", "BLOCK": "constexpr"}
+    source = ASTSource(triton.jit(fused._finite_figures), signature, {"USE_RTOL": True, "BLOCK": fused.BLOCK})
+    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(fused.OPTIONS)).asm["ptx"]
+    assert "mul.rn.f64" in ptx and "fma.rn.f64" not in ptx and "div.rn.f64" in ptx
+
+
 def strided_output() -> None:
     """A column-major output: read where it lies, its outside elements counted and the first named."""
     from tests.eval.test_compare_oracle import LEAF, old_check_floats

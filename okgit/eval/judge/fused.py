@@ -12,7 +12,7 @@ programs' figures up.
 
 The arithmetic is the torch pass's, in float64, in the same order: |o - ref|, and outside where
 not diff <= |ref| * rtol + atol (atol alone where rtol is 0), with fused multiply-adds off
-(`enable_fp_fusion`) so that the bound rounds as torch's two operations do; the relative error
+(OPTIONS) so that the bound rounds as torch's two operations do; the relative error
 divides by |ref| clamped below at atol (or 1e-30). A pass that finds an element not finite
 answers None, as the torch pass does, and the caller walks the masks in torch. Tested against the
 torch pass under Triton's interpreter (tests/eval/test_fused_check.py) and on a GPU.
@@ -25,6 +25,9 @@ import triton
 import triton.language as tl
 
 BLOCK = 2048  # elements per program: four figures each, 1 M programs for a 2 G element output
+# no fused multiply-add: |ref| * rtol + atol rounds twice, as torch's two kernels round it (on
+# sm_90 Triton otherwise emits fma.rn.f64 for it)
+OPTIONS = {"enable_fp_fusion": False}
 
 _kernels: dict[tuple[str, bool], Any] = {}  # by function and whether Triton's interpreter runs it (tests on a CPU)
 
@@ -45,8 +48,7 @@ def finite_pass(out: Any, native: Any, f64: Any, rtol: float, atol: float) -> tu
     params = torch.tensor([rtol, atol, atol or 1e-30], dtype=torch.float64, device=o.device)
     counts = torch.empty((programs, 2), dtype=torch.int64, device=o.device)
     errors = torch.empty((programs, 2), dtype=torch.float64, device=o.device)
-    _kernel()[(programs,)](o, nat, ref, params, counts, errors, n, USE_RTOL=bool(rtol), BLOCK=BLOCK,
-                           enable_fp_fusion=False)
+    _kernel()[(programs,)](o, nat, ref, params, counts, errors, n, USE_RTOL=bool(rtol), BLOCK=BLOCK, **OPTIONS)
     nonfinite, over_n, max_abs, max_rel = torch.cat([counts.sum(0).double(), errors.amax(0)]).tolist()
     if nonfinite:
         return None

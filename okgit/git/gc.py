@@ -89,7 +89,9 @@ def _remove_runs(repo: Repo, report: GcReport, finished: list[str], live: set[st
         report.removed.append(f"run {run_id}" + (" (interrupted: it can no longer resume)" if can_resume else "")
                               + f": its directory, branch and {fmt_count(tags, 'tag')}")
     if finished[: max(keep, 0)] and not named:
-        report.kept.append(f"the {len(finished[:max(keep, 0)])} newest finished runs (--keep {keep})")
+        n = len(finished[: max(keep, 0)])
+        report.kept.append(f"the newest finished run (--keep {keep})" if n == 1
+                           else f"the {n} newest finished runs (--keep {keep})")
 
 
 def _remove_branches(repo: Repo, report: GcReport, finished: list[str]) -> None:

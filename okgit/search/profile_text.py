@@ -162,7 +162,8 @@ def summary(p: ProfileData | dict[str, Any] | None) -> str:
 
 # figure -> how to read it off a profile, for a table of the winner beside the reference
 _ROWS: list[tuple[str, Any, tuple[str, ...]]] = [
-    ("bottleneck", lambda p: p.bottleneck_type, ("bottleneck_type",)),
+    # "unknown" says nothing (a CPU's profile, a kernel without counters): no row of it
+    ("bottleneck", lambda p: p.bottleneck_type if p.bottleneck_type != "unknown" else None, ("bottleneck_type",)),
     ("roofline position", lambda p: _pct(p.roofline_position) if p.roofline_position is not None else None,
      ("roofline_position",)),
     ("DRAM bandwidth", lambda p: f"{_si(p.bandwidth, 'B/s')} ({_pct(p.bandwidth_utilization)} of peak)"

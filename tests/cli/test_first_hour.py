@@ -154,7 +154,7 @@ def test_gc_drops_a_stale_applied_record_and_says_what_it_keeps(cli, git_repo: P
     report = json.loads(cli("gc", "--runs", "--keep", "1", "--json", cwd=git_repo).stdout)
     assert any(r.startswith(f"run {runs[0].run_id}: ") for r in report["removed"]), report  # and what it took
     assert any(k.startswith(f"run {runs[1].run_id}: its diff is applied to {OP}") for k in report["kept"]), report
-    assert "the 1 newest finished runs (--keep 1)" in report["kept"]
+    assert "the newest finished run (--keep 1)" in report["kept"]
 
 
 def test_a_fallback_run_leaves_no_branch(git_repo: Path) -> None:

@@ -152,7 +152,7 @@ def test_gc_removes_old_runs_with_their_refs(git_repo: Path) -> None:
     report = gc(repo, keep=1, runs=True)
     assert report.removed == [f"run {old.run_id}: its directory, branch and 1 tag",
                               f"branch okgit/{new.run_id} (finished; its tags keep the candidates)"]
-    assert report.kept == [f"run {live.run_id}: running", "the 1 newest finished runs (--keep 1)"]
+    assert report.kept == [f"run {live.run_id}: running", "the newest finished run (--keep 1)"]
     assert not old.run_dir.exists() and new.run_dir.exists() and live.run_dir.exists() and live.worktree.exists()
     assert sh(git_repo, "tag", "--list", f"okgit/{old.run_id}/*") == ""
     assert sh(git_repo, "branch", "--list", old.branch) == ""

@@ -367,3 +367,14 @@ def test_passes_that_cost_under_a_second_in_all_are_never_paused():
     assert search.profiling._affordable()
     search.profiling.spent_s = 1.1
     assert not search.profiling._affordable()
+
+
+def test_a_bottleneck_nobody_knows_is_no_row_beside_the_reference():
+    """okgit show, report.md and the live view list the figures either profile has: a CPU's
+    profiles ("unknown" bottleneck, nothing measured) give no row, not "unknown | unknown"."""
+    from okgit.search.profile_text import side_by_side
+
+    cpu = ProfileData(bottleneck_type="unknown")
+    assert side_by_side(cpu, cpu) == []
+    rows = side_by_side(ProfileData(bottleneck_type="memory"), cpu)
+    assert [(label, reference) for label, _, reference in rows] == [("bottleneck", "-")]

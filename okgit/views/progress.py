@@ -264,8 +264,8 @@ def _screened(e: Screened) -> str:
     if e.refused:
         return f"  screen {e.op}: refused: {e.refused}"
     where = f"{fmt_us(e.runtime_us)} us" if e.timed else "untimed"
-    return (f"  screen {e.op}: {where}, floor {fmt_us(e.floor_us)} us"
-            + (f", headroom {e.headroom:.0%}" if e.headroom is not None else ""))
+    floor = f", floor {fmt_us(e.floor_us)} us" if e.floor_us else ""  # none without a device's peaks (a CPU)
+    return f"  screen {e.op}: {where}{floor}" + (f", headroom {e.headroom:.0%}" if e.headroom is not None else "")
 
 
 def _planned(e: Planned) -> str:

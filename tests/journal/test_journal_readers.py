@@ -114,3 +114,14 @@ def test_a_campaign_prints_its_own_lines_and_each_problems_run(tmp_path):
                          "  screen ops/softmax.py: untimed, floor 12.5 us", "  plan by work: ops/softmax.py 8"]
     assert lines[4].startswith("okgit run cpu-failures: ops/softmax.py on cpu (triton, fast, 8 iterations)")
     assert lines[-1] == "  problem ops/softmax.py: unverified: untimed" and len(lines) == 4 + 4 + 1
+
+
+def test_a_screen_line_names_no_floor_where_none_was_measured():
+    """A CPU has no device peaks: its floor is 0, and the line leaves it out rather than print 0.0 us."""
+    from okgit.journal.campaign import Screened
+    from okgit.views.progress import _screened
+
+    common = {"type": "screened", "ts": 0.0, "run": "c1", "op": "ops/softmax.py", "timed": False, "runtime_us": None,
+              "headroom": None}
+    assert _screened(Screened(**common, floor_us=0.0)) == "  screen ops/softmax.py: untimed"
+    assert _screened(Screened(**common, floor_us=12.5)) == "  screen ops/softmax.py: untimed, floor 12.5 us"

@@ -76,8 +76,10 @@ class ProfileReport(BaseModel):
                  ", ".join(k["name"][:40] for k in r.kernels[:2]) or "-",
                  "yes" if r.extractable else (r.refused or "-")[:60]]
                 for i, r in enumerate(shown, 1)]
+        rows_us = sum(r.time_us for r in self.rows)
         head = (f"profile of {self.model} on {self.device}: {fmt_us(self.total_us)} us per call (median of {self.repeats} "
-                f"repeats, spread {_pct(self.total_spread)}). {self.note}")
+                f"repeats, spread {_pct(self.total_spread)}); the rows below {fmt_us(rows_us)} us of it together, "
+                f"each row's SHARE a part of those. {self.note}")
         more = f"\n({len(self.rows) - len(shown)} more rows: --top {len(self.rows)})" if len(shown) < len(self.rows) else ""
         groups = order_groups(self.rows)
         if all(len(g) == 1 for g in groups[:len(shown)]):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,9 @@ def test_profile_ranks_the_leaf_modules_and_call_sites(cli, git_repo: Path) -> N
     assert not modules["scale"]["extractable"] and "model's own class" in modules["scale"]["refused"]
     text = cli("profile", "model.py", "--device", "cpu", "--top", "3", cwd=git_repo).stdout
     assert "Profiled on the CPU" in text and "more rows" in text and "median of 10 repeats" in text
+    # what SHARE is a part of, said beside the call's total (this run's own figures)
+    assert re.search(r"us per call \(median of 10 repeats, spread \d+%\); the rows below [\d.]+ us of it together, "
+                     r"each row's SHARE a part of those", text), text
     assert report["repeats"] == 10 and all(len(r["samples_us"]) == 10 and r["spread"] is not None for r in rows)
     assert 0 <= report["settled"] <= len(rows) and ("ranked past" in text)
 

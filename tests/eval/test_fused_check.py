@@ -1,7 +1,8 @@
 """The judge's finite pass in one Triton kernel (okgit.eval.judge.fused), which a GPU's checks run:
 the same verdicts, positions and figures as the comparison's oracle (tests/eval/test_compare_oracle.py)
 over its random outputs and at the tolerance's bound, a strided output, an element not finite in
-any of the three; run by Triton's interpreter on the CPU, with blocks of 8 elements so that outputs
+any of the three, the fingerprints' sums, the reference's error and magnitude; run by
+Triton's interpreter on the CPU, with blocks of 8 elements so that outputs
 span several programs and end in a partial one. On a GPU, the kernel against the torch pass at
 a size past a chunk."""
 
@@ -29,7 +30,7 @@ from okgit.eval.judge import fused, tolerance
 from okgit.eval.worker.tensors import chunks
 from tests.eval import test_compare_oracle as oracle, test_fused_check as here
 fused.BLOCK = 8
-tolerance._finite_counts = lambda out, native, f64, tol: fused.finite_pass(out, native, f64, tol.rtol, tol.atol)
+tolerance._fused = lambda t: True  # every pass as a GPU runs it: the finite pass, fingerprints, errors, magnitudes
 tolerance.chunks = functools.partial(chunks, size=oracle.SIZE)
 oracle.test_the_comparison_finds_what_its_former_implementation_found()
 oracle.test_a_contraction_tolerance_at_its_bound_and_a_zero_atol_agree_with_the_oracle()
@@ -95,16 +96,15 @@ def at_the_relative_bound() -> None:
 
 def fingerprints() -> None:
     """The kernel's word sums are the torch pass's, for words of 32 and of 8 bits."""
-    from okgit.eval.judge.tolerance import fingerprint
-
     gen = torch.Generator().manual_seed(3)
     for t in (torch.randn(1001, generator=gen), torch.randn(7, 3, generator=gen).half(),
               torch.randint(-2**31, 2**31 - 1, (77,), dtype=torch.int32, generator=gen),
               torch.randn(3, generator=gen).to(torch.bfloat16), torch.tensor([True, False, True]), torch.empty(0)):
         flat = t.reshape(-1)
         words = flat.view(torch.int32) if flat.numel() * flat.element_size() % 4 == 0 else flat.view(torch.uint8)
-        plain, weighted = fused.word_sums(words)
-        assert fingerprint(t).endswith(f":{plain & (2**64 - 1):x}:{weighted & (2**64 - 1):x}"), t
+        w = words.to(torch.int64)  # the torch pass's sums, in wrapping int64
+        positions = torch.arange(1, w.numel() + 1, dtype=torch.int64) * 2654435761
+        assert fused.word_sums(words) == (int(w.sum()), int((w * positions).sum())), t
 
 
 def not_finite(where: str) -> None:
@@ -148,3 +148,8 @@ def test_on_a_gpu_the_kernels_count_and_digest_what_the_torch_passes_do():
     seconds_gpu = time.perf_counter() - t0
     assert on_gpu == fingerprint(out.cpu())  # the kernel's sums are the torch pass's
     print(f"fingerprint of {n} elements on the GPU: {seconds_gpu * 1e3:.1f} ms")
+    native[7] = float("nan")  # not counted in either maximum
+    host = native.cpu(), ref.cpu()
+    assert tolerance.reference_error(native, ref) == tolerance.reference_error(*host) > 0
+    assert tolerance.magnitude(native, ref) == tolerance.magnitude(*host) and tolerance.magnitude(native, None) == \
+        tolerance.magnitude(host[0], None)

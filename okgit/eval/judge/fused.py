@@ -1,14 +1,17 @@
-"""The judge's finite pass (okgit.eval.judge.tolerance) over outputs on a GPU in one Triton kernel.
+"""The judge's passes over outputs on a GPU (okgit.eval.judge.tolerance), one Triton kernel each:
+the finite comparison, the fingerprint's sums, and the reference's own error and magnitude.
 
-The pass in torch walks each chunk with about a dozen kernels and float64 temporaries: about 150
-bytes of memory traffic per element against the 16 the data is (the output, the native and the
-float64 expected). On the H200 it was the largest phase of a large evaluation (L1/39, 2.1 G
-elements per output: 2.6 s of a 4.5-5.3 s fast evaluation, 2026-12-03), and the sweep's
-evaluations spent 309 s in it over 23 problems (8deb49a), each second of it with the device held
-shared, which every timing on the device waits for. Here each program reads its block of the three
-once and writes four figures: how many elements are not finite (in the output or a reference),
-how many lie outside the tolerance, the largest absolute and relative errors; torch adds the
-programs' figures up.
+The comparison in torch walks each chunk with about a dozen kernels and float64 temporaries:
+about 150 bytes of memory traffic per element against the 16 the data is (the output, the native
+and the float64 expected). On the H200 the judge's comparisons were the largest phase of a large
+evaluation (L1/39, 2.1 G elements per output: 2.6 s of a 4.5-5.3 s fast evaluation, 2026-12-03),
+and the 8deb49a sweep's evaluations spent 309 s in them over 23 problems (the comparisons, the
+fingerprints and opening the outputs together), each second with the device held shared, which
+every timing on the device waits for. Here each program of the comparison reads its block of the
+three once and writes four figures: how many elements are not finite (in the output or a
+reference), how many lie outside the tolerance, the largest absolute and relative errors; torch
+adds the programs' figures up. The fingerprint's sums and the reference's error and magnitude
+read each element once too.
 
 The arithmetic is the torch pass's, in float64, in the same order: |o - ref|, and outside where
 not diff <= |ref| * rtol + atol (atol alone where rtol is 0), with fused multiply-adds off
@@ -55,6 +58,22 @@ def finite_pass(out: Any, native: Any, f64: Any, rtol: float, atol: float) -> tu
     return int(over_n), max_abs, max_rel
 
 
+def finite_max(a: Any, b: Any) -> float:
+    """max |a - b| over the positions where both are finite (the reference's own error against
+    float64), or max |a| over a's finite elements where `b` is None (its magnitude), in float64."""
+    import torch
+
+    a = a.reshape(-1)
+    n = a.numel()
+    if n == 0:
+        return 0.0
+    programs = triton.cdiv(n, BLOCK)
+    maxima = torch.empty(programs, dtype=torch.float64, device=a.device)
+    _kernel(_finite_max)[(programs,)](a, b.reshape(-1) if b is not None else a, maxima, n, HAS_B=b is not None,
+                                      BLOCK=BLOCK)
+    return float(maxima.amax())
+
+
 def word_sums(words: Any) -> tuple[int, int]:
     """The fingerprint's two sums over flat 32-bit (or 8-bit) words, as okgit.eval.judge.tolerance's
     `fingerprint` defines them: of the words, and of each word times (its position + 1) *
@@ -79,6 +98,21 @@ def _kernel(fn: Any = None) -> Any:
     if key not in _kernels:
         _kernels[key] = triton.jit(fn)
     return _kernels[key]
+
+
+def _finite_max(a_ptr, b_ptr, maxima_ptr, n, HAS_B: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < n
+    a = tl.load(a_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+    finite = inside & ((a - a) == 0)  # NaN and inf leave NaN
+    if HAS_B:
+        b = tl.load(b_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+        finite = finite & ((b - b) == 0)
+        value = tl.abs(a - b)
+    else:
+        value = tl.abs(a)
+    tl.store(maxima_ptr + pid, tl.max(tl.where(finite, value, 0.0), axis=0))
 
 
 def _word_sums(words_ptr, sums_ptr, n, BLOCK: tl.constexpr):

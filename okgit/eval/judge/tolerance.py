@@ -36,11 +36,22 @@ CONTRACTION_ULPS = 32  # a contraction's floor, in units of 2^-24 times the outp
 RTOL = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1.6e-2, "float64": 1e-7, "complex64": 1e-4, "complex128": 1e-7}
 
 
+def _fused(t: Any) -> bool:
+    """Whether the passes over `t` run as one Triton kernel each (okgit.eval.judge.fused: the
+    finite comparison, the fingerprint, the reference's error and magnitude): on a GPU. Elsewhere
+    torch walks the chunks."""
+    return bool(t.is_cuda)
+
+
 def reference_error(native: Any, f64: Any) -> float:
     import torch
 
     if f64 is None or native is None or not native.is_floating_point():
         return 0.0
+    if _fused(native):
+        from okgit.eval.judge import fused
+
+        return fused.finite_max(native, f64)
     worst = []  # each chunk's maximum, on the device: one wait at the end
     for _, (a, b) in chunks(native, f64):
         if a.numel():  # `where`, not indexing: no index tensor, no wait (_check_floats)
@@ -53,8 +64,12 @@ def magnitude(native: Any, f64: Any) -> float:
     """max |reference| over its finite elements (float64 where it exists)."""
     import torch
 
-    worst = [torch.where(torch.isfinite(ref), ref.double().abs(), 0.0).amax()
-             for _, (ref,) in chunks(f64 if f64 is not None else native) if ref.numel()]
+    ref = f64 if f64 is not None else native
+    if _fused(ref) and ref.is_floating_point():
+        from okgit.eval.judge import fused
+
+        return fused.finite_max(ref, None)
+    worst = [torch.where(torch.isfinite(r), r.double().abs(), 0.0).amax() for _, (r,) in chunks(ref) if r.numel()]
     return max([0.0, *torch.stack(worst).tolist()]) if worst else 0.0
 
 
@@ -137,7 +152,7 @@ def _finite_pass(out: Any, native: Any, f64: Any, tol: LeafTolerance) -> tuple[i
     max abs error, max relative error), or None where an element of the output or a reference is
     not finite. On a GPU one Triton kernel reads each element once (okgit.eval.judge.fused); the
     first position is looked for only where there is one."""
-    if out.is_cuda:
+    if _fused(out):
         from okgit.eval.judge import fused
 
         counted = fused.finite_pass(out, native, f64, tol.rtol, tol.atol)
@@ -264,7 +279,7 @@ def fingerprint(t: Any) -> str:
 
     flat = t.detach().contiguous().reshape(-1)
     words = flat.view(torch.int32) if flat.numel() * flat.element_size() % 4 == 0 else flat.view(torch.uint8)
-    if words.is_cuda:
+    if _fused(words):
         from okgit.eval.judge import fused
 
         plain, weighted = fused.word_sums(words)

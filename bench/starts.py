@@ -114,7 +114,10 @@ def evaluations(device: str, count: int, rounds: int, ledger: Path, smoke: bool)
     exclusive = [e for e in entries if e.get("mode") == "exclusive"]
     return {"evaluations": count, "rounds": 0 if smoke else rounds, "evaluation_wall_s": _stats(walls),
             "exclusive_wait_s": _stats([e["wait_s"] for e in exclusive]),
-            "exclusive_held_s": _stats([e["held_s"] for e in exclusive]), "starts": _starts(entries)}
+            "exclusive_held_s": _stats([e["held_s"] for e in exclusive]), "starts": _starts(entries),
+            # an evaluation's worker, a round's timing-only one (no profiler session), the judge
+            "starts_by_role": {role: _starts([e for e in entries if e.get("role") == role])
+                               for role in sorted({str(e.get("role")) for e in entries if e.get("stage") == STAGE})}}
 
 
 def profiler_orders(repeats: int) -> list[dict[str, Any]]:
@@ -146,6 +149,10 @@ def table(rows: list[dict[str, Any]], evals: dict[str, Any], orders: list[dict[s
               f"waited median {_fmt(w['median'])} s, max {_fmt(w['max'])} s, sum {_fmt(w['sum'])} s; "
               f"{starts['held_s']['n']} starts held the device {_fmt(starts['held_s']['sum'])} s "
               f"(median {_fmt(starts['held_s']['median'])} s)"]
+    for role, r in evals.get("starts_by_role", {}).items():
+        steps = ", ".join(f"{k} {v:.2f}" for k, v in r["steps_median_s"].items()) or "-"
+        lines.append(f"  {role}: {r['held_s']['n']} starts, held median {_fmt(r['held_s']['median'])} s, "
+                     f"max {_fmt(r['held_s']['max'])} s; steps (median s): {steps}")
     for r in orders:
         lines.append(f"{r['order']}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in r.items() if k != "order"))
     return "\n".join(lines)

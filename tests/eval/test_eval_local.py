@@ -178,6 +178,10 @@ def test_compare_rounds_start_their_workers_at_once(monkeypatch):
         evaluator.prestart_for(50)
         assert len(evaluator.pool.idle[("cpu", True)]) == 3  # capped: each holds torch in memory
         assert evaluator.wait_warm(120)
+        left = list(evaluator.pool.idle[("cpu", True)])
+        evaluator.end_rounds()  # rounds that ended early: their workers closed, no evaluation takes them
+        assert ("cpu", True) not in evaluator.pool.idle and not any(w.alive() for w in left)
+        assert len(evaluator.pool.idle[("cpu", False)]) == 1  # an evaluation's, untouched
     finally:
         evaluator.close()
 

@@ -242,6 +242,7 @@ def remote_baselines(ref_source: str, winner_source: str | None, device: str = "
             except OkgitError as e:  # that baseline is missing, not zero
                 result.errors[arm] = _first_line(e)[:300]
                 del samples[arm]
+    evaluator.end_rounds()  # a missing arm's: this warm container keeps no context for them
     import statistics
 
     times = {arm: statistics.median(ts) for arm, ts in samples.items() if ts}

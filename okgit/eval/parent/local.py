@@ -182,10 +182,13 @@ class LocalEvaluator(EvaluatorBase):
         self.prestart_for(2 * rounds)
         base: list[float] = []
         cand: list[float] = []
-        for _ in range(rounds):
-            for src, root, into in ((problem.source, problem.root, base),
-                                    (source, problem.candidate_root or problem.root, cand)):
-                into.append(self.time_once(problem, prep, src, backend, root=root))
+        try:
+            for _ in range(rounds):
+                for src, root, into in ((problem.source, problem.root, base),
+                                        (source, problem.candidate_root or problem.root, cand)):
+                    into.append(self.time_once(problem, prep, src, backend, root=root))
+        finally:
+            self.end_rounds()
         return summarize(base, cand)
 
     def prestart_for(self, jobs: int) -> None:
@@ -194,6 +197,11 @@ class LocalEvaluator(EvaluatorBase):
         worker's torch and CUDA start."""
         if self.prestart:
             self.pool.prestart(self._torch, at_least=min(jobs, MAX_IDLE), timing_only=True)
+
+    def end_rounds(self) -> None:
+        """Close the round workers `prestart_for` started that no round took (rounds that ended
+        early): no evaluation takes a timing-only worker, and each holds a CUDA context."""
+        self.pool.drop_timing_only(self._torch)
 
     def wait_warm(self, timeout_s: float = 120.0) -> bool:
         """Block until the pre-started workers are ready: what "a warm evaluation" is timed from."""

@@ -72,6 +72,12 @@ class WorkerPool:
         while len(queue) < max(0 if timing_only else self.idle_count, at_least):
             queue.append(WorkerProcess(device, self.memory_limit, self.base_dir, timing_only=timing_only))
 
+    def drop_timing_only(self, device: str) -> None:
+        """Close the timing-only workers left idle (rounds that ended early): no job of another kind
+        takes them, and each holds a CUDA context."""
+        for worker in self.idle.pop((device, True), []):
+            worker.close()
+
     def idle_workers(self, device: str) -> list[WorkerProcess]:
         """Every idle worker of `device`, of either line."""
         return [w for (d, _), queue in self.idle.items() if d == device for w in queue]

@@ -149,7 +149,8 @@ def test_an_evaluators_processes_exit_inside_a_shared_hold(tmp_path, monkeypatch
 def test_on_a_gpu_only_an_evaluations_worker_opens_a_profiler_session_at_its_start(tmp_path, monkeypatch):
     """An evaluation's worker profiles its candidate once timed, so its start opens torch.profiler's
     session (3.6-4.2 s of a 4-7 s start on the H200, the device held shared); the final gate's
-    rounds only time: their workers start without it, and the ledger names them apart."""
+    rounds only time: their workers start without it, and the ledger names them apart. While they
+    last the problem's footprint counts their CUDA contexts."""
     import torch
 
     if not torch.cuda.is_available():
@@ -169,7 +170,13 @@ def test_on_a_gpu_only_an_evaluations_worker_opens_a_profiler_session_at_its_sta
         assert len(comparison.candidate_us) == 1
     finally:
         evaluator.close()
-    starts = [e for e in map(json.loads, ledger.read_text().splitlines()) if e.get("stage") == "process start"]
+    entries = [json.loads(line) for line in ledger.read_text().splitlines()]
+    starts = [e for e in entries if e.get("stage") == "process start"]
+    # the problem's footprint counts the round's two workers' contexts while they last, then not
+    from okgit.eval.parent.memory import CUDA_CONTEXT
+
+    feet = [e["footprint_bytes"] for e in entries if "footprint_bytes" in e]
+    assert len(feet) >= 3 and feet[-2] - feet[-1] == 2 * CUDA_CONTEXT, feet
     workers = [s for s in starts if s["role"] == "worker"]
     rounds = [s for s in starts if s["role"] == "timing worker"]
     assert workers and all("profiler" in s["steps"] for s in workers), starts

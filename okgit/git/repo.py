@@ -83,9 +83,11 @@ class Repo:
         try:
             return cls.find(cwd)
         except OkgitError as outside:
-            path = Path(cwd, given) if given is not None else None
-            folder = path if path is None or path.is_dir() else path.parent
-            if folder is None or not folder.is_dir():
+            if given is None:
+                raise
+            path = Path(cwd, given)
+            folder = path if path.is_dir() else path.parent
+            if not folder.is_dir():
                 raise
             try:
                 theirs = cls.find(folder)

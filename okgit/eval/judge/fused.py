@@ -51,7 +51,7 @@ def finite_pass(out: Any, native: Any, f64: Any, rtol: float, atol: float) -> tu
     params = torch.tensor([rtol, atol, atol or 1e-30], dtype=torch.float64, device=o.device)
     counts = torch.empty((programs, 2), dtype=torch.int64, device=o.device)
     errors = torch.empty((programs, 2), dtype=torch.float64, device=o.device)
-    _kernel()[(programs,)](o, nat, ref, params, counts, errors, n, USE_RTOL=bool(rtol), BLOCK=BLOCK, **OPTIONS)
+    _kernel(_finite_figures)[(programs,)](o, nat, ref, params, counts, errors, n, USE_RTOL=bool(rtol), BLOCK=BLOCK, **OPTIONS)
     nonfinite, over_n, max_abs, max_rel = torch.cat([counts.sum(0).double(), errors.amax(0)]).tolist()
     if nonfinite:
         return None
@@ -91,9 +91,8 @@ def word_sums(words: Any) -> tuple[int, int]:
     return int(plain), int(weighted)
 
 
-def _kernel(fn: Any = None) -> Any:
+def _kernel(fn: Any) -> Any:
     """A kernel, made on first use: Triton's decorator reads TRITON_INTERPRET when it runs."""
-    fn = fn or _finite_figures
     key = (fn.__name__, os.environ.get("TRITON_INTERPRET") == "1")
     if key not in _kernels:
         _kernels[key] = triton.jit(fn)

@@ -180,7 +180,7 @@ class LocalEvaluator(EvaluatorBase):
                 raise OkgitError(f"compare needs a correct candidate: {first.status.value}"
                                  + (f" at {first.error.gate}: {first.error.message}" if first.error else ""))
         self.prestart_for(2 * rounds)
-        self._record_footprint(prep, rounds=min(2 * rounds, MAX_IDLE) if self.prestart else 0)
+        self._record_footprint(prep, round_workers=min(2 * rounds, MAX_IDLE) if self.prestart else 0)
         base: list[float] = []
         cand: list[float] = []
         try:
@@ -273,11 +273,11 @@ class LocalEvaluator(EvaluatorBase):
         return with_phases(out)
 
     def _record_footprint(self, prep: PreparedReference, prepared: bool = False,
-                          worker_phases: dict[str, int] | None = None, rounds: int = 0) -> None:
+                          worker_phases: dict[str, int] | None = None, round_workers: int = 0) -> None:
         """`prepared`: the first, with the judge's memory by phase of the preparation; `worker_phases`:
-        the evaluation's worker's peak by gate, where its peak grew; `rounds`: the final gate's round
-        workers started beside the idle ones, a CUDA context each while they last."""
-        record_footprint(prep.footprint(self.pool.idle_count + self.prestart + rounds),
+        the evaluation's worker's peak by gate, where its peak grew; `round_workers`: the final gate's
+        round workers started beside the idle ones, a CUDA context each while they last."""
+        record_footprint(prep.footprint(self.pool.idle_count + self.prestart + round_workers),
                          prep.device_phases if prepared else None, worker_phases)
 
     def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],

@@ -42,6 +42,15 @@ def _final_gate(view: RunView, winner: str | None) -> GateEvent | None:
 
 
 def _speedup(Figure, view: RunView, final: GateEvent | None, path: Path) -> Path | None:
+    fig = speedup_figure(Figure, view, final)
+    if fig is None:
+        return None
+    fig.savefig(path)
+    return path
+
+
+def speedup_figure(Figure, view: RunView, final: GateEvent | None) -> Any:
+    """speedup.png's figure, or None where no candidate finished."""
     done = [c for c in view.candidates.values() if c.status != RUNNING]
     points = view.progress()
     if not points:
@@ -64,8 +73,7 @@ def _speedup(Figure, view: RunView, final: GateEvent | None, path: Path) -> Path
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path)
-    return path
+    return fig
 
 
 def _speedups(ax, view: RunView, xs: list[int], done: list[Candidate], final: GateEvent | None) -> None:
@@ -90,6 +98,7 @@ def _correct_counts(ax, view: RunView, xs: list[int], done: list[Candidate], poi
     from matplotlib.ticker import MaxNLocator
 
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # a count of candidates
+    ax.set_ylim(top=max(1.0, max(points)) * 1.1)  # no correct candidate: an axis of whole counts, not 0-0.05
 
 
 def _times(view: RunView, winner: str | None) -> tuple[float | None, float | None]:

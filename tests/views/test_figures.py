@@ -56,3 +56,18 @@ def test_an_untimed_run_with_one_candidate_shows_it(tmp_path):
     one = untimed[: next(i for i, e in enumerate(untimed) if e.type == "evaluated") + 1]
     (path,) = write_figures(tmp_path, one)
     assert path.name == "speedup.png" and _green_pixels(path) > 20  # a visible marker, not an empty plot
+
+
+def test_an_untimed_run_without_a_correct_candidate_counts_in_whole_numbers():
+    from matplotlib.figure import Figure
+
+    from okgit.journal.runview import RunView
+    from okgit.views.figures import speedup_figure
+
+    untimed = events("cpu-failures")
+    failed = [e for e in untimed if e.type == "evaluated" and not e.correct][:1]
+    assert failed, "the journal holds a failed candidate"
+    view = RunView()
+    view.apply([e for e in untimed if e.type != "evaluated"] + failed)
+    ax = speedup_figure(Figure, view, None).axes[0]
+    assert ax.get_ylim() == (0.0, 1.1)  # an axis up to one candidate, not 0-0.05 for a count of zero

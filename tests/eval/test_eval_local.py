@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from okgit.errors import OkgitError
-from okgit.eval.judge.tolerance import check_leaf, degenerate_reason, leaf_tolerance, summarize_outputs
+from okgit.eval.judge.tolerance import (
+    check_leaf,
+    degenerate_reason,
+    leaf_tolerance,
+    random_reason,
+    summarize_outputs,
+)
 from okgit.eval.parent.gates.static import static_findings
 from okgit.eval.parent.local import LocalEvaluator
 from okgit.eval.parent.rounds import sign_test_p, summarize
@@ -74,6 +80,24 @@ def test_degenerate_reference_flagged(evaluator, tmp_path):
     op.write_text((OPS / "relu.py").read_text().replace("return torch.relu(x)", "return torch.relu(x) * 0"))
     ref = evaluator.reference(load_problem(op, root=str(tmp_path)))
     assert ref.degenerate and "zero" in ref.degenerate
+
+
+@pytest.mark.slow  # the real evaluator prepares the reference
+def test_random_reference_flagged(evaluator, tmp_path):
+    op = tmp_path / "noisy.py"
+    op.write_text((OPS / "relu.py").read_text().replace("return torch.relu(x)", "return torch.relu(x) + torch.rand_like(x)"))
+    ref = evaluator.reference(load_problem(op, root=str(tmp_path)))
+    assert ref.degenerate and "draws random numbers" in ref.degenerate
+
+
+def test_random_reason_tells_a_draw_from_reordered_rounding():
+    import torch
+
+    x = torch.randn(1000, dtype=torch.float32)
+    assert random_reason([torch.rand(1000)], [torch.rand(1000)]) is not None
+    assert random_reason([x + x.abs() * 1e-6], [x]) is None  # an atomic's order: rounding, not a draw
+    assert random_reason([torch.randint(0, 9, (64,))], [torch.randint(10, 19, (64,))]) is not None
+    assert random_reason([x.clone(), None], [x, None]) is None
 
 
 def test_static_gate_names_cheats():

@@ -43,6 +43,7 @@ from okgit.eval.judge.tolerance import (
     degenerate_reason,
     fingerprint,
     magnitude,
+    random_reason,
     reference_error,
     summarize_outputs,
 )
@@ -126,15 +127,16 @@ class Judge:
             for case in main_cases:
                 prep.cases[case.id] = case
                 run_case(case)
-            # determinism of the reference itself: a second model, called again on seed 0
+            # determinism of the reference itself: the model called again on seed 0, as a candidate's
+            # repeat is, so a reference drawing random numbers shows it (the random stream has moved on)
             self.phase("reference: determinism")
-            again_model, _ = calls.build(torch, prep.arms[0].module.Model, prep.arms[0].init, self.device)
-            again = calls.call(torch, again_model, calls.draw_inputs(torch, prep.arms[0].module, main_cases[0],
-                                                                     self.device), self.device,
+            again = calls.call(torch, prep.arms[0].model, calls.draw_inputs(torch, prep.arms[0].module, main_cases[0],
+                                                                            self.device), self.device,
                                label="s0#again", gate="reference: determinism", check_inputs=False)
             deterministic = len(again.leaves) == len(first) and all(
                 bitwise_equal(a, b) for a, b in zip(again.leaves, first, strict=True))
-            del again, again_model
+            random = None if deterministic else random_reason(again.leaves, first)
+            del again
             self.init_case(prep, run_case, dropped)
             self.modes_case(prep, run_case)
             self.extra_shapes(prep, main, run_case, dropped)
@@ -145,7 +147,7 @@ class Judge:
         summaries = [stats[c.id].summary for c in kept if c.kind in ("seed", "distribution")]
         result.update(
             shapes=prep.shapes, cases=[vars(c) for c in kept], dropped_shapes=dropped, deterministic=deterministic,
-            degenerate=degenerate_reason(summaries),
+            degenerate=random or degenerate_reason(summaries),
             tolerances={cid: [asdict(t) for t in tols] for cid, tols in prep.tolerances.items()},
             case_bytes=max(s.nbytes for s in stats.values()), cached=sorted(prep.cache),
         )

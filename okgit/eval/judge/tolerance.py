@@ -325,3 +325,30 @@ def degenerate_reason(summaries: list[OutputSummary]) -> str | None:
     if len(summaries) >= 2 and all(s.same_as_first for s in summaries[1:]):
         return "the reference's output does not change with its inputs across seeds"
     return None
+
+
+RANDOM_SPREAD = 1e-3  # of the output's largest magnitude: far beyond the rounding an atomic's order changes
+
+
+def random_reason(again: list[Any], first: list[Any]) -> str | None:
+    """Why the reference cannot be compared with, when two calls on identical inputs differ by
+    more than reordered rounding can (a random draw in its forward, dropout in training mode)."""
+    for i, (a, b) in enumerate(zip(again, first, strict=False)):
+        if a is None or b is None or not b.numel() or a.shape != b.shape:
+            continue
+        spread = scale = 0.0
+        for _, (x, y) in chunks(a, b):  # in float64 a chunk at a time: outputs reach gigabytes
+            x64, y64 = _wide(x), _wide(y)
+            spread = max(spread, float((x64 - y64).abs().nan_to_num(nan=math.inf).max()))
+            scale = max(scale, float(y64.abs().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).max()))
+        if spread > RANDOM_SPREAD * max(scale, 1e-30):
+            return (f"two calls on identical inputs give different outputs (output {i} moved by up to {spread:.3g}, "
+                    f"its largest magnitude {scale:.3g}): the reference draws random numbers, so no kernel's output "
+                    "can be compared with it; draw them in get_inputs() and pass them in")
+    return None
+
+
+def _wide(t: Any) -> Any:
+    import torch
+
+    return t.to(torch.complex128) if t.is_complex() else t.to(torch.float64)

@@ -343,8 +343,9 @@ def random_reason(again: list[Any], first: list[Any]) -> str | None:
             scale = max(scale, float(y64.abs().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).max()))
         if spread > RANDOM_SPREAD * max(scale, 1e-30):
             return (f"two calls on identical inputs give different outputs (output {i} moved by up to {spread:.3g}, "
-                    f"its largest magnitude {scale:.3g}): the reference draws random numbers, so no kernel's output "
-                    "can be compared with it; draw them in get_inputs() and pass them in")
+                    f"its largest magnitude {scale:.3g}): the reference is random (a random draw, dropout in training "
+                    "mode, a scatter whose duplicate indices race), so no kernel's output can be compared with it; "
+                    "draw random numbers in get_inputs() and pass them in")
     return None
 
 

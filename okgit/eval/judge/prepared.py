@@ -1,7 +1,8 @@
 """What the judge keeps of a prepared reference (its arms, per-case statistics, the expected
 outputs it caches), what it decides from those statistics once every case ran (the cases
 dropped where the reference is not finite, the tolerances fixed per leaf), when it hands
-device memory back, and how it picks the shapes it prepares (okgit.eval.judge.process)."""
+device memory back, how it picks the shapes it prepares (okgit.eval.judge.process), and what a
+call of the reference costs (FLOPs, minimum bytes)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 from okgit.eval.judge.tolerance import OutputSummary, tolerance_from
 from okgit.eval.protocol.checks import LeafTolerance
-from okgit.eval.protocol.jobs import Case, Job
+from okgit.eval.protocol.jobs import Case, Job, flatten
 from okgit.eval.worker import calls
 from okgit.eval.worker.measure import TIMING_SET_BYTES
 
@@ -103,6 +104,25 @@ def must_release(recomputed: bool, free: int, case_bytes: int) -> bool:
 
 
 PEAK_SALT = 1  # the salt of the check the preparation makes to measure a check's memory (`device_peaks`)
+
+
+
+def count_cost(torch: Any, prep: Prepared, device: str) -> dict[str, Any]:
+    """FLOPs of one call and its minimum bytes: inputs and parameters read once, outputs written once."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    arm = prep.arms[0]
+    inputs = calls.draw_inputs(torch, arm.module, prep.cases["s0"], device)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        out = arm.model(*inputs)
+    model = arm.model
+    params = sum(t.nbytes for t in model.state_dict().values()) if isinstance(model, torch.nn.Module) else 0
+    read = calls.nbytes(inputs) + params
+    leaves = flatten(out)
+    dtypes = sorted({str(t.dtype).replace("torch.", "") for t in leaves + [x for x in inputs
+                                                                       if isinstance(x, torch.Tensor)]})
+    return {"flops": float(counter.get_total_flops()), "min_bytes": float(read + calls.nbytes(leaves)),
+            "dtypes": dtypes}
 
 
 def device_peaks(trace: list[list[Any]], cases: list[Case], cached: set[str]) -> tuple[int, int]:

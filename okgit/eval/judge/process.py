@@ -33,6 +33,7 @@ from okgit.eval.judge.prepared import (
     Arm,
     CaseStats,
     Prepared,
+    count_cost,
     device_peaks,
     must_release,
     shape_variants,
@@ -142,7 +143,7 @@ class Judge:
             self.extra_shapes(prep, main, run_case, dropped)
         kept = prep.drop_nonfinite(stats, dropped)
         self.phase("reference: flops")
-        result["cost"] = self.count_cost(prep)
+        result["cost"] = count_cost(self.torch, prep, self.device)
         prep.fix_tolerances(stats, kept, contraction=result["cost"]["flops"] > 0)
         summaries = [stats[c.id].summary for c in kept if c.kind in ("seed", "distribution")]
         result.update(
@@ -376,24 +377,6 @@ class Judge:
             return model.double() if isinstance(model, self.torch.nn.Module) else model
         except Exception:  # noqa: BLE001 - no float64 version: compare against the native output
             return None
-
-    def count_cost(self, prep: Prepared) -> dict[str, Any]:
-        """FLOPs of one call and its minimum bytes: inputs and parameters read once, outputs written once."""
-        torch = self.torch
-        from torch.utils.flop_counter import FlopCounterMode
-
-        arm = prep.arms[0]
-        inputs = calls.draw_inputs(torch, arm.module, prep.cases["s0"], self.device)
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            out = arm.model(*inputs)
-        model = arm.model
-        params = sum(t.nbytes for t in model.state_dict().values()) if isinstance(model, torch.nn.Module) else 0
-        read = calls.nbytes(inputs) + params
-        leaves = flatten(out)
-        dtypes = sorted({str(t.dtype).replace("torch.", "") for t in leaves + [x for x in inputs
-                                                                           if isinstance(x, torch.Tensor)]})
-        return {"flops": float(counter.get_total_flops()), "min_bytes": float(read + calls.nbytes(leaves)),
-                "dtypes": dtypes}
 
     def measure(self) -> dict[str, Any]:
         """Device peaks (once per device), then the time to beat: ModelNew's where the op file has one."""

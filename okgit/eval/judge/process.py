@@ -136,7 +136,7 @@ class Judge:
                                label="s0#again", gate="reference: determinism", check_inputs=False)
             deterministic = len(again.leaves) == len(first) and all(
                 bitwise_equal(a, b) for a, b in zip(again.leaves, first, strict=True))
-            random = None if deterministic else random_reason(again.leaves, first)
+            random_why = None if deterministic else random_reason(again.leaves, first)
             del again
             self.init_case(prep, run_case, dropped)
             self.modes_case(prep, run_case)
@@ -148,7 +148,7 @@ class Judge:
         summaries = [stats[c.id].summary for c in kept if c.kind in ("seed", "distribution")]
         result.update(
             shapes=prep.shapes, cases=[vars(c) for c in kept], dropped_shapes=dropped, deterministic=deterministic,
-            degenerate=random or degenerate_reason(summaries),
+            degenerate=random_why or degenerate_reason(summaries),
             tolerances={cid: [asdict(t) for t in tols] for cid, tols in prep.tolerances.items()},
             case_bytes=max(s.nbytes for s in stats.values()), cached=sorted(prep.cache),
         )

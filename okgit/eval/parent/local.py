@@ -25,7 +25,6 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from statistics import median
 from typing import Any
 
 from okgit.errors import OkgitError
@@ -35,11 +34,10 @@ from okgit.eval.parent import memory, phases
 from okgit.eval.parent.devices import DeviceHold, physical_name, record_footprint
 from okgit.eval.parent.gates import call_gates
 from okgit.eval.parent.gates.static import static_findings
-from okgit.eval.parent.gates.timed import allowed_matmul_rate
 from okgit.eval.parent.pool import STARTUP_TIMEOUT_S, WorkerPool
-from okgit.eval.parent.profile import CPU_REASON, profile_data
+from okgit.eval.parent.profile import CPU_REASON
 from okgit.eval.parent.profiling import ProfilingPass
-from okgit.eval.parent.reference import PreparedReference, from_judge
+from okgit.eval.parent.reference import PreparedReference, describe, from_judge, judge_job
 from okgit.eval.parent.relay import Relay, judge_failure
 from okgit.eval.parent.rounds import summarize
 from okgit.eval.parent.sandbox import Outcome, WorkerProcess, default_memory_limit, read_result
@@ -126,30 +124,7 @@ class LocalEvaluator(EvaluatorBase):
     # ---- the Evaluator protocol -----------------------------------------------------------------
     @_one_at_a_time
     def reference(self, problem: Problem) -> Reference:
-        prep = self._prepare(problem)
-        timing = prep.timing
-        prof = None
-        if prep.cost:
-            rate, _ = allowed_matmul_rate(prep)
-            roof = (roofline.position(prep.cost["flops"], prep.cost["min_bytes"], median(timing["samples_us"]),
-                                      prep.peaks, rate)
-                    if timing and prep.peaks else None)
-            prof = profile_data(prep.kernels or {}, set(), launch_count=None, flops=prep.cost.get("flops"),
-                                min_bytes=prep.cost.get("min_bytes"), roofline=roof)
-            if self._kind == "cpu":
-                prof.not_run["profiler"] = CPU_REASON
-        return Reference(
-            device=self.device,
-            timed=timing is not None,
-            runtime_us=median(timing["samples_us"]) if timing else None,
-            profile=prof,
-            degenerate=prep.degenerate,
-            shapes=[prep.shapes[i] for i in sorted({c.shape for c in prep.cases})],
-            flags=dict(PINNED_FLAGS),
-            hardware=prep.peaks or {"device": self.device},
-            max_abs_error=max((t.ref_error for tols in prep.tolerances.values() for t in tols if t.scale > 0),
-                              default=None),
-        )
+        return describe(self._prepare(problem), self.device, on_cpu=self._kind == "cpu")
 
     @_one_at_a_time
     def evaluate(self, problem: Problem, source: str, *, mode: Mode = "fast", backend: str = "triton") -> EvalResult:
@@ -311,14 +286,10 @@ class LocalEvaluator(EvaluatorBase):
 
             props = torch.cuda.get_device_properties(self._torch)
             peaks_file, device_total = roofline.peaks_path(props.name), int(props.total_memory)
-        job = Job(role="judge", source_path=str(reference_path), device=self._kind, backend="torch",
-                  root=problem.root, knobs=dict(problem.knobs), init_seed=seeds[0],
-                  extra_shapes=[dict(s) for s in problem.extra_shapes] if problem.extra_shapes is not None else None,
-                  seeds=seeds, cache_bytes=self.judge_cache_bytes if self.judge_cache_bytes is not None else
-                  memory.cache_bytes(device_total) if device_total else memory.GiB,
-                  rtol=problem.rtol, atol=problem.atol,
-                  timing=Timing(PREPARED.warmup, PREPARED.samples) if self._kind == "cuda" else None,
-                  profile=self._kind == "cuda", peaks_path=str(peaks_file) if peaks_file else None, gates=call_gates())
+        cache = (self.judge_cache_bytes if self.judge_cache_bytes is not None else
+                 memory.cache_bytes(device_total) if device_total else memory.GiB)
+        job = judge_job(problem, self._kind, str(reference_path), seeds, cache, peaks_file,
+                        Timing(PREPARED.warmup, PREPARED.samples) if self._kind == "cuda" else None)
         started = judge_process.wait_ready(STARTUP_TIMEOUT_S)
         hold = self._hold("reference")
         with hold.region("shared"):

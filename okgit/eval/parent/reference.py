@@ -10,12 +10,20 @@ the verdict and the reports need, as plain data.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
 from typing import Any
 
+from okgit.eval import roofline
 from okgit.eval.parent import memory
+from okgit.eval.parent.gates import call_gates
+from okgit.eval.parent.gates.timed import allowed_matmul_rate
+from okgit.eval.parent.profile import CPU_REASON, profile_data
 from okgit.eval.parent.sandbox import WorkerProcess
 from okgit.eval.protocol.checks import LeafTolerance
-from okgit.eval.protocol.jobs import Case
+from okgit.eval.protocol.jobs import PINNED_FLAGS, Case, Job, Timing
+from okgit.eval.types import Reference
+from okgit.problem import Problem
 
 
 @dataclass
@@ -84,4 +92,42 @@ def from_judge(judge: WorkerProcess, reference_path: str, result: dict[str, Any]
         device_peak_bytes=int(result.get("device_peak_bytes", 0)),
         preparation_peak_bytes=int(result.get("preparation_peak_bytes", 0)),
         device_phases=list(result.get("device_phases") or []),
+    )
+
+
+def judge_job(problem: Problem, kind: str, reference_path: str, seeds: list[int], cache_bytes: int,
+              peaks_file: Path | None, timing: Timing | None) -> Job:
+    """The judge's preparation of `problem`: its cases from `seeds`, the reference's timing (None
+    on a CPU) and, on a GPU, the device's peaks measured into `peaks_file`."""
+    return Job(role="judge", source_path=reference_path, device=kind, backend="torch", root=problem.root,
+               knobs=dict(problem.knobs), init_seed=seeds[0],
+               extra_shapes=[dict(s) for s in problem.extra_shapes] if problem.extra_shapes is not None else None,
+               seeds=seeds, cache_bytes=cache_bytes, rtol=problem.rtol, atol=problem.atol, timing=timing,
+               profile=kind == "cuda", peaks_path=str(peaks_file) if peaks_file else None, gates=call_gates())
+
+
+def describe(prep: PreparedReference, device: str, *, on_cpu: bool) -> Reference:
+    """What a run reports of its reference: its time, profile, shapes, flags and own error."""
+    timing = prep.timing
+    prof = None
+    if prep.cost:
+        rate, _ = allowed_matmul_rate(prep)
+        roof = (roofline.position(prep.cost["flops"], prep.cost["min_bytes"], median(timing["samples_us"]),
+                                  prep.peaks, rate)
+                if timing and prep.peaks else None)
+        prof = profile_data(prep.kernels or {}, set(), launch_count=None, flops=prep.cost.get("flops"),
+                            min_bytes=prep.cost.get("min_bytes"), roofline=roof)
+        if on_cpu:
+            prof.not_run["profiler"] = CPU_REASON
+    return Reference(
+        device=device,
+        timed=timing is not None,
+        runtime_us=median(timing["samples_us"]) if timing else None,
+        profile=prof,
+        degenerate=prep.degenerate,
+        shapes=[prep.shapes[i] for i in sorted({c.shape for c in prep.cases})],
+        flags=dict(PINNED_FLAGS),
+        hardware=prep.peaks or {"device": device},
+        max_abs_error=max((t.ref_error for tols in prep.tolerances.values() for t in tols if t.scale > 0),
+                          default=None),
     )

@@ -25,7 +25,8 @@ from test_gemm_tuning import _stand_ins
 
 from okgit.eval.types import ProfileData
 from okgit.lower.kinds import gemm
-from okgit.search.proposers.autotune import Focus, apply, variants
+from okgit.search.proposers.autotune import Focus, variants
+from okgit.search.proposers.sites import apply
 from okgit.search.proposers.templates import plan
 
 # L1/9's form (a tall A times a wide B: C of m x m from a K of k) at the interpreter's sizes

@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 
 from okgit.lower.kinds import gemm
-from okgit.search.proposers.autotune import apply, variants
+from okgit.search.proposers.autotune import variants
+from okgit.search.proposers.sites import apply
 
 ROOT = Path(__file__).resolve().parents[2]
 H200_LOG = ROOT / "bench" / "results" / "2026-12-02-h200-kernels" / "gemm.log"

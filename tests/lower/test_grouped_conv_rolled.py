@@ -152,7 +152,8 @@ def test_the_run_is_a_setting_the_autotune_phase_varies(tmp_path):
     default) that the autotune phase finds as launch settings; ROLL_CHUNK as a path switch: the
     direct path (0) is its first variant, memory-bound too, and from the direct path the rolled
     one is tried back (the evaluator decides which pays, not the template)."""
-    from okgit.search.proposers.autotune import FOCUS, Focus, apply, find_sites, variants
+    from okgit.search.proposers.autotune import FOCUS, Focus, variants
+    from okgit.search.proposers.sites import apply, find_sites
 
     path = op_file(tmp_path, "dw", *CASES["depthwise3d_bias_relu"][:3])
     ctx = Context(problem=load_problem(path), reference=Reference(device="cpu", timed=False), backend="triton",

@@ -13,7 +13,8 @@ from test_templates import ctx_for, op, tiny
 
 from okgit.lower.kinds.rows import L2_SHARE, Rows
 from okgit.lower.template import fill
-from okgit.search.proposers.autotune import find_sites, variants
+from okgit.search.proposers.autotune import variants
+from okgit.search.proposers.sites import find_sites
 from okgit.search.proposers.templates import plan
 
 MIB = 2**20

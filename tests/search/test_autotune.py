@@ -9,7 +9,8 @@ from oprun import run_ops
 
 from okgit.eval.types import EvalResult, ProfileData, Reference, Status
 from okgit.problem import load_problem
-from okgit.search.proposers.autotune import AutotuneProposer, find_sites, variants
+from okgit.search.proposers.autotune import AutotuneProposer, variants
+from okgit.search.proposers.sites import find_sites
 from okgit.search.proposers.templates import plan
 from okgit.search.types import Attempt, Context, Proposal
 
@@ -67,6 +68,54 @@ def test_sites_of_a_user_kernel_move_the_grid_with_the_block(tmp_path):
     assert block.value == 256 and len(block.spans) == 2  # the launch keyword and the grid's cdiv
     blocks = [v for s, v in variants(OWN_KERNEL, cap_numel=1000, cap_dim=1000) if s.name == block.name]
     assert blocks == [512, 128, 1024, 64]  # nearest first; 2048 exceeds the padded size (1024)
+
+
+GROUP_NORM_REFERENCE = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features, num_groups):
+        super().__init__()
+        self.norm = nn.GroupNorm(num_groups, features)
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+features = 64
+num_groups = 8
+
+
+def get_inputs():
+    return [torch.randn(4, features)]
+
+
+def get_init_inputs():
+    return [features, num_groups]
+'''
+
+
+def test_what_the_problem_is_made_of_and_a_file_without_kernels_are_never_settings(tmp_path):
+    # the sweep on 9d7c409 (L2/75): `num_groups` varied in the pure-PyTorch reference
+    assert find_sites(GROUP_NORM_REFERENCE) == []
+    launch_only = OWN_KERNEL.replace("size = 1000\n", "size = 1000\nNUM_GROUPS = 8\n")
+    assert "NUM_GROUPS" in {s.name for s in find_sites(launch_only)}  # read by no get_*: a setting
+    # read by get_init_inputs, directly or through a derived global: the problem's, never varied
+    own = OWN_KERNEL.replace("size = 1000\n", "size = 1000\nnum_groups = 8\nshape = (num_groups, 2)\n").replace(
+        "return []", "return [shape]")
+    assert {s.name for s in find_sites(own)} == {"double_kernel.BLOCK", "double_kernel.num_warps"}
+    path = tmp_path / "own.py"
+    path.write_text(own)
+    proposer, settings = AutotuneProposer(), set()
+    ctx = ctx_for(path, profile=ProfileData(bottleneck_type="compute"))
+    while (p := proposer.propose(ctx)) is not None:
+        settings.add(p.meta["setting"])
+    assert settings == {"double_kernel.BLOCK", "double_kernel.num_warps"}
+    reference = tmp_path / "group_norm.py"
+    reference.write_text(GROUP_NORM_REFERENCE)
+    assert AutotuneProposer().propose(ctx_for(reference)) is None
 
 
 @pytest.mark.slow  # candidates run under the interpreter (oprun)

@@ -4,9 +4,10 @@ The source is parsed, not run: `@triton.jit` kernels and their `tl.constexpr` pa
 launch sites `kernel[grid](..., BLOCK=128, num_warps=2)`, and module constants whose names
 say they are launch settings (`*BLOCK*`, `*TILE*`, `*CHUNK*`, `*LANES*`, `*WARPS*`, `*STAGES*`,
 `*GROUP*`, `*PROGRAMS*`, as the template proposer writes them; `NAME_MAX` beside one is its
-bound, not a setting: the template's launcher caps NAME there). Each variant changes one
-setting and is an ordinary complete file, so the evaluator times exactly one configuration
-per file (no triton.autotune inside proposals: its own timing would hide in the first call).
+bound, not a setting: the template's launcher caps NAME there); never a constant the problem
+is made of, nor anything in a file without a Triton kernel (okgit.search.proposers.sites).
+Each variant changes one setting and is an ordinary complete file, so the evaluator times
+exactly one configuration per file (no triton.autotune inside proposals: its own timing would hide in the first call).
 
 A split-precision GEMM's `*_PRECISION` (okgit.lower.kinds.gemm) is a setting too: its
 alternatives in the order measured fastest at fp32 accuracy, each judged by the evaluator's
@@ -47,21 +48,18 @@ from dataclasses import dataclass
 
 from okgit.eval.types import ProfileData
 from okgit.lower.graph import Unsupported
-from okgit.lower.kinds import gemm, grouped_conv, pool, rows
+from okgit.lower.kinds import gemm
 from okgit.lower.trace import input_extent
+from okgit.search.proposers.sites import CHOICES, PATHS, Site, apply, constants, find_sites
 from okgit.search.types import Context, Proposal, propose_several
 
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)
 GROUPS = (1, 4, 8, 16)
 MIN_BLOCK = 16
-# a template's switch between two paths that is also the size on one of them: its value when switched on
-PATHS = {"_ROLL_CHUNK": grouped_conv.ROLL_CHUNK, "_SHARED_ROWS": pool.SHARED_ROWS, "_L2_SHARE": rows.L2_SHARE}
-BOUND = "_MAX"  # NAME_MAX: the most NAME may be (_constant_sites)
 SMALL_TILE = re.compile(r"_(ROWS|LANES)$")  # a count of rows or lanes in a tile (a windowed kind's): down to 1
 MAX_VARIANTS = 24  # per parent file
 ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor has nothing left to tune
-SETTING = re.compile(r"BLOCK|TILE|CHUNK|LANES|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
 # bottleneck -> (the controls to vary, in order; what they are, for the journal)
 FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
     "memory": (("path", "store", "switch", "block", "stages", "warps"), "a kernel's other path where it has one (a "
@@ -72,8 +70,6 @@ FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
     "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs) only: "
                 "fusion and fewer launches are the levers there, and they are not launch settings"),
 }
-# a GEMM's string settings: the suffix of the name, its control, its values in the order they are tried
-CHOICES = {"_PRECISION": ("precision", gemm.TUNED_PRECISIONS), "_STORE": ("store", gemm.STORES)}
 LOW_OCCUPANCY = 0.5  # held below this by registers or shared memory: smaller tiles and fewer stages first
 
 
@@ -99,190 +95,6 @@ class Focus:
             why += (f"; {profile.occupancy_limiter.replace('_', ' ')} hold the occupancy to "  # type: ignore[union-attr]
                     f"{profile.occupancy_theoretical:.0%}, so smaller blocks and fewer stages first")
         return cls(profile.bottleneck_type, controls, smaller, why)
-
-
-@dataclass
-class Site:
-    """One launch setting in the source and where to write a new value."""
-
-    name: str  # "FUSED_ROWS_0_TILE" or "kernel.BLOCK_SIZE"
-    control: str  # what the value sets: block | warps | stages | group | programs | path | switch | precision | store
-    value: int | str
-    spans: list[tuple[int, int]]  # source offsets holding the value (grid literals included)
-    insert_at: int | None = None  # absent keyword: where ", name=value" goes
-    keyword: str = ""
-    kernel: str = ""
-    most: int | None = None  # the source's NAME_MAX beside it: a value above it would run as it anyway
-
-
-def _control(name: str) -> str | None:
-    up = name.upper()
-    if up.endswith(tuple(PATHS)):  # a template's switch between two paths as well as a size (0: the other path;
-        # a long row's persistent grid sized by its share of L2, 0: one program per row block)
-        return "path"
-    if up.endswith("_PERSISTENT"):  # a GEMM's grid: one program per tile (0) or one per SM walking the tiles (1)
-        return "switch"
-    if "WARPS" in up:
-        return "warps"
-    if "STAGES" in up:
-        return "stages"
-    if "GROUP" in up:
-        return "group"
-    if "PROGRAMS" in up:
-        return "programs"
-    if SETTING.search(up):
-        return "block"
-    return None
-
-
-class _Offsets:
-    """ast (line, byte column) positions to string offsets."""
-
-    def __init__(self, source: str) -> None:
-        self.lines = source.splitlines(keepends=True)
-        self.starts = [0]
-        for line in self.lines:
-            self.starts.append(self.starts[-1] + len(line))
-
-    def __call__(self, lineno: int, col: int) -> int:
-        line = self.lines[lineno - 1]
-        return self.starts[lineno - 1] + len(line.encode()[:col].decode(errors="ignore"))
-
-    def span(self, node: ast.expr) -> tuple[int, int]:
-        return self(node.lineno, node.col_offset), self.end(node)
-
-    def end(self, node: ast.expr) -> int:
-        assert node.end_lineno is not None and node.end_col_offset is not None  # ast.parse sets both
-        return self(node.end_lineno, node.end_col_offset)
-
-
-def _is_jit(fn: ast.FunctionDef) -> bool:
-    for d in fn.decorator_list:
-        target = d.func if isinstance(d, ast.Call) else d
-        if isinstance(target, ast.Attribute) and target.attr == "jit" or isinstance(target, ast.Name) and target.id == "jit":
-            return True
-    return False
-
-
-def _is_autotuned(fn: ast.FunctionDef) -> bool:
-    return any(isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "autotune" for d in fn.decorator_list)
-
-
-def _constexprs(fn: ast.FunctionDef) -> set[str]:
-    return {a.arg for a in fn.args.args if a.annotation is not None and "constexpr" in ast.unparse(a.annotation)}
-
-
-def _int(node: ast.AST | None) -> int | None:
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
-    return None
-
-
-def find_sites(source: str) -> list[Site]:
-    """Every launch setting the source exposes: its module constants, then each launch's
-    keywords and the num_warps / num_stages a launch leaves to Triton's defaults."""
-    tree = ast.parse(source)
-    at = _Offsets(source)
-    sites = _constant_sites(tree, at)
-    kernels = {fn.name: fn for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and _is_jit(fn) and not _is_autotuned(fn)}
-    for fn, call, label in _launches(tree, kernels):
-        sub = call.func
-        assert isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name)  # _launches found kernel[grid](...)
-        kernel = kernels[sub.value.id]
-        sites += _keyword_sites(call, label, kernel, _grid_exprs(fn, sub.slice, call), at)
-        sites += _default_sites(call, label, kernel, at)
-    return sites
-
-
-def _constants(tree: ast.Module) -> list[tuple[str, ast.Constant]]:
-    """The module's `NAME = literal` (or `NAME: type = literal`) assignments."""
-    found: list[tuple[str, ast.Constant]] = []
-    for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
-            found.append((target.id, node.value))
-    return found
-
-
-def _constant_sites(tree: ast.Module, at: _Offsets) -> list[Site]:
-    """Module constants that are launch settings; `NAME_MAX` beside a constant NAME is not one but
-    bounds NAME (a template's cap that its launcher applies, such as a window row's lanes: a value
-    above it would compile the same kernel again under another name). Without a NAME beside it,
-    a `*_MAX` is a setting like any other (the rows kind's BLOCK_N_MAX, the widest row kept whole)."""
-    sites = []
-    found = _constants(tree)
-    names = {name for name, _ in found}
-    bounds = {name[: -len(BOUND)]: _int(node) for name, node in found
-              if name.endswith(BOUND) and name[: -len(BOUND)] in names}
-    for name, node in found:
-        value, control = _int(node), _control(name)
-        choice = next((c for suffix, c in CHOICES.items() if name.endswith(suffix)), None)
-        if name.endswith(BOUND) and name[: -len(BOUND)] in bounds:
-            continue
-        if value is not None and control is not None and (value > 0 or control in ("path", "switch")):
-            sites.append(Site(name, control, value, [at.span(node)], most=bounds.get(name)))
-        elif choice is not None and node.value in choice[1]:
-            sites.append(Site(name, choice[0], node.value, [at.span(node)]))
-    return sites
-
-
-def _launches(tree: ast.Module, kernels: dict[str, ast.FunctionDef]) -> list[tuple[ast.FunctionDef, ast.Call, str]]:
-    """Each `kernel[grid](...)` call of a kernel in `kernels`, in the function that makes it,
-    labelled by the kernel's name (`name#2` for its second launch)."""
-    seen: dict[str, int] = {}
-    found = []
-    for fn in (f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)):
-        for call in (c for c in ast.walk(fn) if isinstance(c, ast.Call)):
-            sub = call.func
-            if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) and sub.value.id in kernels:
-                kernel = sub.value.id
-                seen[kernel] = seen.get(kernel, 0) + 1
-                found.append((fn, call, kernel if seen[kernel] == 1 else f"{kernel}#{seen[kernel]}"))
-    return found
-
-
-def _keyword_sites(call: ast.Call, label: str, kernel: ast.FunctionDef, grid: list[ast.AST], at: _Offsets) -> list[Site]:
-    """The launch's integer keywords that set num_warps, num_stages or a power-of-two constexpr."""
-    constexprs = _constexprs(kernel)
-    sites = []
-    for kw in call.keywords:
-        value = _int(kw.value)
-        if value is None or kw.arg is None:
-            continue
-        control = {"num_warps": "warps", "num_stages": "stages"}.get(kw.arg) or (
-            _control(kw.arg) if kw.arg in constexprs and value & (value - 1) == 0 else None
-        )
-        if control is None:
-            continue
-        spans = [at.span(kw.value)]
-        if control == "block":  # the same literal in the grid moves with it
-            spans += [at.span(c) for g in grid for c in ast.walk(g) if isinstance(c, ast.Constant) and _int(c) == value]
-        sites.append(Site(f"{label}.{kw.arg}", control, value, spans, kernel=kernel.name))
-    return sites
-
-
-def _default_sites(call: ast.Call, label: str, kernel: ast.FunctionDef, at: _Offsets) -> list[Site]:
-    """num_warps, and num_stages where the kernel loops, when the launch leaves them to Triton:
-    inserted after its last argument."""
-    last = (call.keywords[-1].value if call.keywords else call.args[-1]) if (call.keywords or call.args) else None
-    if last is None:
-        return []
-    present = {kw.arg for kw in call.keywords}
-    pipelined = any(isinstance(n, ast.For) for n in ast.walk(kernel))
-    return [Site(f"{label}.{setting}", control, default, [], insert_at=at.end(last), keyword=setting, kernel=kernel.name)
-            for setting, control, default in (("num_warps", "warps", 4), ("num_stages", "stages", 3))
-            if setting not in present and (control == "warps" or pipelined)]
-
-
-def _grid_exprs(fn: ast.FunctionDef, grid: ast.AST, call: ast.Call) -> list[ast.AST]:
-    """The grid expression of a launch, following a local name to its last assignment."""
-    if isinstance(grid, ast.Name):
-        assigns: list[ast.AST] = [
-            n.value for n in ast.walk(fn)
-            if isinstance(n, ast.Assign) and n.lineno < call.lineno and any(isinstance(t, ast.Name) and t.id == grid.id for t in n.targets)
-        ]
-        return assigns[-1:]
-    return [grid]
 
 
 def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = False) -> list:
@@ -335,16 +147,6 @@ def _fits(constants: dict[str, int | str], changed: Site, value: int | str) -> b
     return gemm.shared_bytes(group) <= gemm.SHARED_LIMIT
 
 
-def apply(source: str, site: Site, value: int | str) -> str:
-    if site.insert_at is not None:
-        return source[: site.insert_at] + f", {site.keyword}={value}" + source[site.insert_at :]
-    out = source
-    text = f'"{value}"' if isinstance(value, str) else str(value)
-    for start, end in sorted(site.spans, reverse=True):
-        out = out[:start] + text + out[end:]
-    return out
-
-
 def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = None) -> list[tuple[Site, int | str]]:
     """One-setting changes of source, nearest first, settings interleaved, a GEMM's precision
     before its launch settings (between precisions the H200 measured the largest differences);
@@ -357,8 +159,8 @@ def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = No
     # a GEMM's precision and a kernel's path before its launch settings: they change the kernel most
     sites = [s for s in found if s.control == "precision"] + sorted(launch, key=lambda s: s.control != "path")
     smaller = focus is not None and focus.smaller_first
-    constants = {name: node.value for name, node in _constants(tree) if isinstance(node.value, (int, str))}
-    per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim, smaller) if _fits(constants, s, v)] for s in sites]
+    known = {name: node.value for name, node in constants(tree) if isinstance(node.value, (int, str))}
+    per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim, smaller) if _fits(known, s, v)] for s in sites]
     out: list[tuple[Site, int | str]] = []
     for rank in range(max((len(p) for p in per_site), default=0)):
         out += [p[rank] for p in per_site if rank < len(p)]
@@ -433,10 +235,11 @@ class AutotuneProposer:
         focus = Focus.of(profile)
         try:
             found = variants(source, *self._extent, focus)
+            sites = find_sites(source)
         except SyntaxError:
             return
-        if focus is not None and focus.why != self._focus_noted and find_sites(source):
-            left = sorted({s.control for s in find_sites(source)} - set(focus.controls) - {"precision"})
+        if focus is not None and focus.why != self._focus_noted and sites:
+            left = sorted({s.control for s in sites} - set(focus.controls) - {"precision"})
             ctx.log("note", message=f"autotune around {parent or 'the reference'}: {focus.why}"
                     + (f"; left out: {', '.join(left)}" if left else "")
                     + ("" if found else "; nothing of those to vary in this file"))

@@ -13,6 +13,12 @@ round's samples) while a second process does, in turn:
 - `profiler`: starts processes that only open and close a profiler session (CUDA activities, no
   kernel) and exit: whether a start's profiler session, 3.6-4.2 s of each start on the H200,
   need hold the device's lock (bench/starts.py asks whether it may come first);
+- `session`: starts processes that bring CUDA up, then open and close an empty profiler session
+  and exit: a start's order today, with the session (3.4-4.5 s of a 5-6 s start on the H200's
+  sweep on 9d7c409, where timings waited behind starts for 198 of their 359 s of waiting) left
+  outside the lock; against `context`, whether the session itself disturbs a timing, which
+  decides whether a start may give the lock back before it (starts.py: opened first, the session
+  brings CUDA up itself, so it cannot come before the hold);
 - `busy`: a process running kernels of its own without pause (the control: work that should show).
 
 During each mode's rounds it also asks NVML (the driver's management library, through ctypes)
@@ -21,8 +27,8 @@ evaluator could tell, during a timing, that a process outside the device's lock 
 
     python bench/disturb.py [--rounds 8] [--gib 16]
 
-Prints each mode's round medians and their spread, and the other processes NVML saw busy; writes
-disturb.json under $OUT (default /tmp/out).
+Prints each mode's round medians, their spread and each round's slowest sample, and the other
+processes NVML saw busy; writes disturb.json under $OUT (default /tmp/out).
 """
 
 from __future__ import annotations
@@ -55,6 +61,11 @@ elif mode == "context":
 elif mode == "profiler":  # a start's profiler session, opened first, with no kernel of its own
     from torch.profiler import ProfilerActivity, profile
     running()
+    with profile(activities=[ProfilerActivity.CUDA]):
+        pass
+elif mode == "session":  # CUDA up first, then an empty profiler session: the start's step left outside its hold
+    from torch.profiler import ProfilerActivity, profile
+    torch.empty(1, device="cuda"); torch.cuda.synchronize(); running()
     with profile(activities=[ProfilerActivity.CUDA]):
         pass
 elif mode == "busy":
@@ -108,10 +119,12 @@ class Nvml:
 ROUND_GAP_S = 1.5  # the rounds span about as long as an `exit` or `context` process's start, so that one falls in them
 
 
-def _rounds(torch, rounds: int, samples: int = 20) -> list[float]:
+def _rounds(torch, rounds: int, samples: int = 20) -> tuple[list[float], list[float]]:
+    """Each round's median and slowest sample (us): a disturbance shorter than half a round's
+    samples leaves the median alone (as it would okgit's timer) but shows in the slowest."""
     x = torch.randn(1 << 28, device="cuda")  # 1 GiB: about 0.6 ms a pass on an H200
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    medians = []
+    medians, slowest = [], []
     for _ in range(rounds):
         times = []
         for _ in range(samples):
@@ -121,12 +134,13 @@ def _rounds(torch, rounds: int, samples: int = 20) -> list[float]:
             end.synchronize()
             times.append(start.elapsed_time(end) * 1e3)
         medians.append(round(statistics.median(times), 1))
+        slowest.append(round(max(times), 1))
         time.sleep(ROUND_GAP_S)
-    return medians
+    return medians, slowest
 
 
 def _disturber(mode: str, gib: float, stop: threading.Event, under_way: threading.Event) -> None:
-    """Runs `mode` in other processes until `stop` is set (`exit` and `context`: one process after
+    """Runs `mode` in other processes until `stop` is set (`exit`, `context`, `session` and `profiler`: one process after
     another); `under_way` once the first has done its GPU work (a process takes seconds to import
     torch: on 2026-12-05 the rounds, 2 s in all, ended before the disturber began, NVML saw no
     other process during the `busy` control, and its rounds were as fast as idle ones)."""
@@ -158,7 +172,7 @@ def main() -> int:
     nvml = Nvml()
     print(f"NVML: {nvml.error or 'per-process utilization read'}", flush=True)
     result: dict = {"nvml_error": nvml.error}
-    for mode in ("idle", "free", "exit", "context", "profiler", "busy", "idle"):
+    for mode in ("idle", "free", "exit", "context", "session", "profiler", "busy", "idle"):
         stop = threading.Event()
         thread = None
         if mode != "idle":
@@ -170,14 +184,15 @@ def main() -> int:
                 stop.set()
                 continue
         stamp_us = int(time.time() * 1e6)
-        medians = _rounds(torch, args.rounds)
+        medians, slowest = _rounds(torch, args.rounds)
         others = {pid: sm for pid, sm in nvml.busy_since(stamp_us).items() if pid != os.getpid()}
         stop.set()
         result.setdefault(mode, []).append(medians)
+        result.setdefault(f"{mode}_slowest", []).append(slowest)
         result.setdefault(f"{mode}_others_busy", []).append(others)
         spread = (max(medians) - min(medians)) / statistics.median(medians)
-        print(f"{mode:8s} round medians us {medians}  spread {spread:.1%}  other processes on the SMs (pid: max %) {others}",
-              flush=True)
+        print(f"{mode:8s} round medians us {medians}  spread {spread:.1%}  slowest samples us {slowest}  "
+              f"other processes on the SMs (pid: max %) {others}", flush=True)
         (out / "disturb.json").write_text(json.dumps(result, indent=1))
         if thread is not None:
             thread.join(timeout=60)

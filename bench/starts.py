@@ -12,12 +12,13 @@ Part 2: examples/01 evaluated back to back (fast mode; the op itself as its cand
 at backend_kernel, but every call and the timing run), then final-gate rounds in fresh workers
 started ahead (`time_once`): the ledger's exclusive holds and what they waited (median, max,
 sum), and the starts that held the device meanwhile.
-Part 3 (a GPU only), the profiler's cost in a start (3.6-4.2 s of a 4-7 s start on the H200,
-2026-12-05): in fresh processes, the steps of today's order (CUDA's context, a kernel, then a
-profiled call, then another) against the profiler's session opened first, before CUDA is up and
-with no kernel (its CPU work, which needs no lock if it touches no device), then the same steps:
-whether the first profiled call is then as fast as the second, so that the start need hold the
-device only for its context and warm-up kernel. Writes starts.json under $OUT when set.
+Part 3 (a GPU only), the profiler's cost in a start (3.4-4.5 s of a 5-6 s start on the H200,
+2026-12-05): in fresh processes, CUDA's context, a kernel, then a profiled call, then another
+(`context first`); the profiler's session opened first, before CUDA is up (`profiler first`: on
+2026-12-05 it brought CUDA up itself, 3.6 s); and okgit's order since then, an empty session
+once CUDA and the warm-up kernel are up (`session after the kernel`, outside the start's hold):
+whether the first profiled call after it is as fast as the second. Writes starts.json under $OUT
+when set.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from okgit.kernelbench.timeline import ledger_entries  # noqa: E402
 from okgit.problem import load_problem  # noqa: E402
 
 OP = ROOT / "examples" / "01_relu_bias_scale.py"
-ORDERS = ("context first", "profiler first")
+ORDERS = ("context first", "profiler first", "session after the kernel")  # the last: okgit's order since the 18th session
 # one process, one order: each step's seconds, as JSON on its last line
 PROFILER_ORDER = r'''
 import json, sys, time
@@ -66,6 +67,8 @@ if sys.argv[1] == "profiler first":
 step("cuda", lambda: (torch.cuda.init(), torch.empty(1, device="cuda")))
 buf = torch.zeros(16, device="cuda")
 step("kernel", lambda: (buf.add_(1.0), torch.cuda.synchronize()))
+if sys.argv[1] == "session after the kernel":  # as a worker opens it once its start's hold ends
+    step("empty session", empty_session)
 step("first profiled call", lambda: profile_calls(lambda: buf.add_(1.0), calls=1))
 step("second profiled call", lambda: profile_calls(lambda: buf.add_(1.0), calls=1))
 print(json.dumps(steps))
@@ -80,8 +83,11 @@ def _stats(values: list[float]) -> dict[str, float | int | None]:
 def _starts(entries: list[dict[str, Any]]) -> dict[str, Any]:
     starts = [e for e in entries if e.get("stage") == STAGE]
     steps = sorted({name for e in starts for name in e.get("steps", {})})
+    after = sorted({name for e in starts for name in e.get("after", {})})  # once the hold ended (the profiler's session)
     return {"held_s": _stats([e["held_s"] for e in starts]), "wait_s": _stats([e["wait_s"] for e in starts]),
-            "steps_median_s": {s: round(statistics.median([e["steps"].get(s, 0.0) for e in starts]), 3) for s in steps}}
+            "steps_median_s": {s: round(statistics.median([e["steps"].get(s, 0.0) for e in starts]), 3) for s in steps}
+            | {f"{s} (after the hold)": round(statistics.median([e.get("after", {}).get(s, 0.0) for e in starts]), 3)
+               for s in after}}
 
 
 def batch(device: str, n: int, program: str, ledger: Path) -> dict[str, Any]:

@@ -71,6 +71,26 @@ def test_the_start_writes_its_hold_and_steps_to_the_ledger_and_keeps_its_name_fr
     assert entry["held_s"] >= 0.3 and entry["wait_s"] < 1.0 and entry["pid"] == os.getpid()
     assert list(entry["steps"]) == ["cuda", "warm-up"]
     assert entry["steps"]["cuda"] >= 0.2 and 0.1 <= entry["steps"]["warm-up"] < entry["steps"]["cuda"]
+    assert "after" not in entry  # nothing ran after the hold
+
+
+def test_a_start_lets_go_before_its_profiler_session_and_the_ledger_names_it_apart(tmp_path, monkeypatch):
+    """torch.profiler's session runs no kernel: a timing need not wait for it (okgit.eval.protocol.start)."""
+    path, ledger = tmp_path / "gpu.lock", tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(DEVICE_LOCK_ENV, str(path))
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    with device_start("worker") as let_go:
+        time.sleep(0.1)
+        step("warm-up")
+        let_go()
+        with held(path, shared=False) as waited:  # a timing gets the device while the session opens
+            assert waited < 1.0
+        time.sleep(0.3)
+        step("profiler")
+        let_go()  # once is enough; again changes nothing
+    (entry,) = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert list(entry["steps"]) == ["warm-up"] and list(entry["after"]) == ["profiler"]
+    assert 0.1 <= entry["held_s"] < 0.3 <= entry["after"]["profiler"]
 
 
 def _waits_for_a_lock(pid: int, within_s: float) -> bool:
@@ -146,9 +166,9 @@ def test_an_evaluators_processes_exit_inside_a_shared_hold(tmp_path, monkeypatch
 
 @pytest.mark.gpu
 @pytest.mark.slow  # the real evaluator on a GPU: an evaluation and a final gate's round
-def test_on_a_gpu_only_an_evaluations_worker_opens_a_profiler_session_at_its_start(tmp_path, monkeypatch):
-    """An evaluation's worker profiles its candidate once timed, so its start opens torch.profiler's
-    session (3.6-4.2 s of a 4-7 s start on the H200, the device held shared); the final gate's
+def test_on_a_gpu_only_an_evaluations_worker_opens_a_profiler_session_after_its_start(tmp_path, monkeypatch):
+    """An evaluation's worker profiles its candidate once timed, so once up it opens torch.profiler's
+    session (3.4-4.5 s on the H200), after its start's hold (the ledger's `after`); the final gate's
     rounds only time: their workers start without it, and the ledger names them apart. While they
     last the problem's footprint counts their CUDA contexts."""
     import torch
@@ -179,7 +199,9 @@ def test_on_a_gpu_only_an_evaluations_worker_opens_a_profiler_session_at_its_sta
     assert len(feet) >= 3 and feet[-2] - feet[-1] == 2 * CUDA_CONTEXT, feet
     workers = [s for s in starts if s["role"] == "worker"]
     rounds = [s for s in starts if s["role"] == "timing worker"]
-    assert workers and all("profiler" in s["steps"] for s in workers), starts
-    assert len(rounds) >= 2 and all("profiler" not in s["steps"] and "warm-up" in s["steps"] for s in rounds), starts
+    assert workers and all("profiler" in s.get("after", {}) and "profiler" not in s["steps"] for s in workers), starts
+    assert len(rounds) >= 2 and all("profiler" not in s["steps"] and "after" not in s and "warm-up" in s["steps"]
+                                    for s in rounds), starts
     print("start holds (s): evaluations' workers", sorted(s["held_s"] for s in workers),
+          "their profiler sessions after them", sorted(s["after"]["profiler"] for s in workers),
           "timing-only", sorted(s["held_s"] for s in rounds))

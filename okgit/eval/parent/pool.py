@@ -25,7 +25,7 @@ class WorkerPool:
     worker starts as one is taken, behind the job's back.
 
     Timing-only workers (`timing_only`: the final gate's rounds, which neither check nor profile)
-    wait in a line of their own: they skip the profiler session that is most of a start's hold.
+    wait in a line of their own: they skip the profiler session an evaluation's worker opens once up.
     They are started for the rounds ahead (`prestart`) or one per job, never kept idle beyond that."""
 
     def __init__(self, memory_limit: int, base_dir: Path | None = None, idle: int = 1, batched: bool = False) -> None:

@@ -212,7 +212,7 @@ class WorkerProcess:
     tool); `wrap`: a program that runs the worker as its child (Nsight Compute), given its arguments
     and then the worker's command line: the whole process tree counts against the memory budget.
     `timing_only`: a worker for a job that only times (the final gate's rounds), which opens no
-    profiler session at its start (okgit.eval.worker.candidate)."""
+    profiler session once up (okgit.eval.worker.candidate)."""
 
     def __init__(self, device: str, memory_limit: int, base_dir: Path | None = None,
                  program: str = "okgit.eval.worker", args: list[str] | None = None,

@@ -39,12 +39,11 @@ PHASE_FILE = "phase"
 
 
 class Worker:
-    """`counters`: a profiling pass's tool, which takes CUPTI alone; `timing_only`: a worker for jobs
-    that only time (the final gate's rounds). Neither opens torch.profiler's session at its start:
-    on the H200 that session was 3.6-4.2 s of a start's 4-7 s, held with the device shared, when
-    every timing on the device waits for the starts in progress (okgit.eval.protocol.start)."""
+    """`timing_only`: a worker for jobs that only time (the final gate's rounds). It opens no
+    torch.profiler session after its start (`main`), nor does a profiling pass's worker, whose
+    tool takes CUPTI alone."""
 
-    def __init__(self, device: str, channel: Channel, counters: str = "", timing_only: bool = False) -> None:
+    def __init__(self, device: str, channel: Channel, timing_only: bool = False) -> None:
         import torch
 
         from okgit.backends import cuda as cuda_backend
@@ -67,7 +66,7 @@ class Worker:
 
             libdevice_cpu.install()  # libdevice's math, which Triton's interpreter lacks
         self.timing_only = timing_only
-        calls.warm_up(torch, device, profiler=not (counters or timing_only))
+        calls.warm_up(torch, device)
         self.entry_points = Snapshot()  # after the hooks above, before any candidate code
         self.job_dir = Path(".")
         self.result: dict[str, Any] = {"calls": {}}
@@ -384,12 +383,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     channel = Channel()  # from here on, whatever runs may print: never onto the messages
     # the device shared: CUDA's start and the warm-up never beside a timing
-    with device_start("timing worker" if args.timing_only else "worker"):
+    with device_start("timing worker" if args.timing_only else "worker") as let_go:
         if args.counters:
             from okgit.eval.worker.counters import start
 
             start(args.counters)
-        worker = Worker(args.device, channel, counters=args.counters or "", timing_only=args.timing_only)
+        worker = Worker(args.device, channel, timing_only=args.timing_only)
+        if not (args.counters or args.timing_only):  # its job's profiled call then pays nothing
+            let_go()
+            calls.open_profiler(args.device)
     channel.send(READY)
     message = channel.receive()
     if message is None:

@@ -32,6 +32,7 @@ from typing import Any
 
 from okgit.eval.parent.devices import DeviceHold
 from okgit.eval.worker.calls import build, init_args, load_op, mode_dependent, pin_flags
+from okgit.inductor.externs import note_externs
 from okgit.inductor.layout import as_at_own_sizes
 from okgit.inductor.shapes import Assumed, NotAssumable, Reader, assumed, dynamic_dims, mark_dynamic, source_name
 
@@ -63,7 +64,8 @@ class Graph:
 @dataclass
 class Capture:
     graphs: list[Graph]
-    externs: dict[str, str]  # extern_kernels.<name> -> public torch function
+    externs: dict[str, str]  # extern_kernels.<name> -> public torch function, or the helper below
+    helpers: dict[str, str] = field(default_factory=dict)  # extern_kernels.<name> -> its own function's source
     forward_args: list[str] = field(default_factory=list)
     dynamic: bool = True  # the knob-following dims were compiled dynamic
 
@@ -106,14 +108,15 @@ def capture(path: str, knobs: dict[str, int], device: str, mode: str = "default"
         mark_dynamic(torch, model, inputs, dynamic_dims(path, knobs))
     reader = Reader(model, forward_args, inputs, vars(module))
     externs: dict[str, str] = {}
+    helpers: dict[str, str] = {}
     options = torch._inductor.list_mode_options(mode) if mode != "default" else {}
     graphs = {}
     both = mode_dependent(torch, model, Path(path).read_text())
     for training in (True, False) if both else (True,):
         model.train(training)
         with torch._inductor.config.patch(options):
-            graphs[MODE_NAMES[training]] = _compile(torch, model, inputs, device, MODE_NAMES[training], externs, reader,
-                                                    hold, own_layout)
+            graphs[MODE_NAMES[training]] = _compile(torch, model, inputs, device, MODE_NAMES[training], (externs, helpers),
+                                                    reader, hold, own_layout)
     model.train(True)
     train = graphs["train"]
     eval_ = graphs.get("eval")
@@ -121,7 +124,7 @@ def capture(path: str, knobs: dict[str, int], device: str, mode: str = "default"
         kept = [_for_either_mode(train)]
     else:
         kept = [_merged(train, eval_)] if _same_code(train, eval_) else [train, eval_]
-    return asdict(Capture(kept, externs, forward_args, dynamic))
+    return asdict(Capture(kept, externs, helpers, forward_args, dynamic))
 
 
 def _for_either_mode(graph: Graph) -> Graph:
@@ -204,7 +207,8 @@ def _generated_afresh(torch: Any) -> Iterator[None]:
         FxGraphCache._lookup_graph = lookup  # type: ignore[method-assign]
 
 
-def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, externs: dict[str, str], reader: Reader,
+def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, externs: tuple[dict[str, str], dict[str, str]],
+             reader: Reader,
              hold: DeviceHold, own_layout: bool) -> Graph:
     from torch._inductor import graph as inductor_graph
     from torch._inductor.compile_fx import compile_fx
@@ -270,7 +274,10 @@ def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, exte
     code = codes[-1]
     kernels = [_kernel(name, src, comment, chosen.get(name)) for name, src, comment in _kernel_sources(code)]
     body = _call_body(code)
-    _note_externs(body, externs)
+    try:
+        note_externs(body, *externs)
+    except ValueError as e:
+        raise NotCaptured(str(e)) from None
     try:
         what = assumed(torch, seen["shape_env"], seen["placeholders"], guards, reader)
     except NotAssumable as e:
@@ -415,16 +422,3 @@ def _call_body(code: str) -> str:
     fn = funcs[0]
     lines = code.splitlines()
     return "\n".join(lines[fn.body[0].lineno - 1 : fn.end_lineno])
-
-
-def _note_externs(body: str, externs: dict[str, str]) -> None:
-    """The public torch function behind each extern_kernels.<name> the body calls."""
-    import torch
-    from torch._inductor.select_algorithm import extern_kernels
-
-    for name in sorted(set(re.findall(r"\bextern_kernels\.(\w+)\(", body))):
-        fn = getattr(extern_kernels, name, None)
-        public = next((f"torch.{attr}" for attr in (name, getattr(fn, "__name__", "")) if attr and getattr(torch, attr, None) is fn), None)
-        if public is None:
-            raise NotCaptured(f"extern kernel {name} has no public torch function")
-        externs[name] = public

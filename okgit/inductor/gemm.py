@@ -1,5 +1,5 @@
 """The Inductor seed with its vendor GEMMs on tensor cores: a second seed, the first's text with
-extern_kernels' mm / addmm / bmm (cuBLAS, strict fp32 on the CUDA cores under PyTorch's default
+extern_kernels' mm / addmm / bias_addmm / bmm (cuBLAS, strict fp32 on the CUDA cores under PyTorch's default
 flags) pointed at the split-precision GEMM family's stand-ins (okgit.lower.kinds.gemm,
 `vendor_stand_ins`: the same arguments, `out=` included, fp32 accuracy); Inductor's own kernels
 around them are unchanged. Pure text, nothing run: the evaluator judges it like any candidate,

@@ -104,7 +104,8 @@ def standalone_file(reference: str, cap: dict[str, Any], device: str, mode: str 
 
     header = HEADER.replace("{libdevice}", LIBDEVICE[device]).replace("{mode}", mode)
     paths = ([(f"{g['mode']}_static", g) for g in static["graphs"]] if static else []) + [(g["mode"], g) for g in cap["graphs"]]
-    blocks = [header, _externs({**cap["externs"], **(static["externs"] if static else {})})]
+    blocks = [header, _externs({**cap["externs"], **(static["externs"] if static else {})},
+                               {**cap.get("helpers", {}), **(static.get("helpers", {}) if static else {})})]
     for suffix, graph in paths:
         for k in graph["kernels"]:
             blocks.append(_kernel_text(k, suffix))
@@ -128,11 +129,13 @@ def standalone_file(reference: str, cap: dict[str, Any], device: str, mode: str 
     return "\n".join(lines) + "\n"
 
 
-def _externs(externs: dict[str, str]) -> str:
+def _externs(externs: dict[str, str], helpers: dict[str, str]) -> str:
     if not externs:
         return ""
     items = ", ".join(f"{name}={public}" for name, public in sorted(externs.items()))
-    return f"# the vendor calls (cuBLAS, cuDNN) Inductor left to PyTorch\nfrom types import SimpleNamespace  # noqa: E402\n\nextern_kernels = SimpleNamespace({items})"
+    own = "".join(f"\n\n# Inductor's own {name}, as it calls it\n{source}\n" for name, source in sorted(helpers.items()))
+    return (f"# the vendor calls (cuBLAS, cuDNN) Inductor left to PyTorch\nfrom types import SimpleNamespace  # noqa: E402\n"
+            f"{own}\n\nextern_kernels = SimpleNamespace({items})")
 
 
 def _kernel_text(k: dict[str, Any], suffix: str) -> str:

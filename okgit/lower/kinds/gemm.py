@@ -231,7 +231,8 @@ tl.store(out_ptr + o_z * out_z + o_m * out_m + o_n * out_n, v, mask=mask)"""
 _EXTERN_PREPARE = """out3 = out if out.dim() == 3 else out.unsqueeze(0)
 bias3 = out3 if bias is None else bias.expand(out.shape)
 bias3 = bias3 if bias3.dim() == 3 else bias3.unsqueeze(0)"""
-VENDOR_STAND_INS = {"mm": "_split_mm", "addmm": "_split_addmm", "bmm": "_split_bmm"}
+# max-autotune's bias_addmm is addmm with a broadcast bias passed as 1D (okgit.inductor.externs): the same stand-in
+VENDOR_STAND_INS = {"mm": "_split_mm", "addmm": "_split_addmm", "bias_addmm": "_split_addmm", "bmm": "_split_bmm"}
 
 
 def vendor_stand_ins() -> str:

@@ -159,3 +159,11 @@ def test_the_timed_gates_read_the_timing_facts():
     prep.timing = {"samples_us": [2000.0] * 5}
     fast = _decide(prep, cases, {**result, "timing": timing}, checks)
     assert (fast.status, fast.error.gate) == (Status.rejected, "roofline")
+    # the floor assumes 1.25x the measured bandwidth: 800 us at least, 720 us the least plausible
+    # (L1/45 on the H200: torch's copy measured below what an honest pooling kernel reached)
+    near_timing, below_timing = _timed(prep, 760.0), _timed(prep, 700.0)
+    prep.timing = {"samples_us": [2000.0] * 5}
+    near = _decide(prep, cases, {**result, "timing": near_timing}, checks)
+    assert near.status is Status.correct and near.gates[-1].name == "roofline" and not near.gates[-1].detail
+    below = _decide(prep, cases, {**result, "timing": below_timing}, checks)
+    assert (below.status, below.error.gate) == (Status.rejected, "roofline") and "800.00 us" in below.error.message

@@ -76,7 +76,7 @@ class Roofline(_TimingGate):
             return
         runtime = check_streams(timing).runtime_us
         ref_runtime = median(prep.timing["samples_us"]) if prep.timing else None
-        floor = roofline.floor_us(flops, min_bytes, peaks, rate)
+        floor = roofline.plausible_floor_us(flops, min_bytes, peaks, rate)
         if ref_runtime is not None and ref_runtime < roofline.PLAUSIBLE_FRACTION * floor:
             found.note(self.name, f"skipped: the reference itself runs below the floor {floor:.2f} us")
         elif floor > 0 and runtime < roofline.PLAUSIBLE_FRACTION * floor:

@@ -15,7 +15,7 @@ CHECK = r'''
 import sys, torch
 from okgit.eval.worker import calls
 
-calls.warm_up(torch, "cpu", profiler=False)
+calls.warm_up(torch, "cpu")
 assert "torch._inductor.config" not in sys.modules, "the worker's start loaded Inductor"
 assert not torch.are_deterministic_algorithms_enabled()
 with calls.poisoned(torch):

@@ -7,7 +7,8 @@ say they are launch settings (`*BLOCK*`, `*TILE*`, `*CHUNK*`, `*LANES*`, `*WARPS
 bound, not a setting: the template's launcher caps NAME there); never a constant the problem
 is made of, nor anything in a file without a Triton kernel (okgit.search.proposers.sites).
 Each variant changes one setting and is an ordinary complete file, so the evaluator times
-exactly one configuration per file (no triton.autotune inside proposals: its own timing would hide in the first call).
+exactly one configuration per file (no triton.autotune inside proposals: its own timing would
+hide in the first call).
 
 A split-precision GEMM's `*_PRECISION` (okgit.lower.kinds.gemm) is a setting too: its
 alternatives in the order measured fastest at fp32 accuracy, each judged by the evaluator's

@@ -10,7 +10,7 @@ from oprun import run_ops
 from okgit.eval.types import EvalResult, ProfileData, Reference, Status
 from okgit.problem import load_problem
 from okgit.search.proposers.autotune import AutotuneProposer, variants
-from okgit.search.proposers.sites import find_sites
+from okgit.search.proposers.sites import apply, find_sites
 from okgit.search.proposers.templates import plan
 from okgit.search.types import Attempt, Context, Proposal
 
@@ -68,6 +68,76 @@ def test_sites_of_a_user_kernel_move_the_grid_with_the_block(tmp_path):
     assert block.value == 256 and len(block.spans) == 2  # the launch keyword and the grid's cdiv
     blocks = [v for s, v in variants(OWN_KERNEL, cap_numel=1000, cap_dim=1000) if s.name == block.name]
     assert blocks == [512, 128, 1024, 64]  # nearest first; 2048 exceeds the padded size (1024)
+
+
+# Inductor's 2D-tiled transpose, as the seed's standalone file launches it: each grid dim sized by
+# its own block, both 32, and the kernel unmasked (its sizes divide its blocks)
+TILED = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def transpose_kernel(in_ptr0, out_ptr0, ynumel, xnumel, YBLOCK: tl.constexpr, XBLOCK: tl.constexpr):
+    yindex = tl.program_id(1) * YBLOCK + tl.arange(0, YBLOCK)[:, None]
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[None, :]
+    tl.store(out_ptr0 + (yindex + 64 * xindex), tl.load(in_ptr0 + (xindex + 128 * yindex)))
+
+
+def launch_transpose(in_ptr0, out_ptr0, ynumel, xnumel):
+    transpose_kernel[(-((xnumel) // -(32)), -((ynumel) // -(32)), 1)](in_ptr0, out_ptr0, ynumel, xnumel, XBLOCK=32, YBLOCK=32, num_warps=4, num_stages=1)
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        out = torch.empty(128, 64)
+        launch_transpose(x, out, 64, 128)
+        return out
+
+
+def get_inputs():
+    return [torch.randn(64, 128)]
+
+
+def get_init_inputs():
+    return []
+'''
+TILED_REFERENCE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x.t().contiguous()
+
+
+def get_inputs():
+    return [torch.randn(64, 128)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.slow  # the variants run under the interpreter (oprun)
+def test_a_block_moves_its_own_grid_dim_only(tmp_path):
+    """On the H200's sweep on 9d7c409 YBLOCK=16 moved both grid dims of an Inductor launcher whose
+    XBLOCK was also 32's: half of L2/87's output was never written."""
+    sites = {s.name: s for s in find_sites(TILED)}
+    x_block, y_block = sites["transpose_kernel.XBLOCK"], sites["transpose_kernel.YBLOCK"]
+    assert len(x_block.spans) == len(y_block.spans) == 2  # the keyword and its own dim's literal
+    x_wider = apply(TILED, x_block, 64)
+    assert "[(-((xnumel) // -(64)), -((ynumel) // -(32)), 1)]" in x_wider and "XBLOCK=64, YBLOCK=32" in x_wider
+    y_after = apply(x_wider, next(s for s in find_sites(x_wider) if s.name == "transpose_kernel.YBLOCK"), 16)
+    assert "[(-((xnumel) // -(64)), -((ynumel) // -(16)), 1)]" in y_after and "XBLOCK=64, YBLOCK=16" in y_after
+    reference = tmp_path / "transpose.py"
+    reference.write_text(TILED_REFERENCE)
+    results = run_ops([(reference, source, {}) for source in (TILED, x_wider, y_after)])
+    assert all(r["ok"] for r in results), results
 
 
 GROUP_NORM_REFERENCE = '''

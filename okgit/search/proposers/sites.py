@@ -202,9 +202,39 @@ def _keyword_sites(call: ast.Call, label: str, kernel: ast.FunctionDef, grid: li
             continue
         spans = [at.span(kw.value)]
         if control == "block":  # the same literal in the grid moves with it
-            spans += [at.span(c) for g in grid for c in ast.walk(g) if isinstance(c, ast.Constant) and _int(c) == value]
+            literals = _grid_literals(call, kw.arg, value, grid)
+            if literals is None:
+                continue
+            spans += [at.span(c) for c in literals]
         sites.append(Site(f"{label}.{kw.arg}", control, value, spans, kernel=kernel.name))
     return sites
+
+
+def _grid_literals(call: ast.Call, keyword: str, value: int, grid: list[ast.AST]) -> list[ast.Constant] | None:
+    """The grid's literals equal to block `keyword`'s `value`, which move with it; None where they
+    cannot be told from another block's of the same value. Inductor's launchers size each grid
+    dim by its own block (`-((xnumel) // -(32)), -((ynumel) // -(32))` for XBLOCK=32, YBLOCK=32):
+    a dim naming an axis's numel belongs to that axis's block (XBLOCK: xnumel), so a change of
+    one block never moves another's grid dim (which left half an output unwritten, or a grid
+    past an unmasked kernel's end: L2/87 on the H200's sweep on 9d7c409)."""
+    axis = keyword[0].lower() + "numel" if re.fullmatch(r"[XYZ]BLOCK", keyword) else None
+    twins = [kw.arg for kw in call.keywords if kw.arg and kw.arg != keyword and _int(kw.value) == value
+             and control_of(kw.arg) == "block"]
+    dims = [d for g in grid for d in (g.elts if isinstance(g, ast.Tuple) else [g])]
+    found: list[ast.Constant] = []
+    for dim in dims:
+        literals = [c for c in ast.walk(dim) if isinstance(c, ast.Constant) and _int(c) == value]
+        if not literals:
+            continue
+        numels = {n.id for n in ast.walk(dim) if isinstance(n, ast.Name) and re.fullmatch(r"[xyz]numel", n.id)}
+        if numels:  # the dim names its axis: its block's alone (a reduction's R0_BLOCK sizes no dim)
+            if axis in numels:
+                found += literals
+        elif twins:
+            return None  # whose literal it is cannot be told
+        else:
+            found += literals
+    return found
 
 
 def _default_sites(call: ast.Call, label: str, kernel: ast.FunctionDef, at: _Offsets) -> list[Site]:

@@ -108,26 +108,31 @@ def allowed_rate(peaks: dict[str, Any], dtypes: set[str], allowed_rel_error: flo
     return max(ok, default=rates.get("fp32", 0.0))
 
 
+def _bandwidth(peaks: dict[str, Any]) -> float:
+    """The best bandwidth the device was measured at: a copy's or a sum's."""
+    return max(peaks.get("copy_bandwidth", 0.0), peaks.get("read_bandwidth", 0.0))
+
+
+def _times(flops: float, min_bytes: float, bandwidth: float, rate: float) -> tuple[float, float]:
+    """Seconds the op's FLOPs and bytes take at `rate` and `bandwidth` (0 where either is unknown)."""
+    return flops / rate if rate > 0 else 0.0, min_bytes / bandwidth if bandwidth > 0 else 0.0
+
+
 def floor_us(flops: float, min_bytes: float, peaks: dict[str, Any], rate: float) -> float:
-    bandwidth = max(peaks.get("copy_bandwidth", 0.0), peaks.get("read_bandwidth", 0.0))
-    t_compute = flops / rate if rate > 0 else 0.0
-    t_memory = min_bytes / bandwidth if bandwidth > 0 else 0.0
-    return max(t_compute, t_memory) * 1e6
+    return max(_times(flops, min_bytes, _bandwidth(peaks), rate)) * 1e6
 
 
 def plausible_floor_us(flops: float, min_bytes: float, peaks: dict[str, Any], rate: float) -> float:
     """The floor a measured time is held to (the roofline gate): the device's measured bandwidth
     with BANDWIDTH_HEADROOM."""
-    bandwidth = max(peaks.get("copy_bandwidth", 0.0), peaks.get("read_bandwidth", 0.0)) * BANDWIDTH_HEADROOM
-    return floor_us(flops, min_bytes, {"copy_bandwidth": bandwidth}, rate)
+    return max(_times(flops, min_bytes, _bandwidth(peaks) * BANDWIDTH_HEADROOM, rate)) * 1e6
 
 
 def position(flops: float, min_bytes: float, runtime_us: float, peaks: dict[str, Any], rate: float) -> dict[str, Any]:
     """Roofline fields of ProfileData for a measured time."""
-    bandwidth = max(peaks.get("copy_bandwidth", 0.0), peaks.get("read_bandwidth", 0.0))
+    bandwidth = _bandwidth(peaks)
     t = runtime_us * 1e-6
-    t_compute = flops / rate if rate > 0 else 0.0
-    t_memory = min_bytes / bandwidth if bandwidth > 0 else 0.0
+    t_compute, t_memory = _times(flops, min_bytes, bandwidth, rate)
     floor = max(t_compute, t_memory)
     if floor <= 0:
         kind = "unknown"

@@ -115,7 +115,7 @@ def capture(path: str, knobs: dict[str, int], device: str, mode: str = "default"
     for training in (True, False) if both else (True,):
         model.train(training)
         with torch._inductor.config.patch(options):
-            graphs[MODE_NAMES[training]] = _compile(torch, model, inputs, device, MODE_NAMES[training], (externs, helpers),
+            graphs[MODE_NAMES[training]] = _compile(torch, model, inputs, device, MODE_NAMES[training], externs, helpers,
                                                     reader, hold, own_layout)
     model.train(True)
     train = graphs["train"]
@@ -207,9 +207,8 @@ def _generated_afresh(torch: Any) -> Iterator[None]:
         FxGraphCache._lookup_graph = lookup  # type: ignore[method-assign]
 
 
-def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, externs: tuple[dict[str, str], dict[str, str]],
-             reader: Reader,
-             hold: DeviceHold, own_layout: bool) -> Graph:
+def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, externs: dict[str, str],
+             helpers: dict[str, str], reader: Reader, hold: DeviceHold, own_layout: bool) -> Graph:
     from torch._inductor import graph as inductor_graph
     from torch._inductor.compile_fx import compile_fx
 
@@ -275,7 +274,7 @@ def _compile(torch: Any, model: Any, inputs: tuple, device: str, mode: str, exte
     kernels = [_kernel(name, src, comment, chosen.get(name)) for name, src, comment in _kernel_sources(code)]
     body = _call_body(code)
     try:
-        note_externs(body, *externs)
+        note_externs(body, externs, helpers)
     except ValueError as e:
         raise NotCaptured(str(e)) from None
     try:

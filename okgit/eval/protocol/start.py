@@ -60,12 +60,13 @@ def device_start(role: str) -> Iterator[Callable[[], None]]:
     hold = contextlib.ExitStack()
     waited = hold.enter_context(held(Path(path), shared=True))
     since = time.monotonic()
-    held_s: list[float] = []  # the hold's seconds, once it ended
+    held_s: float | None = None  # the hold's seconds, once it ended
     _steps.clear()
 
     def let_go() -> None:
-        if not held_s:
-            held_s.append(time.monotonic() - since)
+        nonlocal held_s
+        if held_s is None:
+            held_s = time.monotonic() - since
             _steps.append((_LET_GO, time.monotonic()))
             hold.close()
 
@@ -81,5 +82,5 @@ def device_start(role: str) -> Iterator[Callable[[], None]]:
             into, last = after, ended
             continue
         into[name], last = round(ended - last, 3), ended
-    append({"stage": STAGE, "role": role, "mode": "shared", "wait_s": round(waited, 3), "held_s": round(held_s[0], 3),
+    append({"stage": STAGE, "role": role, "mode": "shared", "wait_s": round(waited, 3), "held_s": round(held_s or 0.0, 3),
             "steps": steps, **({"after": after} if after else {})}, ledger)

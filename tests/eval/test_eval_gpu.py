@@ -180,6 +180,24 @@ def test_outputs_past_two_to_the_31_elements_are_compared_on_the_device(gpu_eval
     assert "1 of 2147549184 elements" in wrong.error.message and "(32768, 65535)" in wrong.error.message
 
 
+def test_a_check_finds_room_beside_a_worker_after_its_timing(gpu_evaluator, tmp_path):
+    """An input a tenth of the device: after the timing, the worker's allocator caches its input
+    sets, their copies and the flush buffer, about six inputs' worth; the judge's check of a timed
+    output computes the case again, in float64 too, about five. Together more than the device:
+    the worker hands its cache back before each check and drops each timed output once judged
+    (on an 80 GB H100, 2026-12-05, every check of KernelBench L1/39's timed outputs ran out of
+    memory in the judge beside a worker holding 49 GiB)."""
+    total = torch.cuda.mem_get_info()[1]
+    cols = 65536
+    rows = total // 10 // (4 * cols)
+    op = tmp_path / "tenth.py"
+    op.write_text(HUGE.replace("rows = 32769", f"rows = {rows}").replace("dtype=torch.float16", "dtype=torch.float32"))
+    problem = load_problem(op, root=str(tmp_path))
+    result = gpu_evaluator.evaluate(problem, HUGE_KERNEL.replace("WRONG_AT", "-1"))
+    assert result.status is Status.correct, result.error
+    assert result.timed and result.runtime_us
+
+
 REMEMBERING = ["remember_fingerprint", "remember_full_hash", "remember_address", "remember_call_counter"]
 
 

@@ -261,6 +261,7 @@ class LocalEvaluator(EvaluatorBase):
         return Job(role="candidate", source_path="", device=self._kind, backend=backend,
                    root=root or problem.candidate_root or problem.root, reference_path=prep.reference_path,
                    cases=cases, shapes=prep.shapes, init_seed=prep.init_seed, gates=call_gates(),
+                   check_bytes=prep.device_peak_bytes,
                    own_knobs=own if prep.shapes and own != prep.shapes[0] else None, **kw)
 
     def _key(self, problem: Problem) -> str:

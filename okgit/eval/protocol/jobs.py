@@ -70,6 +70,10 @@ class Job:
     # candidate: the op file's own shape where shapes[0] is not it (a CPU scales shapes down): the
     # worker calls the candidate there on the meta device, launches counted and not run
     own_knobs: dict[str, int] | None = None
+    # candidate on a GPU: the device memory the judge's check of one case reaches (its measured
+    # peak, PreparedReference.device_peak_bytes); the worker hands its allocator's cached blocks
+    # back before a check while the device has less than this free (worker.candidate.send)
+    check_bytes: int = 0
     # judge only: how to derive shapes and cases, and what to keep
     knobs: dict[str, int] = field(default_factory=dict)
     extra_shapes: list[dict[str, int]] | None = None

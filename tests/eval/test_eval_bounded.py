@@ -87,3 +87,56 @@ def test_a_problem_that_does_not_fit_the_host_is_one_line(cli, tmp_path):
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "does not fit in host memory" in lines[0] and "0.1 GiB available" in lines[0], lines
     assert "Traceback" not in done.stderr
+
+
+# ReLU whose reference runs out of memory once, on the call after a flag file appears
+ONCE_FULL = '''
+import os
+import torch
+import torch.nn as nn
+
+batch_size = 16
+dim = 1024
+FLAG = FLAG_PATH
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        if os.path.exists(FLAG):
+            os.unlink(FLAG)
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB (a test's)")
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.rand(batch_size, dim) - 0.5]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.slow  # an evaluator of its own (no judge cache: every check computes its case again)
+def test_a_check_that_does_not_fit_keeps_its_judge(tmp_path):
+    """A check the judge could not fit is an `error` that says so in one line; the judge stays
+    (the failed check's memory went with it), and the next evaluation is judged by the same
+    process, without preparing the reference again."""
+    flag = tmp_path / "full"
+    op = tmp_path / "once_full.py"
+    op.write_text(ONCE_FULL.replace("FLAG_PATH", repr(str(flag))))
+    problem = load_problem(op, root=str(tmp_path))
+    honest = (OPS / "relu_triton.py").read_text()
+    ev = LocalEvaluator(device="cpu", prestart=False, judge_cache_bytes=0)
+    try:
+        judge = ev.prepared(problem).judge
+        flag.touch()
+        full = ev.evaluate(problem, honest)
+        assert not flag.exists()  # the judge's check called the reference: it raised there
+        assert full.status is Status.error and full.error.gate == "judge", full.error
+        assert "does not fit in memory" in full.error.message and "\n" not in full.error.message, full.error
+        again = ev.evaluate(problem, honest)
+        assert again.status is Status.correct, again.error
+        assert ev.prepared(problem).judge is judge and judge.alive()
+    finally:
+        ev.close()

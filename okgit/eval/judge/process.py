@@ -429,11 +429,16 @@ def main(argv: list[str] | None = None) -> None:
                 reply = judge.check(message)
             else:
                 reply = {"failure": {"status": "error", "gate": "judge", "message": f"unknown request {message!r}"}}
-        except calls.CallFailed as e:
-            reply = {"failure": {"status": e.status, "gate": e.gate, "message": e.message[-4000:]}}
         except BaseException as e:  # noqa: BLE001 - reported to the parent, which says it in one line
-            reply = {"failure": {"status": "error", "gate": "judge", "message": calls.describe(e)[-4000:],
-                                 "out_of_memory": calls.out_of_memory(e), "free": _free_memory(args.device)}}
+            call = e if isinstance(e, calls.CallFailed) else None  # the reference's own call raised
+            text = call.message if call else calls.describe(e)
+            full = calls.out_of_memory(e) or "out of memory" in text
+            if full and args.device == "cuda":  # what the failed request held, back to the device for the next
+                import torch
+
+                torch.cuda.empty_cache()
+            reply = {"failure": {"status": call.status if call else "error", "gate": call.gate if call else "judge",
+                                 "message": text[-4000:], "out_of_memory": full, "free": _free_memory(args.device)}}
         from okgit.eval.worker.own_memory import own_memory
 
         reply["memory"] = own_memory()

@@ -231,7 +231,8 @@ class LocalEvaluator(EvaluatorBase):
             return out
 
         if relay.judge_failure:
-            self._forget(prep)
+            if not relay.judge_intact:
+                self._forget(prep)
             return with_phases(crashed(outcome, base, judge_failure=relay.judge_failure))
         if result is None:
             return with_phases(crashed(outcome, base))

@@ -28,6 +28,10 @@ class Relay:
         self.job_dir: Path | None = None
         self.checks: dict[str, Any] = {}
         self.judge_failure: str | None = None
+        # the judge answered that a check did not fit: it is intact (the check's memory went with
+        # the exception) and is asked again, where preparing a new one would cost the reference's
+        # whole preparation and could itself not fit beside a worker still exiting
+        self.judge_intact = False
         self.judge_own: dict[str, float] = {}  # the judge's seconds of its checks: expected, compare, release
         self.judge_memory: dict[str, int] = {}
         self.kinds = {c.id: c.kind for c in prep.cases if c.id in case_ids}
@@ -56,6 +60,7 @@ class Relay:
                 (self.job_dir / Path(leaf["file"]).name).unlink(missing_ok=True)
         if answer is None or answer.get("failure"):
             self.judge_failure = judge_failure(answer, self.prep.judge, f"the check of {key}")
+            self.judge_intact = bool(answer and answer["failure"].get("out_of_memory"))
             return {"ok": False}
         self.checks[key] = answer
         for name, seconds in (answer.get("seconds") or {}).items():

@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -108,9 +109,21 @@ def _add_call(sweep_out: Path, wall: float, code: int, finished: list[str]) -> l
     path = sweep_out / "dev_calls.json"
     calls = json.loads(path.read_text()) if path.is_file() else []
     calls.append({"wall_s": round(wall, 1), "exit": code, "ended": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                  "rev": os.environ.get("SWEEP_REV", "unknown"), "finished": finished})
+                  "rev": os.environ.get("SWEEP_REV", "unknown"), "card": _card(), "finished": finished})
     path.write_text(json.dumps(calls, indent=1) + "\n")
     return calls
+
+
+def _card() -> str:
+    """The GPU this call ran on (the device machine lends an H100 or an H200): rows timed on
+    different cards are told apart as rows on different code are."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "no GPU"
+    names = sorted(set(done.stdout.split("\n")) - {""})
+    return ", ".join(names) if done.returncode == 0 and names else "no GPU"
 
 
 def _report(sweep_out: Path) -> dict:
@@ -128,15 +141,20 @@ def _table(report: dict, calls: list[dict]) -> str:
     lines = [sweep.markdown().rstrip(), ""]
     if sweep.pending:
         lines.append(f"pending ({len(sweep.pending)}, {len(sweep.in_flight)} in flight): {', '.join(sweep.pending)}")
-    revs = sorted({c.get("rev", "unknown") for c in calls})
-    if len(revs) > 1:
-        lines.append("rows measured on different code: " + "; ".join(
-            f"{rev}: {', '.join(k for c in calls if c.get('rev', 'unknown') == rev for k in c.get('finished', [])) or 'none'}"
-            for rev in revs))
+    where = sorted({_where(c) for c in calls})
+    if len(where) > 1:  # never pooled: say which rows came from which code and card
+        lines.append("rows measured on different code or cards: " + "; ".join(
+            f"{w}: {', '.join(k for c in calls if _where(c) == w for k in c.get('finished', [])) or 'none'}"
+            for w in where))
     lines.append(f"device-minutes used so far: {used / 60:.1f} over {len(calls)} call(s) of this script "
                  f"({used / HOUR_S:.0%} of the hour); finished {len(sweep.problems)} of "
                  f"{len(sweep.problems) + len(sweep.pending)} problems")
     return "\n".join(lines)
+
+
+def _where(call: dict) -> str:
+    """A call's code revision and card (calls recorded before cards were: the card unknown)."""
+    return f"{call.get('rev', 'unknown')} on {call.get('card', 'an unrecorded card')}"
 
 
 def _mkdir(path: Path) -> Path:

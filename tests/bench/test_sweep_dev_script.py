@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,6 +46,7 @@ def test_the_second_call_resumes_from_the_first_calls_tarball_alone(tmp_path):
     again = subprocess.run(cmd, cwd=tmp_path, env={**env, "SWEEP_REV": "rev2"}, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert "resuming from" in again.stdout and "over 2 call(s)" in again.stdout and "pending" not in again.stdout
-    assert "rows measured on different code: rev1: none; rev2: level2/1_ScaleShift" in again.stdout
+    assert re.search(r"rows measured on different code or cards: rev1 on [^:;]+: none; rev2 on [^:;]+: level2/1_ScaleShift",
+                     again.stdout), again.stdout
     (problem,) = json.loads((out / "sweep-dev.json").read_text())["report"]["problems"]
     assert problem["run_id"] == run_id and problem["calls"] == 2 and problem["correct"]

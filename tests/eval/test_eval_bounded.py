@@ -89,21 +89,22 @@ def test_a_problem_that_does_not_fit_the_host_is_one_line(cli, tmp_path):
     assert "Traceback" not in done.stderr
 
 
-# ReLU whose reference runs out of memory once, on the call after a flag file appears
-ONCE_FULL = '''
+# ReLU whose reference runs out of memory as many times as a count file says
+RUNS_FULL = '''
 import os
 import torch
 import torch.nn as nn
 
 batch_size = 16
 dim = 1024
-FLAG = FLAG_PATH
+COUNT = COUNT_PATH
 
 
 class Model(nn.Module):
     def forward(self, x):
-        if os.path.exists(FLAG):
-            os.unlink(FLAG)
+        left = int(open(COUNT).read()) if os.path.exists(COUNT) else 0
+        if left > 0:
+            open(COUNT, "w").write(str(left - 1))
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB (a test's)")
         return torch.relu(x)
 
@@ -118,23 +119,28 @@ def get_init_inputs():
 
 
 @pytest.mark.slow  # an evaluator of its own (no judge cache: every check computes its case again)
-def test_a_check_that_does_not_fit_keeps_its_judge(tmp_path):
-    """A check the judge could not fit is an `error` that says so in one line; the judge stays
-    (the failed check's memory went with it), and the next evaluation is judged by the same
-    process, without preparing the reference again."""
-    flag = tmp_path / "full"
-    op = tmp_path / "once_full.py"
-    op.write_text(ONCE_FULL.replace("FLAG_PATH", repr(str(flag))))
+def test_a_check_that_does_not_fit_is_judged_again_and_keeps_its_judge(tmp_path):
+    """A check the judge could not fit is judged once more in a fresh worker; a second such failure
+    is an `error` that says so in one line. Either way the judge stays (the failed check's memory
+    went with it) and judges the next evaluation, without preparing the reference again."""
+    count = tmp_path / "count"
+    op = tmp_path / "runs_full.py"
+    op.write_text(RUNS_FULL.replace("COUNT_PATH", repr(str(count))))
     problem = load_problem(op, root=str(tmp_path))
     honest = (OPS / "relu_triton.py").read_text()
     ev = LocalEvaluator(device="cpu", prestart=False, judge_cache_bytes=0)
     try:
         judge = ev.prepared(problem).judge
-        flag.touch()
-        full = ev.evaluate(problem, honest)
-        assert not flag.exists()  # the judge's check called the reference: it raised there
-        assert full.status is Status.error and full.error.gate == "judge", full.error
-        assert "does not fit in memory" in full.error.message and "\n" not in full.error.message, full.error
+        count.write_text("1")
+        once = ev.evaluate(problem, honest)
+        assert count.read_text() == "0"  # the judge's check called the reference: it raised there
+        assert once.status is Status.correct, once.error
+        count.write_text("2")
+        twice = ev.evaluate(problem, honest)
+        assert count.read_text() == "0"
+        assert twice.status is Status.error and twice.error.gate == "judge", twice.error
+        assert "twice" in twice.error.message and "does not fit in memory" in twice.error.message, twice.error
+        assert "\n" not in twice.error.message
         again = ev.evaluate(problem, honest)
         assert again.status is Status.correct, again.error
         assert ev.prepared(problem).judge is judge and judge.alive()

@@ -221,8 +221,15 @@ class LocalEvaluator(EvaluatorBase):
         job = self._candidate_job(problem, prep, backend, cases=cases,
                                   timing=Timing(spec.warmup, spec.samples) if self._kind == "cuda" else None,
                                   profile=self._kind == "cuda")
-        relay = Relay(prep, {c.id for c in cases}, self._kind, self.timeout_s)
-        outcome, result = self._run(job, source, self.timeout_s, relay, clock)
+        for attempt in (1, 2):
+            relay = Relay(prep, {c.id for c in cases}, self._kind, self.timeout_s)
+            outcome, result = self._run(job, source, self.timeout_s, relay, clock)
+            # a check the judge could not fit: the device was full of something besides this job
+            # (another process of the run: a seed's capture, a profiling pass, a worker exiting),
+            # not the candidate's doing as far as anyone can tell, so it is judged once more in a
+            # fresh worker, and only a second such failure is its verdict
+            if not relay.judge_intact or attempt == 2:
+                break
         t0 = time.monotonic()
 
         def with_phases(out: EvalResult) -> EvalResult:
@@ -233,7 +240,8 @@ class LocalEvaluator(EvaluatorBase):
         if relay.judge_failure:
             if not relay.judge_intact:
                 self._forget(prep)
-            return with_phases(crashed(outcome, base, judge_failure=relay.judge_failure))
+            twice = "twice, the second time in a fresh worker: " if relay.judge_intact else ""
+            return with_phases(crashed(outcome, base, judge_failure=twice + relay.judge_failure))
         if result is None:
             return with_phases(crashed(outcome, base))
         out = decide(prep, cases, result, relay.checks, backend=backend, device=self.device, mode=mode, base=base)

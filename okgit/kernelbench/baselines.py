@@ -4,7 +4,7 @@ The arms are timed in one process on one device, in training mode (the mode a mo
 in which the run's evaluator and KernelBench time), interleaved over rounds, with the
 evaluator's own timer (okgit.eval.worker.timing: CUDA events, L2 flushed before each sample,
 warm-up excluded, pre-generated input sets rotated, as many as the evaluator's timing rotates,
-median) and its pinned library flags, holding the device alone (the device's lock, exclusive);
+median; without the calls only its gates read, `checks=False`: no arm is judged here) and its pinned library flags, holding the device alone (the device's lock, exclusive);
 the models are built, the inputs drawn and torch.compile compiled holding it shared, Inductor's
 autotuning alone (okgit.inductor.locking), as a seed's compile holds it. Run as
 `python -m okgit.kernelbench.baselines REF [WINNER [BACKEND]] [--device D] [--checked] [--model-patch]`
@@ -80,7 +80,7 @@ def _time_arms(arms: dict[str, Callable], input_sets: list[list], device: str) -
         for r in range(ROUNDS):
             for name, fn in arms.items():
                 timed = timing.time_calls(fn, input_sets, warmup=WARMUP if r == 0 else 1,
-                                          samples=SAMPLES_PER_ROUND, flush=flush)
+                                          samples=SAMPLES_PER_ROUND, flush=flush, checks=False)
                 samples[name] += timed.samples_us
                 rounds[name].append(statistics.median(timed.samples_us))
     return ({name: statistics.median(ts) for name, ts in samples.items()},

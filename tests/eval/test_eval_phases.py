@@ -31,7 +31,8 @@ def test_an_evaluation_says_where_its_seconds_went(evaluator):
     assert sum(phases.values()) <= result.wall_s + len(phases) * 0.0005  # each rounded to milliseconds
     # the worker's first call compiles the kernel (the interpreter: no compile, still a call), the
     # other calls are checked, the judge compares each, and the worker's process ends
-    for name in ("load", "first_call", "draw", "inputs_kept", "calls", "judge_compare", "exit"):
+    for name in ("load", "first_call", "draw", "inputs_kept", "calls", "judge_open", "judge_compare",
+                 "judge_fingerprint", "exit"):
         assert phases[name] > 0, name
     assert phases["reference"] < 0.05  # prepared before: not prepared again
     assert phases["timing"] == phases["device_wait"] == 0  # a CPU times nothing
@@ -42,11 +43,12 @@ def test_an_evaluation_says_where_its_seconds_went(evaluator):
 def test_the_clocks_fold_into_the_phases_and_add_up_to_the_wall():
     worker = {"load": 0.1, "compile": 0.2, "construct": 0.05, "first_call": 1.0, "draw": 0.3, "seeds": 0.4,
               "repeat": 0.2, "judge": 0.9, "timing": 0.5, "device_wait": 0.25, "write": 0.01}
-    judge = {"expected": 0.5, "compare": 0.25, "release": 0.05}
+    judge = {"expected": 0.5, "open": 0.02, "compare": 0.2, "fingerprint": 0.03, "release": 0.05}
     parent = {"static": 0.01, "reference": 0.0, "worker_start": 0.2, "lock_wait": 0.1, "exit": 0.05, "verdict": 0.02}
     phases = with_other(fold(parent, worker, judge, worker_wall=4.5), wall=6.0)
     assert phases["load"] == 0.35 and phases["calls"] == 0.6  # the worker's gates are its checked calls
-    assert phases["judge_expected"] == 0.5 and phases["judge_compare"] == 0.25 and phases["judge_release"] == 0.05
+    assert phases["judge_expected"] == 0.5 and phases["judge_compare"] == 0.2 and phases["judge_release"] == 0.05
+    assert phases["judge_open"] == 0.02 and phases["judge_fingerprint"] == 0.03
     assert phases["relay"] == 0.1  # the worker waited 0.9 s for answers the judge spent 0.8 s on
     assert phases["exit"] == round(0.05 + 0.01 + (4.5 - sum(worker.values())), 3)
     assert phases["other"] == round(6.0 - sum(v for k, v in phases.items() if k != "other"), 3)

@@ -139,3 +139,23 @@ def _as_dict(timed: timing.Timed) -> dict[str, Any]:
 
     return {"samples_us": timed.samples_us, "host_us": timed.host_us, "escaped": timed.escaped,
             "wake_us": timed.wake_us, "fenced": [asdict(f) for f in timed.fenced]}
+
+
+def test_the_samples_alone_make_only_the_samples_calls(device: FakeDevice) -> None:
+    """`checks=False` (the sweep's baselines, which no gate reads): warm-up and samples, nothing
+    else; the full protocol adds its checked clones, fenced calls and the back-to-back batch."""
+    calls = {"n": 0}
+
+    def work(x: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        device.clock_ms += 1.0
+        return x * 2
+
+    sets = [[torch.randn(64)], [torch.randn(64)]]
+    alone = timing.time_calls(work, sets, warmup=2, samples=8, flush=torch.empty(16), checks=False)
+    assert calls["n"] == 10 and len(alone.samples_us) == 8 and alone.median_us > 0
+    assert alone.spot == [] and alone.fenced == [] and alone.batch_calls == 0
+    calls["n"] = 0
+    full = timing.time_calls(work, sets, warmup=2, samples=8, flush=torch.empty(16))
+    assert calls["n"] == 10 + timing.FENCED_SAMPLES + full.batch_calls and full.spot
+    assert len(full.samples_us) == len(alone.samples_us)

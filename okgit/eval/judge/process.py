@@ -339,12 +339,14 @@ class Judge:
         native, f64 = self.expected(case)
         t1 = time.monotonic()
         outputs = open_exported(message["outputs"], self.device, Path(str(message["dir"])))
+        t_open = time.monotonic()
         leaves = message["leaves"]
         tolerances = self.prep.tolerances[case.id]
         # the modes case names the gate of each output (training mode, a buffer, eval mode)
         gates = [g for g, _ in self.prep.parts.get(case.id, [])] or [str(message["gate"])] * len(native)
         checks = [asdict(check_leaf(out, leaves[j], native[j], f64[j] if f64 else None, tolerances[j], gates[j]))
                   for j, out in enumerate(outputs[: len(native)])]
+        t_compare = time.monotonic()
         prints = ([fingerprint(o) if o is not None else None for o in outputs]
                   if message.get("fingerprint", True) else None)  # the determinism gate's pairs only
         t2 = time.monotonic()
@@ -353,9 +355,11 @@ class Judge:
         if self.device == "cuda" and must_release(recomputed, self.torch.cuda.mem_get_info()[0], self.prep.case_bytes):
             self.torch.cuda.empty_cache()  # what a recomputed case held goes back to the candidate
         # where the check's time went: the expected outputs (drawn and computed again where the
-        # cache does not hold them), the comparisons, then the worker's outputs closed and the
+        # cache does not hold them), the worker's outputs opened (CUDA IPC on a GPU), the
+        # comparisons, the fingerprints, then the worker's outputs closed and the
         # memory of a recomputed case handed back to the device where the candidate may need it
-        seconds = {"expected": t1 - t0, "compare": t2 - t1, "release": time.monotonic() - t2}
+        seconds = {"expected": t1 - t0, "open": t_open - t1, "compare": t_compare - t_open, "fingerprint": t2 - t_compare,
+                   "release": time.monotonic() - t2}
         return {"checks": checks, "fingerprints": prints, "seconds": seconds}
 
     # ---- helpers -------------------------------------------------------------------------------

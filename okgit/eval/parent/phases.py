@@ -23,7 +23,9 @@ PHASES = {
     "inputs_kept": "the checked calls' inputs copied before each call and compared after it (inputs_unchanged)",
     "calls": "the other checked calls (their outputs' facts, exported to the judge)",
     "judge_expected": "the judge's expected outputs (computed again where its cache does not hold them)",
-    "judge_compare": "the judge's comparisons and fingerprints",
+    "judge_open": "the judge opening the worker's exported outputs (CUDA IPC on a GPU)",
+    "judge_compare": "the judge's comparisons",
+    "judge_fingerprint": "the judge's fingerprints of outputs (the determinism gate's pairs)",
     "judge_release": "the judge closing the worker's outputs and handing a recomputed case's memory back",
     "relay": "messages between worker, parent and judge (the worker's wait beyond the judge's work)",
     "device_wait": "waiting for the device alone before the timing",
@@ -40,15 +42,15 @@ _WORKER = {"load": "load", "compile": "load", "construct": "load", "first_call":
 def fold(parent: dict[str, float], worker: dict[str, float], judge: dict[str, float], worker_wall: float) -> dict[str, float]:
     """The phases without `other`: `parent` already in PHASES' names; `worker`, the worker's
     phase_s (its gates are `calls`; `judge`, its wait for the judge's answers, is split into the
-    judge's own `expected`, `compare` and `release` seconds and the relay); `worker_wall`, the job's wall as
-    the parent saw it (the hand-over and the process's exit are what the worker's clock misses)."""
+    judge's own `expected`, `open`, `compare`, `fingerprint` and `release` seconds and the relay);
+    `worker_wall`, the job's wall as the parent saw it (the hand-over and the process's exit are what the worker's clock misses)."""
     out = {name: 0.0 for name in PHASES if name != "other"}
     for name, seconds in parent.items():
         out[name] += seconds
     for name, seconds in worker.items():
         if name != "judge":
             out[_WORKER.get(name, "calls")] += seconds
-    for name in ("expected", "compare", "release"):
+    for name in ("expected", "open", "compare", "fingerprint", "release"):
         out[f"judge_{name}"] += judge.get(name, 0.0)
     out["relay"] += max(0.0, worker.get("judge", 0.0) - sum(judge.values()))
     out["exit"] += max(0.0, worker_wall - sum(worker.values()))

@@ -32,7 +32,7 @@ class Relay:
         # the exception) and is asked again, where preparing a new one would cost the reference's
         # whole preparation and could itself not fit beside a worker still exiting
         self.judge_intact = False
-        self.judge_own: dict[str, float] = {}  # the judge's seconds of its checks: expected, compare, release
+        self.judge_own: dict[str, float] = {}  # the judge's seconds of its checks: expected, open, compare, fingerprint, release
         self.judge_memory: dict[str, int] = {}
         self.kinds = {c.id: c.kind for c in prep.cases if c.id in case_ids}
         self.fresh_case = fresh_case([c.id for c in prep.cases if c.kind == "seed" and c.id in case_ids])

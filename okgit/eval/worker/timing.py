@@ -151,8 +151,12 @@ def l2_flush_buffer(device: Any) -> Any:
 
 
 def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: int, samples: int,
-               flush: Any) -> Timed:
-    """Median event time per call over `samples` samples, after `warmup` identical ones."""
+               flush: Any, checks: bool = True) -> Timed:
+    """Median event time per call over `samples` samples, after `warmup` identical ones.
+    `checks=False`: the samples alone, for code no gate judges from this timing (the sweep's
+    baselines: eager, torch.compile, a winner the evaluator judged): no checked sample, no
+    fenced calls, no back-to-back batch, whose calls cost as much device time as the samples and
+    inform only the gates; the samples and their median are the same protocol's."""
     b = _bound
     new_event, record, elapsed, stream = b["new_event"], b["record"], b["elapsed"], b["stream"]
     synchronize, perf, event_synchronize = b["synchronize"], b["perf_counter"], b["event_synchronize"]
@@ -163,7 +167,7 @@ def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: i
     events = [(new_event(), new_event()) for _ in range(total)]
     salt0, pick = new_salt()
     # as many as there are input sets (the clones the last sample of each held before), at least SPOT_CHECKS
-    checked = set(pick.sample(range(warmup, total), min(max(SPOT_CHECKS, k), samples)))
+    checked = set(pick.sample(range(warmup, total), min(max(SPOT_CHECKS, k), samples))) if checks else set()
     spot: list[Spot] = []
     host: list[float] = []
     escaped: list[str] = []
@@ -188,6 +192,9 @@ def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: i
         del out
     synchronize()
     times = [elapsed(start, end) * 1000.0 for start, end in events[warmup:]]
+    if not checks:
+        return Timed(samples_us=times, median_us=median(times), batch_event_us=0.0, batch_host_us=0.0,
+                     residual_sync_us=0.0, batch_calls=0, host_us=host[warmup:])
     fenced, wake = _fenced_calls(fn, slots, input_sets, salt0, flush, first=total)
 
     n = max(k, min(50, samples))

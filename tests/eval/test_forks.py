@@ -171,6 +171,18 @@ def test_a_forked_worker_holds_nothing_of_the_candidate_before_it(evaluator, tmp
     assert first.status is Status.correct and second.status is Status.correct, (first.error, second.error)
 
 
+@pytest.mark.slow  # the real evaluator
+def test_a_forked_worker_has_inductors_runtime_before_its_job(evaluator):
+    """The zygote imports what the Inductor seeds import (about a second in a fresh process on a
+    CPU, in every evaluation's load before): the candidate finds it loaded at its own import."""
+    problem = load_problem(OPS / "relu.py", root=str(OPS))
+    honest = (OPS / "relu_triton.py").read_text()
+    checks = honest + ("\nimport sys\nassert 'torch._inductor.runtime.triton_helpers' in sys.modules, "
+                       "'Inductor runtime not loaded before the job'\n")
+    result = evaluator.evaluate(problem, checks)
+    assert result.status is Status.correct, result.error
+
+
 @pytest.mark.gpu
 @pytest.mark.slow  # the real evaluator on a GPU
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

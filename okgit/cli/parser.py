@@ -51,7 +51,8 @@ def _optimize_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=MODES,
                    help=f"thorough: more interleaved rounds in the final gate (default: {_default('mode')})")
     p.add_argument("--iterations", type=int, metavar="N",
-                   help="candidates to evaluate, all proposers together "
+                   help="candidates to evaluate, all proposers together; a launch-setting variant "
+                        "timed slower than the best and dropped unchecked counts as one "
                         f"(default: {DEFAULT_ITERATIONS}, {DEFAULT_MODEL_ITERATIONS} with --model)")
     p.add_argument("--budget-usd", type=float, metavar="X", help="stop once model calls cost this much (default: no limit)")
     p.add_argument("--eval", choices=EVALUATORS.names(), help=f"where candidates run (default: {_default('eval')})")

@@ -32,6 +32,12 @@ class Evaluator(Protocol):
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:
         """The final gate: interleaved rounds of reference and candidate in fresh processes."""
 
+    def screen(self, problem: Problem, source: str, *, backend: str = "triton") -> float | None:
+        """One fast timing of `source` and no correctness call: its median in microseconds (every
+        stream's work inside), for the search to drop a launch-setting variant slower than its best
+        before checking it (okgit.search.driver); None where this evaluator times nothing, times on
+        several devices, or the timing failed (the variant is then evaluated, which says why)."""
+
     def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
                 runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData | None:
         """The profiling pass, apart from any verdict: `base` (the evaluation's profile) with the
@@ -58,6 +64,9 @@ class EvaluatorBase:
                       backend: str = "triton") -> list[EvalResult]:
         return [self.evaluate(problem, s, mode=mode, backend=backend) for s in sources]
 
+    def screen(self, problem: Problem, source: str, *, backend: str = "triton") -> float | None:
+        return None  # nothing timed apart from an evaluation: every variant is evaluated
+
     def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
                 runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData | None:
         return None  # no profiling pass: the evaluation's own profile is all there is
@@ -77,19 +86,23 @@ class InMemoryEvaluator(EvaluatorBase):
     the search and the final gate. `width`: the batch the driver may hand it (evaluated one after
     another all the same). `ref_runtime_us`: a timed reference of that runtime (else untimed, as
     on a CPU); `thorough`: the verdict of thorough evaluations (the final gate's), where it differs;
-    `profiler`: the profiling pass, (source, the evaluation's profile) -> the profile with counters."""
+    `profiler`: the profiling pass, (source, the evaluation's profile) -> the profile with counters;
+    `screener`: the search's screen, source -> its timing alone (None: not timed)."""
 
     def __init__(self, verdict: Callable[[str], EvalResult], device: str = "cpu", width: int = 1,
                  ref_runtime_us: float | None = None, thorough: Callable[[str], EvalResult] | None = None,
-                 profiler: Callable[[str, ProfileData | None], ProfileData] | None = None) -> None:
+                 profiler: Callable[[str, ProfileData | None], ProfileData] | None = None,
+                 screener: Callable[[str], float | None] | None = None) -> None:
         self.verdict = verdict
         self.device = device
         self.width = width
         self.ref_runtime_us = ref_runtime_us
         self.thorough = thorough or verdict
         self.profiler = profiler
+        self.screener = screener
         self.calls: list[str] = []
         self.profiled: list[str] = []
+        self.screened: list[str] = []
 
     def reference(self, problem: Problem) -> Reference:
         return Reference(device=self.device, timed=self.ref_runtime_us is not None, runtime_us=self.ref_runtime_us)
@@ -97,6 +110,12 @@ class InMemoryEvaluator(EvaluatorBase):
     def evaluate(self, problem: Problem, source: str, *, mode: Mode = "fast", backend: str = "triton") -> EvalResult:
         self.calls.append(source)
         return (self.thorough if mode == "thorough" else self.verdict)(source)
+
+    def screen(self, problem: Problem, source: str, *, backend: str = "triton") -> float | None:
+        if self.screener is None:
+            return None
+        self.screened.append(source)
+        return self.screener(source)
 
     def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
                 runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData | None:

@@ -4,6 +4,13 @@ The driver owns numbering, evaluation, acceptance and the budgets; proposers onl
 and read back what happened from `ctx.attempts`. A proposer with `propose_batch(ctx, n)`
 hands over up to n candidates at once, evaluated at once (`Evaluator.evaluate_many`) when the
 evaluator runs several at a time (`width`); they are recorded in proposal order.
+
+A proposal that varies only launch settings of a correct candidate (`Proposal.screen`: the
+autotune phase's) is timed first where the evaluator can (`Evaluator.screen`: a fast timing, no
+correctness call) and a timed best exists; slower than the best by more than SCREEN_MARGIN, it
+is dropped unchecked: a `note` says so with both times, it gets no candidate id, and it counts
+as an iteration and against the patience, as a candidate that set no new best. A dropped variant
+could only have lost; one that may be faster is evaluated in full, as any other.
 """
 
 from __future__ import annotations
@@ -19,11 +26,14 @@ from okgit.search.types import Attempt, Context, Proposal, Proposer, source_key
 
 # A proposer that keeps proposing what was already evaluated has nothing new to say.
 MAX_DUPLICATES = 3
+# A screened variant slower than the best by more than this is dropped unchecked: above what one
+# fast timing of the same code varies by (medians of 10 samples: 1-3% on the H200)
+SCREEN_MARGIN = 0.03
 
 
 @dataclass
 class Budget:
-    iterations: int = 12  # evaluated candidates, all proposers together
+    iterations: int = 12  # evaluated candidates, all proposers together, and screened variants dropped
     # Correct candidates in a row that set no new best. A failed candidate neither counts nor
     # resets it: failures are bounded by the model's repair budgets and by the iterations, so a
     # model repairing one idea three times is not mistaken for a search that stopped improving.
@@ -116,7 +126,9 @@ class Search:
                     self.seen.add(key)
                     fresh.append(proposal)
                 if fresh:
-                    self.step_many(fresh)
+                    fresh = self._screen(fresh)
+                    if fresh:
+                        self.step_many(fresh)
                 elif duplicates >= MAX_DUPLICATES:
                     break
             # A proposer may return None because a budget ran out inside its own call.
@@ -127,6 +139,27 @@ class Search:
             if finish:
                 finish(self.ctx)
         return self.stop_reason or "proposers exhausted"
+
+    def _screen(self, proposals: list[Proposal]) -> list[Proposal]:
+        """The proposals to evaluate: each screened one timed first, and dropped where it is slower
+        than the best past SCREEN_MARGIN (see the module's docstring)."""
+        best = self.ctx.best
+        best_us = best.result.runtime_us if best is not None and best.result.timed else None
+        screen = getattr(self.evaluator, "screen", None)  # a plugin's evaluator may have none
+        if not best_us or best is None or screen is None:
+            return proposals
+        kept = []
+        for proposal in proposals:
+            us = screen(self.ctx.problem, proposal.source, backend=proposal.backend) if proposal.screen else None
+            if us is None or us <= best_us * (1 + SCREEN_MARGIN):
+                kept.append(proposal)
+                continue
+            self.evaluated += 1
+            self.since_best += 1
+            self.ctx.log("note", message=f"{proposal.origin}: {proposal.intent} timed {us:.1f} us before any check, "
+                                         f"{us / best_us:.2f}x the best ({best.cand}, {best_us:.1f} us): dropped "
+                                         "unchecked")
+        return kept
 
     def _propose(self, proposer: Proposer) -> list[Proposal] | None:
         """What the proposer has at once, at most what the evaluator runs at once and what the

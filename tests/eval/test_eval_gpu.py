@@ -76,6 +76,18 @@ def test_work_on_other_streams_is_rejected_or_timed_whole(gpu_evaluator, big_rel
     assert result.runtime_us >= 0.9 * honest.runtime_us, (result.runtime_us, honest.runtime_us)
 
 
+def test_the_screen_times_a_variant_as_its_evaluation_does(gpu_evaluator, big_relu):
+    """The search's screen (okgit.search.driver): a fast evaluation's timing alone, no check; the
+    same code's median as its evaluation's within the noise; a file that does not parse is left
+    to the evaluation (None)."""
+    source = (OPS / "relu_triton.py").read_text()
+    result = gpu_evaluator.evaluate(big_relu, source)
+    assert result.status is Status.correct and result.runtime_us, result.error
+    us = gpu_evaluator.screen(big_relu, source)
+    assert us is not None and abs(us - result.runtime_us) <= 0.1 * result.runtime_us, (us, result.runtime_us)
+    assert gpu_evaluator.screen(big_relu, "def (\n" + source) is None
+
+
 def test_two_streams_joined_back_are_honest(gpu_evaluator, big_relu):
     result = gpu_evaluator.evaluate(big_relu, (OPS / "gpu" / "two_streams_joined.py").read_text())
     assert result.status is Status.correct, result.error

@@ -361,13 +361,30 @@ class LocalEvaluator(EvaluatorBase):
     def prepared(self, problem: Problem) -> PreparedReference:
         return self._prepare(problem)
 
+    @_one_at_a_time
+    def screen(self, problem: Problem, source: str, *, backend: str = "triton") -> float | None:
+        """A fast evaluation's timing alone, in a waiting worker (the search's screen of a launch-
+        setting variant); None on a CPU, and where the static gate has a finding or the timing
+        failed: the evaluation that follows then gives the verdict."""
+        if self._kind != "cuda":
+            return None
+        try:
+            if static_findings(parse_python(source)):
+                return None
+            fast = MODES["fast"]
+            return self.time_once(problem, self._prepare(problem), source, backend,
+                                  timing=Timing(fast.warmup, fast.samples), timing_only=False)
+        except (SyntaxError, OkgitError):
+            return None
+
     def time_once(self, problem: Problem, prep: PreparedReference, source: str, backend: str,
-                  root: str | None = None) -> float:
+                  root: str | None = None, timing: Timing = COMPARE_TIMING, timing_only: bool = True) -> float:
         """Median event time of `source` in one fresh worker, without the correctness calls (the
-        final gate's rounds, and the A/A check of the benchmark script)."""
+        final gate's rounds in timing-only workers, the search's screen, and the A/A check of the
+        benchmark script)."""
         job = self._candidate_job(problem, prep, backend, root=root or problem.root,
-                                  cases=[c for c in prep.cases if c.kind == "seed"], check=False, timing=COMPARE_TIMING)
-        outcome, result = self._run(job, source, self.timeout_s, None, timing_only=True)
+                                  cases=[c for c in prep.cases if c.kind == "seed"], check=False, timing=timing)
+        outcome, result = self._run(job, source, self.timeout_s, None, timing_only=timing_only)
         if result is None or result.get("failure") or not result.get("timing"):
             why = result["failure"]["message"] if result and result.get("failure") else outcome.describe()
             raise OkgitError(f"a timing round failed: {why}")

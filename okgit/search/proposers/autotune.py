@@ -214,6 +214,7 @@ class AutotuneProposer:
                 parent=parent,
                 meta={"setting": site.name, "value": value, "previous": site.value, "control": site.control,
                       "kernel": site.kernel},
+                screen=True,
             )
         return None
 

@@ -372,7 +372,7 @@ class LocalEvaluator(EvaluatorBase):
             if static_findings(parse_python(source)):
                 return None
             fast = MODES["fast"]
-            return self.time_once(problem, self._prepare(problem), source, backend,
+            return self.time_once(problem, self._prepare(problem), source, backend, root=problem.candidate_root,
                                   timing=Timing(fast.warmup, fast.samples), timing_only=False)
         except (SyntaxError, OkgitError):
             return None

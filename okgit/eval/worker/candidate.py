@@ -164,7 +164,8 @@ class Worker:
         their float64 copies) while this process holds what it freed in its allocator's cache, and
         after a timing that is the input sets, their copies and the flush buffer. On an 80 GB H100
         (2026-12-05), every check of KernelBench L1/39's and L1/45's timed outputs ran out of
-        memory in the judge beside a worker holding 49 GiB, two thirds of it cached, not in use."""
+        memory in the judge beside a worker holding 48.86 GiB, by the timing's arithmetic most of
+        it cached, not in use."""
         if self.device == "cuda" and self.torch.cuda.mem_get_info()[0] < self.check_bytes:
             self.torch.cuda.empty_cache()
 

@@ -80,7 +80,7 @@ def main() -> int:
     resumable.pack(sweep_out, out / TARBALL)
     shutil.copy(out / TARBALL, _mkdir(state) / TARBALL)
     report = _report(sweep_out)
-    text = _table(report, calls)
+    text = _table(report, calls) + _screened(sweep_out)
     print(text)
     (out / "sweep-dev.md").write_text(text + "\n")
     (out / "sweep-dev.json").write_text(json.dumps({"report": report, "calls": calls}, indent=1) + "\n")
@@ -112,6 +112,22 @@ def _add_call(sweep_out: Path, wall: float, code: int, finished: list[str]) -> l
                   "rev": os.environ.get("SWEEP_REV", "unknown"), "card": _card(), "finished": finished})
     path.write_text(json.dumps(calls, indent=1) + "\n")
     return calls
+
+
+def _screened(sweep_out: Path) -> str:
+    """How many launch-setting variants the search dropped unchecked (its screen: a `note` each,
+    okgit.search.driver), over the runs in the sweep's folder, problems in flight included."""
+    dropped: dict[str, int] = {}
+    for journal in sweep_out.glob("repos/*/.okgit/runs/*/journal.jsonl"):
+        for line in journal.read_text().splitlines():
+            event = json.loads(line) if line.strip() else {}
+            if event.get("type") == "note" and "dropped unchecked" in str(event.get("message", "")):
+                problem = journal.parents[3].name
+                dropped[problem] = dropped.get(problem, 0) + 1
+    if not dropped:
+        return "\nscreen: no variant dropped unchecked"
+    return (f"\nscreen: {sum(dropped.values())} variant(s) dropped unchecked over {len(dropped)} problem(s): "
+            + ", ".join(f"{k} {n}" for k, n in sorted(dropped.items())))
 
 
 def _card() -> str:

@@ -146,3 +146,40 @@ def test_a_check_that_does_not_fit_is_judged_again_and_keeps_its_judge(tmp_path)
         assert ev.prepared(problem).judge is judge and judge.alive()
     finally:
         ev.close()
+
+
+UNSEEDED = '''
+import random
+import torch
+import torch.nn as nn
+
+batch_size = 16
+dim = 256
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.rand(batch_size, dim) + random.random()]  # Python's generator: not torch.manual_seed's
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.slow  # `okgit eval` prepares the reference in a judge process before it refuses
+def test_inputs_that_the_seed_does_not_fix_are_refused_in_one_line(cli, tmp_path):
+    """The judge and each worker draw a case's inputs apart: a get_inputs() whose values the seed
+    does not fix would have every candidate judged against other inputs. The judge draws each
+    case twice while it prepares, and refuses the op in one line."""
+    op = tmp_path / "unseeded.py"
+    op.write_text(UNSEEDED)
+    done = cli("eval", str(OPS / "relu_triton.py"), "--ref", str(op), "--device", "cpu", cwd=tmp_path)
+    assert done.returncode == 1
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "drew different inputs twice under the same seed" in lines[0], lines
+    assert "Traceback" not in done.stderr

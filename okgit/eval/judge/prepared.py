@@ -142,6 +142,18 @@ def device_peaks(trace: list[list[Any]], cases: list[Case], cached: set[str]) ->
     return max((reserved[n] for n in again if n in reserved), default=largest), largest
 
 
+def scale_for_cpu(torch: Any, job: Job, knobs: dict[str, int]) -> dict[str, int]:
+    """Halve every knob >= 16 until the inputs hold <= limit elements (the interpreter is slow)."""
+    current = dict(knobs)
+    while True:
+        module = calls.load_op(job.source_path, "okgit_reference_scaled", current)
+        n = sum(x.numel() for x in shapes_of_inputs(torch, module) if isinstance(x, torch.Tensor))
+        smaller = {k: v // 2 for k, v in current.items() if v >= 16}
+        if n <= job.cpu_input_limit or not smaller:
+            return current
+        current.update(smaller)
+
+
 def shapes_of_inputs(torch: Any, module: ModuleType) -> list[Any]:
     """get_inputs() on the meta device (shapes, no data: KernelBench inputs reach 6 GB); on the
     CPU where an op of it has no meta version."""

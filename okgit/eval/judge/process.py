@@ -36,13 +36,14 @@ from okgit.eval.judge.prepared import (
     count_cost,
     device_peaks,
     must_release,
+    scale_for_cpu,
     shape_variants,
-    shapes_of_inputs,
 )
 from okgit.eval.judge.tolerance import (
     check_leaf,
     degenerate_reason,
     fingerprint,
+    inputs_digest,
     magnitude,
     random_reason,
     reference_error,
@@ -103,7 +104,7 @@ class Judge:
         main = dict(job.knobs)
         if job.device == "cpu":
             self.phase("reference: scale shapes for the CPU")
-            main = self.scale_for_cpu(job, main)
+            main = scale_for_cpu(self.torch, job, main)
         prep.shapes = [main]
         seeds = job.seeds
         stats: dict[str, CaseStats] = {}
@@ -241,24 +242,35 @@ class Judge:
             return self.compute_modes(case, arm, record)
         inputs = calls.draw_inputs(torch, arm.module, case, self.device)
         inputs_bytes = calls.nbytes(inputs)
+        f64 = None
+        if arm.double is not None:
+            # float64 first, then the inputs drawn again for the native call: the native inputs and
+            # outputs never sit beside the float64 copies and outputs, a check's peak one input's
+            # worth lower (KernelBench L1/39's timed checks: 48 GiB reserved, 8 of them its input)
+            drawn = inputs_digest(inputs) if record else None
+            doubled = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+            del inputs
+            try:
+                with torch.no_grad():
+                    f64 = flatten(arm.double(*doubled))
+            except Exception as e:  # the op has no float64 path, or it does not fit
+                if calls.out_of_memory(e) and not record:
+                    raise  # a check that does not fit: never judged on less than it was prepared with
+                if record and calls.out_of_memory(e):
+                    arm.double = None  # for every later call too: the tolerances rest on the native output
+                f64 = None
+            del doubled
+            inputs = calls.draw_inputs(torch, arm.module, case, self.device)
+            if record and inputs_digest(inputs) != drawn:  # each process draws a case's inputs for itself
+                raise calls.CallFailed(f"reference: {case.id}", "error", "get_inputs() drew different inputs twice "
+                                       "under the same seed (torch.manual_seed): the judge and each candidate's worker "
+                                       "draw a case's inputs apart and must get the same ones")
         native = calls.call(torch, arm.model, inputs, self.device, label=case.id, gate=f"reference: {case.id}",
                             check_inputs=record)
         if record and arm.channels_last is not None:  # the same op in the other layout: part of its own error
             self.layout_outputs[case.id] = calls.call(
                 torch, arm.channels_last, calls.channels_last_inputs(torch, inputs), self.device, label=case.id,
                 gate=f"reference: {case.id} (channels_last)", check_inputs=False).leaves
-        f64 = None
-        if arm.double is not None:
-            doubled = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-            del inputs
-            try:
-                with torch.no_grad():
-                    f64 = flatten(arm.double(*doubled))
-            except Exception as e:  # noqa: BLE001 - the op has no float64 path, or it does not fit
-                if record and calls.out_of_memory(e):
-                    arm.double = None  # for every later call too: the tolerances rest on the native output
-                f64 = None
-            del doubled
         return native.leaves, f64, native.facts, inputs_bytes
 
     def compute_modes(self, case: Case, arm: Arm, record: bool = False) -> tuple[list[Any], list[Any] | None,
@@ -363,18 +375,6 @@ class Judge:
         return {"checks": checks, "fingerprints": prints, "seconds": seconds}
 
     # ---- helpers -------------------------------------------------------------------------------
-    def scale_for_cpu(self, job: Job, knobs: dict[str, int]) -> dict[str, int]:
-        """Halve every knob >= 16 until the inputs hold <= limit elements (the interpreter is slow)."""
-        torch = self.torch
-        current = dict(knobs)
-        while True:
-            module = calls.load_op(job.source_path, "okgit_reference_scaled", current)
-            n = sum(x.numel() for x in shapes_of_inputs(torch, module) if isinstance(x, torch.Tensor))
-            smaller = {k: v // 2 for k, v in current.items() if v >= 16}
-            if n <= job.cpu_input_limit or not smaller:
-                return current
-            current.update(smaller)
-
     def double_model(self, module: ModuleType, init: list[Any]) -> Any:
         try:
             model, _ = calls.build(self.torch, module.Model, init, self.device)

@@ -293,6 +293,13 @@ def fingerprint(t: Any) -> str:
     return f"{t.dtype}:{list(t.shape)}:{plain & (2**64 - 1):x}:{weighted & (2**64 - 1):x}"
 
 
+def inputs_digest(inputs: list[Any]) -> list[str]:
+    """What tells two draws of a case's inputs apart: each tensor's fingerprint, anything else its repr."""
+    import torch
+
+    return [fingerprint(x) if isinstance(x, torch.Tensor) else repr(x) for x in inputs]
+
+
 @dataclass(frozen=True)
 class OutputSummary:
     """What the degeneracy rules need of one case's reference outputs, so that no case's

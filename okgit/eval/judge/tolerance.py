@@ -294,10 +294,11 @@ def fingerprint(t: Any) -> str:
 
 
 def inputs_digest(inputs: list[Any]) -> list[str]:
-    """What tells two draws of a case's inputs apart: each tensor's fingerprint, anything else its repr."""
+    """What tells two draws of a case's inputs apart: each tensor's fingerprint (other arguments
+    are the op's constants, and an object's repr may name its address)."""
     import torch
 
-    return [fingerprint(x) if isinstance(x, torch.Tensor) else repr(x) for x in inputs]
+    return [fingerprint(x) for x in inputs if isinstance(x, torch.Tensor)]
 
 
 @dataclass(frozen=True)

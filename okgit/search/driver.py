@@ -7,7 +7,8 @@ evaluator runs several at a time (`width`); they are recorded in proposal order.
 
 A proposal that varies only launch settings of a correct candidate (`Proposal.screen`: the
 autotune phase's) is timed first where the evaluator can (`Evaluator.screen`: a fast timing, no
-correctness call) and a timed best exists; slower than the best by more than SCREEN_MARGIN, it
+correctness call) and a best timed by this search exists (a resumed run's earlier best may have
+been timed on another card); slower than the best by more than SCREEN_MARGIN, it
 is dropped unchecked: a `note` says so with both times, it gets no candidate id, and it counts
 as an iteration and against the patience, as a candidate that set no new best. A dropped variant
 could only have lost; one that may be faster is evaluated in full, as any other.
@@ -74,6 +75,7 @@ class Search:
         self.evaluated = len(ctx.attempts)  # a resumed run's iteration budget counts what it did
         self.stop_reason = ""
         self.seen = {source_key(a.proposal.source) for a in ctx.attempts}
+        self.timed_here: set[str] = set()  # candidates this search evaluated: a resumed run's may be another card's
         log = ctx.log
 
         def counting_log(type: str, **fields):
@@ -146,7 +148,7 @@ class Search:
         best = self.ctx.best
         best_us = best.result.runtime_us if best is not None and best.result.timed else None
         screen = getattr(self.evaluator, "screen", None)  # a plugin's evaluator may have none
-        if not best_us or best is None or screen is None:
+        if not best_us or best is None or screen is None or best.cand not in self.timed_here:
             return proposals
         kept = []
         for proposal in proposals:
@@ -238,6 +240,7 @@ class Search:
             phase_s=result.phase_s or None,
         )
         attempt = Attempt(cand=cand, proposal=proposal, result=result)
+        self.timed_here.add(cand)
         ctx.trace(
             "candidate", cand=cand, origin=proposal.origin, intent=proposal.intent,
             parent=proposal.parent, source=proposal.source, result=result,

@@ -91,3 +91,22 @@ def test_a_cpu_screens_nothing(evaluator):
     evaluated (and the autotune phase proposes none there anyway)."""
     problem = load_problem(OPS / "relu.py", root=str(OPS))
     assert evaluator.screen(problem, (OPS / "relu_triton.py").read_text()) is None
+
+
+def test_a_resumed_runs_earlier_best_screens_nothing():
+    """A resumed run's best was timed in an earlier session, maybe on another card: nothing is
+    screened against it until this search has timed a best of its own."""
+    from okgit.search.types import Attempt
+
+    events: list[dict] = []
+    evaluator = InMemoryEvaluator(verdict, device="cuda:0", ref_runtime_us=REF_US, screener=lambda s: TIMES[s])
+    ctx = Context(problem=PROBLEM, reference=evaluator.reference(PROBLEM), backend="triton", device="cuda:0",
+                  log=lambda type, **fields: events.append({"type": type, **fields}))
+    earlier = Attempt(cand="c001", proposal=Proposal(source="base", origin="test"), result=verdict("base"))
+    ctx.attempts.append(earlier)
+    ctx.best = earlier
+    search = Search(ctx, evaluator, Budget(iterations=10), accept=lambda a: f"tag-{a.cand}")
+    proposer = Variants(["slow"])
+    proposer.queue.remove("base")  # evaluated before the resume
+    search.run([proposer])
+    assert evaluator.screened == [] and evaluator.calls == ["slow"]

@@ -22,6 +22,9 @@ class Stall(BaseModel):
     line: str | None = None  # Proton: the source line ("file.py:42") with most of its samples
 
 
+TOP_KERNELS = 10  # the kernels a profile lists at most (ProfileData.top_kernels), the longest first
+
+
 class KernelTime(BaseModel):
     """One kernel of a call: its time (torch.profiler), its launch and the occupancy that launch
     allows (CUPTI's launch record, okgit.eval.worker.occupancy), and where a profiling pass ran,

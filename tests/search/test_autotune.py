@@ -275,3 +275,45 @@ def test_column_layout_blocks_are_tuned_within_the_dims():
     assert [p.meta["setting"] for p in proposals] == ["FUSED_COLUMNS_0_BLOCK_J", "FUSED_COLUMNS_0_BLOCK_R", "FUSED_COLUMNS_0_NUM_WARPS"]
     results = run_ops([(path, p.source, {"batch_size": 5, "dim1": 37, "dim2": 19}) for p in proposals])
     assert all(r["ok"] for r in results), results
+
+
+TWO_KERNELS = OWN_KERNEL.replace('''class Model(nn.Module):''', '''@triton.jit
+def other_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+
+
+def elsewhere(x, y, n):  # launched at other shapes only, as a seed's dynamic-shape kernel is
+    other_kernel[(triton.cdiv(n, 128),)](x, y, n, BLOCK=128)
+
+
+class Model(nn.Module):''')
+
+
+def test_only_the_kernels_that_ran_at_the_timed_shape_are_tuned(tmp_path):
+    from okgit.eval.types import TOP_KERNELS, KernelTime
+
+    def profile(*names: str) -> ProfileData:
+        return ProfileData(top_kernels=[KernelTime(name=n, time_us=10.0, custom=True) for n in names])
+
+    def kernels(launched) -> set[str]:
+        return {s.kernel for s, _ in variants(TWO_KERNELS, cap_numel=1000, cap_dim=1000, launched=launched)}
+
+    from okgit.search.proposers.autotune import launched_kernels
+
+    assert kernels(None) == {"double_kernel", "other_kernel"}
+    assert kernels(launched_kernels(profile("double_kernel"))) == {"double_kernel"}
+    assert kernels(launched_kernels(profile("a_library_kernel"))) == {"double_kernel", "other_kernel"}  # names not the file's
+    assert launched_kernels(profile(*[f"k{i}" for i in range(TOP_KERNELS)])) is None  # a list cut short says nothing
+    path = tmp_path / "op.py"
+    path.write_text(TWO_KERNELS)
+    events: list[dict] = []
+    ctx = ctx_for(path, Proposal(source=TWO_KERNELS, origin="test"), profile("double_kernel"))
+    ctx.log = lambda type, **fields: events.append({"type": type, **fields})
+    proposer = AutotuneProposer()
+    made = []
+    while (p := proposer.propose(ctx)) is not None:
+        made.append(p)
+    assert made and all(p.meta["kernel"] == "double_kernel" for p in made), [p.meta for p in made]
+    assert any("left out the settings of other_kernel" in e.get("message", "") for e in events), events

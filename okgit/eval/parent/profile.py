@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from okgit.eval.types import Bottleneck, KernelTime, ProfileData, Stall
+from okgit.eval.types import TOP_KERNELS, Bottleneck, KernelTime, ProfileData, Stall
 
 CPU_REASON = ("no GPU here: Triton ran under its interpreter, so nothing was timed or profiled "
               "(no kernel times, no hardware counters)")
@@ -36,7 +36,7 @@ def profile_data(kernels: dict[str, dict[str, Any]], custom_names: set[str], *, 
     custom = sum(k.time_us for k in top if k.custom)
     extra = {"kernel_time_us": total, "custom_kernel_time_us": custom} if top else {}
     prof = ProfileData(
-        flops=flops, min_bytes=min_bytes, launch_count=launch_count, top_kernels=top[:10],
+        flops=flops, min_bytes=min_bytes, launch_count=launch_count, top_kernels=top[:TOP_KERNELS],
         raw={**extra, **(raw or {})}, **fields,
     )
     prof.sources.update({k: "roofline" for k in ("bottleneck_type", "roofline_position", "bandwidth_utilization",

@@ -16,6 +16,10 @@ precision rule like any candidate (the only way to know whether bf16x3 passes on
 are how its tiles write C (`*_STORE`: TMA, streamed, plain) and whether its grid is persistent
 (`*_PERSISTENT`, a switch: the other value), the levers of a GEMM bound by writing its output.
 
+A kernel that did not run at the timed shape (a seed's dynamic-shape kernel beside its static
+one, which runs there) has nothing to tune: where the best's profile lists every kernel the timed
+call launched, the other kernels' settings are left out, and the journal names them.
+
 Order: a GEMM's precision first, then the nearest values (a factor of 2 before 4), settings
 interleaved, so the cheap, likely wins come first; blocks above the padded problem size and
 GEMM tiles that cannot fit in shared memory (as the GEMM kind counts it) are pruned, and a
@@ -47,7 +51,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from okgit.eval.types import ProfileData
+from okgit.eval.types import TOP_KERNELS, ProfileData
 from okgit.lower.graph import Unsupported
 from okgit.lower.kinds import gemm
 from okgit.lower.trace import input_extent
@@ -148,12 +152,14 @@ def _fits(constants: dict[str, int | str], changed: Site, value: int | str) -> b
     return gemm.shared_bytes(group) <= gemm.SHARED_LIMIT
 
 
-def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = None) -> list[tuple[Site, int | str]]:
+def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = None,
+             launched: frozenset[str] | None = None) -> list[tuple[Site, int | str]]:
     """One-setting changes of source, nearest first, settings interleaved, a GEMM's precision
     before its launch settings (between precisions the H200 measured the largest differences);
-    with a focus, of the launch settings only the controls it names, in its order."""
+    with a focus, of the launch settings only the controls it names, in its order; with the
+    kernels the timed call launched, none of another kernel's (`ran_only`)."""
     tree = ast.parse(source)
-    found = find_sites(source)
+    found = ran_only(find_sites(source), launched)
     launch = [s for s in found if s.control != "precision"]
     if focus is not None:
         launch = sorted((s for s in launch if s.control in focus.controls), key=lambda s: focus.controls.index(s.control))
@@ -166,6 +172,24 @@ def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = No
     for rank in range(max((len(p) for p in per_site), default=0)):
         out += [p[rank] for p in per_site if rank < len(p)]
     return out[:MAX_VARIANTS]
+
+
+def launched_kernels(profile: ProfileData | None) -> frozenset[str] | None:
+    """The kernels the timed call launched, by name (its profile's list, where that is whole:
+    shorter than the most a profile lists), or None where that is not known."""
+    if profile is None or not profile.top_kernels or len(profile.top_kernels) >= TOP_KERNELS:
+        return None
+    return frozenset(k.name for k in profile.top_kernels)
+
+
+def ran_only(sites: list[Site], launched: frozenset[str] | None) -> list[Site]:
+    """The sites that can change the timed call: a kernel's own settings only where it ran there
+    (on KernelBench L1/24 the seed's dynamic-shape kernel, which runs at other shapes only, took 2
+    of 8 autotune evaluations on an H100). Where no kernel of the file matches a launched name,
+    the names are not the file's (nothing is dropped)."""
+    if launched is None or not any(s.kernel in launched for s in sites):
+        return sites
+    return [s for s in sites if not s.kernel or s.kernel in launched]
 
 
 def _key(source: str) -> str:
@@ -235,11 +259,17 @@ class AutotuneProposer:
             except Unsupported:
                 self._extent = (1 << 31, 1 << 16)  # sizes unknown: no size pruning
         focus = Focus.of(profile)
+        launched = launched_kernels(profile)
         try:
-            found = variants(source, *self._extent, focus)
-            sites = find_sites(source)
+            found = variants(source, *self._extent, focus, launched)
+            every = find_sites(source)
         except SyntaxError:
             return
+        sites = ran_only(every, launched)
+        idle = sorted({s.kernel for s in every} - {s.kernel for s in sites})
+        if idle:
+            ctx.log("note", message=f"autotune around {parent or 'the reference'}: left out the settings of "
+                                    f"{', '.join(idle)}, which did not run at the timed shape")
         if focus is not None and focus.why != self._focus_noted and sites:
             left = sorted({s.control for s in sites} - set(focus.controls) - {"precision"})
             ctx.log("note", message=f"autotune around {parent or 'the reference'}: {focus.why}"

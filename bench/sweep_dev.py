@@ -117,11 +117,13 @@ def _add_call(sweep_out: Path, wall: float, code: int, finished: list[str]) -> l
 def _screened(sweep_out: Path) -> str:
     """How many launch-setting variants the search dropped unchecked (its screen: a `note` each,
     okgit.search.driver), over the runs in the sweep's folder, problems in flight included."""
+    from okgit.search.driver import DROPPED
+
     dropped: dict[str, int] = {}
     for journal in sweep_out.glob("repos/*/.okgit/runs/*/journal.jsonl"):
         for line in journal.read_text().splitlines():
             event = json.loads(line) if line.strip() else {}
-            if event.get("type") == "note" and "dropped unchecked" in str(event.get("message", "")):
+            if event.get("type") == "note" and DROPPED in str(event.get("message", "")):
                 problem = journal.parents[3].name
                 dropped[problem] = dropped.get(problem, 0) + 1
     if not dropped:

@@ -30,6 +30,7 @@ MAX_DUPLICATES = 3
 # A screened variant slower than the best by more than this is dropped unchecked: above what one
 # fast timing of the same code varies by (medians of 10 samples: 1-3% on the H200)
 SCREEN_MARGIN = 0.03
+DROPPED = "dropped unchecked"  # the end of a screened variant's note (bench/sweep_dev.py counts them)
 
 
 @dataclass
@@ -75,7 +76,7 @@ class Search:
         self.evaluated = len(ctx.attempts)  # a resumed run's iteration budget counts what it did
         self.stop_reason = ""
         self.seen = {source_key(a.proposal.source) for a in ctx.attempts}
-        self.timed_here: set[str] = set()  # candidates this search evaluated: a resumed run's may be another card's
+        self.earlier = {a.cand for a in ctx.attempts}  # a resumed run's: timed in an earlier session, maybe on another card
         log = ctx.log
 
         def counting_log(type: str, **fields):
@@ -148,7 +149,7 @@ class Search:
         best = self.ctx.best
         best_us = best.result.runtime_us if best is not None and best.result.timed else None
         screen = getattr(self.evaluator, "screen", None)  # a plugin's evaluator may have none
-        if not best_us or best is None or screen is None or best.cand not in self.timed_here:
+        if not best_us or best is None or screen is None or best.cand in self.earlier:
             return proposals
         kept = []
         for proposal in proposals:
@@ -159,8 +160,7 @@ class Search:
             self.evaluated += 1
             self.since_best += 1
             self.ctx.log("note", message=f"{proposal.origin}: {proposal.intent} timed {us:.1f} us before any check, "
-                                         f"{us / best_us:.2f}x the best ({best.cand}, {best_us:.1f} us): dropped "
-                                         "unchecked")
+                                         f"{us / best_us:.2f}x the best ({best.cand}, {best_us:.1f} us): {DROPPED}")
         return kept
 
     def _propose(self, proposer: Proposer) -> list[Proposal] | None:
@@ -240,7 +240,6 @@ class Search:
             phase_s=result.phase_s or None,
         )
         attempt = Attempt(cand=cand, proposal=proposal, result=result)
-        self.timed_here.add(cand)
         ctx.trace(
             "candidate", cand=cand, origin=proposal.origin, intent=proposal.intent,
             parent=proposal.parent, source=proposal.source, result=result,

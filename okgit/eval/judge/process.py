@@ -254,9 +254,9 @@ class Judge:
                 with torch.no_grad():
                     f64 = flatten(arm.double(*doubled))
             except Exception as e:  # the op has no float64 path, or it does not fit
-                if calls.out_of_memory(e) and not record:
-                    raise  # a check that does not fit: never judged on less than it was prepared with
-                if record and calls.out_of_memory(e):
+                if calls.out_of_memory(e):
+                    if not record:
+                        raise  # a check that does not fit: never judged on less than it was prepared with
                     arm.double = None  # for every later call too: the tolerances rest on the native output
                 f64 = None
             del doubled

@@ -18,7 +18,8 @@ torch.profiler's session, which an evaluation's worker and a judge then open emp
 one-time cost before their jobs (okgit.eval.worker.calls.open_profiler), runs no kernel, so it
 holds nothing (`let_go`): on the H200's sweep on 9d7c409 (2026-12-05) it was 3.4-4.5 s of a
 5-6 s start, and timings waited behind starts for 198 of their 359 s of waiting.
-bench/disturb.py's `session` row measures whether such a session slows a timing beside it.
+bench/disturb.py's `session` row found it slows no timing beside it (an H100, 2026-12-05: rounds
+within the spread of those beside processes that only bring CUDA up).
 """
 
 from __future__ import annotations

@@ -153,13 +153,13 @@ def _fits(constants: dict[str, int | str], changed: Site, value: int | str) -> b
 
 
 def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = None,
-             launched: frozenset[str] | None = None) -> list[tuple[Site, int | str]]:
+             sites: list[Site] | None = None) -> list[tuple[Site, int | str]]:
     """One-setting changes of source, nearest first, settings interleaved, a GEMM's precision
     before its launch settings (between precisions the H200 measured the largest differences);
-    with a focus, of the launch settings only the controls it names, in its order; with the
-    kernels the timed call launched, none of another kernel's (`ran_only`)."""
+    with a focus, of the launch settings only the controls it names, in its order. `sites`: those
+    to vary, where the caller found them (default: every site of the source)."""
     tree = ast.parse(source)
-    found = ran_only(find_sites(source), launched)
+    found = find_sites(source) if sites is None else sites
     launch = [s for s in found if s.control != "precision"]
     if focus is not None:
         launch = sorted((s for s in launch if s.control in focus.controls), key=lambda s: focus.controls.index(s.control))
@@ -261,11 +261,11 @@ class AutotuneProposer:
         focus = Focus.of(profile)
         launched = launched_kernels(profile)
         try:
-            found = variants(source, *self._extent, focus, launched)
             every = find_sites(source)
         except SyntaxError:
             return
         sites = ran_only(every, launched)
+        found = variants(source, *self._extent, focus, sites)
         idle = sorted({s.kernel for s in every} - {s.kernel for s in sites})
         if idle:
             ctx.log("note", message=f"autotune around {parent or 'the reference'}: left out the settings of "

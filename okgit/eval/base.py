@@ -43,6 +43,10 @@ class Evaluator(Protocol):
         """The profiling pass, apart from any verdict: `base` (the evaluation's profile) with the
         hardware counters read in a fresh worker; None where this evaluator has no such pass."""
 
+    def passed_thorough(self, problem: Problem, source: str, *, backend: str = "triton") -> bool:
+        """Whether `source` passed a thorough evaluation here against this problem's reference as
+        prepared now (the final gate's check): a later fast check of the same file is a subset of it."""
+
     def close(self) -> None:
         """Stop what it started (idle workers, judges, a Modal app); idempotent."""
 
@@ -70,6 +74,9 @@ class EvaluatorBase:
     def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
                 runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData | None:
         return None  # no profiling pass: the evaluation's own profile is all there is
+
+    def passed_thorough(self, problem: Problem, source: str, *, backend: str = "triton") -> bool:
+        return False  # remembers no verdict: a check evaluates
 
     def close(self) -> None:
         pass
@@ -103,13 +110,20 @@ class InMemoryEvaluator(EvaluatorBase):
         self.calls: list[str] = []
         self.profiled: list[str] = []
         self.screened: list[str] = []
+        self.held_thorough: set[str] = set()  # sources whose thorough verdict was correct
 
     def reference(self, problem: Problem) -> Reference:
         return Reference(device=self.device, timed=self.ref_runtime_us is not None, runtime_us=self.ref_runtime_us)
 
     def evaluate(self, problem: Problem, source: str, *, mode: Mode = "fast", backend: str = "triton") -> EvalResult:
         self.calls.append(source)
-        return (self.thorough if mode == "thorough" else self.verdict)(source)
+        result = (self.thorough if mode == "thorough" else self.verdict)(source)
+        if mode == "thorough" and result.status is Status.correct:
+            self.held_thorough.add(source)
+        return result
+
+    def passed_thorough(self, problem: Problem, source: str, *, backend: str = "triton") -> bool:
+        return source in self.held_thorough
 
     def screen(self, problem: Problem, source: str, *, backend: str = "triton") -> float | None:
         if self.screener is None:

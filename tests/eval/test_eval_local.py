@@ -207,10 +207,12 @@ def test_compare_rounds_start_their_workers_at_once(monkeypatch):
 
 
 @pytest.mark.slow  # the real evaluator, a thorough check (8 seeds)
-def test_code_that_passed_a_thorough_check_is_remembered_against_its_reference(evaluator):
-    """What lets the final gate's comparison skip its own fast check (the comparison itself needs a
-    GPU: tests/eval/test_eval_gpu.py): only a thorough pass of that very code counts."""
+def test_code_that_passed_a_thorough_check_is_remembered_against_its_reference(evaluator, monkeypatch):
+    """What lets the final gate's comparison and the sweep's check of the winner skip their own
+    fast check (the comparison itself needs a GPU: tests/eval/test_eval_gpu.py): only a thorough
+    pass of that very code, backend and prepared reference counts."""
     from okgit.eval.parent.local import _digest
+    from okgit.eval.parent.one_shot import check_winner
 
     problem = load_problem(OPS / "relu.py", root=str(OPS))
     honest = (OPS / "relu_triton.py").read_text()
@@ -223,6 +225,13 @@ def test_code_that_passed_a_thorough_check_is_remembered_against_its_reference(e
     assert evaluator.evaluate(problem, honest, mode="thorough").status is Status.correct
     assert prep.thorough == {_digest(problem, honest, "triton")}
     assert _digest(problem, honest, "cuda") not in prep.thorough
+    assert evaluator.passed_thorough(problem, honest) and not evaluator.passed_thorough(problem, wrong)
+    assert not evaluator.passed_thorough(problem, honest, backend="cuda")
+    asked: list[str] = []
+    monkeypatch.setattr(evaluator, "evaluate", lambda problem, source, **kw: asked.append(source))
+    assert check_winner(evaluator, problem, honest) == (None, None) and asked == []  # answered by the thorough pass
+    prep.judge.close()  # its judge gone: a new one prepares the reference afresh, with no verdicts
+    assert not evaluator.passed_thorough(problem, honest)
 
 
 def test_final_gate_statistics():

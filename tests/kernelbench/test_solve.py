@@ -29,15 +29,14 @@ def fast(source: str) -> EvalResult:
 
 
 class Counting(InMemoryEvaluator):
-    """Counts the references it prepares; after the final gate's rounds (`compare`), answers
-    `after_gate` instead of its judge, where given: a winner that stops being right."""
+    """Counts the references it prepares and records each evaluation's mode; `interrupt_at`: the
+    evaluation that a Ctrl-C stops."""
 
-    def __init__(self, after_gate=None, interrupt_at: int | None = None) -> None:
+    def __init__(self, interrupt_at: int | None = None) -> None:
         super().__init__(fast, device="cuda:0", ref_runtime_us=10.0)
         self.references = 0
-        self.after_gate = after_gate
-        self.gated = False
         self.interrupt_at = interrupt_at
+        self.modes: list[str] = []
 
     def reference(self, problem):
         self.references += 1
@@ -46,14 +45,8 @@ class Counting(InMemoryEvaluator):
     def evaluate(self, problem, source, *, mode="fast", backend="triton"):
         if self.interrupt_at is not None and len(self.calls) + 1 >= self.interrupt_at:
             raise KeyboardInterrupt()
-        if self.gated and self.after_gate is not None:
-            self.calls.append(source)
-            return self.after_gate(source)
+        self.modes.append(mode)
         return super().evaluate(problem, source, mode=mode, backend=backend)
-
-    def compare(self, problem, source, *, rounds=5, backend="triton"):
-        self.gated = True
-        return super().compare(problem, source, rounds=rounds, backend=backend)
 
 
 def repo(tmp_path: Path) -> Path:
@@ -76,7 +69,9 @@ def test_the_winner_is_checked_by_the_runs_own_evaluator_on_its_prepared_referen
     assert solved.checked and solved.disagreement is None and solved.check_error is None
     assert evaluator.references == 1  # the check prepared nothing of its own
     winner = git("show", f"{solved.run['best_tag']}:{op.name}", cwd=op.parent)
-    assert evaluator.calls[-1] == winner  # the last evaluation: the check, of the winner's file as tagged
+    # the last evaluation: the final gate's thorough check of the winner's file as tagged, which
+    # answers the sweep's check (a fast one would be a subset of it): no evaluation after it
+    assert evaluator.calls[-1] == winner and evaluator.modes[-1] == "thorough"
     assert set(solved.walls) >= {"reference", "search", "final gate", "check"}
 
 
@@ -86,8 +81,13 @@ def test_a_winner_that_fails_the_check_is_said_to_disagree(tmp_path):
                        error=EvalError(gate="correctness", message="s2: 3 of 512 elements outside tolerance"))
     # the run up to the final gate is the test above's, Inductor's seed (a compile of ~30 s) included:
     # here without the seed, which the verdict after the gate does not depend on
-    solved = solve(op, {**FLAGS, "inductor": False}, evaluator=Counting(after_gate=lambda source: wrong))
-    assert solved.run is not None and solved.run["status"] == RunStatus.optimized
+    flags = {**FLAGS, "inductor": False}
+    first = solve(op, flags, evaluator=Counting())
+    assert first.run is not None and first.run["status"] == RunStatus.optimized
+    # a finished run resumed by a later call (its evaluator new, no thorough verdict in it) checks
+    # its winner afresh, and that check says the winner is wrong
+    solved = solve(op, flags, resume=first.run["run_id"], evaluator=InMemoryEvaluator(lambda source: wrong))
+    assert solved.run == first.run
     assert solved.disagreement and "outside tolerance" in solved.disagreement and solved.check_error is None
 
 

@@ -361,6 +361,10 @@ class LocalEvaluator(EvaluatorBase):
     def prepared(self, problem: Problem) -> PreparedReference:
         return self._prepare(problem)
 
+    def passed_thorough(self, problem: Problem, source: str, *, backend: str = "triton") -> bool:
+        prep = self._prepared.get(self._key(problem))  # never prepares: a reference prepared anew has no verdicts
+        return prep is not None and prep.judge.alive() and _digest(problem, source, backend) in prep.thorough
+
     @_one_at_a_time
     def screen(self, problem: Problem, source: str, *, backend: str = "triton") -> float | None:
         """A fast evaluation's timing alone, in a waiting worker (the search's screen of a launch-

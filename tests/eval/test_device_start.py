@@ -168,9 +168,11 @@ def test_an_evaluators_processes_exit_inside_a_shared_hold(tmp_path, monkeypatch
 @pytest.mark.slow  # the real evaluator on a GPU: an evaluation and a final gate's round
 def test_on_a_gpu_only_an_evaluations_worker_opens_a_profiler_session_after_its_start(tmp_path, monkeypatch):
     """An evaluation's worker profiles its candidate once timed, so once up it opens torch.profiler's
-    session (3.4-4.5 s on the H200), after its start's hold (the ledger's `after`); the final gate's
-    rounds only time: their workers start without it, and the ledger names them apart. While they
-    last the problem's footprint counts their CUDA contexts."""
+    session (3.4-4.5 s on the H200), after its start's hold (the ledger's `after`); the judge opens
+    it in a thread beside its preparation, so its start names none, and the reference's profiled
+    call still lists its kernels; the final gate's rounds only time: their workers start without
+    it, and the ledger names them apart. While they last the problem's footprint counts their CUDA
+    contexts."""
     import torch
 
     if not torch.cuda.is_available():
@@ -185,6 +187,8 @@ def test_on_a_gpu_only_an_evaluations_worker_opens_a_profiler_session_after_its_
     evaluator = LocalEvaluator(device="cuda")
     try:
         problem, source = load_problem(OPS / "relu.py", root=str(OPS)), (OPS / "relu_triton.py").read_text()
+        reference = evaluator.reference(problem)
+        assert reference.profile is not None and reference.profile.top_kernels, reference.profile
         assert evaluator.evaluate(problem, source).status is Status.correct
         comparison = evaluator.compare(problem, source, rounds=1)
         assert len(comparison.candidate_us) == 1
@@ -199,6 +203,8 @@ def test_on_a_gpu_only_an_evaluations_worker_opens_a_profiler_session_after_its_
     assert len(feet) >= 3 and feet[-2] - feet[-1] == 2 * CUDA_CONTEXT, feet
     workers = [s for s in starts if s["role"] == "worker"]
     rounds = [s for s in starts if s["role"] == "timing worker"]
+    judges = [s for s in starts if s["role"] == "judge"]
+    assert judges and all("profiler" not in s["steps"] and "after" not in s for s in judges), starts
     assert workers and all("profiler" in s.get("after", {}) and "profiler" not in s["steps"] for s in workers), starts
     assert len(rounds) >= 2 and all("profiler" not in s["steps"] and "after" not in s and "warm-up" in s["steps"]
                                     for s in rounds), starts

@@ -14,9 +14,9 @@ work that times nothing (okgit.eval.parent.devices): a start waits for a timing 
 a timing for the starts in progress. The parent never waits for a process's start while it holds
 the device itself (it would wait behind a timing that waits for it): it waits for `ready` first.
 
-torch.profiler's session, which an evaluation's worker and a judge then open empty to pay its
-one-time cost before their jobs (okgit.eval.worker.calls.open_profiler), runs no kernel, so it
-holds nothing (`let_go`): on the H200's sweep on 9d7c409 (2026-12-05) it was 3.4-4.5 s of a
+torch.profiler's session, which an evaluation's worker then opens empty to pay its one-time cost
+before its job (okgit.eval.worker.calls.open_profiler; a judge opens it in a thread beside its
+preparation, after its start), runs no kernel, so it holds nothing (`let_go`): on the H200's sweep on 9d7c409 (2026-12-05) it was 3.4-4.5 s of a
 5-6 s start, and timings waited behind starts for 198 of their 359 s of waiting.
 bench/disturb.py's `session` row found it slows no timing beside it (an H100, 2026-12-05: rounds
 within the spread of those beside processes that only bring CUDA up).

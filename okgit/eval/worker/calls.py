@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -323,6 +324,25 @@ def open_profiler(device: str) -> None:
     with profile(activities=[ProfilerActivity.CUDA]):
         pass
     step("profiler")
+
+
+def open_profiler_aside(device: str) -> threading.Thread | None:
+    """open_profiler in a thread of its own, for a process that has other work meanwhile (the
+    judge's preparation): torch.profiler's state is the session's thread's own, so the other
+    threads' operators are not recorded; their kernels may be, and are dropped with the empty
+    session. Join it before anything is timed. None on a CPU."""
+    if device != "cuda":
+        return None
+
+    def session() -> None:
+        try:
+            open_profiler(device)
+        except Exception:  # noqa: BLE001 - only a cost paid ahead: the profiled call says what is wrong
+            pass
+
+    thread = threading.Thread(target=session, name="okgit-profiler-start", daemon=True)
+    thread.start()
+    return thread
 
 
 class poisoned:

@@ -377,6 +377,12 @@ class Judge:
         return {"checks": checks, "fingerprints": prints, "seconds": seconds}
 
     # ---- helpers -------------------------------------------------------------------------------
+    def profiler_started(self) -> None:
+        """Wait for torch.profiler's session (main) to be done."""
+        if self.profiler_session is not None:
+            self.profiler_session.join()
+            self.profiler_session = None
+
     def double_model(self, module: ModuleType, init: list[Any]) -> Any:
         try:
             model, _ = calls.build(self.torch, module.Model, init, self.device)
@@ -396,9 +402,7 @@ class Judge:
 
             Path(job.peaks_path).parent.mkdir(parents=True, exist_ok=True)
             Path(job.peaks_path).write_text(json.dumps(measure_peaks(self.device)))
-        if self.profiler_session is not None:  # never beside the timing
-            self.profiler_session.join()
-            self.profiler_session = None
+        self.profiler_started()  # never beside the timing
         arm = self.prep.arms[0]
         cls = getattr(arm.module, "ModelNew", None) or arm.module.Model
         model = arm.model
@@ -427,7 +431,7 @@ def main(argv: list[str] | None = None) -> None:
         let_go()
     # torch.profiler's one-time start, so that the reference's profiled call pays nothing: beside
     # the preparation, not before it (4.8-6.3 s of a judge's start on an H100, 2026-12-05, while
-    # the reference waited); the timing waits for it (Judge.measure)
+    # the reference waited); the preparation's answer waits for it, so the timing never runs beside it
     judge.profiler_session = calls.open_profiler_aside(args.device)
     judge.phase_file = Path.cwd() / "phase"
     channel.send(READY)
@@ -435,6 +439,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             if message.get("op") == "prepare":
                 reply = judge.prepare(Job.from_dict(message["job"]))
+                judge.profiler_started()  # here, not in the parent's exclusive hold for the timing
             elif message.get("op") == "measure":
                 reply = judge.measure()
             elif message.get("op") == "check":

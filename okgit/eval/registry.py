@@ -24,7 +24,7 @@ def _local(config: Config) -> Evaluator:
     its CPU through the Triton interpreter."""
     from okgit.eval.parent.device_pool import local_evaluator
 
-    return local_evaluator(config.device, reference_timeout_s=config.reference_timeout_s)
+    return local_evaluator(config.device, reference_timeout_s=config.reference_timeout_s, profiler=config.profiler)
 
 
 @evaluator("modal", order=1)

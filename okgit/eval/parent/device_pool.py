@@ -177,20 +177,23 @@ class PoolEvaluator(EvaluatorBase):
                 close()
 
 
-def local_evaluator(device: str | None = None, reference_timeout_s: float | None = None) -> Evaluator:
+def local_evaluator(device: str | None = None, reference_timeout_s: float | None = None,
+                    profiler: str | None = None) -> Evaluator:
     """`okgit optimize`'s local evaluator: over every visible GPU when there are several (and
-    `device` is not "cpu"), else a LocalEvaluator on its one device."""
+    `device` is not "cpu"), else a LocalEvaluator on its one device. `profiler`: the tools the
+    run's profiling pass will ask for (LocalEvaluator)."""
     gpus = [] if device == "cpu" else visible_gpus()
     if len(gpus) > 1:
         pool = DevicePool(gpus)
         return pool.evaluator(functools.partial(_local_evaluator, host_share=len(pool.slots),
-                                                reference_timeout_s=reference_timeout_s))
-    return _local_evaluator(device, reference_timeout_s=reference_timeout_s)
+                                                reference_timeout_s=reference_timeout_s, profiler=profiler))
+    return _local_evaluator(device, reference_timeout_s=reference_timeout_s, profiler=profiler)
 
 
-def _local_evaluator(device: str | None, host_share: int = 1, reference_timeout_s: float | None = None) -> Evaluator:
+def _local_evaluator(device: str | None, host_share: int = 1, reference_timeout_s: float | None = None,
+                     profiler: str | None = None) -> Evaluator:
     from okgit.eval.parent.local import LocalEvaluator
 
     # "cuda:N": one GPU of several; a CPU slot ("cpu:1") is the CPU; the slots share the host's memory
     return LocalEvaluator(device="cpu" if device and device.startswith("cpu") else device, host_share=host_share,
-                          reference_timeout_s=reference_timeout_s)
+                          reference_timeout_s=reference_timeout_s, profiler=profiler)

@@ -84,7 +84,7 @@ class LocalEvaluator(EvaluatorBase):
     def __init__(self, device: str | None = None, timeout_s: float | None = None,
                  memory_limit_bytes: int | None = None, prestart: bool = True, idle_workers: int | None = None,
                  judge_cache_bytes: int | None = None, host_share: int = 1,
-                 reference_timeout_s: float | None = None) -> None:
+                 reference_timeout_s: float | None = None, profiler: str | None = None) -> None:
         if device is None:
             import torch
 
@@ -115,7 +115,10 @@ class LocalEvaluator(EvaluatorBase):
         self._prepared: dict[str, PreparedReference] = {}
         self._spare_judge: WorkerProcess | None = None  # started ahead: a preparation pays no process start
         self._judges_taken = 0
-        self._profiling: ProfilingPass | None = None  # made at its first use
+        self._profiling: ProfilingPass | None = None  # made at its first use, or with a preparation
+        # the tools the profiling pass will be asked for (a run's `profiler` setting; None: unknown):
+        # the first one's worker then starts beside each preparation, not after it
+        self._profiler = profiler
         if prestart:
             self.pool.prestart(self._torch)  # they wait for their jobs, no candidate code loaded
             self._spare_judge = self._new_judge()
@@ -300,6 +303,11 @@ class LocalEvaluator(EvaluatorBase):
                  memory.cache_bytes(device_total) if device_total else memory.GiB)
         job = judge_job(problem, self._kind, str(reference_path), seeds, cache, peaks_file,
                         Timing(PREPARED.warmup, PREPARED.samples) if self._kind == "cuda" else None)
+        if self.prestart and self._kind == "cuda" and self._profiler:
+            # the reference is profiled first thing after it is prepared: the tool's worker (6-7 s
+            # to start under ncu on an H100) comes up beside the preparation instead of after it
+            self._profiling = self._profiling or ProfilingPass(self)
+            self._profiling.start_ahead(self._profiler)
         started = judge_process.wait_ready(STARTUP_TIMEOUT_S)
         hold = self._hold("reference")
         with hold.region("shared"):

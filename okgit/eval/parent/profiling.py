@@ -146,6 +146,13 @@ class ProfilingPass:
             if logs:
                 shutil.rmtree(logs, ignore_errors=True)
 
+    def start_ahead(self, tools: str) -> None:
+        """The worker of the first tool `tools` asks for started now, for the next pass (none on a
+        CPU, for a tool refused, or where one waits already)."""
+        first = next((t for t in _order(tools) if t not in self.refused), None)
+        if self.evaluator._kind == "cuda" and first and first not in self.spare:
+            self.spare[first] = self._start(first)
+
     def _take(self, tool: str) -> tuple[WorkerProcess, Path | None]:
         """A fresh worker for the tool (the one started ahead, if it lives), and the next started ahead:
         a pass then pays no interpreter, CUDA or ncu start."""

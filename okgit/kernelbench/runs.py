@@ -175,8 +175,40 @@ def run_stoppable(cmd: list[str], cwd: Path | None, env: dict[str, str], timeout
     sweep relays a stop (its time limit, SIGTERM) once, as SIGTERM, which okgit takes as Ctrl-C:
     the run writes its state. Past `timeout_s` it is stopped the same way (return code
     TIMED_OUT); whatever still runs STOP_GRACE_S after the signal is killed, with what it started."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=die_with_parent)
+    return wait_stoppable(_start(cmd, cwd, env), timeout_s, stop)
+
+
+def _start(cmd: list[str], cwd: Path | None, env: dict[str, str], stdin: bool = False) -> subprocess.Popen[str]:
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE if stdin else None, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=die_with_parent)
+
+
+class Ahead:
+    """A helper (okgit.kernelbench.MODULE) started before its arguments are known, with `--wait`:
+    it imports torch, Inductor and okgit's timer beside the problem's run and touches no device
+    until `helper` hands it its arguments on stdin. On an H100's sweep (2026-12-05) 12.6 s passed
+    between a problem's run ending and its baselines holding the device, on nothing but starting
+    processes. Closed unused, it ends."""
+
+    def __init__(self, module: str, env: dict[str, str]) -> None:
+        self.module = module
+        self.proc = _start([sys.executable, "-m", f"okgit.kernelbench.{module}", "--wait"], None, env, stdin=True)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            _kill_group(self.proc)
+
+
+def wait_stoppable(proc: subprocess.Popen[str], timeout_s: float, stop: threading.Event,
+                   line: str | None = None) -> subprocess.CompletedProcess[str]:
+    """run_stoppable's wait, for a process started already (`line`: written to its stdin first, which is then closed)."""
+    if line is not None and proc.stdin is not None:
+        try:
+            proc.stdin.write(line + "\n")
+            proc.stdin.close()
+        except OSError:  # it ended already: its exit status and stderr say why
+            pass
+        proc.stdin = None  # closed: communicate below must not flush it
     deadline, signalled, timed_out = time.monotonic() + timeout_s, None, False
     while True:
         try:
@@ -190,7 +222,7 @@ def run_stoppable(cmd: list[str], cwd: Path | None, env: dict[str, str], timeout
             elif signalled is not None and now - signalled > STOP_GRACE_S:
                 _kill_group(proc)
     _kill_group(proc)  # what it started and left behind
-    return subprocess.CompletedProcess(cmd, TIMED_OUT if timed_out else proc.returncode, out, err)
+    return subprocess.CompletedProcess(proc.args, TIMED_OUT if timed_out else proc.returncode, out, err)
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
@@ -207,8 +239,20 @@ def run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, 
     """A level-1 or level-2 problem: one okgit run and the check of its winner
     (okgit.kernelbench.solve), resumed where an earlier call stopped it, then the baselines (and
     the cross-check) of its winner. Stopped (`stop`): its state kept, ProblemInterrupted raised."""
-    result = ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, status="error", device=device)
     space = Workspace(p, out_dir, {**os.environ, **slot.env(), **(extra_env or {}), "PYTHONUNBUFFERED": "1"}, stop)
+    # the baselines' helper imports beside the run (on a GPU, timed here): it waits for its arguments
+    ahead = Ahead("baselines", space.env) if gpu and timer is None else None
+    try:
+        return _solved(p, flags, space, timeout_s, timer=timer, gpu=gpu, cross_check=cross_check, device=device,
+                       ahead=ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()
+
+
+def _solved(p: KBProblem, flags: dict[str, Any], space: Workspace, timeout_s: float, *, timer: Timer | None,
+            gpu: bool, cross_check: bool, device: str, ahead: Ahead | None) -> ProblemResult:
+    result = ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, status="error", device=device)
     resume = space.resumable_run()
     proc = space.process([sys.executable, "-m", "okgit.kernelbench.solve", str(space.work / p.file_name),
                           json.dumps(flags), *([resume] if resume else [])], timeout_s, "okgit optimize")
@@ -232,12 +276,12 @@ def run_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: Path, 
         winner = space.winner_path()
         winner.write_text(git("show", f"{update['best_tag']}:{p.file_name}", cwd=space.work))
         update.update(baselines(p.path, winner, space.env, timer=timer, gpu=gpu, backend=backend,
-                                checked=bool(solved.get("checked")), stop=space.stop))
+                                checked=bool(solved.get("checked")), stop=space.stop, ahead=ahead))
         if cross_check:
             data = helper("crosscheck", p.path, winner, space.env, extra=[backend], stop=space.stop)
             update["cross_check"] = CrossCheck(error=data) if isinstance(data, str) else CrossCheck.model_validate(data)
     else:  # no kernel, or none the check could judge: the reference's two baselines still place the problem
-        times = baselines(p.path, None, space.env, timer=timer, gpu=gpu, stop=space.stop)
+        times = baselines(p.path, None, space.env, timer=timer, gpu=gpu, stop=space.stop, ahead=ahead)
         update.update({k: times[k] for k in ("eager_us", "compile_us", "compile_s", "compile_cache")
                        if times.get(k) is not None})
         if update["correct"]:
@@ -338,15 +382,17 @@ def _view(work: Path, run_id: str) -> RunView:
 
 
 def baselines(ref: Path, winner: Path | None, env: dict[str, str], *, timer: Timer | None, gpu: bool,
-              backend: str = "triton", checked: bool = False, stop: threading.Event | None = None) -> dict[str, Any]:
+              backend: str = "triton", checked: bool = False, stop: threading.Event | None = None,
+              ahead: Ahead | None = None) -> dict[str, Any]:
     """Eager, torch.compile and the winner's times (no winner: the first two only). `checked`:
     the winner was checked already, by the run's own evaluator (okgit.kernelbench.solve), so the
-    baselines' helper does not check it again. `stop`: the sweep's, which stops the helper too."""
+    baselines' helper does not check it again. `stop`: the sweep's, which stops the helper too;
+    `ahead`: the helper started already (run_problem)."""
     if timer is not None:
         times = timer(ref.read_text(), winner.read_text() if winner else None)
     elif gpu:
         extra = ([backend] + (["--checked"] if checked else [])) if winner else None
-        data = helper("baselines", ref, winner, env, extra=extra, stop=stop)
+        data = helper("baselines", ref, winner, env, extra=extra, stop=stop, ahead=ahead)
         if isinstance(data, str):  # the helper itself failed: no figures, and why
             return {"untimed_reason": data}
         times = BaselineTimes.model_validate(data)
@@ -369,13 +415,18 @@ def baselines(ref: Path, winner: Path | None, env: dict[str, str], *, timer: Tim
 
 
 def helper(module: str, ref: Path, winner: Path | None, env: dict[str, str], extra: list[str] | None = None,
-            stop: threading.Event | None = None) -> dict[str, Any] | str:
-    """Run okgit.kernelbench.<module> REF [WINNER] in a process pinned like the problem's run.
+           stop: threading.Event | None = None, ahead: Ahead | None = None) -> dict[str, Any] | str:
+    """Run okgit.kernelbench.<module> REF [WINNER] in a process pinned like the problem's run (or
+    hand `ahead`, that helper started earlier, the same arguments).
 
     Returns the JSON object it printed, or a one-line reason when the helper itself failed.
     """
-    cmd = [sys.executable, "-m", f"okgit.kernelbench.{module}", str(ref), *([str(winner)] if winner else []), *(extra or [])]
-    proc = run_stoppable(cmd, None, env, HELPER_TIMEOUT_S, stop or threading.Event())
+    args = [str(ref), *([str(winner)] if winner else []), *(extra or [])]
+    if ahead is not None and ahead.module == module:
+        proc = wait_stoppable(ahead.proc, HELPER_TIMEOUT_S, stop or threading.Event(), line=json.dumps(args))
+    else:
+        proc = run_stoppable([sys.executable, "-m", f"okgit.kernelbench.{module}", *args], None, env, HELPER_TIMEOUT_S,
+                             stop or threading.Event())
     if proc.returncode == TIMED_OUT:
         return f"{module} ran past {HELPER_TIMEOUT_S:.0f} s"
     data = last_json(proc.stdout) if proc.returncode == 0 else None

@@ -241,6 +241,25 @@ def test_untimed_baselines_on_a_cpu(tmp_path):
     assert fields == {"untimed_reason": "no GPU: timing is not claimed"}
 
 
+def test_a_helper_started_ahead_takes_its_arguments_later_and_one_left_unused_ends():
+    """The baselines' helper started beside a problem's run (runs.Ahead) imports, waits, and
+    measures what it is then handed, as one started at that moment would; one never handed
+    anything ends when its stdin closes, and one closed by the sweep ends too. Real processes."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(Path(__file__).parents[2])}
+    ref = find_problems(FIXTURE, level=2)[0].path
+    ahead = runs.Ahead("baselines", env)
+    data = runs.helper("baselines", ref, None, env, ahead=ahead)
+    assert isinstance(data, dict) and data["timed"] is False, data  # a CPU: nothing timed, as ever
+    assert data["errors"] == {"all": "no GPU: timing is not claimed"} and ahead.proc.returncode == 0
+    unused = runs.Ahead("baselines", env)
+    assert unused.proc.stdin is not None
+    unused.proc.stdin.close()
+    assert unused.proc.wait(timeout=120) == 0
+    closed = runs.Ahead("baselines", env)
+    closed.close()
+    assert closed.proc.poll() is not None
+
+
 def test_baselines_from_a_timer_give_both_speedups(tmp_path):
     from okgit.kernelbench.baselines import BaselineTimes
 

@@ -54,6 +54,7 @@ def test_a_problem_stopped_in_flight_resumes_its_run_in_the_next_sweep(tmp_path)
     if result["status"] == "interrupted":
         assert any(e["type"] == "resumed" for e in events)
     assert sum(1 for e in events if e["type"] == "run_started") == 1  # one run, not started over
-    assert problem["time"]["reference"]["wall_s"] > 0 and problem["time"]["check"]["wall_s"] > 0
+    assert problem["time"]["reference"]["wall_s"] > 0 and problem["time"]["check"]["wall_s"] > 0, (
+        problem["time"], result["status"], flight)
     assert "None" not in problem["time"], problem["time"]  # the first call's stretch is no stage
     assert json.loads(again.stdout)["running_at_once_s"][0] > problem["wall_s"] * 0.5  # both calls' stretches

@@ -293,6 +293,44 @@ def get_init_inputs():
         assert f"templates: {why}" in notes
 
 
+def test_candidates_planned_at_the_searchs_begin_are_the_same_and_their_notes_come_on_its_thread(tmp_path):
+    """`begin` plans in a thread while the search profiles the reference; the search's first
+    `propose` takes those candidates, and the notes are written then, from the search's own thread
+    (the journal has one writer)."""
+    import threading
+
+    path = op(tmp_path, "uncovered", """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 4, 3, 3))
+
+    def forward(self, x):
+        return F.conv2d(x, self.weight)
+
+batch = 2
+size = 8
+
+def get_inputs():
+    return [torch.randn(batch, 4, size, size)]
+
+def get_init_inputs():
+    return []
+""")
+    written: list = []
+    ctx = ctx_for(path)
+    ctx.log = lambda type, **f: written.append((threading.current_thread().name, type, f.get("message")))
+    proposer = TemplatesProposer()
+    proposer.begin(ctx)
+    taken = []
+    while (p := proposer.propose(ctx)) is not None:
+        taken.append(p.source)
+    notes: list = []
+    assert taken == [p.source for p in plan(ctx_for(path, notes))] and taken
+    assert written and [m for _, _, m in written] == notes
+    assert {name for name, _, _ in written} == {threading.current_thread().name}
+
+
 def test_proposer_yields_each_candidate_once(tmp_path):
     path = op(tmp_path, "modelnew", MODELNEW)
     proposer, ctx = TemplatesProposer(), ctx_for(path)

@@ -10,12 +10,16 @@ proposer varies them.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 from okgit.lower.capture import capture
 from okgit.lower.fusion import partition
 from okgit.lower.graph import Graph, Node, Unsupported
 from okgit.lower.kinds import kinds
 from okgit.lower.kinds.base import Rendered, TemplateKind
 from okgit.lower.opfile import lowered_file, public_name
+from okgit.problem import Problem
 from okgit.search.types import Context, Proposal, propose_several
 
 
@@ -64,11 +68,21 @@ class TemplatesProposer:
     def __init__(self) -> None:
         self._queue: list[Proposal] | None = None
         self._source: str | None = None
+        self._planning: _Planning | None = None
+
+    def begin(self, ctx: Context) -> None:
+        """The candidates planned in a thread while the search's first device work (the
+        reference's profiling pass) goes on: capture and rendering are CPU work, which took 6-7 s
+        on an H100's host beside a seed's compile, between that pass and the first candidate."""
+        if self._source != ctx.problem.source:
+            self._source, self._queue = ctx.problem.source, None
+            self._planning = _Planning(ctx)
 
     def propose(self, ctx: Context) -> Proposal | None:
         if self._source != ctx.problem.source:
-            self._source = ctx.problem.source
-            self._queue = plan(ctx)
+            self.begin(ctx)
+        if self._planning is not None:
+            self._queue, self._planning = self._planning.result(ctx), None
         return self._queue.pop(0) if self._queue else None
 
     def propose_batch(self, ctx: Context, limit: int) -> list[Proposal]:
@@ -76,15 +90,48 @@ class TemplatesProposer:
         return propose_several(self, ctx, limit)
 
 
+class _Planning:
+    """`plan` in a thread of its own; its notes are held until the search takes the result, so the
+    journal is written by the search's thread alone."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._notes: list[str] = []
+        self._out: list[Proposal] = []
+        self._error: BaseException | None = None
+        problem, device = ctx.problem, ctx.device
+        self._thread = threading.Thread(target=self._run, args=(problem, device), name="okgit-templates", daemon=True)
+        self._thread.start()
+
+    def _run(self, problem: Problem, device: str) -> None:
+        try:
+            self._out = planned(problem, device, self._notes.append)
+        except BaseException as e:  # noqa: BLE001 - raised again in the search's thread, where it would have been
+            self._error = e
+
+    def result(self, ctx: Context) -> list[Proposal]:
+        self._thread.join()
+        for message in self._notes:
+            ctx.log("note", message=message)
+        if self._error is not None:
+            raise self._error
+        return self._out
+
+
 def plan(ctx: Context) -> list[Proposal]:
-    """Every template candidate for the reference, best expected first."""
+    """Every template candidate for the reference, best expected first, planned here and now."""
+    return planned(ctx.problem, ctx.device, lambda message: ctx.log("note", message=message))
+
+
+def planned(problem: Problem, device: str, note: Callable[[str], None]) -> list[Proposal]:
+    """`plan`'s candidates for the reference on `device`; `note` gets what the journal should say
+    of a candidate that could not be made."""
     try:
-        graph = capture(ctx.problem)
+        graph = capture(problem)
     except Unsupported as e:
-        ctx.log("note", message=f"templates: {e}")
+        note(f"templates: {e}")
         return []
     out: list[Proposal] = []
-    for turned_on in candidates(graph, ctx.device):
+    for turned_on in candidates(graph, device):
         try:
             shaped = graph
             for kind in turned_on:
@@ -92,10 +139,10 @@ def plan(ctx: Context) -> list[Proposal]:
             items = partition(shaped, seeding=turned_on)
             if not all(k.changes(items) for k in turned_on):
                 continue  # the candidate without that kind is the same file
-            source, low = lowered_file(ctx.problem.source, shaped, items, turned_on)
+            source, low = lowered_file(problem.source, shaped, items, turned_on)
         except Unsupported as e:
             what = label(graph, turned_on)
-            ctx.log("note", message=f"templates{f' ({what})' if what else ''}: {e}")
+            note(f"templates{f' ({what})' if what else ''}: {e}")
             continue
         out.append(Proposal(
             source=source,

@@ -115,8 +115,9 @@ def _add_call(sweep_out: Path, wall: float, code: int, finished: list[str]) -> l
 
 
 def _screened(sweep_out: Path) -> str:
-    """How many launch-setting variants the search dropped unchecked (its screen: a `note` each,
-    okgit.search.driver), over the runs in the sweep's folder, problems in flight included."""
+    """How many proposals (launch-setting variants, Inductor seeds) the search dropped unchecked
+    (its screen: a `note` each, okgit.search.driver), over the runs in the sweep's folder,
+    problems in flight included."""
     from okgit.search.driver import DROPPED
 
     dropped: dict[str, int] = {}
@@ -127,8 +128,8 @@ def _screened(sweep_out: Path) -> str:
                 problem = journal.parents[3].name
                 dropped[problem] = dropped.get(problem, 0) + 1
     if not dropped:
-        return "\nscreen: no variant dropped unchecked"
-    return (f"\nscreen: {sum(dropped.values())} variant(s) dropped unchecked over {len(dropped)} problem(s): "
+        return "\nscreen: no proposal dropped unchecked"
+    return (f"\nscreen: {sum(dropped.values())} proposal(s) dropped unchecked over {len(dropped)} problem(s): "
             + ", ".join(f"{k} {n}" for k, n in sorted(dropped.items())))
 
 

@@ -5,13 +5,14 @@ and read back what happened from `ctx.attempts`. A proposer with `propose_batch(
 hands over up to n candidates at once, evaluated at once (`Evaluator.evaluate_many`) when the
 evaluator runs several at a time (`width`); they are recorded in proposal order.
 
-A proposal that varies only launch settings of a correct candidate (`Proposal.screen`: the
-autotune phase's) is timed first where the evaluator can (`Evaluator.screen`: a fast timing, no
-correctness call) and a best timed by this search exists (a resumed run's earlier best may have
-been timed on another card); slower than the best by more than SCREEN_MARGIN, it
-is dropped unchecked: a `note` says so with both times, it gets no candidate id, and it counts
-as an iteration and against the patience, as a candidate that set no new best. A dropped variant
-could only have lost; one that may be faster is evaluated in full, as any other.
+A proposal that is worth checking only if it is faster (`Proposal.screen`: the autotune phase's
+variants in launch settings, the Inductor seeds) is timed first where the evaluator can
+(`Evaluator.screen`: a fast timing, no correctness call) and a best timed by this search exists
+(a resumed run's earlier best may have been timed on another card); slower than the best by more
+than SCREEN_MARGIN, it is dropped unchecked: a `note` says so with both times, it gets no
+candidate id, and it counts as an iteration and against the patience, as a candidate that set no
+new best. A dropped proposal could only have lost; one that may be faster is evaluated in full,
+as any other.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ class Proposal:
     parent: str | None = None  # the candidate id it was derived from
     backend: str = "triton"
     meta: dict[str, Any] = field(default_factory=dict)
-    # a variant of a correct candidate in launch settings alone: timed before it is checked, and
-    # checked only where it may be faster than the best (okgit.search.driver, SCREEN_MARGIN)
+    # judged by its speed first (an autotune variant, an Inductor seed): timed before it is
+    # checked, and checked only where it may be faster than the best (okgit.search.driver, SCREEN_MARGIN)
     screen: bool = False
 
 

@@ -158,8 +158,10 @@ def test_the_proposer_offers_the_split_seed_right_after_the_default(monkeypatch,
     proposer.begin(ctx)
     assert made == [["default", "max-autotune-no-cudagraphs"]]  # before any proposal was asked for
     proposer.begin(ctx)  # the same problem: the same compile, not a second
-    origins = []
+    origins, screened = [], []
     while (p := proposer.propose(ctx)) is not None:
         origins.append(p.origin)
+        screened.append(p.screen)
     assert origins == ["inductor", "inductor:split_gemm", "inductor:max-autotune-no-cudagraphs"]
+    assert all(screened)  # each judged by its speed first where the search has a timed best
     assert made == [["default", "max-autotune-no-cudagraphs"]] and closed == [1]

@@ -92,13 +92,16 @@ class InductorProposer:
                 ctx.log("note", message=f"inductor ({mode}): {why}")
                 continue
             origin = "inductor" if mode == "default" else f"inductor:{mode}"
+            # screened: where the search has a timed best, a seed timed slower than it past the
+            # margin is dropped unchecked (it could only lose); on KernelBench L1/87 (an H100,
+            # 2026-12-05) its three seeds at 0.26-0.35x eager took 33 s of full evaluations
             made = [Proposal(source=source, origin=origin + ("" if j == 0 else ":specialised"), intent=what, parent=None,
-                             meta={"kernels": [], "tunables": {}}) for j, (source, what) in enumerate(files)]
+                             meta={"kernels": [], "tunables": {}}, screen=True) for j, (source, what) in enumerate(files)]
             split = split_gemm_seed(made[0].source) if mode == "default" else None
             if split is not None:  # the seed with its vendor GEMMs on the split-precision GEMM, next
                 why_split = f"{made[0].intent}; its vendor GEMMs on tensor cores at fp32 accuracy (3xTF32)"
                 made.insert(1, Proposal(source=split, origin=f"{origin}:split_gemm", intent=why_split, parent=None,
-                                        meta={"kernels": [], "tunables": {}}))
+                                        meta={"kernels": [], "tunables": {}}, screen=True))
             self._ready = made[1:]
             return made[0]
         return None

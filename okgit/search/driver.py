@@ -6,7 +6,7 @@ hands over up to n candidates at once, evaluated at once (`Evaluator.evaluate_ma
 evaluator runs several at a time (`width`); they are recorded in proposal order.
 
 A proposal that is worth checking only if it is faster (`Proposal.screen`: the autotune phase's
-variants in launch settings, the Inductor seeds) is timed first where the evaluator can
+variants in launch settings, the Inductor seeds, the templates) is timed first where the evaluator can
 (`Evaluator.screen`: a fast timing, no correctness call) and a best timed by this search exists
 (a resumed run's earlier best may have been timed on another card); slower than the best by more
 than SCREEN_MARGIN, it is dropped unchecked: a `note` says so with both times, it gets no

@@ -21,7 +21,7 @@ class Proposal:
     parent: str | None = None  # the candidate id it was derived from
     backend: str = "triton"
     meta: dict[str, Any] = field(default_factory=dict)
-    # judged by its speed first (an autotune variant, an Inductor seed): timed before it is
+    # judged by its speed first (an autotune variant, an Inductor seed, a template): timed before it is
     # checked, and checked only where it may be faster than the best (okgit.search.driver, SCREEN_MARGIN)
     screen: bool = False
 

@@ -325,6 +325,7 @@ def get_init_inputs():
     taken = []
     while (p := proposer.propose(ctx)) is not None:
         taken.append(p.source)
+        assert p.screen  # alternatives of one computation: after the first, checked only if faster
     notes: list = []
     assert taken == [p.source for p in plan(ctx_for(path, notes))] and taken
     assert written and [m for _, _, m in written] == notes

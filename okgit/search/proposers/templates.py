@@ -150,5 +150,6 @@ def planned(problem: Problem, device: str, note: Callable[[str], None]) -> list[
             intent=_intent(low.rendered, items),
             parent=None,
             meta={"kernels": [r.name for r in low.rendered], "tunables": {k: v for r in low.rendered for k, v in r.tunables.items()}},
+            screen=True,  # alternatives of one computation: after the first, each is worth a check only if faster
         ))
     return out

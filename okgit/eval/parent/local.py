@@ -37,8 +37,8 @@ from okgit.eval.parent.gates.static import static_findings
 from okgit.eval.parent.pool import STARTUP_TIMEOUT_S, WorkerPool
 from okgit.eval.parent.profile import CPU_REASON
 from okgit.eval.parent.profiling import ProfilingPass
-from okgit.eval.parent.reference import PreparedReference, describe, from_judge, judge_job
-from okgit.eval.parent.relay import Relay, judge_failure
+from okgit.eval.parent.reference import PreparedReference, ask, describe, fits, from_judge, judge_job
+from okgit.eval.parent.relay import Relay
 from okgit.eval.parent.rounds import summarize
 from okgit.eval.parent.sandbox import Outcome, WorkerProcess, default_memory_limit, read_result
 from okgit.eval.parent.streams import check_streams
@@ -308,34 +308,10 @@ class LocalEvaluator(EvaluatorBase):
             # to start under ncu on an H100) comes up beside the preparation instead of after it
             self._profiling = self._profiling or ProfilingPass(self)
             self._profiling.start_ahead(self._profiler)
-        started = judge_process.wait_ready(STARTUP_TIMEOUT_S)
-        hold = self._hold("reference")
-        with hold.region("shared"):
-            t0 = time.monotonic()
-            reply = judge_process.request({"op": "prepare", "job": job.to_dict()}, self.reference_timeout_s) if started else None
-            if reply is not None and not reply.get("failure") and self._kind == "cuda":
-                with hold.region("exclusive", "timing"):  # the device's peaks and the reference's timing: the device alone
-                    measured = judge_process.request({"op": "measure"}, self.reference_timeout_s - (time.monotonic() - t0))
-                reply = {**reply, **measured} if measured is not None and not measured.get("failure") else measured
-        if reply is None and started and judge_process.alive() and time.monotonic() - t0 >= self.reference_timeout_s:
-            phase = (judge_process.dir / "phase").read_text() if (judge_process.dir / "phase").exists() else "preparing"
-            judge_process.close()
-            raise OkgitError(f"{problem.path}: the reference did not finish within its limit of "
-                             f"{self.reference_timeout_s:.0f} s ({phase}; reference_timeout_s sets the limit)")
-        if reply is None or reply.get("failure"):
-            why = judge_failure(reply, judge_process, "the reference")
-            judge_process.close()
-            raise OkgitError(f"{problem.path}: the reference does not run: {why}")
+        reply = ask(judge_process, job, self._hold("reference"), self.reference_timeout_s, self._kind == "cuda",
+                    str(problem.path))
         prep = from_judge(judge_process, str(reference_path), reply, seeds[0])
-        try:
-            refusal = memory.refusal(prep.case_bytes, self.pool.idle_count + self.prestart, self._kind, memory.host_available(),
-                                     memory.parallel() * self.host_share)
-        except ValueError as e:
-            prep.close()
-            raise OkgitError(str(e)) from None
-        if refusal:
-            prep.close()
-            raise OkgitError(f"{problem.path}: {refusal}")
+        fits(prep, self.pool.idle_count + self.prestart, self._kind, self.host_share, str(problem.path))
         # a worker's budget: torch and its device plus one case, never less than the pool's floor
         judge_process.memory_limit = max(judge_process.memory_limit, memory.worker_bytes(prep.case_bytes))
         if peaks_file is not None:

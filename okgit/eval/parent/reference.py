@@ -9,15 +9,18 @@ the verdict and the reports need, as plain data.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 from typing import Any
 
+from okgit.errors import OkgitError
 from okgit.eval import roofline
 from okgit.eval.parent import memory
 from okgit.eval.parent.gates import call_gates
 from okgit.eval.parent.gates.timed import allowed_matmul_rate
+from okgit.eval.parent.pool import STARTUP_TIMEOUT_S
 from okgit.eval.parent.profile import CPU_REASON, profile_data
 from okgit.eval.parent.sandbox import WorkerProcess
 from okgit.eval.protocol.checks import LeafTolerance
@@ -131,3 +134,62 @@ def describe(prep: PreparedReference, device: str, *, on_cpu: bool) -> Reference
         max_abs_error=max((t.ref_error for tols in prep.tolerances.values() for t in tols if t.scale > 0),
                           default=None),
     )
+
+def ask(judge: WorkerProcess, job: Job, hold: Any, timeout_s: float, gpu: bool, path: str) -> dict[str, Any]:
+    """The judge's answers to `prepare` and, on a GPU, `measure` (the device held alone for the
+    reference's timing: `hold`, okgit.eval.parent.devices.DeviceHold), within `timeout_s` in all.
+    Where the reference does not run, or did not finish in time, the judge is closed and
+    OkgitError says why in one line (`path`: the op file)."""
+    started = judge.wait_ready(STARTUP_TIMEOUT_S)
+    with hold.region("shared"):
+        t0 = time.monotonic()
+        reply = judge.request({"op": "prepare", "job": job.to_dict()}, timeout_s) if started else None
+        if reply is not None and not reply.get("failure") and gpu:
+            with hold.region("exclusive", "timing"):  # the device's peaks and the reference's timing: the device alone
+                measured = judge.request({"op": "measure"}, timeout_s - (time.monotonic() - t0))
+            reply = {**reply, **measured} if measured is not None and not measured.get("failure") else measured
+    if reply is None and started and judge.alive() and time.monotonic() - t0 >= timeout_s:
+        phase = (judge.dir / "phase").read_text() if (judge.dir / "phase").exists() else "preparing"
+        judge.close()
+        raise OkgitError(f"{path}: the reference did not finish within its limit of "
+                         f"{timeout_s:.0f} s ({phase}; reference_timeout_s sets the limit)")
+    if reply is None or reply.get("failure"):
+        why = judge_failure(reply, judge, "the reference")
+        judge.close()
+        raise OkgitError(f"{path}: the reference does not run: {why}")
+    return reply
+
+
+def fits(prep: PreparedReference, workers: int, kind: str, host_share: int, path: str) -> None:
+    """Nothing where the problem's cases fit the host beside `workers` workers (okgit.eval.parent.memory.refusal);
+    otherwise the prepared reference is closed and OkgitError says what does not fit, in one line."""
+    try:
+        refusal = memory.refusal(prep.case_bytes, workers, kind, memory.host_available(), memory.parallel() * host_share)
+    except ValueError as e:
+        prep.close()
+        raise OkgitError(str(e)) from None
+    if refusal:
+        prep.close()
+        raise OkgitError(f"{path}: {refusal}")
+
+
+def judge_failure(reply: dict[str, Any] | None, judge_process: WorkerProcess, what: str) -> str:
+    """One line: why the judge did not answer, with the sizes involved when memory ran out."""
+    if reply and reply.get("failure"):
+        failure = reply["failure"]
+        why = _last_line(failure["message"])
+        if failure.get("out_of_memory"):
+            free = failure.get("free")
+            room = f"; {memory.gib(free[0])} of the device's {memory.gib(free[1])} free afterwards" if free else ""
+            why = f"{what} does not fit in memory ({why}{room})"
+        return why
+    if judge_process.alive() and not judge_process.over_budget():
+        return f"{what}: the judge gave no answer in time"
+    outcome = judge_process.run_outcome()
+    return f"{outcome.describe()} during {outcome.phase}: {_last_line(outcome.stderr_tail)}"
+
+
+def _last_line(text: str) -> str:
+    """The exception line of a traceback: what the user's code said, on one line."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "no message"

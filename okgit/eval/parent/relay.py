@@ -1,6 +1,6 @@
 """The relay of one evaluation: a candidate's exported outputs carried from its worker to the
-judge, the judge's answers back (okgit.eval.parent.local runs it between the two processes),
-and why the judge did not answer, in one line.
+judge, the judge's answers back (okgit.eval.parent.local runs it between the two processes);
+why the judge did not answer, in one line, is okgit.eval.parent.reference.judge_failure.
 """
 
 from __future__ import annotations
@@ -8,10 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from okgit.eval.parent import memory
 from okgit.eval.parent.gates import call_gates
-from okgit.eval.parent.reference import PreparedReference
-from okgit.eval.parent.sandbox import WorkerProcess
+from okgit.eval.parent.reference import PreparedReference, judge_failure
 from okgit.eval.protocol.keys import CallKey, CallKind, fresh_case
 
 
@@ -68,25 +66,3 @@ class Relay:
         for name, value in (answer.get("memory") or {}).items():
             self.judge_memory[name] = max(self.judge_memory.get(name, 0), int(value))
         return {"ok": True}
-
-
-def judge_failure(reply: dict[str, Any] | None, judge_process: WorkerProcess, what: str) -> str:
-    """One line: why the judge did not answer, with the sizes involved when memory ran out."""
-    if reply and reply.get("failure"):
-        failure = reply["failure"]
-        why = _last_line(failure["message"])
-        if failure.get("out_of_memory"):
-            free = failure.get("free")
-            room = f"; {memory.gib(free[0])} of the device's {memory.gib(free[1])} free afterwards" if free else ""
-            why = f"{what} does not fit in memory ({why}{room})"
-        return why
-    if judge_process.alive() and not judge_process.over_budget():
-        return f"{what}: the judge gave no answer in time"
-    outcome = judge_process.run_outcome()
-    return f"{outcome.describe()} during {outcome.phase}: {_last_line(outcome.stderr_tail)}"
-
-
-def _last_line(text: str) -> str:
-    """The exception line of a traceback: what the user's code said, on one line."""
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1] if lines else "no message"

@@ -242,11 +242,15 @@ def test_gemm_tiles_that_cannot_fit_are_pruned():
     assert {"FUSED_GEMM_0_NUM_STAGES", "FUSED_GEMM_0_NUM_WARPS", "FUSED_GEMM_0_BLOCK_M"} <= settings
 
 
-def test_a_best_at_its_roofline_is_left_alone():
+def test_a_best_at_its_roofline_is_left_alone_unless_the_reference_is_nearer():
     path = EXAMPLES / "01_relu_bias_scale.py"
     (template,) = plan(ctx_for(path))
     ctx = ctx_for(path, template, ProfileData(roofline_position=0.95))
     assert AutotuneProposer().propose(ctx) is None
+    ctx.reference = ctx.reference.model_copy(update={"profile": ProfileData(roofline_position=0.93)})
+    assert AutotuneProposer().propose(ctx) is None  # the best is the nearer: nothing left to tune
+    ctx.reference = ctx.reference.model_copy(update={"profile": ProfileData(roofline_position=1.0)})
+    assert AutotuneProposer().propose(ctx) is not None  # still slower than the reference: tuned
 
 
 @pytest.mark.slow  # candidates run under the interpreter (oprun)

@@ -138,6 +138,7 @@ class Search:
             # A proposer may return None because a budget ran out inside its own call.
             if self.stop_reason or self.should_stop():
                 break
+        self.profiling.winner()
         for proposer in proposers:
             finish = getattr(proposer, "finish", None)
             if finish:

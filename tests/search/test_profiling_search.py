@@ -98,6 +98,24 @@ def test_the_pass_keeps_to_its_share_of_the_search(monkeypatch):
     assert len(paused) == 1 and "at most 10%" in paused[0]
 
 
+def test_the_best_as_the_search_ends_is_profiled_whatever_the_share():
+    """The pause leaves later bests without counters; the one the search ends with gets its pass
+    after the last candidate (the report sets its counters beside the reference's)."""
+    events: list[dict] = []
+    ctx = Context(problem=load_problem("relu2.py", source=OP), reference=REFERENCE, backend="triton", device="cuda",
+                  log=lambda type, **f: events.append({"type": type, **f}))
+    evaluator = InMemoryEvaluator(judge, device="cuda", ref_runtime_us=100.0,
+                                  profiler=lambda source, base: counters_profile())
+    search = Search(ctx, evaluator, Budget(iterations=4, patience=99), accept=lambda a: None)
+    search.profiling.spent_s = 3600.0  # as if the passes had taken an hour of a short search
+    search.run([Queue(["1.2", "1.3", "1.4", "1.1"])])
+    profiled = [e["cand"] for e in events if e["type"] == "profiled"]
+    assert profiled == [None, "c001", "c003"]  # the reference, the first best, then (paused between) the last best
+    order = [(e["type"], e.get("cand")) for e in events if e["type"] in ("evaluated", "profiled")]
+    assert order[-1] == ("profiled", "c003") and ctx.best is not None and ctx.best.cand == "c003"
+    assert ctx.best.result.profile is not None and ctx.best.result.profile.cache_hit_rate is not None
+
+
 def test_a_resumed_run_keeps_its_earlier_calls_account():
     """Each call of a resumed run took the two passes that always run afresh: a sweep's L2/91 on the
     H200 was profiled 5 times over 3 calls, 144 s of its 718. Now the earlier calls' passes count."""

@@ -82,7 +82,7 @@ def main() -> int:
     report = _report(sweep_out)
     text = _table(report, calls) + _screened(sweep_out)
     print(text)
-    (out / "sweep-dev.md").write_text(text + "\n")
+    (out / "sweep-dev.md").write_text(text + "\n\n" + _profiles(sweep_out) + "\n")
     (out / "sweep-dev.json").write_text(json.dumps({"report": report, "calls": calls}, indent=1) + "\n")
     return 0 if code in (0, 130) else code
 
@@ -131,6 +131,42 @@ def _screened(sweep_out: Path) -> str:
         return "\nscreen: no proposal dropped unchecked"
     return (f"\nscreen: {sum(dropped.values())} proposal(s) dropped unchecked over {len(dropped)} problem(s): "
             + ", ".join(f"{k} {n}" for k, n in sorted(dropped.items())))
+
+
+def _profiles(sweep_out: Path) -> str:
+    """Issue 32's figures (written to sweep-dev.md, not printed): per finished run, the reference's
+    and the winner's profiling pass as its journal's `profiled` events hold them (the tools that
+    ran; DRAM bandwidth and SM throughput as shares of peak; occupancy achieved of theoretical and
+    its limiter; L2 hits; the top stalls), or why a figure is missing."""
+    lines = ["Profiles (the profiling pass's, from each run's journal: reference and winner)", "",
+             "| problem | arm | tools | DRAM | SM | occupancy (theoretical, limiter) | L2 hits | top stalls | not run |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def pct(x: object) -> str:
+        return f"{float(x):.0%}" if isinstance(x, (int, float)) else "-"
+
+    for journal in sorted(sweep_out.glob("repos/*/.okgit/runs/*/journal.jsonl")):
+        events = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+        finished = next((e for e in events if e.get("type") == "run_finished"), None)
+        if finished is None:
+            continue
+        profiled = {e.get("cand"): e for e in events if e.get("type") == "profiled"}
+        for arm, cand in (("reference", None), (f"winner {finished.get('best_cand')}", finished.get("best_cand"))):
+            if cand is None and arm != "reference":
+                continue
+            event = profiled.get(cand)
+            if event is None:
+                lines.append(f"| {journal.parents[3].name} | {arm} | not profiled | | | | | | |")
+                continue
+            prof = event.get("profile") or {}
+            stalls = ", ".join(f"{x.get('reason')} {pct(x.get('share'))}" for x in (prof.get("stalls") or [])[:2])
+            occupancy = (f"{pct(prof.get('occupancy'))} ({pct(prof.get('occupancy_theoretical'))}, "
+                         f"{prof.get('occupancy_limiter') or '-'})")
+            missing = "; ".join(f"{k}: {v}" for k, v in (prof.get("not_run") or {}).items())[:120]
+            lines.append(f"| {journal.parents[3].name} | {arm} | {', '.join(event.get('tools') or []) or '-'} | "
+                         f"{pct(prof.get('bandwidth_utilization'))} | {pct(prof.get('compute_utilization'))} | "
+                         f"{occupancy} | {pct(prof.get('cache_hit_rate'))} | {stalls or '-'} | {missing or '-'} |")
+    return "\n".join(lines)
 
 
 def _card() -> str:

@@ -374,7 +374,7 @@ class Judge:
 
     # ---- helpers -------------------------------------------------------------------------------
     def profiler_started(self) -> None:
-        """Wait for torch.profiler's session (main) to be done."""
+        """Wait for torch.profiler's one-time start, under way beside the preparation (okgit.eval.judge.__main__)."""
         if self.profiler_session is not None:
             self.profiler_session.join()
             self.profiler_session = None

@@ -257,16 +257,9 @@ def get_init_inputs():
     assert proposer.propose(ctx_for(path)) is None
 
 
-@pytest.mark.parametrize(("forward", "why"), [
-    ("torch.cummax(x, dim=1).values", "no template covers aten.cummax (scan)"),
-    ("F.adaptive_avg_pool2d(x, 2)", "no template covers aten.adaptive_avg_pool2d (pooling)"),
-    ("F.relu(torch.cummax(x, dim=1).values).sum(dim=(2, 3)).sort(dim=1).values", None),  # the sum is a group
-    ("F.conv2d(x, self.weight)", "nothing for a Triton kernel beside aten.conv2d (convolution)"),
-    # Triton has no complex dtype: the abs of an FFT stays with the vendor call, not a pointwise kernel
-    ("torch.abs(torch.fft.fft(x))", "no template covers aten.fft_fft, aten.abs"),
-])
-def test_a_note_names_the_op_no_template_covers(tmp_path, forward, why):
-    path = op(tmp_path, "uncovered", f"""
+def uncovered(tmp_path, forward: str) -> str:
+    """An op file whose forward is `forward` over x, [2, 4, 8, 8], beside a 3x3 weight of 4 channels."""
+    return op(tmp_path, "uncovered", f"""
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
@@ -284,6 +277,18 @@ def get_inputs():
 def get_init_inputs():
     return []
 """)
+
+
+@pytest.mark.parametrize(("forward", "why"), [
+    ("torch.cummax(x, dim=1).values", "no template covers aten.cummax (scan)"),
+    ("F.adaptive_avg_pool2d(x, 2)", "no template covers aten.adaptive_avg_pool2d (pooling)"),
+    ("F.relu(torch.cummax(x, dim=1).values).sum(dim=(2, 3)).sort(dim=1).values", None),  # the sum is a group
+    ("F.conv2d(x, self.weight)", "nothing for a Triton kernel beside aten.conv2d (convolution)"),
+    # Triton has no complex dtype: the abs of an FFT stays with the vendor call, not a pointwise kernel
+    ("torch.abs(torch.fft.fft(x))", "no template covers aten.fft_fft, aten.abs"),
+])
+def test_a_note_names_the_op_no_template_covers(tmp_path, forward, why):
+    path = uncovered(tmp_path, forward)
     notes: list = []
     proposals = plan(ctx_for(path, notes))
     if why is None:
@@ -299,24 +304,7 @@ def test_candidates_planned_at_the_searchs_begin_are_the_same_and_their_notes_co
     (the journal has one writer)."""
     import threading
 
-    path = op(tmp_path, "uncovered", """
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(4, 4, 3, 3))
-
-    def forward(self, x):
-        return F.conv2d(x, self.weight)
-
-batch = 2
-size = 8
-
-def get_inputs():
-    return [torch.randn(batch, 4, size, size)]
-
-def get_init_inputs():
-    return []
-""")
+    path = uncovered(tmp_path, "F.conv2d(x, self.weight)")
     written: list = []
     ctx = ctx_for(path)
     ctx.log = lambda type, **f: written.append((threading.current_thread().name, type, f.get("message")))

@@ -80,13 +80,18 @@ def test_a_verdict_is_the_same_with_profiling_on_and_off():
     assert verdicts(on) == verdicts(off)  # the evaluated events keep the evaluation's own profile too
 
 
-def test_the_pass_keeps_to_its_share_of_the_search(monkeypatch):
-    events: list[dict] = []
+def counted_search(events: list[dict]) -> tuple[Search, Context]:
+    """A search of 4 iterations on a GPU's in-memory evaluator whose pass reads counters; its events into `events`."""
     ctx = Context(problem=load_problem("relu2.py", source=OP), reference=REFERENCE, backend="triton", device="cuda",
                   log=lambda type, **f: events.append({"type": type, **f}))
     evaluator = InMemoryEvaluator(judge, device="cuda", ref_runtime_us=100.0,
                                   profiler=lambda source, base: counters_profile())
-    search = Search(ctx, evaluator, Budget(iterations=4, patience=99), accept=lambda a: None)
+    return Search(ctx, evaluator, Budget(iterations=4, patience=99), accept=lambda a: None), ctx
+
+
+def test_the_pass_keeps_to_its_share_of_the_search(monkeypatch):
+    events: list[dict] = []
+    search, ctx = counted_search(events)
     queue = Queue(["1.2", "1.3", "1.4", "1.5"])
     search.profiling.reference()
     search.step(queue.propose(ctx))  # the first best: always profiled
@@ -102,11 +107,7 @@ def test_the_best_as_the_search_ends_is_profiled_whatever_the_share():
     """The pause leaves later bests without counters; the one the search ends with gets its pass
     after the last candidate (the report sets its counters beside the reference's)."""
     events: list[dict] = []
-    ctx = Context(problem=load_problem("relu2.py", source=OP), reference=REFERENCE, backend="triton", device="cuda",
-                  log=lambda type, **f: events.append({"type": type, **f}))
-    evaluator = InMemoryEvaluator(judge, device="cuda", ref_runtime_us=100.0,
-                                  profiler=lambda source, base: counters_profile())
-    search = Search(ctx, evaluator, Budget(iterations=4, patience=99), accept=lambda a: None)
+    search, ctx = counted_search(events)
     search.profiling.spent_s = 3600.0  # as if the passes had taken an hour of a short search
     search.run([Queue(["1.2", "1.3", "1.4", "1.1"])])
     profiled = [e["cand"] for e in events if e["type"] == "profiled"]

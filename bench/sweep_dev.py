@@ -82,7 +82,7 @@ def main() -> int:
     report = _report(sweep_out)
     text = _table(report, calls) + _screened(sweep_out)
     print(text)
-    (out / "sweep-dev.md").write_text(text + "\n\n" + _profiles(sweep_out) + "\n")
+    (out / "sweep-dev.md").write_text(text + "\n\n" + _milestones(sweep_out) + "\n\n" + _profiles(sweep_out) + "\n")
     (out / "sweep-dev.json").write_text(json.dumps({"report": report, "calls": calls}, indent=1) + "\n")
     return 0 if code in (0, 130) else code
 
@@ -131,6 +131,42 @@ def _screened(sweep_out: Path) -> str:
         return "\nscreen: no proposal dropped unchecked"
     return (f"\nscreen: {sum(dropped.values())} proposal(s) dropped unchecked over {len(dropped)} problem(s): "
             + ", ".join(f"{k} {n}" for k, n in sorted(dropped.items())))
+
+
+MILESTONES = ("run started", "judge up", "reference ready", "reference profiled", "first candidate", "search ended",
+              "thorough checked", "rounds done", "run finished", "baselines hold", "end")
+
+
+def _milestones(sweep_out: Path) -> str:
+    """When each step of a problem finished in one call was done, in seconds from its admission
+    (written to sweep-dev.md, not printed): where a problem's wall goes, read off its ledger
+    and its run's journal (the judge's start and the baselines' first hold from the ledger)."""
+    lines = ["Milestones (seconds from each problem's admission; problems finished in one call)", "",
+             "| problem | " + " | ".join(MILESTONES) + " |", "|---|" + "---|" * len(MILESTONES)]
+    for ledger in sorted((sweep_out / "ledgers").glob("*.jsonl")):
+        entries = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
+        stretches = [e["running"] for e in entries if "running" in e]
+        journals = list((sweep_out / "repos" / ledger.stem).glob(".okgit/runs/*/journal.jsonl"))
+        if len(stretches) != 1 or len(journals) != 1:
+            continue  # in flight, or resumed over calls: its steps span calls
+        (start, end), events = stretches[0], [json.loads(x) for x in journals[0].read_text().splitlines() if x.strip()]
+        if not any(e.get("type") == "run_finished" for e in events):
+            continue
+
+        def first(match) -> float | None:
+            return next((float(e["ts"]) for e in events if match(e)), None)
+
+        judge = next((float(e["t"]) for e in entries if e.get("role") == "judge"), None)
+        held = next((float(e["t"]) - float(e.get("held_s", 0.0)) for e in entries if e.get("stage") == "baselines"), None)
+        gates = [float(e["ts"]) for e in events if e.get("type") == "gate"]
+        times = [first(lambda e: e["type"] == "run_started"), judge, first(lambda e: e["type"] == "reference"),
+                 first(lambda e: e["type"] == "profiled" and e.get("cand") is None),
+                 first(lambda e: e["type"] == "proposal"),
+                 first(lambda e: e["type"] == "note" and str(e.get("message", "")).startswith("search ended")),
+                 gates[0] if gates else None, gates[-1] if len(gates) > 1 else None,
+                 first(lambda e: e["type"] == "run_finished"), held, end]
+        lines.append(f"| {ledger.stem} | " + " | ".join("-" if t is None else f"{t - start:.1f}" for t in times) + " |")
+    return "\n".join(lines)
 
 
 def _profiles(sweep_out: Path) -> str:

@@ -143,6 +143,7 @@ def _milestones(sweep_out: Path) -> str:
     and its run's journal (the judge's start and the baselines' first hold from the ledger)."""
     lines = ["Milestones (seconds from each problem's admission; problems finished in one call)", "",
              "| problem | " + " | ".join(MILESTONES) + " |", "|---|" + "---|" * len(MILESTONES)]
+    seconds: list[str] = []
     for ledger in sorted((sweep_out / "ledgers").glob("*.jsonl")):
         entries = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
         stretches = [e["running"] for e in entries if "running" in e]
@@ -166,6 +167,12 @@ def _milestones(sweep_out: Path) -> str:
                  gates[0] if gates else None, gates[-1] if len(gates) > 1 else None,
                  first(lambda e: e["type"] == "run_finished"), held, end]
         lines.append(f"| {ledger.stem} | " + " | ".join("-" if t is None else f"{t - start:.1f}" for t in times) + " |")
+        phases = next((e["judge_phases"] for e in entries if "judge_phases" in e), [])
+        if phases and all(len(row) > 4 for row in phases):  # each phase's seconds (ledgers before 2026-12-05 lack them)
+            seconds.append(f"- {ledger.stem}: " + ", ".join(f"{str(row[0]).removeprefix('reference: ')} {row[4]:.1f}"
+                                                          for row in phases))
+    if seconds:
+        lines += ["", "The reference's preparation and timing in the judge, seconds by phase:", *seconds]
     return "\n".join(lines)
 
 

@@ -222,7 +222,7 @@ def test_on_a_gpu_a_job_checks_sharing_the_device_and_times_alone(tmp_path, monk
     (phases,) = [e["judge_phases"] for e in entries if "judge_phases" in e][:1]
     names = [name for name, *_ in phases]
     assert "reference: s0" in names and "reference: timing" in names, names
-    assert all(peak >= kept and reserved >= peak for _, peak, kept, reserved in phases), phases
+    assert all(peak >= kept and reserved >= peak and seconds >= 0 for _, peak, kept, reserved, seconds in phases), phases
     assert dict((name, peak) for name, peak, *_ in phases)["reference: s0"] > 0
     # the footprint counts the judge at a check that computes a case again, measured last in its
     # preparation (every expected output of this op is kept: the salted seed case), and the worker,
@@ -231,7 +231,7 @@ def test_on_a_gpu_a_job_checks_sharing_the_device_and_times_alone(tmp_path, monk
     footprint = next(e["footprint_bytes"] for e in entries if "judge_phases" in e)
     prepared = phases[: names.index("reference: prepared")]
     assert prepared[-1][0] == "reference: s0~1", names
-    check, largest = prepared[-1][3], max(reserved for _, _, _, reserved in prepared)
+    check, largest = prepared[-1][3], max(reserved for _, _, _, reserved, _ in prepared)
     assert check + largest < footprint <= check + largest + 16 * CUDA_CONTEXT, phases  # and a context per process
     # the worker's first report, with its peak by gate (each gate's own, from a reset peak)
     (worker,) = [e["worker_phases"] for e in entries if "worker_phases" in e][:1]

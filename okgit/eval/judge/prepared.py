@@ -127,7 +127,7 @@ def count_cost(torch: Any, prep: Prepared, device: str) -> dict[str, Any]:
 
 def device_peaks(trace: list[list[Any]], cases: list[Case], cached: set[str]) -> tuple[int, int]:
     """The judge's device memory from its preparation's phases (rows of [phase, peak allocated,
-    allocated at its end, peak reserved], each phase from an emptied allocator cache): (its peak
+    allocated at its end, peak reserved, seconds], each phase from an emptied allocator cache): (its peak
     as it recurs, its preparation's largest). What recurs is a check that computes a case again:
     a case whose expected outputs it does not keep, and a timed call's seed case, salted (the
     phase "reference: ID~SALT", which the preparation makes last, as a check does it). The cases
@@ -135,7 +135,7 @@ def device_peaks(trace: list[list[Any]], cases: list[Case], cached: set[str]) ->
     (2026-12-05) KernelBench L1/45's judge reserved 83 GiB in its kept `signed` case, 49-51 GiB in
     its seed cases after the first, and was counted at 83 GiB, which kept every other problem off the device."""
     reserved: dict[str, int] = {}
-    for name, _, _, peak in trace:
+    for name, _, _, peak, *_ in trace:
         reserved[str(name)] = max(reserved.get(str(name), 0), int(peak))
     largest = max(reserved.values(), default=0)
     again = [n for n in reserved if "~" in n] + [f"reference: {c.id}" for c in cases if c.id not in cached]

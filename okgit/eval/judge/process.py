@@ -69,22 +69,24 @@ class Judge:
         self.layout_outputs: dict[str, list[Any]] = {}  # case -> the channels_last reference's outputs, until its stats
         self.phase_file: Path | None = None
         # while the reference is prepared and timed on a GPU: [phase, the peak bytes allocated in
-        # the phase, the bytes still allocated at its end, the peak bytes reserved in it], for a
-        # sweep's admission to see what drives a problem's footprint and what the judge keeps. Each
+        # the phase, the bytes still allocated at its end, the peak bytes reserved in it, its
+        # seconds], for a sweep's admission to see what drives a problem's footprint and what the
+        # judge keeps (and where the preparation's seconds go). Each
         # phase begins with the allocator's cache emptied, so that its reserved peak is its own
         # (blocks a phase before it left cached, in pieces of other sizes, are not counted again).
         self.memory_trace: list[list[Any]] | None = None
-        self.current = "start"
+        self.current, self.began = "start", time.monotonic()  # the phase, and when it began
         self.profiler_session: threading.Thread | None = None  # its one-time start, under way
 
     def phase(self, gate: str) -> None:
+        now = time.monotonic()  # a phase's seconds include the cache handed back as it begins
         if self.memory_trace is not None and self.device == "cuda":
             cuda = self.torch.cuda
             self.memory_trace.append([self.current, int(cuda.max_memory_allocated()), int(cuda.memory_allocated()),
-                                      int(cuda.max_memory_reserved())])
+                                      int(cuda.max_memory_reserved()), round(now - self.began, 3)])
             cuda.empty_cache()
             cuda.reset_peak_memory_stats()
-        self.current = gate
+        self.current, self.began = gate, now
         if self.phase_file is not None:
             self.phase_file.write_text(gate)
 
@@ -97,7 +99,7 @@ class Judge:
         result: dict[str, Any] = {"calls": {}}
         if job.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
-        self.memory_trace, self.current = [], "reference: start"
+        self.memory_trace, self.current, self.began = [], "reference: start", time.monotonic()
         self.phase("reference: import")
         main = dict(job.knobs)
         if job.device == "cpu":

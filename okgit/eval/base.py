@@ -39,9 +39,11 @@ class Evaluator(Protocol):
         several devices, or the timing failed (the variant is then evaluated, which says why)."""
 
     def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
-                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData | None:
+                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False,
+                last: bool = False) -> ProfileData | None:
         """The profiling pass, apart from any verdict: `base` (the evaluation's profile) with the
-        hardware counters read in a fresh worker; None where this evaluator has no such pass."""
+        hardware counters read in a fresh worker; None where this evaluator has no such pass.
+        `last`: no pass follows (the search's final best), so no worker is started ahead for one."""
 
     def passed_thorough(self, problem: Problem, source: str, *, backend: str = "triton") -> bool:
         """Whether `source` passed a thorough evaluation here against this problem's reference as
@@ -72,7 +74,8 @@ class EvaluatorBase:
         return None  # nothing timed apart from an evaluation: every variant is evaluated
 
     def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
-                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData | None:
+                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False,
+                last: bool = False) -> ProfileData | None:
         return None  # no profiling pass: the evaluation's own profile is all there is
 
     def passed_thorough(self, problem: Problem, source: str, *, backend: str = "triton") -> bool:
@@ -132,7 +135,8 @@ class InMemoryEvaluator(EvaluatorBase):
         return self.screener(source)
 
     def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
-                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData | None:
+                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False,
+                last: bool = False) -> ProfileData | None:
         if self.profiler is None:
             return None
         self.profiled.append(source)

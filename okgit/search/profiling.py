@@ -80,7 +80,8 @@ class ProfilePass:
         best = self.ctx.best
         if self.off or best is None or best.cand in self.done or not best.result.correct or not best.result.timed:
             return
-        prof = self._profile(best.proposal.source, best.proposal.backend, best.result.profile, best.result.runtime_us)
+        prof = self._profile(best.proposal.source, best.proposal.backend, best.result.profile, best.result.runtime_us,
+                             last=True)
         if prof is not None:
             best.result.profile = prof
             self._log(best.cand, prof)
@@ -93,10 +94,11 @@ class ProfilePass:
                              f"{elapsed:.0f} s (at most {PROFILE_SHARE:.0%}); it goes on as the search does")
         return False
 
-    def _profile(self, source: str, backend: str, base: Any, runtime_us: float | None, baseline: bool = False) -> Any:
+    def _profile(self, source: str, backend: str, base: Any, runtime_us: float | None, baseline: bool = False,
+                 last: bool = False) -> Any:
         t0 = time.monotonic()
         prof = self.evaluator.profile(self.ctx.problem, source, backend=backend, base=base, runtime_us=runtime_us,
-                                      tools=self.tools, baseline=baseline)
+                                      tools=self.tools, baseline=baseline, last=last)
         self.spent_s += time.monotonic() - t0
         self.passes += 1
         if prof is None:  # an evaluator without a pass (in memory, Modal)

@@ -49,3 +49,6 @@ def test_the_pass_takes_the_worker_started_ahead(monkeypatch):
     profiling.spare["ncu"] = (alive, None)  # type: ignore[assignment]
     worker, _ = profiling._take("ncu")
     assert worker is alive and started == ["ncu", "ncu"]  # the one ahead, then the next pass's
+    profiling.spare["ncu"] = (alive, None)  # type: ignore[assignment]
+    worker, _ = profiling._take("ncu", ahead=False)  # the last pass: nothing started for a next one
+    assert worker is alive and started == ["ncu", "ncu"] and "ncu" not in profiling.spare

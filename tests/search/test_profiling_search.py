@@ -108,6 +108,9 @@ def test_the_best_as_the_search_ends_is_profiled_whatever_the_share():
     after the last candidate (the report sets its counters beside the reference's)."""
     events: list[dict] = []
     search, ctx = counted_search(events)
+    asked: list[bool] = []
+    profile = search.evaluator.profile
+    search.evaluator.profile = lambda *a, **kw: asked.append(kw["last"]) or profile(*a, **kw)  # type: ignore[method-assign]
     search.profiling.spent_s = 3600.0  # as if the passes had taken an hour of a short search
     search.run([Queue(["1.2", "1.3", "1.4", "1.1"])])
     profiled = [e["cand"] for e in events if e["type"] == "profiled"]
@@ -115,6 +118,7 @@ def test_the_best_as_the_search_ends_is_profiled_whatever_the_share():
     order = [(e["type"], e.get("cand")) for e in events if e["type"] in ("evaluated", "profiled")]
     assert order[-1] == ("profiled", "c003") and ctx.best is not None and ctx.best.cand == "c003"
     assert ctx.best.result.profile is not None and ctx.best.result.profile.cache_hit_rate is not None
+    assert asked == [False, False, True]  # only the last pass starts no worker ahead for a next one
 
 
 def test_a_resumed_run_keeps_its_earlier_calls_account():

@@ -139,13 +139,14 @@ class LocalEvaluator(EvaluatorBase):
 
     @_one_at_a_time
     def profile(self, problem: Problem, source: str, *, backend: str = "triton", base: ProfileData | None = None,
-                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False) -> ProfileData:
+                runtime_us: float | None = None, tools: str = "auto", baseline: bool = False,
+                last: bool = False) -> ProfileData:
         """The profiling pass of a candidate (`baseline`: the problem's own file, as the final gate
         times it), apart from its evaluation: `base`, its evaluation's profile, with the counters put
-        in (okgit.eval.parent.profiling)."""
+        in (okgit.eval.parent.profiling); `last`: no worker started ahead for a next pass."""
         self._profiling = self._profiling or ProfilingPass(self)
         return self._profiling.run(problem, source, backend=backend, base=base, runtime_us=runtime_us, tools=tools,
-                                   baseline=baseline)
+                                   baseline=baseline, last=last)
 
     @_one_at_a_time
     def compare(self, problem: Problem, source: str, *, rounds: int = 5, backend: str = "triton") -> Comparison:

@@ -82,7 +82,7 @@ class ProfilingPass:
         self.spare.clear()
 
     def run(self, problem: Problem, source: str, *, backend: str, base: ProfileData | None,
-            runtime_us: float | None, tools: str = "auto", baseline: bool = False) -> ProfileData:
+            runtime_us: float | None, tools: str = "auto", baseline: bool = False, last: bool = False) -> ProfileData:
         prof = (base or ProfileData()).model_copy(deep=True)
         if self.evaluator._kind == "cpu":
             prof.not_run["profiler"] = CPU_REASON
@@ -96,7 +96,7 @@ class ProfilingPass:
                 continue
             if tool == "proton" and tools == "auto" and launches:
                 break  # ncu's counters hold the stalls too
-            found, why = self._one(problem, source, backend, tool, baseline)
+            found, why = self._one(problem, source, backend, tool, baseline, last)
             if why:
                 prof.not_run[tool] = why
                 self.failures[tool] = self.failures.get(tool, 0) + 1
@@ -113,14 +113,15 @@ class ProfilingPass:
         prof.profile_s = time.monotonic() - t0
         return prof
 
-    def _one(self, problem: Problem, source: str, backend: str, tool: str, baseline: bool) -> tuple[Any, str | None]:
+    def _one(self, problem: Problem, source: str, backend: str, tool: str, baseline: bool,
+             last: bool = False) -> tuple[Any, str | None]:
         """(what the tool read, None) or (None, why it read nothing)."""
         ev = self.evaluator
         prep = ev.prepared(problem)
         seeds = [c for c in prep.cases if c.kind == "seed" and c.shape == 0][:1]
         root = problem.root if baseline else (problem.candidate_root or problem.root)
         job = ev._candidate_job(problem, prep, backend, cases=seeds, root=root, check=False, counters=tool)
-        worker, logs = self._take(tool)
+        worker, logs = self._take(tool, ahead=not last)
         worker.memory_limit = max(worker.memory_limit, memory.worker_bytes(prep.case_bytes))  # torch, its device, one case
         try:
             (worker.dir / "candidate.py").write_text(source)
@@ -153,14 +154,15 @@ class ProfilingPass:
         if self.evaluator._kind == "cuda" and first and first not in self.spare:
             self.spare[first] = self._start(first)
 
-    def _take(self, tool: str) -> tuple[WorkerProcess, Path | None]:
-        """A fresh worker for the tool (the one started ahead, if it lives), and the next started ahead:
-        a pass then pays no interpreter, CUDA or ncu start."""
+    def _take(self, tool: str, ahead: bool = True) -> tuple[WorkerProcess, Path | None]:
+        """A fresh worker for the tool (the one started ahead, if it lives), and the next started ahead
+        (`ahead`): a pass then pays no interpreter, CUDA or ncu start. None after the last pass: a
+        start under ncu held the device 5-7 s on an H100, which a timing then waits for."""
         worker, logs = self.spare.pop(tool) if tool in self.spare else self._start(tool)
         if not worker.alive():
             worker.close()
             worker, logs = self._start(tool)
-        if self.evaluator.prestart:
+        if self.evaluator.prestart and ahead:
             self.spare[tool] = self._start(tool)
         return worker, logs
 

@@ -131,7 +131,7 @@ class Config(BaseModel):
 
 
 ENV_PREFIX = "OKGIT_"
-_ENV_SKIP = {"OKGIT_API_KEY", "OKGIT_DATA_DIR", "OKGIT_DEBUG", "OKGIT_DEVICE_LEDGER"}  # read where they are used
+_ENV_SKIP = {"OKGIT_API_KEY", "OKGIT_DATA_DIR", "OKGIT_DEBUG", "OKGIT_DEVICE_LEDGER", "OKGIT_STAGE_WALLS"}  # read where they are used
 
 
 def file_settings(root: Path) -> tuple[dict[str, Any], str | None]:

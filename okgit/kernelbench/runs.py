@@ -38,7 +38,7 @@ from okgit.journal.runview import RUNNING, RunView
 from okgit.kernelbench.baselines import BaselineTimes
 from okgit.kernelbench.reader import KBProblem
 from okgit.kernelbench.scoring import CrossCheck, ProblemResult
-from okgit.kernelbench.timeline import combine, evaluation_phases, ledger_holds
+from okgit.kernelbench.timeline import WALLS_ENV, combine, evaluation_phases, ledger_holds, read_walls
 from okgit.status import CORRECT
 
 # Times the baselines of (reference source, winner source or None) elsewhere (Modal's evaluator)
@@ -76,7 +76,8 @@ class Workspace:
         self.logs = out_dir / "logs"
         self.ledger = out_dir / "ledgers" / f"{slug(p)}.jsonl"  # every call's device holds, kept across calls
         package = str(Path(__file__).resolve().parents[2])  # the problem's processes run this okgit, as the sweep does
-        self.env = {**env, LEDGER_ENV: str(self.ledger),
+        self.walls_file = self.logs / f"{slug(p)}.walls.json"  # this call's stage walls, as the run's process writes them
+        self.env = {**env, LEDGER_ENV: str(self.ledger), WALLS_ENV: str(self.walls_file),
                     "PYTHONPATH": os.pathsep.join(x for x in (package, env.get("PYTHONPATH")) if x)}
         self.stop = stop or threading.Event()
         self.started = time.monotonic()
@@ -254,12 +255,14 @@ def _solved(p: KBProblem, flags: dict[str, Any], space: Workspace, timeout_s: fl
             gpu: bool, cross_check: bool, device: str, ahead: Ahead | None) -> ProblemResult:
     result = ProblemResult(key=p.key, level=p.level, id=p.id, name=p.name, status="error", device=device)
     resume = space.resumable_run()
+    space.walls_file.unlink(missing_ok=True)  # an earlier call's
     proc = space.process([sys.executable, "-m", "okgit.kernelbench.solve", str(space.work / p.file_name),
                           json.dumps(flags), *([resume] if resume else [])], timeout_s, "okgit optimize")
     if isinstance(proc, dict):
         return space.finished(result.model_copy(update=proc))
     solved = last_json(proc.stdout) or {}
-    space.walls = dict(solved.get("walls") or {})
+    # what it said, or, killed before it could say it (a stop that outlasted its grace), what it wrote
+    space.walls = dict(solved.get("walls") or read_walls(space.walls_file))
     run = solved.get("run")
     if space.stopped(proc) or solved.get("interrupted"):
         space.keep_in_flight()

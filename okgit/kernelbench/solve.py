@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -29,7 +30,7 @@ from okgit.eval.parent.devices import stage
 from okgit.eval.types import Reference
 from okgit.git.repo import Repo, git
 from okgit.journal.events import Event
-from okgit.kernelbench.timeline import StageClock
+from okgit.kernelbench.timeline import WALLS_ENV, StageClock
 from okgit.problem import Problem, load_problem
 from okgit.status import CORRECT
 
@@ -54,7 +55,8 @@ def solve(op: Path, flags: dict[str, Any], resume: str | None = None, *, evaluat
 
     repo = Repo.find(op.parent)
     config = load_config(repo.root, flags)
-    clock = StageClock()  # from here: starting the evaluator is part of preparing the reference
+    # from here: starting the evaluator is part of preparing the reference
+    clock = StageClock(Path(os.environ[WALLS_ENV]) if os.environ.get(WALLS_ENV) else None)
     solved = Solved()
     with contextlib.ExitStack() as owned:
         try:

@@ -31,15 +31,19 @@ from okgit.kernelbench.scoring import PROFILE, STAGES, StageTime
 _LEDGER_STAGES = {"reference": "reference", "seed": "seeds", "evaluation": "search", "final gate": "final gate",
                   "check": "check", "baselines": "baselines", "profile": PROFILE}
 SEARCH_ENDED = "search ended"  # the note okgit.run writes between the search and the final gate
+WALLS_ENV = "OKGIT_STAGE_WALLS"  # where a sweep problem's process writes its stage walls as they grow
 
 
 class StageClock:
     """A run's events, as they come, folded into wall seconds per stage: the time up to each event
     goes to the stage it ends (an Inductor seed's proposal ends a wait for its compile). The
     profiling pass's own seconds (`profiled` events) are counted apart, under PROFILE, as well:
-    they lie within the stages' walls, and their share of the run is what issue 32 bounds."""
+    they lie within the stages' walls, and their share of the run is what issue 32 bounds.
+    `path`: where the walls so far are written after each change, so that a process killed
+    before it could say them (a stop that outlasted its grace) loses none (`read_walls`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
         self.walls: dict[str, float] = {}
         self.stage: str | None = "reference"  # until the run says otherwise: its evaluator starting, its reference prepared
         self.last = time.monotonic()
@@ -63,6 +67,22 @@ class StageClock:
 
     def add(self, stage: str, seconds: float) -> None:
         self.walls[stage] = round(self.walls.get(stage, 0.0) + seconds, 3)
+        if self.path is not None:
+            tmp = self.path.with_suffix(".tmp")
+            try:
+                tmp.write_text(json.dumps(self.walls))
+                tmp.replace(self.path)
+            except OSError:  # only the accounting's spare copy: never the run's failure
+                pass
+
+
+def read_walls(path: Path) -> dict[str, float]:
+    """The walls a StageClock last wrote to `path` ({} where it wrote none)."""
+    try:
+        walls = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in walls.items()} if isinstance(walls, dict) else {}
 
 
 def ledger_holds(path: Path) -> tuple[dict[str, StageTime], int | None]:

@@ -103,6 +103,21 @@ def test_a_resumed_run_prepares_its_reference_again_before_it_says_so(monkeypatc
     assert stages.walls == {"reference": 17.0, "search": 6.0, "final gate": 9.0}
 
 
+def test_the_stage_walls_are_written_as_they_grow_for_a_process_killed_before_it_says_them(tmp_path, monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(timeline.time, "monotonic", clock)
+    ev, path = _events(), tmp_path / "walls.json"
+    stages = timeline.StageClock(path)
+    for name, seconds in (("preparing", 3), ("reference", 20), ("template", 2)):
+        clock.now += seconds
+        stages(ev[name])
+        assert timeline.read_walls(path) == stages.walls  # after every event, not only at the end
+    assert stages.walls == {"reference": 23.0, "search": 2.0}
+    path.write_text('{"reference": 2')  # cut short: as if none
+    assert timeline.read_walls(path) == {} and timeline.read_walls(tmp_path / "missing.json") == {}
+    timeline.StageClock(tmp_path / "no such folder" / "walls.json").add("reference", 1.0)  # never the run's failure
+
+
 def test_the_ledger_adds_up_holds_by_stage_and_keeps_the_last_footprint(tmp_path):
     ledger = tmp_path / "ledger.jsonl"
     lines = [{"stage": "reference", "mode": "shared", "wait_s": 1.0, "held_s": 10.0},

@@ -116,9 +116,7 @@ class LocalEvaluator(EvaluatorBase):
         self._spare_judge: WorkerProcess | None = None  # started ahead: a preparation pays no process start
         self._judges_taken = 0
         self._profiling: ProfilingPass | None = None  # made at its first use, or with a preparation
-        # the tools the profiling pass will be asked for (a run's `profiler` setting; None: unknown):
-        # the first one's worker then starts beside each preparation, not after it
-        self._profiler = profiler
+        self._profiler = profiler  # the pass's tools a run will ask for (`_prepare` starts the first's worker)
         if prestart:
             self.pool.prestart(self._torch)  # they wait for their jobs, no candidate code loaded
             self._spare_judge = self._new_judge()

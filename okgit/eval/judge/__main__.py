@@ -34,7 +34,6 @@ def main(argv: list[str] | None = None) -> None:
         try:
             if message.get("op") == "prepare":
                 reply = judge.prepare(Job.from_dict(message["job"]))
-                judge.profiler_started()  # here, not in the parent's exclusive hold for the timing
             elif message.get("op") == "measure":
                 reply = judge.measure()
             elif message.get("op") == "check":
@@ -65,7 +64,6 @@ def _free_memory(device: str) -> list[int] | None:
 
     free, total = torch.cuda.mem_get_info()
     return [int(free), int(total)]
-
 
 
 main()

@@ -76,7 +76,7 @@ class Judge:
         # (blocks a phase before it left cached, in pieces of other sizes, are not counted again).
         self.memory_trace: list[list[Any]] | None = None
         self.current, self.began = "start", time.monotonic()  # the phase, and when it began
-        self.profiler_session: threading.Thread | None = None  # its one-time start, under way
+        self.profiler_session: threading.Thread | None = None  # torch.profiler's one-time start (okgit.eval.judge.__main__)
 
     def phase(self, gate: str) -> None:
         now = time.monotonic()  # a phase's seconds include the cache handed back as it begins
@@ -166,6 +166,11 @@ class Judge:
             self.phase("reference: prepared")  # the trace goes with the timing's answer (`measure`)
             result["device_peak_bytes"], result["preparation_peak_bytes"] = device_peaks(
                 self.memory_trace or [], kept, set(prep.cache))
+        # torch.profiler's start, under way beside the preparation, is done before it answers: never
+        # beside the timing the parent then holds the device alone for
+        if self.profiler_session is not None:
+            self.profiler_session.join()
+            self.profiler_session = None
         return result
 
     def arm(self, job: Job, key: int | str, knobs: dict[str, int], perturbed: list[Any] | None = None) -> Arm:
@@ -375,12 +380,6 @@ class Judge:
         return {"checks": checks, "fingerprints": prints, "seconds": seconds}
 
     # ---- helpers -------------------------------------------------------------------------------
-    def profiler_started(self) -> None:
-        """Wait for torch.profiler's one-time start, under way beside the preparation (okgit.eval.judge.__main__)."""
-        if self.profiler_session is not None:
-            self.profiler_session.join()
-            self.profiler_session = None
-
     def double_model(self, module: ModuleType, init: list[Any]) -> Any:
         try:
             model, _ = calls.build(self.torch, module.Model, init, self.device)
@@ -400,7 +399,6 @@ class Judge:
 
             Path(job.peaks_path).parent.mkdir(parents=True, exist_ok=True)
             Path(job.peaks_path).write_text(json.dumps(measure_peaks(self.device)))
-        self.profiler_started()  # never beside the timing
         arm = self.prep.arms[0]
         cls = getattr(arm.module, "ModelNew", None) or arm.module.Model
         model = arm.model

@@ -135,6 +135,7 @@ def describe(prep: PreparedReference, device: str, *, on_cpu: bool) -> Reference
                           default=None),
     )
 
+
 def ask(judge: WorkerProcess, job: Job, hold: Any, timeout_s: float, gpu: bool, path: str) -> dict[str, Any]:
     """The judge's answers to `prepare` and, on a GPU, `measure` (the device held alone for the
     reference's timing: `hold`, okgit.eval.parent.devices.DeviceHold), within `timeout_s` in all.

@@ -90,42 +90,35 @@ def op_class(source: str) -> str:
 def survey(path: Path, level: int) -> Row:
     """The proposer's candidates for one problem, the one with the fewest externs first."""
     from okgit.lower.capture import capture
-    from okgit.lower.fusion import Group, partition
+    from okgit.lower.fusion import Group
     from okgit.lower.graph import Unsupported
-    from okgit.lower.opfile import lowered_file
     from okgit.lower.translate import op_description
     from okgit.problem import load_problem
-    from okgit.search.proposers.templates import candidates
+    from okgit.search.proposers.templates import Made, made
 
     row = Row(level, path.stem)
     source = path.read_text()
     row.klass = op_class(source)
     notes: list[str] = []
-    made: list[tuple[list[str], str, str]] = []  # (externs, origin, source)
+    found: list[tuple[list[str], str, str]] = []  # (externs, origin, source)
     try:
         graph = capture(load_problem(path, root=str(path.parent)))
     except Unsupported as e:
         row.note = f"capture: {e}"
         return row
-    for turned_on in candidates(graph, "cuda"):  # the survey is of what a GPU run proposes
-        try:
-            shaped = graph
-            for kind in turned_on:  # as the proposer does: a kind may make a pattern one call it seeds
-                shaped = kind.rewrite(shaped)
-            items = partition(shaped, seeding=turned_on)
-            text, low = lowered_file(source, shaped, items, turned_on)
-        except Unsupported as e:
-            notes.append(str(e))  # the same reason for each set of optional kinds, said once
+    for m in made(graph, source, "cuda"):  # the survey is of what a GPU run proposes
+        if not isinstance(m, Made):
+            notes.append(str(m[1]))  # the same reason for each set of optional kinds, said once
             continue
-        kept = [n for n in items if not isinstance(n, Group) and n.op.split(".")[1 if "." in n.op else 0] not in VIEWS]
-        made.append((list(dict.fromkeys(op_description(n) for n in kept)), low.origin(), text))
-    if not made:
+        kept = [n for n in m.items if not isinstance(n, Group) and n.op.split(".")[1 if "." in n.op else 0] not in VIEWS]
+        found.append((list(dict.fromkeys(op_description(n) for n in kept)), m.low.origin(), m.source))
+    if not found:
         row.note = "; ".join(dict.fromkeys(notes))
         return row
-    made.sort(key=lambda m: len(m[0]))  # stable: the proposer's order among equals
-    row.externs, row.kinds = made[0][0], made[0][1].removeprefix("template:")
+    found.sort(key=lambda m: len(m[0]))  # stable: the proposer's order among equals
+    row.externs, row.kinds = found[0][0], found[0][1].removeprefix("template:")
     row.covered = "partly" if row.externs else "yes"
-    row.sources = [m[2] for m in made]
+    row.sources = [m[2] for m in found]
     return row
 
 

@@ -274,6 +274,16 @@ def _mean(b, a, t):
     return b.mean(a["self"], a.get("dim"), a.get("keepdim", False))
 
 
+@_h("adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d")
+def _adaptive_avg_pool(b, a, t):
+    """A global average pool (an output of one element along each pooled dim) is a mean over
+    those dims; another output size stays PyTorch's."""
+    x, size = a["self"], list(a["output_size"])
+    if any(s != 1 for s in size):
+        return None
+    return b.mean(x, list(range(len(x.shape) - len(size), len(x.shape))), True)
+
+
 @_h("amax", "amin")
 def _amax(b, a, t):
     return b.reduce(t._opname[1:], a["self"], a.get("dim"), a.get("keepdim", False))

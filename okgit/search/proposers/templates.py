@@ -11,14 +11,15 @@ proposer varies them.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from okgit.lower.capture import capture
 from okgit.lower.fusion import partition
 from okgit.lower.graph import Graph, Node, Unsupported
 from okgit.lower.kinds import kinds
 from okgit.lower.kinds.base import Rendered, TemplateKind
-from okgit.lower.opfile import lowered_file, public_name
+from okgit.lower.opfile import FileLowering, lowered_file, public_name
 from okgit.problem import Problem
 from okgit.search.types import Context, Proposal, propose_several
 
@@ -28,8 +29,9 @@ def candidates(graph: Graph, device: str) -> list[tuple[TemplateKind, ...]]:
 
     Over the kinds the graph offers, in the kinds' order: every candidate so far, with and without
     the kind, the one with it first where the kind is `before_plain` (the column layout before
-    the row layout; the split-precision Triton GEMM before the vendor one). A kind `alone` (channels-last
-    convolutions) gets one candidate of its own, after the others. A kind whose candidate cannot be
+    the row layout; the split-precision Triton GEMM before the vendor one). A kind `alone` (okgit's
+    convolutions, channels-last ones) gets one candidate, after the others (`made` adds the first
+    candidate's kinds to it). A kind whose candidate cannot be
     right on `device` (a TF32 convolution on a CPU, whose reference never runs in TF32) gets none;
     `device` is named as the evaluator names it ("cuda:0"), the kinds by type ("cuda")."""
     combos: list[tuple[TemplateKind, ...]] = [()]
@@ -122,6 +124,54 @@ def plan(ctx: Context) -> list[Proposal]:
     return planned(ctx.problem, ctx.device, lambda message: ctx.log("note", message=message))
 
 
+@dataclass
+class Made:
+    """One candidate rendered: the optional kinds it turns on, its partition, its op file."""
+
+    turned_on: tuple[TemplateKind, ...]
+    items: list
+    source: str
+    low: FileLowering
+
+
+def made(graph: Graph, source: str, device: str) -> Iterator[Made | tuple[tuple[TemplateKind, ...], Unsupported]]:
+    """Each candidate of `candidates`, rendered from the reference's `source`, or the kinds it
+    turns on with why it could not be made; one the same as a candidate without one of its kinds
+    is left out. An `alone` kind's candidate turns on the first made candidate's kinds too, so a
+    convolution of okgit's own comes with okgit's pooling or batch norm after it, not PyTorch's;
+    where it cannot (channels-last convolutions under okgit's pooling, which reads the
+    convolution's output itself), it comes alone."""
+    first: tuple[TemplateKind, ...] | None = None
+    for turned_on in candidates(graph, device):
+        alone = len(turned_on) == 1 and turned_on[0].alone
+        error: Unsupported | None = None
+        for kinds_on in [first + turned_on, turned_on] if alone and first else [turned_on]:
+            try:
+                m = _make(graph, source, kinds_on)
+            except Unsupported as e:
+                error = e  # the last try's reason: the kind's own where it came alone
+                continue
+            if m is not None:
+                first = m.turned_on if first is None and not alone else first
+                yield m
+                break
+        else:
+            if error is not None:
+                yield turned_on, error
+
+
+def _make(graph: Graph, source: str, turned_on: tuple[TemplateKind, ...]) -> Made | None:
+    """The candidate that turns `turned_on` on; None where one of them changes nothing."""
+    shaped = graph
+    for kind in turned_on:  # a kind may make a pattern one call it seeds
+        shaped = kind.rewrite(shaped)
+    items = partition(shaped, seeding=turned_on)
+    if not all(k.changes(items) for k in turned_on):
+        return None
+    text, low = lowered_file(source, shaped, items, turned_on)
+    return Made(turned_on, items, text, low)
+
+
 def planned(problem: Problem, device: str, note: Callable[[str], None]) -> list[Proposal]:
     """`plan`'s candidates for the reference on `device`; `note` gets what the journal should say
     of a candidate that could not be made."""
@@ -131,25 +181,17 @@ def planned(problem: Problem, device: str, note: Callable[[str], None]) -> list[
         note(f"templates: {e}")
         return []
     out: list[Proposal] = []
-    for turned_on in candidates(graph, device):
-        try:
-            shaped = graph
-            for kind in turned_on:
-                shaped = kind.rewrite(shaped)
-            items = partition(shaped, seeding=turned_on)
-            if not all(k.changes(items) for k in turned_on):
-                continue  # the candidate without that kind is the same file
-            source, low = lowered_file(problem.source, shaped, items, turned_on)
-        except Unsupported as e:
-            what = label(graph, turned_on)
-            note(f"templates{f' ({what})' if what else ''}: {e}")
+    for m in made(graph, problem.source, device):
+        if not isinstance(m, Made):
+            what = label(graph, m[0])
+            note(f"templates{f' ({what})' if what else ''}: {m[1]}")
             continue
         out.append(Proposal(
-            source=source,
-            origin=low.origin(),
-            intent=_intent(low.rendered, items),
+            source=m.source,
+            origin=m.low.origin(),
+            intent=_intent(m.low.rendered, m.items),
             parent=None,
-            meta={"kernels": [r.name for r in low.rendered], "tunables": {k: v for r in low.rendered for k, v in r.tunables.items()}},
+            meta={"kernels": [r.name for r in m.low.rendered], "tunables": {k: v for r in m.low.rendered for k, v in r.tunables.items()}},
             screen=True,  # alternatives of one computation: after the first, each is worth a check only if faster
         ))
     return out

@@ -1,5 +1,5 @@
-"""okgit's implicit-GEMM convolutions on this GPU: the development set's convolution problems at
-their real sizes, against cuDNN (eager, PyTorch's default flags) and torch.compile (default mode).
+"""okgit's own convolutions (direct and implicit GEMM) on this GPU: the development set's
+convolution problems at their real sizes, against cuDNN (eager, PyTorch's default flags) and torch.compile (default mode).
 
     python3 bench/conv.py --kb .kb/KernelBench [--problems "2:87,7 1:63"]
                           [--time-limit 150] [--no-compile] [--no-tiles | --tma] [--smoke]
@@ -7,8 +7,8 @@ their real sizes, against cuDNN (eager, PyTorch's default flags) and torch.compi
 Per problem, in one process: eager in NCHW and in channels_last (the two layouts the evaluator
 measures the reference's own error in; the larger error is the reference's), torch.compile, and
 okgit's template candidates as `okgit optimize` proposes them on a GPU (the vendor convolution
-with its fused epilogue, the implicit-GEMM convolution in 3xTF32 and in TF32, the channels-last
-vendor one), each at its defaults; then the TF32 convolution, and the 3xTF32 one where the TF32
+with its fused epilogue, the direct fp32 one for few input channels, the implicit-GEMM
+convolution in 3xTF32 and in TF32, the channels-last vendor one), each at its defaults; then the TF32 convolution, and the 3xTF32 one where the TF32
 one breaks the rule, over a compact set of tile settings, each one setting away from the
 defaults. --tma instead: the implicit-GEMM kernel's TMA path against its pointer path (`_TMA` 0) at
 the same tiles (the TF32 one at its defaults and at BLOCK_K 16, where 16 input channels fill a
@@ -224,12 +224,12 @@ def problem_line(row: dict) -> str:
                                                    f"{fmt_err(r['err'])} rule {fmt_rule(r['rule'])}")
                      + (f" (TMA: {'/'.join(r['tma']) or '-'})" if "tma" in r else ""))
     if not any(a.startswith("template:conv") for a in row["arms"]):
-        parts.append(f"  no implicit-GEMM candidate: {'; '.join(row['notes']) or 'no convolution in the graph'}")
+        parts.append(f"  no candidate with a convolution of okgit's own: {'; '.join(row['notes']) or 'no convolution in the graph'}")
     return "\n".join(parts)
 
 
 def best_conv(row: dict) -> tuple[str, dict] | None:
-    """okgit's fastest implicit-GEMM arm within the rule."""
+    """okgit's fastest convolution of its own (direct or implicit GEMM) within the rule."""
     ok = [(k, v) for k, v in row["arms"].items() if k.startswith("template:conv") and not k.startswith(
         "template:conv_cl") and v["rule"] and v["us"] is not None]
     return min(ok, key=lambda kv: kv[1]["us"]) if ok else None

@@ -293,8 +293,8 @@ def test_a_note_names_the_op_no_template_covers(tmp_path, forward, why):
     proposals = plan(ctx_for(path, notes))
     if why is None:
         assert proposals and not any("no template covers" in n for n in notes)
-    else:  # a lone convolution has okgit's own kernel (kinds/conv.py) beside the note on the plain candidate
-        assert [p.origin for p in proposals] == (["template:conv"] if "conv2d" in forward else [])
+    else:  # a lone convolution has okgit's own kernels (kinds/conv_direct.py, conv.py) beside the note on the plain candidate
+        assert [p.origin for p in proposals] == (["template:conv_direct", "template:conv"] if "conv2d" in forward else [])
         assert f"templates: {why}" in notes
 
 

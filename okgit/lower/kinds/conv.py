@@ -214,6 +214,10 @@ class Conv(TemplateKind):
             return f"a Triton pointwise {form}, a GEMM per sample on x as it is ({self.precision}), with the epilogue"
         return f"a Triton implicit-GEMM {form} ({self.precision}) with the epilogue on its accumulator"
 
+    def template_for(self, spec: ConvSpec) -> Traversable:
+        """The kernel and launcher's template: a GEMM per sample for a pointwise convolution."""
+        return POINTWISE if pointwise(spec) else TEMPLATE
+
     def tunables(self, NAME: str, spec: ConvSpec) -> dict[str, int | str]:
         cog = (spec.w.shape[1] * spec.groups if spec.transposed else spec.w.shape[0]) // spec.groups
         block_n = min(128, max(16, 1 << (cog - 1).bit_length()))
@@ -253,9 +257,9 @@ class Conv(TemplateKind):
         store_outputs(code, g, body, None, output_names(g))
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, "x.device")
         NAME = name.upper()
-        low.helpers.update(("_gemm_plan", "_conv_plan"))
+        low.helpers.update(self.helpers)
         src = fill(
-            POINTWISE if pointwise(spec) else TEMPLATE, name=name, NAME=NAME, params=sig, body="\n".join(body.lines),
+            self.template_for(spec), name=name, NAME=NAME, params=sig, body="\n".join(body.lines),
             args=", ".join(["x", "w"] + ([largs] if largs else [])), doc=self.describe(g), prepare="\n".join(prep),
             conv=spec.literal(), call_args=call, returns=returns,
         )

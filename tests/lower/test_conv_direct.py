@@ -1,0 +1,202 @@
+"""The direct convolution for few input channels (okgit/lower/kinds/conv_direct.py): which
+convolutions it takes and the note where it takes none, and its kernel against float64 under
+the Triton interpreter (1D-3D, stride, padding, dilation, bias, per-channel epilogues, output
+channels that fill no whole tile, several position and channel tiles, an input that is not
+contiguous, 64-bit indices)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from oprun import run_ops
+
+from okgit.eval.types import Reference, Status
+from okgit.problem import load_problem
+from okgit.search.proposers.templates import plan
+from okgit.search.types import Context
+
+HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+
+
+def form(conv: str, epilogue: str, inputs: str, cin: int, cout: int, param_dims: int) -> str:
+    """An op file: the convolution `conv` (of cin, cout) and `epilogue` of its output y, where
+    self.p is a per-channel parameter of `param_dims` dims."""
+    return HEADER + textwrap.dedent(f"""
+        class Model(nn.Module):
+            def __init__(self, cin, cout):
+                super().__init__()
+                self.conv = {conv}
+                self.p = nn.Parameter(torch.rand(cout, {', '.join(['1'] * param_dims)}) + 0.5)
+
+            def forward(self, x):
+                y = self.conv(x)
+                return {epilogue}
+
+        batch = 2
+        cin = {cin}
+        cout = {cout}
+
+        def get_inputs():
+            return [{inputs}]
+
+        def get_init_inputs():
+            return [cin, cout]
+        """)
+
+
+FORMS = {
+    "conv1d, strided, dilated, padded": form("nn.Conv1d(cin, cout, 3, stride=2, padding=2, dilation=2)", "F.gelu(y)",
+                                             "torch.randn(batch, cin, 23)", 3, 10, 1),
+    "conv2d, unpadded, mish": form("nn.Conv2d(cin, cout, 3)", "F.mish(y - 0.5) * self.p",
+                                   "torch.randn(batch, cin, 11, 9)", 8, 20, 2),
+    "conv2d, asymmetric, no bias": form("nn.Conv2d(cin, cout, (2, 3), stride=(1, 2), padding=(1, 0), bias=False)", "y",
+                                        "torch.randn(batch, cin, 7, 10)", 5, 16, 2),
+    "conv3d, padded, strided": form("nn.Conv3d(cin, cout, 4, stride=2, padding=1)", "torch.sigmoid(y) - self.p",
+                                    "torch.randn(batch, cin, 6, 7, 9)", 3, 16, 3),
+    "conv3d, 3 channels": form("nn.Conv3d(cin, cout, 3)", "F.hardswish(y)", "torch.randn(batch, cin, 5, 6, 7)", 3, 24, 3),
+    # channels-last: read through a contiguous copy
+    "conv2d, channels-last input": form("nn.Conv2d(cin, cout, 3, padding=1)", "torch.relu(y)",
+                                        "torch.randn(batch, cin, 8, 9).to(memory_format=torch.channels_last)", 4, 8, 2),
+}
+
+
+def ctx_for(path, notes: list | None = None) -> Context:
+    log = (lambda type, **f: notes.append(f.get("message", ""))) if notes is not None else (lambda type, **f: None)
+    return Context(problem=load_problem(path), reference=Reference(device="cpu", timed=False), backend="triton",
+                   device="cpu", log=log)
+
+
+def direct_source(tmp_path, name: str) -> tuple[str, str]:
+    path = tmp_path / (re.sub(r"\W+", "_", name) + ".py")
+    path.write_text(FORMS[name])
+    found = [p for p in plan(ctx_for(path)) if p.origin == "template:conv_direct"]
+    assert found, name
+    return str(path), found[0].source
+
+
+def setting(source: str, name: str, value: int) -> str:
+    out, n = re.subn(rf"^(FUSED_CONV_DIRECT_\d+_{name}: \w+) = .*$", lambda m: f"{m.group(1)} = {value}", source,
+                     flags=re.MULTILINE)
+    assert n == 1, name
+    return out
+
+
+@pytest.mark.parametrize(("conv", "why"), [
+    ("nn.Conv2d(8, 16, 3)", None),
+    ("nn.Conv3d(3, 16, 3, padding=1)", None),
+    ("nn.Conv2d(9, 16, 3)", "9 input channels (more than 8"),
+    ("nn.ConvTranspose2d(4, 16, 3)", "a transposed convolution"),
+    ("nn.Conv2d(8, 16, 3, groups=2)", "grouped_conv's"),  # 4 channels a group: the direct grouped kernel's
+])
+def test_which_convolutions_it_takes_and_the_note_where_not(tmp_path, conv, why):
+    cin = int(re.search(r"\((\d+),", conv).group(1))
+    path = tmp_path / "c.py"
+    path.write_text(form(conv, "y", f"torch.rand(batch, {cin}, {'5, ' if '3d' in conv else ''}9, 9)", cin, 16, 1))
+    notes: list[str] = []
+    origins = [p.origin for p in plan(ctx_for(path, notes))]
+    if why is None:
+        assert "template:conv_direct" in origins and origins.index("template:conv_direct") < origins.index("template:conv")
+    else:
+        assert "template:conv_direct" not in origins
+        if "grouped_conv" not in why:
+            assert any(n.startswith("templates (direct convolution (fp32)): ") and why in n for n in notes), notes
+
+
+@pytest.mark.slow  # candidates under the interpreter (oprun)
+def test_every_form_matches_float64(tmp_path):
+    jobs, names = [], []
+    for name in FORMS:
+        path, source = direct_source(tmp_path, name)
+        jobs.append((path, source, {}))
+        names.append(name)
+    # small tiles: several position tiles (across samples) and channel tiles, the last ones partial
+    for name in ("conv2d, unpadded, mish", "conv3d, padded, strided"):
+        path, source = direct_source(tmp_path, name)
+        jobs.append((path, setting(setting(source, "BLOCK_M", 16), "BLOCK_N", 16), {}))
+        names.append(f"{name}, small tiles")
+    # 32-bit indices, as on a GPU (the interpreter takes 64-bit ones: it checks each 32-bit operation)
+    path, source = direct_source(tmp_path, "conv3d, padded, strided")
+    narrow = source.replace('return device.type != "cuda" or max(numels) >= 2**31', "return max(numels) >= 2**31")
+    assert narrow != source
+    jobs.append((path, narrow, {}))
+    names.append("conv3d, 32-bit indices")
+    results = run_ops(jobs, timeout=900)
+    bad = [(n, r["why"]) for n, r in zip(names, results, strict=True) if not r["ok"]]
+    assert not bad, bad
+
+
+@pytest.mark.slow  # the real evaluator
+def test_the_direct_candidate_is_judged_correct_by_the_evaluator(tmp_path, evaluator):
+    """Through the template proposer and the real evaluator (CPU, interpreter): correct at every
+    checked shape and seed, and more accurate than TF32 would allow (fp32 products)."""
+    path = tmp_path / "conv3d_hardswish.py"
+    path.write_text(FORMS["conv3d, 3 channels"].replace("batch = 2", "batch = 4"))
+    found = [p for p in plan(ctx_for(path)) if p.origin == "template:conv_direct"]
+    result = evaluator.evaluate(load_problem(path), found[0].source)
+    assert result.status is Status.correct, result.error
+    assert result.max_abs_error is not None and result.max_abs_error < 1e-5
+
+
+SM90_SCRIPT = r"""
+import glob, inspect, json, os, re, subprocess, sys, tempfile, types
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler.compiler import ASTSource
+path, kernel, prefix, window = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+mod = types.ModuleType("cand")
+mod.__file__ = path
+exec(compile(open(path).read(), path, "exec"), mod.__dict__)
+fn = getattr(mod, kernel)
+setting = lambda key: getattr(mod, f"{prefix}_{key}")
+values = {**window, "PADDED": False, "BLOCK_M": setting("BLOCK_M"), "BLOCK_N": setting("BLOCK_N"), "WIDE": False}
+params = list(inspect.signature(fn.fn).parameters.values())
+signature = {p.name: "constexpr" if "constexpr" in str(p.annotation) else "*fp32" if p.name.endswith("_ptr") else "i32"
+             for p in params}
+constants = {p.name: values[p.name] for p in params if signature[p.name] == "constexpr"}
+compiled = triton.compile(ASTSource(fn, signature, constants), target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": setting("NUM_WARPS"), "num_stages": setting("NUM_STAGES")})
+out = {"fma": len(re.findall(r"fma\.rn\.f32", compiled.asm["ptx"])), "threads": 32 * setting("NUM_WARPS"),
+       "tile": setting("BLOCK_M") * setting("BLOCK_N")}
+tool = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump"))
+if tool:  # the register file's use: spills show as stack
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(compiled.asm["cubin"])
+    usage = subprocess.run([tool[0], "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    out["stack"] = int(re.search(r"STACK:(\d+)", usage).group(1))
+    out["registers"] = int(re.search(r"REG:(\d+)", usage).group(1))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow  # Triton compiles for sm_90 (ptxas)
+@pytest.mark.parametrize(("name", "window", "epilogue_fmas"), [
+    ("conv3d, 3 channels", {"KD": 3, "KH": 3, "KW": 3, "SD": 1, "SH": 1, "SW": 1, "PD": 0, "PH": 0, "PW": 0,
+                            "DD": 1, "DH": 1, "DW": 1}, False),
+    ("conv2d, unpadded, mish", {"KD": 1, "KH": 3, "KW": 3, "SD": 1, "SH": 1, "SW": 1, "PD": 0, "PH": 0, "PW": 0,
+                                "DD": 1, "DH": 1, "DW": 1}, True),
+])
+def test_the_kernel_compiles_for_hopper_as_outer_products_without_spills(tmp_path, name, window, epilogue_fmas):
+    """Compiled for sm_90 here, without a GPU, at the defaults and the development set's windows:
+    a tap is one multiply-add per accumulator a thread holds (an outer product, nothing
+    recomputed), and where Triton's cuobjdump is there, nothing spills."""
+    pytest.importorskip("triton.backends.nvidia")
+    path, source = direct_source(tmp_path, name)
+    cand = tmp_path / "cand.py"
+    cand.write_text(source)
+    proc = subprocess.run([sys.executable, "-c", SM90_SCRIPT, str(cand), "fused_conv_direct_0_kernel",
+                           "FUSED_CONV_DIRECT_0", json.dumps(window)], capture_output=True, text=True, timeout=600,
+                          check=False, env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+    if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr:
+        pytest.skip("no ptxas in this Triton")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    taps = window["KD"] * window["KH"] * window["KW"]
+    products = taps * got["tile"] // got["threads"]
+    assert got["fma"] == products or (epilogue_fmas and products < got["fma"] < 2 * products), got
+    assert got.get("stack", 0) == 0, got

@@ -14,6 +14,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 from oprun import run_ops
 
 from okgit.eval.types import Reference, Status
@@ -200,3 +201,21 @@ def test_the_kernel_compiles_for_hopper_as_outer_products_without_spills(tmp_pat
     products = taps * got["tile"] // got["threads"]
     assert got["fma"] == products or (epilogue_fmas and products < got["fma"] < 2 * products), got
     assert got.get("stack", 0) == 0, got
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", ["conv3d, 3 channels", "conv2d, unpadded, mish"])
+def test_on_a_gpu_the_direct_candidate_is_correct_and_timed(tmp_path, gpu_evaluator, name):
+    """The kernel compiled by the GPU's own Triton and judged there at a size of tens of MB (its
+    figures against the other candidates come from bench/conv.py at the development set's sizes)."""
+    sizes = {"conv3d, 3 channels": ("batch, cin, 5, 6, 7", "batch, cin, 16, 64, 64"),
+             "conv2d, unpadded, mish": ("batch, cin, 11, 9", "batch, cin, 256, 256")}[name]
+    path = tmp_path / (re.sub(r"\W+", "_", name) + ".py")
+    path.write_text(FORMS[name].replace(sizes[0], sizes[1]).replace("batch = 2", "batch = 16"))
+    ctx = Context(problem=load_problem(path), reference=Reference(device="cuda", timed=True), backend="triton",
+                  device="cuda", log=lambda type, **f: None)
+    found = [p for p in plan(ctx) if p.origin == "template:conv_direct"]
+    result = gpu_evaluator.evaluate(load_problem(path), found[0].source)
+    assert result.status is Status.correct, result.error
+    assert result.timed and result.runtime_us and result.speedup, result

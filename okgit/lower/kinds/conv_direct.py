@@ -35,9 +35,9 @@ TEMPLATE = template(__package__, "conv_direct.py.tmpl")
 # 256 x 16 with a 3x3x3 window took 139 registers and 128 x 32 with a mish epilogue 168, no
 # spills; at 64 a thread, 512 x 16 spilled in the taps' loop and 128 x 64 in the mish epilogue.
 # Triton stages each tap's input vector through shared memory (a store, two barriers, 128-bit
-# reads): per tap a thread issues 32 multiply-adds against about ten other instructions. The
-# same kernel as FMA dots over K blocks (tl.dot, "ieee") spent 2-3 times as many instructions
-# per multiply-add on the gather's index arithmetic.
+# reads): per tap a thread issues 32 multiply-adds against about 20 other instructions. The same
+# kernel as FMA dots over K blocks (tl.dot, "ieee") spent about 110 other instructions per K
+# element on the gather's addresses and the dot's operands (docs/benchmarks.md).
 TILE_ELEMENTS = 4096
 MAX_BLOCK_N = 32  # more output channels: more programs over the same inputs, run together (L2)
 

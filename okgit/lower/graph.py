@@ -19,6 +19,7 @@ lowering sees one vocabulary.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,3 +115,21 @@ class Graph:
             for a in n.inputs:
                 out[id(a)].append(n)
         return out
+
+
+def replaced(graph: Graph, found: list[Node], new: list[Node]) -> Graph:
+    """The graph with the nodes `found` taken out and the nodes `new` in place of the last of them,
+    the last of `new` giving its value."""
+    gone = {id(n) for n in found}
+    swap: dict[int, Node] = {id(found[-1]): new[-1]}
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        if id(n) == id(found[-1]):
+            nodes += new
+        elif id(n) not in gone:
+            args = tuple(swap.get(id(a), a) if isinstance(a, Node) else a for a in n.args)
+            if any(x is not y for x, y in zip(args, n.args)):
+                swap[id(n)] = dataclasses.replace(n, args=args)
+            nodes.append(swap.get(id(n), n))
+    outputs = [swap.get(id(o), o) for o in graph.outputs]
+    return Graph(nodes, outputs, graph.tuple_output, graph.forward_args, graph.entry)

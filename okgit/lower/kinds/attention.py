@@ -18,7 +18,7 @@ import dataclasses
 import torch
 
 from okgit.lower.fusion import Group
-from okgit.lower.graph import Bound, Graph, Node, Unsupported
+from okgit.lower.graph import Bound, Graph, Node, Unsupported, replaced
 from okgit.lower.kernelcode import KernelCode, Scope, literal, store_outputs
 from okgit.lower.kinds.base import Rendered, TemplateKind, output_names, template_kind
 from okgit.lower.template import fill, template
@@ -245,22 +245,4 @@ def _from_matmul(x: Node) -> bool:
     while x.kind == "op" and x.op in ("mul", "div") and not isinstance(x.args[1], Node):
         x = x.args[0]
     return x.kind == "extern" and x.op in MATMULS
-
-
-def replaced(graph: Graph, found: list[Node], new: list[Node]) -> Graph:
-    """The graph with the nodes `found` taken out and the nodes `new` in place of the last of them,
-    the last of `new` giving its value."""
-    gone = {id(n) for n in found}
-    swap: dict[int, Node] = {id(found[-1]): new[-1]}
-    nodes: list[Node] = []
-    for n in graph.nodes:
-        if id(n) == id(found[-1]):
-            nodes += new
-        elif id(n) not in gone:
-            args = tuple(swap.get(id(a), a) if isinstance(a, Node) else a for a in n.args)
-            if any(x is not y for x, y in zip(args, n.args)):
-                swap[id(n)] = dataclasses.replace(n, args=args)
-            nodes.append(swap.get(id(n), n))
-    outputs = [swap.get(id(o), o) for o in graph.outputs]
-    return Graph(nodes, outputs, graph.tuple_output, graph.forward_args, graph.entry)
 

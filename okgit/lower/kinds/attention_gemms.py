@@ -54,8 +54,8 @@ import math
 import torch
 
 from okgit.lower.builder import Builder
-from okgit.lower.graph import Bound, BoundInt, Graph, Node, module_expr, reshapes
-from okgit.lower.kinds.attention import MASK_ADD, MASK_FILL, MASK_KEEP, SDPA, Call, attention_of, replaced
+from okgit.lower.graph import Bound, BoundInt, Graph, Node, module_expr, replaced, reshapes
+from okgit.lower.kinds.attention import MASK_ADD, MASK_FILL, MASK_KEEP, SDPA, Call, attention_of
 from okgit.lower.kinds.base import template_kind
 from okgit.lower.kinds.gemm import Gemm
 

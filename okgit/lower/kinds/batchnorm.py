@@ -23,9 +23,8 @@ counter), so capture refuses it before any kind sees it.
 
 from __future__ import annotations
 
-from okgit.lower.graph import FLOAT, Graph, Node
+from okgit.lower.graph import FLOAT, Graph, Node, replaced
 from okgit.lower.kernelcode import KernelCode
-from okgit.lower.kinds.attention import replaced
 from okgit.lower.kinds.base import Rendered, TemplateKind, template_kind
 from okgit.lower.kinds.window import epilogue_lines
 from okgit.lower.template import fill, template

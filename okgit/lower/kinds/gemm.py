@@ -32,18 +32,20 @@ batch dims agree (or one operand 2D) seeds a group of its own, its elementwise e
 it; inside the kernel its value is the accumulator (plus the bias of a linear or addmm), and
 the domain's sizes are A's rows and B's columns (and the batch dims). A matmul that a rewrite
 made may say that it is triangular (`kwargs["triangle"]`, TRIANGLES: causal attention written
-out, kinds/attention_gemms.py): the kernel then skips the products that cannot count; and that
+out, kinds/attention_gemms.py; a matmul whose one reader keeps its lower triangle, `rewrite`):
+the kernel then skips the products that cannot count; and that
 its A comes split into TF32 highs and remainders (`split_rest`): the GEMM then splits B alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from okgit.lower.graph import Bound, Node, Unsupported
+from okgit.lower.graph import Bound, Graph, Node, Unsupported, replaced
 from okgit.lower.kernelcode import KernelCode, Leaf, Scope, store_outputs
 from okgit.lower.kinds.base import Rendered, TemplateKind, constants, output_names, template_kind
 from okgit.lower.template import fill, template
@@ -122,6 +124,18 @@ class Gemm(TemplateKind):
     def offered(self, graph) -> bool:
         return any(self.seeds(n) for n in graph.nodes)
 
+    def rewrite(self, graph: Graph) -> Graph:
+        """Each matmul it takes whose one reader keeps only its lower triangle (`torch.tril(a @ b)`,
+        a diagonal of 0 or below) marked triangular ("output"): its kernel skips the tiles wholly
+        above the diagonal, whose elements the reader sets to zero whatever the products are."""
+        while True:
+            users, outs = graph.users(), {id(o) for o in graph.outputs}
+            mm = next((n for n in graph.nodes if self.seeds(n) and "triangle" not in n.kwargs and id(n) not in outs
+                       and len(users[id(n)]) == 1 and _keeps_lower(users[id(n)][0], n)), None)
+            if mm is None:
+                return graph
+            graph = replaced(graph, [mm], [dataclasses.replace(mm, kwargs={**mm.kwargs, "triangle": "output"})])
+
     def claims(self, g, low) -> bool:
         return g.seed is not None and self.seeds(g.seed)
 
@@ -180,6 +194,23 @@ class Gemm(TemplateKind):
         )
         return Rendered(name, src, self.tunables(name.upper(), store_bound(a, b, mm)), operands + args, g.outputs,
                         self.describe(g))
+
+
+def _keeps_lower(reader: Node, mm: Node) -> bool:
+    """Whether `reader` is where(column - row <= k, mm, 0) over mm's own shape with k <= 0: the
+    lower triangle as okgit.lower.aten_matrices writes torch.tril."""
+    if reader.kind != "op" or reader.op != "where" or reader.args[1] is not mm or reader.args[2] != 0:
+        return False
+    keep = reader.args[0]
+    if not (isinstance(keep, Node) and keep.op == "le" and isinstance(keep.args[1], (int, float)) and keep.args[1] <= 0):
+        return False
+    diff = keep.args[0]
+    if not (isinstance(diff, Node) and diff.op == "sub" and all(isinstance(a, Node) for a in diff.args)):
+        return False
+    rank = len(mm.shape)
+    cols, rows = diff.args
+    return all(a.kind == "iota" and a.shape == mm.shape for a in (cols, rows)) and (cols.dims, rows.dims) == (
+        (rank - 1,), (rank - 2,))
 
 
 def store_bound(a: Node, b: Node, mm: Node) -> bool:

@@ -61,6 +61,17 @@ FORMS = {
     "conv3d, padded, strided": form("nn.Conv3d(cin, cout, 4, stride=2, padding=1)", "torch.sigmoid(y) - self.p",
                                     "torch.randn(batch, cin, 6, 7, 9)", 3, 16, 3),
     "conv3d, 3 channels": form("nn.Conv3d(cin, cout, 3)", "F.hardswish(y)", "torch.randn(batch, cin, 5, 6, 7)", 3, 24, 3),
+    "transposed 2d, strided, output padding": form(
+        "nn.ConvTranspose2d(cin, cout, 4, stride=2, padding=1, output_padding=1)", "y + self.p",
+        "torch.randn(batch, cin, 5, 6)", 6, 8, 2),
+    "transposed 3d, stride 2 (as L2/15)": form("nn.ConvTranspose3d(cin, cout, 3, stride=2, padding=1, bias=False)",
+                                               "y * self.p", "torch.randn(batch, cin, 3, 4, 5)", 4, 20, 3),
+    # stride 5, dilation 2: each phase has at most one tap along a dim, some none (only the bias)
+    "transposed 2d, stride 5, dilation 2 (as L1/81)": form(
+        "nn.ConvTranspose2d(cin, cout, 3, stride=5, padding=1, dilation=2)", "torch.tanh(y)",
+        "torch.randn(batch, cin, 4, 6)", 6, 17, 2),
+    "transposed 1d, stride 3, asymmetric": form("nn.ConvTranspose1d(cin, cout, 4, stride=3, padding=2, output_padding=2)",
+                                                "F.gelu(y)", "torch.randn(batch, cin, 7)", 5, 9, 1),
     # channels-last: read through a contiguous copy
     "conv2d, channels-last input": form("nn.Conv2d(cin, cout, 3, padding=1)", "torch.relu(y)",
                                         "torch.randn(batch, cin, 8, 9).to(memory_format=torch.channels_last)", 4, 8, 2),
@@ -91,8 +102,11 @@ def setting(source: str, name: str, value: int) -> str:
 @pytest.mark.parametrize(("conv", "why"), [
     ("nn.Conv2d(8, 16, 3)", None),
     ("nn.Conv3d(3, 16, 3, padding=1)", None),
-    ("nn.Conv2d(9, 16, 3)", "9 input channels (more than 8"),
-    ("nn.ConvTranspose2d(4, 16, 3)", "a transposed convolution"),
+    ("nn.Conv2d(9, 16, 3)", None),  # a K of 81
+    ("nn.ConvTranspose2d(16, 16, 3, stride=2)", None),  # 16 channels x 4 taps a phase
+    ("nn.Conv2d(32, 16, 3)", "a K of 288 (32 input channels x 9 taps; more than 256"),
+    ("nn.ConvTranspose2d(32, 16, 3)", "a K of 288"),  # stride 1: every tap reaches every output
+    ("nn.Conv2d(8, 16, 1)", "a pointwise convolution"),
     ("nn.Conv2d(8, 16, 3, groups=2)", "grouped_conv's"),  # 4 channels a group: the direct grouped kernel's
 ])
 def test_which_convolutions_it_takes_and_the_note_where_not(tmp_path, conv, why):
@@ -117,7 +131,7 @@ def test_every_form_matches_float64(tmp_path):
         jobs.append((path, source, {}))
         names.append(name)
     # small tiles: several position tiles (across samples) and channel tiles, the last ones partial
-    for name in ("conv2d, unpadded, mish", "conv3d, padded, strided"):
+    for name in ("conv2d, unpadded, mish", "conv3d, padded, strided", "transposed 3d, stride 2 (as L2/15)"):
         path, source = direct_source(tmp_path, name)
         jobs.append((path, setting(setting(source, "BLOCK_M", 16), "BLOCK_N", 16), {}))
         names.append(f"{name}, small tiles")
@@ -155,7 +169,7 @@ mod.__file__ = path
 exec(compile(open(path).read(), path, "exec"), mod.__dict__)
 fn = getattr(mod, kernel)
 setting = lambda key: getattr(mod, f"{prefix}_{key}")
-values = {**window, "PADDED": False, "BLOCK_M": setting("BLOCK_M"), "BLOCK_N": setting("BLOCK_N"), "WIDE": False}
+values = {"PADDED": False, "TRANSPOSED": False, **window, "BLOCK_M": setting("BLOCK_M"), "BLOCK_N": setting("BLOCK_N"), "WIDE": False}
 params = list(inspect.signature(fn.fn).parameters.values())
 signature = {p.name: "constexpr" if "constexpr" in str(p.annotation) else "*fp32" if p.name.endswith("_ptr") else "i32"
              for p in params}
@@ -181,11 +195,15 @@ print(json.dumps(out))
                             "DD": 1, "DH": 1, "DW": 1}, False),
     ("conv2d, unpadded, mish", {"KD": 1, "KH": 3, "KW": 3, "SD": 1, "SH": 1, "SW": 1, "PD": 0, "PH": 0, "PW": 0,
                                 "DD": 1, "DH": 1, "DW": 1}, True),
+    # every tap's products compiled, each behind its phase's branch
+    ("transposed 3d, stride 2 (as L2/15)", {"KD": 3, "KH": 3, "KW": 3, "SD": 2, "SH": 2, "SW": 2, "PD": 1, "PH": 1,
+                                            "PW": 1, "DD": 1, "DH": 1, "DW": 1, "PADDED": True, "TRANSPOSED": True},
+     False),
 ])
 def test_the_kernel_compiles_for_hopper_as_outer_products_without_spills(tmp_path, name, window, epilogue_fmas):
     """Compiled for sm_90 here, without a GPU, at the defaults and the development set's windows:
     a tap is one multiply-add per accumulator a thread holds (an outer product, nothing
-    recomputed), and where Triton's cuobjdump is there, nothing spills."""
+    recomputed) in each path of the taps, and where Triton's cuobjdump is there, nothing spills."""
     pytest.importorskip("triton.backends.nvidia")
     path, source = direct_source(tmp_path, name)
     cand = tmp_path / "cand.py"
@@ -198,7 +216,8 @@ def test_the_kernel_compiles_for_hopper_as_outer_products_without_spills(tmp_pat
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.splitlines()[-1])
     taps = window["KD"] * window["KH"] * window["KW"]
-    products = taps * got["tile"] // got["threads"]
+    # once per path of the taps: a padded convolution's tile inside the input and at its edges
+    products = taps * got["tile"] // got["threads"] * (2 if window.get("PADDED") else 1)
     assert got["fma"] == products or (epilogue_fmas and products < got["fma"] < 2 * products), got
     assert got.get("stack", 0) == 0, got
 

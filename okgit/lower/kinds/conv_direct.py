@@ -1,30 +1,32 @@
-"""Direct convolutions for few input channels (conv_direct.py.tmpl): a 1D, 2D or 3D
-convolution of one group (strided, padded, dilated; not transposed) with at most
-grouped_conv's MAX_GROUP_CHANNELS input channels, its bias and elementwise epilogue fused, in
-fp32 on the CUDA cores. Optional and `alone`, before the implicit-GEMM candidates of the conv
-kinds, which take the same calls: the search times them all.
+"""Direct convolutions with a short K (conv_direct.py.tmpl): a 1D, 2D or 3D convolution of one
+group, strided, padded, dilated, transposed too (output padding included), whose K (its input
+channels times the taps that reach an output) is at most MAX_K, its bias and elementwise
+epilogue fused, in fp32 on the CUDA cores. Optional and `alone`, before the implicit-GEMM
+candidates of the conv kinds, which take the same calls: the search times them all.
 
-Why: with 3 or 8 input channels the product is short (K = channels x taps, 27 to 216 on the
-development set) and the output, written once, is the largest tensor: such a problem is bound
-by memory and by how well each input read is reused, not by tensor-core products. cuDNN ran
-these slowly on an H200 (L1/54, a 3D convolution of 3 channels, 1845 us where its output's
-write takes a few hundred), torch.compile runs cuDNN plus an epilogue kernel that reads the
-output back, and okgit's implicit GEMM gathered its K of a few dozen through tables at 3-12
-TFLOP/s (docs/benchmarks.md, the third session of 2026-12-03). Here a tile of BLOCK_M output
-positions of one sample (flattened, so the output's stores are contiguous per channel) by
-BLOCK_N output channels takes, per input channel and tap, one vector of inputs and one row of
-the packed weight (the same for every program: cached) and adds their outer product: each input
-read serves BLOCK_N products, no copy of the input, no table. The result is fp32's, more
+Why: with 3 or 8 input channels, or a transposed convolution whose stride leaves each output a
+few taps, K is a few dozen to a couple of hundred (27 to 216 on the development set's regular
+ones; 32 for L1/81's stride 5, 128 and 256 for L2/15's and L2/3's stride 2) and the output,
+written once, is the largest tensor: such a problem is bound by memory and by how well each input
+read is reused, not by tensor-core products. torch.compile runs cuDNN plus an epilogue kernel
+that reads the output back, and okgit's implicit GEMM ran these at 2-12 TFLOP/s
+(docs/benchmarks.md, the third session of 2026-12-03). Here a tile of BLOCK_M output positions of
+one sample (flattened: a regular convolution's stores are contiguous per channel) by BLOCK_N
+output channels takes, per input channel and tap, one vector of inputs and one row of the packed
+weight (the same for every program: cached) and adds their outer product: each input read
+serves BLOCK_N products, no copy of the input, no table. A transposed convolution runs one
+phase of its output per program_id(1) (the output position modulo the stride), whose taps are
+the same for all its positions: no product with an inserted zero. The result is fp32's, more
 accurate than the TF32 that cuDNN may use."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, ClassVar
 
 from okgit.lower.graph import Node, Unsupported
 from okgit.lower.kinds.base import template_kind
-from okgit.lower.kinds.conv import Conv, ConvSpec, conv_spec
-from okgit.lower.kinds.grouped_conv import MAX_GROUP_CHANNELS
+from okgit.lower.kinds.conv import Conv, ConvSpec, conv_spec, pointwise
 from okgit.lower.template import template
 
 if TYPE_CHECKING:
@@ -39,24 +41,45 @@ TEMPLATE = template(__package__, "conv_direct.py.tmpl")
 # kernel as FMA dots over K blocks (tl.dot, "ieee") spent about 110 other instructions per K
 # element on the gather's addresses and the dot's operands (docs/benchmarks.md).
 TILE_ELEMENTS = 4096
+# A transposed convolution's taps carry their phase's arithmetic and masks: with a 3x3x3 window of
+# stride 2, 128 x 16 took 96 registers, 256 x 16 255 and 128 x 32 241. Fewer than 128 positions a
+# tile are never the default: at 64 x 32 Triton laid the tile out otherwise, 919 loads and a spill.
+TRANSPOSED_TILE = (128, 16)
+# K, multiply-adds per output element, up to which the direct kernel is offered: 8 input channels
+# of a 3x3x3 window (216), 3 of a 4x4x4 one (192), a stride-2 transposed 3x3x3 one of 32 (256)
+MAX_K = 256
 MAX_BLOCK_N = 32  # more output channels: more programs over the same inputs, run together (L2)
+
+
+def reaching_taps(spec: ConvSpec) -> int:
+    """The most taps of the window that reach one output: all of them; for a transposed
+    convolution those of one phase, one tap in s / gcd(s, d) along each dim."""
+    window = spec.w.shape[2:]
+    if not spec.transposed:
+        return math.prod(window)
+    return math.prod(-(-k // (s // math.gcd(s, d))) for k, s, d in zip(window, spec.stride, spec.dilation, strict=True))
 
 
 def direct(spec: ConvSpec) -> str | None:
     """Why the direct kernel does not take the convolution; None where it does."""
-    cin = spec.x.shape[1]
-    if spec.transposed:
-        return "a transposed convolution (the implicit GEMM's phases)"
     if spec.groups > 1:
         return "a grouped convolution (grouped_conv's or the implicit GEMM's)"
-    if cin > MAX_GROUP_CHANNELS:
-        return f"{cin} input channels (more than {MAX_GROUP_CHANNELS}: the implicit GEMM's tensor-core tiles)"
+    if pointwise(spec):
+        return "a pointwise convolution (the conv kind's GEMM per sample, on tensor cores)"
+    cin, taps = spec.x.shape[1], reaching_taps(spec)
+    if cin * taps > MAX_K:
+        return (f"a K of {cin * taps} ({cin} input channels x {taps} taps; more than {MAX_K}: the implicit GEMM's "
+                "tensor-core tiles)")
     return None
+
+
+def out_channels(spec: ConvSpec) -> int:
+    return spec.w.shape[1] if spec.transposed else spec.w.shape[0]
 
 
 @template_kind(order=14)
 class ConvDirect(Conv):
-    """The direct convolution in fp32 for few input channels."""
+    """The direct convolution in fp32 for a short K."""
 
     name = "conv_direct"
     label = "direct convolution (fp32)"
@@ -78,17 +101,19 @@ class ConvDirect(Conv):
         for n in items:
             if isinstance(n, Node) and n.kind == "extern" and Conv.seeds(self, n):
                 reasons.append(direct(conv_spec(n)) or "")
-        raise Unsupported("; ".join(dict.fromkeys(r for r in reasons if r)) or "no convolution with few input channels")
+        raise Unsupported("; ".join(dict.fromkeys(r for r in reasons if r)) or "no convolution with a short K")
 
     def what(self, g) -> str:
         spec = conv_spec(g.seed)
-        return (f"a direct {len(spec.x.shape) - 2}D convolution of {spec.x.shape[1]} input channels in fp32 on the CUDA "
-                "cores, its epilogue on the accumulator")
+        form = f"{'transposed ' if spec.transposed else ''}{len(spec.x.shape) - 2}D convolution"
+        return (f"a direct {form} of K {spec.x.shape[1] * reaching_taps(spec)} in fp32 on the CUDA cores, its epilogue "
+                "on the accumulator")
 
     def template_for(self, spec: ConvSpec) -> Traversable:
         return TEMPLATE
 
     def tunables(self, NAME: str, spec: ConvSpec) -> dict[str, int | str]:
-        block_n = min(MAX_BLOCK_N, max(16, 1 << (spec.w.shape[0] - 1).bit_length()))
-        return {f"{NAME}_BLOCK_M": TILE_ELEMENTS // block_n, f"{NAME}_BLOCK_N": block_n, f"{NAME}_NUM_WARPS": 4,
+        block_n = min(MAX_BLOCK_N, max(16, 1 << (out_channels(spec) - 1).bit_length()))
+        block_m, block_n = TRANSPOSED_TILE if spec.transposed else (TILE_ELEMENTS // block_n, block_n)
+        return {f"{NAME}_BLOCK_M": block_m, f"{NAME}_BLOCK_N": block_n, f"{NAME}_NUM_WARPS": 4,
                 f"{NAME}_NUM_STAGES": 1}

@@ -11,45 +11,16 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
+from conv_forms import form, narrow_indices
 from oprun import run_ops
 
 from okgit.eval.types import Reference, Status
 from okgit.problem import load_problem
 from okgit.search.proposers.templates import plan
 from okgit.search.types import Context
-
-HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
-
-
-def form(conv: str, epilogue: str, inputs: str, cin: int, cout: int, param_dims: int) -> str:
-    """An op file: the convolution `conv` (of cin, cout) and `epilogue` of its output y, where
-    self.p is a per-channel parameter of `param_dims` dims."""
-    return HEADER + textwrap.dedent(f"""
-        class Model(nn.Module):
-            def __init__(self, cin, cout):
-                super().__init__()
-                self.conv = {conv}
-                self.p = nn.Parameter(torch.rand(cout, {', '.join(['1'] * param_dims)}) + 0.5)
-
-            def forward(self, x):
-                y = self.conv(x)
-                return {epilogue}
-
-        batch = 2
-        cin = {cin}
-        cout = {cout}
-
-        def get_inputs():
-            return [{inputs}]
-
-        def get_init_inputs():
-            return [cin, cout]
-        """)
-
 
 FORMS = {
     "conv1d, strided, dilated, padded": form("nn.Conv1d(cin, cout, 3, stride=2, padding=2, dilation=2)", "F.gelu(y)",
@@ -135,11 +106,8 @@ def test_every_form_matches_float64(tmp_path):
         path, source = direct_source(tmp_path, name)
         jobs.append((path, setting(setting(source, "BLOCK_M", 16), "BLOCK_N", 16), {}))
         names.append(f"{name}, small tiles")
-    # 32-bit indices, as on a GPU (the interpreter takes 64-bit ones: it checks each 32-bit operation)
     path, source = direct_source(tmp_path, "conv3d, padded, strided")
-    narrow = source.replace('return device.type != "cuda" or max(numels) >= 2**31', "return max(numels) >= 2**31")
-    assert narrow != source
-    jobs.append((path, narrow, {}))
+    jobs.append((path, narrow_indices(source), {}))
     names.append("conv3d, 32-bit indices")
     results = run_ops(jobs, timeout=900)
     bad = [(n, r["why"]) for n, r in zip(names, results, strict=True) if not r["ok"]]

@@ -2,8 +2,9 @@
 takes, and its kernels run under Triton's interpreter against float64 in every form (linear over
 3D inputs, addmm, bmm, transposed operands, a 2D operand shared by a batch) and every path of
 its plan (operands split ahead or inside the kernel, TMA descriptors or pointers, persistent
-tiles, K split into ranges). The interpreter computes in fp32 whatever the precision; what a GPU
-makes of each path is bench/gemm.py's to measure."""
+tiles, K split into ranges), and a triangular product's skipped tiles (`torch.tril(a @ b)`). The
+interpreter computes in fp32 whatever the precision; what a GPU makes of each path is
+bench/gemm.py's to measure."""
 
 from __future__ import annotations
 
@@ -215,7 +216,8 @@ def test_tma_takes_operands_as_they_are_where_aligned(tmp_path):
     assert all(r["ok"] for r in results), [r["why"] for r in results]
 
 
-def _graph(tmp_path, forward: str, inputs: str):
+def _binary(tmp_path, forward: str, inputs: str) -> str:
+    """An op file whose forward of (a, b) returns `forward`."""
     body = f"""
 class Model(nn.Module):
     def forward(self, a, b):
@@ -227,7 +229,11 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
-    return capture(load_problem(op(tmp_path, "g", body)))
+    return op(tmp_path, "g", body)
+
+
+def _graph(tmp_path, forward: str, inputs: str):
+    return capture(load_problem(_binary(tmp_path, forward, inputs)))
 
 
 @pytest.mark.parametrize(("forward", "inputs", "seeded"), [
@@ -340,3 +346,48 @@ def test_optimize_hands_out_the_split_gemm_with_its_error_beside_the_references(
     line = next(x for x in report.splitlines() if x.startswith("Error against float64"))
     winner, reference = (float(v) for v in re.findall(r"(\d\.\d+e[-+]\d+)", line))
     assert 0 < winner <= 4 * reference
+
+
+# A matmul whose one reader keeps its lower triangle (`torch.tril(a @ b)`): the kind's rewrite marks
+# it triangular (`Gemm.rewrite`) and its kernel skips the tiles wholly above the diagonal.
+SKIPS = "# the epilogue masks such a tile whole"
+SQUARE = "torch.rand(45, 45), torch.rand(45, 45)"
+
+
+@pytest.mark.parametrize(("forward", "inputs", "marked"), [
+    ("torch.tril(torch.matmul(a, b))", SQUARE, True),
+    ("torch.tril(a @ b, diagonal=-1)", SQUARE, True),
+    ("torch.tril(torch.bmm(a, b))", "torch.rand(3, 20, 9), torch.rand(3, 9, 20)", True),
+    ("torch.tril(a @ b, diagonal=1)", SQUARE, False),  # keeps elements above the diagonal
+    ("torch.triu(a @ b)", SQUARE, False),
+    ("torch.tril(torch.relu(a @ b))", SQUARE, False),  # the reader is the relu
+    ("(lambda y: (torch.tril(y), y))(a @ b)", SQUARE, False),  # the product is returned too
+])
+def test_which_matmuls_are_marked_triangular(tmp_path, forward, inputs, marked):
+    graph = GEMM.rewrite(_graph(tmp_path, forward, inputs))
+    calls = [n for n in graph.nodes if GEMM.seeds(n)]
+    assert calls and any(n.kwargs.get("triangle") == "output" for n in calls) is marked
+
+
+def _triangular_source(path: str) -> str:
+    first = plan(ctx_for(path))[0]
+    assert first.origin.startswith("template:gemm") and SKIPS in first.source, first.origin
+    return first.source
+
+
+@pytest.mark.slow  # candidates under the interpreter (oprun)
+def test_a_triangular_product_matches_float64_with_tiles_skipped(tmp_path):
+    jobs, names = [], []
+    for forward, inputs in (("torch.tril(torch.matmul(a, b))", "torch.randn(45, 37), torch.randn(37, 50)"),
+                            ("torch.tril(torch.bmm(a, b), diagonal=-2) * 2.0", "torch.randn(2, 40, 21), torch.randn(2, 21, 33)")):
+        (tmp_path / str(len(jobs))).mkdir()
+        path = _binary(tmp_path / str(len(jobs)), forward, inputs)
+        source = _triangular_source(path)
+        small = setting(setting(setting(source, "BLOCK_M", 16), "BLOCK_N", 16), "BLOCK_K", 16)
+        for label, variant in (("defaults", source), ("small tiles", small),
+                               ("small tiles, persistent", setting(small, "PERSISTENT", 1))):
+            jobs.append((path, variant, {}))
+            names.append(f"{forward}: {label}")
+    results = run_ops(jobs, timeout=900)
+    bad = [(n, r["why"]) for n, r in zip(names, results, strict=True) if not r["ok"]]
+    assert not bad, bad

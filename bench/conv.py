@@ -8,9 +8,9 @@ Per problem, in one process: eager in NCHW and in channels_last (the two layouts
 measures the reference's own error in; the larger error is the reference's), torch.compile, and
 okgit's template candidates as `okgit optimize` proposes them on a GPU (the vendor convolution
 with its fused epilogue, the direct fp32 one for few input channels, the implicit-GEMM
-convolution in 3xTF32 and in TF32, the channels-last vendor one), each at its defaults; then the TF32 convolution, and the 3xTF32 one where the TF32
-one breaks the rule, over a compact set of tile settings, each one setting away from the
-defaults. --tma instead: the implicit-GEMM kernel's TMA path against its pointer path (`_TMA` 0) at
+convolution in 3xTF32 and in TF32, the channels-last vendor one), each at its defaults; then the direct convolution, the TF32 convolution, and the
+3xTF32 one where the TF32 one breaks the rule, over a compact set of tile settings, each one
+setting away from the defaults. --tma instead: the implicit-GEMM kernel's TMA path against its pointer path (`_TMA` 0) at
 the same tiles (the TF32 one at its defaults and at BLOCK_K 16, where 16 input channels fill a
 K step; the 3xTF32 one at its defaults; these replace the two kinds' default arms), each arm
 saying which operands its plan read through TMA, and a table of the pairs. Every arm's max abs error against float64 (the reference model in float64) is shown
@@ -67,18 +67,20 @@ from gemm import (
 DEFAULT_PROBLEMS = "2:87,7,91 1:63,57 2:15 1:54,75 2:47,67,71,35,3,27,43,79 1:60,66,69,72,78,81,87"
 # one setting away from the defaults each; a few, since each is a Triton compile of its own (seconds)
 TILES = [{"BLOCK_M": 64}, {"BLOCK_K": 64}, {"NUM_WARPS": 8}, {"NUM_STAGES": 4}, {"INPUT_COPY": 0}]
+# the direct convolution's (kinds/conv_direct.py): its tile's shape and warps, one setting away
+DIRECT_TILES = [{"BLOCK_M": 128}, {"BLOCK_M": 512}, {"BLOCK_N": 16}, {"NUM_WARPS": 8}]
 # past --time-limit, a problem already started runs its arms this much longer at most: one arm
 # (a torch.compile of a convolution: tens of seconds) may still overrun it
 GRACE_S = 30.0
 # --tma: per implicit-GEMM kind, its tile settings, each run with TMA on (the default) and off
 TMA_TILES = {"template:conv_tf32": [{}, {"BLOCK_K": 16}], "template:conv": [{}]}
-GROUP = re.compile(r"^(FUSED_CONV(?:_TF32)?_\d+_)BLOCK_M: int", re.MULTILINE)
+GROUP = re.compile(r"^(FUSED_CONV(?:_TF32|_DIRECT)?_\d+_)BLOCK_M: int", re.MULTILINE)
 
 
 def conv_settings(source: str, settings: dict) -> str:
     """`settings` ({"BLOCK_M": 64}) applied to the convolution's launch constants in `source`."""
     prefix = GROUP.search(source)
-    assert prefix is not None, "no implicit-GEMM convolution in this source"
+    assert prefix is not None, "no convolution of okgit's own in this source"
     return with_settings(source, {prefix[1] + k: v for k, v in settings.items()})
 
 
@@ -128,8 +130,8 @@ def problems(b: Bench, files: list, compile_too: bool, tiles: bool, tma: bool, r
         if tma:
             tma_arms(b, row, sources, model, args, want64, ref, tag, knobs)
         elif tiles:
-            for origin in tile_arms(row, sources):
-                for settings in TILES[: 1 if b.smoke else None]:
+            for origin, walked in tile_arms(row, sources):
+                for settings in walked[: 1 if b.smoke else None]:
                     if b.out_of_time():
                         break
                     module = load(conv_settings(sources[origin], settings), tag + "_tile")
@@ -198,16 +200,17 @@ def spec(files: list) -> str:
     return " ".join(f"{level}:{','.join(ids)}" for level, ids in runs)
 
 
-def tile_arms(row: dict, sources: dict[str, str]) -> list[str]:
-    """The implicit-GEMM candidates whose tiles are explored: the TF32 one, and the 3xTF32 one
-    where the TF32 one breaks the rule (or is not there)."""
+def tile_arms(row: dict, sources: dict[str, str]) -> list[tuple[str, list[dict]]]:
+    """The candidates whose tiles are explored, each with its settings: the direct convolution,
+    the TF32 implicit GEMM, and the 3xTF32 one where the TF32 one breaks the rule (or is not there)."""
     def origin(kind: str) -> str | None:
         return next((o for o in sources if o == kind or o.startswith(kind + "+")), None)
 
-    tf32, split = origin("template:conv_tf32"), origin("template:conv")
-    out = [tf32] if tf32 else []
+    direct, tf32, split = origin("template:conv_direct"), origin("template:conv_tf32"), origin("template:conv")
+    out = [(direct, DIRECT_TILES)] if direct else []
+    out += [(tf32, TILES)] if tf32 else []
     if split and not (tf32 and row["arms"][tf32]["rule"]):
-        out.append(split)
+        out.append((split, TILES))
     return out
 
 

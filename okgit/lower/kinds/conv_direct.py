@@ -5,11 +5,11 @@ epilogue fused, in fp32 on the CUDA cores. Optional and `alone`, before the impl
 candidates of the conv kinds, which take the same calls: the search times them all.
 
 Why: with 3 or 8 input channels, or a transposed convolution whose stride leaves each output a
-few taps, K is a few dozen to a couple of hundred (27 to 216 on the development set's regular
+few taps, K is a few dozen to a couple of hundred (72 to 216 on the development set's regular
 ones; 32 for L1/81's stride 5, 128 and 256 for L2/15's and L2/3's stride 2) and the output,
 written once, is the largest tensor: such a problem is bound by memory and by how well each input
 read is reused, not by tensor-core products. torch.compile runs cuDNN plus an epilogue kernel
-that reads the output back, and okgit's implicit GEMM ran these at 2-12 TFLOP/s
+that reads the output back, and okgit's implicit GEMM ran five of them at 2-12 TFLOP/s
 (docs/benchmarks.md, the third session of 2026-12-03). Here a tile of BLOCK_M output positions of
 one sample (flattened: a regular convolution's stores are contiguous per channel) by BLOCK_N
 output channels takes, per input channel and tap, one vector of inputs and one row of the packed

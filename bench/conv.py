@@ -7,7 +7,7 @@ convolution problems at their real sizes, against cuDNN (eager, PyTorch's defaul
 Per problem, in one process: eager in NCHW and in channels_last (the two layouts the evaluator
 measures the reference's own error in; the larger error is the reference's), torch.compile, and
 okgit's template candidates as `okgit optimize` proposes them on a GPU (the vendor convolution
-with its fused epilogue, the direct fp32 one for few input channels, the implicit-GEMM
+with its fused epilogue, the direct fp32 one for a short K, the implicit-GEMM
 convolution in 3xTF32 and in TF32, the channels-last vendor one), each at its defaults; then the direct convolution, the TF32 convolution, and the
 3xTF32 one where the TF32 one breaks the rule, over a compact set of tile settings, each one
 setting away from the defaults. --tma instead: the implicit-GEMM kernel's TMA path against its pointer path (`_TMA` 0) at

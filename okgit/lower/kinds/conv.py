@@ -176,12 +176,16 @@ class Conv(TemplateKind):
     helpers: ClassVar[dict[str, Traversable]] = {"_gemm_plan": Gemm.helpers["_gemm_plan"],
                                                  "_conv_plan": template(__package__, "conv_plan.py.tmpl")}
 
-    def seeds(self, n: Node) -> bool:
+    def declines(self, n: Node) -> str | None:
+        """Why this kind does not take the call n; None where it does."""
         try:
             conv_spec(n)
-        except Unsupported:
-            return False
-        return True
+        except Unsupported as e:
+            return str(e)
+        return None
+
+    def seeds(self, n: Node) -> bool:
+        return self.declines(n) is None
 
     def offered(self, graph: Graph) -> bool:
         return any(n.kind == "extern" and isinstance(n.target, torch._ops.OpOverload)
@@ -193,12 +197,7 @@ class Conv(TemplateKind):
             it.target, torch._ops.OpOverload) and it.target._opname in CONV_OPS]
         if any(getattr(it, "seed", None) is not None and self.seeds(it.seed) for it in items):
             return True
-        reasons = []
-        for n in convs:
-            try:
-                conv_spec(n)
-            except Unsupported as e:
-                reasons.append(str(e))
+        reasons = [r for r in map(self.declines, convs) if r]
         raise Unsupported("; ".join(dict.fromkeys(reasons)) or "no convolution to take")
 
     def claims(self, g, low) -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, ClassVar
 
-from okgit.lower.graph import Node, Unsupported
+from okgit.lower.graph import Node
 from okgit.lower.kinds.base import template_kind
 from okgit.lower.kinds.conv import Conv, ConvSpec, conv_spec, pointwise
 from okgit.lower.template import template
@@ -87,21 +87,8 @@ class ConvDirect(Conv):
     helpers: ClassVar[dict[str, Traversable]] = {**Conv.helpers,
                                                  "_conv_direct": template(__package__, "conv_direct_plan.py.tmpl")}
 
-    def seeds(self, n: Node) -> bool:
-        try:
-            return direct(conv_spec(n)) is None
-        except Unsupported:
-            return False
-
-    def changes(self, items: list) -> bool:
-        """Whether it takes a convolution; where it takes none, why not (a note)."""
-        if any(getattr(it, "seed", None) is not None and self.seeds(it.seed) for it in items):
-            return True
-        reasons = []
-        for n in items:
-            if isinstance(n, Node) and n.kind == "extern" and Conv.seeds(self, n):
-                reasons.append(direct(conv_spec(n)) or "")
-        raise Unsupported("; ".join(dict.fromkeys(r for r in reasons if r)) or "no convolution with a short K")
+    def declines(self, n: Node) -> str | None:
+        return super().declines(n) or direct(conv_spec(n))
 
     def what(self, g) -> str:
         spec = conv_spec(g.seed)

@@ -39,6 +39,8 @@ import resumable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's okgit, as the sweep's processes get it (PYTHONPATH below)
+from okgit.journal.files import read_jsonl  # noqa: E402 - this checkout's
+
 TARBALL = "sweep-dev.tar.gz"
 HOUR_S = 3600.0
 WORK = Path(tempfile.gettempdir()) / "okgit-sweep-dev"  # the same path in every call: runs resume there
@@ -122,8 +124,7 @@ def _screened(sweep_out: Path) -> str:
 
     dropped: dict[str, int] = {}
     for journal in sweep_out.glob("repos/*/.okgit/runs/*/journal.jsonl"):
-        for line in journal.read_text().splitlines():
-            event = json.loads(line) if line.strip() else {}
+        for event in read_jsonl(journal)[0]:
             if event.get("type") == "note" and DROPPED in str(event.get("message", "")):
                 problem = journal.parents[3].name
                 dropped[problem] = dropped.get(problem, 0) + 1
@@ -145,12 +146,12 @@ def _milestones(sweep_out: Path) -> str:
              "| problem | " + " | ".join(MILESTONES) + " |", "|---|" + "---|" * len(MILESTONES)]
     seconds: list[str] = []
     for ledger in sorted((sweep_out / "ledgers").glob("*.jsonl")):
-        entries = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
+        entries = read_jsonl(ledger)[0]
         stretches = [e["running"] for e in entries if "running" in e]
         journals = list((sweep_out / "repos" / ledger.stem).glob(".okgit/runs/*/journal.jsonl"))
         if len(stretches) != 1 or len(journals) != 1:
             continue  # in flight, or resumed over calls: its steps span calls
-        (start, end), events = stretches[0], [json.loads(x) for x in journals[0].read_text().splitlines() if x.strip()]
+        (start, end), events = stretches[0], read_jsonl(journals[0])[0]
         if not any(e.get("type") == "run_finished" for e in events):
             continue
 
@@ -189,7 +190,7 @@ def _profiles(sweep_out: Path) -> str:
         return f"{float(x):.0%}" if isinstance(x, (int, float)) else "-"
 
     for journal in sorted(sweep_out.glob("repos/*/.okgit/runs/*/journal.jsonl")):
-        events = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+        events = read_jsonl(journal)[0]
         finished = next((e for e in events if e.get("type") == "run_finished"), None)
         if finished is None:
             continue

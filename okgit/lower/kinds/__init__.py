@@ -21,8 +21,9 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 |       |           |              | fused (optional: before the vendor call)                    |
 | 10    | columns   | columns.py   | strided row reductions in the column layout (optional: a    |
 |       |           |              | second candidate, before the row layout)                    |
-| 14    | conv_direct | conv_direct.py | a convolution of one group with a short K (channels x   |
-|       |           |              | taps reaching an output; 1D-3D, strided, padded, dilated,   |
+| 14    | conv_direct | conv_direct.py | a convolution of one group, at most 4 input channels  |
+|       |           |              | and a short K (channels x taps reaching an output; 1D-3D,   |
+|       |           |              | strided, padded, dilated,                                   |
 |       |           |              | transposed) as a direct fp32 kernel, outer products per tap, |
 |       |           |              | its epilogue fused (optional: before the implicit GEMM's)   |
 | 15    | conv      | conv.py      | a convolution (1D-3D: stride, dilation, groups, transposed) |

@@ -1,16 +1,15 @@
 """Direct convolutions with a short K (conv_direct.py.tmpl): a 1D, 2D or 3D convolution of one
-group, strided, padded, dilated, transposed too (output padding included), whose K (its input
-channels times the taps that reach an output) is at most MAX_K, its bias and elementwise
-epilogue fused, in fp32 on the CUDA cores. Optional and `alone`, before the implicit-GEMM
-candidates of the conv kinds, which take the same calls: the search times them all.
+group and at most MAX_CIN input channels, strided, padded, dilated, transposed too (output
+padding included), whose K (its input channels times the taps that reach an output) is at most
+MAX_K, its bias and elementwise epilogue fused, in fp32 on the CUDA cores. Optional and `alone`,
+before the implicit-GEMM candidates of the conv kinds, which take the same calls: the search
+times them all.
 
-Why: with 3 or 8 input channels, or a transposed convolution whose stride leaves each output a
-few taps, K is a few dozen to a couple of hundred (72 to 216 on the development set's regular
-ones; 32 for L1/81's stride 5, 128 and 256 for L2/15's and L2/3's stride 2) and the output,
-written once, is the largest tensor: such a problem is bound by memory and by how well each input
-read is reused, not by tensor-core products. torch.compile runs cuDNN plus an epilogue kernel
-that reads the output back, and okgit's implicit GEMM ran five of them at 2-12 TFLOP/s
-(docs/benchmarks.md, the third session of 2026-12-03). Here a tile of BLOCK_M output positions of
+Why: with 3 input channels (an image's colours: L1/54, L2/23, 27, 79, 83) K is a few dozen to a
+couple of hundred and the output, written once, is the largest tensor, while the implicit GEMM
+pads each tap's 3 channels to 4 and tiles K for tensor-core products that such a K barely feeds:
+on 2026-12-03 it ran L2/27, L2/79 and L1/54 at 4, 3 and 12 TFLOP/s, and torch.compile runs cuDNN
+plus an epilogue kernel that reads the output back. Here a tile of BLOCK_M output positions of
 one sample (flattened: a regular convolution's stores are contiguous per channel) by BLOCK_N
 output channels takes, per input channel and tap, one vector of inputs and one row of the packed
 weight (the same for every program: cached) and adds their outer product: each input read
@@ -45,9 +44,15 @@ TILE_ELEMENTS = 4096
 # stride 2, 128 x 16 took 96 registers, 256 x 16 255 and 128 x 32 241. Fewer than 128 positions a
 # tile are never the default: at 64 x 32 Triton laid the tile out otherwise, 919 loads and a spill.
 TRANSPOSED_TILE = (128, 16)
-# K, multiply-adds per output element, up to which the direct kernel is offered: 8 input channels
-# of a 3x3x3 window (216), 3 of a 4x4x4 one (192), a stride-2 transposed 3x3x3 one of 32 (256)
+# K, multiply-adds per output element, up to which the direct kernel is offered: 3 input channels
+# of a 4x4x4 window (192), 4 of a 3x3x3 one (108)
 MAX_K = 256
+# Input channels up to which it is offered. Measured on an H100 at the development set's sizes
+# (2026-12-05, docs/benchmarks.md): with 3 input channels it beat the implicit GEMM in 3xTF32 by
+# 1.2-1.9x (L2/79, 27, 23, L1/54: the GEMM's K chunk of one tap is 3 channels padded to 4); with
+# 8 to 64, regular or transposed, the GEMM in 3xTF32 beat it by 1.1-3.1x (L2/87, 67, 71, 7, 15,
+# 3, 91, L1/63), and never lost to it by more than 0.3% (L1/81): an evaluation spent for nothing.
+MAX_CIN = 4
 MAX_BLOCK_N = 32  # more output channels: more programs over the same inputs, run together (L2)
 
 
@@ -67,6 +72,9 @@ def direct(spec: ConvSpec) -> str | None:
     if pointwise(spec):
         return "a pointwise convolution (the conv kind's GEMM per sample, on tensor cores)"
     cin, taps = spec.x.shape[1], reaching_taps(spec)
+    if cin > MAX_CIN:
+        return (f"{cin} input channels (more than {MAX_CIN}: the implicit GEMM's tensor-core tiles were faster "
+                "with 8 or more)")
     if cin * taps > MAX_K:
         return (f"a K of {cin * taps} ({cin} input channels x {taps} taps; more than {MAX_K}: the implicit GEMM's "
                 "tensor-core tiles)")

@@ -74,6 +74,7 @@ def setting(source: str, name: str, value: int) -> str:
     ("nn.Conv2d(4, 16, 3)", None),
     ("nn.Conv3d(3, 16, 3, padding=1)", None),
     ("nn.ConvTranspose2d(4, 16, 3, stride=2)", None),  # 4 channels x 4 taps a phase
+    ("nn.ConvTranspose2d(32, 16, 3, stride=5, padding=1, dilation=2)", None),  # a tap a phase: a K of 32 (L1/81)
     ("nn.Conv2d(8, 16, 3)", "8 input channels (more than 4"),
     ("nn.ConvTranspose2d(16, 16, 3, stride=2)", "16 input channels (more than 4"),
     ("nn.Conv3d(4, 16, (5, 5, 3))", "a K of 300 (4 input channels x 75 taps; more than 256"),

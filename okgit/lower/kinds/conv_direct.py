@@ -53,6 +53,11 @@ MAX_K = 256
 # 8 to 64, regular or transposed, the GEMM in 3xTF32 beat it by 1.1-3.1x (L2/87, 67, 71, 7, 15,
 # 3, 91, L1/63), and never lost to it by more than 0.3% (L1/81): an evaluation spent for nothing.
 MAX_CIN = 4
+# ... or a transposed convolution whose phases have a K of at most one of the implicit GEMM's K
+# blocks: there each phase's product is a single step, and what decides is how the phases' strided
+# stores meet (the direct kernel runs a tile's phases next to each other; the implicit GEMM
+# launches one phase after another). L1/81 (stride 5, K 32) took 3.5 ms either way on an H100.
+ONE_STEP_K = 32
 MAX_BLOCK_N = 32  # more output channels: more programs over the same inputs, run together (L2)
 
 
@@ -72,7 +77,7 @@ def direct(spec: ConvSpec) -> str | None:
     if pointwise(spec):
         return "a pointwise convolution (the conv kind's GEMM per sample, on tensor cores)"
     cin, taps = spec.x.shape[1], reaching_taps(spec)
-    if cin > MAX_CIN:
+    if cin > MAX_CIN and not (spec.transposed and cin * taps <= ONE_STEP_K):
         return (f"{cin} input channels (more than {MAX_CIN}: the implicit GEMM's tensor-core tiles were faster "
                 "with 8 or more)")
     if cin * taps > MAX_K:

@@ -50,7 +50,7 @@ MAX_K = 256
 # Input channels up to which it is offered. Measured on an H100 at the development set's sizes
 # (2026-12-05, docs/benchmarks.md): with 3 input channels it beat the implicit GEMM in 3xTF32 by
 # 1.2-1.9x (L2/79, 27, 23, L1/54: the GEMM's K chunk of one tap is 3 channels padded to 4); with
-# 8 to 64, regular or transposed, the GEMM in 3xTF32 beat it by 1.1-3.1x (L2/87, 67, 71, 7, 15,
+# 8 to 64, regular or transposed, the GEMM in 3xTF32 beat it by 1.2-3.1x (L2/87, 67, 71, 7, 15,
 # 3, 91, L1/63), and never lost to it by more than 0.3% (L1/81): an evaluation spent for nothing.
 MAX_CIN = 4
 # ... or a transposed convolution whose phases have a K of at most one of the implicit GEMM's K

@@ -1,6 +1,6 @@
 """Direct convolutions with a short K (conv_direct.py.tmpl): a 1D, 2D or 3D convolution of one
-group and at most MAX_CIN input channels, strided, padded, dilated, transposed too (output
-padding included), whose K (its input channels times the taps that reach an output) is at most
+group and at most MAX_CIN input channels (or a transposed one whose phases have a K of at most
+ONE_STEP_K), strided, padded, dilated, transposed too (output padding included), whose K (its input channels times the taps that reach an output) is at most
 MAX_K, its bias and elementwise epilogue fused, in fp32 on the CUDA cores. Optional and `alone`,
 before the implicit-GEMM candidates of the conv kinds, which take the same calls: the search
 times them all.

@@ -99,7 +99,8 @@ def test_a_channels_last_convolution_that_cannot_come_with_the_pooling_comes_alo
                   device="cuda", log=lambda type, **f: notes.append(f.get("message", "")))
     origins = [p.origin for p in plan(ctx)]
     assert origins[-1] == "template:vendor_conv_cl+pointwise+vendor_pool", origins
-    assert "template:conv+pool" in origins and not notes, notes
+    others = [n for n in notes if "direct convolution (fp32)): 8 input channels" not in n]  # its decline: 8 > 4
+    assert "template:conv+pool" in origins and not others, notes
 
 
 @pytest.mark.slow  # candidates under the interpreter (oprun)

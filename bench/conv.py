@@ -84,7 +84,8 @@ def conv_settings(source: str, settings: dict) -> str:
     return with_settings(source, {prefix[1] + k: v for k, v in settings.items()})
 
 
-def problems(b: Bench, files: list, compile_too: bool, tiles: bool, tma: bool, rows: list, pool, save) -> None:
+def problems(b: Bench, files: list, compile_too: bool, tiles: str | None, tma: bool, rows: list, pool, save) -> None:
+    """`tiles`: whose tiles are walked ("all", "direct": the direct convolution's only), or None."""
     from okgit.eval.worker import calls
 
     torch = b.torch
@@ -130,7 +131,7 @@ def problems(b: Bench, files: list, compile_too: bool, tiles: bool, tma: bool, r
         if tma:
             tma_arms(b, row, sources, model, args, want64, ref, tag, knobs)
         elif tiles:
-            for origin, walked in tile_arms(row, sources):
+            for origin, walked in tile_arms(row, sources, direct_only=tiles == "direct"):
                 for settings in walked[: 1 if b.smoke else None]:
                     if b.out_of_time():
                         break
@@ -200,14 +201,17 @@ def spec(files: list) -> str:
     return " ".join(f"{level}:{','.join(ids)}" for level, ids in runs)
 
 
-def tile_arms(row: dict, sources: dict[str, str]) -> list[tuple[str, list[dict]]]:
+def tile_arms(row: dict, sources: dict[str, str], direct_only: bool = False) -> list[tuple[str, list[dict]]]:
     """The candidates whose tiles are explored, each with its settings: the direct convolution,
-    the TF32 implicit GEMM, and the 3xTF32 one where the TF32 one breaks the rule (or is not there)."""
+    the TF32 implicit GEMM, and the 3xTF32 one where the TF32 one breaks the rule (or is not there);
+    `direct_only`: the first alone."""
     def origin(kind: str) -> str | None:
         return next((o for o in sources if o == kind or o.startswith(kind + "+")), None)
 
     direct, tf32, split = origin("template:conv_direct"), origin("template:conv_tf32"), origin("template:conv")
     out = [(direct, DIRECT_TILES)] if direct else []
+    if direct_only:
+        return out
     out += [(tf32, TILES)] if tf32 else []
     if split and not (tf32 and row["arms"][tf32]["rule"]):
         out.append((split, TILES))
@@ -327,6 +331,7 @@ def main() -> int:
     parser.add_argument("--time-limit", type=float, default=150.0, help="start no problem after this many seconds")
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile arm (its compiles take much of the time)")
     parser.add_argument("--no-tiles", action="store_true", help="the candidates at their defaults only")
+    parser.add_argument("--direct-tiles", action="store_true", help="walk the direct convolution's tiles only")
     parser.add_argument("--tma", action="store_true", help="the TMA path against the pointer path at the same tiles")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
@@ -351,7 +356,8 @@ def main() -> int:
         # the smoke's pointwise problem has no TMA path to pair (its GEMM per sample reads x by pointers)
         smoke = "1:1 2:2" if args.tma else "1:1,3 2:2"
         files = problem_files(smoke_kb(Path(tmp)) if args.smoke else args.kb, smoke if args.smoke else args.problems)
-        problems(b, files, not args.no_compile, not args.no_tiles, args.tma, rows, pool, save)
+        tiles = None if args.no_tiles else "direct" if args.direct_tiles else "all"
+        problems(b, files, not args.no_compile, tiles, args.tma, rows, pool, save)
     save()
     lines = summary(rows) + (tma_summary(rows) if args.tma else [])
     lines += ["", f"exploration figures (do_bench medians, one process; {device}); {time.monotonic() - t0:.0f} s"]

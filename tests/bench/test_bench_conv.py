@@ -32,6 +32,18 @@ def test_the_problems_left_are_the_next_calls_problems(tmp_path):
     assert bench.problem_files(tmp_path, left) == files[2:], left
 
 
+def test_direct_tiles_walks_the_direct_convolutions_tiles_only():
+    spec = importlib.util.spec_from_file_location("bench_conv", ROOT / "bench" / "conv.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    sources = {"template:conv_direct+rows": "", "template:conv+rows": "", "template:conv_tf32+rows": ""}
+    row = {"arms": {"template:conv_tf32+rows": {"rule": False}}}
+    walked = [origin for origin, _ in bench.tile_arms(row, sources)]
+    assert walked == ["template:conv_direct+rows", "template:conv_tf32+rows", "template:conv+rows"]
+    assert [origin for origin, _ in bench.tile_arms(row, sources, direct_only=True)] == ["template:conv_direct+rows"]
+
+
 @pytest.mark.slow  # the bench script as the GPU machine runs it: a process, the interpreter
 def test_smoke_runs_every_step_and_judges_by_the_rule(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}

@@ -22,10 +22,11 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 | 10    | columns   | columns.py   | strided row reductions in the column layout (optional: a    |
 |       |           |              | second candidate, before the row layout)                    |
 | 14    | conv_direct | conv_direct.py | a convolution of one group, at most 4 input channels  |
-|       |           |              | and a short K (channels x taps reaching an output; 1D-3D,   |
-|       |           |              | strided, padded, dilated,                                   |
-|       |           |              | transposed) as a direct fp32 kernel, outer products per tap, |
-|       |           |              | its epilogue fused (optional: before the implicit GEMM's)   |
+|       |           |              | (or transposed with a K of at most 32 a phase) and a short  |
+|       |           |              | K (channels x taps reaching an output; 1D-3D, strided,      |
+|       |           |              | padded, dilated, transposed) as a direct fp32 kernel, outer |
+|       |           |              | products per tap, its epilogue fused (optional: before the  |
+|       |           |              | implicit GEMM's)                                            |
 | 15    | conv      | conv.py      | a convolution (1D-3D: stride, dilation, groups, transposed) |
 |       |           |              | as a Triton implicit GEMM in 3xTF32, its elementwise        |
 |       |           |              | epilogue fused (optional: a candidate of its own); a 1x1    |

@@ -1,9 +1,9 @@
 """Direct convolutions with a short K (conv_direct.py.tmpl): a 1D, 2D or 3D convolution of one
 group and at most MAX_CIN input channels (or a transposed one whose phases have a K of at most
-ONE_STEP_K), strided, padded, dilated, transposed too (output padding included), whose K (its input channels times the taps that reach an output) is at most
-MAX_K, its bias and elementwise epilogue fused, in fp32 on the CUDA cores. Optional and `alone`,
-before the implicit-GEMM candidates of the conv kinds, which take the same calls: the search
-times them all.
+ONE_STEP_K), strided, padded, dilated, transposed too (output padding included), whose K (its
+input channels times the taps that reach an output) is at most MAX_K, its bias and elementwise
+epilogue fused, in fp32 on the CUDA cores. Optional and `alone`, before the implicit-GEMM
+candidates of the conv kinds, which take the same calls: the search times them all.
 
 Why: with 3 input channels (an image's colours: L1/54, L2/23, 27, 79, 83) K is a few dozen to a
 couple of hundred and the output, written once, is the largest tensor, while the implicit GEMM

@@ -239,8 +239,9 @@ def test_the_tma_path_compiles_for_hopper(tmp_path, monkeypatch, origin):
     """Compiled for sm_90 here, without a GPU, at the kind's default tiles (128 x 128 on 8 warps)
     as a launch at the form's input specializes it: both operands copied to shared memory by TMA
     (cp.async.bulk.tensor), the products on wgmma, and no per-thread copy left but the table's
-    4-byte entries. In one TF32 pass (operands rounded ahead) every product reads A from shared
-    memory as TMA wrote it; 3xTF32 splits A in registers first."""
+    4-byte entries. Every product reads A from shared memory as TMA wrote it: in one TF32 pass the
+    operands come rounded ahead, in 3xTF32 split ahead into TF32 high parts and remainders (both
+    through TMA; Triton's own tf32x3 would split A in registers first)."""
     pytest.importorskip("triton.backends.nvidia")
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
@@ -251,15 +252,17 @@ def test_the_tma_path_compiles_for_hopper(tmp_path, monkeypatch, origin):
     source = next(p.source for p in plan(ctx_for(path, "cuda")) if p.origin == origin)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     mod, ref = with_tma(source), module(text, monkeypatch)
-    p = conv_plan(mod, ref.get_inputs()[0], ref.Model(*ref.get_init_inputs()))
+    precision = getattr(mod, next(k for k in vars(mod) if k.endswith("_PRECISION")))
+    p = conv_plan(mod, ref.get_inputs()[0], ref.Model(*ref.get_init_inputs()), precision)
     assert p.switches["TMA_A"] and p.switches["TMA_B"]
-    _, packed, table, sizes = p.launches[0]
+    assert p.switches["SPLIT"] == (origin == "template:conv")  # split ahead: this convolution does enough per element
+    _, packed, packed_lo, table, sizes = p.launches[0]
     kernel = next(k for k in vars(mod) if k.endswith("_kernel") and k.startswith("fused_conv"))
     prefix = kernel[:-len("_kernel")].upper()
     params = [q for q in __import__("inspect").signature(getattr(mod, kernel).fn).parameters.values()]
-    constants = {**{k: getattr(mod, f"{prefix}_{k}") for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "PRECISION")},
-                 **{k: v for k, v in p.switches.items() if k != "PRECISION"}, "WIDE": False}
-    values = {"x_ptr": p.a, "w_ptr": packed, **dict(zip(
+    constants = {**{k: getattr(mod, f"{prefix}_{k}") for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")},
+                 **p.switches, "PRECISION": "tf32", "WIDE": False}  # as on a GPU: TF32 products, split or rounded ahead
+    values = {"x_ptr": p.a, "x_lo_ptr": p.a_lo, "w_ptr": packed, "w_lo_ptr": packed_lo, **dict(zip(
         [q.name for q in params if "constexpr" not in str(q.annotation) and not q.name.endswith("_ptr")], sizes, strict=True))}
     signature = {}
     for q in params:
@@ -278,4 +281,6 @@ def test_the_tma_path_compiles_for_hopper(tmp_path, monkeypatch, origin):
     assert job["warps"] == 8 and constants["BLOCK_M"] == constants["BLOCK_N"] == 128
     got = compiled_for_sm90(tmp_path, source, kernel, job, SM90_SCRIPT)
     assert got["tma"] >= 2 and got["wgmma"] > 0 and got["copies"] == ["0x4"], got
-    assert got["dots"] > 0 and got["a_shared"] == (got["dots"] if origin == "template:conv_tf32" else 0), got
+    assert got["dots"] > 0 and got["a_shared"] == got["dots"], got
+    if origin == "template:conv":  # three products a K step, the operands' high parts and remainders loaded by TMA
+        assert got["dots"] == 3 and got["tma"] >= 4, got

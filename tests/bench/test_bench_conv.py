@@ -32,7 +32,7 @@ def test_the_problems_left_are_the_next_calls_problems(tmp_path):
     assert bench.problem_files(tmp_path, left) == files[2:], left
 
 
-def test_direct_tiles_walks_the_direct_convolutions_tiles_only():
+def test_direct_tiles_and_split_walk_one_convolutions_settings_only():
     spec = importlib.util.spec_from_file_location("bench_conv", ROOT / "bench" / "conv.py")
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
@@ -41,7 +41,10 @@ def test_direct_tiles_walks_the_direct_convolutions_tiles_only():
     row = {"arms": {"template:conv_tf32+rows": {"rule": False}}}
     walked = [origin for origin, _ in bench.tile_arms(row, sources)]
     assert walked == ["template:conv_direct+rows", "template:conv_tf32+rows", "template:conv+rows"]
-    assert [origin for origin, _ in bench.tile_arms(row, sources, direct_only=True)] == ["template:conv_direct+rows"]
+    assert [origin for origin, _ in bench.tile_arms(row, sources, "direct")] == ["template:conv_direct+rows"]
+    # --split: the 3xTF32 convolution alone, once, with Triton's own split
+    assert bench.tile_arms(row, sources, "split") == [("template:conv+rows", [{"PRECISION": "tf32x3"}])]
+    assert bench.tile_arms(row, {"template:conv_direct+rows": ""}, "split") == []
 
 
 @pytest.mark.slow  # the bench script as the GPU machine runs it: a process, the interpreter

@@ -166,7 +166,7 @@ def _silu(b, a, t):
 
 @_h("mish")
 def _mish(b, a, t):
-    return b.op("mul", a["self"], b.op("tanh", b.softplus(a["self"])))
+    return b.op("mish", a["self"])  # one helper, not tanh of softplus: a fifth of the instructions
 
 
 @_h("softplus")

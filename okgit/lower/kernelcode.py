@@ -26,7 +26,7 @@ OPS = {
     "rsqrt": "tl.rsqrt({0})", "sigmoid": "tl.sigmoid({0})", "tanh": "_tanh({0})",
     "relu": "tl.maximum({0}, 0.0, propagate_nan=tl.PropagateNan.ALL)", "erf": "tl.erf({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
     "floor": "tl.floor({0})", "ceil": "tl.ceil({0})", "log1p": "_log1p({0})", "expm1": "_expm1({0})",
-    "log2": "tl.log2({0})", "exp2": "tl.exp2({0})",
+    "log2": "tl.log2({0})", "exp2": "tl.exp2({0})", "mish": "_mish({0})",
     "sign": "tl.where({0} > 0, 1.0, tl.where({0} < 0, -1.0, 0.0))",
     "maximum": "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
     "minimum": "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
@@ -38,7 +38,7 @@ OPS = {
     "tf32": "((({0}).to(tl.int32, bitcast=True) + 0x1000) & -8192).to(tl.float32, bitcast=True)",
 }
 # The Triton functions the expressions above call, each rendered once into an op file that uses it
-HELPERS = {name: template(__package__, f"helper{name}.py.tmpl") for name in ("_folds", "_tanh", "_log1p", "_expm1", "_pow")}
+HELPERS = {name: template(__package__, f"helper{name}.py.tmpl") for name in ("_folds", "_tanh", "_log1p", "_expm1", "_pow", "_mish")}
 TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.int32: "tl.int32", torch.int64: "tl.int64"}
 NEUTRAL = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax": 'float("-inf")', "argmin": 'float("inf")'}
 

@@ -8,9 +8,6 @@ check below holds it to 3xTF32's accuracy."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ import torch
 from conv_forms import form
 from test_conv_kind import ctx_for
 from test_conv_packed import conv_plan, module
+from test_conv_tma import run_jobs
 
 from okgit.search.proposers.templates import plan
 
@@ -65,43 +63,15 @@ def test_a_convolution_doing_little_per_element_is_left_to_tritons_split(tmp_pat
     assert p.a_lo is p.a and all(w_lo is w for _, w, w_lo, _, _ in p.launches)
 
 
-# the candidate against float64 under the interpreter, in a process of its own (the interpreter is
-# chosen as Triton is imported): the largest error over the largest output, and the layouts' switches
-ERROR = r"""
-import copy, json, os, sys, types
-os.environ["TRITON_INTERPRET"] = "1"
-import torch
-ref_path, cand_path, tma = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-ref, cand = types.ModuleType("ref"), types.ModuleType("cand")
-exec(compile(open(ref_path).read(), ref_path, "exec"), ref.__dict__)
-exec(compile(open(cand_path).read(), cand_path, "exec"), cand.__dict__)
-if tma:
-    cand._tma_device = lambda device: True  # the plan's seam: descriptors under the interpreter
-torch.manual_seed(0)
-model = ref.Model(*ref.get_init_inputs())
-ours = cand.Model(*ref.get_init_inputs())
-ours.load_state_dict(model.state_dict())
-x = ref.get_inputs()[0]
-with torch.no_grad():
-    exact = copy.deepcopy(model).double()(x.double())
-    got = ours(x).double()
-print(json.dumps({"error": float((got - exact).abs().max() / exact.abs().max()),
-                  "switches": [{k: layout.switches[k] for k in ("SPLIT", "TMA_B")} for layout in cand._CONV_LAYOUTS.values()]}))
-"""
-
-
-@pytest.mark.slow  # the kernel under the interpreter
+@pytest.mark.slow  # the kernel under the interpreter, in a subprocess
 @pytest.mark.parametrize("tma", [False, True])
-def test_the_split_kernel_is_as_accurate_as_3xtf32(tmp_path, monkeypatch, tma):
+def test_the_split_kernel_is_as_accurate_as_3xtf32(tmp_path, tma):
     """Against float64, to 3xTF32's accuracy (a few units of 2^-22 of the output, summed over
     K = 72): far inside single TF32's error, which a product of the high parts alone would show.
     With TMA forced (the seam: _tma_device) the weight's parts come through descriptors."""
     path = tmp_path / "op.py"
     path.write_text(SPLIT)
-    (tmp_path / "cand.py").write_text(next(p.source for p in plan(ctx_for(path, "cuda")) if p.origin == "template:conv"))
-    proc = subprocess.run([sys.executable, "-c", ERROR, str(path), str(tmp_path / "cand.py"), "1" if tma else "0"],
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.splitlines()[-1])
-    assert got["switches"] == [{"SPLIT": True, "TMA_B": tma}], got
+    source = next(p.source for p in plan(ctx_for(path, "cuda")) if p.origin == "template:conv")
+    (got,) = run_jobs(tmp_path, [(str(path), source, False, tma)])
+    assert got["split"] == [True] and got["switches"][0]["TMA_B"] is tma, got
     assert got["error"] < 2.0**-17, got  # 3xTF32; TF32 alone is about 2^-11

@@ -111,7 +111,8 @@ def tf32(t: torch.Tensor) -> torch.Tensor:
 def check(ref_path: str, source: str, rounded: bool, tma: bool) -> dict:
     """The candidate (TMA forced where `tma`) against the reference in float64, its convolution's
     operands rounded to TF32 first where `rounded` (the TF32 kind's, to 64 ulps: and farther from
-    the exact result); the switches of its layouts."""
+    the exact result); the switches of its layouts, whether each split its operands ahead, and its
+    largest error over the largest output."""
     ref = types.ModuleType("ref")
     exec(compile(Path(ref_path).read_text(), ref_path, "exec"), ref.__dict__)
     cand = with_tma(source, tma)
@@ -131,8 +132,10 @@ def check(ref_path: str, source: str, rounded: bool, tma: bool) -> dict:
     if not rounded:
         torch.testing.assert_close(got, exact, rtol=1e-4, atol=1e-4 * float(exact.nan_to_num(0, 0, 0).abs().max()),
                                    equal_nan=True)
+    error = (got - exact).nan_to_num(0, 0, 0).abs().max() / exact.nan_to_num(0, 0, 0).abs().max()  # infs left out
     return {"switches": [{k: v for k, v in layout.switches.items() if k.startswith(("TMA", "ROUND"))}
-                         for layout in cand._CONV_LAYOUTS.values()]}
+                         for layout in cand._CONV_LAYOUTS.values()],
+            "split": [layout.switches["SPLIT"] for layout in cand._CONV_LAYOUTS.values()], "error": float(error)}
 
 
 def run_jobs(tmp_path: Path, jobs: list) -> list[dict]:

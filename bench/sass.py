@@ -33,7 +33,10 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # okgit, and the harness bench/conv.py and bench/gemm.py share
+
+from conv import GROUP, conv_settings  # noqa: E402
+from gemm import render  # noqa: E402
 
 COMPILE = r"""
 import json, sys, types
@@ -52,15 +55,9 @@ open(sys.argv[4] + ".ttgir", "w").write(c.asm["ttgir"])
 """
 
 
-def render(path: Path, origin: str) -> str:
-    from okgit.eval.types import Reference
-    from okgit.problem import load_problem
-    from okgit.search.proposers.templates import plan
-    from okgit.search.types import Context
-
-    ctx = Context(problem=load_problem(path), reference=Reference(device="cpu", timed=False), backend="triton",
-                  device="cuda", log=lambda type, **f: None)
-    found = {p.origin.split("+")[0]: p.source for p in plan(ctx)}
+def candidate(path: Path, origin: str) -> str:
+    """The op's `origin` candidate as `okgit optimize` renders it for a GPU (bench/gemm.py's render)."""
+    found = {o.split("+")[0]: s for o, s in render(str(path), "cuda")["candidates"]}
     if origin not in found:
         raise SystemExit(f"{path.name}: no {origin} candidate (have: {', '.join(found)})")
     return found[origin]
@@ -167,15 +164,16 @@ def main() -> int:
     if not found:
         print(f"sass.py: no problem {args.problem} in {args.kb}", file=sys.stderr)
         return 2
-    source = render(found[0], args.origin)
+    source = candidate(found[0], args.origin)
+    prefix = GROUP.search(source)[1]
+    settings = {}
     for item in args.set:
         name, value = item.split("=", 1)
-        source, n = re.subn(rf"^(FUSED_CONV(?:_TF32)?_\d+_{name}: \w+) = .*$",
-                            lambda m, v=value: f"{m[1]} = {v if v.lstrip('-').isdigit() else json.dumps(v)}",
-                            source, flags=re.MULTILINE)
-        if n != 1:
+        if f"\n{prefix}{name}: " not in source:
             print(f"sass.py: no setting {name} in the candidate", file=sys.stderr)
             return 2
+        settings[name] = int(value) if value.lstrip("-").isdigit() else value
+    source = conv_settings(source, settings)
     kernel, job, switches = job_for(source, found[0], args.batch, not args.no_tma)
     with tempfile.TemporaryDirectory() as tmp:
         cand, job_file, cubin = Path(tmp, "cand.py"), Path(tmp, "job.json"), Path(tmp, "k.cubin")

@@ -2,7 +2,7 @@
 convolution problems at their real sizes, against cuDNN (eager, PyTorch's default flags) and torch.compile (default mode).
 
     python3 bench/conv.py --kb .kb/KernelBench [--problems "2:87,7 1:63"]
-                          [--time-limit 150] [--no-compile] [--no-tiles | --tma | --split] [--smoke]
+                          [--time-limit 150] [--no-compile] [--no-tiles | --direct-tiles | --tma] [--smoke]
 
 Per problem, in one process: eager in NCHW and in channels_last (the two layouts the evaluator
 measures the reference's own error in; the larger error is the reference's), torch.compile, and
@@ -13,10 +13,8 @@ convolution in 3xTF32 and in TF32, the channels-last vendor one), each at its de
 setting away from the defaults. --tma instead: the implicit-GEMM kernel's TMA path against its pointer path (`_TMA` 0) at
 the same tiles (the TF32 one at its defaults and at BLOCK_K 16, where 16 input channels fill a
 K step; the 3xTF32 one at its defaults; these replace the two kinds' default arms), each arm
-saying which operands its plan read through TMA, and a table of the pairs. --split instead of the
-tiles: the 3xTF32 convolution once more with Triton splitting its operands in the kernel
-(PRECISION "tf32x3"), against its default arm, where its plan splits them ahead (the input
-copy and the packed weight as TF32 high parts and remainders). Every arm's max abs error against float64 (the reference model in float64) is shown
+saying which operands its plan read through TMA, and a table of the pairs. --direct-tiles: the
+direct convolution's tiles alone. Every arm's max abs error against float64 (the reference model in float64) is shown
 beside the reference's, and `rule` says whether it is within 4x of it (or 32 ulps of the
 output's magnitude): the evaluator's precision rule for contractions (docs/evaluation.md).
 
@@ -72,9 +70,6 @@ DEFAULT_PROBLEMS = "2:87,7,91 1:63,57 2:15 1:54,75 2:47,67,71,35,3,27,43,79 1:60
 TILES = [{"BLOCK_M": 64}, {"BLOCK_K": 64}, {"NUM_WARPS": 8}, {"NUM_STAGES": 4}, {"INPUT_COPY": 0}]
 # the direct convolution's (kinds/conv_direct.py): its tile's shape and warps, one setting away
 DIRECT_TILES = [{"BLOCK_M": 128}, {"BLOCK_M": 512}, {"BLOCK_N": 16}, {"NUM_WARPS": 8}]
-# --split: the 3xTF32 convolution with Triton splitting its operands in the kernel, against its
-# default (split ahead by its plan: the input copy and the packed weight, TF32 high parts and remainders)
-TRITON_SPLIT = {"PRECISION": "tf32x3"}
 # past --time-limit, a problem already started runs its arms this much longer at most: one arm
 # (a torch.compile of a convolution: tens of seconds) may still overrun it
 GRACE_S = 30.0
@@ -91,8 +86,7 @@ def conv_settings(source: str, settings: dict) -> str:
 
 
 def problems(b: Bench, files: list, compile_too: bool, tiles: str | None, tma: bool, rows: list, pool, save) -> None:
-    """`tiles`: whose tiles are walked ("all"; "direct": the direct convolution's only; "split":
-    the 3xTF32 one with Triton's own split, against its default, operands split ahead), or None."""
+    """`tiles`: whose tiles are walked ("all"; "direct": the direct convolution's only), or None."""
     from okgit.eval.worker import calls
 
     torch = b.torch
@@ -211,13 +205,11 @@ def spec(files: list) -> str:
 def tile_arms(row: dict, sources: dict[str, str], tiles: str = "all") -> list[tuple[str, list[dict]]]:
     """The candidates whose tiles are explored, each with its settings: the direct convolution,
     the TF32 implicit GEMM, and the 3xTF32 one where the TF32 one breaks the rule (or is not there);
-    `tiles` "direct": the first alone; "split": the 3xTF32 one with Triton's split (TRITON_SPLIT) alone."""
+    `tiles` "direct": the first alone."""
     def origin(kind: str) -> str | None:
         return next((o for o in sources if o == kind or o.startswith(kind + "+")), None)
 
     direct, tf32, split = origin("template:conv_direct"), origin("template:conv_tf32"), origin("template:conv")
-    if tiles == "split":
-        return [(split, [TRITON_SPLIT])] if split else []
     out = [(direct, DIRECT_TILES)] if direct else []
     if tiles == "direct":
         return out
@@ -341,8 +333,6 @@ def main() -> int:
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile arm (its compiles take much of the time)")
     parser.add_argument("--no-tiles", action="store_true", help="the candidates at their defaults only")
     parser.add_argument("--direct-tiles", action="store_true", help="walk the direct convolution's tiles only")
-    parser.add_argument("--split", action="store_true",
-                        help="the 3xTF32 convolution split ahead (its default) against Triton's split (PRECISION tf32x3)")
     parser.add_argument("--tma", action="store_true", help="the TMA path against the pointer path at the same tiles")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
@@ -367,7 +357,7 @@ def main() -> int:
         # the smoke's pointwise problem has no TMA path to pair (its GEMM per sample reads x by pointers)
         smoke = "1:1 2:2" if args.tma else "1:1,3 2:2"
         files = problem_files(smoke_kb(Path(tmp)) if args.smoke else args.kb, smoke if args.smoke else args.problems)
-        tiles = "split" if args.split else None if args.no_tiles else "direct" if args.direct_tiles else "all"
+        tiles = None if args.no_tiles else "direct" if args.direct_tiles else "all"
         problems(b, files, not args.no_compile, tiles, args.tma, rows, pool, save)
     save()
     lines = summary(rows) + (tma_summary(rows) if args.tma else [])

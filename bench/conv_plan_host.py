@@ -64,23 +64,14 @@ def plan_module(text: str, name: str, folder: Path, device: torch.device) -> typ
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     if device.type != "cuda":
-        pair = "split" in inspect.signature(mod._conv_input).parameters
-        mod._conv_input = _pair_without_copy if pair else _input_without_copy
+        mod._conv_input = _input_without_copy
     return mod
 
 
-def _pair_without_copy(x, pads, copy, channels, tf32, split):
-    """_input_without_copy for a template whose _conv_input returns the copy and its TF32
-    remainders (None unsplit): since the 3xTF32 convolution's split operands."""
-    out = _input_without_copy(x, pads, copy, channels, tf32, split)
-    return out, torch.empty_like(out) if split else None
-
-
-def _input_without_copy(x, pads, copy, channels=None, tf32=False, split=False):
+def _input_without_copy(x, pads, copy, channels=None, tf32=False):
     """What _conv_input returns, without the copy's kernel (its values are never read here);
-    `channels`: the copy's, where the template pads them (the "before" revision may not); split
-    operands are always copied."""
-    if not split and not any(lo or hi for lo, hi in pads) and (not copy or x.permute(0, 2, 3, 4, 1).is_contiguous()):
+    `channels`: the copy's, where the template pads them (the "before" revision may not)."""
+    if not any(lo or hi for lo, hi in pads) and (not copy or x.permute(0, 2, 3, 4, 1).is_contiguous()):
         return x.permute(0, 2, 3, 4, 1)
     return torch.empty((x.shape[0], *(s + lo + hi for s, (lo, hi) in zip(x.shape[2:], pads)), channels or x.shape[1]),
                        device=x.device)

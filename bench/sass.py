@@ -92,14 +92,13 @@ def job_for(source: str, op_path: Path, batch: int, tma: bool) -> tuple[str, dic
                       dilation=conv.dilation, groups=conv.groups,
                       transposed=isinstance(conv, torch.nn.modules.conv._ConvTransposeNd),
                       output_padding=conv.output_padding)
-    _, packed, packed_lo, _, sizes = p.launches[0]
-    gpu = "tf32" if p.switches["SPLIT"] else "tf32x3" if precision == "tf32x3-split" else precision
+    _, packed, _, sizes = p.launches[0]
     constants = {**{k: setting(k) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}, **p.switches,
-                 "PRECISION": gpu, "WIDE": False}
+                 "PRECISION": precision, "WIDE": False}
     params = list(inspect.signature(getattr(mod, kernel).fn).parameters.values())
     ints = [q.name for q in params if "constexpr" not in str(q.annotation) and not q.name.endswith("_ptr")]
     scalars = [n for n in ints if re.fullmatch(r"c\d+", n)]  # the epilogue's float constants
-    values = {"x_ptr": p.a, "x_lo_ptr": p.a_lo, "w_ptr": packed, "w_lo_ptr": packed_lo, **{n: 0.5 for n in scalars},
+    values = {"x_ptr": p.a, "w_ptr": packed, **{n: 0.5 for n in scalars},
               **dict(zip([n for n in ints if n not in scalars], sizes, strict=True))}
     signature, aligned = {}, []
     for i, q in enumerate(params):
@@ -118,7 +117,7 @@ def job_for(source: str, op_path: Path, batch: int, tma: bool) -> tuple[str, dic
                 aligned.append(i)
     job = {"signature": signature, "constants": constants, "aligned": aligned, "warps": setting("NUM_WARPS"),
            "stages": setting("NUM_STAGES")}
-    return kernel, job, {**p.switches, "PRECISION": gpu}  # the precision a GPU's plan passes
+    return kernel, job, {**p.switches, "PRECISION": precision}
 
 
 def read(cubin: Path, tool: str) -> dict:

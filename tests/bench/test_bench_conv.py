@@ -32,7 +32,7 @@ def test_the_problems_left_are_the_next_calls_problems(tmp_path):
     assert bench.problem_files(tmp_path, left) == files[2:], left
 
 
-def test_direct_tiles_and_split_walk_one_convolutions_settings_only():
+def test_direct_tiles_walk_the_direct_convolutions_settings_only():
     spec = importlib.util.spec_from_file_location("bench_conv", ROOT / "bench" / "conv.py")
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
@@ -42,9 +42,10 @@ def test_direct_tiles_and_split_walk_one_convolutions_settings_only():
     walked = [origin for origin, _ in bench.tile_arms(row, sources)]
     assert walked == ["template:conv_direct+rows", "template:conv_tf32+rows", "template:conv+rows"]
     assert [origin for origin, _ in bench.tile_arms(row, sources, "direct")] == ["template:conv_direct+rows"]
-    # --split: the 3xTF32 convolution alone, once, with Triton's own split
-    assert bench.tile_arms(row, sources, "split") == [("template:conv+rows", [{"PRECISION": "tf32x3"}])]
-    assert bench.tile_arms(row, {"template:conv_direct+rows": ""}, "split") == []
+    assert bench.tile_arms(row, {"template:conv+rows": ""}, "direct") == []
+    # where the TF32 convolution keeps the rule, the 3xTF32 one's tiles are not walked
+    assert [o for o, _ in bench.tile_arms({"arms": {"template:conv_tf32+rows": {"rule": True}}}, sources)] == [
+        "template:conv_direct+rows", "template:conv_tf32+rows"]
 
 
 @pytest.mark.slow  # the bench script as the GPU machine runs it: a process, the interpreter

@@ -44,25 +44,24 @@ def sass(kb: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow  # Triton compiles for sm_90 (ptxas)
-def test_the_split_kernel_and_tritons_own_split_read_from_their_sass(tmp_path):
+def test_the_3xtf32_and_the_tf32_kernels_read_from_their_sass(tmp_path):
     pytest.importorskip("triton.backends.nvidia")
     (tmp_path / "level2").mkdir()
     (tmp_path / "level2" / "1_Conv2d_Mish.py").write_text(PROBLEM)
     runs = {name: sass(tmp_path, "--problem", "2:1", *extra)
-            for name, extra in (("split", ()), ("triton", ("--set", "PRECISION=tf32x3")))}
+            for name, extra in (("tf32x3", ()), ("tf32", ("--origin", "template:conv_tf32")))}
     if any(r.returncode == 2 and "cuobjdump" in r.stderr for r in runs.values()):
         pytest.skip("no cuobjdump in this Triton")
     got = {}
     for name, r in runs.items():
         assert r.returncode == 0, r.stderr[-3000:]
         got[name] = json.loads(r.stdout)
-    split, triton = got["split"], got["triton"]
-    assert split["switches"]["SPLIT"] and split["switches"]["PRECISION"] == "tf32"
-    assert not triton["switches"]["SPLIT"] and triton["switches"]["PRECISION"] == "tf32x3"
-    # operands split ahead: no TF32 conversion in registers, and a shorter K step (the first loop)
-    assert split["split_in_registers"] == 0 < triton["split_in_registers"]
-    assert split["wgmma"] > 0 and split["stack"] == 0
-    assert split["loops"][0]["instructions"] < triton["loops"][0]["instructions"]
+    split, tf32 = got["tf32x3"], got["tf32"]
+    assert split["switches"]["PRECISION"] == "tf32x3" and tf32["switches"]["PRECISION"] == "tf32"
+    # Triton's 3xTF32 splits the operands in registers each K step (the first loop); one TF32 pass does not
+    assert split["split_in_registers"] > 0 == tf32["split_in_registers"]
+    assert split["wgmma"] > 0 and tf32["wgmma"] > 0 and tf32["stack"] == 0
+    assert tf32["loops"][0]["instructions"] < split["loops"][0]["instructions"]
 
 
 def test_a_problem_without_the_candidate_is_refused_in_one_line(tmp_path):

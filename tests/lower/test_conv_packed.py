@@ -101,14 +101,13 @@ def module(source: str, monkeypatch) -> types.ModuleType:
     return mod
 
 
-def conv_plan(mod: types.ModuleType, x: torch.Tensor, model: torch.nn.Module, precision: str = "ieee"):
-    """The candidate's _ConvPlan for its model's convolution at input x, at its tile settings (and
-    `precision`: "ieee" keeps the weight as it is, the others split or round it)."""
+def conv_plan(mod: types.ModuleType, x: torch.Tensor, model: torch.nn.Module):
+    """The candidate's _ConvPlan for its model's convolution at input x, at its tile settings."""
     conv = model.conv
     name = next(k[:-len("_BLOCK_M")] for k in vars(mod) if k.endswith("_BLOCK_M"))
     setting = lambda key: getattr(mod, f"{name}_{key}")  # noqa: E731
     transposed = isinstance(conv, torch.nn.modules.conv._ConvTransposeNd)
-    return mod._ConvPlan(x, conv.weight.detach(), setting("BLOCK_M"), setting("BLOCK_N"), setting("BLOCK_K"), precision,
+    return mod._ConvPlan(x, conv.weight.detach(), setting("BLOCK_M"), setting("BLOCK_N"), setting("BLOCK_K"), "ieee",
                          setting("INPUT_COPY"), setting("TMA"), stride=conv.stride, padding=conv.padding, dilation=conv.dilation,
                          groups=conv.groups, transposed=transposed, output_padding=conv.output_padding)
 
@@ -133,7 +132,7 @@ def test_the_plan_packs_the_weight_and_tables_the_input_offsets(tmp_path, monkey
     every = w5.flatten(2)  # (.., .., kernel taps)
     wcg = (w.shape[0] if transposed else w.shape[1] * groups) // groups  # the weight's input channels per group
     seen: list[int] = []
-    for _, packed, _, table, sizes in p.launches:
+    for _, packed, table, sizes in p.launches:
         _, _, cog, kp, np_, _, cg, cgp = sizes[:8]
         run = p.switches["RUN"]
         per_tap = cgp if p.switches["CHUNKS"] else cg
@@ -227,11 +226,11 @@ def test_tiles_load_with_16_byte_vectors_on_hopper(tmp_path, monkeypatch, name, 
     mod = module(source, monkeypatch)
     ref = module(FORMS[name][0], monkeypatch)
     p = conv_plan(mod, ref.get_inputs()[0], ref.Model(*ref.get_init_inputs()))
-    _, packed, packed_lo, table, sizes = p.launches[0]
+    _, packed, table, sizes = p.launches[0]
     kernel = next(k for k in vars(mod) if k.endswith("_kernel") and k.startswith("fused_conv"))
     prefix = kernel[:-len("_kernel")].upper()
     params = [q for q in __import__("inspect").signature(getattr(mod, kernel).fn).parameters.values()]
-    tensors = {"x_ptr": p.x, "x_lo_ptr": p.x, "w_ptr": packed, "w_lo_ptr": packed_lo, "t_ptr": table}
+    tensors = {"x_ptr": p.x, "w_ptr": packed, "t_ptr": table}
     epilogue = [q.name for q in params if q.name.endswith("_ptr") and q.name not in tensors]
     values = dict(zip([q.name for q in params if "constexpr" not in str(q.annotation) and not q.name.endswith("_ptr")],
                       sizes, strict=True))

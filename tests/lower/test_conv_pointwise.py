@@ -167,9 +167,7 @@ def test_the_kernel_compiles_for_hopper_with_vectors(tmp_path, monkeypatch, orig
                            get("BLOCK_N"), get("BLOCK_K"), get("PRECISION"))
     kernel = prefix.lower() + "_kernel"
     params = list(__import__("inspect").signature(getattr(mod, kernel).fn).parameters.values())
-    # x read in place: Triton splits it in the kernel ("tf32x3"), as the plan does on a GPU
-    precision = "tf32x3" if get("PRECISION") == "tf32x3-split" else get("PRECISION")
-    constants = {**{k: get(k) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}, "PRECISION": precision,
+    constants = {**{k: get(k) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "PRECISION")},
                  "ROUND": p.switches["ROUND"], "WIDE": wide}
     values = dict(zip([q.name for q in params if "constexpr" not in str(q.annotation) and not q.name.endswith("_ptr")],
                       p.sizes, strict=True))

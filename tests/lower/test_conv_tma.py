@@ -111,8 +111,8 @@ def tf32(t: torch.Tensor) -> torch.Tensor:
 def check(ref_path: str, source: str, rounded: bool, tma: bool) -> dict:
     """The candidate (TMA forced where `tma`) against the reference in float64, its convolution's
     operands rounded to TF32 first where `rounded` (the TF32 kind's, to 64 ulps: and farther from
-    the exact result); the switches of its layouts, whether each split its operands ahead, and its
-    largest error over the largest output."""
+    the exact result); the switches of its layouts and its largest error over the largest
+    output."""
     ref = types.ModuleType("ref")
     exec(compile(Path(ref_path).read_text(), ref_path, "exec"), ref.__dict__)
     cand = with_tma(source, tma)
@@ -134,8 +134,7 @@ def check(ref_path: str, source: str, rounded: bool, tma: bool) -> dict:
                                    equal_nan=True)
     error = (got - exact).nan_to_num(0, 0, 0).abs().max() / exact.nan_to_num(0, 0, 0).abs().max()  # infs left out
     return {"switches": [{k: v for k, v in layout.switches.items() if k.startswith(("TMA", "ROUND"))}
-                         for layout in cand._CONV_LAYOUTS.values()],
-            "split": [layout.switches["SPLIT"] for layout in cand._CONV_LAYOUTS.values()], "error": float(error)}
+                         for layout in cand._CONV_LAYOUTS.values()], "error": float(error)}
 
 
 def run_jobs(tmp_path: Path, jobs: list) -> list[dict]:
@@ -242,9 +241,8 @@ def test_the_tma_path_compiles_for_hopper(tmp_path, monkeypatch, origin):
     """Compiled for sm_90 here, without a GPU, at the kind's default tiles (128 x 128 on 8 warps)
     as a launch at the form's input specializes it: both operands copied to shared memory by TMA
     (cp.async.bulk.tensor), the products on wgmma, and no per-thread copy left but the table's
-    4-byte entries. Every product reads A from shared memory as TMA wrote it: in one TF32 pass the
-    operands come rounded ahead, in 3xTF32 split ahead into TF32 high parts and remainders (both
-    through TMA; Triton's own tf32x3 would split A in registers first)."""
+    4-byte entries. In one TF32 pass (operands rounded ahead) every product reads A from shared
+    memory as TMA wrote it; 3xTF32 splits A in registers first."""
     pytest.importorskip("triton.backends.nvidia")
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
@@ -255,17 +253,15 @@ def test_the_tma_path_compiles_for_hopper(tmp_path, monkeypatch, origin):
     source = next(p.source for p in plan(ctx_for(path, "cuda")) if p.origin == origin)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     mod, ref = with_tma(source), module(text, monkeypatch)
-    precision = getattr(mod, next(k for k in vars(mod) if k.endswith("_PRECISION")))
-    p = conv_plan(mod, ref.get_inputs()[0], ref.Model(*ref.get_init_inputs()), precision)
+    p = conv_plan(mod, ref.get_inputs()[0], ref.Model(*ref.get_init_inputs()))
     assert p.switches["TMA_A"] and p.switches["TMA_B"]
-    assert p.switches["SPLIT"] == (origin == "template:conv")  # split ahead: this convolution does enough per element
-    _, packed, packed_lo, table, sizes = p.launches[0]
+    _, packed, table, sizes = p.launches[0]
     kernel = next(k for k in vars(mod) if k.endswith("_kernel") and k.startswith("fused_conv"))
     prefix = kernel[:-len("_kernel")].upper()
     params = [q for q in __import__("inspect").signature(getattr(mod, kernel).fn).parameters.values()]
-    constants = {**{k: getattr(mod, f"{prefix}_{k}") for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")},
-                 **p.switches, "PRECISION": "tf32", "WIDE": False}  # as on a GPU: TF32 products, split or rounded ahead
-    values = {"x_ptr": p.a, "x_lo_ptr": p.a_lo, "w_ptr": packed, "w_lo_ptr": packed_lo, **dict(zip(
+    constants = {**{k: getattr(mod, f"{prefix}_{k}") for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "PRECISION")},
+                 **{k: v for k, v in p.switches.items() if k != "PRECISION"}, "WIDE": False}
+    values = {"x_ptr": p.a, "w_ptr": packed, **dict(zip(
         [q.name for q in params if "constexpr" not in str(q.annotation) and not q.name.endswith("_ptr")], sizes, strict=True))}
     signature = {}
     for q in params:
@@ -284,6 +280,4 @@ def test_the_tma_path_compiles_for_hopper(tmp_path, monkeypatch, origin):
     assert job["warps"] == 8 and constants["BLOCK_M"] == constants["BLOCK_N"] == 128
     got = compiled_for_sm90(tmp_path, source, kernel, job, SM90_SCRIPT)
     assert got["tma"] >= 2 and got["wgmma"] > 0 and got["copies"] == ["0x4"], got
-    assert got["dots"] > 0 and got["a_shared"] == got["dots"], got
-    if origin == "template:conv":  # three products a K step, the operands' high parts and remainders loaded by TMA
-        assert got["dots"] == 3 and got["tma"] >= 4, got
+    assert got["dots"] > 0 and got["a_shared"] == (got["dots"] if origin == "template:conv_tf32" else 0), got

@@ -56,15 +56,8 @@ tiles across rows) the input keeps its pointer gathers (`_conv_tma_input` decide
 Precision is a candidate of its own: cuDNN may run a fp32 convolution in TF32 under PyTorch's
 default flags, and whether it did at a shape is what the reference's own error against float64
 shows, which the evaluator's precision rule for contractions judges (docs/evaluation.md). The
-kind `conv` multiplies in 3xTF32, the fp32 reference's accuracy on tensor cores
-(`<NAME>_PRECISION` "tf32x3-split", as the GEMM kind's default): where the convolution does at
-least GEMM_SPLIT_AHEAD_MIN FLOPs per operand element, the input's copy writes TF32 high parts
-and remainders and the packed weight is split likewise, so the kernel's three TF32 products
-read their operands into shared memory as they are (Triton's own split, "tf32x3", splits them
-in registers: the GEMM kind measured about 35 TFLOP/s that way with an operand read through
-pointers, as the convolution reads its input, against about 110 with split operands, on the
-H200); elsewhere, and for a pointwise convolution, which reads x in place, Triton splits inside
-the kernel. `conv_tf32` multiplies in one TF32 pass with
+kind `conv` multiplies in 3xTF32 (`<NAME>_PRECISION` "tf32x3", Triton splitting the operands in
+the kernel: the fp32 reference's accuracy on tensor cores), `conv_tf32` in one TF32 pass with
 operands rounded to nearest, as a TF32 cuDNN kernel (rounded where the plan writes them, the
 input's copy and the packed weight, so the products read them from shared memory as they are;
 in the kernel where x is read in place); both are offered on a GPU (optional, each
@@ -178,7 +171,7 @@ class Conv(TemplateKind):
     optional = True
     label = "Triton convolution (3xTF32)"
     alone = True  # a candidate of its own, before the channels-last one that keeps cuDNN
-    precision = "tf32x3-split"
+    precision = "tf32x3"
     stands_in_for = "cuDNN's convolution"
     helpers: ClassVar[dict[str, Traversable]] = {"_gemm_plan": Gemm.helpers["_gemm_plan"],
                                                  "_conv_plan": template(__package__, "conv_plan.py.tmpl")}

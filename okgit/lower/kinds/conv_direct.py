@@ -32,18 +32,21 @@ if TYPE_CHECKING:
     from okgit.lower.template import Traversable
 
 TEMPLATE = template(__package__, "conv_direct.py.tmpl")
-# The tile's elements (BLOCK_M x BLOCK_N): 32 a thread on 4 warps. Compiled for sm_90 (ptxas),
-# 256 x 16 with a 3x3x3 window took 139 registers and 128 x 32 with a mish epilogue 168, no
-# spills; at 64 a thread, 512 x 16 spilled in the taps' loop and 128 x 64 in the mish epilogue.
-# Triton stages each tap's input vector through shared memory (a store, two barriers, 128-bit
-# reads): per tap a thread issues 32 multiply-adds against about 20 other instructions. The same
-# kernel as FMA dots over K blocks (tl.dot, "ieee") spent about 110 other instructions per K
-# element on the gather's addresses and the dot's operands (docs/benchmarks.md).
-TILE_ELEMENTS = 4096
+# A tile is BLOCK_M = 128 output positions by BLOCK_N output channels (16 or 32, as many as the
+# convolution has). On an H100 (2026-12-06, docs/benchmarks.md) 128 x 16 beat 256 x 16 on both
+# development problems with 16 output channels (L2/27 4958 against 6018 us, L2/79 419 against
+# 440) and 512 rows lost on all four measured. Compiled for sm_90 (ptxas), 128 x 32 with a mish
+# epilogue took 168 registers, no spills. Triton stages each tap's input vector through shared
+# memory (a store, two barriers, 128-bit reads): per tap a thread issues its multiply-adds
+# against about 20 other instructions; ncu on L1/54 (H100) found the kernel bound there, L1/TEX
+# at 95% of its throughput and short-scoreboard stalls half of a warp's cycles. The same kernel as
+# FMA dots over K blocks (tl.dot, "ieee") spent about 110 other instructions per K element on the
+# gather's addresses and the dot's operands (docs/benchmarks.md).
+BLOCK_M = 128
 # A transposed convolution's taps carry their phase's arithmetic and masks: with a 3x3x3 window of
 # stride 2, 128 x 16 took 96 registers, 256 x 16 255 and 128 x 32 241. Fewer than 128 positions a
 # tile are never the default: at 64 x 32 Triton laid the tile out otherwise, 919 loads and a spill.
-TRANSPOSED_TILE = (128, 16)
+TRANSPOSED_BLOCK_N = 16
 # K, multiply-adds per output element, up to which the direct kernel is offered: 3 input channels
 # of a 4x4x4 window (192), 4 of a 3x3x3 one (108)
 MAX_K = 256
@@ -56,7 +59,9 @@ MAX_CIN = 4
 # ... or a transposed convolution whose phases have a K of at most one of the implicit GEMM's K
 # blocks: there each phase's product is a single step, and what decides is how the phases' strided
 # stores meet (the direct kernel runs a tile's phases next to each other; the implicit GEMM
-# launches one phase after another). L1/81 (stride 5, K 32) took 3.5 ms either way on an H100.
+# launches one phase after another). On an H100, L1/81 (stride 5, K 32): 1652 us against the implicit
+# GEMM's 3438-3585 (2026-12-06; 3.5 ms either way before the phases went together); cuDNN in
+# channels-last took 1140, the floor there.
 ONE_STEP_K = 32
 MAX_BLOCK_N = 32  # more output channels: more programs over the same inputs, run together (L2)
 
@@ -114,6 +119,6 @@ class ConvDirect(Conv):
 
     def tunables(self, NAME: str, spec: ConvSpec) -> dict[str, int | str]:
         block_n = min(MAX_BLOCK_N, max(16, 1 << (out_channels(spec) - 1).bit_length()))
-        block_m, block_n = TRANSPOSED_TILE if spec.transposed else (TILE_ELEMENTS // block_n, block_n)
-        return {f"{NAME}_BLOCK_M": block_m, f"{NAME}_BLOCK_N": block_n, f"{NAME}_NUM_WARPS": 4,
+        block_n = TRANSPOSED_BLOCK_N if spec.transposed else block_n
+        return {f"{NAME}_BLOCK_M": BLOCK_M, f"{NAME}_BLOCK_N": block_n, f"{NAME}_NUM_WARPS": 4,
                 f"{NAME}_NUM_STAGES": 1}

@@ -191,7 +191,8 @@ def _profiles(sweep_out: Path) -> str:
 
     for journal in sorted(sweep_out.glob("repos/*/.okgit/runs/*/journal.jsonl")):
         events = read_jsonl(journal)[0]
-        finished = next((e for e in events if e.get("type") == "run_finished"), None)
+        # the last: a run resumed in a later call finished once per call, its winner the last one's
+        finished = next((e for e in reversed(events) if e.get("type") == "run_finished"), None)
         if finished is None:
             continue
         profiled = {e.get("cand"): e for e in events if e.get("type") == "profiled"}

@@ -5,6 +5,7 @@ first call's), and finishes the same run."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -17,6 +18,28 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_profiles_table_takes_a_resumed_runs_last_winner(tmp_path, monkeypatch):
+    """A run stopped in flight finishes once per call (interrupted, then optimized): its winner is
+    the last call's, profiled in that call (L1/3 on a96f65a read "winner c006 not profiled")."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # sweep_dev imports its neighbour resumable
+    spec = importlib.util.spec_from_file_location("sweep_dev", ROOT / "bench" / "sweep_dev.py")
+    assert spec is not None and spec.loader is not None
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    journal = tmp_path / "repos" / "level1_3_bmm" / ".okgit" / "runs" / "r1" / "journal.jsonl"
+    journal.parent.mkdir(parents=True)
+    profile = {"bandwidth_utilization": 0.2, "compute_utilization": 0.35, "occupancy": 0.12}
+    events = [{"type": "profiled", "cand": None, "tools": ["ncu"], "profile": profile},
+              {"type": "run_finished", "status": "interrupted", "best_cand": "c006"},
+              {"type": "resumed"},
+              {"type": "profiled", "cand": "c009", "tools": ["ncu"], "profile": profile},
+              {"type": "run_finished", "status": "optimized", "best_cand": "c009"}]
+    journal.write_text("".join(json.dumps(e) + "\n" for e in events))
+    table = sweep._profiles(tmp_path)
+    assert "| level1_3_bmm | winner c009 | ncu | 20% | 35% |" in table
+    assert "c006" not in table and "not profiled" not in table
 
 
 @pytest.mark.slow  # the bench script across two calls as the device runs it: processes, SIGTERM

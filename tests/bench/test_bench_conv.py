@@ -51,7 +51,7 @@ def test_direct_tiles_walk_the_direct_convolutions_settings_only():
 @pytest.mark.slow  # the bench script as the GPU machine runs it: a process, the interpreter
 def test_smoke_runs_every_step_and_judges_by_the_rule(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "conv.py"), "--smoke"], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "conv.py"), "--smoke", "--kernels"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "| problem | eager us | torch.compile us | okgit conv us |" in proc.stdout
@@ -64,3 +64,9 @@ def test_smoke_runs_every_step_and_judges_by_the_rule(tmp_path):
         # the CPU reference is fp32 in both layouts: 3xTF32 holds the rule, one TF32 pass does not
         assert arms["template:conv"]["rule"] and arms["template:conv block_m=64"]["rule"]
         assert arms["template:conv_tf32"]["rule"] is False
+        # --kernels: every arm at its defaults profiled (on the CPU, its operators), the longest first
+        for arm in ("eager", "template:conv"):
+            found = arms[arm]["kernels"]
+            assert found and all(a[1] >= b[1] for a, b in zip(found, found[1:])), found
+        assert "kernels" not in arms["template:conv block_m=64"]
+    assert "  kernels of eager (us a call;" in proc.stdout

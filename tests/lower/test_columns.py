@@ -73,6 +73,14 @@ def ctx_for(path: Path) -> Context:
 EXAMPLE_NAMES = ["09_mean_middle_dim", "11_argmax_dim"]
 OP_NAMES = ["sum_dim0_2d", "max_keepdim", "argmin_ties_nan", "mean_prologue", "softmax_dim1"]
 LAYOUTS = ["template:columns", "template:rows"]
+RESIDENT = re.compile(r"^(FUSED_COLUMNS_0_RESIDENT_TILE: int = )(\d+)$", re.MULTILINE)
+OTHER_PATH = "template:columns, its other path"  # whole columns in registers where it streamed, or back
+
+
+def other_path(source: str) -> str:
+    """The column candidate with its other path: streamed (0) where it kept whole columns in
+    registers, whole columns where it streamed."""
+    return RESIDENT.sub(lambda m: m[1] + ("0" if int(m[2]) else "4096"), source)
 
 
 def paths(tmp_path: Path) -> dict[str, Path]:
@@ -97,11 +105,14 @@ def checked(tmp_path_factory) -> dict[tuple[str, str], dict]:
         for proposal in plan(ctx_for(path)):
             jobs.append((path, proposal.source, knobs))
             keys.append((name, proposal.origin))
+            if proposal.origin == "template:columns":
+                jobs.append((path, other_path(proposal.source), knobs))
+                keys.append((name, OTHER_PATH))
     return dict(zip(keys, run_ops(jobs, timeout=900)))
 
 
 @pytest.mark.slow  # one interpreter process runs all of the module's candidates
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", [*LAYOUTS, OTHER_PATH])
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
 def test_examples_get_a_correct_column_layout(checked, name, layout):
     result = checked[name, layout]
@@ -109,7 +120,7 @@ def test_examples_get_a_correct_column_layout(checked, name, layout):
 
 
 @pytest.mark.slow  # one interpreter process runs all of the module's candidates
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", [*LAYOUTS, OTHER_PATH])
 @pytest.mark.parametrize("name", OP_NAMES)
 def test_strided_reductions_get_a_correct_column_layout(checked, name, layout):
     result = checked[name, layout]
@@ -134,10 +145,25 @@ def test_the_column_kernel_reads_tiles_along_the_contiguous_axis(tmp_path):
     assert "j = (tl.program_id(0) % blocks) * BLOCK_J + tl.arange(0, BLOCK_J)[None, :]" in kernel
     assert "col = start + tl.arange(0, BLOCK_R)[:, None]" in kernel
     assert "base = outer * s0 + j" in kernel  # unit stride along j: each tile row is contiguous
-    assert "tl.sum(acc0, axis=0, keep_dims=True)" in kernel
+    assert re.search(r"tl\.sum\(acc\d+, axis=0, keep_dims=True\)", kernel)  # the streamed path's lanes folded once
     assert "c0" in kernel and "float(self.scale)" in source  # the prologue's constant is read at run time
     for name in ("BLOCK_J", "BLOCK_R", "NUM_WARPS"):
         assert re.search(rf"^FUSED_COLUMNS_0_{name}: int = \d+$", source, flags=re.MULTILINE)
+
+
+def test_columns_read_more_than_once_are_kept_whole_in_registers(tmp_path):
+    """A softmax reads its column twice streamed (max and sum, then the outputs): by default its
+    candidate keeps whole columns in registers (one read); a mean reads its columns once and keeps
+    streaming. The launcher takes whole columns only where a tile of them, 16 inner positions
+    wide, fits the setting."""
+    ops = op_files(tmp_path)
+    soft, mean = (plan(ctx_for(ops[n]))[0].source for n in ("softmax_dim1", "mean_prologue"))
+    assert RESIDENT.search(soft)[2] == "4096" and RESIDENT.search(mean)[2] == "0"
+    kernel = soft.split("def fused_columns_0_kernel")[1].split("\ndef ")[0]
+    one_pass = kernel.split("if ONE_PASS:")[1].split("else:")[0]
+    assert one_pass.count("tl.load(") == 1 and "for start" not in one_pass
+    assert "one_pass = triton.next_power_of_2(n_red) * 16 <= FUSED_COLUMNS_0_RESIDENT_TILE" in soft
+    assert "block_j = min(block_j, FUSED_COLUMNS_0_RESIDENT_TILE // block_r)" in soft
 
 
 @pytest.mark.parametrize("shape, dim", [("(a, b)", "-1"), ("(a, b, c)", "2"), ("(a, b, 1)", "1")])

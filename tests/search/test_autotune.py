@@ -267,7 +267,8 @@ def test_template_variants_stay_correct():
 @pytest.mark.slow  # candidates run under the interpreter (oprun)
 def test_column_layout_blocks_are_tuned_within_the_dims():
     """The column layout's BLOCK_J, BLOCK_R and NUM_WARPS are module constants the autotune
-    varies; BLOCK_J and BLOCK_R, each along one dim, stay within the largest dim."""
+    varies; BLOCK_J and BLOCK_R, each along one dim, stay within the largest dim. Its path comes
+    first: an argmax reads its columns once, streamed, and the other path keeps them whole."""
     path = EXAMPLES / "11_argmax_dim.py"
     columns = next(p for p in plan(ctx_for(path)) if p.origin == "template:columns")
     found = variants(columns.source, 1 << 25, 64)
@@ -276,7 +277,9 @@ def test_column_layout_blocks_are_tuned_within_the_dims():
     assert all(v <= 64 for s, v in found if s.name.endswith(("BLOCK_J", "BLOCK_R")))
     proposer, ctx = AutotuneProposer(), ctx_for(path, columns)
     proposals = [proposer.propose(ctx) for _ in range(3)]
-    assert [p.meta["setting"] for p in proposals] == ["FUSED_COLUMNS_0_BLOCK_J", "FUSED_COLUMNS_0_BLOCK_R", "FUSED_COLUMNS_0_NUM_WARPS"]
+    assert [p.meta["setting"] for p in proposals] == ["FUSED_COLUMNS_0_RESIDENT_TILE", "FUSED_COLUMNS_0_BLOCK_J",
+                                                     "FUSED_COLUMNS_0_BLOCK_R"]
+    assert "FUSED_COLUMNS_0_RESIDENT_TILE: int = 4096" in proposals[0].source  # whole columns, from streamed
     results = run_ops([(path, p.source, {"batch_size": 5, "dim1": 37, "dim2": 19}) for p in proposals])
     assert all(r["ok"] for r in results), results
 

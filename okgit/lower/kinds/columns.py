@@ -1,7 +1,10 @@
 """Columns: a row reduction whose folded dims are not the innermost, in the column layout
 (columns.py.tmpl). Each program owns consecutive inner positions, contiguous in memory, and
 walks the folded elements in chunks (COLUMN_WALK), so its loads coalesce where the row
-layout's are a whole inner extent apart. Optional: a second candidate beside the row one."""
+layout's are a whole inner extent apart; where a column is read more than once that way (a
+softmax: its max and sum, then its outputs) and a tile of whole columns fits RESIDENT_TILE
+elements, the tile is read once and kept in registers instead (the row layout's one pass,
+along axis 0). Optional: a second candidate beside the row one."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from okgit.lower.kernelcode import (
     KernelCode,
     Scope,
     prod,
+    store_outputs,
     widest_block,
 )
 from okgit.lower.kinds.base import (
@@ -22,12 +26,19 @@ from okgit.lower.kinds.base import (
     output_names,
     template_kind,
 )
-from okgit.lower.kinds.rows import per_row
+from okgit.lower.kinds.rows import passes, per_row
 from okgit.lower.streamed import Walk, stream_rows
 from okgit.lower.template import fill, template
 
 TEMPLATE = template(__package__, "columns.py.tmpl")
 COLUMN_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_J]", 0)  # the contiguous inner axis along axis 1
+# The most elements a tile of whole columns may hold to be read once, in registers (32 a thread on
+# 4 warps); its inner side is at least 16 positions (64 bytes in fp32: two whole sectors;
+# columns.py.tmpl's launcher), so columns of up to 256 elements.
+# A group that reads its columns once anyway (per-row outputs of one pass) keeps streaming, as
+# the row layout keeps such a row's chunks in flight: its setting is 0. The other path is the
+# autotune's to try (sites.PATHS).
+RESIDENT_TILE = 4096
 
 
 def strided(g: Group) -> bool:
@@ -52,8 +63,9 @@ class Columns(TemplateKind):
     def what(self, g) -> str:
         return f"column layout: contiguous inner axis per program, folding dims {list(g.red)} in chunks"
 
-    def tunables(self, NAME: str, n_outer: int, n_inner: int) -> dict[str, int]:
-        return {f"{NAME}_BLOCK_J": widest_block(n_outer, n_inner, 128, 16), f"{NAME}_BLOCK_R": 16, f"{NAME}_NUM_WARPS": 4}
+    def tunables(self, NAME: str, n_outer: int, n_inner: int, reads: int = 1) -> dict[str, int]:
+        return {f"{NAME}_BLOCK_J": widest_block(n_outer, n_inner, 128, 16), f"{NAME}_BLOCK_R": 16,
+                f"{NAME}_RESIDENT_TILE": RESIDENT_TILE if reads > 1 else 0, f"{NAME}_NUM_WARPS": 4}
 
     def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:
         kept = [d for d in code.covered if d not in g.red]
@@ -65,14 +77,19 @@ class Columns(TemplateKind):
         # row = outer * n_inner + j enumerates the kept dims row-major, as the outputs are laid out
         base = " + ".join(t for t in (code.radix("outer", outer), code.radix("j", inner)) if t != "0")
         root = Scope(None, "base", "row_mask")
+        # one pass: a tile of whole columns in registers
+        code.reduce_tile = COLUMN_WALK.over
+        one = Scope(root, "flat", "mask", row_leaves=root)
+        store_outputs(code, g, one, one, output_names(g))
         body = stream_rows(code, g, root, output_names(g), COLUMN_WALK)
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, first_leaf_device(leaves))
         NAME = name.upper()
         src = fill(
             TEMPLATE, name=name, NAME=NAME, params=sig, base=base, prologue="\n".join(root.lines),
-            body="\n".join(body.lines), args=largs, doc=self.describe(g), prepare="\n".join(prep),
+            col_offset=code.radix("col", red), one_pass="\n".join(one.lines), body="\n".join(body.lines), args=largs, doc=self.describe(g), prepare="\n".join(prep),
             n_outer=prod([code.dom[d] for d in outer]), n_inner=prod([code.dom[d] for d in inner]),
             n_red=prod([code.dom[d] for d in red]), call_args=call, returns=returns,
         )
-        tunables = self.tunables(NAME, math.prod(g.shape[d] for d in outer), math.prod(g.shape[d] for d in inner))
+        tunables = self.tunables(NAME, math.prod(g.shape[d] for d in outer), math.prod(g.shape[d] for d in inner),
+                                 passes(code, g))
         return Rendered(name, src, tunables, args, g.outputs, self.describe(g))

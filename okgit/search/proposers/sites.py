@@ -16,10 +16,11 @@ import ast
 import re
 from dataclasses import dataclass
 
-from okgit.lower.kinds import gemm, grouped_conv, pool, rows
+from okgit.lower.kinds import columns, gemm, grouped_conv, pool, rows
 
 # a template's switch between two paths that is also the size on one of them: its value when switched on
-PATHS = {"_ROLL_CHUNK": grouped_conv.ROLL_CHUNK, "_SHARED_ROWS": pool.SHARED_ROWS, "_L2_SHARE": rows.L2_SHARE}
+PATHS = {"_ROLL_CHUNK": grouped_conv.ROLL_CHUNK, "_SHARED_ROWS": pool.SHARED_ROWS, "_L2_SHARE": rows.L2_SHARE,
+         "_RESIDENT_TILE": columns.RESIDENT_TILE}
 BOUND = "_MAX"  # NAME_MAX: the most NAME may be (_constant_sites)
 SETTING = re.compile(r"BLOCK|TILE|CHUNK|LANES|WARPS|STAGES|GROUP|PROGRAMS", re.IGNORECASE)
 # a GEMM's string settings: the suffix of the name, its control, its values in the order they are tried

@@ -2,7 +2,7 @@
 convolution problems at their real sizes, against cuDNN (eager, PyTorch's default flags) and torch.compile (default mode).
 
     python3 bench/conv.py --kb .kb/KernelBench [--problems "2:87,7 1:63"]
-                          [--time-limit 150] [--no-compile] [--no-tiles | --direct-tiles | --tma] [--smoke]
+                          [--time-limit 150] [--no-compile] [--no-tiles | --direct-tiles | --tma] [--kernels] [--smoke]
 
 Per problem, in one process: eager in NCHW and in channels_last (the two layouts the evaluator
 measures the reference's own error in; the larger error is the reference's), torch.compile, and
@@ -14,7 +14,10 @@ setting away from the defaults. --tma instead: the implicit-GEMM kernel's TMA pa
 the same tiles (the TF32 one at its defaults and at BLOCK_K 16, where 16 input channels fill a
 K step; the 3xTF32 one at its defaults; these replace the two kinds' default arms), each arm
 saying which operands its plan read through TMA, and a table of the pairs. --direct-tiles: the
-direct convolution's tiles alone. Every arm's max abs error against float64 (the reference model in float64) is shown
+direct convolution's tiles alone. --kernels: each arm at its defaults also run under
+torch.profiler (KERNEL_CALLS calls), its kernels by device time a call kept in conv.json and, for
+eager, torch.compile and okgit's fastest arm, printed: what each spends its time on (on a CPU,
+its operators). Every arm's max abs error against float64 (the reference model in float64) is shown
 beside the reference's, and `rule` says whether it is within 4x of it (or 32 ulps of the
 output's magnitude): the evaluator's precision rule for contractions (docs/evaluation.md).
 
@@ -75,6 +78,8 @@ DIRECT_TILES = [{"BLOCK_M": 128}, {"BLOCK_M": 512}, {"BLOCK_N": 16}, {"NUM_WARPS
 GRACE_S = 30.0
 # --tma: per implicit-GEMM kind, its tile settings, each run with TMA on (the default) and off
 TMA_TILES = {"template:conv_tf32": [{}, {"BLOCK_K": 16}], "template:conv": [{}]}
+KERNEL_CALLS = 3  # profiled calls an arm (one in --smoke)
+KERNELS = 8  # the longest kernels kept an arm
 GROUP = re.compile(r"^(FUSED_CONV(?:_TF32|_DIRECT)?_\d+_)BLOCK_M: int", re.MULTILINE)
 
 
@@ -85,8 +90,10 @@ def conv_settings(source: str, settings: dict) -> str:
     return with_settings(source, {prefix[1] + k: v for k, v in settings.items()})
 
 
-def problems(b: Bench, files: list, compile_too: bool, tiles: str | None, tma: bool, rows: list, pool, save) -> None:
-    """`tiles`: whose tiles are walked ("all"; "direct": the direct convolution's only), or None."""
+def problems(b: Bench, files: list, compile_too: bool, tiles: str | None, tma: bool, rows: list, pool, save,
+             kernels: bool = False) -> None:
+    """`tiles`: whose tiles are walked ("all"; "direct": the direct convolution's only), or None;
+    `kernels`: each arm at its defaults profiled too (kernel_times)."""
     from okgit.eval.worker import calls
 
     torch = b.torch
@@ -123,8 +130,11 @@ def problems(b: Bench, files: list, compile_too: bool, tiles: str | None, tma: b
             if isinstance(what, str):
                 what, _ = build(load(what, tag + "_cand"), b.device, knobs)
                 what.load_state_dict(model.state_dict())
-            err, us, why = b.run(lambda fn=what, a=own_args or args: fn(*a), want64)
+            call = lambda fn=what, a=own_args or args: fn(*a)  # noqa: E731
+            err, us, why = b.run(call, want64)
             row["arms"][arm] = {"us": us, "err": err, "error": why}
+            if kernels and why is None:
+                row["arms"][arm]["kernels"] = kernel_times(torch, call, 1 if b.smoke else KERNEL_CALLS)
         torch._dynamo.reset()
         ref = reference_error(row)
         for arm in row["arms"].values():
@@ -140,8 +150,43 @@ def problems(b: Bench, files: list, compile_too: bool, tiles: str | None, tma: b
                     row["arms"][f"{origin} {label(settings)}"] = setting_arm(b, module, model, args, want64, ref, knobs)
         rows.append(row)
         save()  # after each problem: a call killed from outside keeps what finished
-        print(problem_line(row), flush=True)
+        print("\n".join([problem_line(row), *(kernel_lines(row) if kernels else [])]), flush=True)
         want64 = model = cl_model = args = cl_args = arms = None  # freed before the next problem's tensors
+
+
+def kernel_times(torch, fn, calls: int) -> list[list]:
+    """The kernels of `calls` calls of fn by device time (torch.profiler; on a CPU its operators by
+    their own time): [name, us a call, launches a call], the longest first, KERNELS of them."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    gpu = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    with torch.no_grad():
+        fn()  # warm: a first call's compiles and allocations are not what a call spends
+        with profile(activities=activities) as prof:
+            for _ in range(calls):
+                fn()
+            if gpu:
+                torch.cuda.synchronize()
+    kind = DeviceType.CUDA if gpu else DeviceType.CPU
+    found = [(e.key, (e.self_device_time_total if gpu else e.self_cpu_time_total) / calls, e.count / calls)
+             for e in prof.key_averages() if e.device_type == kind]
+    return [[name, round(us, 1), round(n, 2)] for name, us, n in sorted(found, key=lambda t: -t[1])[:KERNELS]]
+
+
+def kernel_lines(row: dict) -> list[str]:
+    """--kernels: eager's, torch.compile's and okgit's fastest arm's longest kernels, a line each."""
+    ok = [(k, v) for k, v in row["arms"].items() if k.startswith("template:") and v.get("rule") and v.get("us")]
+    best = min(ok, key=lambda kv: kv[1]["us"])[0] if ok else None
+    out = []
+    for arm in ("eager", "torch.compile", best):
+        found = (row["arms"].get(arm) or {}).get("kernels") if arm else None
+        if found:
+            total = sum(k[1] for k in found)
+            out.append(f"  kernels of {arm} (us a call; {total:.0f} in these): "
+                       + "; ".join(f"{name[:60]} {us:.0f}" + (f" x{n:g}" if n != 1 else "") for name, us, n in found[:5]))
+    return out
 
 
 def setting_arm(b: Bench, module, model, args, want64, ref, knobs) -> dict:
@@ -334,6 +379,7 @@ def main() -> int:
     parser.add_argument("--no-tiles", action="store_true", help="the candidates at their defaults only")
     parser.add_argument("--direct-tiles", action="store_true", help="walk the direct convolution's tiles only")
     parser.add_argument("--tma", action="store_true", help="the TMA path against the pointer path at the same tiles")
+    parser.add_argument("--kernels", action="store_true", help="each arm's kernels by device time (torch.profiler)")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     refused = check_machine(args, need_kb=True)
@@ -358,7 +404,7 @@ def main() -> int:
         smoke = "1:1 2:2" if args.tma else "1:1,3 2:2"
         files = problem_files(smoke_kb(Path(tmp)) if args.smoke else args.kb, smoke if args.smoke else args.problems)
         tiles = None if args.no_tiles else "direct" if args.direct_tiles else "all"
-        problems(b, files, not args.no_compile, tiles, args.tma, rows, pool, save)
+        problems(b, files, not args.no_compile, tiles, args.tma, rows, pool, save, args.kernels)
     save()
     lines = summary(rows) + (tma_summary(rows) if args.tma else [])
     lines += ["", f"exploration figures (do_bench medians, one process; {device}); {time.monotonic() - t0:.0f} s"]

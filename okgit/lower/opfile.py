@@ -180,10 +180,7 @@ class FileLowering:
 
     def launcher_prologue(self, leaves: dict[int, Leaf], outputs: list[Node], code: KernelCode, g: Group, device: str) -> tuple[list[str], list[str]]:
         """Launcher lines before the launch, and the output names."""
-        lines = [
-            f"{leaf.arg} = {leaf.arg}.contiguous({'memory_format=torch.channels_last' if leaf.channels_last else ''})"
-            for leaf in leaves.values()
-        ]
+        lines = [f"{leaf.arg} = {leaf.arg}.contiguous({_memory_format(leaf)})" for leaf in leaves.values()]
         lines += [f"{d} = {src}" for d, src in self._dom_src]
         outs = []
         for i, n in enumerate(outputs):
@@ -216,6 +213,14 @@ class FileLowering:
             else:
                 parts += [p for p in (k.extern_origin(it, self) for k in kinds()) if p][:1]
         return "template:" + "+".join(dict.fromkeys(parts))
+
+
+def _memory_format(leaf: Leaf) -> str:
+    """The keyword a leaf's launcher copy takes: channels-last (3D: channels_last_3d) where the
+    kernel reads it so, else none (NCHW contiguous)."""
+    if not leaf.channels_last:
+        return ""
+    return f"memory_format=torch.channels_last{'_3d' if len(leaf.node.shape) == 5 else ''}"
 
 
 def _source_map(view: Node, view_map) -> tuple:

@@ -125,6 +125,50 @@ def spatial(tmp_path: Path, i: int) -> Path:
                    knobs={"out_channels": 11, "height": 13, "width": 12})
 
 
+def conv3d_op(tmp_path: Path, name: str, forward: str) -> Path:
+    """A 3D conv op: 3 channels in, 11 out (two channel blocks, a masked tail), a 5x6x7 volume, a
+    batch of 2, kernel 3, padding 1, a per-channel scale."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(f"""\
+        import torch
+        import torch.nn as nn
+
+
+        class Model(nn.Module):
+            def __init__(self, in_channels, out_channels):
+                super().__init__()
+                self.conv = nn.Conv3d(in_channels, out_channels, 3, padding=1)
+                self.scale = nn.Parameter(torch.rand(out_channels, 1, 1, 1) + 0.5)
+
+            def forward(self, x):
+                {forward.replace(chr(10), chr(10) + " " * 16)}
+
+
+        batch_size = 2
+        in_channels = 3
+        out_channels = 11
+
+
+        def get_inputs():
+            return [torch.randn(batch_size, in_channels, 5, 6, 7)]
+
+
+        def get_init_inputs():
+            return [in_channels, out_channels]
+        """))
+    return path
+
+
+CONV3D = {
+    # as L2/47: an elementwise epilogue
+    "conv3d_mish_tanh": ("return torch.tanh(torch.nn.functional.mish(self.conv(x))) * self.scale", "pointwise"),
+    # an instance norm over D, H and W: mean, then variance, then the elementwise output
+    "conv3d_norm": ("y = self.conv(x)\nm = y.mean(dim=(2, 3, 4), keepdim=True)\n"
+                    "return (y - m) * torch.rsqrt(((y - m) ** 2).mean(dim=(2, 3, 4), keepdim=True) + 1e-5) * self.scale",
+                    "rows"),
+}
+
+
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory) -> dict[str, dict]:
     """Every conv op below: its candidates, each run against the reference (oprun: the tolerance,
@@ -132,7 +176,8 @@ def checked(tmp_path_factory) -> dict[str, dict]:
     channels-last candidate's output, all in two interpreter processes."""
     tmp = tmp_path_factory.mktemp("conv")
     ops = {**{name: shrunk(tmp, name) for name in EXAMPLE_EPILOGUES}, "scale_tanh": scale_tanh(tmp),
-           **{f"spatial_{i}": spatial(tmp, i) for i in range(len(SPATIAL))}}
+           **{f"spatial_{i}": spatial(tmp, i) for i in range(len(SPATIAL))},
+           **{name: conv3d_op(tmp, name, forward) for name, (forward, _) in CONV3D.items()}}
     proposals = {name: [p for p in plan(ctx_for(path)) if "vendor_conv" in p.origin]  # the Triton convolutions aside
                  for name, path in ops.items()}
     jobs = [(ops[name], p.source, {}) for name in ops for p in proposals[name]]
@@ -185,6 +230,18 @@ def test_an_odd_sized_conv_gets_a_correct_channels_last_candidate(checked):
     assert "(row % s0), mask=row_mask" in kernel  # per-channel operands: indexed per row
     for setting in ("YBLOCK", "XBLOCK", "NUM_WARPS"):
         assert re.search(rf"^FUSED_POINTWISE_CL_1_{setting}: int = \d+$", source, flags=re.MULTILINE)
+
+
+@pytest.mark.slow  # two interpreter processes run all of the module's candidates
+@pytest.mark.parametrize("name", list(CONV3D))
+def test_3d_convolutions_get_a_correct_channels_last_candidate(checked, name):
+    source = check(checked, name, CONV3D[name][1])
+    forward = source.split("def forward")[1]
+    assert "conv3d(_to_channels_last(x), _to_channels_last(self.conv.weight), None, " in forward
+    # the launcher hands the epilogue the convolution's output in channels_last_3d, the
+    # spatial dims flattened into one
+    assert "memory_format=torch.channels_last_3d)" in source
+    assert "torch.channels_last if x.dim() == 4 else torch.channels_last_3d" in source
 
 
 @pytest.mark.slow  # the real evaluator's gates, on one channels-last candidate

@@ -1,6 +1,7 @@
-"""Channels-last convolutions: a 2D convolution whose output only one pointwise or
-spatial-reduction kernel reads runs on channels-last operands, and that kernel (its
-epilogue) reads the NHWC output and writes NCHW contiguous. Optional, a candidate of its own
+"""Channels-last convolutions: a 2D or 3D convolution whose output only one pointwise or
+spatial-reduction kernel reads runs on channels-last operands (channels_last, channels_last_3d:
+cuDNN's layout of choice, torch.compile's too), and that kernel (its epilogue) reads the
+channels-last output and writes NCHW (NCDHW) contiguous; both kernels flatten the spatial dims. Optional, a candidate of its own
 after the NCHW ones (the search times both): the input and weight copied channels-last by a
 2D-tiled Triton copy (conv_cl_to_channels_last.py.tmpl), the conv bias folded into the
 epilogue's load. A pointwise epilogue takes 2D tiles (conv_cl_pointwise.py.tmpl), a reduction
@@ -32,11 +33,11 @@ if TYPE_CHECKING:
 POINTWISE_TEMPLATE = template(__package__, "conv_cl_pointwise.py.tmpl")
 ROWS_TEMPLATE = template(__package__, "conv_cl_rows.py.tmpl")
 CL_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_C]", 0, ("nhwc = nhwc_base + col * n_chan",))  # channels along axis 1
-CL_CONV_OPS = ("aten.conv2d.default",)
+CL_CONV_OPS = ("aten.conv2d.default", "aten.conv3d.default")
 
 
 def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
-    """The 2D convolutions the channels-last candidate runs on channels-last operands, each
+    """The 2D and 3D convolutions the channels-last candidate runs on channels-last operands, each
     with the bias it folds into its epilogue (None: the bias, if any, stays in the call).
 
     A convolution qualifies when its output is not returned and every reader of it is one
@@ -49,14 +50,14 @@ def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
     groups = [it for it in items if isinstance(it, Group)]
     out: dict[int, Node | None] = {}
     for n in items:
-        if not isinstance(n, Node) or n.op not in CL_CONV_OPS or len(n.shape) != 4 or not n.dtype.is_floating_point:
+        if not isinstance(n, Node) or n.op not in CL_CONV_OPS or len(n.shape) not in (4, 5) or not n.dtype.is_floating_point:
             continue
         readers = [g for g in groups if g.has(n)]
         if id(n) in outs or len(readers) != 1:
             continue
         g = readers[0]
         identity = tuple(i if s != 1 else None for i, s in enumerate(n.shape))
-        if not (elementwise(g) or (per_row(g) and g.red == (2, 3))) or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
+        if not (elementwise(g) or (per_row(g) and g.red == spatial(n))) or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
             continue
         if not all(g.computes(u) for u in users[id(n)]):
             continue
@@ -64,6 +65,11 @@ def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
         fold = isinstance(bias, Node) and tuple(bias.shape) == (n.shape[1],) and bias.dtype == n.dtype
         out[id(n)] = bias if fold else None
     return out
+
+
+def spatial(n: Node) -> tuple[int, ...]:
+    """The spatial dims of a convolution's output (2, 3 and, in 3D, 4)."""
+    return tuple(range(2, len(n.shape)))
 
 
 def _epilogue(g: Group) -> str:
@@ -88,7 +94,7 @@ class ConvChannelsLast(TemplateKind):
     def candidate_state(self, low) -> dict[int, Node | None]:
         convs = channels_last_convs(low.graph, low.items)
         if not convs:
-            raise Unsupported("no 2D convolution whose output only a pointwise or spatial-reduction kernel reads")
+            raise Unsupported("no 2D or 3D convolution whose output only a pointwise or spatial-reduction kernel reads")
         return convs
 
     def claims(self, g: Group, low) -> bool:
@@ -150,20 +156,20 @@ class ConvChannelsLast(TemplateKind):
 
     def _pointwise(self, low, g, name, code: KernelCode, leaves, args, params, conv: Leaf) -> Rendered:
         """An elementwise epilogue of a channels-last convolution (conv_cl_pointwise.py.tmpl): 2D
-        tiles of (sample, channel) rows by spatial columns, the convolution read NHWC, the
-        outputs written NCHW contiguous."""
+        tiles of (sample, channel) rows by spatial columns (the spatial dims flattened), the
+        convolution read channels-last, the outputs written NCHW contiguous."""
         # operands that vary along rows only (per-channel parameters) or columns only are indexed
         # by that coordinate alone: the index math runs on a [YBLOCK, 1] or [1, XBLOCK] vector
-        index_by_part(code, leaves.values(), (("row", {0, 1}, "row_mask"), ("col", {2, 3}, "col_mask")))
+        index_by_part(code, leaves.values(), (("row", {0, 1}, "row_mask"), ("col", set(spatial(conv.base)), "col_mask")))
         body = Scope(None, "flat", "mask")
         store_outputs(code, g, body, None, output_names(g))
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, f"{conv.arg}.device")
-        shape = [f"{conv.arg}.shape[{d}]" for d in range(4)]
+        shape = [f"{conv.arg}.shape[{d}]" for d in range(len(conv.base.shape))]
         NAME = name.upper()
         src = fill(
             POINTWISE_TEMPLATE, name=name, NAME=NAME, params=sig, body="\n".join(body.lines), args=largs,
             doc=self.describe(g), prepare="\n".join(prep), n_rows=f"{shape[0]} * {shape[1]}",
-            n_cols=f"{shape[2]} * {shape[3]}", n_chan=shape[1], call_args=call, returns=returns,
+            n_cols=" * ".join(shape[2:]), n_chan=shape[1], call_args=call, returns=returns,
         )
         return Rendered(name, src, self.tunables(NAME, g), args, g.outputs, self.describe(g))
 
@@ -178,7 +184,8 @@ class ConvChannelsLast(TemplateKind):
         src = fill(
             ROWS_TEMPLATE, name=name, NAME=NAME, params=sig, prologue="\n".join(root.lines),
             body="\n".join(body.lines), args=largs, doc=self.describe(g), prepare="\n".join(prep),
-            n_batch=f"{conv.arg}.shape[0]", n_chan=f"{conv.arg}.shape[1]", n_red=f"{conv.arg}.shape[2] * {conv.arg}.shape[3]",
+            n_batch=f"{conv.arg}.shape[0]", n_chan=f"{conv.arg}.shape[1]",
+            n_red=" * ".join(f"{conv.arg}.shape[{d}]" for d in spatial(conv.base)),
             call_args=call, returns=returns,
         )
         return Rendered(name, src, self.tunables(NAME, g), args, g.outputs, self.describe(g))

@@ -71,8 +71,10 @@ from gemm import (
 DEFAULT_PROBLEMS = "2:87,7,91 1:63,57 2:15 1:54,75 2:47,67,71,35,3,27,43,79 1:60,66,69,72,78,81,87"
 # one setting away from the defaults each; a few, since each is a Triton compile of its own (seconds)
 TILES = [{"BLOCK_M": 64}, {"BLOCK_K": 64}, {"NUM_WARPS": 8}, {"NUM_STAGES": 4}, {"INPUT_COPY": 0}]
-# the direct convolution's (kinds/conv_direct.py): its tile's shape and warps, one setting away
-DIRECT_TILES = [{"BLOCK_M": 128}, {"BLOCK_M": 512}, {"BLOCK_N": 16}, {"NUM_WARPS": 8}]
+# the direct convolution's (kinds/conv_direct.py): its tile's shape and warps, one setting away;
+# BLOCK_N 64: more output channels a thread, fewer shared-memory reads a multiply-add (ncu on L1/54:
+# bound by them); BLOCK_M 256 the default before 2026-12-06 where BLOCK_N is 16
+DIRECT_TILES = [{"BLOCK_M": 256}, {"BLOCK_M": 512}, {"BLOCK_N": 16}, {"BLOCK_N": 64}, {"NUM_WARPS": 8}]
 # past --time-limit, a problem already started runs its arms this much longer at most: one arm
 # (a torch.compile of a convolution: tens of seconds) may still overrun it
 GRACE_S = 30.0

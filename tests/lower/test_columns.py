@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 from oprun import run_ops, small_knobs
 
 from okgit.eval.types import Reference, Status
@@ -174,3 +175,21 @@ def test_an_innermost_reduction_gets_no_column_layout(tmp_path, shape, dim):
     proposals = plan(ctx_for(path))
     assert [p.origin for p in proposals] == ["template:rows"]
     assert "fused_columns" not in proposals[0].source and COLUMN_INTENT not in proposals[0].intent
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("resident", [4096, 0], ids=["whole_columns", "streamed"])
+def test_on_a_gpu_a_channel_softmax_is_correct_and_timed_on_both_paths(tmp_path, gpu_evaluator, resident):
+    """A softmax over 128 channels with an elementwise tail (L2/91's epilogue) at tens of MB,
+    compiled by the GPU's own Triton and judged there, its columns whole in registers (the
+    default) and streamed."""
+    path = op_file(tmp_path, "channel_softmax", "", "torch.sigmoid((torch.softmax(x, dim=1) + 0.5) * 2.0)",
+                   "return [torch.randn(a, b, c, c)]", knobs="a = 8\nb = 128\nc = 96")
+    problem = load_problem(path)
+    ctx = Context(problem=problem, reference=Reference(device="cuda", timed=True), backend="triton", device="cuda")
+    source = next(p.source for p in plan(ctx) if p.origin == "template:columns")
+    source = RESIDENT.sub(lambda m: m[1] + str(resident), source)
+    result = gpu_evaluator.evaluate(problem, source)
+    assert result.status is Status.correct, result.error
+    assert result.timed and result.runtime_us and result.speedup, result

@@ -13,12 +13,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 from oprun import run_ops
 from test_columns import ctx_for
 
-from okgit.eval.types import Status
+from okgit.eval.types import Reference, Status
 from okgit.problem import load_problem
 from okgit.search.proposers.templates import plan
+from okgit.search.types import Context
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NCHW = "template:vendor_conv+{}"
@@ -265,3 +267,22 @@ def test_no_channels_last_candidate_where_the_epilogue_reads_otherwise(tmp_path,
     path = conv_op(tmp_path, "other", "nn.Conv2d(in_channels, out_channels, kernel_size)", forward)
     origins = [p.origin for p in plan(ctx_for(path))]
     assert origins and not any("vendor_conv_cl" in o for o in origins)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_a_3d_channels_last_candidate_is_correct_and_timed(tmp_path, gpu_evaluator):
+    """A 3D convolution with mish and tanh (as L2/47) at tens of MB: cuDNN on channels_last_3d
+    operands and okgit's epilogue, judged on the GPU (PyTorch's flags: cuDNN may take TF32, as
+    the reference's own error shows)."""
+    path = conv3d_op(tmp_path, "conv3d_mish_tanh", CONV3D["conv3d_mish_tanh"][0])
+    path.write_text(path.read_text().replace("torch.randn(batch_size, in_channels, 5, 6, 7)",
+                                             "torch.randn(batch_size, in_channels, 16, 32, 32)")
+                    .replace("batch_size = 2", "batch_size = 8").replace("in_channels = 3", "in_channels = 32")
+                    .replace("out_channels = 11", "out_channels = 64"))
+    problem = load_problem(path)
+    ctx = Context(problem=problem, reference=Reference(device="cuda", timed=True), backend="triton", device="cuda")
+    source = next(p.source for p in plan(ctx) if p.origin == CL.format("pointwise"))
+    result = gpu_evaluator.evaluate(problem, source)
+    assert result.status is Status.correct, result.error
+    assert result.timed and result.runtime_us and result.speedup, result

@@ -86,7 +86,8 @@ class Columns(TemplateKind):
         NAME = name.upper()
         src = fill(
             TEMPLATE, name=name, NAME=NAME, params=sig, base=base, prologue="\n".join(root.lines),
-            col_offset=code.radix("col", red), one_pass="\n".join(one.lines), body="\n".join(body.lines), args=largs, doc=self.describe(g), prepare="\n".join(prep),
+            col_offset=code.radix("col", red), one_pass="\n".join(one.lines), body="\n".join(body.lines),
+            args=largs, doc=self.describe(g), prepare="\n".join(prep),
             n_outer=prod([code.dom[d] for d in outer]), n_inner=prod([code.dom[d] for d in inner]),
             n_red=prod([code.dom[d] for d in red]), call_args=call, returns=returns,
         )

@@ -1,10 +1,10 @@
 """Channels-last convolutions: a 2D or 3D convolution whose output only one pointwise or
 spatial-reduction kernel reads runs on channels-last operands (channels_last, channels_last_3d:
 cuDNN's layout of choice, torch.compile's too), and that kernel (its epilogue) reads the
-channels-last output and writes NCHW (NCDHW) contiguous; both kernels flatten the spatial dims. Optional, a candidate of its own
-after the NCHW ones (the search times both): the input and weight copied channels-last by a
-2D-tiled Triton copy (conv_cl_to_channels_last.py.tmpl), the conv bias folded into the
-epilogue's load. A pointwise epilogue takes 2D tiles (conv_cl_pointwise.py.tmpl), a reduction
+channels-last output and writes NCHW (NCDHW) contiguous; both kernels flatten the spatial
+dims. Optional, a candidate of its own after the NCHW ones (the search times both): the input
+and weight copied channels-last by a 2D-tiled Triton copy (conv_cl_to_channels_last.py.tmpl),
+the conv bias folded into the epilogue's load. A pointwise epilogue takes 2D tiles (conv_cl_pointwise.py.tmpl), a reduction
 over the spatial dims consecutive channels of one sample (conv_cl_rows.py.tmpl, CL_WALK)."""
 
 from __future__ import annotations

@@ -36,7 +36,9 @@ if "--smoke" in sys.argv:  # before triton is imported
     os.environ["TRITON_INTERPRET"] = "1"
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # okgit, and the harness the bench scripts share
+
+from gemm import kernel_times  # noqa: E402
 
 OP = '''import torch
 import torch.nn as nn
@@ -182,24 +184,12 @@ def run_config(key: str, shape: tuple, dtype: str, smoke: bool, deadline: float,
             continue
         row["arms"][name] = {"err": err, "us": None if timed is None else timed.median_us, "wall_s": round(time.monotonic() - t0, 1)}
         if kernels and not smoke and (name == "eager" or name.startswith("okgit gemms")):
-            row["arms"][name]["kernels"] = kernel_times(model, inputs)
+            row["arms"][name]["kernels"] = kernel_times(torch, lambda m=model: m(*inputs), 1, top=6)
     base = row["arms"]["eager"].get("err", 0.0)
     for name, r in row["arms"].items():
         if name.startswith("okgit") and "err" in r:
             r["ok"] = r["err"] <= max(2 * base, 1e-5 * scale)
     return row
-
-
-def kernel_times(model, inputs: list) -> list[tuple[str, float]]:
-    """One call's GPU kernels under torch.profiler, the longest first: (name, microseconds), the
-    same name summed (where an arm's time goes: the GEMMs, the softmax, the operands' splits)."""
-    import torch
-
-    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        model(*inputs)
-        torch.cuda.synchronize()
-    rows = [(e.key, e.device_time_total) for e in prof.key_averages() if e.device_time_total > 0]
-    return sorted(rows, key=lambda r: -r[1])[:6]
 
 
 def table(rows: list[dict]) -> str:
@@ -244,7 +234,7 @@ def main() -> int:
     print(table(rows))
     for r in rows:
         for name, arm in r["arms"].items():
-            for kernel, us in arm.get("kernels", []):
+            for kernel, us, _ in arm.get("kernels", []):
                 print(f"{r['config']} | {name} | {us:9.0f} us | {kernel[:110]}")
     out = Path(os.environ.get("OUT", "/tmp/out"))
     out.mkdir(parents=True, exist_ok=True)

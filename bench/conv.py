@@ -57,6 +57,7 @@ from gemm import (
     fmt_err,
     fmt_rule,
     fmt_us,
+    kernel_times,
     label,
     load,
     problem_files,
@@ -81,7 +82,6 @@ GRACE_S = 30.0
 # --tma: per implicit-GEMM kind, its tile settings, each run with TMA on (the default) and off
 TMA_TILES = {"template:conv_tf32": [{}, {"BLOCK_K": 16}], "template:conv": [{}]}
 KERNEL_CALLS = 3  # profiled calls an arm (one in --smoke)
-KERNELS = 8  # the longest kernels kept an arm
 GROUP = re.compile(r"^(FUSED_CONV(?:_TF32|_DIRECT)?_\d+_)BLOCK_M: int", re.MULTILINE)
 
 
@@ -154,27 +154,6 @@ def problems(b: Bench, files: list, compile_too: bool, tiles: str | None, tma: b
         save()  # after each problem: a call killed from outside keeps what finished
         print("\n".join([problem_line(row), *(kernel_lines(row) if kernels else [])]), flush=True)
         want64 = model = cl_model = args = cl_args = arms = None  # freed before the next problem's tensors
-
-
-def kernel_times(torch, fn, calls: int) -> list[list]:
-    """The kernels of `calls` calls of fn by device time (torch.profiler; on a CPU its operators by
-    their own time): [name, us a call, launches a call], the longest first, KERNELS of them."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    gpu = torch.cuda.is_available()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-    with torch.no_grad():
-        fn()  # warm: a first call's compiles and allocations are not what a call spends
-        with profile(activities=activities) as prof:
-            for _ in range(calls):
-                fn()
-            if gpu:
-                torch.cuda.synchronize()
-    kind = DeviceType.CUDA if gpu else DeviceType.CPU
-    found = [(e.key, (e.self_device_time_total if gpu else e.self_cpu_time_total) / calls, e.count / calls)
-             for e in prof.key_averages() if e.device_type == kind]
-    return [[name, round(us, 1), round(n, 2)] for name, us, n in sorted(found, key=lambda t: -t[1])[:KERNELS]]
 
 
 def kernel_lines(row: dict) -> list[str]:
@@ -256,13 +235,13 @@ def tile_arms(row: dict, sources: dict[str, str], tiles: str = "all") -> list[tu
     def origin(kind: str) -> str | None:
         return next((o for o in sources if o == kind or o.startswith(kind + "+")), None)
 
-    direct, tf32, split = origin("template:conv_direct"), origin("template:conv_tf32"), origin("template:conv")
+    direct, tf32, x3 = origin("template:conv_direct"), origin("template:conv_tf32"), origin("template:conv")
     out = [(direct, DIRECT_TILES)] if direct else []
     if tiles == "direct":
         return out
     out += [(tf32, TILES)] if tf32 else []
-    if split and not (tf32 and row["arms"][tf32]["rule"]):
-        out.append((split, TILES))
+    if x3 and not (tf32 and row["arms"][tf32]["rule"]):
+        out.append((x3, TILES))
     return out
 
 

@@ -226,6 +226,28 @@ def flop_count(fn) -> float:
     return float(counter.get_total_flops())
 
 
+def kernel_times(torch, fn, calls: int, top: int = 8) -> list[list]:
+    """The kernels of `calls` calls of fn by device time (torch.profiler; on a CPU its operators by
+    their own time), after one call to warm up: [name, us a call, launches a call], the longest
+    first, `top` of them (where an arm's time goes: its GEMMs or convolution, its epilogue)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    gpu = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    with torch.no_grad():
+        fn()  # a first call's compiles and allocations are not what a call spends
+        with profile(activities=activities) as prof:
+            for _ in range(calls):
+                fn()
+            if gpu:
+                torch.cuda.synchronize()
+    kind = DeviceType.CUDA if gpu else DeviceType.CPU
+    found = [(e.key, (e.self_device_time_total if gpu else e.self_cpu_time_total) / calls, e.count / calls)
+             for e in prof.key_averages() if e.device_type == kind]
+    return [[name, round(us, 1), round(n, 2)] for name, us, n in sorted(found, key=lambda t: -t[1])[:top]]
+
+
 def shared_need(source: str, settings: dict) -> int:
     """Shared memory the GEMM group of `source` takes with `settings` changed, as the kind counts it."""
     from okgit.lower.kinds.gemm import shared_bytes

@@ -4,8 +4,9 @@ cuDNN's layout of choice, torch.compile's too), and that kernel (its epilogue) r
 channels-last output and writes NCHW (NCDHW) contiguous; both kernels flatten the spatial
 dims. Optional, a candidate of its own after the NCHW ones (the search times both): the input
 and weight copied channels-last by a 2D-tiled Triton copy (conv_cl_to_channels_last.py.tmpl),
-the conv bias folded into the epilogue's load. A pointwise epilogue takes 2D tiles (conv_cl_pointwise.py.tmpl), a reduction
-over the spatial dims consecutive channels of one sample (conv_cl_rows.py.tmpl, CL_WALK)."""
+the conv bias folded into the epilogue's load. A pointwise epilogue takes 2D tiles
+(conv_cl_pointwise.py.tmpl), a reduction over the spatial dims consecutive channels of one
+sample (conv_cl_rows.py.tmpl, CL_WALK)."""
 
 from __future__ import annotations
 

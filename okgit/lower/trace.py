@@ -9,6 +9,7 @@ traces the same reference again with a float attribute or the constructor's floa
 from __future__ import annotations
 
 import inspect
+import logging
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -84,7 +85,17 @@ def trace(source: str, knobs: dict[str, int], perturbed: bool = False, tweak=Non
     return translate(ep, names, "ModelNew" if "ModelNew" in ns else "Model", constants)
 
 
+# A trace that fails is answered by Unsupported (one line in the note); torch's fake tensors also
+# log the failing op's traceback at ERROR level, which would reach the user's terminal.
+_FAKE_TENSOR_LOG = logging.getLogger("torch._subclasses.fake_tensor")
+
+
 def _export(model: torch.nn.Module, inputs: tuple):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return torch.export.export(model, inputs, strict=False)
+    level = _FAKE_TENSOR_LOG.level
+    _FAKE_TENSOR_LOG.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.export.export(model, inputs, strict=False)
+    finally:
+        _FAKE_TENSOR_LOG.setLevel(level)

@@ -34,8 +34,9 @@ class FileLowering:
 
     def __init__(self, graph: Graph, items: list, turned_on: tuple[TemplateKind, ...] = ()) -> None:
         self.graph, self.items = graph, items
-        # a group goes to the first of these that claims it: the optional kinds turned on first
-        self.kinds = tuple(k for k in kinds() if not k.optional or k in turned_on)
+        # a group goes to the first of these that claims it: those that claim first, then the
+        # optional kinds turned on, then the others (kinds()'s order, sorted is stable)
+        self.kinds = tuple(sorted((k for k in kinds() if not k.optional or k in turned_on), key=lambda k: not k.claims_first))
         self.chosen: dict[int, TemplateKind] = {}  # group -> the kind that lowered it
         self.helpers: set[str] = set()
         self.names: dict[int, str] = {}  # node -> forward expression

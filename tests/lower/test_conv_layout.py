@@ -171,36 +171,62 @@ CONV3D = {
 }
 
 
+# transposed convolutions (stride 2, output padding 1: a 7x9 image becomes 14x18), 11 channels
+TRANSPOSED = {
+    # as L2/91: a softmax over the channels, then a per-channel bias, a scale and a sigmoid
+    "transposed_softmax": ("nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=2, padding=1, output_padding=1)",
+                           "return torch.sigmoid((torch.softmax(self.conv(x), dim=1) + self.scale) * 2.0)", "columns"),
+    "transposed_norm": ("nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=2, padding=1, output_padding=1)",
+                        SPATIAL[0], "rows"),
+}
+# the NCHW candidates of a softmax over the channels: the column layout first, then the row one
+NCHW_EPILOGUES = {"columns": ["columns", "rows"]}
+RESIDENT = re.compile(r"^(FUSED_COLUMNS_CL_1_RESIDENT_TILE: int = )\d+$", re.MULTILINE)
+
+
+def transposed(tmp_path: Path, name: str) -> Path:
+    conv, forward, _ = TRANSPOSED[name]
+    return conv_op(tmp_path, name, conv, forward, "self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)",
+                   knobs={"out_channels": 11, "kernel_size": 4})
+
+
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory) -> dict[str, dict]:
     """Every conv op below: its candidates, each run against the reference (oprun: the tolerance,
     every element written, two calls alike, inputs unchanged), and the strides of the
-    channels-last candidate's output, all in two interpreter processes."""
+    channels-last candidate's output, all in two interpreter processes. The softmax's
+    channels-last candidate runs a second time with its columns streamed (RESIDENT_TILE 0)
+    instead of kept whole in registers."""
     tmp = tmp_path_factory.mktemp("conv")
     ops = {**{name: shrunk(tmp, name) for name in EXAMPLE_EPILOGUES}, "scale_tanh": scale_tanh(tmp),
            **{f"spatial_{i}": spatial(tmp, i) for i in range(len(SPATIAL))},
-           **{name: conv3d_op(tmp, name, forward) for name, (forward, _) in CONV3D.items()}}
+           **{name: conv3d_op(tmp, name, forward) for name, (forward, _) in CONV3D.items()},
+           **{name: transposed(tmp, name) for name in TRANSPOSED}}
     proposals = {name: [p for p in plan(ctx_for(path)) if "vendor_conv" in p.origin]  # the Triton convolutions aside
                  for name, path in ops.items()}
-    jobs = [(ops[name], p.source, {}) for name in ops for p in proposals[name]]
+    streamed = RESIDENT.sub(r"\g<1>0", proposals["transposed_softmax"][-1].source)
+    jobs = [(ops[name], p.source, {}) for name in ops for p in proposals[name]] + [(ops["transposed_softmax"], streamed, {})]
     results = iter(run_ops(jobs, timeout=900))
-    cl = [name for name in ops if len(proposals[name]) == 2]
-    laid_out = dict(zip(cl, strides([(ops[name], proposals[name][1].source) for name in cl], tmp)))
-    return {name: {"proposals": proposals[name], "results": [next(results) for _ in proposals[name]],
-                   "strides": laid_out.get(name)} for name in ops}
+    cl = [name for name in ops if "vendor_conv_cl" in proposals[name][-1].origin]
+    laid_out = dict(zip(cl, strides([(ops[name], proposals[name][-1].source) for name in cl], tmp)))
+    got = {name: {"proposals": proposals[name], "results": [next(results) for _ in proposals[name]],
+                  "strides": laid_out.get(name)} for name in ops}
+    got["transposed_softmax"]["streamed"] = (streamed, next(results))
+    return got
 
 
 def check(checked: dict[str, dict], name: str, epilogue: str = "pointwise") -> str:
-    """Both conv candidates are offered, NCHW first, each right against the reference; the
+    """The conv candidates are offered, NCHW first, each right against the reference; the
     channels-last one's output is contiguous NCHW like the reference's. Returns that
     candidate's source."""
     got = checked[name]
-    assert [p.origin for p in got["proposals"]] == [NCHW.format(epilogue), CL.format(epilogue)]
+    nchw = [NCHW.format(e) for e in NCHW_EPILOGUES.get(epilogue, [epilogue])]
+    assert [p.origin for p in got["proposals"]] == [*nchw, CL.format(epilogue)]
     for p, result in zip(got["proposals"], got["results"]):
         assert result["ok"], (p.origin, result["why"])
     want, out, contiguous = got["strides"]
     assert contiguous and out == want
-    return got["proposals"][1].source
+    return got["proposals"][-1].source
 
 
 @pytest.mark.slow  # two interpreter processes run all of the module's candidates
@@ -246,6 +272,32 @@ def test_3d_convolutions_get_a_correct_channels_last_candidate(checked, name):
     assert "torch.channels_last if x.dim() == 4 else torch.channels_last_3d" in source
 
 
+@pytest.mark.slow  # two interpreter processes run all of the module's candidates
+@pytest.mark.parametrize("name", list(TRANSPOSED))
+def test_transposed_convolutions_get_a_correct_channels_last_candidate(checked, name):
+    source = check(checked, name, TRANSPOSED[name][2])
+    forward = source.split("def forward")[1]
+    assert "conv_transpose2d.input(_to_channels_last(x), _to_channels_last(self.conv.weight), None, " in forward
+
+
+@pytest.mark.slow  # two interpreter processes run all of the module's candidates
+def test_a_softmax_over_the_channels_reads_them_contiguous_in_both_paths(checked):
+    """As L2/91: the column layout over a channels-last output reads a column's channels at
+    consecutive addresses (nhwc = position * C + channel), the conv bias folded in by channel,
+    the model's bias indexed by its channel too; right whether its columns stay in registers
+    or stream."""
+    source = check(checked, "transposed_softmax", "columns")
+    kernel = source.split("def fused_columns_cl_1_kernel")[1].split("\ndef ")[0]
+    assert "nhwc_base = outer * (n_inner * n_red) + j * n_red" in kernel
+    assert kernel.count("nhwc = nhwc_base + col") == 3  # the one pass, the streamed max/sum pass and output pass
+    assert re.search(r"tl\.load\(in0_ptr \+ nhwc, mask=mask, other=0\)\.to\(tl\.float32\) \+ tl\.load\(in\d_ptr \+ col, mask=mask", kernel)
+    assert re.search(r"tl\.store\(out0_ptr \+ flat, ", kernel)  # NCHW
+    assert RESIDENT.search(source) and "FUSED_COLUMNS_CL_1_RESIDENT_TILE: int = 4096" in source
+    streamed, result = checked["transposed_softmax"]["streamed"]
+    assert "FUSED_COLUMNS_CL_1_RESIDENT_TILE: int = 0" in streamed
+    assert result["ok"], result["why"]
+
+
 @pytest.mark.slow  # the real evaluator's gates, on one channels-last candidate
 def test_a_conv_without_bias_keeps_its_call(evaluator, tmp_path):
     path = conv_op(tmp_path, "no_bias", "nn.Conv2d(in_channels, out_channels, kernel_size, stride=2, bias=False)",
@@ -261,7 +313,7 @@ def test_a_conv_without_bias_keeps_its_call(evaluator, tmp_path):
 @pytest.mark.parametrize("forward", [
     "y = self.conv(x)\nreturn torch.relu(y) - y.mean()",  # a whole-tensor reduction reads it too
     "y = self.conv(x)\nreturn y, torch.relu(y)",  # it is returned as well
-    "return torch.softmax(self.conv(x), dim=1)",  # its reader reduces over channels
+    "return torch.softmax(self.conv(x), dim=0)",  # its reader reduces over the batch
 ])
 def test_no_channels_last_candidate_where_the_epilogue_reads_otherwise(tmp_path, forward):
     path = conv_op(tmp_path, "other", "nn.Conv2d(in_channels, out_channels, kernel_size)", forward)

@@ -63,34 +63,39 @@ class Columns(TemplateKind):
     def what(self, g) -> str:
         return f"column layout: contiguous inner axis per program, folding dims {list(g.red)} in chunks"
 
-    def tunables(self, NAME: str, n_outer: int, n_inner: int, reads: int = 1) -> dict[str, int]:
-        return {f"{NAME}_BLOCK_J": widest_block(n_outer, n_inner, 128, 16), f"{NAME}_BLOCK_R": 16,
-                f"{NAME}_RESIDENT_TILE": RESIDENT_TILE if reads > 1 else 0, f"{NAME}_NUM_WARPS": 4}
-
     def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:
-        kept = [d for d in code.covered if d not in g.red]
-        red = [d for d in code.covered if d in g.red]
-        inner = [d for d in kept if d > red[-1]]  # the trailing kept dims: contiguous in memory
-        outer = [d for d in kept if d < red[-1]]
-        if not inner:
-            raise Unsupported("the column layout needs kept dims after the folded ones")
-        # row = outer * n_inner + j enumerates the kept dims row-major, as the outputs are laid out
-        base = " + ".join(t for t in (code.radix("outer", outer), code.radix("j", inner)) if t != "0")
-        root = Scope(None, "base", "row_mask")
-        # one pass: a tile of whole columns in registers
-        code.reduce_tile = COLUMN_WALK.over
-        one = Scope(root, "flat", "mask", row_leaves=root)
-        store_outputs(code, g, one, one, output_names(g))
-        body = stream_rows(code, g, root, output_names(g), COLUMN_WALK)
-        prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, first_leaf_device(leaves))
-        NAME = name.upper()
-        src = fill(
-            TEMPLATE, name=name, NAME=NAME, params=sig, base=base, prologue="\n".join(root.lines),
-            col_offset=code.radix("col", red), one_pass="\n".join(one.lines), body="\n".join(body.lines),
-            args=largs, doc=self.describe(g), prepare="\n".join(prep),
-            n_outer=prod([code.dom[d] for d in outer]), n_inner=prod([code.dom[d] for d in inner]),
-            n_red=prod([code.dom[d] for d in red]), call_args=call, returns=returns,
-        )
-        tunables = self.tunables(NAME, math.prod(g.shape[d] for d in outer), math.prod(g.shape[d] for d in inner),
-                                 passes(code, g))
-        return Rendered(name, src, tunables, args, g.outputs, self.describe(g))
+        return column_kernel(self, low, g, name, code, leaves, args, params, first_leaf_device(leaves))
+
+
+def column_kernel(kind: TemplateKind, low, g: Group, name: str, code: KernelCode, leaves, args, params, device: str,
+                  walk: Walk = COLUMN_WALK, layout: str = "") -> Rendered:
+    """The column layout's kernel and launcher for g (columns.py.tmpl). `walk` and `layout` (lines
+    after the row's base offset) let an operand be read in another layout: the channels-last
+    convolution's output (conv_cl), at an offset its walk's head computes each step."""
+    kept = [d for d in code.covered if d not in g.red]
+    red = [d for d in code.covered if d in g.red]
+    inner = [d for d in kept if d > red[-1]]  # the trailing kept dims: contiguous in memory
+    outer = [d for d in kept if d < red[-1]]
+    if not inner:
+        raise Unsupported("the column layout needs kept dims after the folded ones")
+    # row = outer * n_inner + j enumerates the kept dims row-major, as the outputs are laid out
+    base = " + ".join(t for t in (code.radix("outer", outer), code.radix("j", inner)) if t != "0")
+    root = Scope(None, "base", "row_mask")
+    # one pass: a tile of whole columns in registers
+    code.reduce_tile = walk.over
+    one = Scope(root, "flat", "mask", row_leaves=root)
+    store_outputs(code, g, one, one, output_names(g))
+    body = stream_rows(code, g, root, output_names(g), walk)
+    prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, device)
+    NAME = name.upper()
+    src = fill(
+        TEMPLATE, name=name, NAME=NAME, params=sig, base=base, layout=layout, prologue="\n".join(root.lines),
+        col_offset=code.radix("col", red), col_head="\n".join(walk.head), one_pass="\n".join(one.lines),
+        body="\n".join(body.lines), args=largs, doc=kind.describe(g), prepare="\n".join(prep),
+        n_outer=prod([code.dom[d] for d in outer]), n_inner=prod([code.dom[d] for d in inner]),
+        n_red=prod([code.dom[d] for d in red]), call_args=call, returns=returns,
+    )
+    n_outer, n_inner = math.prod(g.shape[d] for d in outer), math.prod(g.shape[d] for d in inner)
+    tunables = {f"{NAME}_BLOCK_J": widest_block(n_outer, n_inner, 128, 16), f"{NAME}_BLOCK_R": 16,
+                f"{NAME}_RESIDENT_TILE": RESIDENT_TILE if passes(code, g) > 1 else 0, f"{NAME}_NUM_WARPS": 4}
+    return Rendered(name, src, tunables, args, g.outputs, kind.describe(g))

@@ -1,12 +1,14 @@
-"""Channels-last convolutions: a 2D or 3D convolution whose output only one pointwise or
-spatial-reduction kernel reads runs on channels-last operands (channels_last, channels_last_3d:
-cuDNN's layout of choice, torch.compile's too), and that kernel (its epilogue) reads the
-channels-last output and writes NCHW (NCDHW) contiguous; both kernels flatten the spatial
-dims. Optional, a candidate of its own after the NCHW ones (the search times both): the input
-and weight copied channels-last by a 2D-tiled Triton copy (conv_cl_to_channels_last.py.tmpl),
-the conv bias folded into the epilogue's load. A pointwise epilogue takes 2D tiles
+"""Channels-last convolutions: a 2D or 3D convolution, transposed or not, whose output only one
+pointwise, spatial-reduction or channel-reduction kernel reads runs on channels-last operands
+(channels_last, channels_last_3d: cuDNN's layout of choice, torch.compile's too), and that
+kernel (its epilogue) reads the channels-last output and writes NCHW (NCDHW) contiguous.
+Optional, a candidate of its own after the NCHW ones (the search times both): the input and
+weight copied channels-last by a 2D-tiled Triton copy (conv_cl_to_channels_last.py.tmpl), the
+conv bias folded into the epilogue's load. A pointwise epilogue takes 2D tiles
 (conv_cl_pointwise.py.tmpl), a reduction over the spatial dims consecutive channels of one
-sample (conv_cl_rows.py.tmpl, CL_WALK)."""
+sample (conv_cl_rows.py.tmpl, CL_WALK), a reduction over the channels (a softmax over dim 1)
+the column layout (columns.py.tmpl, CL_COLUMN_WALK): a column's channels, a whole inner extent
+apart in NCHW, are contiguous here."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from okgit.lower.kernelcode import (
     widest_block,
 )
 from okgit.lower.kinds.base import Rendered, TemplateKind, output_names, template_kind
+from okgit.lower.kinds.columns import column_kernel
 from okgit.lower.kinds.pointwise import elementwise
 from okgit.lower.kinds.rows import per_row
 from okgit.lower.streamed import Walk, stream_rows
@@ -34,18 +37,21 @@ if TYPE_CHECKING:
 POINTWISE_TEMPLATE = template(__package__, "conv_cl_pointwise.py.tmpl")
 ROWS_TEMPLATE = template(__package__, "conv_cl_rows.py.tmpl")
 CL_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_C]", 0, ("nhwc = nhwc_base + col * n_chan",))  # channels along axis 1
-CL_CONV_OPS = ("aten.conv2d.default", "aten.conv3d.default")
+CL_COLUMN_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_J]", 0, ("nhwc = nhwc_base + col",))  # channels along axis 0
+CL_CONV_OPS = ("aten.conv2d.default", "aten.conv3d.default", "aten.conv_transpose2d.input", "aten.conv_transpose3d.input")
 
 
 def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
-    """The 2D and 3D convolutions the channels-last candidate runs on channels-last operands, each
-    with the bias it folds into its epilogue (None: the bias, if any, stays in the call).
+    """The 2D and 3D convolutions (transposed or not) the channels-last candidate runs on
+    channels-last operands, each with the bias it folds into its epilogue (None: the bias, if
+    any, stays in the call).
 
     A convolution qualifies when its output is not returned and every reader of it is one
-    group over the output's own shape that reads it elementwise: a pointwise one, or a row
-    reduction over the spatial dims (a per-(sample, channel) normalisation); that kernel
-    takes the channels-last output and writes NCHW. A bias of one value per output channel
-    is folded into that kernel's load, so the convolution runs without one."""
+    group over the output's own shape that reads it elementwise: a pointwise one, a row
+    reduction over the spatial dims (a per-(sample, channel) normalisation) or over the
+    channels (a softmax over dim 1); that kernel takes the channels-last output and writes
+    NCHW. A bias of one value per output channel is folded into that kernel's load, so the
+    convolution runs without one."""
     users = graph.users()
     outs = {id(o) for o in graph.outputs}
     groups = [it for it in items if isinstance(it, Group)]
@@ -58,7 +64,7 @@ def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
             continue
         g = readers[0]
         identity = tuple(i if s != 1 else None for i, s in enumerate(n.shape))
-        if not (elementwise(g) or (per_row(g) and g.red == spatial(n))) or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
+        if not (elementwise(g) or (per_row(g) and g.red in (spatial(n), channels(n)))) or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
             continue
         if not all(g.computes(u) for u in users[id(n)]):
             continue
@@ -73,9 +79,16 @@ def spatial(n: Node) -> tuple[int, ...]:
     return tuple(range(2, len(n.shape)))
 
 
+def channels(n: Node) -> tuple[int, ...]:
+    """The channel dim of a convolution's output, as a fold a reader may make (none where it has
+    one channel: that fold is no reduction)."""
+    return (1,) if n.shape[1] > 1 else (-1,)
+
+
 def _epilogue(g: Group) -> str:
-    """What the epilogue group is, in its kernel's name and origin tag: elementwise or per row."""
-    return "pointwise" if elementwise(g) else "rows"
+    """What the epilogue group is, in its kernel's name and origin tag: elementwise, per
+    (sample, channel) row, or per position folding the channels (the column layout's)."""
+    return "pointwise" if elementwise(g) else "columns" if g.red == (1,) else "rows"
 
 
 @template_kind(order=20)
@@ -87,6 +100,7 @@ class ConvChannelsLast(TemplateKind):
     optional = True
     label = "channels-last convolution"
     alone = True  # after the NCHW candidates: both are timed
+    claims_first = True  # before the column layout's claim on a softmax over its channels
     helpers: ClassVar[dict[str, Traversable]] = {"_to_channels_last": template(__package__, "conv_cl_to_channels_last.py.tmpl")}
 
     def offered(self, graph: Graph) -> bool:
@@ -129,6 +143,8 @@ class ConvChannelsLast(TemplateKind):
     def what(self, g: Group) -> str:
         if elementwise(g):
             return "one elementwise pass over 2D tiles, the convolution read channels-last, written NCHW"
+        if _epilogue(g) == "columns":
+            return "column layout over the channels, the convolution read channels-last (contiguous channels), written NCHW"
         return f"one pass per row over dims {list(g.red)}, the convolution read channels-last, written NCHW"
 
     def tunables(self, NAME: str, g: Group) -> dict[str, int]:
@@ -140,17 +156,21 @@ class ConvChannelsLast(TemplateKind):
     def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:
         conv = next(leaf for leaf in leaves.values() if leaf.node is leaf.base and id(leaf.base) in low.state[self])
         conv.offset, conv.channels_last = "nhwc", True
-        self._fold_bias(low, code, conv, leaves, args, params)
-        lowered = self._pointwise if elementwise(g) else self._rows
+        epilogue = _epilogue(g)
+        self._fold_bias(low, code, conv, leaves, args, params, epilogue)
+        lowered = {"pointwise": self._pointwise, "rows": self._rows, "columns": self._columns}[epilogue]
         return lowered(low, g, name, code, leaves, args, params, conv)
 
-    def _fold_bias(self, low, code: KernelCode, conv: Leaf, leaves: dict, args: list[str], params: list[str]) -> None:
-        """The bias a channels-last convolution runs without, added as its output is loaded."""
+    def _fold_bias(self, low, code: KernelCode, conv: Leaf, leaves: dict, args: list[str], params: list[str], epilogue: str) -> None:
+        """The bias a channels-last convolution runs without, added as its output is loaded: by
+        the channel of a (sample, channel) row, or in the column layout by the folded index
+        (the channels alone)."""
         bias = low.state[self][id(conv.base)]
         if bias is None:
             return
         arg = f"in{len(args)}"
-        conv.plus = Leaf(bias, bias, (1,), arg, f"{arg}_ptr", offset=code.index_within((1,), "row", {0, 1}), mask="row_mask")
+        offset, mask = ("col", "mask") if epilogue == "columns" else (code.index_within((1,), "row", {0, 1}), "row_mask")
+        conv.plus = Leaf(bias, bias, (1,), arg, f"{arg}_ptr", offset=offset, mask=mask)
         leaves[("conv_bias", id(bias))] = conv.plus  # a key no node's id matches
         args.append(low.tensor(bias))
         params.append(conv.plus.ptr)
@@ -190,3 +210,11 @@ class ConvChannelsLast(TemplateKind):
             call_args=call, returns=returns,
         )
         return Rendered(name, src, self.tunables(NAME, g), args, g.outputs, self.describe(g))
+
+    def _columns(self, low, g, name, code: KernelCode, leaves, args, params, conv: Leaf) -> Rendered:
+        """A reduction over the channels of a channels-last convolution's output, in the column
+        layout (columns.py.tmpl): a program owns consecutive positions of one sample and its
+        tile's channels are contiguous there (CL_COLUMN_WALK: nhwc = position * C + channel);
+        the outputs are written NCHW contiguous, along the positions."""
+        return column_kernel(self, low, g, name, code, leaves, args, params, f"{conv.arg}.device", CL_COLUMN_WALK,
+                             "nhwc_base = outer * (n_inner * n_red) + j * n_red")

@@ -115,7 +115,11 @@ SPATIAL = [
     ("y = self.conv(x)\nm = y.mean(dim=(2, 3), keepdim=True)\n"
      "return (y - m) * torch.rsqrt(((y - m) ** 2).mean(dim=(2, 3), keepdim=True) + 1e-5) * self.scale"),
     "return torch.amax(torch.relu(self.conv(x)), dim=(2, 3))",  # per-row outputs only
+    # the last spatial dim alone: a row per (sample, channel, image row)
+    "return torch.nn.functional.layer_norm(self.conv(x) * self.scale, (12,))",
+    "return torch.amax(torch.relu(self.conv(x)), dim=3)",
 ]
+SPATIAL_IDS = ["normalisation", "per_row_outputs", "layer_norm_over_w", "per_row_outputs_over_w"]
 EXAMPLE_EPILOGUES = {"17_conv2d_relu_bias": "pointwise", "18_conv_channel_scale_tanh": "pointwise",
                      "20_conv_instance_norm": "rows"}
 
@@ -127,9 +131,9 @@ def spatial(tmp_path: Path, i: int) -> Path:
                    knobs={"out_channels": 11, "height": 13, "width": 12})
 
 
-def conv3d_op(tmp_path: Path, name: str, forward: str) -> Path:
+def conv3d_op(tmp_path: Path, name: str, forward: str, conv: str = "nn.Conv3d(in_channels, out_channels, 3, padding=1)") -> Path:
     """A 3D conv op: 3 channels in, 11 out (two channel blocks, a masked tail), a 5x6x7 volume, a
-    batch of 2, kernel 3, padding 1, a per-channel scale."""
+    batch of 2, kernel 3, padding 1 (or `conv`), a per-channel scale."""
     path = tmp_path / f"{name}.py"
     path.write_text(textwrap.dedent(f"""\
         import torch
@@ -139,7 +143,7 @@ def conv3d_op(tmp_path: Path, name: str, forward: str) -> Path:
         class Model(nn.Module):
             def __init__(self, in_channels, out_channels):
                 super().__init__()
-                self.conv = nn.Conv3d(in_channels, out_channels, 3, padding=1)
+                self.conv = {conv}
                 self.scale = nn.Parameter(torch.rand(out_channels, 1, 1, 1) + 0.5)
 
             def forward(self, x):
@@ -179,8 +183,13 @@ TRANSPOSED = {
     "transposed_norm": ("nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=2, padding=1, output_padding=1)",
                         SPATIAL[0], "rows"),
 }
-# the NCHW candidates of a softmax over the channels: the column layout first, then the row one
-NCHW_EPILOGUES = {"columns": ["columns", "rows"]}
+# as L2/3: a transposed 3D convolution (5x6x7 becomes 10x12x14), a layer norm over W, a pool
+TRANSPOSED_3D = ("nn.ConvTranspose3d(in_channels, out_channels, 3, stride=2, padding=1, output_padding=1)",
+                 "return torch.nn.functional.gelu(torch.nn.functional.avg_pool3d(\n"
+                 "    torch.nn.functional.layer_norm(self.conv(x) + 1.0, (14,)) * self.scale, 2))")
+# the NCHW candidates of a softmax over the channels: the column layout first, then the row one;
+# of a pool after the norm: okgit's pool, then the vendor's with its epilogue
+NCHW_EPILOGUES = {"columns": ["columns", "rows"], "rows+pool": ["rows+pool", "rows+vendor_pool+pointwise"]}
 RESIDENT = re.compile(r"^(FUSED_COLUMNS_CL_1_RESIDENT_TILE: int = )\d+$", re.MULTILINE)
 
 
@@ -201,7 +210,8 @@ def checked(tmp_path_factory) -> dict[str, dict]:
     ops = {**{name: shrunk(tmp, name) for name in EXAMPLE_EPILOGUES}, "scale_tanh": scale_tanh(tmp),
            **{f"spatial_{i}": spatial(tmp, i) for i in range(len(SPATIAL))},
            **{name: conv3d_op(tmp, name, forward) for name, (forward, _) in CONV3D.items()},
-           **{name: transposed(tmp, name) for name in TRANSPOSED}}
+           **{name: transposed(tmp, name) for name in TRANSPOSED},
+           "transposed_3d": conv3d_op(tmp, "transposed_3d", TRANSPOSED_3D[1], TRANSPOSED_3D[0])}
     proposals = {name: [p for p in plan(ctx_for(path)) if "vendor_conv" in p.origin]  # the Triton convolutions aside
                  for name, path in ops.items()}
     streamed = RESIDENT.sub(r"\g<1>0", proposals["transposed_softmax"][-1].source)
@@ -236,7 +246,7 @@ def test_examples_get_a_correct_channels_last_candidate(checked, name, epilogue)
 
 
 @pytest.mark.slow  # two interpreter processes run all of the module's candidates
-@pytest.mark.parametrize("i", range(len(SPATIAL)), ids=["normalisation", "per_row_outputs"])
+@pytest.mark.parametrize("i", range(len(SPATIAL)), ids=SPATIAL_IDS)
 def test_spatial_reductions_of_an_odd_sized_conv_get_a_correct_channels_last_candidate(checked, i):
     source = check(checked, f"spatial_{i}", "rows")
     kernel = source.split("def fused_rows_cl_1_kernel")[1].split("\ndef ")[0]
@@ -278,6 +288,17 @@ def test_transposed_convolutions_get_a_correct_channels_last_candidate(checked, 
     source = check(checked, name, TRANSPOSED[name][2])
     forward = source.split("def forward")[1]
     assert "conv_transpose2d.input(_to_channels_last(x), _to_channels_last(self.conv.weight), None, " in forward
+
+
+@pytest.mark.slow  # two interpreter processes run all of the module's candidates
+def test_a_layer_norm_over_w_after_a_transposed_3d_convolution_gets_a_correct_channels_last_candidate(checked):
+    """As L2/3: the rows kernel folds W alone, a row per (sample, channel, depth, height) read
+    NDHWC, okgit's pool after it reads its NCDHW output."""
+    source = check(checked, "transposed_3d", "rows+pool")
+    assert "conv_transpose3d.input(_to_channels_last(x), _to_channels_last(self.conv.weight), None, " in source
+    launcher = source.split("def fused_rows_cl_1(")[1].split("\ndef ")[0]
+    assert re.search(r"n_kept = \w+\.shape\[2\] \* \w+\.shape\[3\]$", launcher, flags=re.MULTILINE)
+    assert re.search(r"n_red = \w+\.shape\[4\]$", launcher, flags=re.MULTILINE)
 
 
 @pytest.mark.slow  # two interpreter processes run all of the module's candidates

@@ -5,13 +5,15 @@ kernel (its epilogue) reads the channels-last output and writes NCHW (NCDHW) con
 Optional, a candidate of its own after the NCHW ones (the search times both): the input and
 weight copied channels-last by a 2D-tiled Triton copy (conv_cl_to_channels_last.py.tmpl), the
 conv bias folded into the epilogue's load. A pointwise epilogue takes 2D tiles
-(conv_cl_pointwise.py.tmpl), a reduction over the spatial dims consecutive channels of one
-sample (conv_cl_rows.py.tmpl, CL_WALK), a reduction over the channels (a softmax over dim 1)
+(conv_cl_pointwise.py.tmpl), a reduction over the trailing spatial dims (all of them: a
+per-(sample, channel) norm; the last: a layer norm over W) consecutive channels of one sample
+and kept position (conv_cl_rows.py.tmpl, CL_WALK), a reduction over the channels (a softmax over dim 1)
 the column layout (columns.py.tmpl, CL_COLUMN_WALK): a column's channels, a whole inner extent
 apart in NCHW, are contiguous here."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, ClassVar
 
 from okgit.lower.fusion import Group
@@ -48,8 +50,8 @@ def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
 
     A convolution qualifies when its output is not returned and every reader of it is one
     group over the output's own shape that reads it elementwise: a pointwise one, a row
-    reduction over the spatial dims (a per-(sample, channel) normalisation) or over the
-    channels (a softmax over dim 1); that kernel takes the channels-last output and writes
+    reduction over the trailing spatial dims (a per-(sample, channel) normalisation over all
+    of them, a layer norm over the last) or over the channels (a softmax over dim 1); that kernel takes the channels-last output and writes
     NCHW. A bias of one value per output channel is folded into that kernel's load, so the
     convolution runs without one."""
     users = graph.users()
@@ -64,7 +66,7 @@ def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
             continue
         g = readers[0]
         identity = tuple(i if s != 1 else None for i, s in enumerate(n.shape))
-        if not (elementwise(g) or (per_row(g) and g.red in (spatial(n), channels(n)))) or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
+        if not (elementwise(g) or (per_row(g) and (trailing(g.red, n) or g.red == channels(n)))) or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
             continue
         if not all(g.computes(u) for u in users[id(n)]):
             continue
@@ -77,6 +79,13 @@ def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
 def spatial(n: Node) -> tuple[int, ...]:
     """The spatial dims of a convolution's output (2, 3 and, in 3D, 4)."""
     return tuple(range(2, len(n.shape)))
+
+
+def trailing(red: tuple[int, ...], n: Node) -> bool:
+    """Whether a fold is the convolution output's last spatial dims, one or more (in
+    channels-last a row's elements then lie a channel count apart, in one run per row)."""
+    dims = spatial(n)
+    return any(red == dims[i:] for i in range(len(dims)))
 
 
 def channels(n: Node) -> tuple[int, ...]:
@@ -150,8 +159,9 @@ class ConvChannelsLast(TemplateKind):
     def tunables(self, NAME: str, g: Group) -> dict[str, int]:
         if elementwise(g):
             return {f"{NAME}_YBLOCK": 64, f"{NAME}_XBLOCK": 64, f"{NAME}_NUM_WARPS": 4}
-        # channels per program: as many as still fill the GPU with (sample, channel block) programs
-        return {f"{NAME}_BLOCK_C": widest_block(g.shape[0], g.shape[1], 64, 8), f"{NAME}_BLOCK_R": 64, f"{NAME}_NUM_WARPS": 4}
+        # channels per program: as many as still fill the GPU with (sample, kept position, channel block) programs
+        outer = g.shape[0] * math.prod(g.shape[d] for d in range(2, len(g.shape)) if d not in g.red)
+        return {f"{NAME}_BLOCK_C": widest_block(outer, g.shape[1], 64, 8), f"{NAME}_BLOCK_R": 64, f"{NAME}_NUM_WARPS": 4}
 
     def lower(self, low, g, name, code: KernelCode, leaves, args, params) -> Rendered:
         conv = next(leaf for leaf in leaves.values() if leaf.node is leaf.base and id(leaf.base) in low.state[self])
@@ -163,13 +173,14 @@ class ConvChannelsLast(TemplateKind):
 
     def _fold_bias(self, low, code: KernelCode, conv: Leaf, leaves: dict, args: list[str], params: list[str], epilogue: str) -> None:
         """The bias a channels-last convolution runs without, added as its output is loaded: by
-        the channel of a (sample, channel) row, or in the column layout by the folded index
-        (the channels alone)."""
+        the channel of a pointwise tile's (sample, channel) row, by a reduction's own channels
+        (`c`), or in the column layout by the folded index (the channels alone)."""
         bias = low.state[self][id(conv.base)]
         if bias is None:
             return
         arg = f"in{len(args)}"
-        offset, mask = ("col", "mask") if epilogue == "columns" else (code.index_within((1,), "row", {0, 1}), "row_mask")
+        offset, mask = {"pointwise": (code.index_within((1,), "row", {0, 1}), "row_mask"), "rows": ("c", "row_mask"),
+                        "columns": ("col", "mask")}[epilogue]
         conv.plus = Leaf(bias, bias, (1,), arg, f"{arg}_ptr", offset=offset, mask=mask)
         leaves[("conv_bias", id(bias))] = conv.plus  # a key no node's id matches
         args.append(low.tensor(bias))
@@ -195,9 +206,10 @@ class ConvChannelsLast(TemplateKind):
         return Rendered(name, src, self.tunables(NAME, g), args, g.outputs, self.describe(g))
 
     def _rows(self, low, g, name, code: KernelCode, leaves, args, params, conv: Leaf) -> Rendered:
-        """A reduction over the spatial dims of a channels-last convolution's output
-        (conv_cl_rows.py.tmpl): each program owns consecutive channels of one sample, read NHWC in
-        [BLOCK_R, BLOCK_C] tiles; elementwise outputs are written NCHW contiguous."""
+        """A reduction over the trailing spatial dims of a channels-last convolution's output
+        (conv_cl_rows.py.tmpl): each program owns consecutive channels of one sample and kept
+        position (the spatial dims before the folded ones), read NHWC in [BLOCK_R, BLOCK_C]
+        tiles; elementwise outputs are written NCHW contiguous."""
         root = Scope(None, "base", "row_mask")
         body = stream_rows(code, g, root, output_names(g), CL_WALK)
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, f"{conv.arg}.device")
@@ -206,7 +218,8 @@ class ConvChannelsLast(TemplateKind):
             ROWS_TEMPLATE, name=name, NAME=NAME, params=sig, prologue="\n".join(root.lines),
             body="\n".join(body.lines), args=largs, doc=self.describe(g), prepare="\n".join(prep),
             n_batch=f"{conv.arg}.shape[0]", n_chan=f"{conv.arg}.shape[1]",
-            n_red=" * ".join(f"{conv.arg}.shape[{d}]" for d in spatial(conv.base)),
+            n_kept=" * ".join([f"{conv.arg}.shape[{d}]" for d in spatial(conv.base) if d not in g.red] or ["1"]),
+            n_red=" * ".join(f"{conv.arg}.shape[{d}]" for d in g.red),
             call_args=call, returns=returns,
         )
         return Rendered(name, src, self.tunables(NAME, g), args, g.outputs, self.describe(g))

@@ -28,6 +28,8 @@ class Seeding(Protocol):
 
     def prologue_input(self, n: Node) -> Node | None: ...
 
+    def folds(self, seed: Node, r: Node, red: tuple[int, ...]) -> bool: ...
+
 
 @dataclass(eq=False)
 class Group:
@@ -128,8 +130,8 @@ class _Partitioner:
     def __init__(self, graph: Graph, seeding: tuple[Seeding, ...]) -> None:
         self.graph = graph
         self.seeding = seeding
-        users = graph.users()
-        outs = {id(o) for o in graph.outputs}
+        self.users = users = graph.users()
+        self.outs = outs = {id(o) for o in graph.outputs}
         self.items: list[Group | Node] = []
         self.group: Group | None = None
         # Elementwise work on parameters (or constants) alone is recomputed inside the kernel that
@@ -192,8 +194,8 @@ class _Partitioner:
 
     # nodes -------------------------------------------------------------------------------
     def _add(self, g: Group, n: Node) -> bool:
-        if g.seed is not None and n.kind not in ("op", "view", "iota"):
-            return False  # a seeded group is its call and an elementwise epilogue
+        if g.seed is not None and n.kind not in ("op", "view", "iota") and not self._folded(g, n):
+            return False  # a seeded group is its call and an elementwise epilogue, or one its kind folds
         if n.kind == "reduce":
             return self._add_reduce(g, n)
         if n.kind == "scan":
@@ -209,8 +211,8 @@ class _Partitioner:
         if n.kind == "view":
             return self._put(g, n, _from_source(n.args[0], g.smap[id(n.args[0])], n))
         out_map = self._out_map(g, n)
-        if out_map is None:
-            return False
+        if out_map is None or (g.seed is not None and any(d in g.red for d in out_map)):
+            return False  # after a seeded group's fold, only the rows' own values
         maps = []
         for a in n.inputs:
             m = self._operand_map(g, a, n, out_map)
@@ -250,6 +252,25 @@ class _Partitioner:
             else:
                 return None
         return tuple(out)
+
+    def _folded(self, g: Group, n: Node) -> bool:
+        """Whether the seeded group g takes the reduction n (or, after one, its element count): its
+        kind folds it in the seed's epilogue (Seeding.folds) and nothing else reads the full values
+        g computes, the seed's among them: they never leave the kernel, only the folded rows do."""
+        seed = g.seed
+        if n.kind == "count":
+            return bool(g.red)
+        x = n.args[0]
+        if seed is None or n.kind != "reduce" or not (g.computes(x) or x is seed):
+            return False
+        xm = g.smap[id(x)]
+        red = tuple(sorted(i for i in (xm[d] for d in n.dims) if i is not None))
+        if not any(k.seeds(seed) and k.folds(seed, n, red) for k in self.seeding):
+            return False
+        full = [m for m in [seed, *g.nodes] if all(d in g.smap[id(m)] for d in red)]
+        computed = {id(m) for m in g.nodes} | {id(n)}
+        return all(id(m) not in self.outs and all(id(u) in computed or u.kind in ("reduce", "count")
+                                                   for u in self.users[id(m)]) for m in full)
 
     def _operand_of(self, g: Group, x: Node):
         """The map of a reduction's or scan's operand: from g, or read whole over g's domain."""

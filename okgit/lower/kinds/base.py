@@ -107,6 +107,12 @@ class TemplateKind:
         `prologue` (fusion.partition) instead of a kernel of its own."""
         return None
 
+    def folds(self, seed: Node, r: Node, red: tuple[int, ...]) -> bool:
+        """Whether its kernel for the call `seed` folds the reduction r (over domain dims `red`) of
+        its epilogue in its own tiles, the rows finished after it (fusion.partition: then r, its
+        element count and the rows' own values join the seeded group; kinds/conv.py)."""
+        return False
+
     def claims(self, g: Group, low: Lowering) -> bool:
         raise NotImplementedError
 

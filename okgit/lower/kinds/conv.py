@@ -80,6 +80,7 @@ import torch
 from okgit.lower.graph import Graph, Node, Unsupported
 from okgit.lower.kernelcode import KernelCode, Leaf, Scope, store_outputs
 from okgit.lower.kinds.base import Rendered, TemplateKind, output_names, template_kind
+from okgit.lower.kinds.conv_fold import FOLDS, lower_fold
 from okgit.lower.kinds.gemm import Gemm
 from okgit.lower.kinds.grouped_conv import MAX_GROUP_CHANNELS
 from okgit.lower.template import fill, template
@@ -200,6 +201,13 @@ class Conv(TemplateKind):
         reasons = [r for r in map(self.declines, convs) if r]
         raise Unsupported("; ".join(dict.fromkeys(reasons)) or "no convolution to take")
 
+    def folds(self, seed: Node, r: Node, red: tuple[int, ...]) -> bool:
+        """A sum, max or min over every spatial dim of the convolution's output (conv_fold.py), of
+        a convolution of one phase (not transposed) run as the implicit GEMM."""
+        spec = conv_spec(seed)
+        return (r.op in FOLDS and red == tuple(range(2, len(seed.shape))) and not spec.transposed
+                and not pointwise(spec))
+
     def claims(self, g, low) -> bool:
         return g.seed is not None and self.seeds(g.seed)
 
@@ -211,6 +219,9 @@ class Conv(TemplateKind):
         form = f"{'transposed ' if spec.transposed else ''}{len(spec.x.shape) - 2}D convolution"
         if pointwise(spec):
             return f"a Triton pointwise {form}, a GEMM per sample on x as it is ({self.precision}), with the epilogue"
+        if g.red:
+            return (f"a Triton implicit-GEMM {form} ({self.precision}) folding its epilogue over the spatial dims "
+                    "in its tiles, finished per (sample, channel)")
         return f"a Triton implicit-GEMM {form} ({self.precision}) with the epilogue on its accumulator"
 
     def template_for(self, spec: ConvSpec) -> Traversable:
@@ -253,14 +264,19 @@ class Conv(TemplateKind):
             params.append(bias.ptr)
             code.seed_value = "acc + " + code.expr(spec.bias, Scope(None, "flat", "mask"))
         body = Scope(None, "flat", "mask")
-        store_outputs(code, g, body, None, output_names(g))
+        if not g.red:
+            store_outputs(code, g, body, None, output_names(g))
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, "x.device")
         NAME = name.upper()
         low.helpers.update(self.helpers)
+        fold = lower_fold(code, g, name, sig, call) if g.red else None
         src = fill(
-            self.template_for(spec), name=name, NAME=NAME, params=sig, body="\n".join(body.lines),
+            self.template_for(spec), name=name, NAME=NAME, params=sig,
+            body=fold.epilogue if fold else "\n".join(body.lines),
             args=", ".join(["x", "w"] + ([largs] if largs else [])), doc=self.describe(g), prepare="\n".join(prep),
-            conv=spec.literal(), call_args=call, returns=returns,
+            conv=spec.literal() + (", whole_rows=True" if fold else ""), call_args=call, returns=returns,
+            finish_kernel=fold.finish_kernel if fold else "", fold_prepare=fold.prepare if fold else "",
+            part="part" if fold else "None", finish=fold.finish if fold else "",
         )
         return Rendered(name, src, self.tunables(NAME, spec), [low.tensor(spec.x), low.tensor(spec.w)] + args,
                         g.outputs, self.describe(g))

@@ -108,6 +108,9 @@ class ConvDirect(Conv):
     def declines(self, n: Node) -> str | None:
         return super().declines(n) or direct(conv_spec(n))
 
+    def folds(self, seed: Node, r: Node, red: tuple[int, ...]) -> bool:
+        return False  # its tiles are not the implicit GEMM's: the fold (conv_fold.py) is that kernel's
+
     def what(self, g) -> str:
         spec = conv_spec(g.seed)
         form = f"{'transposed ' if spec.transposed else ''}{len(spec.x.shape) - 2}D convolution"

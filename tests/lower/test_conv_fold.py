@@ -22,7 +22,7 @@ from okgit.search.proposers.templates import plan
 from okgit.search.types import Context
 
 
-def op_file(tmp_path: Path, name: str, conv: str, forward: str, shape: str, extra: str = "") -> Path:
+def op_file(tmp_path: Path, name: str, conv: str, forward: str, shape: str, extra: str = "", width: int = 120) -> Path:
     path = tmp_path / f"{name}.py"
     path.write_text(textwrap.dedent(f"""\
         import torch
@@ -44,7 +44,7 @@ def op_file(tmp_path: Path, name: str, conv: str, forward: str, shape: str, extr
         batch = 2
         cin = 5
         cout = 17
-        width = 40
+        width = {width}
 
 
         def get_inputs():
@@ -58,7 +58,8 @@ def op_file(tmp_path: Path, name: str, conv: str, forward: str, shape: str, extr
 
 
 # name: (convolution, forward, input shape); each folds every spatial dim of the convolution's
-# output in its kernel
+# output in its kernel, its output rows of 118-120 positions taking one tile of 128 (at most an
+# eighth more: the plan's rows)
 FOLDED = {
     # as L2/67: a GELU, then the global average pool (a sum and its element count)
     "gelu_mean": ("nn.Conv2d(cin, cout, 3)", "return F.adaptive_avg_pool2d(F.gelu(self.conv(x)), 1).squeeze(-1).squeeze(-1)",
@@ -66,11 +67,11 @@ FOLDED = {
     # two folds of one value in 3D, a sum and a max, and the rows' own values after them
     "sum_and_max_3d": ("nn.Conv3d(cin, cout, 3, padding=1)",
                        "y = torch.relu(self.conv(x))\nreturn y.sum(dim=(2, 3, 4)) + y.amax(dim=(2, 3, 4)) * 0.5",
-                       "batch, cin, 3, 4, width // 2"),
+                       "batch, cin, 3, 4, width"),
     # a grouped, strided convolution; a per-channel parameter and a tanh after the mean
     "grouped_mean_bias": ("nn.Conv2d(32, cout + 7, 3, stride=2, groups=2)",
                           "return torch.tanh(self.conv(x).mean(dim=(2, 3), keepdim=True) + self.b2)",
-                          "batch, 32, 9, width", "self.b2 = nn.Parameter(torch.randn(cout + 7, 1, 1))"),
+                          "batch, 32, 9, 2 * width", "self.b2 = nn.Parameter(torch.randn(cout + 7, 1, 1))"),
 }
 # name: (convolution, forward, input shape, the candidate's origin): no fold
 UNFOLDED = {
@@ -83,6 +84,8 @@ UNFOLDED = {
     "one_spatial_dim": ("nn.Conv2d(cin, cout, 3)", "return torch.relu(self.conv(x)).sum(dim=3)", "batch, cin, 6, width"),
     "transposed": ("nn.ConvTranspose2d(cin, cout, 3, stride=2)", "return self.conv(x).mean(dim=(2, 3))",
                    "batch, cin, 6, width"),
+    # rows of 38 positions: a tile of 128 would be mostly padding
+    "short_rows": ("nn.Conv2d(cin, cout, 3)", "return torch.relu(self.conv(x)).mean(dim=(2, 3))", "batch, cin, 6, width // 3"),
 }
 SMALL_TILE = re.compile(r"^(FUSED_CONV_\d+_BLOCK_M: int = )\d+$", re.MULTILINE)
 
@@ -150,7 +153,7 @@ def test_on_a_gpu_the_folded_candidates_are_correct_and_timed(tmp_path, gpu_eval
     candidates judged on the GPU, two calls alike bit for bit among the judge's gates."""
     path = op_file(tmp_path, "gelu_mean", *FOLDED["gelu_mean"])
     path.write_text(path.read_text().replace("batch = 2", "batch = 8").replace("cin = 5", "cin = 8")
-                    .replace("cout = 17", "cout = 64").replace("width = 40", "width = 128")
+                    .replace("cout = 17", "cout = 64")
                     .replace("torch.randn(batch, cin, 6, width)", "torch.randn(batch, cin, 128, width)"))
     problem = load_problem(path)
     ctx = Context(problem=problem, reference=Reference(device="cuda", timed=True), backend="triton", device="cuda")

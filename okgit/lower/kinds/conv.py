@@ -92,6 +92,7 @@ TEMPLATE = template(__package__, "conv.py.tmpl")
 POINTWISE = template(__package__, "conv_pointwise.py.tmpl")
 CONV_OPS = {"conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution"}
 MIN_GROUP_CHANNELS = 4  # a transposed grouped convolution with fewer channels per group is declined
+BLOCK_M = 128  # output positions a tile (the GEMM kind's measured start on Hopper)
 
 
 @dataclass(frozen=True)
@@ -203,10 +204,13 @@ class Conv(TemplateKind):
 
     def folds(self, seed: Node, r: Node, red: tuple[int, ...]) -> bool:
         """A sum, max or min over every spatial dim of the convolution's output (conv_fold.py), of
-        a convolution of one phase (not transposed) run as the implicit GEMM."""
+        a convolution of one phase (not transposed) run as the implicit GEMM, whose output rows
+        take whole tiles with at most an eighth more positions at the op's own sizes: there the
+        plan tiles by rows anyway (ROWS), and folding only saves the output's write and read."""
         spec = conv_spec(seed)
+        width = seed.shape[-1]
         return (r.op in FOLDS and red == tuple(range(2, len(seed.shape))) and not spec.transposed
-                and not pointwise(spec))
+                and not pointwise(spec) and -(-width // BLOCK_M) * BLOCK_M * 8 <= width * 9)
 
     def claims(self, g, low) -> bool:
         return g.seed is not None and self.seeds(g.seed)
@@ -235,7 +239,7 @@ class Conv(TemplateKind):
         # groups share the fp32 accumulator) where the group has the output channels for it;
         # 4 warps (one warp group) hold a 128 x 64 tile or smaller
         tiles: dict[str, int | str] = {
-            f"{NAME}_BLOCK_M": 128, f"{NAME}_BLOCK_N": block_n, f"{NAME}_BLOCK_K": 32, f"{NAME}_GROUP_M": 8,
+            f"{NAME}_BLOCK_M": BLOCK_M, f"{NAME}_BLOCK_N": block_n, f"{NAME}_BLOCK_K": 32, f"{NAME}_GROUP_M": 8,
             f"{NAME}_NUM_WARPS": 8 if block_n >= 128 else 4, f"{NAME}_NUM_STAGES": 3,
             f"{NAME}_PRECISION": self.precision,
         }

@@ -146,6 +146,14 @@ def test_folded_candidates_match_pytorch_at_both_tiles_and_other_sizes(tmp_path)
     assert not bad, bad
 
 
+@pytest.mark.slow  # the real evaluator's gates (its other shapes, two calls alike), on the CPU
+def test_the_real_evaluator_judges_a_folded_candidate_correct(evaluator, tmp_path):
+    path, source = folded(tmp_path, "gelu_mean")
+    path.write_text(path.read_text().replace("width = 120", "width = 20"))  # rows of 18: forced whole
+    result = evaluator.evaluate(load_problem(path), source)
+    assert result.status is Status.correct, (result.status.value, result.error)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_the_folded_candidates_are_correct_and_timed(tmp_path, gpu_evaluator):

@@ -36,7 +36,8 @@ class FileLowering:
         self.graph, self.items = graph, items
         # a group goes to the first of these that claims it: those that claim first, then the
         # optional kinds turned on, then the others (kinds()'s order, sorted is stable)
-        self.kinds = tuple(sorted((k for k in kinds() if not k.optional or k in turned_on), key=lambda k: not k.claims_first))
+        on = [k for k in kinds() if not k.optional or k in turned_on]
+        self.kinds = tuple(sorted(on, key=lambda k: not k.claims_first))
         self.chosen: dict[int, TemplateKind] = {}  # group -> the kind that lowered it
         self.helpers: set[str] = set()
         self.names: dict[int, str] = {}  # node -> forward expression

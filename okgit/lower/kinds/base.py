@@ -74,7 +74,9 @@ class TemplateKind:
     label_off = ""  # ... and turned off, where that is worth naming ("vendor GEMM")
     before_plain = False  # its candidate comes before the same candidate without it
     alone = False  # one candidate, after the others: the first one's kinds and this one
-    claims_first = False  # its claims come before every other kind's (it claims only groups reading what its candidate_state set up)
+    # its claims come before every other kind's: it claims only groups reading what its
+    # candidate_state set up (conv_cl's epilogues)
+    claims_first = False
     devices: tuple[str, ...] = ("cpu", "cuda")  # where its candidate can be right (TF32: a GPU's)
     stands_in_for = ""  # the vendor call its kernel replaces ("cuDNN's convolution"), named where that stays faster
     helpers: ClassVar[dict[str, Traversable]] = {}  # the Triton helpers its kernels or launch code may call

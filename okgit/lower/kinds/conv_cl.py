@@ -5,11 +5,11 @@ kernel (its epilogue) reads the channels-last output and writes NCHW (NCDHW) con
 Optional, a candidate of its own after the NCHW ones (the search times both): the input and
 weight copied channels-last by a 2D-tiled Triton copy (conv_cl_to_channels_last.py.tmpl), the
 conv bias folded into the epilogue's load. A pointwise epilogue takes 2D tiles
-(conv_cl_pointwise.py.tmpl), a reduction over the trailing spatial dims (all of them: a
+(conv_cl_pointwise.py.tmpl); a reduction over the trailing spatial dims (all of them: a
 per-(sample, channel) norm; the last: a layer norm over W) consecutive channels of one sample
-and kept position (conv_cl_rows.py.tmpl, CL_WALK), a reduction over the channels (a softmax over dim 1)
-the column layout (columns.py.tmpl, CL_COLUMN_WALK): a column's channels, a whole inner extent
-apart in NCHW, are contiguous here."""
+and kept position (conv_cl_rows.py.tmpl, CL_WALK); a reduction over the channels (a softmax
+over dim 1) the column layout (columns.py.tmpl, CL_COLUMN_WALK): a column's channels, a whole
+inner extent apart in NCHW, are contiguous here."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ POINTWISE_TEMPLATE = template(__package__, "conv_cl_pointwise.py.tmpl")
 ROWS_TEMPLATE = template(__package__, "conv_cl_rows.py.tmpl")
 CL_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_C]", 0, ("nhwc = nhwc_base + col * n_chan",))  # channels along axis 1
 CL_COLUMN_WALK = Walk("BLOCK_R", "[BLOCK_R, BLOCK_J]", 0, ("nhwc = nhwc_base + col",))  # channels along axis 0
-CL_CONV_OPS = ("aten.conv2d.default", "aten.conv3d.default", "aten.conv_transpose2d.input", "aten.conv_transpose3d.input")
+CL_CONV_OPS = ("aten.conv2d.default", "aten.conv3d.default", "aten.conv_transpose2d.input",
+               "aten.conv_transpose3d.input")
 
 
 def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
@@ -51,9 +52,9 @@ def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
     A convolution qualifies when its output is not returned and every reader of it is one
     group over the output's own shape that reads it elementwise: a pointwise one, a row
     reduction over the trailing spatial dims (a per-(sample, channel) normalisation over all
-    of them, a layer norm over the last) or over the channels (a softmax over dim 1); that kernel takes the channels-last output and writes
-    NCHW. A bias of one value per output channel is folded into that kernel's load, so the
-    convolution runs without one."""
+    of them, a layer norm over the last) or over the channels (a softmax over dim 1); that
+    kernel takes the channels-last output and writes NCHW. A bias of one value per output
+    channel is folded into that kernel's load, so the convolution runs without one."""
     users = graph.users()
     outs = {id(o) for o in graph.outputs}
     groups = [it for it in items if isinstance(it, Group)]
@@ -66,7 +67,8 @@ def channels_last_convs(graph: Graph, items: list) -> dict[int, Node | None]:
             continue
         g = readers[0]
         identity = tuple(i if s != 1 else None for i, s in enumerate(n.shape))
-        if not (elementwise(g) or (per_row(g) and (trailing(g.red, n) or g.red == channels(n)))) or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
+        reads = elementwise(g) or (per_row(g) and (trailing(g.red, n) or over_channels(g.red, n)))
+        if not reads or g.shape != n.shape or n not in g.leaves or g.smap[id(n)] != identity:
             continue
         if not all(g.computes(u) for u in users[id(n)]):
             continue
@@ -88,10 +90,9 @@ def trailing(red: tuple[int, ...], n: Node) -> bool:
     return any(red == dims[i:] for i in range(len(dims)))
 
 
-def channels(n: Node) -> tuple[int, ...]:
-    """The channel dim of a convolution's output, as a fold a reader may make (none where it has
-    one channel: that fold is no reduction)."""
-    return (1,) if n.shape[1] > 1 else (-1,)
+def over_channels(red: tuple[int, ...], n: Node) -> bool:
+    """Whether a fold is the convolution output's channels alone (more than one of them)."""
+    return red == (1,) and n.shape[1] > 1
 
 
 def _epilogue(g: Group) -> str:
@@ -171,7 +172,8 @@ class ConvChannelsLast(TemplateKind):
         lowered = {"pointwise": self._pointwise, "rows": self._rows, "columns": self._columns}[epilogue]
         return lowered(low, g, name, code, leaves, args, params, conv)
 
-    def _fold_bias(self, low, code: KernelCode, conv: Leaf, leaves: dict, args: list[str], params: list[str], epilogue: str) -> None:
+    def _fold_bias(self, low, code: KernelCode, conv: Leaf, leaves: dict, args: list[str], params: list[str],
+                   epilogue: str) -> None:
         """The bias a channels-last convolution runs without, added as its output is loaded: by
         the channel of a pointwise tile's (sample, channel) row, by a reduction's own channels
         (`c`), or in the column layout by the folded index (the channels alone)."""

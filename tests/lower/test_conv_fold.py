@@ -68,6 +68,9 @@ FOLDED = {
     "sum_and_max_3d": ("nn.Conv3d(cin, cout, 3, padding=1)",
                        "y = torch.relu(self.conv(x))\nreturn y.sum(dim=(2, 3, 4)) + y.amax(dim=(2, 3, 4)) * 0.5",
                        "batch, cin, 3, 4, width"),
+    # 1D: a max (NaN-aware keys in both the tiles' fold and the finish), a scale after it
+    "max_1d": ("nn.Conv1d(cin, cout, 5, padding=2)", "return torch.amax(torch.sigmoid(self.conv(x)), dim=2) * 3.0",
+               "batch, cin, width"),
     # a grouped, strided convolution; a per-channel parameter and a tanh after the mean
     "grouped_mean_bias": ("nn.Conv2d(32, cout + 7, 3, stride=2, groups=2)",
                           "return torch.tanh(self.conv(x).mean(dim=(2, 3), keepdim=True) + self.b2)",

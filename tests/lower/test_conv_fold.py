@@ -1,7 +1,7 @@
 """A convolution's spatial fold in its own kernel (okgit/lower/kinds/conv_fold.py): which
 reductions the partition gives the convolution's group, and the folded candidates against
-PyTorch under the Triton interpreter (oprun: the tolerance, two calls alike, other sizes), at the
-default tile and at 16 rows (several tiles a row, the row's last one part masked)."""
+PyTorch under the Triton interpreter (oprun: the tolerance, two calls alike, other sizes), at
+16-row tiles (several a row, the row's last one part masked) and once at the default tile."""
 
 from __future__ import annotations
 
@@ -140,8 +140,11 @@ def test_folded_candidates_match_pytorch_at_both_tiles_and_other_sizes(tmp_path)
         path, source = folded(tmp_path, name)
         small = SMALL_TILE.sub(r"\g<1>16", source)
         assert small != source
-        for label, src, knobs in (("default", source, {}), ("16 rows", small, {}),
-                                  ("16 rows, other sizes", small, {"batch": 3, "width": 23})):
+        # the default tile (a row's one tile) once; 16 rows (several a row, the last one part
+        # masked) for every op, at its own sizes and at others
+        runs = [("default", source, {})] if name == "gelu_mean" else []
+        runs += [("16 rows", small, {}), ("16 rows, other sizes", small, {"batch": 3, "width": 23})]
+        for label, src, knobs in runs:
             jobs.append((path, src, knobs))
             names.append(f"{name}, {label}")
     results = run_ops(jobs, timeout=1200)

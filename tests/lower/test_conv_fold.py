@@ -152,6 +152,47 @@ def test_folded_candidates_match_pytorch_at_both_tiles_and_other_sizes(tmp_path)
     assert not bad, bad
 
 
+# the constructor's floats after the fold: constants the kernels read at run time (kernel
+# parameters the finish kernel must have too)
+SCALED = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, cin, cout, alpha, eps):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3)
+        self.alpha, self.eps = alpha, eps
+
+    def forward(self, x):
+        return torch.log(self.conv(x).amax(dim=(2, 3)) * self.alpha + 10.0 + self.eps)
+
+
+batch = 2
+cin = 5
+cout = 17
+
+
+def get_inputs():
+    return [torch.randn(batch, cin, 6, 120)]
+
+
+def get_init_inputs():
+    return [cin, cout, 0.5, 1e-3]
+"""
+
+
+@pytest.mark.slow  # the candidate under the interpreter (oprun)
+def test_the_constructors_floats_after_a_fold_reach_the_finish_kernel(tmp_path):
+    path = tmp_path / "scaled.py"
+    path.write_text(SCALED)
+    source = next(p.source for p in plan(ctx_for(path)) if p.origin == "template:conv")
+    finish = source.split("def fused_conv_0_finish_kernel(")[1].split("\n\n\n")[0]
+    assert re.search(r"^    c0,$", finish, flags=re.MULTILINE) and "* c0" in finish
+    result = run_ops([(path, source, {})], timeout=600)[0]
+    assert result["ok"], result["why"][-1500:]
+
+
 @pytest.mark.slow  # the real evaluator's gates (its other shapes, two calls alike), on the CPU
 def test_the_real_evaluator_judges_a_folded_candidate_correct(evaluator, tmp_path):
     path, source = folded(tmp_path, "gelu_mean")

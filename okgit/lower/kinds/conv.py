@@ -80,7 +80,7 @@ import torch
 from okgit.lower.graph import Graph, Node, Unsupported
 from okgit.lower.kernelcode import KernelCode, Leaf, Scope, store_outputs
 from okgit.lower.kinds.base import Rendered, TemplateKind, output_names, template_kind
-from okgit.lower.kinds.conv_fold import FOLDS, lower_fold
+from okgit.lower.kinds.conv_fold import FOLDS, fold_code
 from okgit.lower.kinds.gemm import Gemm
 from okgit.lower.kinds.grouped_conv import MAX_GROUP_CHANNELS
 from okgit.lower.template import fill, template
@@ -268,19 +268,19 @@ class Conv(TemplateKind):
             params.append(bias.ptr)
             code.seed_value = "acc + " + code.expr(spec.bias, Scope(None, "flat", "mask"))
         body = Scope(None, "flat", "mask")
-        if not g.red:
+        fold = fold_code(code, g) if g.red else None  # before the launcher's parts: they list what its code names
+        if fold is None:
             store_outputs(code, g, body, None, output_names(g))
         prep, sig, call, largs, returns = low.launcher_parts(g, code, leaves, args, params, "x.device")
         NAME = name.upper()
         low.helpers.update(self.helpers)
-        fold = lower_fold(code, g, name, sig, call) if g.red else None
         src = fill(
             self.template_for(spec), name=name, NAME=NAME, params=sig,
             body=fold.epilogue if fold else "\n".join(body.lines),
             args=", ".join(["x", "w"] + ([largs] if largs else [])), doc=self.describe(g), prepare="\n".join(prep),
             conv=spec.literal() + (", whole_rows=True" if fold else ""), call_args=call, returns=returns,
-            finish_kernel=fold.finish_kernel if fold else "", fold_prepare=fold.prepare if fold else "",
-            part="part" if fold else "None", finish=fold.finish if fold else "",
+            finish_kernel=fold.finish_kernel(name, sig) if fold else "", fold_prepare=fold.prepare() if fold else "",
+            part="part" if fold else "None", finish=fold.finish(name, call) if fold else "",
         )
         return Rendered(name, src, self.tunables(NAME, spec), [low.tensor(spec.x), low.tensor(spec.w)] + args,
                         g.outputs, self.describe(g))

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from okgit.lower.fusion import Group
-from okgit.lower.graph import Node
 from okgit.lower.kernelcode import NEUTRAL, KernelCode, Scope, indent, store_outputs
 from okgit.lower.kinds.base import output_names
 from okgit.lower.template import fill, template
@@ -30,23 +29,42 @@ BLOCK_T, BLOCK_C = 32, 32
 
 @dataclass
 class Fold:
-    """What the convolution's template takes for a folded group: its epilogue's lines, the
-    finish kernel, and the launcher's lines around the launches."""
+    """A folded group's code: the convolution's epilogue lines, and the finish kernel's tile folds
+    and row lines. Made before the launcher's parts (`fold_code`), so that every size and
+    constant its code names is in the kernels' parameters; the launcher's parts then complete it."""
 
+    reductions: int
     epilogue: str
-    finish_kernel: str
-    prepare: str
-    finish: str
+    folds: str
+    rows: str
+
+    def finish_kernel(self, name: str, sig: str) -> str:
+        return fill(FINISH, name=name, params=sig, folds=self.folds, body=self.rows)
+
+    def prepare(self) -> str:
+        """The launcher's lines before the convolution's launch: the partials."""
+        return "\n".join([
+            "m_tiles = plan.launches[0][3][1] if plan.launches else 0",
+            f"part = torch.empty(({self.reductions}, m_tiles, plan.shape[1]), device=x.device, dtype=torch.float32)",
+        ])
+
+    def finish(self, name: str, call: str) -> str:
+        """The launcher's lines after it: the finish kernel's launch, a program per sample and
+        BLOCK_C channels."""
+        return "\n".join([
+            f"{name}_finish_kernel[(plan.shape[0] * triton.cdiv(plan.shape[1], {BLOCK_C}),)](",
+            *indent(["part,", *call.splitlines(), "m_tiles // max(plan.shape[0], 1),", "m_tiles,", "plan.shape[1],",
+                     "math.prod(plan.shape[2:]),", "float(math.prod(plan.shape[2:])),",
+                     f"BLOCK_T={BLOCK_T},", f"BLOCK_C={BLOCK_C},"]),
+            ")",
+        ])
 
 
-def reductions(g: Group) -> list[Node]:
-    return [n for n in g.nodes if n.kind == "reduce"]
-
-
-def lower_fold(code: KernelCode, g: Group, name: str, sig: str, call: str) -> Fold:
+def fold_code(code: KernelCode, g: Group) -> Fold:
     """The epilogue's partial folds (after the values its scope `flat`/`mask` computes; `co`
-    and `co_ok` the tile's output channels), the finish kernel and its launch."""
-    folds = reductions(g)
+    and `co_ok` the tile's output channels), and the finish kernel's folds of a sample's tiles,
+    its rows' values and their stores."""
+    folds = [n for n in g.nodes if n.kind == "reduce"]
     body = Scope(None, "flat", "mask")
     for i, r in enumerate(folds):
         x = r.args[0]
@@ -68,19 +86,7 @@ def lower_fold(code: KernelCode, g: Group, name: str, sig: str, call: str) -> Fo
     folded = "\n".join(rows.lines)
     rows.lines = []
     store_outputs(code, g, rows, rows, output_names(g), only="row")
-    kernel = fill(FINISH, name=name, params=sig, folds=folded, body="\n".join(rows.lines))
-    prepare = "\n".join([
-        "m_tiles = plan.launches[0][3][1] if plan.launches else 0",
-        f"part = torch.empty(({len(folds)}, m_tiles, plan.shape[1]), device=x.device, dtype=torch.float32)",
-    ])
-    finish = "\n".join([
-        f"{name}_finish_kernel[(plan.shape[0] * triton.cdiv(plan.shape[1], {BLOCK_C}),)](",
-        *indent(["part,", *call.splitlines(), "m_tiles // max(plan.shape[0], 1),", "m_tiles,", "plan.shape[1],",
-                 "math.prod(plan.shape[2:]),", "float(math.prod(plan.shape[2:])),",
-                 f"BLOCK_T={BLOCK_T},", f"BLOCK_C={BLOCK_C},"]),
-        ")",
-    ])
-    return Fold("\n".join(body.lines), kernel, prepare, finish)
+    return Fold(len(folds), "\n".join(body.lines), folded, "\n".join(rows.lines))
 
 
 def _combine(op: str, acc: str, lanes: str) -> str:

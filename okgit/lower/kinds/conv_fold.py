@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from okgit.lower.fusion import Group
-from okgit.lower.kernelcode import NEUTRAL, KernelCode, Scope, indent, store_outputs
+from okgit.lower.kernelcode import NEUTRAL, OPS, KernelCode, Scope, indent, store_outputs
 from okgit.lower.kinds.base import output_names
 from okgit.lower.template import fill, template
 
@@ -45,6 +45,7 @@ class Fold:
         """The launcher's lines before the convolution's launch: the partials."""
         return "\n".join([
             "m_tiles = plan.launches[0][3][1] if plan.launches else 0",
+            "n_red = math.prod(plan.shape[2:])",
             f"part = torch.empty(({self.reductions}, m_tiles, plan.shape[1]), device=x.device, dtype=torch.float32)",
         ])
 
@@ -54,7 +55,7 @@ class Fold:
         return "\n".join([
             f"{name}_finish_kernel[(plan.shape[0] * triton.cdiv(plan.shape[1], {BLOCK_C}),)](",
             *indent(["part,", *call.splitlines(), "m_tiles // max(plan.shape[0], 1),", "m_tiles,", "plan.shape[1],",
-                     "math.prod(plan.shape[2:]),", "float(math.prod(plan.shape[2:])),",
+                     "n_red,", "float(n_red),",
                      f"BLOCK_T={BLOCK_T},", f"BLOCK_C={BLOCK_C},"]),
             ")",
         ])
@@ -78,7 +79,7 @@ def fold_code(code: KernelCode, g: Group) -> Fold:
             "t = start + tl.arange(0, BLOCK_T)[:, None]",
             f"lanes = tl.load(p_ptr + ({i} * M_TILES + first + t) * C_OUT + co, mask=(t < TILES) & co_ok, "
             f"other={NEUTRAL[r.op]})",
-            f"{acc} = {_combine(r.op, acc, 'lanes')}",
+            f"{acc} = " + (f"{acc} + lanes" if r.op == "sum" else OPS[f"{r.op}imum"].format(acc, "lanes")),
         ]
         rows.lines += [f"{acc} = tl.full([BLOCK_T, BLOCK_C], {NEUTRAL[r.op]}, tl.float32)",
                        "for start in range(0, TILES, BLOCK_T):", *indent(loop)]
@@ -87,10 +88,3 @@ def fold_code(code: KernelCode, g: Group) -> Fold:
     rows.lines = []
     store_outputs(code, g, rows, rows, output_names(g), only="row")
     return Fold(len(folds), "\n".join(body.lines), folded, "\n".join(rows.lines))
-
-
-def _combine(op: str, acc: str, lanes: str) -> str:
-    """One chunk of tiles into the lanes' running fold; a NaN wins a max or a min, as in torch."""
-    if op == "sum":
-        return f"{acc} + {lanes}"
-    return f"tl.{'maximum' if op == 'max' else 'minimum'}({acc}, {lanes}, propagate_nan=tl.PropagateNan.ALL)"

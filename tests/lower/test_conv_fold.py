@@ -205,7 +205,11 @@ def test_the_real_evaluator_judges_a_folded_candidate_correct(evaluator, tmp_pat
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_the_folded_candidates_are_correct_and_timed(tmp_path, gpu_evaluator):
     """As L2/67 at tens of MB (8 samples, 64 channels of 126 x 126): both precisions' folded
-    candidates judged on the GPU, two calls alike bit for bit among the judge's gates."""
+    candidates judged on the GPU, two calls alike bit for bit among the judge's gates. The 3xTF32
+    one is correct; the TF32 one only where cuDNN took TF32 kernels itself at every checked shape
+    (its heuristics decide per shape: on an H100 it did not at this op's other shapes, as at
+    L2/67's), else it is rejected by the precision rule at a shape where the reference's own
+    error is below TF32's, its own error still TF32's rounding and not a wrong sum."""
     path = op_file(tmp_path, "gelu_mean", *FOLDED["gelu_mean"])
     path.write_text(path.read_text().replace("batch = 2", "batch = 8").replace("cin = 5", "cin = 8")
                     .replace("cout = 17", "cout = 64")
@@ -216,5 +220,11 @@ def test_on_a_gpu_the_folded_candidates_are_correct_and_timed(tmp_path, gpu_eval
     assert len(found) == 2, [p.origin for p in plan(ctx)]
     for p in found:
         result = gpu_evaluator.evaluate(problem, p.source)
+        if p.origin == "template:conv_tf32" and result.status is Status.incorrect:
+            assert result.error is not None and "the reference's own error" in result.error.message, result.error
+            error = float(re.search(r"max abs error ([0-9.e+-]+)", result.error.message).group(1))
+            own = float(re.search(r"the reference's own error ([0-9.e+-]+)", result.error.message).group(1))
+            assert own < 1e-6 and error < 1e-3, result.error.message  # the reference in fp32; TF32's rounding, no wrong sum
+            continue
         assert result.status is Status.correct, (p.origin, result.error)
         assert result.timed and result.runtime_us, result

@@ -76,7 +76,7 @@ class Leaf:
     arg: str  # launcher argument
     ptr: str  # kernel pointer argument
     offset: str | None = None  # kernel offset expression, in place of the broadcast index at the scope's flat
-    mask: str | None = None  # kernel mask for that offset, in place of the scope's
+    mask: str | None = None  # kernel mask for that offset, in place of the scope's ("": in bounds, unmasked)
     plus: Leaf | None = None  # a per-channel operand added on load (a convolution's folded bias)
     channels_last: bool = False  # the launcher hands the kernel a channels-last contiguous copy
 
@@ -238,8 +238,8 @@ class KernelCode:
 
     def load(self, leaf: Leaf, scope: Scope) -> str:
         idx = leaf.offset or self.index(leaf.bmap, scope.flat)
-        if idx == "0":
-            code = f"tl.load({leaf.ptr})"
+        if idx == "0" or leaf.mask == "":
+            code = f"tl.load({leaf.ptr})" if idx == "0" else f"tl.load({leaf.ptr} + {idx})"
         else:
             code = f"tl.load({leaf.ptr} + {idx}, mask={leaf.mask or scope.mask}, other=0)"
         return code + ".to(tl.float32)" if leaf.node.dtype.is_floating_point else code

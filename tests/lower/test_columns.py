@@ -24,15 +24,17 @@ HEADER = "import torch\nimport torch.nn as nn\n\n"
 
 
 def op_file(tmp_path: Path, name: str, init: str, forward: str, inputs: str, init_inputs: str = "[]",
-            knobs: str = "a = 6\nb = 75\nc = 100") -> Path:
+            knobs: str = "a = 6\nb = 75\nc = 100", params: str = "pass") -> Path:
     """An op file; the default sizes give the column kernel several chunks along the folded dim
-    and several programs along the inner one, each with a masked tail."""
+    and several programs along the inner one, each with a masked tail. `params`: one line of
+    the constructor's (parameters the forward reads)."""
     path = tmp_path / f"{name}.py"
     path.write_text(HEADER + textwrap.dedent(f"""
         class Model(nn.Module):
             def __init__(self{init}):
                 super().__init__()
                 {"self.scale = scale" if init else "pass"}
+                {params}
 
             def forward(self, x):
                 return {forward}
@@ -64,6 +66,11 @@ def op_files(tmp_path: Path, knobs: str = "a = 6\nb = 75\nc = 100") -> dict[str,
                                  "return [torch.randn(a, b, c)]", init_inputs="[0.7]", knobs=knobs),
         # a normalisation: one pass for the max, one for the sum, one to store
         "softmax_dim1": op_file(tmp_path, "softmax_dim1", "", "torch.softmax(x, dim=1)", "return [torch.randn(a, b, c)]", knobs=knobs),
+        # parameters varying along one part of the domain each: the folded dim, the inner, the outer
+        "softmax_by_parts": op_file(
+            tmp_path, "softmax_by_parts", "", "torch.softmax(x, dim=1) * self.w_red + self.w_inner + self.w_outer",
+            "return [torch.randn(a, b, c)]", knobs=knobs,
+            params="self.w_red, self.w_inner, self.w_outer = (nn.Parameter(torch.randn(*s)) for s in ((b, 1), (c,), (a, 1, 1)))"),
     }
 
 
@@ -72,7 +79,7 @@ def ctx_for(path: Path) -> Context:
 
 
 EXAMPLE_NAMES = ["09_mean_middle_dim", "11_argmax_dim"]
-OP_NAMES = ["sum_dim0_2d", "max_keepdim", "argmin_ties_nan", "mean_prologue", "softmax_dim1"]
+OP_NAMES = ["sum_dim0_2d", "max_keepdim", "argmin_ties_nan", "mean_prologue", "softmax_dim1", "softmax_by_parts"]
 LAYOUTS = ["template:columns", "template:rows"]
 RESIDENT = re.compile(r"^(FUSED_COLUMNS_0_RESIDENT_TILE: int = )(\d+)$", re.MULTILINE)
 OTHER_PATH = "template:columns, its other path"  # whole columns in registers where it streamed, or back
@@ -150,6 +157,18 @@ def test_the_column_kernel_reads_tiles_along_the_contiguous_axis(tmp_path):
     assert "c0" in kernel and "float(self.scale)" in source  # the prologue's constant is read at run time
     for name in ("BLOCK_J", "BLOCK_R", "NUM_WARPS"):
         assert re.search(rf"^FUSED_COLUMNS_0_{name}: int = \d+$", source, flags=re.MULTILINE)
+
+
+def test_an_operand_varying_along_one_part_is_read_at_that_parts_position(tmp_path):
+    """A parameter over the folded dim is read at `col`, one over the inner dims at `j`, one over
+    the outer dims at `outer`: no division of the flat offset by runtime sizes per element (its
+    values: test_strided_reductions_get_a_correct_column_layout)."""
+    source = plan(ctx_for(op_files(tmp_path)["softmax_by_parts"]))[0].source
+    kernel = source.split("def fused_columns_0_kernel")[1].split("\ndef ")[0]
+    loads = re.findall(r"tl\.load\((in\d+_ptr) \+ ([^,)]+)(?:, mask=(\w+))?", kernel)
+    offsets = {ptr: (offset, mask) for ptr, offset, mask in loads if ptr != "in0_ptr"}
+    assert sorted(offsets.values()) == [("col", "mask"), ("j", "row_mask"), ("outer", "")], loads
+    assert "//" not in "".join(offset for _, offset, _ in loads)
 
 
 def test_columns_read_more_than_once_are_kept_whole_in_registers(tmp_path):

@@ -254,6 +254,36 @@ class KernelCode:
         finally:
             self.dom = saved
 
+    def index_across(self, bmap: tuple, parts: list[tuple[str, set[int]]]) -> str:
+        """`index` for an operand whose dims lie in several parts of the domain, each part's
+        covered dims enumerated row-major by its position `var`: each run of the operand's dims,
+        split where it crosses from one part into the next, read from its part's position."""
+        dims = [d for d in bmap if d is not None and self.dom[d] != "1"]
+        part_of = {d: k for k, (_, ds) in enumerate(parts) for d in ds}
+        pieces: list[list[int]] = []
+        for run in self._runs(dims):
+            pieces.append(run[:1])
+            for d in run[1:]:
+                if part_of[d] == part_of[pieces[-1][-1]]:
+                    pieces[-1].append(d)
+                else:
+                    pieces.append([d])
+        terms = []
+        for i, piece in enumerate(pieces):
+            var, own = parts[part_of[piece[0]]]
+            mine = [k for k in self.covered if k in own]
+            t = var
+            after = prod([self.dom[k] for k in mine if k > piece[-1]])
+            if after != "1":
+                t = f"({t} // {self.size(after)})"
+            if any(k < piece[0] for k in mine):
+                t = f"({t} % {self.size(prod([self.dom[k] for k in piece]))})"
+            stride = prod([self.dom[k] for later in pieces[i + 1 :] for k in later])
+            if stride != "1":
+                t = f"{t} * {self.size(stride)}"
+            terms.append(t)
+        return " + ".join(terms)
+
     def pow(self, args: list[str], exponent) -> str:
         x, p = args
         if isinstance(exponent, (Bound, BoundInt)):
@@ -322,15 +352,23 @@ class KernelCode:
         raise Unsupported("an output that is neither elementwise nor per row")
 
 
-def index_by_part(code: KernelCode, leaves, parts: tuple[tuple[str, set[int], str], ...]) -> None:
+def index_by_part(code: KernelCode, leaves, parts: tuple[tuple[str, set[int], str], ...],
+                  mixed: str | None = None) -> None:
     """Operands whose dims all lie in one part of the domain (a tile's rows, its columns) are
     read at that part's position `var` alone, masked by its mask: the index arithmetic runs on
-    that part's vector ([ROWS, 1]), not on every element of the tile."""
+    that part's vector ([ROWS, 1]), not on every element of the tile. With `mixed` (the tile's
+    mask), an operand across parts too (a group norm's per-channel weight: the group among the
+    rows, the channel in the group among the columns): each of its dims from its part's
+    position, summed; only an operand over the whole domain keeps the flat offset."""
     for leaf in leaves:
         dims = {d for d in leaf.bmap if d is not None and code.dom[d] != "1"}
         part = next((p for p in parts if dims and dims <= p[1]), None)
-        if leaf.offset is None and part is not None:
+        if leaf.offset is not None or not dims:
+            continue
+        if part is not None:
             leaf.offset, leaf.mask = code.index_within(leaf.bmap, part[0], part[1]), part[2]
+        elif mixed is not None and dims != set(code.covered) and dims <= set().union(*(p[1] for p in parts)):
+            leaf.offset, leaf.mask = code.index_across(leaf.bmap, [(p[0], p[1]) for p in parts]), mixed
 
 
 def indent(lines: list[str], n: int = 4) -> list[str]:

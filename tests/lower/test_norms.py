@@ -5,6 +5,8 @@ under the Triton interpreter."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from oprun import run_ops
 from test_templates import op, tiny
@@ -212,6 +214,18 @@ def test_group_norm_reads_its_group_count_from_the_module_and_runs_in_one_rows_k
     source, _ = lowered_file(problem.source, graph, items)
     assert "int(self.norm.num_groups), -1" in source
     assert "aten.group_norm" not in source
+
+
+def test_the_group_norms_weight_is_read_from_the_rows_group_and_the_columns_channel(tmp_path):
+    """The affine weight and bias vary by channel: the group among the rows (a row is a sample's
+    group), the channel within it among the folded elements. Their offset is summed from the two
+    positions (`row` and `col`, vectors of the tile), not divided out of the flat offset per
+    element (their values: the module's correctness tests)."""
+    _, problem, graph = captured(tmp_path, "group_norm")
+    source, _ = lowered_file(problem.source, graph, partition(graph))
+    loads = re.findall(r"tl\.load\(in\d+_ptr \+ ([^,]+), mask=mask", source)
+    across = [o for o in loads if re.fullmatch(r"\(row % s\d+\) \* s\d+ \+ \(col // s\d+\)", o)]
+    assert len(across) >= 2 and not [o for o in loads if "flat //" in o or "flat %" in o], loads
 
 
 def test_a_knob_set_int_no_attribute_holds_is_still_refused(tmp_path):

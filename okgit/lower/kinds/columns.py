@@ -89,7 +89,7 @@ def column_kernel(kind: TemplateKind, low, g: Group, name: str, code: KernelCode
     # instructions again)
     # (the outer position is a scalar in bounds: its loads take no mask)
     index_by_part(code, leaves.values(), (("outer", set(outer), ""), ("col", set(red), "mask"),
-                                          ("j", set(inner), "row_mask")))
+                                          ("j", set(inner), "row_mask")), mixed="mask")
     root = Scope(None, "base", "row_mask")
     # one pass: a tile of whole columns in registers
     code.reduce_tile = walk.over

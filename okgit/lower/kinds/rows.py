@@ -19,6 +19,7 @@ from okgit.lower.kernelcode import (
     KernelCode,
     Leaf,
     Scope,
+    index_by_part,
     prod,
     store_outputs,
 )
@@ -87,6 +88,10 @@ class Rows(TemplateKind):
         red = [d for d in code.covered if d in g.red]
         row_offset = code.radix("row", kept)
         col_offset = code.radix("col", red)
+        # operands along the rows or the folded elements (a norm's weight), or across both (a group
+        # norm's per-channel weight), read from the row's and the column's positions: the flat
+        # offset's divisions by runtime sizes ran per element of the tile
+        index_by_part(code, leaves.values(), (("row", set(kept), "row_mask"), ("col", set(red), "mask")), mixed="mask")
         root = Scope(None, "base", "row_mask")
         outs = output_names(g)
         # one pass: the whole row in registers

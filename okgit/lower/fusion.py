@@ -91,6 +91,34 @@ class Group:
             return m, f.op
         return None
 
+    def online_mean(self, r: Node) -> tuple[Node, Node] | None:
+        """(s, m) where the reduction r sums (e - m)^2, m the mean of that same e over the same
+        rows (its sum s over the reduction's count), broadcast back along them (a variance): a
+        streamed pass can fold r beside s by Welford's updates, each lane's running mean and sum
+        of squared deviations, instead of reading the row again once m is known
+        (streamed.fold_passes)."""
+        if not (r.kind == "reduce" and r.op == "sum"):
+            return None
+        sq = self._through(r.args[0])
+        if not (self.computes(sq) and sq.kind == "op"):
+            return None
+        if sq.op == "mul" and all(isinstance(a, Node) for a in sq.args) and self._through(sq.args[0]) is self._through(sq.args[1]):
+            d = self._through(sq.args[0])
+        elif sq.op == "pow" and isinstance(sq.args[0], Node) and sq.args[1] in (2, 2.0):
+            d = self._through(sq.args[0])
+        else:
+            return None
+        if not (self.computes(d) and d.kind == "op" and d.op == "sub" and len(d.inputs) == 2):
+            return None
+        e, m = (self._through(a) for a in d.args)
+        if not (self.computes(m) and m.kind == "op" and m.op == "div" and len(m.inputs) == 2):
+            return None
+        total, count = (self._through(a) for a in m.args)
+        if (count.kind == "count" and self.computes(total) and total.kind == "reduce" and total.op == "sum"
+                and self._through(total.args[0]) is e):
+            return total, m
+        return None
+
     def _through(self, n: Node) -> Node:
         """The value under the unit-dim views the group computes on top of n (they move no data)."""
         while n.kind == "view" and self.computes(n):

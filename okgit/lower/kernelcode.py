@@ -38,7 +38,7 @@ OPS = {
     "tf32": "((({0}).to(tl.int32, bitcast=True) + 0x1000) & -8192).to(tl.float32, bitcast=True)",
 }
 # The Triton functions the expressions above call, each rendered once into an op file that uses it
-HELPERS = {name: template(__package__, f"helper{name}.py.tmpl") for name in ("_folds", "_tanh", "_log1p", "_expm1", "_pow", "_mish")}
+HELPERS = {name: template(__package__, f"helper{name}.py.tmpl") for name in ("_folds", "_tanh", "_log1p", "_expm1", "_pow", "_mish", "_welford")}
 TL_DTYPE = {torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.int32: "tl.int32", torch.int64: "tl.int64"}
 NEUTRAL = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax": 'float("-inf")', "argmin": 'float("inf")'}
 

@@ -47,14 +47,14 @@ class Walk:
 
 def fold_passes(g: Group) -> list[list[Node]]:
     """The reductions each streamed pass over a row folds, in order: one pass per reduction level
-    (statistics that depend on earlier ones, e.g. a variance after its mean), except that a sum of
-    exp(e - max) folds in its max's pass (Group.online_max): a softmax reads its row twice, not
-    three times."""
+    (statistics that depend on earlier ones), except that a sum of exp(e - max) folds in its max's
+    pass (Group.online_max) and a sum of (e - mean)^2 in its mean's (Group.online_mean): a softmax
+    and a normalisation read their row twice, not three times."""
     reduces = [n for n in g.nodes if n.kind == "reduce"]
 
     def level(r: Node) -> int:
-        top = g.online_max(r)
-        return g.level((top[0] if top else r).args[0])
+        top, mean = g.online_max(r), g.online_mean(r)
+        return g.level((top[0] if top else mean[0] if mean else r).args[0])
 
     levels = sorted({level(r) for r in reduces})
     return [[r for r in reduces if level(r) == lv] for lv in levels]
@@ -84,11 +84,17 @@ def _fold_pass(code: KernelCode, outer: Scope, reduces: list[Node], col_offset: 
     accs = {id(r): f"acc{code.count + i}" for i, r in enumerate(reduces)}
     code.count += len(reduces)
     online = {id(r): found for r in reduces if (found := code.g.online_max(r)) is not None}  # sum -> (its max, exp or exp2)
+    means = {id(r): pair for r in reduces if (pair := code.g.online_mean(r)) is not None}  # sum -> (sum of e, mean)
     inits, updates = [], []
     for r in reduces:
         acc = accs[id(r)]
         if id(r) in online:  # a sum of exp(e - max): its lanes are updated with the max's (below)
             inits.append(f"{acc} = tl.zeros({shape}, dtype=tl.float32)")
+            continue
+        if id(r) in means:  # a sum of (e - mean)^2: each lane's count, running mean and squares
+            e = code.value(means[id(r)][0].args[0], loop)
+            inits += [f"{acc}{k} = tl.zeros({shape}, dtype=tl.float32)" for k in ("", "_m", "_n")]
+            updates += _welford_update(acc, code.as_float(means[id(r)][0].args[0], e))
             continue
         v = code.as_float(r.args[0], code.value(r.args[0], loop))
         w = f"tl.where(mask, {v}, {NEUTRAL[r.op]})"
@@ -113,9 +119,18 @@ def _fold_pass(code: KernelCode, outer: Scope, reduces: list[Node], col_offset: 
             ]
     outer.lines += inits
     outer.lines += walk.loop(col_offset, loop.lines + updates)
-    for r in reduces:  # a max before the sums rescaled to it (g.nodes order)
+    for r in reduces:  # a max before the sums rescaled to it, a sum before the squares about its mean (g.nodes order)
         acc = accs[id(r)]
-        if id(r) in online:
+        if id(r) in means:
+            # the lanes' (mean, squares, count) merged in a fixed order (Chan et al.); the squares
+            # are about the lanes' common mean, moved to the row's mean m as sum (e - m)^2 is:
+            # + n (mean - m)^2, zero but for rounding
+            code.helpers.add("_welford")
+            merged = code.emit(outer, f"tl.reduce(({acc}_m, {acc}, {acc}_n), {walk.over}, "
+                                      f"combine_fn=_welford_combine)")
+            m = code.value(means[id(r)][1], outer)
+            code.emit(outer, f"{merged}[1] + {merged}[2] * ({merged}[0] - {m}) * ({merged}[0] - {m})", r)
+        elif id(r) in online:
             top, f = online[id(r)]
             # the lanes' sums, each relative to its lane's max, rescaled to the row's max M: a lane
             # that saw only -inf (or masked elements) holds 0 * exp(-inf - M) = 0; where M is -inf
@@ -125,6 +140,19 @@ def _fold_pass(code: KernelCode, outer: Scope, reduces: list[Node], col_offset: 
             code.emit(outer, code.fold(outer, "sum", lanes, "", walk.over), r)
         else:
             code.emit(outer, code.fold(outer, r.op, acc, f"{acc}_i", walk.over), r)
+
+
+def _welford_update(acc: str, e: str) -> list[str]:
+    """Welford's update of each lane's count `acc_n`, mean `acc_m` and sum of squared deviations
+    `acc` by the chunk's values `e`, a masked element leaving its lane as it was. A NaN or an inf
+    makes the lane's squares NaN, as the sum of (e - mean)^2 is in torch."""
+    return [
+        f"{acc}_e = tl.where(mask, {e}, 0.0)",
+        f"{acc}_n = {acc}_n + tl.where(mask, 1.0, 0.0)",
+        f"{acc}_d = {acc}_e - {acc}_m",
+        f"{acc}_m = {acc}_m + tl.where(mask, {acc}_d / tl.maximum({acc}_n, 1.0), 0.0)",
+        f"{acc} = {acc} + tl.where(mask, {acc}_d * ({acc}_e - {acc}_m), 0.0)",
+    ]
 
 
 def _online_update(acc: str, w: str, sums: list[tuple[str, str]]) -> list[str]:

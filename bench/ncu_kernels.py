@@ -79,18 +79,20 @@ def profile(arm: str, source: Path, kernels: str, out: Path) -> list[dict]:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     (out / f"ncu_{arm}.csv").write_text(done.stdout)
     (out / f"ncu_{arm}.log").write_text(done.stderr)
-    text = done.stdout[done.stdout.find('"ID"'):] if '"ID"' in done.stdout else ""
-    rows = list(csv.DictReader(io.StringIO(text)))
-    table = []
-    for r in rows[1:] if rows and not re.match(r"\d", rows[0].get("ID", "")) else rows:  # the units row
-        entry = {"arm": arm, "kernel": r.get("Kernel Name", "")[:60]}
-        for metric, column in METRICS.items():
-            entry[column] = r.get(metric, "")
-        table.append(entry)
+    table = rows_of(done.stdout, arm)
     if not table:
         table.append({"arm": arm, "kernel": f"no kernel read (ncu exit {done.returncode}): "
                                             f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}"})
     return table
+
+
+def rows_of(stdout: str, arm: str) -> list[dict]:
+    """ncu's raw CSV page (after its own log lines, a header, a units row, one row a kernel) as
+    one row of the table's columns per kernel."""
+    text = stdout[stdout.find('"ID"'):] if '"ID"' in stdout else ""
+    rows = [r for r in csv.DictReader(io.StringIO(text)) if re.fullmatch(r"\d+", r.get("ID") or "")]
+    return [{"arm": arm, "kernel": (r.get("Kernel Name") or "")[:60], **{c: r.get(m, "") for m, c in METRICS.items()}}
+            for r in rows]
 
 
 def number(v: str) -> str:

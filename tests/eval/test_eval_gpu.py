@@ -135,6 +135,42 @@ def test_host_latency_before_launch_is_not_timed():
     assert plain < 100 and slow < plain * 1.15 + 5, (plain, slow)
 
 
+def test_a_timing_no_judge_checks_holds_its_input_sets_and_two_outputs_at_most():
+    """An output eight times its input, as KernelBench L1/63's convolution (1 GiB in, 7.97 GiB out):
+    a timing no judge checks (a final-gate round) holds its input sets and their copies, the output
+    in flight and the clone under the stream check; a checked evaluation's keeps a clone per checked
+    sample until the judge has seen them (that round ran out of memory on an 80 GB H100 holding
+    three of them beside the output in flight). tests/eval/test_timing_memory.py is the CPU's."""
+    import types
+
+    from okgit.eval.protocol.jobs import Case, Job, Timing
+    from okgit.eval.worker import timing
+    from okgit.eval.worker.measure import set_count, time_model
+
+    timing.bind()
+    n = 2**24  # 64 MiB of input, 512 MiB of output
+    module = types.ModuleType("wide_op")
+    module.get_inputs = lambda: [torch.randn(n)]
+    seeds = [Case(id=f"s{i}", kind="seed", shape=0, seed=i) for i in range(4)]
+    sets = set_count(4 * n, len(seeds))
+    inputs, output = 2 * sets * 4 * n, 8 * 4 * n  # the sets and the timer's copies; one output
+    peaks = {}
+    for check in (False, True):
+        job = Job(role="candidate", source_path="", device="cuda", backend="triton", root=None, check=check,
+                  timing=Timing(warmup=2, samples=10))
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        _, spot = time_model(torch, lambda x: x.repeat(8), module, seeds, job, "cuda")
+        peaks[check] = torch.cuda.max_memory_allocated() - base
+        assert len(spot) == (max(timing.SPOT_CHECKS, sets) if check else 0)
+        del spot
+    flush = 2**28  # the L2 flush buffer (twice the L2) and the allocator's rounding, with room to spare
+    assert peaks[False] <= inputs + 2 * output + flush, peaks
+    assert peaks[True] >= inputs + (max(timing.SPOT_CHECKS, sets) + 1) * output, peaks
+
+
 HUGE = '''
 import torch
 import torch.nn as nn

@@ -18,7 +18,10 @@ TIMING_SET_BYTES = 8 * 2**30
 def time_model(torch: Any, model: Any, module: ModuleType, seeds: list[Case], job: Job,
                device: str) -> tuple[dict[str, Any], list[tuple[Case, Any]]]:
     """({"timing": ..., "profile": ...} as far as the job asks, [(the salted case, its output)]
-    of the timed samples the judge checks: timed outputs must still be right)."""
+    of the timed samples the judge checks: timed outputs must still be right). Only a candidate's
+    checked evaluation has them checked; any other timing (the final gate's rounds and the search's
+    screen, `check=False`; the reference's, in the judge) keeps none: it would hold as many outputs
+    as there are input sets until the timing ends, for nothing."""
     from okgit.eval.worker import timing
     from okgit.eval.worker.profiler import profile_calls
 
@@ -32,7 +35,8 @@ def time_model(torch: Any, model: Any, module: ModuleType, seeds: list[Case], jo
     spot: list[tuple[Case, Any]] = []
     if job.timing:
         flush = timing.l2_flush_buffer(device)
-        timed = timing.time_calls(fn, sets, warmup=job.timing.warmup, samples=job.timing.samples, flush=flush)
+        timed = timing.time_calls(fn, sets, warmup=job.timing.warmup, samples=job.timing.samples, flush=flush,
+                                  keep_checked=job.role == "candidate" and job.check)
         del flush
         out["timing"] = {
             "samples_us": timed.samples_us, "median_us": timed.median_us,

@@ -23,7 +23,9 @@ Protocol, per sample s (warm-up samples are the same loop, discarded):
   time can only grow that way, never shrink.
 The outputs of K samples (at least SPOT_CHECKS), picked at random when the timing starts, are cloned with
 their content and salt for the judge to check against the reference on the same salted inputs
-(timed outputs must still be right).
+(timed outputs must still be right). Where no judge checks them (`keep_checked=False`: the final
+gate's rounds, the search's screen, the reference's own timing), each clone serves the stream check
+below and is dropped at once: the timing then holds the input sets, one output and that clone.
 
 Every stream's work (docs/evaluation.md, "Streams"). The events sit on the caller's stream, so
 work a call leaves on another stream (a Python side stream, a stream a CUDA source creates, a
@@ -96,7 +98,7 @@ class Timed:
     escaped: list[str] = field(default_factory=list)  # checked calls whose outputs changed after their end event
     fenced: list[Fenced] = field(default_factory=list)
     wake_us: list[float] = field(default_factory=list)  # a fenced empty call: the synchronize's own wake-up
-    spot: list[Spot] = field(default_factory=list)  # the checked samples' outputs (cloned)
+    spot: list[Spot] = field(default_factory=list)  # the checked samples' outputs (cloned), where kept
 
 
 @dataclass
@@ -151,12 +153,17 @@ def l2_flush_buffer(device: Any) -> Any:
 
 
 def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: int, samples: int,
-               flush: Any, checks: bool = True) -> Timed:
+               flush: Any, checks: bool = True, keep_checked: bool = True) -> Timed:
     """Median event time per call over `samples` samples, after `warmup` identical ones.
     `checks=False`: the samples alone, for code no gate judges from this timing (the sweep's
     baselines: eager, torch.compile, a winner the evaluator judged): no checked sample, no
     fenced calls, no back-to-back batch, whose calls cost as much device time as the samples and
-    inform only the gates; the samples and their median are the same protocol's."""
+    inform only the gates; the samples and their median are the same protocol's.
+    `keep_checked=False`: the checked samples' clones are compared for escaped work and dropped,
+    none kept for a judge (`Timed.spot` empty); the same calls, clones and synchronizes. Kept, they
+    are as many outputs as there are input sets until the timing ends: an H100's final-gate round
+    of KernelBench L1/63 (1 GiB inputs, four sets; 7.97 GiB outputs) ran out of memory holding
+    three beside the one in flight, outputs no judge was going to read."""
     b = _bound
     new_event, record, elapsed, stream = b["new_event"], b["record"], b["elapsed"], b["stream"]
     synchronize, perf, event_synchronize = b["synchronize"], b["perf_counter"], b["event_synchronize"]
@@ -188,7 +195,9 @@ def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: i
             synchronize()
             if not same_bits(snapshot, out):
                 escaped.append(f"sample {s - warmup}")
-            spot.append(Spot(c, salt0 + s, snapshot))
+            if keep_checked:
+                spot.append(Spot(c, salt0 + s, snapshot))
+            del snapshot
         del out
     synchronize()
     times = [elapsed(start, end) * 1000.0 for start, end in events[warmup:]]

@@ -143,9 +143,12 @@ class EvalResult(BaseModel):
         Such a result is no verdict: the final gate waits and tries again (okgit.final_gate)."""
         if self.status is not Status.error or self.error is None:
             return None
-        text = self.error.message
-        if self.error.gate == "judge" or any(s in text for s in INFRASTRUCTURE_SIGNS):
-            return f"{self.error.gate}: {text.strip().splitlines()[-1] if text.strip() else 'no message'}"[:300]
+        lines = [line.strip() for line in self.error.message.splitlines() if line.strip()]
+        signed = [line for line in lines if any(s in line for s in INFRASTRUCTURE_SIGNS)]
+        if self.error.gate == "judge" or signed:
+            # the line that says so (a worker's out-of-memory line: the sizes, okgit.eval.worker.oom), never
+            # the traceback under it; otherwise the last, the exception of a dead worker's stderr
+            return f"{self.error.gate}: {signed[0] if signed else lines[-1] if lines else 'no message'}"[:300]
         return None
 
 

@@ -37,7 +37,7 @@ from okgit.eval.parent.gates.static import static_findings
 from okgit.eval.parent.pool import STARTUP_TIMEOUT_S, WorkerPool
 from okgit.eval.parent.profile import CPU_REASON
 from okgit.eval.parent.profiling import ProfilingPass
-from okgit.eval.parent.reference import PreparedReference, ask, describe, fits, from_judge, judge_job
+from okgit.eval.parent.reference import PreparedReference, ask, describe, first_line, fits, from_judge, judge_job
 from okgit.eval.parent.relay import Relay
 from okgit.eval.parent.rounds import summarize
 from okgit.eval.parent.sandbox import Outcome, WorkerProcess, default_memory_limit, read_result
@@ -373,7 +373,8 @@ class LocalEvaluator(EvaluatorBase):
                                   cases=[c for c in prep.cases if c.kind == "seed"], check=False, timing=timing)
         outcome, result = self._run(job, source, self.timeout_s, None, timing_only=timing_only)
         if result is None or result.get("failure") or not result.get("timing"):
-            why = result["failure"]["message"] if result and result.get("failure") else outcome.describe()
+            failure = (result or {}).get("failure")  # one line: the run's error where this ends the final gate
+            why = f"{first_line(failure['message'])} (at {failure['gate']})" if failure else outcome.describe()
             raise OkgitError(f"a timing round failed: {why}")
         return float(check_streams(result["timing"]).runtime_us)  # every stream's work inside
 

@@ -178,16 +178,22 @@ def judge_failure(reply: dict[str, Any] | None, judge_process: WorkerProcess, wh
     """One line: why the judge did not answer, with the sizes involved when memory ran out."""
     if reply and reply.get("failure"):
         failure = reply["failure"]
-        why = _last_line(failure["message"])
-        if failure.get("out_of_memory"):
+        if failure.get("out_of_memory"):  # the first line has the sizes (okgit.eval.worker.oom), not torch's paragraph
             free = failure.get("free")
             room = f"; {memory.gib(free[0])} of the device's {memory.gib(free[1])} free afterwards" if free else ""
-            why = f"{what} does not fit in memory ({why}{room})"
-        return why
+            return f"{what} does not fit in memory ({first_line(failure['message'])}{room})"
+        return _last_line(failure["message"])
     if judge_process.alive() and not judge_process.over_budget():
         return f"{what}: the judge gave no answer in time"
     outcome = judge_process.run_outcome()
     return f"{outcome.describe()} during {outcome.phase}: {_last_line(outcome.stderr_tail)}"
+
+
+def first_line(text: str) -> str:
+    """What a worker's failure says on one line: its first (okgit.eval.worker.calls.describe puts the
+    exception there, and the traceback under it)."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[0] if lines else "no message"
 
 
 def _last_line(text: str) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 from okgit.eval.protocol.jobs import MODEL_SEED, PINNED_FLAGS, Case, flatten, tree_spec
 from okgit.eval.protocol.keys import MODES_EVAL, MODES_STATE
 from okgit.eval.protocol.start import step
+from okgit.eval.worker.oom import oom_line
 from okgit.eval.worker.tensors import bitwise_equal
 from okgit.problem import with_knobs
 
@@ -397,12 +398,25 @@ def init_names(cls: type) -> list[str]:
 
 
 def describe(e: BaseException) -> str:
-    """The exception on the first line (what a one-line view shows), then the traceback's last frames."""
+    """The exception on the first line (what a one-line view shows: for an out-of-memory error,
+    okgit.eval.worker.oom's line), then the traceback's last frames."""
     tb = traceback.format_exception(type(e), e, e.__traceback__)
     # the op's frames matter; okgit's own are noise
     lines = [ln for ln in tb if "okgit/eval/" not in ln]
     said = (str(e).strip().splitlines() or [""])[0]
-    return f"{type(e).__name__}{': ' + said if said else ''}\n" + "".join(lines[-8:]).strip()
+    first = oom_line(e) or f"{type(e).__name__}{': ' + said if said else ''}"
+    return f"{first}\n" + "".join(lines[-8:]).strip()
+
+
+def clipped(message: str, limit: int = 4000) -> str:
+    """A failure's message within `limit` characters: its first line (describe's, what one-line
+    views show) and as much of its end as fits. torch's out-of-memory paragraph names every process
+    on the device, so its traceback can pass the limit; clipped from the front alone, the line lost."""
+    if len(message) <= limit:
+        return message
+    first, _, rest = message.partition("\n")
+    first = first[: limit // 4]
+    return f"{first}\n...{rest[len(first) + 4 - limit:]}"
 
 
 def out_of_memory(e: BaseException) -> bool:

@@ -109,7 +109,7 @@ class Worker:
         (self.job_dir / RESULT_FILE).write_text(json.dumps(self.result, default=str))
 
     def fail(self, status: str, gate: str, message: str) -> None:
-        self.result["failure"] = {"status": status, "gate": gate, "message": message[-4000:]}
+        self.result["failure"] = {"status": status, "gate": gate, "message": calls.clipped(message)}
 
     def run(self, job_dir: Path) -> None:
         self.job_dir = job_dir

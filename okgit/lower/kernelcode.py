@@ -143,23 +143,7 @@ class KernelCode:
 
     def index(self, bmap: tuple, flat: str) -> str:
         """Offset into a broadcast operand whose dims sit on domain dims `bmap`, at `flat`."""
-        dims = [d for d in bmap if d is not None and self.dom[d] != "1"]
-        if not dims:
-            return "0"
-        runs = self._runs(dims)
-        terms = []
-        for i, run in enumerate(runs):
-            t = flat
-            inner = prod([self.dom[k] for k in self.covered if k > run[-1]])
-            if inner != "1":
-                t = f"({t} // {self.size(inner)})"
-            if any(k < run[0] for k in self.covered):
-                t = f"({t} % {self.size(prod([self.dom[k] for k in run]))})"
-            stride = prod([self.dom[k] for r in runs[i + 1 :] for k in r])
-            if stride != "1":
-                t = f"{t} * {self.size(stride)}"
-            terms.append(t)
-        return " + ".join(terms)
+        return self.index_across(bmap, [(flat, set(self.covered))])
 
     def radix(self, var: str, dims: list[int]) -> str:
         """Domain offset of position `var` in the row-major enumeration of `dims`."""
@@ -247,36 +231,37 @@ class KernelCode:
     def index_within(self, bmap: tuple, var: str, part: set[int]) -> str:
         """`index` for an operand whose dims all lie in `part`, at position `var` of the
         row-major enumeration of the domain dims in `part` alone."""
-        saved = self.dom
-        self.dom = [d if k in part else "1" for k, d in enumerate(saved)]
-        try:
-            return self.index(bmap, var)
-        finally:
-            self.dom = saved
+        return self.index_across(bmap, [(var, part)])
 
     def index_across(self, bmap: tuple, parts: list[tuple[str, set[int]]]) -> str:
-        """`index` for an operand whose dims lie in several parts of the domain, each part's
-        covered dims enumerated row-major by its position `var`: each run of the operand's dims,
-        split where it crosses from one part into the next, read from its part's position."""
+        """Offset into a broadcast operand whose dims sit on domain dims `bmap`, each read from
+        the position of the part of the domain holding it (`parts`: (position, dims), the
+        position enumerating its part's covered dims row-major; one part of them all: the flat
+        offset). Dims consecutive in the operand and in one part are one term."""
         dims = [d for d in bmap if d is not None and self.dom[d] != "1"]
+        if not dims:
+            return "0"
+        if sorted(dims) != dims:
+            raise Unsupported("permuted operand")
         part_of = {d: k for k, (_, ds) in enumerate(parts) for d in ds}
+        if any(d not in part_of for d in dims):
+            raise Unsupported("an operand dim outside the tile's parts")
+        mine = [[d for d in self.covered if d in ds] for _, ds in parts]
         pieces: list[list[int]] = []
-        for run in self._runs(dims):
-            pieces.append(run[:1])
-            for d in run[1:]:
-                if part_of[d] == part_of[pieces[-1][-1]]:
-                    pieces[-1].append(d)
-                else:
-                    pieces.append([d])
+        for d in dims:
+            k, prev = part_of[d], pieces[-1][-1] if pieces else None
+            if prev is not None and part_of[prev] == k and mine[k].index(d) == mine[k].index(prev) + 1:
+                pieces[-1].append(d)
+            else:
+                pieces.append([d])
         terms = []
         for i, piece in enumerate(pieces):
-            var, own = parts[part_of[piece[0]]]
-            mine = [k for k in self.covered if k in own]
+            var, own = parts[part_of[piece[0]]][0], mine[part_of[piece[0]]]
             t = var
-            after = prod([self.dom[k] for k in mine if k > piece[-1]])
+            after = prod([self.dom[k] for k in own if k > piece[-1]])
             if after != "1":
                 t = f"({t} // {self.size(after)})"
-            if any(k < piece[0] for k in mine):
+            if any(k < piece[0] for k in own):
                 t = f"({t} % {self.size(prod([self.dom[k] for k in piece]))})"
             stride = prod([self.dom[k] for later in pieces[i + 1 :] for k in later])
             if stride != "1":

@@ -50,7 +50,7 @@ OTHERS = {
 }
 
 
-def row_op(tmp_path, name: str, expr: str) -> str:
+def row_op(tmp_path, name: str, expr: str, inputs: str = INPUTS) -> str:
     # rendered at a long row (the capture runs on the meta device), run at small knobs
     return op(tmp_path, name, f"""
 class Model(nn.Module):
@@ -59,7 +59,7 @@ class Model(nn.Module):
 
 rows = 7
 dim = 40000
-{INPUTS}
+{inputs}
 def get_init_inputs():
     return []
 """)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from oprun import run_ops
+from test_rows_online import row_op as rows_op
 from test_rows_online import rows_candidate, streamed_passes, the_group
 from test_templates import ctx_for, op, tiny
 
@@ -44,18 +45,7 @@ OTHERS = {
 
 
 def row_op(tmp_path, name: str, expr: str) -> str:
-    # rendered at a long row (the capture runs on the meta device), run at small knobs
-    return op(tmp_path, name, f"""
-class Model(nn.Module):
-    def forward(self, x):
-        return {expr}
-
-rows = 7
-dim = 40000
-{INPUTS}
-def get_init_inputs():
-    return []
-""")
+    return rows_op(tmp_path, name, expr, INPUTS)
 
 
 @pytest.mark.parametrize("name", sorted(WELFORD))

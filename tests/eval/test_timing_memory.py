@@ -93,6 +93,34 @@ def test_a_checked_timing_keeps_one_clone_per_checked_sample_for_the_judge(devic
     assert max(held.alive_at_call) == checked, held.alive_at_call  # from the fenced calls on, all of them
 
 
+@pytest.mark.parametrize("seeds", [5, 1])
+def test_the_judge_counts_a_checked_timing_at_what_it_holds(device: FakeDevice, monkeypatch, seeds: int) -> None:
+    """The judge sizes a candidate's checked timing by measure.checked_timing_bytes before it keeps its
+    cached memory beside it (okgit.eval.judge.prepared.must_release): the real timing's peak, its input
+    sets and the timer's copies of them, the clones it keeps and the output in flight, is that figure."""
+    n = 64
+    held = Held(device, monkeypatch, n=n)
+    monkeypatch.setattr(timing, "l2_flush_buffer", lambda device: torch.empty(16))
+    drawn: list[int] = []
+    module = types.ModuleType("wide_op")
+
+    def get_inputs() -> list[torch.Tensor]:
+        drawn.append(n)
+        return [torch.randn(n)]
+
+    module.get_inputs = get_inputs  # type: ignore[attr-defined]
+    cases = [Case(id=f"s{i}", kind="seed", shape=0, seed=i) for i in range(seeds)]
+    job = Job(role="candidate", source_path="", device="cpu", backend="triton", root=None, cases=cases,
+              timing=Timing(warmup=2, samples=10))
+    measure.time_model(torch, held.model, module, cases, job, "cpu")
+    set_bytes, output_bytes = 4 * n, 4 * WIDE * n
+    # each input set drawn once and copied into its slot; at each call the outputs still alive and its own
+    peak = 2 * len(drawn) * set_bytes + (max(held.alive_at_call) + 1) * output_bytes
+    timing_ahead = job.checked_timing()
+    assert timing_ahead is not None
+    assert measure.checked_timing_bytes(set_bytes, output_bytes, timing_ahead.seeds, timing_ahead.samples) == peak
+
+
 def test_escaped_work_is_found_whether_the_clones_are_kept_or_not(device: FakeDevice) -> None:
     """Dropping a clone once compared changes nothing the stream check sees."""
     def side_stream(x: torch.Tensor) -> torch.Tensor:

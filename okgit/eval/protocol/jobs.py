@@ -56,6 +56,17 @@ class Timing:
     samples: int
 
 
+@dataclass(frozen=True)
+class CheckedTiming:
+    """A timing still to come in a candidate's job that keeps its checked samples' outputs for the
+    judge (`Job.keeps_checked`), as the parent tells the judge with each check before it: the
+    judge sizes it with its own case's bytes (okgit.eval.worker.measure.checked_timing_bytes) and
+    hands its cached memory back where the device could not hold it beside that timing."""
+
+    seeds: int  # the job's seed cases: the most input sets the timing rotates
+    samples: int  # its timed samples, among which the checked ones are picked
+
+
 @dataclass
 class Job:
     role: Role
@@ -93,6 +104,18 @@ class Job:
     # the gate each part of the protocol is checked under (okgit.eval.protocol.keys: a case's kind,
     # "repeat", "fresh", "timed", the modes case's parts), named by the parent from its registered gates
     gates: dict[str, str] = field(default_factory=dict)
+
+    def keeps_checked(self) -> bool:
+        """Whether this job's timing keeps its checked samples' outputs until the judge has checked
+        them (`timed_outputs`): a candidate's checked evaluation. Any other timing drops each clone
+        once its stream check is done (okgit.eval.worker.timing.time_calls's `keep_checked`)."""
+        return self.role == "candidate" and self.check
+
+    def checked_timing(self) -> CheckedTiming | None:
+        """The timing that keeps its checked outputs, where this job has one (a GPU's: the CPU has no timing)."""
+        if self.timing is None or not self.keeps_checked():
+            return None
+        return CheckedTiming(seeds=sum(c.kind == "seed" for c in self.cases), samples=self.timing.samples)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -36,7 +36,7 @@ def time_model(torch: Any, model: Any, module: ModuleType, seeds: list[Case], jo
     if job.timing:
         flush = timing.l2_flush_buffer(device)
         timed = timing.time_calls(fn, sets, warmup=job.timing.warmup, samples=job.timing.samples, flush=flush,
-                                  keep_checked=job.role == "candidate" and job.check)
+                                  keep_checked=job.keeps_checked())
         del flush
         out["timing"] = {
             "samples_us": timed.samples_us, "median_us": timed.median_us,
@@ -87,3 +87,15 @@ def set_count(per_set: int, most: int) -> int:
     keeps a copy of each), at least one, at most `most`. Sets larger than the L2 cache (flushed
     before every sample anyway) gain nothing from rotating: a GB input is timed from one set."""
     return max(1, min(most, TIMING_SET_BYTES // (2 * max(per_set, 1))))
+
+
+def checked_timing_bytes(set_bytes: int, output_bytes: int, seeds: int, samples: int) -> int:
+    """What a timing that keeps its checked samples' outputs (a candidate's checked evaluation,
+    `time_model`) holds at its peak, from one input set's bytes and one output's: the input sets
+    rotated and the timer's copy of each, a clone per checked sample, and the output in flight.
+    The flush buffer (twice the L2 cache) is left out. The judge hands its cached memory back
+    where the device has less free than this (okgit.eval.judge.prepared.must_release)."""
+    from okgit.eval.worker import timing
+
+    sets = set_count(set_bytes, seeds)
+    return 2 * sets * set_bytes + (timing.checked_count(sets, samples) + 1) * output_bytes

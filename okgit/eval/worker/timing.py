@@ -121,6 +121,13 @@ class Spot:
 SPOT_CHECKS = 2  # timed samples whose outputs the judge checks, at the least
 
 
+def checked_count(sets: int, samples: int) -> int:
+    """How many samples have their outputs cloned: as many as there are input sets (the clones the
+    last sample of each held before), at least SPOT_CHECKS, at most the samples. The judge sizes a
+    candidate's checked timing by it (okgit.eval.worker.measure.checked_timing_bytes)."""
+    return min(max(SPOT_CHECKS, sets), samples)
+
+
 def new_salt() -> tuple[int, random.Random]:
     """A salt base no candidate can know before the timing starts, and the generator that picks
     the checked samples from it."""
@@ -173,8 +180,7 @@ def time_calls(fn: Callable[..., Any], input_sets: list[list[Any]], *, warmup: i
     total = warmup + samples
     events = [(new_event(), new_event()) for _ in range(total)]
     salt0, pick = new_salt()
-    # as many as there are input sets (the clones the last sample of each held before), at least SPOT_CHECKS
-    checked = set(pick.sample(range(warmup, total), min(max(SPOT_CHECKS, k), samples))) if checks else set()
+    checked = set(pick.sample(range(warmup, total), checked_count(k, samples))) if checks else set()
     spot: list[Spot] = []
     host: list[float] = []
     escaped: list[str] = []

@@ -12,9 +12,9 @@ from typing import Any
 
 from okgit.eval.judge.tolerance import OutputSummary, tolerance_from
 from okgit.eval.protocol.checks import LeafTolerance
-from okgit.eval.protocol.jobs import Case, Job, flatten
+from okgit.eval.protocol.jobs import Case, CheckedTiming, Job, flatten
 from okgit.eval.worker import calls
-from okgit.eval.worker.measure import TIMING_SET_BYTES
+from okgit.eval.worker.measure import TIMING_SET_BYTES, checked_timing_bytes
 
 
 @dataclass
@@ -38,6 +38,7 @@ class CaseStats:
     dtypes: list[str]
     summary: OutputSummary
     nbytes: int  # inputs + outputs
+    input_bytes: int  # its inputs alone (a seed case's: one input set of a timing)
 
 
 @dataclass
@@ -51,6 +52,9 @@ class Prepared:
     cached_bytes: int = 0
     parts: dict[str, list[list[str]]] = field(default_factory=dict)  # modes case: [gate, what] per output
     case_bytes: int = 0  # the largest case's inputs and outputs
+    # a seed case's inputs and outputs: one input set of a candidate's timing, and one of its outputs
+    set_bytes: int = 0
+    output_bytes: int = 0
 
     def forget(self, case: Case) -> None:
         self.arms.pop(case.model, None)
@@ -89,8 +93,15 @@ class Prepared:
                 for j in range(len(s.dtypes))
             ]
 
+    def timing_bytes(self, timing: CheckedTiming | None) -> int | None:
+        """What the candidate's timing that keeps its checked outputs holds at its peak, sized as
+        the worker sizes it, or None where no such timing is still to come in the job."""
+        if timing is None:
+            return None
+        return checked_timing_bytes(self.set_bytes, self.output_bytes, timing.seeds, timing.samples)
 
-def must_release(recomputed: bool, free: int, case_bytes: int) -> bool:
+
+def must_release(recomputed: bool, free: int, case_bytes: int, checked_timing: int | None = None) -> bool:
     """Whether the judge empties its allocator's cache after a check. A recomputed (or salted)
     case's memory stays cached in the judge's allocator once the check is over; handing it back
     costs seconds at large sizes (cudaFree now, cudaMalloc again at the next check: 2.5 s of
@@ -99,8 +110,20 @@ def must_release(recomputed: bool, free: int, case_bytes: int) -> bool:
     check: its next case twice over (inputs, their copy, outputs, and temporaries as large) and
     the timing's input sets. A candidate never runs short for what the judge merely caches while
     that much is free; a device shared with other problems has less free, and the judge
-    releases."""
-    return recomputed and free < 2 * case_bytes + TIMING_SET_BYTES
+    releases.
+
+    `checked_timing`: where the call checked comes before its job's timing that keeps the checked
+    samples' outputs for the judge, what that timing holds at its peak (Prepared.timing_bytes:
+    the input sets and their copies, a clone per checked sample, the output in flight), which can
+    be far more than the input sets: KernelBench L1/63 on an 80 GB H100 (1 GiB inputs, 7.97 GiB
+    outputs, four sets: 47.8 GiB) ran out of memory in its timing beside a judge that kept 28.8
+    GiB, 25.9 GiB free being enough by the rule above. The judge then also hands back unless that
+    whole timing fits in what is free (the memory the worker already holds, which its timing can
+    reuse, is the margin), even after a check of a case it keeps: its allocator may still cache a
+    timed check's recomputation from the evaluation before."""
+    if recomputed and free < 2 * case_bytes + TIMING_SET_BYTES:
+        return True
+    return checked_timing is not None and free < checked_timing
 
 
 PEAK_SALT = 1  # the salt of the check the preparation makes to measure a check's memory (`device_peaks`)

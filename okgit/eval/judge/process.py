@@ -12,8 +12,9 @@ memory of a check is bounded by one case whatever the number of cases.
 Messages (okgit.eval.protocol.channel): {"op": "prepare", "job": Job} -> the prepared facts;
 {"op": "measure"} -> the reference's timing and profile on a GPU (a request of its own, since the
 parent holds the device alone for it and shares it for the rest); {"op": "check", "case", "gate",
-"fingerprint", "leaves", "outputs", "dir"} -> {"checks", "fingerprints" (None unless asked for),
-"seconds"} (the last: where the check's time went, okgit.eval.parent.phases).
+"fingerprint", "leaves", "outputs", "dir", "timing" (a CheckedTiming still to come in the job, or
+None)} -> {"checks", "fingerprints" (None unless asked for), "seconds"} (the last: where the
+check's time went, okgit.eval.parent.phases).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from okgit.eval.judge.tolerance import (
     reference_error,
     summarize_outputs,
 )
-from okgit.eval.protocol.jobs import Case, Job, flatten, perturb_floats
+from okgit.eval.protocol.jobs import Case, CheckedTiming, Job, flatten, perturb_floats
 from okgit.eval.worker import calls
 from okgit.eval.worker.tensors import bitwise_equal
 
@@ -154,6 +155,8 @@ class Judge:
             case_bytes=max(s.nbytes for s in stats.values()), cached=sorted(prep.cache),
         )
         prep.case_bytes = result["case_bytes"]
+        prep.set_bytes = stats["s0"].input_bytes  # the timing rotates the seed cases' inputs at the main shape
+        prep.output_bytes = stats["s0"].nbytes - stats["s0"].input_bytes
         del first[:]
         if job.device == "cuda":  # what this problem holds on the device, for a sweep's admission
             seed = next((c for c in kept if c.kind == "seed"), None)
@@ -327,6 +330,7 @@ class Judge:
             dtypes=[str(t.dtype).replace("torch.", "") if floats[j] else "" for j, t in enumerate(native)],
             summary=summarize_outputs(native, first),
             nbytes=inputs_bytes + calls.nbytes(native),
+            input_bytes=inputs_bytes,
         )
 
     def keep(self, case: Case, native: list[Any], f64: list[Any] | None) -> None:
@@ -369,8 +373,10 @@ class Judge:
         t2 = time.monotonic()
         del outputs, native, f64
         recomputed = bool(case.salt) or case.id not in self.prep.cache
-        if self.device == "cuda" and must_release(recomputed, self.torch.cuda.mem_get_info()[0], self.prep.case_bytes):
-            self.torch.cuda.empty_cache()  # what a recomputed case held goes back to the candidate
+        timing = CheckedTiming(**message["timing"]) if message.get("timing") else None
+        if self.device == "cuda" and must_release(recomputed, self.torch.cuda.mem_get_info()[0], self.prep.case_bytes,
+                                                  self.prep.timing_bytes(timing)):
+            self.torch.cuda.empty_cache()  # what a recomputed case held goes back to the candidate's worker
         # where the check's time went: the expected outputs (drawn and computed again where the
         # cache does not hold them), the worker's outputs opened (CUDA IPC on a GPU), the
         # comparisons, the fingerprints, then the worker's outputs closed and the

@@ -224,7 +224,7 @@ class LocalEvaluator(EvaluatorBase):
                                   timing=Timing(spec.warmup, spec.samples) if self._kind == "cuda" else None,
                                   profile=self._kind == "cuda")
         for attempt in (1, 2):
-            relay = Relay(prep, {c.id for c in cases}, self._kind, self.timeout_s)
+            relay = Relay(prep, {c.id for c in cases}, self._kind, self.timeout_s, job.checked_timing())
             outcome, result = self._run(job, source, self.timeout_s, relay, clock)
             # a check the judge could not fit: the device was full of something besides this job
             # (another process of the run: a seed's capture, a profiling pass, a worker exiting),

@@ -12,7 +12,9 @@ Device. The judge keeps expected outputs between evaluations only up to `cache_b
 sixteenth of the device, so that parallel problems leave room for each other); every other
 case is drawn and computed again when it is checked, so one case at a time is what a check
 adds; what it held stays in the judge's allocator for the next check unless the device's free
-memory is short of what the candidate may need (okgit.eval.judge.prepared.must_release). A
+memory is short of what the candidate may need (okgit.eval.judge.prepared.must_release: before a
+checked evaluation's timing, the parent tells the judge of it with each check, so that the
+outputs that timing keeps for the judge are counted). A
 reference or candidate that does not fit the device fails with torch's out-of-memory error,
 which the judge and the verdict turn into one line with the sizes involved.
 """

@@ -5,21 +5,26 @@ why the judge did not answer, in one line, is okgit.eval.parent.reference.judge_
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from okgit.eval.parent.gates import call_gates
 from okgit.eval.parent.reference import PreparedReference, judge_failure
+from okgit.eval.protocol.jobs import CheckedTiming
 from okgit.eval.protocol.keys import CallKey, CallKind, fresh_case
 
 
 class Relay:
     """Carries a candidate's exported outputs to the judge and its answers back. The case a call
     is judged against, its salt and its gate follow from the call's key (okgit.eval.protocol.keys),
-    never from what else the worker says."""
+    never from what else the worker says. `timing`: the job's timing that keeps its checked
+    outputs (Job.checked_timing), which the judge is told of with each check that comes before it."""
 
-    def __init__(self, prep: PreparedReference, case_ids: set[str], kind: str, timeout_s: float) -> None:
+    def __init__(self, prep: PreparedReference, case_ids: set[str], kind: str, timeout_s: float,
+                 timing: CheckedTiming | None = None) -> None:
         self.prep = prep
+        self.timing = timing
         self.case_ids = case_ids
         self.kind = kind
         self.timeout_s = timeout_s
@@ -42,6 +47,12 @@ class Relay:
             return self.fresh_case
         return call.case if call.kind is not CallKind.fresh_first and call.case in self.kinds else None
 
+    def timing_ahead(self, call: CallKey) -> dict[str, int] | None:
+        """The checked timing still to come after this call, for the judge's choice to keep its
+        cached memory or hand it back (okgit.eval.judge.prepared.must_release): every call before
+        the timing; none for a timed call's outputs, checked once the timing is over."""
+        return asdict(self.timing) if self.timing is not None and call.kind is not CallKind.timed else None
+
     def __call__(self, message: dict[str, Any]) -> dict[str, Any]:
         key = str(message.get("key", ""))
         call = CallKey.parse(key)
@@ -52,7 +63,8 @@ class Relay:
                                           "gate": self.gates[call.part(self.kinds[case])],
                                           "fingerprint": call.fingerprinted(self.kinds[case]),
                                           "leaves": message.get("leaves"), "outputs": message.get("outputs"),
-                                          "dir": str(self.job_dir)}, self.timeout_s)
+                                          "dir": str(self.job_dir), "timing": self.timing_ahead(call)},
+                                         self.timeout_s)
         for leaf in message.get("outputs") or []:
             if isinstance(leaf, dict) and isinstance(leaf.get("file"), str) and self.job_dir is not None:
                 (self.job_dir / Path(leaf["file"]).name).unlink(missing_ok=True)

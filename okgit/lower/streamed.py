@@ -10,6 +10,7 @@ row's max): its row is read twice, not three times.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from okgit.lower.fusion import Group
@@ -53,11 +54,23 @@ def fold_passes(g: Group) -> list[list[Node]]:
     reduces = [n for n in g.nodes if n.kind == "reduce"]
 
     def level(r: Node) -> int:
-        top, mean = g.online_max(r), g.online_mean(r)
+        top, mean = g.online_max(r), welford(g, r)
         return g.level((top[0] if top else mean[0] if mean else r).args[0])
 
     levels = sorted({level(r) for r in reduces})
     return [[r for r in reduces if level(r) == lv] for lv in levels]
+
+
+# Rows at least this long fold a variance in its mean's pass: a row the rows kind streams at all
+# (its whole-row tile holds 8192 elements at most), whose second read comes from memory. A shorter
+# row (a layer norm over 64 positions, a column of 128 channels) is read again from the cache,
+# where Welford's division per element and its merge cost more than they save (not measured).
+WELFORD_MIN = 8192
+
+
+def welford(g: Group, r: Node) -> tuple[Node, Node] | None:
+    """Group.online_mean for rows of at least WELFORD_MIN elements, else None (two passes)."""
+    return g.online_mean(r) if math.prod(g.shape[d] for d in g.red) >= WELFORD_MIN else None
 
 
 def stream_rows(code: KernelCode, g: Group, root: Scope, outs: list[str], walk: Walk) -> Scope:
@@ -84,7 +97,7 @@ def _fold_pass(code: KernelCode, outer: Scope, reduces: list[Node], col_offset: 
     accs = {id(r): f"acc{code.count + i}" for i, r in enumerate(reduces)}
     code.count += len(reduces)
     online = {id(r): found for r in reduces if (found := code.g.online_max(r)) is not None}  # sum -> (its max, exp or exp2)
-    means = {id(r): pair for r in reduces if (pair := code.g.online_mean(r)) is not None}  # sum -> (sum of e, mean)
+    means = {id(r): pair for r in reduces if (pair := welford(code.g, r)) is not None}  # sum -> (sum of e, mean)
     inits, updates = [], []
     for r in reduces:
         acc = accs[id(r)]

@@ -70,6 +70,26 @@ def test_sums_that_are_not_a_variance_keep_their_passes(tmp_path, name):
     assert streamed_passes(rows_candidate(path)) == passes
 
 
+def test_a_short_row_keeps_its_passes(tmp_path):
+    """Below WELFORD_MIN elements a row (a layer norm over 64 positions) is read again from the
+    cache: the variance keeps its own pass."""
+    path = op(tmp_path, "short", """
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.layer_norm(x, (dim,))
+
+rows = 7
+dim = 64
+""" + INPUTS + """
+def get_init_inputs():
+    return []
+""")
+    source = rows_candidate(path)
+    assert streamed_passes(source) == 3 and "_welford_combine" not in source
+    g = the_group(path)
+    assert any(g.online_mean(r) for r in g.nodes if r.kind == "reduce")  # the pattern is there: the length decides
+
+
 # a normalisation over the middle dim: the column layout streams its rows along axis 0 of its tiles
 # (a sample at 300: its normalised outputs keep fp32's accuracy; at 1e4 the inputs' own rounding
 # exceeds the tolerance in either pass structure)
@@ -80,7 +100,7 @@ class Model(nn.Module):
         return d * torch.rsqrt((d * d).mean(dim=1, keepdim=True) + 1e-5)
 
 a = 4
-b = 75
+b = 9000
 c = 20
 
 def get_inputs():
@@ -106,6 +126,6 @@ def test_welford_kernels_match_pytorch_far_from_zero_on_constants_infinities_and
     layouts = {p.origin: p.source for p in plan(ctx_for(strided))}
     assert set(layouts) == {"template:columns", "template:rows"}
     assert all("_welford_combine" in s for s in layouts.values())
-    jobs += [(strided, tiny(source), {}) for source in layouts.values()]
+    jobs += [(strided, tiny(source), {"b": 75}) for source in layouts.values()]  # rendered at columns of 9000
     bad = [(path, r["why"]) for (path, _, _), r in zip(jobs, run_ops(jobs), strict=True) if not r["ok"]]
     assert not bad, bad

@@ -6,7 +6,8 @@ the candidate in its own dtype, and checks the fp32 tolerance (rtol 1e-4, atol 1
 max|ref|), every output element written (allocations are poisoned), determinism across
 two calls, and that inputs are left unchanged. Where get_init_inputs holds floats, the check
 is repeated with every one of them x1.5 (both models rebuilt), as the evaluator does: a
-candidate that baked `self.temperature` into its kernel fails there.
+candidate that baked `self.temperature` into its kernel fails there. Each result also gives
+the outputs' layout: (reference strides, candidate strides, candidate contiguous) per output.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def load(path, knobs):
     return mod
 
 def check(ref_path, cand_path, knobs):
-    maxes = []
+    maxes, strides = [], None
     for perturbed in (False, True):
         try:
             r = compare(ref_path, cand_path, knobs, perturbed)
@@ -45,7 +46,8 @@ def check(ref_path, cand_path, knobs):
                 r["why"] = f"with the constructor's floats x{INIT_FLOAT_FACTOR}: " + r["why"]
             return r
         maxes.append(r["max_abs"])
-    return {"ok": True, "max_abs": max(maxes), "why": ""}
+        strides = strides or r["strides"]
+    return {"ok": True, "max_abs": max(maxes), "why": "", "strides": strides}
 
 def compare(ref_path, cand_path, knobs, perturbed=False):
     ref, cand = load(ref_path, knobs), load(cand_path, knobs)
@@ -80,7 +82,8 @@ def compare(ref_path, cand_path, knobs, perturbed=False):
     want = want if isinstance(want, (tuple, list)) else [want]
     got = got if isinstance(got, (tuple, list)) else [got]
     again = again if isinstance(again, (tuple, list)) else [again]
-    report = {"ok": True, "max_abs": 0.0, "why": ""}
+    report = {"ok": True, "max_abs": 0.0, "why": "", "strides": [[list(w.stride()), list(g.stride()), g.is_contiguous()]
+                                                              for w, g in zip(want, got)]}
     def fail(why):
         report["ok"] = False
         report["why"] = report["why"] or why
@@ -112,7 +115,8 @@ for job in json.loads(sys.argv[1]):
 
 
 def run_ops(jobs: list[tuple[str | Path, str, dict[str, int]]], timeout: float = 300) -> list[dict]:
-    """{'ok', 'max_abs', 'why'} per (reference path, candidate source, knobs), one process."""
+    """{'ok', 'max_abs', 'why', 'strides'} per (reference path, candidate source, knobs), one
+    process ('strides' where the outputs were compared)."""
     with tempfile.TemporaryDirectory() as tmp:
         args = []
         for i, (reference, source, knobs) in enumerate(jobs):

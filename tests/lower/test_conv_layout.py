@@ -4,11 +4,7 @@ real evaluator on one of them), and returning the same contiguous NCHW output as
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -77,37 +73,6 @@ def scale_tanh(tmp_path: Path) -> Path:
         "return torch.tanh(self.conv(x) * self.scale)",
         "self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)",
     )
-
-
-CONTIGUITY = r'''
-import json, sys, types, torch
-for ref_path, cand_path in json.loads(sys.argv[1]):
-    ref, cand = (types.ModuleType(n) for n in ("ref", "cand"))
-    for mod, path in ((ref, ref_path), (cand, cand_path)):
-        mod.__file__ = path
-        exec(compile(open(path).read(), path, "exec"), mod.__dict__)
-    torch.manual_seed(0)
-    model = cand.Model(*ref.get_init_inputs())
-    with torch.no_grad():
-        want = ref.Model.forward(model, *ref.get_inputs())
-        got = model(*ref.get_inputs())
-    print("STRIDES " + json.dumps([list(want.stride()), list(got.stride()), got.is_contiguous()]))
-'''
-
-
-def strides(pairs: list[tuple[Path, str]], tmp_path: Path) -> list[tuple[list[int], list[int], bool]]:
-    """(reference output strides, candidate output strides, candidate output contiguous) of each
-    (reference, candidate source), in one interpreter process."""
-    jobs = []
-    for i, (reference, source) in enumerate(pairs):
-        cand = tmp_path / f"candidate_{i}.py"
-        cand.write_text(source)
-        jobs.append((str(reference), str(cand)))
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", CONTIGUITY, json.dumps(jobs)], capture_output=True,
-                          text=True, timeout=600, env=env, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [tuple(json.loads(line[8:])) for line in proc.stdout.splitlines() if line.startswith("STRIDES ")]
 
 
 SPATIAL = [
@@ -202,10 +167,9 @@ def transposed(tmp_path: Path, name: str) -> Path:
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory) -> dict[str, dict]:
     """Every conv op below: its candidates, each run against the reference (oprun: the tolerance,
-    every element written, two calls alike, inputs unchanged), and the strides of the
-    channels-last candidate's output, all in two interpreter processes. The softmax's
-    channels-last candidate runs a second time with its columns streamed (RESIDENT_TILE 0)
-    instead of kept whole in registers."""
+    every element written, two calls alike, inputs unchanged, and the outputs' strides), all in
+    one interpreter process. The softmax's channels-last candidate runs a second time with its
+    columns streamed (RESIDENT_TILE 0) instead of kept whole in registers."""
     tmp = tmp_path_factory.mktemp("conv")
     ops = {**{name: shrunk(tmp, name) for name in EXAMPLE_EPILOGUES}, "scale_tanh": scale_tanh(tmp),
            **{f"spatial_{i}": spatial(tmp, i) for i in range(len(SPATIAL))},
@@ -217,10 +181,7 @@ def checked(tmp_path_factory) -> dict[str, dict]:
     streamed = RESIDENT.sub(r"\g<1>0", proposals["transposed_softmax"][-1].source)
     jobs = [(ops[name], p.source, {}) for name in ops for p in proposals[name]] + [(ops["transposed_softmax"], streamed, {})]
     results = iter(run_ops(jobs, timeout=900))
-    cl = [name for name in ops if "vendor_conv_cl" in proposals[name][-1].origin]
-    laid_out = dict(zip(cl, strides([(ops[name], proposals[name][-1].source) for name in cl], tmp)))
-    got = {name: {"proposals": proposals[name], "results": [next(results) for _ in proposals[name]],
-                  "strides": laid_out.get(name)} for name in ops}
+    got = {name: {"proposals": proposals[name], "results": [next(results) for _ in proposals[name]]} for name in ops}
     got["transposed_softmax"]["streamed"] = (streamed, next(results))
     return got
 
@@ -234,7 +195,7 @@ def check(checked: dict[str, dict], name: str, epilogue: str = "pointwise") -> s
     assert [p.origin for p in got["proposals"]] == [*nchw, CL.format(epilogue)]
     for p, result in zip(got["proposals"], got["results"]):
         assert result["ok"], (p.origin, result["why"])
-    want, out, contiguous = got["strides"]
+    ((want, out, contiguous),) = got["results"][-1]["strides"]  # the channels-last candidate's one output
     assert contiguous and out == want
     return got["proposals"][-1].source
 

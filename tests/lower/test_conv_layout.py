@@ -90,15 +90,20 @@ EXAMPLE_EPILOGUES = {"17_conv2d_relu_bias": "pointwise", "18_conv_channel_scale_
 
 
 def spatial(tmp_path: Path, i: int) -> Path:
-    # 11 channels (two channel blocks, a masked tail), a 13x12 image (several position chunks)
+    # 11 channels (two channel blocks, a masked tail), a 13x12 image (several position chunks);
+    # a layer norm over W folds rows of 12 (one chunk however tall the image): 3 of them a plane
+    # (the channels-last rows kernel's programs, each folding its tile's variance element by
+    # element under the interpreter, grow with the rows)
+    height = 3 if SPATIAL_IDS[i] == "layer_norm_over_w" else 13
     return conv_op(tmp_path, f"spatial_{i}", "nn.Conv2d(in_channels, out_channels, kernel_size, padding=1)", SPATIAL[i],
                    "self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)",
-                   knobs={"out_channels": 11, "height": 13, "width": 12})
+                   knobs={"out_channels": 11, "height": height, "width": 12})
 
 
-def conv3d_op(tmp_path: Path, name: str, forward: str, conv: str = "nn.Conv3d(in_channels, out_channels, 3, padding=1)") -> Path:
-    """A 3D conv op: 3 channels in, 11 out (two channel blocks, a masked tail), a 5x6x7 volume, a
-    batch of 2, kernel 3, padding 1 (or `conv`), a per-channel scale."""
+def conv3d_op(tmp_path: Path, name: str, forward: str, conv: str = "nn.Conv3d(in_channels, out_channels, 3, padding=1)",
+              volume: str = "5, 6, 7") -> Path:
+    """A 3D conv op: 3 channels in, 11 out (two channel blocks, a masked tail), a 5x6x7 volume
+    (or `volume`), a batch of 2, kernel 3, padding 1 (or `conv`), a per-channel scale."""
     path = tmp_path / f"{name}.py"
     path.write_text(textwrap.dedent(f"""\
         import torch
@@ -121,7 +126,7 @@ def conv3d_op(tmp_path: Path, name: str, forward: str, conv: str = "nn.Conv3d(in
 
 
         def get_inputs():
-            return [torch.randn(batch_size, in_channels, 5, 6, 7)]
+            return [torch.randn(batch_size, in_channels, {volume})]
 
 
         def get_init_inputs():
@@ -148,10 +153,13 @@ TRANSPOSED = {
     "transposed_norm": ("nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=2, padding=1, output_padding=1)",
                         SPATIAL[0], "rows"),
 }
-# as L2/3: a transposed 3D convolution (5x6x7 becomes 10x12x14), a layer norm over W, a pool
+# as L2/3: a transposed 3D convolution (2x2x7 becomes 4x4x14), a layer norm over W, a pool; 16
+# rows of W a plane (the channels-last rows kernel has a program per row and channel block, each
+# folding its tile's variance element by element under the interpreter: a 5x6x7 volume's 120
+# rows a plane took 3 minutes)
 TRANSPOSED_3D = ("nn.ConvTranspose3d(in_channels, out_channels, 3, stride=2, padding=1, output_padding=1)",
                  "return torch.nn.functional.gelu(torch.nn.functional.avg_pool3d(\n"
-                 "    torch.nn.functional.layer_norm(self.conv(x) + 1.0, (14,)) * self.scale, 2))")
+                 "    torch.nn.functional.layer_norm(self.conv(x) + 1.0, (14,)) * self.scale, 2))", "2, 2, 7")
 # the NCHW candidates of a softmax over the channels: the column layout first, then the row one;
 # of a pool after the norm: okgit's pool, then the vendor's with its epilogue
 NCHW_EPILOGUES = {"columns": ["columns", "rows"], "rows+pool": ["rows+pool", "rows+vendor_pool+pointwise"]}
@@ -175,7 +183,7 @@ def checked(tmp_path_factory) -> dict[str, dict]:
            **{f"spatial_{i}": spatial(tmp, i) for i in range(len(SPATIAL))},
            **{name: conv3d_op(tmp, name, forward) for name, (forward, _) in CONV3D.items()},
            **{name: transposed(tmp, name) for name in TRANSPOSED},
-           "transposed_3d": conv3d_op(tmp, "transposed_3d", TRANSPOSED_3D[1], TRANSPOSED_3D[0])}
+           "transposed_3d": conv3d_op(tmp, "transposed_3d", TRANSPOSED_3D[1], TRANSPOSED_3D[0], TRANSPOSED_3D[2])}
     proposals = {name: [p for p in plan(ctx_for(path)) if "vendor_conv" in p.origin]  # the Triton convolutions aside
                  for name, path in ops.items()}
     streamed = RESIDENT.sub(r"\g<1>0", proposals["transposed_softmax"][-1].source)

@@ -153,14 +153,32 @@ CONV_SETTINGS = [{"cin": 2, "cout": 4, "groups": 2}, {"cin": 3, "cout": 3, "grou
                  {"cin": 4, "cout": 4, "k": 4, "s": 3, "p": 2, "d": 1, "groups": 2}]
 
 
-def layouts(source: str) -> list[str]:
+def layouts(source: str, lanes: tuple[int, ...] = (1, 2)) -> list[str]:
     """The candidate with one lane per output and with window rows across two lanes (in chunks,
     the last one part masked where the window is odd), each in tiles small enough for several
     programs, tiles inside the input (no bounds checked) and tiles at its edges."""
     small = re.sub(r"^(FUSED_\w+)_BLOCK_W: int = \d+", r"\1_BLOCK_W: int = 4", source, flags=re.MULTILINE)
     small = re.sub(r"^(FUSED_\w+)_BLOCK_ROWS: int = \d+", r"\1_BLOCK_ROWS: int = 2", small, flags=re.MULTILINE)
     assert small.count(": int = 4") and small.count(": int = 2")
-    return [re.sub(r"^(FUSED_\w+_ROW_LANES): int = \d+", rf"\1: int = {lanes}", small, flags=re.MULTILINE) for lanes in (1, 2)]
+    return [re.sub(r"^(FUSED_\w+_ROW_LANES): int = \d+", rf"\1: int = {n}", small, flags=re.MULTILINE) for n in lanes]
+
+
+def lanes_at(name: str, source: str, knobs: dict[str, int]) -> tuple[int, ...]:
+    """The layouts (ROW_LANES) op `name`'s candidate runs at setting `knobs`: both, except
+    - on the grouped convolution's rolled path (a 2D or 3D window at stride 1 and dilation 1:
+      the depthwise setting, ROLL_CHUNK > 0): its launcher shapes the tile itself (ROLL_BLOCK)
+      and the kernel reads a window row a tap at a time, so both layouts run the same kernel;
+    - for a 3D op, at the windows other than its own: a window row across lanes is the last dim's
+      (the tap axis, the same lines at 1, 2 or 3 dims), checked at every window by the 1D and 2D
+      ops (max and average, prologues, ceil mode, dilation, padding) and in 3D at the op's own
+      window (3 taps a row: a whole chunk and a masked one); the 3D ops' windows at one lane."""
+    window = {"k": 3, "s": 2, "d": 2, **knobs}
+    dims = int(re.search(r"(\d)d", name)[1])
+    roll = re.search(r"^FUSED_\w+_ROLL_CHUNK: int = (\d+)$", source, flags=re.MULTILINE)
+    if roll and int(roll[1]) and dims > 1 and window["k"] > 1 and window["s"] == 1 and window["d"] == 1:
+        return (1,)
+    own = not {"k", "s", "p", "d"} & set(knobs)
+    return (1, 2) if dims < 3 or own else (1,)
 
 
 def with_defaults(path: Path, knobs: dict[str, int]) -> Path:
@@ -183,8 +201,8 @@ class Checked:
 
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory) -> dict[str, Checked]:
-    """Each op's first candidate with its knobs defaulting to each of its settings, every one run
-    in one interpreter process."""
+    """Each op's first candidate with its knobs defaulting to each of its settings, in the layouts
+    lanes_at gives, every one run in one interpreter process."""
     tmp = tmp_path_factory.mktemp("kernels")
     ops = {name: (pool_file(tmp, name, *spec), "pool", WINDOWS) for name, spec in POOLS.items()}
     ops |= {name: (conv_file(tmp, name, *spec), "grouped_conv", CONV_SETTINGS) for name, spec in CONVS.items()}
@@ -196,7 +214,8 @@ def checked(tmp_path_factory) -> dict[str, Checked]:
             proposal = plan(ctx_for(op))[0]
             found[name].kinds.append(proposal.origin.split(":")[1].split("+")[-1])
             if found[name].kinds[-1] == kind:
-                cases += [(name, knobs, (op, variant, {})) for variant in layouts(proposal.source)]
+                variants = layouts(proposal.source, lanes_at(name, proposal.source, knobs))
+                cases += [(name, knobs, (op, variant, {})) for variant in variants]
     for (name, knobs, _), r in zip(cases, run_ops([job for _, _, job in cases], timeout=1800), strict=True):
         if not r["ok"]:
             found[name].mismatches.append((knobs, r["why"][-600:]))

@@ -242,9 +242,12 @@ def bound_window_file(tmp_path: Path) -> Path:
     """An average pooling whose window is a knob the evaluator varies (kernel_size = 11), over two
     planes (the interpreter's time grows with them; the window's binding does not depend on them)
     of finite input (at 121 taps a window, NaN and -inf here and there would leave few outputs
-    finite to compare: NaN is test_pooling_kernels_match_torch's)."""
+    finite to compare: NaN is test_pooling_kernels_match_torch's), 22 x 22 (the evaluator's
+    shapes: 21 and 10 with windows of 9, 4 and 11, 8 x 8 outputs at most, a tile of the shared
+    rows path a plane; the time grows with the tiles too, and the window's binding does not
+    depend on how many)."""
     path = pool_file(tmp_path, "avg", "nn.AvgPool2d(k, s, p)", "self.pool(x)", "batch, channels, size, size")
-    text = path.read_text().replace("k = 3", "k = 11").replace("size = 11", "size = 40")
+    text = path.read_text().replace("k = 3", "k = 11").replace("size = 11", "size = 22")
     text = text.replace("batch = 2", "batch = 1").replace("channels = 3", "channels = 2")
     path.write_text("\n".join(line for line in text.splitlines() if "torch.rand_like" not in line) + "\n")
     return path

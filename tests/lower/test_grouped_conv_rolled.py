@@ -130,14 +130,17 @@ def test_the_rolled_convolution_matches_torch(tmp_path, name):
     outputs) in tiles of up to 16 outputs (whole rows, several a tile: partial tiles of rows
     where the other outer dim's outputs are 3) and RUN = 0 (the direct path): torch's result in float64 within fp32's
     rounding, every output written (allocations poisoned with NaN); the launch's grid has a second
-    axis of ceil(outputs / RUN) runs exactly where the dim rolls."""
+    axis of ceil(outputs / RUN) runs exactly where the dim rolls. Where it cannot roll, at RUN =
+    16 alone: the launcher keeps the direct path whatever RUN and ROLL_BLOCK (unread there) are,
+    so the three settings ran one kernel three times."""
     path = op_file(tmp_path, name, *CASES[name][:3])
     (tmp_path / "cand.py").write_text(candidate(path))
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(path), str(tmp_path / "cand.py"), "[[2, 4], [16, 16], [0, 16]]"],
+    rolled_dim = CASES[name][3]
+    settings = "[[2, 4], [16, 16], [0, 16]]" if rolled_dim is not None else "[[16, 16]]"
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(path), str(tmp_path / "cand.py"), settings],
                           capture_output=True, text=True, timeout=600, check=False, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rolled_dim = CASES[name][3]
     for run, r in json.loads(proc.stdout.splitlines()[-1]).items():
         assert not r["nan"] and r["err"] <= 1e-5 * r["scale"], (run, r["err"])
         (grid,) = r["grids"]

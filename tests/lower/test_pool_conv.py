@@ -354,26 +354,31 @@ def test_the_elementwise_work_before_a_window_runs_at_its_taps(tmp_path):
 @pytest.mark.slow  # bench/pool_conv.py as a subprocess under the interpreter
 def test_the_benchmark_runs_on_the_cpu(tmp_path):
     """bench/pool_conv.py --smoke: a pooling and a grouped-convolution problem found by what they
-    compute, a synthetic case, each checked and run under settings; nothing timed."""
+    compute, a synthetic case, each checked and run under settings; nothing timed. The
+    convolution at stride 1 and dilation 1, so that its third setting takes the rolled path; the
+    synthetic case a 3D max pooling (the depthwise 3D convolution's tiny inputs, 8k elements, took
+    the interpreter three quarters of the run; its kernels are the module's conv3d's and
+    test_grouped_conv_rolled's)."""
     kb = tmp_path / "kb"
     (kb / "level1").mkdir(parents=True)
     (kb / "level2").mkdir()
     pool_file(kb / "level1", "1_pool", *POOLS["max2d_prologue_channels"])
-    conv_file(kb / "level2", "2_conv", *CONVS["conv2d_prologue"])
+    conv = conv_file(kb / "level2", "2_conv", *CONVS["conv2d_no_bias_epilogue"])
+    conv.write_text(conv.read_text().replace("\ns = 2\n", "\ns = 1\n").replace("\nd = 2\n", "\nd = 1\n"))
     pool_file(kb / "level1", "3_adaptive", "nn.AdaptiveAvgPool2d(k)", "self.pool(x)", "batch, channels, size, size")
     env = {**os.environ, "OUT": str(tmp_path / "out"), "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "pool_conv.py"), str(kb), "--smoke", "--cases",
-                           "level,synthetic_depthwise", "--time-limit", "900"], cwd=ROOT, env=env, capture_output=True,
+                           "level,synthetic_max_pool3d", "--time-limit", "900"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads((tmp_path / "out" / "pool_conv.json").read_text())
-    assert [r["case"] for r in data["rows"]] == ["level1/1_pool", "level1/3_adaptive", "level2/2_conv", "synthetic_depthwise_conv3d"]
+    assert [r["case"] for r in data["rows"]] == ["level1/1_pool", "level1/3_adaptive", "level2/2_conv", "synthetic_max_pool3d_k3"]
     pool, adaptive, conv, synthetic = data["rows"]
     assert "no template covers aten.adaptive_avg_pool2d (pooling)" in adaptive["skipped"]
-    for row, origin in ((pool, "template:pool"), (conv, "template:grouped_conv"), (synthetic, "template:grouped_conv")):
+    for row, origin in ((pool, "template:pool"), (conv, "template:grouped_conv"), (synthetic, "template:pool")):
         assert row["origin"] == origin and row["correct"] and len(row["configs"]) == (2 if origin == "template:pool" else 3)
         assert all(c["us"] is None and c["kernel_us"] is None for c in row["configs"])
-    assert [c["roll_chunk"] for c in synthetic["configs"]] == [0, 0, 16]  # the convolution's rolled path too
+    assert [c["roll_chunk"] for c in conv["configs"]] == [0, 0, 16]  # the convolution's rolled path too
     assert "| level1/1_pool | pool |" in proc.stdout and "smoke run: no time is claimed" in proc.stdout
 
 

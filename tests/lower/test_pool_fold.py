@@ -108,6 +108,12 @@ def with_settings(source: str, **settings: int) -> str:
 
 LAYOUTS = [{"ROW_LANES": 16}, {"ROW_LANES": 4}, {"ROW_LANES": 1}, {"ROW_LANES": 1, "SHARED_ROWS": 4},
            {"ROW_LANES": 4, "SHARED_ROWS": 2}]
+# (op, layout) left out: avg3d_wide's rows shared at one lane, its costliest run by far (each of
+# its programs walks 2 depths x 9 input rows x 7 taps, a tap at a time: 40% of the op's time).
+# Its window and strides on the shared rows path are its 4-lane shared layout's (tiles past the
+# last row included); a lane walking a window row tap by tap on that path, in 3D too, is
+# avg3d_overlapping_ceil's (as lowered, and in small tiles) and the 2D ops'.
+LEFT_OUT = {("avg3d_wide", str({"ROW_LANES": 1, "SHARED_ROWS": 4}))}
 
 
 def layouts(source: str, shares: bool = True) -> dict[str, str]:
@@ -139,7 +145,7 @@ def test_every_layout_matches_torch(tmp_path):
         assert out[0, 0].isnan().any() and out[0, 1].isfinite().all(), path.stem
         shares[path] = out.dim() > 3 and out.shape[-2] > 1  # output rows to share (the launcher's rule)
     cases = [(path.stem, label, (path, variant, {})) for path in paths
-             for label, variant in layouts(candidate(path), shares[path]).items()]
+             for label, variant in layouts(candidate(path), shares[path]).items() if (path.stem, label) not in LEFT_OUT]
     results = run_ops([job for _, _, job in cases], timeout=1800)
     bad = [(stem, label, r["why"][-800:]) for (stem, label, _), r in zip(cases, results, strict=True) if not r["ok"]]
     assert not bad

@@ -222,8 +222,10 @@ class KernelCode:
 
     def load(self, leaf: Leaf, scope: Scope) -> str:
         idx = leaf.offset or self.index(leaf.bmap, scope.flat)
-        if idx == "0" or leaf.mask == "":
-            code = f"tl.load({leaf.ptr})" if idx == "0" else f"tl.load({leaf.ptr} + {idx})"
+        if idx == "0":
+            code = f"tl.load({leaf.ptr})"
+        elif leaf.mask == "":  # in bounds by construction (a program's own scalar position)
+            code = f"tl.load({leaf.ptr} + {idx})"
         else:
             code = f"tl.load({leaf.ptr} + {idx}, mask={leaf.mask or scope.mask}, other=0)"
         return code + ".to(tl.float32)" if leaf.node.dtype.is_floating_point else code

@@ -192,11 +192,14 @@ def judge_failure(reply: dict[str, Any] | None, judge_process: WorkerProcess, wh
 def first_line(text: str) -> str:
     """What a worker's failure says on one line: its first (okgit.eval.worker.calls.describe puts the
     exception there, and the traceback under it)."""
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[0] if lines else "no message"
+    return _line(text, 0)
 
 
 def _last_line(text: str) -> str:
     """The exception line of a traceback: what the user's code said, on one line."""
+    return _line(text, -1)
+
+
+def _line(text: str, which: int) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1] if lines else "no message"
+    return lines[which] if lines else "no message"

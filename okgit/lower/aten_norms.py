@@ -4,7 +4,8 @@ kind computes their statistics and the elementwise work around them in one kerne
 
 Group norm reads its input with the channels split into groups, (N, G, C/G, ...), a reshape
 made in the forward (Builder.reshape; G a BoundInt where the model's GroupNorm holds it), folds
-each group's channels and positions, and merges the groups back after its affine. Instance
+each group's channels and positions, and merges the groups back after its affine (the
+elementwise ops beside the norm move across those reshapes: okgit.lower.reshaping). Instance
 norm folds each channel's positions (with running statistics it stays PyTorch's). Batch norm
 has no handler: its call stays one, which the batchnorm kind seeds (okgit.lower.kinds.batchnorm:
 its statistics split across programs, its running ones updated in its kernel). The triplet

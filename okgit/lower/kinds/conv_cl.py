@@ -108,6 +108,9 @@ class ConvChannelsLast(TemplateKind):
 
     name = "conv_cl"
     optional = True
+    # its epilogue reads the convolution's output as it is: a group norm's split raised above an
+    # activation (okgit.lower.reshaping) would leave it no reader but a reshape
+    moves_reshapes = False
     label = "channels-last convolution"
     alone = True  # after the NCHW candidates: both are timed
     claims_first = True  # before the column layout's claim on a softmax over its channels

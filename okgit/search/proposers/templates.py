@@ -20,6 +20,7 @@ from okgit.lower.graph import Graph, Node, Unsupported
 from okgit.lower.kinds import kinds
 from okgit.lower.kinds.base import Rendered, TemplateKind
 from okgit.lower.opfile import FileLowering, lowered_file, public_name
+from okgit.lower.reshaping import moved
 from okgit.problem import Problem
 from okgit.search.types import Context, Proposal, propose_several
 
@@ -160,11 +161,19 @@ def made(graph: Graph, source: str, device: str) -> Iterator[Made | tuple[tuple[
                 yield turned_on, error
 
 
+def reshaped(graph: Graph, turned_on: tuple[TemplateKind, ...]) -> Graph:
+    """The graph a candidate turning `turned_on` on partitions: each kind's rewrite (a pattern
+    made one call the kind seeds), then the reshapes moved across the elementwise ops beside them
+    (okgit.lower.reshaping: fewer groups, fewer tensors written) unless one of the kinds needs them
+    where they are (TemplateKind.moves_reshapes)."""
+    for kind in turned_on:
+        graph = kind.rewrite(graph)
+    return moved(graph) if all(k.moves_reshapes for k in turned_on) else graph
+
+
 def _make(graph: Graph, source: str, turned_on: tuple[TemplateKind, ...]) -> Made | None:
     """The candidate that turns `turned_on` on; None where one of them changes nothing."""
-    shaped = graph
-    for kind in turned_on:  # a kind may make a pattern one call it seeds
-        shaped = kind.rewrite(shaped)
+    shaped = reshaped(graph, turned_on)
     items = partition(shaped, seeding=turned_on)
     if not all(k.changes(items) for k in turned_on):
         return None

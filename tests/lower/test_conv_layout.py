@@ -348,3 +348,20 @@ def test_on_a_gpu_a_3d_channels_last_candidate_is_correct_and_timed(tmp_path, gp
     result = gpu_evaluator.evaluate(problem, source)
     assert result.status is Status.correct, result.error
     assert result.timed and result.runtime_us and result.speedup, result
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_a_group_norm_over_a_channels_last_convolution_is_correct_and_timed(tmp_path, gpu_evaluator):
+    """As L2/19 at tens of MB: a transposed convolution, GELU and a group norm of 8 channels a
+    group, cuDNN on channels-last operands and okgit's groups epilogue, judged on the GPU."""
+    path = conv_op(tmp_path, "group_norm_gpu", "nn.ConvTranspose2d(in_channels, out_channels, kernel_size)",
+                   "return self.norm(torch.nn.functional.gelu(self.conv(x)))",
+                   "self.norm = nn.GroupNorm(8, out_channels); self.norm.weight.data.uniform_(0.5, 1.5)",
+                   knobs={"batch_size": 8, "in_channels": 32, "out_channels": 64, "height": 62, "width": 62})
+    problem = load_problem(path)
+    ctx = Context(problem=problem, reference=Reference(device="cuda", timed=True), backend="triton", device="cuda")
+    source = next(p.source for p in plan(ctx) if p.origin == CL.format("groups"))
+    result = gpu_evaluator.evaluate(problem, source)
+    assert result.status is Status.correct, result.error
+    assert result.timed and result.runtime_us and result.speedup, result

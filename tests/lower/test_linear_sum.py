@@ -5,14 +5,17 @@ PyTorch under the interpreter; not offered where the GEMM's outputs are needed a
 from __future__ import annotations
 
 import pytest
+import torch
 from oprun import run_ops
 from test_templates import ctx_for, op
 
+from okgit.eval.types import Reference, Status
 from okgit.lower.capture import capture
 from okgit.lower.fusion import Group, partition
 from okgit.lower.kinds.linear_sum import LinearSum
 from okgit.problem import load_problem
 from okgit.search.proposers.templates import plan
+from okgit.search.types import Context
 
 OPS = {
     # as L2/51: a linear, a per-feature subtraction, a mean over the features, then per row
@@ -108,3 +111,19 @@ def test_the_folded_candidates_match_pytorch_under_the_interpreter(tmp_path):
     results = run_ops(jobs, timeout=900)
     bad = [(job[0], job[2], r["why"][-600:]) for job, r in zip(jobs, results) if not r["ok"]]
     assert not bad, bad
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_folded_sum_passes_the_precision_rule_and_is_timed(tmp_path, gpu_evaluator):
+    """As L2/51 at a quarter of its size: judged on the GPU, where the reference's GEMM runs in
+    strict fp32 (PyTorch's flags): the folded sums add in another order, within the rule."""
+    source = OPS["mean_after_linear"][0].replace("batch_size = 6", "batch_size = 1024").replace(
+        "in_features = 24", "in_features = 4096").replace("out_features = 40", "out_features = 4096")
+    path = op(tmp_path, "mean_after_linear_gpu", source)
+    problem = load_problem(path)
+    ctx = Context(problem=problem, reference=Reference(device="cuda", timed=True), backend="triton", device="cuda")
+    folded = next(p.source for p in plan(ctx) if p.origin.startswith("template:linear_sum+"))
+    result = gpu_evaluator.evaluate(problem, folded)
+    assert result.status is Status.correct, result.error
+    assert result.timed and result.speedup and result.speedup > 1.0, result

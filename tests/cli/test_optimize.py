@@ -164,22 +164,31 @@ def test_refusals(cli, git_repo: Path, tmp_path: Path) -> None:
 @pytest.mark.slow  # a signal to a real okgit process, then a resume
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupted_run_is_consistent_and_resumes(git_repo: Path, sig: int) -> None:
+    """A signal mid-search: every process okgit started ends (test_interrupt.py's check), the
+    journal says why, nothing of the user's changes, and --resume finishes the run."""
+    from test_interrupt import assert_all_gone, children
+
     commit_op(git_repo, POINTWISE)
     before = snapshot(git_repo)
     proc = subprocess.Popen([sys.executable, "-m", "okgit", "optimize", OP, "--device", "cpu", "--iterations", "3"],
                             cwd=git_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
     journal = None
+    started: dict[int, str] = {}
     while time.time() < deadline:
+        started.update(children(proc.pid))
         found = list((git_repo / ".okgit" / "runs").glob("*/journal.jsonl")) if (git_repo / ".okgit").exists() else []
         if found and '"proposal"' in found[0].read_text():
             journal = found[0]
             break
         time.sleep(0.2)
     assert journal is not None, proc.communicate(timeout=60)
+    started.update(children(proc.pid))
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    said = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"
+    assert proc.returncode == 130 and f"interrupted ({said}: " in err, err  # between candidates nothing may run
+    assert_all_gone(started)
     events = [json.loads(line) for line in journal.read_text().splitlines()]
     assert [e["reason"] for e in events if e["type"] == "interrupted"] == ["Ctrl-C" if sig == signal.SIGINT else "SIGTERM"]
     assert snapshot(git_repo) == before

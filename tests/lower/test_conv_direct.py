@@ -99,10 +99,20 @@ def test_which_convolutions_it_takes_and_the_note_where_not(tmp_path, conv, why)
             assert any(n.startswith("templates (direct convolution (fp32)): ") and why in n for n in notes), notes
 
 
+# The transposed 3D form runs in small tiles alone: as lowered (a 128 x 16 tile, every form's
+# defaults) its 60 positions a phase sit in one masked tile, the interpreter's costliest run here
+# (39 of the test's 95 CPU s), while the small-tile run has the same kernel, its 3D phases and
+# a masked position tail too; the defaults as lowered run with the transposed 2D and 1D forms'
+# kernels, and compile for sm_90 in test_the_kernel_compiles_for_hopper_as_outer_products_without_spills.
+SMALL_TILES_ONLY = "transposed 3d, stride 2 (as L2/15)"
+
+
 @pytest.mark.slow  # candidates under the interpreter (oprun)
 def test_every_form_matches_float64(tmp_path):
     jobs, names = [], []
     for name in FORMS:
+        if name == SMALL_TILES_ONLY:
+            continue
         path, source = direct_source(tmp_path, name)
         jobs.append((path, source, {}))
         names.append(name)

@@ -90,14 +90,10 @@ EXAMPLE_EPILOGUES = {"17_conv2d_relu_bias": "pointwise", "18_conv_channel_scale_
 
 
 def spatial(tmp_path: Path, i: int) -> Path:
-    # 11 channels (two channel blocks, a masked tail), a 13x12 image (several position chunks);
-    # a layer norm over W folds rows of 12 (one chunk however tall the image): 3 of them a plane
-    # (the channels-last rows kernel's programs, each folding its tile's variance element by
-    # element under the interpreter, grow with the rows)
-    height = 3 if SPATIAL_IDS[i] == "layer_norm_over_w" else 13
+    # 11 channels (two channel blocks, a masked tail), a 13x12 image (several position chunks)
     return conv_op(tmp_path, f"spatial_{i}", "nn.Conv2d(in_channels, out_channels, kernel_size, padding=1)", SPATIAL[i],
                    "self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)",
-                   knobs={"out_channels": 11, "height": height, "width": 12})
+                   knobs={"out_channels": 11, "height": 13, "width": 12})
 
 
 def conv3d_op(tmp_path: Path, name: str, forward: str, conv: str = "nn.Conv3d(in_channels, out_channels, 3, padding=1)",
@@ -154,9 +150,8 @@ TRANSPOSED = {
                         SPATIAL[0], "rows"),
 }
 # as L2/3: a transposed 3D convolution (2x2x7 becomes 4x4x14), a layer norm over W, a pool; 16
-# rows of W a plane (the channels-last rows kernel has a program per row and channel block, each
-# folding its tile's variance element by element under the interpreter: a 5x6x7 volume's 120
-# rows a plane took 3 minutes)
+# rows of W a plane (the channels-last rows kernel has a program per row and channel block: a
+# 5x6x7 volume's 120 rows a plane made its candidate half the module's interpreter time)
 TRANSPOSED_3D = ("nn.ConvTranspose3d(in_channels, out_channels, 3, stride=2, padding=1, output_padding=1)",
                  "return torch.nn.functional.gelu(torch.nn.functional.avg_pool3d(\n"
                  "    torch.nn.functional.layer_norm(self.conv(x) + 1.0, (14,)) * self.scale, 2))", "2, 2, 7")

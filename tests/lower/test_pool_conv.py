@@ -363,8 +363,8 @@ def test_the_benchmark_runs_on_the_cpu(tmp_path):
     (kb / "level1").mkdir(parents=True)
     (kb / "level2").mkdir()
     pool_file(kb / "level1", "1_pool", *POOLS["max2d_prologue_channels"])
-    conv = conv_file(kb / "level2", "2_conv", *CONVS["conv2d_no_bias_epilogue"])
-    conv.write_text(conv.read_text().replace("\ns = 2\n", "\ns = 1\n").replace("\nd = 2\n", "\nd = 1\n"))
+    level2 = conv_file(kb / "level2", "2_conv", *CONVS["conv2d_no_bias_epilogue"])
+    level2.write_text(level2.read_text().replace("\ns = 2\n", "\ns = 1\n").replace("\nd = 2\n", "\nd = 1\n"))
     pool_file(kb / "level1", "3_adaptive", "nn.AdaptiveAvgPool2d(k)", "self.pool(x)", "batch, channels, size, size")
     env = {**os.environ, "OUT": str(tmp_path / "out"), "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "pool_conv.py"), str(kb), "--smoke", "--cases",

@@ -22,20 +22,13 @@ from okgit.lower.kernelcode import NEUTRAL, OPS, KernelCode, Scope, indent, stor
 class Walk:
     """How a streamed kernel steps through its rows' folded elements: chunks of `block` lanes
     along axis `axis` of a `tile`, one fp32 accumulator per tile lane, folded over `axis`
-    once after the loop.
-
-    With `col`, the chunks step through positions up to `extent`, `block` of them a chunk, its
-    lanes at positions `pos` (an expression of `start`), and the row's folded element a lane
-    holds is `col` (a group's channels-last channels at each position: several lanes a position)."""
+    once after the loop."""
 
     block: str
     tile: str
     axis: int
     head: tuple[str, ...] = ()  # more lines at the top of each step (offsets of other layouts)
     stages: str = ""  # a constexpr: the loop's loads pipelined that deep (Triton pipelines a loop with no dot only when asked)
-    col: str = ""  # the folded element a lane holds, where the chunks step through positions
-    pos: str = ""  # ... and the positions of a chunk's lanes
-    extent: str = "n_red"  # how far the chunks step
 
     @property
     def over(self) -> str:
@@ -43,13 +36,13 @@ class Walk:
 
     def loop(self, col_offset: str, body: list[str]) -> list[str]:
         lanes = "[None, :]" if self.axis == 1 else "[:, None]"
-        if self.col:
-            head = [f"pos = {self.pos}", f"mask = row_mask & (pos < {self.extent})", f"col = {self.col}"]
-        else:
-            head = [f"col = start + tl.arange(0, {self.block}){lanes}", f"mask = row_mask & (col < {self.extent})"]
-        head += [f"flat = base + {col_offset}", *self.head]
-        steps = (f"tl.range(0, {self.extent}, {self.block}, num_stages={self.stages})" if self.stages
-                 else f"range(0, {self.extent}, {self.block})")
+        head = [
+            f"col = start + tl.arange(0, {self.block}){lanes}",
+            "mask = row_mask & (col < n_red)",
+            f"flat = base + {col_offset}",
+            *self.head,
+        ]
+        steps = f"tl.range(0, n_red, {self.block}, num_stages={self.stages})" if self.stages else f"range(0, n_red, {self.block})"
         return [f"for start in {steps}:"] + indent(head + body)
 
 

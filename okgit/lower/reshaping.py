@@ -29,28 +29,24 @@ from okgit.lower.graph import Graph, Node, replaced, reshapes
 def moved(graph: Graph) -> Graph:
     """The graph with every split reshape raised and every merge reshape lowered as far as the
     elementwise ops around them allow; the same graph where none moves."""
-    changed = True
-    while changed:
-        changed = False
-        for n in graph.nodes:
-            swap = _raised(graph, n) or _lowered(graph, n)
-            if swap is not None:
-                graph = replaced(graph, *swap)
-                changed = True
-                break
-    return _shared(graph)
+    while True:  # one move at a time: each one makes a new graph, whose readers are counted again
+        users, outs = graph.users(), {id(o) for o in graph.outputs}
+        swap = next((s for n in graph.nodes if (s := _raised(users, outs, n) or _lowered(users, outs, n))), None)
+        if swap is None:
+            return _shared(graph)
+        graph = replaced(graph, *swap)
 
 
 def _scalar(a: Node) -> bool:
     return math.prod(a.shape) == 1
 
 
-def _raised(graph: Graph, r: Node) -> tuple[list[Node], list[Node]] | None:
+def _raised(users: dict[int, list[Node]], outs: set[int], r: Node) -> tuple[list[Node], list[Node]] | None:
     """(nodes out, nodes in) raising the split reshape r above the op computing its input."""
     if not reshapes(r) or len(r.shape) <= len(r.args[0].shape):
         return None
     x = r.args[0]
-    if x.kind != "op" or any(o is x for o in graph.outputs) or graph.users()[id(x)] != [r]:
+    if x.kind != "op" or id(x) in outs or users[id(x)] != [r]:
         return None
     if not all(a.shape == x.shape or _scalar(a) for a in x.inputs):
         return None
@@ -62,7 +58,7 @@ def _raised(graph: Graph, r: Node) -> tuple[list[Node], list[Node]] | None:
     return [x, r], [*made.values(), dataclasses.replace(x, args=args, shape=r.shape)]
 
 
-def _lowered(graph: Graph, u: Node) -> tuple[list[Node], list[Node]] | None:
+def _lowered(users: dict[int, list[Node]], outs: set[int], u: Node) -> tuple[list[Node], list[Node]] | None:
     """(nodes out, nodes in) computing the op u before the merge reshape it reads."""
     m = next((a for a in u.inputs if reshapes(a) and len(a.shape) < len(a.args[0].shape)), None)
     if u.kind != "op" or m is None or u.shape != m.shape:
@@ -74,10 +70,9 @@ def _lowered(graph: Graph, u: Node) -> tuple[list[Node], list[Node]] | None:
     op = dataclasses.replace(u, args=args, shape=y.shape)
     merged = dataclasses.replace(m, args=(op,), dtype=u.dtype)
     gone = [u]
-    if all(v is u for v in graph.users()[id(m)]) and not any(o is m for o in graph.outputs):
+    if all(v is u for v in users[id(m)]) and id(m) not in outs:
         gone.insert(0, m)
     return gone, [op, merged]
-
 
 
 def _shared(graph: Graph) -> Graph:

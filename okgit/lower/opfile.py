@@ -207,8 +207,9 @@ class FileLowering:
         return prep, sig, call, launcher_args, returns
 
     def origin(self) -> str:
-        """The candidate's origin tag: each group's kind and the PyTorch calls beside them."""
-        parts = []
+        """The candidate's origin tag: each group's kind and the PyTorch calls beside them, after
+        the kinds turned on whose work was their rewrite alone (TemplateKind.rewrite_only)."""
+        parts = [k.name for k in self.kinds if k.rewrite_only]
         for it in self.items:
             if isinstance(it, Group):
                 parts.append(self.chosen[id(it)].origin(it))

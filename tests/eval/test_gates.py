@@ -167,3 +167,7 @@ def test_the_timed_gates_read_the_timing_facts():
     assert near.status is Status.correct and near.gates[-1].name == "roofline" and not near.gates[-1].detail
     below = _decide(prep, cases, {**result, "timing": below_timing}, checks)
     assert (below.status, below.error.gate) == (Status.rejected, "roofline") and "800.00 us" in below.error.message
+    # the op's work after an exact rewrite (okgit.lower.work) is what the message names
+    prep.cost["rewrites"] = ["linear_sum"]
+    named = _decide(prep, cases, {**result, "timing": below_timing}, checks)
+    assert "the op's work by its exact rewrites (linear_sum)" in named.error.message

@@ -131,8 +131,11 @@ PEAK_SALT = 1  # the salt of the check the preparation makes to measure a check'
 
 
 def count_cost(torch: Any, prep: Prepared, device: str) -> dict[str, Any]:
-    """FLOPs of one call and its minimum bytes: inputs and parameters read once, outputs written once."""
+    """FLOPs of one call (as written, and the fewest its exact rewrites need) and its minimum
+    bytes: inputs and parameters read once, outputs written once."""
     from torch.utils.flop_counter import FlopCounterMode
+
+    from okgit.lower.work import least_work
 
     arm = prep.arms[0]
     inputs = calls.draw_inputs(torch, arm.module, prep.cases["s0"], device)
@@ -144,8 +147,12 @@ def count_cost(torch: Any, prep: Prepared, device: str) -> dict[str, Any]:
     leaves = flatten(out)
     dtypes = sorted({str(t.dtype).replace("torch.", "") for t in leaves + [x for x in inputs
                                                                        if isinstance(x, torch.Tensor)]})
-    return {"flops": float(counter.get_total_flops()), "min_bytes": float(read + calls.nbytes(leaves)),
-            "dtypes": dtypes}
+    counted = float(counter.get_total_flops())
+    with open(prep.job.source_path, encoding="utf-8") as f:
+        work = least_work(f.read(), prep.shapes[0], counted)
+    # "flops": the work the op needs (okgit.lower.work), what the roofline's floor and position read
+    return {"flops": work.flops, "counted_flops": counted, "rewrites": work.rewrites,
+            "min_bytes": float(read + calls.nbytes(leaves)), "dtypes": dtypes}
 
 
 def device_peaks(trace: list[list[Any]], cases: list[Case], cached: set[str]) -> tuple[int, int]:

@@ -146,7 +146,7 @@ class Judge:
         kept = prep.drop_nonfinite(stats, dropped)
         self.phase("reference: flops")
         result["cost"] = count_cost(self.torch, prep, self.device)
-        prep.fix_tolerances(stats, kept, contraction=result["cost"]["flops"] > 0)
+        prep.fix_tolerances(stats, kept, contraction=result["cost"]["counted_flops"] > 0)
         summaries = [stats[c.id].summary for c in kept if c.kind in ("seed", "distribution")]
         result.update(
             shapes=prep.shapes, cases=[vars(c) for c in kept], dropped_shapes=dropped, deterministic=deterministic,

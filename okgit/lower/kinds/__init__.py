@@ -7,6 +7,9 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 |       |           |              | split precision on tensor cores (optional: before the       |
 |       |           |              | vendor GEMM); persistent with TMA stores where writing C    |
 |       |           |              | bounds it                                                   |
+| -1    | linear_sum | linear_sum.py | a sum over a linear's (or matmul's) output features folded |
+|       |           |              | into its weight: the weight's column sums and a dot per row, |
+|       |           |              | no GEMM (optional: a rewrite alone, before the plain one)   |
 | 2     | pool      | pool.py      | max / average pooling, 1D-3D, epilogue fused (optional:     |
 |       |           |              | before the vendor pooling)                                  |
 | 4     | grouped_conv | grouped_conv.py | depthwise / grouped convolutions, 1D-3D, few channels per |
@@ -58,6 +61,7 @@ from okgit.lower.kinds import (  # noqa: F401
     conv_direct,
     gemm,
     grouped_conv,
+    linear_sum,
     pointwise,
     pool,
     rows,

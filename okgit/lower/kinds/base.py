@@ -82,6 +82,7 @@ class TemplateKind:
     # its candidate partitions the graph with reshapes moved across the elementwise ops beside
     # them (okgit.lower.reshaping); off where its kernels need the graph's own order
     moves_reshapes = True
+    rewrite_only = False  # its work is its `rewrite`: it lowers no group, and a candidate's origin tag names it first
     helpers: ClassVar[dict[str, Traversable]] = {}  # the Triton helpers its kernels or launch code may call
 
     def offered(self, graph: Graph) -> bool:
@@ -100,6 +101,13 @@ class TemplateKind:
         """The graph a candidate with this kind turned on partitions: a kind that recognises a
         pattern of several calls (written-out attention) makes it one call that it seeds."""
         return graph
+
+    def saved_flops(self, graph: Graph) -> float:
+        """The FLOPs (as torch's FlopCounterMode counts them) that an exact algebraic rewrite of
+        this kind takes off the op's, at the graph's shapes: the op needs that much less work
+        (okgit.lower.work, the roofline floor's work). 0 for a kind that computes what the op
+        computes, however fused."""
+        return 0.0
 
     def seeds(self, n: Node) -> bool:
         """Whether the PyTorch call n starts a group this kind lowers, n computed in its kernel

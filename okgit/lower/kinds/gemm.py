@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
+from okgit.lower.fusion import Group
 from okgit.lower.graph import Bound, Graph, Node, Unsupported, replaced
 from okgit.lower.kernelcode import KernelCode, Leaf, Scope, store_outputs
 from okgit.lower.kinds.base import Rendered, TemplateKind, constants, output_names, template_kind
@@ -123,6 +124,10 @@ class Gemm(TemplateKind):
 
     def offered(self, graph) -> bool:
         return any(self.seeds(n) for n in graph.nodes)
+
+    def changes(self, items: list) -> bool:
+        """Whether a call is left for its kernel (a sum folded into the weight leaves none)."""
+        return any(isinstance(it, Group) and it.seed is not None and self.seeds(it.seed) for it in items)
 
     def rewrite(self, graph: Graph) -> Graph:
         """Each matmul it takes whose one reader keeps only its lower triangle (`torch.tril(a @ b)`,

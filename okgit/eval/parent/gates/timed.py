@@ -66,6 +66,7 @@ class Streams(_TimingGate):
 @gate(240)
 class Roofline(_TimingGate):
     name = "roofline"
+    # the op's work: the fewest FLOPs of the exact rewrites okgit knows (okgit.lower.work)
     rule = "A time below the roofline floor (less work than the op needs) is rejected as implausible."
 
     def check(self, ev: Evidence, found: Findings) -> None:
@@ -80,8 +81,10 @@ class Roofline(_TimingGate):
         if ref_runtime is not None and ref_runtime < roofline.PLAUSIBLE_FRACTION * floor:
             found.note(self.name, f"skipped: the reference itself runs below the floor {floor:.2f} us")
         elif floor > 0 and runtime < roofline.PLAUSIBLE_FRACTION * floor:
+            rewrites = prep.cost.get("rewrites") or []
+            by = f", the op's work by its exact rewrites ({', '.join(rewrites)})" if rewrites else ""
             found.fail(self.name, f"{runtime:.2f} us is below the roofline floor {floor:.2f} us "
-                       f"({flops:.3g} FLOP, {min_bytes:.3g} B): the kernel does less work than the op needs")
+                       f"({flops:.3g} FLOP{by}, {min_bytes:.3g} B): the kernel does less work than the op needs")
 
 
 def allowed_matmul_rate(prep: PreparedReference) -> tuple[float, dict[str, Any] | None]:

@@ -1,0 +1,40 @@
+"""The work an op needs: the fewest FLOPs of the exact rewrites okgit knows (the roofline floor's).
+
+torch's FlopCounterMode counts the FLOPs of the reference as written. An exact algebraic rewrite
+can need far fewer: a sum over a linear's output features is x . sum_j W_j + sum_j b_j, with no
+GEMM left (kinds/linear_sum.py; KernelBench L2/51: 2.75e11 FLOPs become 1.0e8). The roofline
+gate rejects a time below the work the op needs as work skipped, so its floor takes the fewest:
+otherwise a correct kernel of such a rewrite is rejected as a cheat (L2/51's ran 170 us on an
+H100 against a floor of 1061 us from the counted FLOPs). The fewest is a property of the op,
+found from the reference alone (its graph, okgit.lower.trace), the same for every candidate
+whoever wrote it; the floor's bytes term (every input and parameter read once, every output
+written once) is unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from okgit.lower.graph import Unsupported
+from okgit.lower.kinds import kinds
+from okgit.lower.trace import trace
+
+
+@dataclass(frozen=True)
+class Work:
+    flops: float  # the fewest: the counted less what the rewrites save
+    rewrites: list[str] = field(default_factory=list)  # the kinds whose rewrites save FLOPs here
+
+
+def least_work(source: str, knobs: dict[str, int], counted: float) -> Work:
+    """The fewest FLOPs the op at these knobs needs, from the `counted` ones (FlopCounterMode's on
+    the reference). An op okgit cannot trace keeps its counted FLOPs: the stricter floor."""
+    if counted <= 0:
+        return Work(counted)
+    try:
+        graph = trace(source, knobs)
+    except Unsupported:
+        return Work(counted)
+    saved = {kind.name: kind.saved_flops(graph) for kind in kinds()}
+    rewrites = [name for name, flops in saved.items() if flops > 0]
+    return Work(max(counted - sum(saved[name] for name in rewrites), 0.0), rewrites)

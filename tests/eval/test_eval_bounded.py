@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from okgit.errors import OkgitError
 from okgit.eval.parent.local import LocalEvaluator
 from okgit.eval.types import Status
 from okgit.problem import load_problem
@@ -117,6 +118,25 @@ def get_init_inputs():
     return []
 '''
 
+
+@pytest.mark.slow  # an evaluator of its own, its judge preparing the reference
+def test_a_preparation_that_does_not_fit_names_its_phase(tmp_path):
+    """The reference's first case runs out of memory in float64 (then the native outputs stand
+    alone) and again natively: one line names the phase, so a reader knows which case (or the
+    timing) did not fit (KernelBench L1/96 on an 80 GB card: "this process held 64.61 GiB")."""
+    count = tmp_path / "count"
+    op = tmp_path / "runs_full.py"
+    op.write_text(RUNS_FULL.replace("COUNT_PATH", repr(str(count))))
+    count.write_text("2")
+    ev = LocalEvaluator(device="cpu", prestart=False)
+    try:
+        with pytest.raises(OkgitError) as failed:
+            ev.prepared(load_problem(op, root=str(tmp_path)))
+    finally:
+        ev.close()
+    message = str(failed.value)
+    assert count.read_text() == "0" and "\n" not in message
+    assert "the reference does not run: the reference does not fit in memory in its phase 'reference: s0'" in message
 
 @pytest.mark.slow  # an evaluator of its own (no judge cache: every check computes its case again)
 def test_a_check_that_does_not_fit_is_judged_again_and_keeps_its_judge(tmp_path):

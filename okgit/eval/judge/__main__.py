@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> None:
 
                 torch.cuda.empty_cache()
             reply = {"failure": {"status": call.status if call else "error", "gate": call.gate if call else "judge",
-                                 "message": calls.clipped(text), "out_of_memory": full, "free": _free_memory(args.device)}}
+                                 "message": calls.clipped(text), "out_of_memory": full, "free": _free_memory(args.device),
+                                 "phase": judge.current}}
         from okgit.eval.worker.own_memory import own_memory
 
         reply["memory"] = own_memory()

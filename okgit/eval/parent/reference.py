@@ -179,9 +179,10 @@ def judge_failure(reply: dict[str, Any] | None, judge_process: WorkerProcess, wh
     if reply and reply.get("failure"):
         failure = reply["failure"]
         if failure.get("out_of_memory"):  # the first line has the sizes (okgit.eval.worker.oom), not torch's paragraph
-            free = failure.get("free")
+            free, phase = failure.get("free"), failure.get("phase")
             room = f"; {memory.gib(free[0])} of the device's {memory.gib(free[1])} free afterwards" if free else ""
-            return f"{what} does not fit in memory ({first_line(failure['message'])}{room})"
+            at = f" in its phase {phase!r}" if phase else ""  # which case, or the timing, of a preparation
+            return f"{what} does not fit in memory{at} ({first_line(failure['message'])}{room})"
         return _last_line(failure["message"])
     if judge_process.alive() and not judge_process.over_budget():
         return f"{what}: the judge gave no answer in time"

@@ -121,15 +121,23 @@ def replaced(graph: Graph, found: list[Node], new: list[Node]) -> Graph:
     """The graph with the nodes `found` taken out and the nodes `new` in place of the last of them,
     the last of `new` giving its value."""
     gone = {id(n) for n in found}
-    swap: dict[int, Node] = {id(found[-1]): new[-1]}
+    swap: dict[int, Any] = {id(found[-1]): new[-1]}
     nodes: list[Node] = []
     for n in graph.nodes:
         if id(n) == id(found[-1]):
             nodes += new
         elif id(n) not in gone:
-            args = tuple(swap.get(id(a), a) if isinstance(a, Node) else a for a in n.args)
-            if any(x is not y for x, y in zip(args, n.args)):
-                swap[id(n)] = dataclasses.replace(n, args=args)
-            nodes.append(swap.get(id(n), n))
+            nodes.append(rewired(n, swap))
     outputs = [swap.get(id(o), o) for o in graph.outputs]
     return Graph(nodes, outputs, graph.tuple_output, graph.forward_args, graph.entry)
+
+
+def rewired(n: Node, swap: dict[int, Any]) -> Node:
+    """n with each operand that `swap` maps (by id) read from what it maps to, recorded in `swap`
+    as n's own replacement; n itself where no operand changed. Each node of a graph rewired in
+    order reads the replacements of the nodes before it."""
+    args = tuple(swap.get(id(a), a) if isinstance(a, Node) else a for a in n.args)
+    if all(x is y for x, y in zip(args, n.args)):
+        return n
+    swap[id(n)] = dataclasses.replace(n, args=args)
+    return swap[id(n)]

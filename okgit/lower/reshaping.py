@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
-from okgit.lower.graph import Graph, Node, replaced, reshapes
+from okgit.lower.graph import Graph, Node, replaced, reshapes, rewired
 
 
 def moved(graph: Graph) -> Graph:
@@ -80,19 +81,16 @@ def _shared(graph: Graph) -> Graph:
     way (raising a reshape above ops that read one tensor twice makes one for each), so that the
     kernel reads that tensor once. The first is kept: it comes before every user of the others."""
     first: dict[tuple, Node] = {}
-    swap: dict[int, Node] = {}
+    swap: dict[int, Any] = {}
     nodes: list[Node] = []
     for n in graph.nodes:
-        args = tuple(swap.get(id(a), a) if isinstance(a, Node) else a for a in n.args)
-        new = dataclasses.replace(n, args=args) if any(x is not y for x, y in zip(args, n.args)) else n
+        new = rewired(n, swap)
         if reshapes(new):
             key = (id(new.args[0]), new.shape, repr(new.kwargs["sizes"]))
             if key in first:
                 swap[id(n)] = first[key]
                 continue
             first[key] = new
-        if new is not n:
-            swap[id(n)] = new
         nodes.append(new)
     if not swap:
         return graph

@@ -19,9 +19,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from okgit.lower.fusion import Group
-from okgit.lower.graph import Bound, Graph, Node, module_expr, replaced
+from okgit.lower.graph import Bound, Graph, Node, module_expr, replaced, rewired
 from okgit.lower.kinds.base import TemplateKind, template_kind
 
 LINEAR = "aten.linear.default"
@@ -144,16 +145,8 @@ def folded(graph: Graph) -> Graph:
 def _counted(graph: Graph, counts: list[Node], count: Bound) -> Graph:
     """The graph with the count nodes `counts` gone, their readers reading `count` instead."""
     gone = {id(c) for c in counts}
-    swap: dict[int, Node] = {}
-    nodes = []
-    for n in graph.nodes:
-        if id(n) in gone:
-            continue
-        args = tuple(count if isinstance(a, Node) and id(a) in gone else swap.get(id(a), a) if isinstance(a, Node) else a
-                     for a in n.args)
-        if any(x is not y for x, y in zip(args, n.args)):
-            swap[id(n)] = dataclasses.replace(n, args=args)
-        nodes.append(swap.get(id(n), n))
+    swap: dict[int, Any] = dict.fromkeys(gone, count)
+    nodes = [rewired(n, swap) for n in graph.nodes if id(n) not in gone]
     return dataclasses.replace(graph, nodes=nodes, outputs=[swap.get(id(o), o) for o in graph.outputs])
 
 

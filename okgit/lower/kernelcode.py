@@ -78,7 +78,10 @@ class Leaf:
     offset: str | None = None  # kernel offset expression, in place of the broadcast index at the scope's flat
     mask: str | None = None  # kernel mask for that offset, in place of the scope's ("": in bounds, unmasked)
     plus: Leaf | None = None  # a per-channel operand added on load (a convolution's folded bias)
-    channels_last: bool = False  # the launcher hands the kernel a channels-last contiguous copy
+    # the dims from outermost to innermost in the memory the kernel reads (channels-last: the
+    # channels innermost); empty: row-major. The launcher hands the kernel such a copy, the tensor
+    # itself where it is laid out so already
+    order: tuple[int, ...] = ()
 
 
 class Scope:

@@ -182,7 +182,7 @@ class FileLowering:
 
     def launcher_prologue(self, leaves: dict[int, Leaf], outputs: list[Node], code: KernelCode, g: Group, device: str) -> tuple[list[str], list[str]]:
         """Launcher lines before the launch, and the output names."""
-        lines = [f"{leaf.arg} = {leaf.arg}.contiguous({_memory_format(leaf)})" for leaf in leaves.values()]
+        lines = [f"{leaf.arg} = {_laid_out(leaf)}" for leaf in leaves.values()]
         lines += [f"{d} = {src}" for d, src in self._dom_src]
         outs = []
         for i, n in enumerate(outputs):
@@ -218,12 +218,17 @@ class FileLowering:
         return "template:" + "+".join(dict.fromkeys(parts))
 
 
-def _memory_format(leaf: Leaf) -> str:
-    """The keyword a leaf's launcher copy takes: channels-last (3D: channels_last_3d) where the
-    kernel reads it so, else none (NCHW contiguous)."""
-    if not leaf.channels_last:
-        return ""
-    return f"memory_format=torch.channels_last{'_3d' if len(leaf.node.shape) == 5 else ''}"
+def _laid_out(leaf: Leaf) -> str:
+    """The leaf as its kernel reads it (Leaf.order): contiguous; channels-last by torch's memory
+    format of that name (channels_last_3d in 3D); in any other order the tensor permuted to it,
+    made contiguous and permuted back (no copy where it is laid out so already)."""
+    rank = len(leaf.node.shape)
+    if not leaf.order or leaf.order == tuple(range(rank)):
+        return f"{leaf.arg}.contiguous()"
+    if leaf.order == (0, *range(2, rank), 1) and rank in (4, 5):
+        return f"{leaf.arg}.contiguous(memory_format=torch.channels_last{'_3d' if rank == 5 else ''})"
+    back = tuple(leaf.order.index(d) for d in range(rank))
+    return f"{leaf.arg}.permute{leaf.order}.contiguous().permute{back}"
 
 
 def _source_map(view: Node, view_map) -> tuple:

@@ -22,13 +22,20 @@ from okgit.lower.kernelcode import NEUTRAL, OPS, KernelCode, Scope, indent, stor
 class Walk:
     """How a streamed kernel steps through its rows' folded elements: chunks of `block` lanes
     along axis `axis` of a `tile`, one fp32 accumulator per tile lane, folded over `axis`
-    once after the loop."""
+    once after the loop.
+
+    With `col`, the chunks step through positions up to `extent`, `block` of them a chunk, its
+    lanes at positions `pos` (an expression of `start`), and the row's folded element a lane
+    holds is `col` (a group's channels-last channels at each position: several lanes a position)."""
 
     block: str
     tile: str
     axis: int
     head: tuple[str, ...] = ()  # more lines at the top of each step (offsets of other layouts)
     stages: str = ""  # a constexpr: the loop's loads pipelined that deep (Triton pipelines a loop with no dot only when asked)
+    col: str = ""  # the folded element a lane holds, where the chunks step through positions
+    pos: str = ""  # ... and the positions of a chunk's lanes
+    extent: str = "n_red"  # how far the chunks step
 
     @property
     def over(self) -> str:
@@ -36,13 +43,13 @@ class Walk:
 
     def loop(self, col_offset: str, body: list[str]) -> list[str]:
         lanes = "[None, :]" if self.axis == 1 else "[:, None]"
-        head = [
-            f"col = start + tl.arange(0, {self.block}){lanes}",
-            "mask = row_mask & (col < n_red)",
-            f"flat = base + {col_offset}",
-            *self.head,
-        ]
-        steps = f"tl.range(0, n_red, {self.block}, num_stages={self.stages})" if self.stages else f"range(0, n_red, {self.block})"
+        if self.col:
+            head = [f"pos = {self.pos}", f"mask = row_mask & (pos < {self.extent})", f"col = {self.col}"]
+        else:
+            head = [f"col = start + tl.arange(0, {self.block}){lanes}", f"mask = row_mask & (col < {self.extent})"]
+        head += [f"flat = base + {col_offset}", *self.head]
+        steps = (f"tl.range(0, {self.extent}, {self.block}, num_stages={self.stages})" if self.stages
+                 else f"range(0, {self.extent}, {self.block})")
         return [f"for start in {steps}:"] + indent(head + body)
 
 
@@ -77,16 +84,25 @@ def stream_rows(code: KernelCode, g: Group, root: Scope, outs: list[str], walk: 
     """The rows streamed chunk by chunk: once per pass of `fold_passes`, then once to store the
     elementwise outputs. The row layout's multi-pass branch, and the whole kernel of the column
     layout and of the channels-last reduction."""
-    code.reduce_tile = None
+    multi = fold_rows(code, g, root, walk)
     col_offset = code.radix("col", [d for d in code.covered if d in g.red])
-    multi = Scope(root, "base", "row_mask")
-    for reduces in fold_passes(g):
-        _fold_pass(code, multi, reduces, col_offset, walk)
     if any(code.placement(n) == "full" for n in g.outputs):
         loop = Scope(multi, "flat", "mask", row=multi)
         store_outputs(code, g, loop, multi, outs, only="full")
         multi.lines += walk.loop(col_offset, loop.lines)
     store_outputs(code, g, multi, multi, outs, only="row")
+    return multi
+
+
+def fold_rows(code: KernelCode, g: Group, root: Scope, walk: Walk) -> Scope:
+    """The row scope after every pass of `fold_passes`: each of g's reductions bound to its
+    per-row value there (what stream_rows stores its outputs from; the channels-last group norm
+    stores the values themselves for a kernel of its own to read, okgit.lower.kinds.conv_cl)."""
+    code.reduce_tile = None
+    col_offset = code.radix("col", [d for d in code.covered if d in g.red])
+    multi = Scope(root, "base", "row_mask")
+    for reduces in fold_passes(g):
+        _fold_pass(code, multi, reduces, col_offset, walk)
     return multi
 
 

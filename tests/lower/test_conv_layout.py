@@ -155,9 +155,15 @@ TRANSPOSED = {
 TRANSPOSED_3D = ("nn.ConvTranspose3d(in_channels, out_channels, 3, stride=2, padding=1, output_padding=1)",
                  "return torch.nn.functional.gelu(torch.nn.functional.avg_pool3d(\n"
                  "    torch.nn.functional.layer_norm(self.conv(x) + 1.0, (14,)) * self.scale, 2))", "2, 2, 7")
+# as L2/19: GELU, a group norm and a clamp after it; 3 channels a group (a masked lane of 4), rows
+# of 3 * 46 * 60 = 8280 elements (a variance folded by Welford's updates from 8192)
+GROUP_NORM = ("nn.Conv2d(in_channels, out_channels, kernel_size, padding=1)",
+              "return torch.clamp(self.norm(torch.nn.functional.gelu(self.conv(x))), -1.0, 1.0)",
+              "self.norm = nn.GroupNorm(2, out_channels); self.norm.weight.data.uniform_(0.5, 1.5); "
+              "self.norm.bias.data.uniform_(-0.5, 0.5)", {"out_channels": 6, "height": 46, "width": 60})
 # the NCHW candidates of a softmax over the channels: the column layout first, then the row one;
-# of a pool after the norm: okgit's pool, then the vendor's with its epilogue
-NCHW_EPILOGUES = {"columns": ["columns", "rows"], "rows+pool": ["rows+pool", "rows+vendor_pool+pointwise"]}
+# of a pool after the norm: okgit's pool, then the vendor's with its epilogue; of a group norm: rows
+NCHW_EPILOGUES = {"columns": ["columns", "rows"], "rows+pool": ["rows+pool", "rows+vendor_pool+pointwise"], "groups": ["rows"]}
 RESIDENT = re.compile(r"^(FUSED_COLUMNS_CL_1_RESIDENT_TILE: int = )\d+$", re.MULTILINE)
 
 
@@ -178,7 +184,8 @@ def checked(tmp_path_factory) -> dict[str, dict]:
            **{f"spatial_{i}": spatial(tmp, i) for i in range(len(SPATIAL))},
            **{name: conv3d_op(tmp, name, forward) for name, (forward, _) in CONV3D.items()},
            **{name: transposed(tmp, name) for name in TRANSPOSED},
-           "transposed_3d": conv3d_op(tmp, "transposed_3d", TRANSPOSED_3D[1], TRANSPOSED_3D[0], TRANSPOSED_3D[2])}
+           "transposed_3d": conv3d_op(tmp, "transposed_3d", TRANSPOSED_3D[1], TRANSPOSED_3D[0], TRANSPOSED_3D[2]),
+           "group_norm": conv_op(tmp, "group_norm", *GROUP_NORM)}
     proposals = {name: [p for p in plan(ctx_for(path)) if "vendor_conv" in p.origin]  # the Triton convolutions aside
                  for name, path in ops.items()}
     streamed = RESIDENT.sub(r"\g<1>0", proposals["transposed_softmax"][-1].source)
@@ -283,6 +290,23 @@ def test_a_softmax_over_the_channels_reads_them_contiguous_in_both_paths(checked
     assert result["ok"], result["why"]
 
 
+@pytest.mark.slow  # two interpreter processes run all of the module's candidates
+def test_a_group_norm_reads_the_channels_last_output_a_group_at_a_time(checked):
+    """As L2/19: the activation before the norm and the clamp after it run in the norm's kernels
+    (okgit.lower.reshaping): the statistics one program per (sample, group) reading the
+    channels-last output a lane per position and channel of the group, the normalisation in 2D
+    tiles reading it again with the statistics stored per (sample, group)."""
+    source = check(checked, "group_norm", "groups")
+    stats = source.split("def fused_groups_cl_1_stats_kernel")[1].split("\ndef ")[0]
+    assert "nhwc = nhwc_base + pos * n_chan" in stats and "tl.load(in0_ptr + nhwc, mask=mask" in stats
+    assert "axis=0, keep_dims=True, combine_fn=_welford_combine" in stats and "tl.erf(" in stats
+    assert "tl.store(stats_ptr + row * 2 + 1 + tl.arange(0, 1), " in stats and "out0_ptr +" not in stats.split("):")[1]
+    norm = source.split("def fused_groups_cl_1_kernel")[1].split("\ndef ")[0]
+    assert "tl.load(stats_ptr + stat_row * 2 + 1, mask=row_mask" in norm and "tl.load(in0_ptr + nhwc, mask=mask" in norm
+    assert "tl.erf(" in norm and "tl.minimum(" in norm
+    assert re.search(r"tl\.store\(out0_ptr \+ flat, ", norm)  # NCHW
+
+
 @pytest.mark.slow  # the real evaluator's gates, on one channels-last candidate
 def test_a_conv_without_bias_keeps_its_call(evaluator, tmp_path):
     path = conv_op(tmp_path, "no_bias", "nn.Conv2d(in_channels, out_channels, kernel_size, stride=2, bias=False)",
@@ -320,6 +344,23 @@ def test_on_a_gpu_a_3d_channels_last_candidate_is_correct_and_timed(tmp_path, gp
     problem = load_problem(path)
     ctx = Context(problem=problem, reference=Reference(device="cuda", timed=True), backend="triton", device="cuda")
     source = next(p.source for p in plan(ctx) if p.origin == CL.format("pointwise"))
+    result = gpu_evaluator.evaluate(problem, source)
+    assert result.status is Status.correct, result.error
+    assert result.timed and result.runtime_us and result.speedup, result
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_a_group_norm_over_a_channels_last_convolution_is_correct_and_timed(tmp_path, gpu_evaluator):
+    """As L2/19 at tens of MB: a transposed convolution, GELU and a group norm of 8 channels a
+    group, cuDNN on channels-last operands and okgit's groups epilogue, judged on the GPU."""
+    path = conv_op(tmp_path, "group_norm_gpu", "nn.ConvTranspose2d(in_channels, out_channels, kernel_size)",
+                   "return self.norm(torch.nn.functional.gelu(self.conv(x)))",
+                   "self.norm = nn.GroupNorm(8, out_channels); self.norm.weight.data.uniform_(0.5, 1.5)",
+                   knobs={"batch_size": 8, "in_channels": 32, "out_channels": 64, "height": 62, "width": 62})
+    problem = load_problem(path)
+    ctx = Context(problem=problem, reference=Reference(device="cuda", timed=True), backend="triton", device="cuda")
+    source = next(p.source for p in plan(ctx) if p.origin == CL.format("groups"))
     result = gpu_evaluator.evaluate(problem, source)
     assert result.status is Status.correct, result.error
     assert result.timed and result.runtime_us and result.speedup, result

@@ -79,9 +79,6 @@ class TemplateKind:
     claims_first = False
     devices: tuple[str, ...] = ("cpu", "cuda")  # where its candidate can be right (TF32: a GPU's)
     stands_in_for = ""  # the vendor call its kernel replaces ("cuDNN's convolution"), named where that stays faster
-    # its candidate partitions the graph with reshapes moved across the elementwise ops beside
-    # them (okgit.lower.reshaping); off where its kernels need the graph's own order
-    moves_reshapes = True
     rewrite_only = False  # its work is its `rewrite`: it lowers no group, and a candidate's origin tag names it first
     helpers: ClassVar[dict[str, Traversable]] = {}  # the Triton helpers its kernels or launch code may call
 

@@ -164,11 +164,10 @@ def made(graph: Graph, source: str, device: str) -> Iterator[Made | tuple[tuple[
 def reshaped(graph: Graph, turned_on: tuple[TemplateKind, ...]) -> Graph:
     """The graph a candidate turning `turned_on` on partitions: each kind's rewrite (a pattern
     made one call the kind seeds), then the reshapes moved across the elementwise ops beside them
-    (okgit.lower.reshaping: fewer groups, fewer tensors written) unless one of the kinds needs them
-    where they are (TemplateKind.moves_reshapes)."""
+    (okgit.lower.reshaping: fewer groups, fewer tensors written)."""
     for kind in turned_on:
         graph = kind.rewrite(graph)
-    return moved(graph) if all(k.moves_reshapes for k in turned_on) else graph
+    return moved(graph)
 
 
 def _make(graph: Graph, source: str, turned_on: tuple[TemplateKind, ...]) -> Made | None:

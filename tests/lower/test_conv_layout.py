@@ -341,12 +341,7 @@ def test_on_a_gpu_a_3d_channels_last_candidate_is_correct_and_timed(tmp_path, gp
                                              "torch.randn(batch_size, in_channels, 16, 32, 32)")
                     .replace("batch_size = 2", "batch_size = 8").replace("in_channels = 3", "in_channels = 32")
                     .replace("out_channels = 11", "out_channels = 64"))
-    problem = load_problem(path)
-    ctx = Context(problem=problem, reference=Reference(device="cuda", timed=True), backend="triton", device="cuda")
-    source = next(p.source for p in plan(ctx) if p.origin == CL.format("pointwise"))
-    result = gpu_evaluator.evaluate(problem, source)
-    assert result.status is Status.correct, result.error
-    assert result.timed and result.runtime_us and result.speedup, result
+    judged_on_the_gpu(gpu_evaluator, path, "pointwise")
 
 
 @pytest.mark.gpu
@@ -358,9 +353,14 @@ def test_on_a_gpu_a_group_norm_over_a_channels_last_convolution_is_correct_and_t
                    "return self.norm(torch.nn.functional.gelu(self.conv(x)))",
                    "self.norm = nn.GroupNorm(8, out_channels); self.norm.weight.data.uniform_(0.5, 1.5)",
                    knobs={"batch_size": 8, "in_channels": 32, "out_channels": 64, "height": 62, "width": 62})
+    judged_on_the_gpu(gpu_evaluator, path, "groups")
+
+
+def judged_on_the_gpu(gpu_evaluator, path, epilogue: str) -> None:
+    """The op's channels-last candidate with this epilogue, correct and timed by the real evaluator."""
     problem = load_problem(path)
     ctx = Context(problem=problem, reference=Reference(device="cuda", timed=True), backend="triton", device="cuda")
-    source = next(p.source for p in plan(ctx) if p.origin == CL.format("groups"))
+    source = next(p.source for p in plan(ctx) if p.origin == CL.format(epilogue))
     result = gpu_evaluator.evaluate(problem, source)
     assert result.status is Status.correct, result.error
     assert result.timed and result.runtime_us and result.speedup, result

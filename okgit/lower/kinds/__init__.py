@@ -7,6 +7,8 @@ tag and template texts beside it), registered in `KINDS` (kinds/base.py) in this
 |       |           |              | split precision on tensor cores (optional: before the       |
 |       |           |              | vendor GEMM); persistent with TMA stores where writing C    |
 |       |           |              | bounds it                                                   |
+| -2    | affine_sum | affine_sum.py | a sum over an affine function of a tensor (a norm's output) |
+|       |           |              | taken over the tensor first (optional: a rewrite alone)     |
 | -1    | linear_sum | linear_sum.py | a sum over a linear's (or matmul's) output features folded |
 |       |           |              | into its weight: the weight's column sums and a dot per row, |
 |       |           |              | no GEMM (optional: a rewrite alone, before the plain one)   |
@@ -52,6 +54,7 @@ from __future__ import annotations
 
 # each built-in kind's module registers it on import
 from okgit.lower.kinds import (  # noqa: F401
+    affine_sum,
     attention,
     attention_gemms,
     batchnorm,

@@ -6,8 +6,7 @@ coefficients vary along every summed dim."""
 from __future__ import annotations
 
 import pytest
-from oprun import run_ops
-from test_templates import ctx_for, op
+from test_templates import ctx_for, op, rewrites_right
 
 from okgit.lower.capture import capture
 from okgit.lower.fusion import Group, partition
@@ -116,12 +115,4 @@ def test_not_offered_where_the_sum_needs_each_element(tmp_path, forward):
 @pytest.mark.slow  # candidates under the interpreter (oprun)
 def test_the_candidates_match_pytorch_under_the_interpreter(tmp_path):
     """At the ops' sizes and at other knobs (the inner counts follow the sizes)."""
-    jobs = []
-    for name, (source, knobs) in OPS.items():
-        path = op(tmp_path, name, source)
-        taken = [p for p in plan(ctx_for(path)) if p.origin.startswith("template:affine_sum+")]
-        assert taken, name
-        jobs += [(path, p.source, k) for p in taken for k in ({}, knobs)]
-    results = run_ops(jobs, timeout=900)
-    bad = [(job[0], job[2], r["why"][-600:]) for job, r in zip(jobs, results) if not r["ok"]]
-    assert not bad, bad
+    rewrites_right(tmp_path, OPS, "affine_sum")

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from oprun import run_ops
-from test_templates import HEADER, ctx_for, op
+from test_templates import HEADER, ctx_for, op, rewrites_right
 
 from okgit.eval.types import Reference, Status
 from okgit.lower.capture import capture
@@ -128,15 +127,7 @@ def test_the_judges_floor_counts_the_folds_work(evaluator, tmp_path):
 @pytest.mark.slow  # candidates under the interpreter (oprun)
 def test_the_folded_candidates_match_pytorch_under_the_interpreter(tmp_path):
     """At the ops' sizes and at other knobs (the count follows the weight's features)."""
-    jobs = []
-    for name, (source, knobs) in OPS.items():
-        path = op(tmp_path, name, source)
-        folded = [p for p in plan(ctx_for(path)) if p.origin.startswith("template:linear_sum+")]
-        assert folded, name
-        jobs += [(path, p.source, k) for p in folded for k in ({}, knobs)]
-    results = run_ops(jobs, timeout=900)
-    bad = [(job[0], job[2], r["why"][-600:]) for job, r in zip(jobs, results) if not r["ok"]]
-    assert not bad, bad
+    rewrites_right(tmp_path, OPS, "linear_sum")
 
 
 @pytest.mark.gpu

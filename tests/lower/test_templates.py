@@ -35,6 +35,20 @@ def ctx_for(path: str, notes: list | None = None) -> Context:
     return Context(problem=load_problem(path), reference=Reference(device="cpu", timed=False), backend="triton", device="cpu", log=log)
 
 
+def rewrites_right(tmp_path, ops: dict[str, tuple[str, dict[str, int]]], kind: str) -> None:
+    """Each op's candidates that turn the rewrite-only `kind` on (their origin tags name it first),
+    right against PyTorch under the interpreter at the op's sizes and at its other knobs."""
+    jobs = []
+    for name, (source, knobs) in ops.items():
+        path = op(tmp_path, name, source)
+        taken = [p for p in plan(ctx_for(path)) if p.origin.startswith(f"template:{kind}+")]
+        assert taken, name
+        jobs += [(path, p.source, k) for p in taken for k in ({}, knobs)]
+    results = run_ops(jobs, timeout=900)
+    bad = [(job[0], job[2], r["why"][-600:]) for job, r in zip(jobs, results) if not r["ok"]]
+    assert not bad, bad
+
+
 # Tiny launch settings force the streamed (multi-pass) rows path and several split programs.
 TINY = {"BLOCK_N_MAX": 16, "CHUNK": 16, "TILE": 32, "BLOCK": 64, "PROGRAMS": 3, "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
 

@@ -63,6 +63,26 @@ def get_inputs():
 def get_init_inputs():
     return [channels, groups]
 """, {"batch_size": 2, "width": 11}),
+    # a constructor's float scaling the tensor (bound to the module's attribute, not baked) and
+    # a number added, summed over the middle dim
+    "attribute_scaled_sum": ("""
+class Model(nn.Module):
+    def __init__(self, alpha):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return (torch.tanh(x) * self.alpha + 1.0).sum(dim=1)
+
+n = 4
+m = 24
+
+def get_inputs():
+    return [torch.randn(n, m, 3)]
+
+def get_init_inputs():
+    return [0.7]
+""", {"m": 13}),
     # a plain sum, no mean: a per-row scale and shift (a subtraction from a constant and a
     # negation on the way) summed over the last dim, keepdim
     "scaled_row_sum": ("""

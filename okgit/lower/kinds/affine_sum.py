@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from okgit.lower.fusion import Group
-from okgit.lower.graph import Graph, Node, replaced, reshapes
+from okgit.lower.graph import Bound, BoundInt, Graph, Node, replaced, reshapes
 from okgit.lower.kinds.base import TemplateKind, template_kind
 
 
@@ -131,11 +131,12 @@ def _found(graph: Graph) -> list[_Found]:
 
 
 def _product(factors: list[Any], dtype, new: list[Node]) -> Any:
-    """prod(factors) as nodes appended to `new` (numbers multiplied out), None for an empty product."""
+    """prod(factors) as nodes appended to `new` (plain numbers multiplied out; a constant bound to the
+    module's attributes kept as an operand, so the forward computes it), None for an empty product."""
     value: Any = None
     number = 1.0
     for f in factors:
-        if not isinstance(f, Node):
+        if not isinstance(f, (Node, Bound, BoundInt)):
             number *= float(f)
             continue
         value = f if value is None else _op("mul", value, f, dtype, new)
@@ -168,7 +169,7 @@ def _rewritten(f: _Found) -> tuple[list[Node], Node]:
     total = value if a is None else _op("mul", value, a, dtype, new)
     for sign, term in f.affine.terms:
         b = _product(term + ([scale] if scale is not None else []), dtype, new)
-        total = _op("add" if sign > 0 else "sub", total, b, dtype, new)
+        total = _op("add" if sign > 0 else "sub", total, 1.0 if b is None else b, dtype, new)
     result = total
     outer = tuple(d for d in f.dims if d not in f.inner)
     if outer:  # the rest of the sum (or mean), over the small result

@@ -7,7 +7,8 @@ its coefficients one value per (sample, channel). A mean of it over every dim bu
 (KernelBench L2/23, L2/27: a 3D convolution, a group norm, a mean) becomes the mean over the
 channels of weight * rstd * (mean(x over the positions) - mean) + bias: the norm's statistics and
 one more pass over x in whole contiguous rows (a (sample, channel) pair's positions), instead of a
-normalising pass that writes the norm's output for the mean to read again.
+normalising pass that writes the norm's output for the mean to read again. Offered where x is
+read from memory anyway (`_in_memory`).
 
 A mean (a sum divided by its own count) stays a mean: the inner sum divided by its count, the
 outer one by its own, each count taken in its reduction's kernel; a plain sum multiplies B by the
@@ -125,9 +126,19 @@ def _found(graph: Graph) -> list[_Found]:
         rank = len(e.shape)
         coefficients = affine.factors + [a for _, term in affine.terms for a in term]
         inner = set(dims).intersection(*(_constant_along(a, rank) for a in coefficients))
-        if inner and any(affine.x.shape[d] != 1 for d in inner):
+        if inner and any(affine.x.shape[d] != 1 for d in inner) and _in_memory(affine.x):
             found.append(_Found(r, mean, view, through, affine, dims, tuple(sorted(inner))))
     return found
+
+
+def _in_memory(x: Node) -> bool:
+    """Whether x is read from memory anyway: a call's output, an input or parameter, or a reshape
+    of one. One computed elementwise (L2/27's hardswish before its group norm) the partition
+    writes out for the two reductions that then read it (the norm's statistics, the inner sums),
+    2.2 GB on L2/27, which may cost what the rewrite saves (not measured): not offered there."""
+    while reshapes(x):
+        x = x.args[0]
+    return x.kind in ("extern", "input", "param")
 
 
 def _product(factors: list[Any], dtype, new: list[Node]) -> Any:

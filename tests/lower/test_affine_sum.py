@@ -63,8 +63,8 @@ def get_inputs():
 def get_init_inputs():
     return [channels, groups]
 """, {"batch_size": 2, "width": 11}),
-    # a constructor's float scaling the tensor (bound to the module's attribute, not baked) and
-    # a number added, summed over the middle dim
+    # a tensor centred on its mean, scaled by a constructor's float (bound to the module's
+    # attribute, not baked), a number added, summed over the middle dim
     "attribute_scaled_sum": ("""
 class Model(nn.Module):
     def __init__(self, alpha):
@@ -72,7 +72,7 @@ class Model(nn.Module):
         self.alpha = alpha
 
     def forward(self, x):
-        return (x * self.alpha + 1.0).sum(dim=1)
+        return ((x - x.mean(dim=1, keepdim=True)) * self.alpha + 1.0).sum(dim=1)
 
 n = 4
 m = 24
@@ -83,8 +83,8 @@ def get_inputs():
 def get_init_inputs():
     return [0.7]
 """, {"m": 13}),
-    # a plain sum, no mean: a per-row scale and shift (a subtraction from a constant and a
-    # negation on the way) summed over the last dim, keepdim
+    # a plain sum, no mean: a row shifted by its max, scaled per row (a subtraction from a
+    # constant and a negation on the way), summed over the last dim, keepdim
     "scaled_row_sum": ("""
 class Model(nn.Module):
     def __init__(self, n):
@@ -92,7 +92,7 @@ class Model(nn.Module):
         self.scale = nn.Parameter(torch.rand(n, 1) + 0.5)
 
     def forward(self, x):
-        return (1.5 - (-x) * self.scale).sum(dim=-1, keepdim=True)
+        return (1.5 - (-(x - x.amax(dim=-1, keepdim=True))) * self.scale).sum(dim=-1, keepdim=True)
 
 n = 6
 m = 40
@@ -123,6 +123,7 @@ def test_the_sum_is_taken_over_the_tensor_first_and_its_candidate_comes_first(tm
     "return torch.clamp(self.norm(x), -1.0, 1.0).mean(dim=[1, 2, 3])",  # not affine in x
     "return (self.norm(x) * x).sum(dim=[1, 2, 3])",  # a coefficient varying along every summed dim
     "return self.norm(torch.relu(x)).mean(dim=[1, 2, 3])",  # x computed elementwise: written out for both sums
+    "return (x * self.norm.weight[0] + 1.0).mean(dim=[1, 2, 3])",  # no reduction's pass to save
     "y = self.norm(x)\n        return y.mean(dim=[1, 2, 3]), y",  # the norm's output returned too
 ])
 def test_not_offered_where_the_sum_needs_each_element(tmp_path, forward):

@@ -7,8 +7,9 @@ its coefficients one value per (sample, channel). A mean of it over every dim bu
 (KernelBench L2/23, L2/27: a 3D convolution, a group norm, a mean) becomes the mean over the
 channels of weight * rstd * (mean(x over the positions) - mean) + bias: the norm's statistics and
 one more pass over x in whole contiguous rows (a (sample, channel) pair's positions), instead of a
-normalising pass that writes the norm's output for the mean to read again. Offered where x is
-read from memory anyway (`_in_memory`).
+normalising pass that writes the norm's output for the mean to read again. Offered where a
+coefficient comes from a reduction (`_reduced`: the pass the rewrite saves) and x is read from
+memory anyway (`_in_memory`).
 
 A mean (a sum divided by its own count) stays a mean: the inner sum divided by its count, the
 outer one by its own, each count taken in its reduction's kernel; a plain sum multiplies B by the
@@ -126,9 +127,26 @@ def _found(graph: Graph) -> list[_Found]:
         rank = len(e.shape)
         coefficients = affine.factors + [a for _, term in affine.terms for a in term]
         inner = set(dims).intersection(*(_constant_along(a, rank) for a in coefficients))
-        if inner and any(affine.x.shape[d] != 1 for d in inner) and _in_memory(affine.x):
+        if (inner and any(affine.x.shape[d] != 1 for d in inner) and _in_memory(affine.x)
+                and any(isinstance(a, Node) and _reduced(a) for a in coefficients)):
             found.append(_Found(r, mean, view, through, affine, dims, tuple(sorted(inner))))
     return found
+
+
+def _reduced(n: Node) -> bool:
+    """Whether n is computed from a reduction (a norm's mean or rstd): then e needs a pass of its
+    own over x after that reduction's, which the rewrite saves. Coefficients from parameters or
+    constants alone (x * scale + 1) save nothing the reduction's kernel does not fuse anyway."""
+    seen: set[int] = set()
+    todo = [n]
+    while todo:
+        m = todo.pop()
+        if m.kind == "reduce":
+            return True
+        if id(m) not in seen:
+            seen.add(id(m))
+            todo += m.inputs
+    return False
 
 
 def _in_memory(x: Node) -> bool:

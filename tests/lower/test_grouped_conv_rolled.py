@@ -26,8 +26,11 @@ from okgit.search.types import Context
 # name -> (module, forward, input shape, the rolled dim's output index in out.shape or None: the
 # direct path). Tiny, yet with several programs, partial tiles and a tail run at RUN = 2.
 CASES = {
-    # depthwise 3D, padding 1 along D: zero planes at both ends of every run's walk; bias, epilogue
-    "depthwise3d_bias_relu": ("nn.Conv3d(3, 3, 3, padding=1, groups=3)", "torch.relu(self.conv(x))", "2, 3, 5, 3, 6", 2),
+    # depthwise 3D, padding 1 along D: zero planes at both ends of every run's walk; bias, epilogue.
+    # One sample (two cost the interpreter twice the time): a sample is more output planes, its
+    # input plane and bias read by the lines rolling along D and H share, at 2 samples in
+    # grouped2d_prologue
+    "depthwise3d_bias_relu": ("nn.Conv3d(3, 3, 3, padding=1, groups=3)", "torch.relu(self.conv(x))", "1, 3, 5, 3, 6", 2),
     # rolled along D with a stride and dilation along H and W (the fixed dim and the columns)
     "depthwise3d_strided_inner": ("nn.Conv3d(3, 3, 3, stride=(1, 2, 2), padding=(2, 1, 2), dilation=(1, 2, 2), groups=3)",
                                   "self.conv(x) * 2.0", "1, 3, 4, 6, 7", 2),

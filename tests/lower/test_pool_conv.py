@@ -171,14 +171,20 @@ def lanes_at(name: str, source: str, knobs: dict[str, int]) -> tuple[int, ...]:
     - for a 3D op, at the windows other than its own: a window row across lanes is the last dim's
       (the tap axis, the same lines at 1, 2 or 3 dims), checked at every window by the 1D and 2D
       ops (max and average, prologues, ceil mode, dilation, padding) and in 3D at the op's own
-      window (3 taps a row: a whole chunk and a masked one); the 3D ops' windows at one lane."""
+      window (3 taps a row: a whole chunk and a masked one); the 3D ops' windows at one lane;
+    - for the 3D max pooling, at the windows other than its own, none: a depth's window (its
+      start, taps, bounds and the tile inside the input) is the same lines for the max and the
+      average, the 3D average's at those windows (which also counts its divisor over depth), and
+      a max's own lines (-inf start and padding after a prologue, NaN kept) are the 3D max's at
+      its own window and the 1D and 2D maxes' at every window."""
     window = {"k": 3, "s": 2, "d": 2, **knobs}
     dims = int(re.search(r"(\d)d", name)[1])
     roll = re.search(r"^FUSED_\w+_ROLL_CHUNK: int = (\d+)$", source, flags=re.MULTILINE)
     if roll and int(roll[1]) and dims > 1 and window["k"] > 1 and window["s"] == 1 and window["d"] == 1:
         return (1,)
-    own = not {"k", "s", "p", "d"} & set(knobs)
-    return (1, 2) if dims < 3 or own else (1,)
+    if dims < 3 or not {"k", "s", "p", "d"} & set(knobs):
+        return (1, 2)
+    return () if name.startswith("max") else (1,)
 
 
 def with_defaults(path: Path, knobs: dict[str, int]) -> Path:

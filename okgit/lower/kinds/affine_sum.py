@@ -4,7 +4,7 @@ Where e = A * x + B with A and B constant along some of the summed dims (`inner`
 over them is A * sum(x) + n * B, n their element count; the rest of the sum then runs over the
 small result. A group norm's output is (x - mean) * rstd * weight + bias: affine in its input x,
 its coefficients one value per (sample, channel). A mean of it over every dim but the batch
-(KernelBench L2/23, L2/27: a 3D convolution, a group norm, a mean) becomes the mean over the
+(KernelBench L2/23: a 3D convolution, a group norm, a mean) becomes the mean over the
 channels of weight * rstd * (mean(x over the positions) - mean) + bias: the norm's statistics and
 one more pass over x in whole contiguous rows (a (sample, channel) pair's positions), instead of a
 normalising pass that writes the norm's output for the mean to read again. Offered where a

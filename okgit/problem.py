@@ -13,9 +13,10 @@ import math
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from okgit.errors import OkgitError
+from okgit.registry import Registry
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 # A candidate must hold for every Model(...), not only the default one: the evaluator's
@@ -144,3 +145,22 @@ def perturb_floats(init: list[Any], names: list[str] | None = None) -> tuple[lis
 
 def _short(x: float) -> str:
     return repr(float(f"{x:.6g}"))
+
+
+# The op's work: the fewest FLOPs it needs, by the exact rewrites the registered work models know
+# (the roofline floor's, docs/evaluation.md "The op's work"). Declared here, below both the judge
+# that reads it and the lowering that fills it (okgit.lower.work, its built-in, imported when the
+# registry is first read): the evaluator never imports the lowering.
+WorkModel = Callable[[str, dict[str, int], float], "tuple[float, list[str]]"]
+WORK_MODELS: Registry[WorkModel] = Registry("work model", "okgit.work_models", builtins="okgit.lower.work")
+
+
+def least_work(source: str, knobs: dict[str, int], counted: float) -> tuple[float, list[str]]:
+    """The fewest FLOPs the op at these knobs needs, from its `counted` ones (torch's count of the
+    reference as written), and the rewrites that give it: the least over the work models."""
+    best, names = counted, []
+    for entry in WORK_MODELS.entries():
+        flops, rewrites = entry.factory(source, knobs, counted)
+        if flops < best:
+            best, names = flops, rewrites
+    return best, names

@@ -8,33 +8,29 @@ otherwise a correct kernel of such a rewrite is rejected as a cheat (L2/51's ran
 H100 against a floor of 1061 us from the counted FLOPs). The fewest is a property of the op,
 found from the reference alone (its graph, okgit.lower.trace), the same for every candidate
 whoever wrote it; the floor's bytes term (every input and parameter read once, every output
-written once) is unchanged.
+written once) is unchanged. The judge reads it through okgit.problem.least_work, whose registry
+of work models names this module as its built-in: the evaluator never imports the lowering.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from okgit.lower.graph import Unsupported
 from okgit.lower.kinds import kinds
 from okgit.lower.trace import trace
+from okgit.problem import WORK_MODELS
 
 
-@dataclass(frozen=True)
-class Work:
-    flops: float  # the fewest: the counted less what the rewrites save
-    rewrites: list[str] = field(default_factory=list)  # the kinds whose rewrites save FLOPs here
-
-
-def least_work(source: str, knobs: dict[str, int], counted: float) -> Work:
-    """The fewest FLOPs the op at these knobs needs, from the `counted` ones (FlopCounterMode's on
-    the reference). An op okgit cannot trace keeps its counted FLOPs: the stricter floor."""
+@WORK_MODELS.register("rewrites")
+def rewrites_work(source: str, knobs: dict[str, int], counted: float) -> tuple[float, list[str]]:
+    """The fewest FLOPs the op at these knobs needs by the kinds' exact rewrites, from the
+    `counted` ones (FlopCounterMode's on the reference), and the kinds whose rewrites save them.
+    An op okgit cannot trace keeps its counted FLOPs: the stricter floor."""
     if counted <= 0:
-        return Work(counted)
+        return counted, []
     try:
         graph = trace(source, knobs)
     except Unsupported:
-        return Work(counted)
+        return counted, []
     saved = {kind.name: kind.saved_flops(graph) for kind in kinds()}
     rewrites = [name for name, flops in saved.items() if flops > 0]
-    return Work(max(counted - sum(saved[name] for name in rewrites), 0.0), rewrites)
+    return max(counted - sum(saved[name] for name in rewrites), 0.0), rewrites

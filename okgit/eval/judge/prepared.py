@@ -15,6 +15,7 @@ from okgit.eval.protocol.checks import LeafTolerance
 from okgit.eval.protocol.jobs import Case, CheckedTiming, Job, flatten
 from okgit.eval.worker import calls
 from okgit.eval.worker.measure import TIMING_SET_BYTES, checked_timing_bytes
+from okgit.problem import least_work
 
 
 @dataclass
@@ -135,8 +136,6 @@ def count_cost(torch: Any, prep: Prepared, device: str) -> dict[str, Any]:
     bytes: inputs and parameters read once, outputs written once."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from okgit.lower.work import least_work
-
     arm = prep.arms[0]
     inputs = calls.draw_inputs(torch, arm.module, prep.cases["s0"], device)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
@@ -149,9 +148,9 @@ def count_cost(torch: Any, prep: Prepared, device: str) -> dict[str, Any]:
                                                                        if isinstance(x, torch.Tensor)]})
     counted = float(counter.get_total_flops())
     with open(prep.job.source_path, encoding="utf-8") as f:
-        work = least_work(f.read(), prep.shapes[0], counted)
-    # "flops": the work the op needs (okgit.lower.work), what the roofline's floor and position read
-    return {"flops": work.flops, "counted_flops": counted, "rewrites": work.rewrites,
+        flops, rewrites = least_work(f.read(), prep.shapes[0], counted)
+    # "flops": the work the op needs (okgit.problem.least_work), what the roofline's floor and position read
+    return {"flops": flops, "counted_flops": counted, "rewrites": rewrites,
             "min_bytes": float(read + calls.nbytes(leaves)), "dtypes": dtypes}
 
 

@@ -26,9 +26,8 @@ from typing import Any
 
 import torch
 
-from okgit.lower.fusion import Group
 from okgit.lower.graph import Bound, BoundInt, Graph, Node, replaced, reshapes
-from okgit.lower.kinds.base import TemplateKind, template_kind
+from okgit.lower.kinds.base import RewriteKind, template_kind
 
 
 @dataclass
@@ -181,7 +180,7 @@ def _op(op: str, a: Any, b: Any, dtype, new: list[Node]) -> Node:
     return new[-1]
 
 
-def _rewritten(f: _Found) -> tuple[list[Node], Node]:
+def _rewritten(f: _Found) -> list[Node]:
     """The nodes computing f's sum (or mean) from x's inner sums, the last giving its value."""
     x, r, dtype = f.affine.x, f.r, f.r.dtype
     kept = tuple(1 if d in f.inner else s for d, s in enumerate(x.shape))
@@ -215,15 +214,14 @@ def _rewritten(f: _Found) -> tuple[list[Node], Node]:
         result = new[-1]
     if result.shape != r.shape:  # its dims of 1 dropped where r keeps none
         new.append(Node("view", "view", (result,), r.shape, dtype))
-        result = new[-1]
-    return new, result
+    return new
 
 
 def rewritten(graph: Graph) -> Graph:
     """The graph with each such sum (or mean) taken over x first."""
     while found := _found(graph):
         f = found[0]
-        new, _ = _rewritten(f)
+        new = _rewritten(f)
         users = graph.users()
         gone = {id(n) for n in [f.r, *([f.view] if f.view else []), *([f.mean] if f.mean else [])]}
         gone |= {id(u) for u in users[id(f.r)] if u.kind == "count"}
@@ -236,13 +234,10 @@ def rewritten(graph: Graph) -> Graph:
 
 
 @template_kind(order=-2)  # a rewrite alone, as linear_sum
-class AffineSum(TemplateKind):
+class AffineSum(RewriteKind):
     """Its `rewrite` takes the sums over x first; it lowers no group itself."""
 
     name = "affine_sum"
-    optional = True
-    before_plain = True
-    rewrite_only = True
     label = "sum over an affine function of a tensor taken over the tensor first"
 
     def offered(self, graph: Graph) -> bool:
@@ -250,6 +245,3 @@ class AffineSum(TemplateKind):
 
     def rewrite(self, graph: Graph) -> Graph:
         return rewritten(graph)
-
-    def claims(self, g: Group, low) -> bool:
-        return False

@@ -160,6 +160,19 @@ class TemplateKind:
         raise NotImplementedError
 
 
+class RewriteKind(TemplateKind):
+    """A kind whose work is its `rewrite` alone (an algebraic one: linear_sum, affine_sum): optional,
+    its candidate before the same one without it, lowering no group (the other kinds lower the
+    rewritten graph), named first in the origin tag."""
+
+    optional = True
+    before_plain = True
+    rewrite_only = True
+
+    def claims(self, g: Group, low: Lowering) -> bool:
+        return False
+
+
 KINDS: Registry[type[TemplateKind]] = Registry("template kind", "okgit.template_kinds")
 
 

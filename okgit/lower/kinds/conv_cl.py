@@ -310,7 +310,6 @@ class ConvChannelsLast(TemplateKind):
         stats.lines += folded.lines
         for leaf in leaves.values():  # the normalisation's tile has parts of its own
             leaf.offset, leaf.mask = laid[id(leaf)]
-        conv.offset = "nhwc"
         index_by_part(code, leaves.values(), (("row", {0, 1, 2}, "row_mask"), ("col", space, "col_mask")), mixed="mask")
         per_row = Scope(None, "flat", "row_mask")
         for k, r in enumerate(reduces):

@@ -21,9 +21,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from okgit.lower.fusion import Group
 from okgit.lower.graph import Bound, Graph, Node, module_expr, replaced, rewired
-from okgit.lower.kinds.base import TemplateKind, template_kind
+from okgit.lower.kinds.base import RewriteKind, template_kind
 
 LINEAR = "aten.linear.default"
 MATMULS = ("aten.mm.default", "aten.matmul.default")
@@ -151,13 +150,10 @@ def _counted(graph: Graph, counts: list[Node], count: Bound) -> Graph:
 
 
 @template_kind(order=-1)  # before the GEMM's: with the sum folded, no GEMM is left to take
-class LinearSum(TemplateKind):
+class LinearSum(RewriteKind):
     """Its `rewrite` folds the sums; it lowers no group itself."""
 
     name = "linear_sum"
-    optional = True
-    before_plain = True
-    rewrite_only = True
     label = "sum over a linear's outputs folded into its weight"
 
     def offered(self, graph: Graph) -> bool:
@@ -176,6 +172,3 @@ class LinearSum(TemplateKind):
             m = math.prod(s.y.args[0].shape) // k
             saved += 2.0 * m * n * k - (n * k + 2.0 * m * k)
         return saved
-
-    def claims(self, g: Group, low) -> bool:
-        return False

@@ -66,7 +66,7 @@ class Streams(_TimingGate):
 @gate(240)
 class Roofline(_TimingGate):
     name = "roofline"
-    # the op's work: the fewest FLOPs of the exact rewrites okgit knows (okgit.lower.work)
+    # the op's work: the fewest FLOPs of the exact rewrites okgit knows (okgit.problem.least_work)
     rule = "A time below the roofline floor (less work than the op needs) is rejected as implausible."
 
     def check(self, ev: Evidence, found: Findings) -> None:

@@ -1,0 +1,61 @@
+"""Where a judge's device memory goes: the reference's preparation in this process, its memory
+phase by phase (allocated at each phase's end) and every large device tensor still alive after it,
+with what holds it. For a problem whose judge runs out of memory (KernelBench L1/96)."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def census(torch, least: int) -> list[str]:
+    gc.collect()
+    rows = []
+    for o in gc.get_objects():
+        if isinstance(o, torch.Tensor) and o.is_cuda and o.untyped_storage().nbytes() >= least:
+            holders = [type(r).__name__ + (f"[{len(r)}]" if isinstance(r, (list, tuple, dict)) else "")
+                       for r in gc.get_referrers(o) if r is not rows]
+            rows.append(f"{tuple(o.shape)} {o.dtype} {o.untyped_storage().nbytes() / 2**30:.2f} GiB held by {holders[:6]}")
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kb", default=".kb")
+    parser.add_argument("--problem", default="1:96")
+    parser.add_argument("--measure", action="store_true", help="the reference's timing too")
+    args = parser.parse_args()
+    import torch
+
+    from okgit.eval.judge.process import Judge
+    from okgit.eval.parent.reference import judge_job
+    from okgit.eval.protocol.jobs import Timing
+    from okgit.problem import load_problem
+
+    level, pid = args.problem.split(":")
+    path = next((Path(args.kb) / "KernelBench" / f"level{level}").glob(f"{pid}_*.py"))
+    problem = load_problem(path)
+    job = judge_job(problem, "cuda", str(path), [0, 1, 2, 3, 4], 2**34, None,
+                    Timing(warmup=3, samples=10) if args.measure else None)
+    judge = Judge("cuda")
+    judge.memory_trace = []
+    try:
+        judge.prepare(job)
+    finally:
+        for name, peak, end, reserved, secs in judge.memory_trace or []:
+            print(f"{name:40s} peak {peak / 2**30:7.2f} GiB  end {end / 2**30:7.2f}  reserved {reserved / 2**30:7.2f}  {secs} s")
+        print(f"now allocated {torch.cuda.memory_allocated() / 2**30:.2f} GiB")
+        for row in census(torch, 2**28):
+            print(row)
+    if args.measure:
+        judge.measure()
+        print(f"after timing: allocated {torch.cuda.memory_allocated() / 2**30:.2f} GiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,14 +13,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def census(torch, least: int) -> list[str]:
+    """Every live device tensor of `least` bytes or more, with its holders up to three levels
+    out (a frame by its function and line: the holder a leak most often is)."""
     gc.collect()
     rows = []
     for o in gc.get_objects():
         if isinstance(o, torch.Tensor) and o.is_cuda and o.untyped_storage().nbytes() >= least:
-            holders = [type(r).__name__ + (f"[{len(r)}]" if isinstance(r, (list, tuple, dict)) else "")
-                       for r in gc.get_referrers(o) if r is not rows]
-            rows.append(f"{tuple(o.shape)} {o.dtype} {o.untyped_storage().nbytes() / 2**30:.2f} GiB held by {holders[:6]}")
+            rows.append(f"{tuple(o.shape)} {o.dtype} {o.untyped_storage().nbytes() / 2**30:.2f} GiB: "
+                        + "; ".join(chain(o, 3, {id(rows)})))
     return rows
+
+
+def chain(obj, depth: int, skip: set[int]) -> list[str]:
+    import types
+
+    out = []
+    for r in gc.get_referrers(obj):
+        if id(r) in skip or isinstance(r, types.FrameType) and r.f_code.co_name in ("census", "chain"):
+            continue
+        if isinstance(r, types.FrameType):
+            out.append(f"frame {r.f_code.co_name} ({Path(r.f_code.co_filename).name}:{r.f_lineno})")
+            continue
+        name = type(r).__name__ + (f"[{len(r)}]" if isinstance(r, (list, tuple, dict)) else "")
+        up = chain(r, depth - 1, skip | {id(obj)}) if depth > 1 else []
+        out.append(name + (" <- (" + ", ".join(up[:4]) + ")" if up else ""))
+    return out[:6]
 
 
 def main() -> int:

@@ -45,6 +45,8 @@ def main() -> int:
     parser.add_argument("--kb", default=".kb")
     parser.add_argument("--problem", default="1:96")
     parser.add_argument("--measure", action="store_true", help="the reference's timing too")
+    parser.add_argument("--no-profiler", action="store_true",
+                        help="without torch.profiler's start beside the preparation (the judge's process has it)")
     args = parser.parse_args()
     import torch
 
@@ -59,7 +61,10 @@ def main() -> int:
     job = judge_job(problem, "cuda", str(path), [0, 1, 2, 3, 4], 2**34, None,
                     Timing(warmup=3, samples=10) if args.measure else None)
     judge = Judge("cuda")
-    judge.memory_trace = []
+    if not args.no_profiler:
+        from okgit.eval.worker import calls
+
+        judge.profiler_session = calls.open_profiler_aside("cuda")
     try:
         judge.prepare(job)
     finally:

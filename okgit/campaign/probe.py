@@ -158,7 +158,10 @@ def _clone(x: Any) -> Any:
     return x.detach().clone() if isinstance(x, torch.Tensor) else x
 
 
-def _profile(torch: Any, model: Any, inputs: list[Any], device: str, calls: int, with_stack: bool) -> list[Any]:
+def _profile(torch: Any, model: Any, inputs: list[Any], device: str, calls: int, with_stack: bool,
+             tree: bool = False) -> list[Any]:
+    """The events of `calls` model calls: torch's list of them, or (`tree`) the roots of the
+    profiler's own tree of them (torch._C._profiler._ProfilerEvent, read lazily)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
@@ -170,21 +173,52 @@ def _profile(torch: Any, model: Any, inputs: list[Any], device: str, calls: int,
                 model(*inputs)
         if device == "cuda":
             torch.cuda.synchronize()
-    return list(prof.events())
+    return prof.profiler.kineto_results.experimental_event_tree() if tree else list(prof.events())
 
 
 def _call_sites(torch: Any, model: Any, inputs: list[Any], device: str, file_name: str) -> list[str | None]:
     """The model file's line of each op one call makes outside every leaf, in order. torch's
     profiler at times reads a Python frame's name as bytes that are not UTF-8 (torch 2.13 on a
     CPU: 2 runs in 6 for a forward that writes a file): such a call is profiled again, and after
-    three failures the call sites are named by their ops alone (`aten::softmax`)."""
+    three failures the call sites are named by their ops alone (`aten::softmax`).
+
+    Read from the profiler's own tree of events, not torch's list of them (prof.events()): that
+    list is built in Python, an object an event, every Python frame one, and a forward that runs
+    much Python took 25 s to build it for one call (the small model of tests/campaign patched with
+    okgit's kernels, under Triton's interpreter on a CPU: 546,000 frames, the call itself 3 s);
+    the tree holds the same events, and a leaf's frames are passed over by its range, not read
+    (2 ms there). The sites are the same either way."""
     for _ in range(3):
         try:
-            staged = _profile(torch, model, inputs, device, calls=1, with_stack=True)
+            roots = _profile(torch, model, inputs, device, calls=1, with_stack=True, tree=True)
+            return [_site(e, file_name) for e in _outside_tree(roots)]
         except UnicodeDecodeError:
             continue
-        return [_site(e, file_name) for e in _outside(staged)]
     return []
+
+
+def _outside_tree(roots: list[Any]) -> list[Any]:
+    """_outside's ops in the profiler's tree (`roots`): the outermost aten ops that no leaf's range
+    holds, in order. The tree nests a leaf's range under the hook that opened it (the hook's
+    frame ends first), not around the leaf's forward, so a range is a span of time here: what
+    starts within one is inside that leaf (torch's list nests by time alone, the same thing)."""
+    found: list[Any] = []
+    ends: list[int] = []  # the ends of the leaves' ranges open at this event's start, outermost first
+    stack = list(reversed(roots))
+    while stack:
+        e = stack.pop()  # depth first, children in order: by start time
+        while ends and ends[-1] < e.start_time_ns:
+            ends.pop()
+        if e.name.startswith(RANGE):
+            ends.append(e.end_time_ns)
+        elif not ends:
+            if e.name.startswith("aten::"):
+                found.append(e)  # not what it calls
+                continue
+            stack.extend(reversed(e.children))
+        elif e.end_time_ns > ends[0]:  # the hook that closes a range: what runs there after it is outside
+            stack.extend(reversed(e.children))
+    return found
 
 
 def _time(e: Any, device: str) -> float:
@@ -257,14 +291,15 @@ def _inside(e: Any, test: Any) -> bool:
 
 
 def _site(e: Any, model_file: str) -> str | None:
-    """`model.py:42 aten::matmul`: the nearest frame of the model file above the op."""
-    p = e.cpu_parent
+    """`model.py:42 aten::matmul`: the nearest frame of the model file above the op (an event
+    of the profiler's tree)."""
+    p = e.parent
     while p is not None:
         name = str(p.name)
         if model_file in name and "(" in name:
             path, _, rest = name.partition("(")
             return f"{Path(path).name}:{rest.split(')')[0]} {e.name}"
-        p = p.cpu_parent
+        p = p.parent
     return None
 
 

@@ -20,18 +20,11 @@ import tempfile
 from pathlib import Path
 
 SCRIPT = r'''
-import dataclasses, json, sys, types, torch
-from triton.runtime import interpreter
+import json, sys, types, torch
+from okgit.backends.triton import interpret_as_compiled
 from okgit.problem import INIT_FLOAT_FACTOR, perturb_floats  # the evaluator's own init_inputs case
 
-# Without the interpreter's int32 overflow sanitizer (InterpreterOptions.sanitize_overflow, on by
-# default there; compiled kernels have it only in Triton's debug mode): it redoes every int32
-# add, sub and mul in int64 with two compares and an assert, a third of these jobs' time (the
-# pool fold's: 52 s -> 36 s). An index past 2**31 needs inputs far larger than any job here,
-# and what these jobs check (values, NaN, every element written, two calls alike) does not read
-# it. The evaluator's own workers keep it: candidates judged through them still run it.
-_builder = interpreter.interpreter_builder
-_builder.options = dataclasses.replace(_builder.options, sanitize_overflow=False)
+interpret_as_compiled()  # as the evaluator's CPU workers run kernels: no int32 overflow sanitizer
 
 def load(path, knobs):
     mod = types.ModuleType("op")

@@ -1,4 +1,4 @@
-"""Triton backend: counting kernel launches inside the worker.
+"""Triton backend: counting kernel launches inside the worker, and the interpreter run as kernels compile.
 
 Launches are counted by wrapping `run` on the classes that every `kernel[grid](...)` call goes
 through: `JITFunction` (compiled) and `InterpretedFunction` (TRITON_INTERPRET=1).
@@ -65,6 +65,24 @@ def install_launch_counter() -> LaunchCounter:
     for cls in classes:
         cls.run = _counting(cls.run, counter)
     return counter
+
+
+def interpret_as_compiled() -> None:
+    """Triton's interpreter (TRITON_INTERPRET=1) without its int32 overflow sanitizer outside
+    Triton's debug mode, as a GPU compiles kernels. The interpreter redoes every int32 add,
+    subtract and multiply in int64 and compares the result with int32's range, then drops the
+    assertion those comparisons feed unless the debug mode is on: about a third of a kernel's
+    time under the interpreter for nothing (KernelBench's pooling kernels, 2026-12-06). Compiled
+    kernels leave the sanitizer out outside the debug mode (Triton's CUDA backend). For this
+    process; a Triton without the option is left as it is."""
+    import dataclasses
+
+    from triton.runtime import interpreter
+
+    builder = getattr(interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if options is not None and hasattr(options, "sanitize_overflow"):
+        builder.options = dataclasses.replace(options, sanitize_overflow=bool(options.debug))  # type: ignore[union-attr]
 
 
 def _counting(run: Callable[..., Any], counter: LaunchCounter) -> Callable[..., Any]:

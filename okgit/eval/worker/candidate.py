@@ -65,6 +65,7 @@ class Worker:
             from okgit.backends import libdevice_cpu
 
             libdevice_cpu.install()  # libdevice's math, which Triton's interpreter lacks
+            triton_backend.interpret_as_compiled()
         self.timing_only = timing_only
         calls.warm_up(torch, device)
         self.entry_points = Snapshot()  # after the hooks above, before any candidate code

@@ -490,6 +490,9 @@ def check_machine(args: argparse.Namespace, need_kb: bool, or_else: str = "") ->
     holding level1/."""
     if args.smoke:
         os.environ["TRITON_INTERPRET"] = "1"
+        from okgit.backends.triton import interpret_as_compiled
+
+        interpret_as_compiled()  # kernels run as the evaluator's CPU workers run them
     import torch
 
     if not args.smoke and not torch.cuda.is_available():

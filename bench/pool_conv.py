@@ -294,6 +294,9 @@ def device_for(smoke: bool) -> str | None:
     or None where there is no GPU."""
     if smoke:
         os.environ["TRITON_INTERPRET"] = "1"
+        from okgit.backends.triton import interpret_as_compiled
+
+        interpret_as_compiled()  # kernels run as the evaluator's CPU workers run them
         return "cpu"
     import torch
 

@@ -152,6 +152,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.smoke:
         os.environ["TRITON_INTERPRET"] = "1"
+        from okgit.backends.triton import interpret_as_compiled
+
+        interpret_as_compiled()  # kernels run as the evaluator's CPU workers run them
     import torch
 
     from okgit.eval.types import Reference

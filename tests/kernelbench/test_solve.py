@@ -106,3 +106,29 @@ def test_an_interrupted_run_is_said_so_and_the_next_call_resumes_it(tmp_path):
     evaluator = Counting()
     third = solve(op, FLAGS, resume=runs[0], evaluator=evaluator)
     assert third.run == again.run and third.checked and evaluator.references == 0
+
+
+def test_a_run_stopped_between_a_verdict_and_its_tag_tags_it_on_resume(tmp_path, monkeypatch):
+    """A signal after a candidate is judged correct (its verdict and trace written) and before it
+    is committed and tagged: the resumed run tags it, rather than ending `fallback` with a correct
+    kernel it never handed out (the race tests/kernelbench/test_sweep_resume.py met under load)."""
+    from okgit.git.workspace import RunSpace
+
+    op = repo(tmp_path)
+    flags = {**FLAGS, "inductor": False}
+    accept = RunSpace.accept
+
+    def stopped(self, cand, source, message):
+        raise KeyboardInterrupt()
+
+    monkeypatch.setattr(RunSpace, "accept", stopped)
+    first = solve(op, flags, evaluator=Counting())
+    assert first.interrupted
+    (run_id,) = [d.name for d in (op.parent / ".okgit" / "runs").iterdir()]
+    events = journal(op, run_id)
+    assert any(e["type"] == "evaluated" and e["correct"] for e in events)
+    assert not any(e["type"] == "accepted" for e in events)
+    monkeypatch.setattr(RunSpace, "accept", accept)
+    again = solve(op, flags, resume=run_id, evaluator=Counting())
+    assert again.run is not None and again.run["status"] == RunStatus.optimized and again.run["best_tag"]
+    assert [e["cand"] for e in journal(op, run_id) if e["type"] == "accepted"][0] == "c001"

@@ -489,10 +489,9 @@ def check_machine(args: argparse.Namespace, need_kb: bool, or_else: str = "") ->
     KernelBench folder), else None; --smoke turns Triton's interpreter on, args.kb becomes the folder
     holding level1/."""
     if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"
-        from okgit.backends.triton import interpret_as_compiled
+        from okgit.backends.triton import interpret_on_cpu
 
-        interpret_as_compiled()  # kernels run as the evaluator's CPU workers run them
+        interpret_on_cpu()
     import torch
 
     if not args.smoke and not torch.cuda.is_available():

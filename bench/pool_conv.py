@@ -293,10 +293,9 @@ def device_for(smoke: bool) -> str | None:
     """'cpu' under Triton's interpreter (`smoke`; set before triton is imported), else 'cuda',
     or None where there is no GPU."""
     if smoke:
-        os.environ["TRITON_INTERPRET"] = "1"
-        from okgit.backends.triton import interpret_as_compiled
+        from okgit.backends.triton import interpret_on_cpu
 
-        interpret_as_compiled()  # kernels run as the evaluator's CPU workers run them
+        interpret_on_cpu()
         return "cpu"
     import torch
 

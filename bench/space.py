@@ -151,10 +151,9 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"
-        from okgit.backends.triton import interpret_as_compiled
+        from okgit.backends.triton import interpret_on_cpu
 
-        interpret_as_compiled()  # kernels run as the evaluator's CPU workers run them
+        interpret_on_cpu()
     import torch
 
     from okgit.eval.types import Reference

@@ -285,11 +285,6 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
         log("accepted", cand=attempt.cand, tag=tag, commit=commit, speedup=r.speedup)
         return tag
 
-    if resumed:  # a correct candidate whose run stopped after its verdict, before its tag: tagged now
-        for attempt in ctx.attempts:
-            if attempt.result.correct and attempt.tag is None:
-                attempt.tag = accept(attempt)
-
     # Signal handlers can only be set from the main thread (library callers may use others).
     in_main = threading.current_thread() is threading.main_thread()
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
@@ -297,6 +292,10 @@ def _run(space, config: Config, problem: Problem, reference: Reference, evaluato
         iterations=config.iteration_budget, patience=config.patience, time_s=config.time_budget_s,
         usd=config.budget_usd, target_speedup=config.target_speedup), accept, mode="fast", profiler=config.profiler)
     try:
+        if resumed:  # a correct candidate whose run stopped after its verdict, before its tag: tagged now
+            for attempt in ctx.attempts:
+                if attempt.result.correct and attempt.tag is None:
+                    attempt.tag = accept(attempt)
         stop_reason = search.run(proposers)
         log("note", message=f"search ended: {stop_reason}")
         try:

@@ -67,6 +67,16 @@ def install_launch_counter() -> LaunchCounter:
     return counter
 
 
+def interpret_on_cpu() -> None:
+    """Triton kernels of this process run on the CPU under the interpreter, as the evaluator's CPU
+    workers run them (`interpret_as_compiled`). Call it before Triton is first imported: the
+    interpreter is chosen at import."""
+    import os
+
+    os.environ["TRITON_INTERPRET"] = "1"
+    interpret_as_compiled()
+
+
 def interpret_as_compiled() -> None:
     """Triton's interpreter (TRITON_INTERPRET=1) without its int32 overflow sanitizer outside
     Triton's debug mode, as a GPU compiles kernels. The interpreter redoes every int32 add,

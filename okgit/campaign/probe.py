@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import os
 import statistics
 import sys
 import time
@@ -56,10 +55,9 @@ def probe(model_path: Path, device: str) -> dict[str, Any]:
     if device == "cpu":
         # a model patched with okgit's kernels runs them on a CPU under Triton's interpreter only,
         # as the evaluator's CPU workers do; set before Triton is first imported (the model's import)
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-        from okgit.backends.triton import interpret_as_compiled
+        from okgit.backends.triton import interpret_on_cpu
 
-        interpret_as_compiled()
+        interpret_on_cpu()
         # One thread: on a shared CPU a pool of threads waits at every op for the one whose core
         # is taken (a small MLP at load 4 on 2 cores: 64 ms a call with the pool, 0.56 ms on one
         # thread), and the ranking would be the scheduler's, not the model's.

@@ -222,3 +222,73 @@ def test_a_prepared_judge_sizes_a_checked_timing_from_its_seed_case():
     assert got["case"] >= got["set"] + got["output"]
     assert got["timing"] == checked_timing_bytes(got["inputs"], got["outputs"], 5, 10) and got["none"] is None
     assert must_release(False, got["timing"] - 1, got["case"], got["timing"])  # told the device is that small
+
+
+def test_held_bytes_count_each_storage_once_and_whole_and_compact_copies_only_views():
+    import torch
+
+    from okgit.eval.worker import calls
+
+    base = torch.zeros(64, 256)
+    loss = torch.nn.functional.mse_loss(base, torch.ones(64, 256))  # a 0-dim view of its reduction's storage
+    assert loss.nbytes == 4 and calls.held_bytes([loss]) == loss.untyped_storage().nbytes() > 4
+    assert calls.held_bytes([base, base[1:], base.t()]) == base.nbytes  # views of one storage: once
+    kept = calls.compact([loss, base, 3])
+    assert kept[0].untyped_storage().nbytes() == 4 and torch.equal(kept[0], loss)
+    assert kept[1] is base and kept[2] == 3  # a tensor of its own storage and a constant stay as they are
+
+
+LOSS = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, predictions, targets):
+        return torch.nn.functional.smooth_l1_loss(predictions, targets)
+
+
+batch_size = 64
+dim = 256
+
+
+def get_inputs():
+    return [torch.rand(batch_size, dim), torch.rand(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+KEPT = """
+import json, sys
+
+from okgit.eval.judge.process import Judge
+from okgit.eval.parent.reference import judge_job
+from okgit.problem import load_problem
+
+path = sys.argv[1]
+judge = Judge("cpu")
+judge.prepare(judge_job(load_problem(path), "cpu", path, [0, 1, 2], 2**30, None, None))
+prep = judge.prep
+kept = [t for native, f64 in prep.cache.values() for t in native + (f64 or [])]
+print(json.dumps({"cases": sorted(prep.cache), "cached": prep.cached_bytes, "elements": sum(t.nbytes for t in kept),
+                  "storages": sum(t.untyped_storage().nbytes() for t in kept), "output": prep.output_bytes}))
+"""
+
+
+@pytest.mark.slow  # a judge of its own in a Python process (torch, Triton's interpreter)
+def test_the_judge_keeps_a_losss_value_not_the_storage_it_views(tmp_path: Path):
+    """KernelBench L1/96 (smooth_l1_loss of two 32768 x 32768 inputs) ran out of an H100's and an
+    H200's memory in its judge: each case's 0-dim losses (native and float64) kept the full-size
+    storage their reduction ran in, 12 GiB a case, while the cache counted 12 bytes. The judge keeps
+    the values alone, and counts an output in flight at what it holds."""
+    path = tmp_path / "huber.py"
+    path.write_text(LOSS)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", KEPT, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {"s0", "s1", "s2", "signed"} <= set(got["cases"])
+    assert got["cached"] == got["elements"] == got["storages"] == len(got["cases"]) * (4 + 8)  # fp32 and fp64 losses
+    assert got["output"] == 64 * 256 * 4  # the loss's storage, as the reference's call holds it

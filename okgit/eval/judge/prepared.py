@@ -60,7 +60,7 @@ class Prepared:
     def forget(self, case: Case) -> None:
         self.arms.pop(case.model, None)
         self.cases.pop(case.id, None)
-        nbytes = sum(calls.nbytes(part or []) for part in self.cache.pop(case.id, ([], None)))
+        nbytes = sum(calls.held_bytes(part or []) for part in self.cache.pop(case.id, ([], None)))
         self.cached_bytes -= nbytes
 
     def drop_nonfinite(self, stats: dict[str, CaseStats], dropped: list[str]) -> list[Case]:

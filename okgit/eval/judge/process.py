@@ -117,10 +117,13 @@ class Judge:
             result["calls"][case.id] = facts
             if "parts" in facts:
                 prep.parts[case.id] = facts["parts"]
-            if not first:
-                first.extend(native)
             stats[case.id] = self.stats(native, f64, inputs_bytes, first if case.id != "s0" else None,
                                         self.layout_outputs.pop(case.id, None))
+            # what is kept beyond the case holds its outputs' elements alone, not the storage they
+            # may be views of (calls.compact)
+            native, f64 = calls.compact(native), calls.compact(f64) if f64 is not None else None
+            if not first:
+                first.extend(native)
             self.keep(case, native, f64)
 
         with calls.poisoned(torch):
@@ -249,7 +252,7 @@ class Judge:
         if case.kind == "modes":
             return self.compute_modes(case, arm, record)
         inputs = calls.draw_inputs(torch, arm.module, case, self.device)
-        inputs_bytes = calls.nbytes(inputs)
+        inputs_bytes = calls.held_bytes(inputs)
         f64 = None
         if arm.double is not None:
             # float64 first, then the inputs drawn again for the native call: the native inputs and
@@ -311,7 +314,7 @@ class Judge:
                                           buffers=buffers, gates=gates, convert=doubled).leaves
             except Exception:  # noqa: BLE001 - no float64 path, or it does not fit: the native outputs stand
                 f64 = None
-        return native.leaves, f64, native.facts, calls.nbytes(native.leaves)
+        return native.leaves, f64, native.facts, calls.held_bytes(native.leaves)
 
     def stats(self, native: list[Any], f64: list[Any] | None, inputs_bytes: int, first: list[Any] | None,
               layout: list[Any] | None = None) -> CaseStats:
@@ -329,14 +332,14 @@ class Judge:
             scales=[magnitude(t, f64[j] if f64 else None) if floats[j] else 0.0 for j, t in enumerate(native)],
             dtypes=[str(t.dtype).replace("torch.", "") if floats[j] else "" for j, t in enumerate(native)],
             summary=summarize_outputs(native, first),
-            nbytes=inputs_bytes + calls.nbytes(native),
+            nbytes=inputs_bytes + calls.held_bytes(native),
             input_bytes=inputs_bytes,
         )
 
     def keep(self, case: Case, native: list[Any], f64: list[Any] | None) -> None:
         """Keep the case's expected outputs for later checks while they fit the cache."""
         assert self.prep is not None
-        size = calls.nbytes(native) + calls.nbytes(f64 or [])
+        size = calls.held_bytes(native) + calls.held_bytes(f64 or [])
         if self.prep.cached_bytes + size <= self.prep.job.cache_bytes:
             self.prep.cache[case.id] = (native, f64)
             self.prep.cached_bytes += size

@@ -19,6 +19,7 @@ from okgit.eval.worker.tensors import chunks
 
 LEAF = {"exact": True}
 SIZE = 5  # elements per chunk: most tensors below end in a partial chunk
+CASES = 600  # random outputs compared (fewer under Triton's interpreter: tests/eval/test_fused_check.py)
 
 
 @pytest.fixture(autouse=True)
@@ -132,14 +133,14 @@ def _case(rng: random.Random) -> tuple[Any, Any, Any, LeafTolerance]:
 def test_the_comparison_finds_what_its_former_implementation_found():
     rng = random.Random(20261203)
     paths = {"pass": 0, "fail": 0}
-    for _ in range(600):
+    for _ in range(CASES):
         out, native, f64, tol = _case(rng)
         assert reference_error(native, f64) == old_reference_error(native, f64)
         assert magnitude(native, f64) == old_magnitude(native, f64)
         new, old = check_leaf(out, LEAF, native, f64, tol, "seeds"), old_check_floats(out, native, f64, tol, "seeds")
         assert new == old, (out, native, f64, tol)
         paths["pass" if old.ok else "fail"] += 1
-    assert min(paths.values()) > 100, paths  # both verdicts drawn many times
+    assert min(paths.values()) > CASES // 6, paths  # both verdicts drawn many times
 
 
 def test_a_contraction_tolerance_at_its_bound_and_a_zero_atol_agree_with_the_oracle():

@@ -21,6 +21,7 @@ from okgit.eval.parent.relay import Relay
 from okgit.eval.protocol.jobs import Case, CheckedTiming, Job, Timing
 from okgit.eval.worker.measure import TIMING_SET_BYTES, checked_timing_bytes
 
+ROOT = Path(__file__).resolve().parents[2]
 GiB = 2**30
 H100_80GB = 85_031_714_816  # the device's total memory, as torch.cuda.mem_get_info reports it
 # KernelBench L1/63: nn.Conv2d(16, 128, 3) on 16 x 16 x 1024 x 1024 fp32
@@ -238,28 +239,6 @@ def test_held_bytes_count_each_storage_once_and_whole_and_compact_copies_only_vi
     assert kept[1] is base and kept[2] == 3  # a tensor of its own storage and a constant stay as they are
 
 
-LOSS = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, predictions, targets):
-        return torch.nn.functional.smooth_l1_loss(predictions, targets)
-
-
-batch_size = 64
-dim = 256
-
-
-def get_inputs():
-    return [torch.rand(batch_size, dim), torch.rand(batch_size, dim)]
-
-
-def get_init_inputs():
-    return []
-'''
-
 KEPT = """
 import json, sys
 
@@ -273,22 +252,23 @@ judge.prepare(judge_job(load_problem(path), "cpu", path, [0, 1, 2], 2**30, None,
 prep = judge.prep
 kept = [t for native, f64 in prep.cache.values() for t in native + (f64 or [])]
 print(json.dumps({"cases": sorted(prep.cache), "cached": prep.cached_bytes, "elements": sum(t.nbytes for t in kept),
-                  "storages": sum(t.untyped_storage().nbytes() for t in kept), "output": prep.output_bytes}))
+                  "storages": sum(t.untyped_storage().nbytes() for t in kept), "output": prep.output_bytes,
+                  "set": prep.set_bytes}))
 """
 
 
 @pytest.mark.slow  # a judge of its own in a Python process (torch, Triton's interpreter)
-def test_the_judge_keeps_a_losss_value_not_the_storage_it_views(tmp_path: Path):
+def test_the_judge_keeps_a_losss_value_not_the_storage_it_views():
     """KernelBench L1/96 (smooth_l1_loss of two 32768 x 32768 inputs) ran out of an H100's and an
     H200's memory in its judge: each case's 0-dim losses (native and float64) kept the full-size
     storage their reduction ran in, 12 GiB a case, while the cache counted 12 bytes. The judge keeps
-    the values alone, and counts an output in flight at what it holds."""
-    path = tmp_path / "huber.py"
-    path.write_text(LOSS)
+    the values alone, and counts an output in flight at what it holds (examples/12_mse_loss.py:
+    mse_loss returns its mean the same way)."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", KEPT, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", KEPT, str(ROOT / "examples" / "12_mse_loss.py")], env=env,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert {"s0", "s1", "s2", "signed"} <= set(got["cases"])
     assert got["cached"] == got["elements"] == got["storages"] == len(got["cases"]) * (4 + 8)  # fp32 and fp64 losses
-    assert got["output"] == 64 * 256 * 4  # the loss's storage, as the reference's call holds it
+    assert got["output"] == got["set"] // 2  # the loss's storage (one input's size), as the reference's call holds it

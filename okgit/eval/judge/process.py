@@ -252,7 +252,7 @@ class Judge:
         if case.kind == "modes":
             return self.compute_modes(case, arm, record)
         inputs = calls.draw_inputs(torch, arm.module, case, self.device)
-        inputs_bytes = calls.held_bytes(inputs)
+        inputs_bytes = calls.nbytes(inputs)  # as a worker counts an input set (its timing's copies are whole)
         f64 = None
         if arm.double is not None:
             # float64 first, then the inputs drawn again for the native call: the native inputs and
@@ -314,7 +314,7 @@ class Judge:
                                           buffers=buffers, gates=gates, convert=doubled).leaves
             except Exception:  # noqa: BLE001 - no float64 path, or it does not fit: the native outputs stand
                 f64 = None
-        return native.leaves, f64, native.facts, calls.held_bytes(native.leaves)
+        return native.leaves, f64, native.facts, calls.nbytes(native.leaves)
 
     def stats(self, native: list[Any], f64: list[Any] | None, inputs_bytes: int, first: list[Any] | None,
               layout: list[Any] | None = None) -> CaseStats:

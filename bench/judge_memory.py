@@ -16,11 +16,12 @@ def census(torch, least: int) -> list[str]:
     """Every live device tensor of `least` bytes or more, with its holders up to three levels
     out (a frame by its function and line: the holder a leak most often is)."""
     gc.collect()
-    rows = []
-    for o in gc.get_objects():
+    rows: list[str] = []
+    everything = gc.get_objects()  # itself a referrer of every object: left out of the holders
+    for o in everything:
         if isinstance(o, torch.Tensor) and o.is_cuda and o.untyped_storage().nbytes() >= least:
             rows.append(f"{tuple(o.shape)} {o.dtype} {o.untyped_storage().nbytes() / 2**30:.2f} GiB: "
-                        + "; ".join(chain(o, 3, {id(rows)})))
+                        + "; ".join(chain(o, 3, {id(rows), id(everything)})))
     return rows
 
 

@@ -41,9 +41,13 @@ from okgit.eval.protocol.reaper import become_subreaper, outlive
 PRELOAD = {
     "okgit.eval.worker": ("torch", "numpy", "triton", "okgit.eval.worker.candidate",
                           "torch._inductor.runtime.triton_helpers"),
-    "okgit.eval.judge": ("torch", "numpy", "triton", "okgit.eval.judge.process"),
+    # The judge counts the reference's FLOPs (okgit.eval.judge.prepared.count_cost): FlopCounterMode's
+    # module hooks import torch._dynamo at the first call, 1.5-3 s of CPU on a CPU machine that every
+    # judge (one per problem prepared) paid after its fork.
+    "okgit.eval.judge": ("torch", "numpy", "triton", "okgit.eval.judge.process", "torch._dynamo"),
 }
-OPTIONAL = {"triton", "torch._inductor.runtime.triton_helpers"}  # the latter imports triton
+# the middle one imports triton; torch._dynamo may refuse a Python its torch does not support
+OPTIONAL = {"triton", "torch._inductor.runtime.triton_helpers", "torch._dynamo"}
 REQUEST_BYTES = 1 << 16
 FDS = 4  # stdin, stdout, stderr, status
 
@@ -58,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     for module in PRELOAD[args.program]:
         try:
             importlib.import_module(module)
-        except ImportError:
+        except (ImportError, RuntimeError):
             if module not in OPTIONAL:  # a CPU-only machine may lack triton; the worker says so itself
                 raise
     torch = sys.modules["torch"]

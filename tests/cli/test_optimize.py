@@ -194,6 +194,9 @@ def test_interrupted_run_is_consistent_and_resumes(git_repo: Path, sig: int) -> 
     assert snapshot(git_repo) == before
     assert len(sh(git_repo, "worktree", "list").splitlines()) == 1
 
+    if sig == signal.SIGTERM:
+        return  # the resume is the Ctrl-C case's: both signals take the same path (okgit.run: _Signalled, the
+        # same `interrupted` event and _finish), which leaves the same run apart from the reason it names
     run_id = journal.parent.name
     resumed = optimize(git_repo, OP, "--resume", run_id, "--device", "cpu", "--iterations", "3", "--json")
     assert resumed.returncode == 0, resumed.stderr

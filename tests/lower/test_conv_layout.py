@@ -165,6 +165,20 @@ GROUP_NORM = ("nn.Conv2d(in_channels, out_channels, kernel_size, padding=1)",
 # of a pool after the norm: okgit's pool, then the vendor's with its epilogue; of a group norm: rows
 NCHW_EPILOGUES = {"columns": ["columns", "rows"], "rows+pool": ["rows+pool", "rows+vendor_pool+pointwise"], "groups": ["rows"]}
 RESIDENT = re.compile(r"^(FUSED_COLUMNS_CL_1_RESIDENT_TILE: int = )\d+$", re.MULTILINE)
+# The group norm's candidates run with their rows streamed in tiles of 256 instead of 8192 (the
+# NCHW rows kernel's CHUNK, its TILE with it: a program a row as lowered) and 2048 lanes (the
+# channels-last statistics'): the interpreter folds a tile's Welford triples one pair at a time,
+# a Python call each, which made these two runs 85% of the module's interpreter time. The kernels
+# and their paths are the lowered ones (Welford's updates are the lowering's choice at rows of
+# 8192 or more, streamed.WELFORD_MIN: the 8280 elements stay); what changes is the number of
+# chunks a row takes (33 and 44 here, the last one partial, as the lowered 2 and 6's).
+GROUP_NORM_TILES = re.compile(r"^((?:FUSED_ROWS_1_CHUNK|FUSED_ROWS_1_TILE|FUSED_GROUPS_CL_1_LANES): int = )\d+$", re.MULTILINE)
+
+
+def small_group_norm_tiles(source: str) -> str:
+    small, n = GROUP_NORM_TILES.subn(r"\g<1>256", source)
+    assert n == (1 if "FUSED_GROUPS_CL_1_LANES" in source else 2), n  # channels-last: LANES; NCHW: CHUNK, TILE
+    return small
 
 
 def transposed(tmp_path: Path, name: str) -> Path:
@@ -178,7 +192,8 @@ def checked(tmp_path_factory) -> dict[str, dict]:
     """Every conv op below: its candidates, each run against the reference (oprun: the tolerance,
     every element written, two calls alike, inputs unchanged, and the outputs' strides), all in
     one interpreter process. The softmax's channels-last candidate runs a second time with its
-    columns streamed (RESIDENT_TILE 0) instead of kept whole in registers."""
+    columns streamed (RESIDENT_TILE 0) instead of kept whole in registers; the group norm's
+    candidates run in small tiles (small_group_norm_tiles)."""
     tmp = tmp_path_factory.mktemp("conv")
     ops = {**{name: shrunk(tmp, name) for name in EXAMPLE_EPILOGUES}, "scale_tanh": scale_tanh(tmp),
            **{f"spatial_{i}": spatial(tmp, i) for i in range(len(SPATIAL))},
@@ -189,7 +204,8 @@ def checked(tmp_path_factory) -> dict[str, dict]:
     proposals = {name: [p for p in plan(ctx_for(path)) if "vendor_conv" in p.origin]  # the Triton convolutions aside
                  for name, path in ops.items()}
     streamed = RESIDENT.sub(r"\g<1>0", proposals["transposed_softmax"][-1].source)
-    jobs = [(ops[name], p.source, {}) for name in ops for p in proposals[name]] + [(ops["transposed_softmax"], streamed, {})]
+    jobs = [(ops[name], small_group_norm_tiles(p.source) if name == "group_norm" else p.source, {})
+            for name in ops for p in proposals[name]] + [(ops["transposed_softmax"], streamed, {})]
     results = iter(run_ops(jobs, timeout=900))
     got = {name: {"proposals": proposals[name], "results": [next(results) for _ in proposals[name]]} for name in ops}
     got["transposed_softmax"]["streamed"] = (streamed, next(results))

@@ -128,6 +128,31 @@ def test_worker_env_has_no_credentials():
         assert k not in env
 
 
+CACHE_CHECK = """
+import json, os
+from okgit.eval.parent.sandbox import worker_env
+before = worker_env("cpu").get("TORCHINDUCTOR_CACHE_DIR")
+import torch._dynamo
+print(json.dumps([before, os.environ.get("TORCHINDUCTOR_CACHE_DIR"), worker_env("cpu").get("TORCHINDUCTOR_CACHE_DIR")]))
+"""
+
+
+@pytest.mark.slow  # Pythons that import torch._dynamo
+def test_the_inductor_cache_torch_writes_at_import_leaves_the_workers_environment_as_it_was():
+    """Importing torch._dynamo (torch.export does, in template planning) writes torch's default
+    TORCHINDUCTOR_CACHE_DIR into os.environ: the workers' environment, and so their zygote's key,
+    must not change with it (a second zygote mid-run); a directory of the user's own is kept."""
+    base = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+
+    def check(env: dict[str, str]) -> list:
+        return json.loads(subprocess.run([sys.executable, "-c", CACHE_CHECK], env=env, capture_output=True, text=True,
+                                         check=True).stdout)
+
+    before, written, after = check(base)
+    assert written and before is None and after is None  # torch wrote its default; the workers never saw it
+    assert check({**base, "TORCHINDUCTOR_CACHE_DIR": "/elsewhere"}) == ["/elsewhere"] * 3
+
+
 def test_only_the_judge_on_a_gpu_grows_its_allocator_segments_in_place():
     user = {"PATH": "/bin", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}
     assert worker_env("cuda:0", user, role="judge")["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"

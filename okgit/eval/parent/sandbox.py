@@ -62,6 +62,10 @@ def worker_env(device: str, environ: dict[str, str] | None = None, role: str = "
     lay free in pieces. The workers keep the user's allocator: they are the ones timed."""
     source = os.environ if environ is None else environ
     env = {k: v for k, v in source.items() if _KEEP.match(k) and not CREDENTIAL.search(k)}
+    if environ is None:
+        env.pop(INDUCTOR_CACHE, None)
+        if _INDUCTOR_CACHE_AT_START is not None:
+            env[INDUCTOR_CACHE] = _INDUCTOR_CACHE_AT_START
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if device == "cpu":
@@ -75,6 +79,15 @@ def worker_env(device: str, environ: dict[str, str] | None = None, role: str = "
         if role == "judge":
             env["PYTORCH_CUDA_ALLOC_CONF"] = JUDGE_ALLOC_CONF
     return env
+
+
+INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
+# The workers get the Inductor cache directory this process started with, not the one torch writes
+# into os.environ when torch._dynamo is first imported (torch.export does, in a run's template
+# planning): passed on, it changed the workers' environment mid-run, and so their zygote's key, and
+# the next worker waited for a second zygote to import torch and triton again (2-3 s of CPU a run).
+# Where it was unset, a worker computes torch's default itself, the same directory.
+_INDUCTOR_CACHE_AT_START = os.environ.get(INDUCTOR_CACHE)
 
 
 def die_with_parent() -> None:

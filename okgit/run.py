@@ -9,6 +9,7 @@ refused run leaves no trace in the repository.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import signal
 import statistics
 import threading
@@ -180,6 +181,8 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
             evaluator = evaluator or owned.enter_context(make_evaluator(config, on_note=note))
             if not resume:
                 _log_started(space, config, evaluator.device, on_event)
+            if proposers is None:
+                _warm_imports()
             reference = evaluator.reference(problem)
             if reference.degenerate:
                 raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
@@ -190,6 +193,24 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
             raise
         return _run(space, config, problem, reference, evaluator, proposers, on_event, resumed=bool(resume),
                     watcher=watcher)
+
+
+def _warm_imports() -> None:
+    """What a run imports after its reference, done in a daemon thread while this process waits on
+    the evaluator's processes to start and prepare the reference: the template planner's
+    (okgit.lower, torch._dynamo and torch.export's tracer: about 2 s of CPU in a fresh process;
+    planning, TemplatesProposer.begin, paid them after the reference, before the first candidate)
+    and the report's figures' (matplotlib's Figure and Agg canvas: 0.6-1.3 s at the run's end).
+    An import that fails is left to its user to meet and report as it does."""
+    def load() -> None:
+        for name in ("okgit.search.proposers.templates", "torch._dynamo", "torch.export._trace",
+                     "matplotlib.figure", "matplotlib.backends.backend_agg"):
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - its user imports it again and says what failed
+                continue
+
+    threading.Thread(target=load, name="okgit-warm-imports", daemon=True).start()
 
 
 def _resumed_run(repo: Repo, resume: str, path: Path | None, cwd: Path | None) -> str:

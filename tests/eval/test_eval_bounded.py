@@ -203,3 +203,20 @@ def test_inputs_that_the_seed_does_not_fix_are_refused_in_one_line(cli, tmp_path
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "drew different inputs twice under the same seed" in lines[0], lines
     assert "Traceback" not in done.stderr
+
+
+def test_a_memory_limit_asked_for_is_each_workers_budget_exactly():
+    """Unasked, a worker may hold torch and its device plus one case (at least the pool's floor);
+    asked for (a machine shared with other work), the limit is the budget, also for large cases."""
+    from okgit.eval.parent import memory
+
+    gib = 2**30
+    asked = LocalEvaluator(device="cpu", prestart=False, memory_limit_bytes=2 * gib)
+    derived = LocalEvaluator(device="cpu", prestart=False)
+    try:
+        assert asked.worker_budget(2 * gib, 10 * gib) == 2 * gib
+        assert derived.worker_budget(gib, 10 * gib) == memory.HOST_BASE + 10 * gib
+        assert derived.worker_budget(64 * gib, 0) == 64 * gib
+    finally:
+        asked.close()
+        derived.close()

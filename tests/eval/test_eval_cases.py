@@ -27,7 +27,6 @@ FAKE_KEY = "sk-fake-0123456789"
 os.environ["OPENAI_API_KEY"] = FAKE_KEY
 os.environ["MODAL_TOKEN_SECRET"] = FAKE_KEY
 
-from okgit.eval.parent import memory  # noqa: E402
 from okgit.eval.parent.local import LocalEvaluator  # noqa: E402
 from okgit.eval.types import EvalResult, Status  # noqa: E402
 from okgit.kernelbench import baselines  # noqa: E402
@@ -69,15 +68,9 @@ def _verdict(name: str, evaluator: LocalEvaluator) -> EvalResult:
         limit = int(expected.get("memory_limit_gb", 0) * 2**30) or None
         own = LocalEvaluator(device="cpu", timeout_s=expected.get("timeout_s"), prestart=False, memory_limit_bytes=limit)
         own._prepared = evaluator._prepared  # the reference is the same: reuse it
-        # The worker's budget is the pool's or HOST_BASE (4 GiB) and one case, the larger: with no
-        # room below the limit asked for, the hog was killed past 4 GiB, which its allocations (page
-        # faults at ~0.3 GB/s on a 2-core CI host) took 14 s to reach; at the limit asked for, 6 s.
-        base = memory.HOST_BASE
-        memory.HOST_BASE = min(base, limit or base)
         try:
             result = own.evaluate(problem, source)
         finally:
-            memory.HOST_BASE = base
             own._prepared = {}
             own.close()
     else:

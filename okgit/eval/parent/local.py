@@ -106,6 +106,7 @@ class LocalEvaluator(EvaluatorBase):
         self.timeout_s = timeout_s or (300.0 if self._kind == "cpu" else 180.0)
         self.reference_timeout_s = reference_timeout_s or REFERENCE_TIMEOUT_S[self._kind]
         # a GPU worker takes ~4 s to start (torch + CUDA), two warm evaluations ~2 s each: keep three waiting
+        self._memory_cap = memory_limit_bytes  # asked for: every worker's budget, exactly
         self.pool = WorkerPool(memory_limit_bytes or default_memory_limit(),
                                idle=idle_workers or (3 if self._kind == "cuda" else 1), batched=self._kind == "cuda")
         self.prestart = prestart
@@ -311,14 +312,21 @@ class LocalEvaluator(EvaluatorBase):
                     str(problem.path))
         prep = from_judge(judge_process, str(reference_path), reply, seeds[0])
         fits(prep, self.pool.idle_count + self.prestart, self._kind, self.host_share, str(problem.path))
-        # a worker's budget: torch and its device plus one case, never less than the pool's floor
-        judge_process.memory_limit = max(judge_process.memory_limit, memory.worker_bytes(prep.case_bytes))
+        judge_process.memory_limit = self.worker_budget(judge_process.memory_limit, prep.case_bytes)
         if peaks_file is not None:
             prep.peaks = roofline.load_peaks(peaks_file)
         if prep.device_peak_bytes:
             self._record_footprint(prep, prepared=True)
         self._prepared[key] = prep
         return prep
+
+    def worker_budget(self, current: int, case_bytes: int) -> int:
+        """A worker's host memory budget for cases of `case_bytes`: torch and its device plus one
+        case, never less than the pool's floor (`current`); where the caller asked for a limit
+        (memory_limit_bytes: a machine shared with other work, a test), that limit exactly."""
+        if self._memory_cap:
+            return self._memory_cap
+        return max(current, memory.worker_bytes(case_bytes))
 
     def _new_judge(self) -> WorkerProcess:
         return WorkerProcess(self._torch, self.pool.memory_limit, self.pool.base_dir, program="okgit.eval.judge")
@@ -426,7 +434,7 @@ class LocalEvaluator(EvaluatorBase):
             path.write_text(source)
             job.source_path = str(path)
             prep_bytes = relay.prep.case_bytes if relay else 0
-            worker.memory_limit = max(worker.memory_limit, memory.worker_bytes(prep_bytes))
+            worker.memory_limit = self.worker_budget(worker.memory_limit, prep_bytes)
             if relay:
                 relay.job_dir = worker.dir
             outcome = self._in_worker(worker, job, timeout_s, relay, "evaluation", clock)

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from okgit.eval.parent import memory, ncu, proton
+from okgit.eval.parent import ncu, proton
 from okgit.eval.parent.pool import WorkerPool
 from okgit.eval.parent.profile import CPU_REASON, classify, with_counters
 from okgit.eval.parent.sandbox import Outcome, WorkerProcess, read_result
@@ -54,6 +54,8 @@ class Host(Protocol):
     prestart: bool
 
     def prepared(self, problem: Problem) -> PreparedReference: ...
+
+    def worker_budget(self, current: int, case_bytes: int) -> int: ...
 
     def _candidate_job(self, problem: Problem, prep: PreparedReference, backend: str, *, cases: list[Any],
                        root: str | None = None, **kw: Any) -> Job: ...
@@ -122,7 +124,7 @@ class ProfilingPass:
         root = problem.root if baseline else (problem.candidate_root or problem.root)
         job = ev._candidate_job(problem, prep, backend, cases=seeds, root=root, check=False, counters=tool)
         worker, logs = self._take(tool, ahead=not last)
-        worker.memory_limit = max(worker.memory_limit, memory.worker_bytes(prep.case_bytes))  # torch, its device, one case
+        worker.memory_limit = ev.worker_budget(worker.memory_limit, prep.case_bytes)
         try:
             (worker.dir / "candidate.py").write_text(source)
             job.source_path = str(worker.dir / "candidate.py")

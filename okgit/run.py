@@ -9,7 +9,6 @@ refused run leaves no trace in the repository.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import signal
 import statistics
 import threading
@@ -38,6 +37,7 @@ from okgit.search.driver import Budget, Search, is_better
 from okgit.search.registry import make_proposers
 from okgit.search.types import Attempt, Context, Proposal, Proposer
 from okgit.status import CORRECT, RESUMABLE, RunStatus
+from okgit.views.figures import import_ahead
 
 
 class RunResult(BaseModel):
@@ -181,36 +181,21 @@ def _optimize(repo: Repo, path: Path | None, flags, resume: str | None, on_event
             evaluator = evaluator or owned.enter_context(make_evaluator(config, on_note=note))
             if not resume:
                 _log_started(space, config, evaluator.device, on_event)
-            if proposers is None:
-                _warm_imports()
+            proposers = proposers if proposers is not None else make_proposers(config)
+            for proposer in proposers:  # work that needs only the op, beside the reference's preparation
+                ahead = getattr(proposer, "ahead", None)
+                if ahead:
+                    ahead(problem, evaluator.device)
+            import_ahead()
             reference = evaluator.reference(problem)
             if reference.degenerate:
                 raise OkgitError(f"{problem.path}: the reference cannot tell right from wrong: {reference.degenerate}")
-            proposers = proposers if proposers is not None else make_proposers(config)
         except BaseException:
             if not resume:
                 space.discard()  # refused (or Ctrl-C, SIGTERM) before the search began: the run leaves no trace
             raise
         return _run(space, config, problem, reference, evaluator, proposers, on_event, resumed=bool(resume),
                     watcher=watcher)
-
-
-def _warm_imports() -> None:
-    """What a run imports after its reference, done in a daemon thread while this process waits on
-    the evaluator's processes to start and prepare the reference: the template planner's
-    (okgit.lower, torch._dynamo and torch.export's tracer: about 2 s of CPU in a fresh process;
-    planning, TemplatesProposer.begin, paid them after the reference, before the first candidate)
-    and the report's figures' (matplotlib's Figure and Agg canvas: 0.6-1.3 s at the run's end).
-    An import that fails is left to its user to meet and report as it does."""
-    def load() -> None:
-        for name in ("okgit.search.proposers.templates", "torch._dynamo", "torch.export._trace",
-                     "matplotlib.figure", "matplotlib.backends.backend_agg"):
-            try:
-                importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - its user imports it again and says what failed
-                continue
-
-    threading.Thread(target=load, name="okgit-warm-imports", daemon=True).start()
 
 
 def _resumed_run(repo: Repo, resume: str, path: Path | None, cwd: Path | None) -> str:

@@ -71,10 +71,12 @@ class Proposer(Protocol):
 
     A proposer whose next candidates do not depend on how the previous ones fared may also
     define `propose_batch(ctx, limit) -> list[Proposal]`: up to `limit` at once ([] when it has
-    nothing more), which the driver evaluates at once where the evaluator runs several. Two
-    optional hooks: `begin(ctx)`, called for every proposer before the search starts, for work
-    that needs nothing of the search and takes long (the Inductor seed's compile), and
-    `finish(ctx)` once it is over.
+    nothing more), which the driver evaluates at once where the evaluator runs several. Three
+    optional hooks: `ahead(problem, device)`, called by a run before its reference is prepared,
+    for work that needs only the op (the templates' planning); `begin(ctx)`, called for every
+    proposer before the search starts, for work that needs nothing of the search and takes long
+    (the Inductor seed's compile, at the reference's timed shape); and `finish(ctx)` once it is
+    over.
     """
 
     name: str

@@ -73,17 +73,21 @@ class TemplatesProposer:
         self._source: str | None = None
         self._planning: _Planning | None = None
 
+    def ahead(self, problem: Problem, device: str) -> None:
+        """The candidates planned in a thread while the reference is prepared: capture and
+        rendering need only the op and the device, and are CPU work (with torch.export's imports,
+        2-2.7 s in a fresh process on a 2-core CPU; 6-7 s on an H100's host beside a seed's
+        compile) that would otherwise stand between the reference and the first candidate."""
+        if self._source != problem.source:
+            self._source, self._queue = problem.source, None
+            self._planning = _Planning(problem, device)
+
     def begin(self, ctx: Context) -> None:
-        """The candidates planned in a thread while the search's first device work (the
-        reference's profiling pass) goes on: capture and rendering are CPU work, which took 6-7 s
-        on an H100's host beside a seed's compile, between that pass and the first candidate."""
-        if self._source != ctx.problem.source:
-            self._source, self._queue = ctx.problem.source, None
-            self._planning = _Planning(ctx)
+        """Planning begun where the run did not begin it ahead (a search driven on its own)."""
+        self.ahead(ctx.problem, ctx.device)
 
     def propose(self, ctx: Context) -> Proposal | None:
-        if self._source != ctx.problem.source:
-            self.begin(ctx)
+        self.ahead(ctx.problem, ctx.device)
         if self._planning is not None:
             self._queue, self._planning = self._planning.result(ctx), None
         return self._queue.pop(0) if self._queue else None
@@ -97,11 +101,10 @@ class _Planning:
     """`plan` in a thread of its own; its notes are held until the search takes the result, so the
     journal is written by the search's thread alone."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, problem: Problem, device: str) -> None:
         self._notes: list[str] = []
         self._out: list[Proposal] = []
         self._error: BaseException | None = None
-        problem, device = ctx.problem, ctx.device
         self._thread = threading.Thread(target=self._run, args=(problem, device), name="okgit-templates", daemon=True)
         self._thread.start()
 

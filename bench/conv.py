@@ -378,9 +378,11 @@ def main() -> int:
         (out / "conv.json").write_text(json.dumps({"device": device, "smoke": args.smoke, "rows": rows}, indent=1) + "\n")
 
     t0 = time.monotonic()
-    spawn = multiprocessing.get_context("spawn")  # capture is CPU work: op files rendered 8 at a time
+    # capture is CPU work: op files rendered 8 at a time; a smoke's tiny ones in one process (each
+    # process imports torch and okgit's planner, seconds of CPU that a smoke's renders do not need)
+    spawn = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp, \
-            concurrent.futures.ProcessPoolExecutor(max_workers=8, mp_context=spawn) as pool:
+            concurrent.futures.ProcessPoolExecutor(max_workers=1 if args.smoke else 8, mp_context=spawn) as pool:
         # the smoke's pointwise problem has no TMA path to pair (its GEMM per sample reads x by pointers)
         smoke = "1:1 2:2" if args.tma else "1:1,3 2:2"
         files = problem_files(smoke_kb(Path(tmp)) if args.smoke else args.kb, smoke if args.smoke else args.problems)

@@ -523,9 +523,11 @@ def main() -> int:
     b = Bench(args)
     rows: list = []
     t0 = time.monotonic()
-    spawn = multiprocessing.get_context("spawn")  # capture is CPU work: op files rendered 8 at a time
+    # capture is CPU work: op files rendered 8 at a time; a smoke's tiny ones in one process (each
+    # process imports torch and okgit's planner, seconds of CPU that a smoke's renders do not need)
+    spawn = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp, \
-            concurrent.futures.ProcessPoolExecutor(max_workers=8, mp_context=spawn) as pool:
+            concurrent.futures.ProcessPoolExecutor(max_workers=1 if args.smoke else 8, mp_context=spawn) as pool:
         files = [] if args.family_only else problem_files(smoke_kb(Path(tmp)) if args.smoke else args.kb,
                                                           "1:1 2:2" if args.smoke else args.problems)
         shapes = {} if args.no_family else render_shapes(b, pool, Path(tmp))

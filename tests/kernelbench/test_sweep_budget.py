@@ -2,7 +2,7 @@
 problems admitted onto a GPU by their memory (okgit.kernelbench.admission), and a sweep that
 stops cleanly at its time limit or at SIGTERM, leaving what it did not finish to the next one.
 
-Each problem's okgit run is a stand-in here (tests/kernelbench/test_sweep_resume.py runs the real thing)."""
+Each problem's okgit run is a stand-in here (tests/bench/test_sweep_dev_script.py runs the real thing: a sweep stopped by SIGTERM, then resumed)."""
 
 from __future__ import annotations
 

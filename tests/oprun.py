@@ -8,15 +8,27 @@ two calls, and that inputs are left unchanged. Where get_init_inputs holds float
 is repeated with every one of them x1.5 (both models rebuilt, one call), as the evaluator does:
 a candidate that baked `self.temperature` into its kernel fails there. Each result also gives
 the outputs' layout: (reference strides, candidate strides, candidate contiguous) per output.
+
+Each call's jobs run in a fork of one warm process per test process (`_Server`), not in a
+`python -c` of their own: importing torch, triton and okgit costs 2.5-3 s of CPU, which each of the
+suite's ~40 calls paid. The server only imports them (and turns the sanitizer off), so
+its fork is as clean as a fresh process: the candidates' modules, Triton's caches and torch's
+global state of one call die with its fork. The fork takes the caller's environment and working
+directory; a server started under another environment is replaced first, since some variables
+are read at import.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 SCRIPT = r'''
@@ -114,14 +126,150 @@ def compare(ref_path, cand_path, knobs, perturbed=False):
             fail("an input was modified")
     return report
 
-for job in json.loads(sys.argv[1]):
-    print("RESULT " + json.dumps(check(*job)))
+def run(jobs):
+    for job in jobs:
+        print("RESULT " + json.dumps(check(*job)))
 '''
+
+# The server: SCRIPT's imports once, then a fork per request line on stdin that runs `run` on the
+# request's jobs, its stdout and stderr in the request's files; the fork's pid and then its wait
+# status go back on the protocol pipe (fd 1 at start; the server's own stdout joins its stderr, so
+# nothing printed while importing can garble it). It exits at stdin's EOF or with its parent.
+SERVER = r'''
+import os
+PROTOCOL = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+''' + SCRIPT + r'''
+import ctypes, signal, traceback
+
+def die_with_parent():
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+def batch(request):
+    """The fork's life: `python -c SCRIPT` on the request's jobs; never returns."""
+    code = 1
+    try:
+        die_with_parent()
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        for std, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY | os.O_CREAT),
+                                 (2, request["stderr"], os.O_WRONLY | os.O_CREAT)):
+            fd = os.open(path, flags)
+            os.dup2(fd, std)
+            os.close(fd)
+        run(request["jobs"])
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+die_with_parent()
+for line in sys.stdin:
+    pid = os.fork()
+    if pid == 0:
+        batch(json.loads(line))
+    PROTOCOL.write(f"{pid}\n")
+    PROTOCOL.flush()
+    PROTOCOL.write(f"{os.waitpid(pid, 0)[1]}\n")
+    PROTOCOL.flush()
+'''
+
+
+class _Server:
+    """The warm process of this test process, started under `env`."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.log = tempfile.TemporaryFile()  # the server's own stderr: why it died, if it did
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, env=env)
+        self.pending = b""
+
+    def serves(self, env: dict[str, str]) -> bool:
+        return self.proc.poll() is None and same_env(self.env, env)
+
+    def run(self, request: dict, timeout: float) -> bool:
+        """Runs the request in a fork and waits for it: False where it ran past `timeout` (the
+        fork is killed; a server still importing by then is killed too)."""
+        deadline = time.monotonic() + timeout
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+            pid = self.line(deadline)
+            if pid is None:  # still importing: this server is replaced at the next call
+                self.proc.kill()
+                self.proc.wait()
+                return False
+            if pid and self.line(deadline) is None:
+                os.kill(int(pid), signal.SIGKILL)
+                self.line(None)  # its wait status: the server waits for the next request
+                return False
+            return True
+        except BaseException:
+            self.close()  # interrupted mid-request: its answer would be read as the next one's
+            raise
+
+    def line(self, deadline: float | None) -> str | None:
+        """The server's next line ('' once it has died), or None past `deadline`."""
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.pending:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and (left <= 0 or not select.select([fd], [], [], left)[0]):
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                return ""
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line.decode()
+
+    def died(self) -> str:
+        """The server's stderr, where it has exited (or been killed)."""
+        if self.proc.poll() is None:
+            return ""
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def close(self) -> None:
+        self.proc.kill()  # its fork, if any, dies with it
+        self.proc.wait()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        self.log.close()
+
+
+_server: _Server | None = None
+
+
+def same_env(a: dict[str, str], b: dict[str, str]) -> bool:
+    """Alike but for the variable pytest sets to the running test."""
+    return {**a, "PYTEST_CURRENT_TEST": ""} == {**b, "PYTEST_CURRENT_TEST": ""}
+
+
+def _warm(env: dict[str, str]) -> _Server:
+    """This process's server, started anew where it died or was started under another environment."""
+    global _server
+    if _server is None or not _server.serves(env):
+        if _server is not None:
+            _server.close()
+        _server = _Server(env)
+    return _server
+
+
+@atexit.register
+def _stop() -> None:
+    if _server is not None:
+        _server.close()
 
 
 def run_ops(jobs: list[tuple[str | Path, str, dict[str, int]]], timeout: float = 300) -> list[dict]:
     """{'ok', 'max_abs', 'why', 'strides'} per (reference path, candidate source, knobs), one
-    process ('strides' where the outputs were compared)."""
+    fork of the warm server ('strides' where the outputs were compared). Raises
+    subprocess.TimeoutExpired past `timeout`, as a process of its own did."""
     with tempfile.TemporaryDirectory() as tmp:
         args = []
         for i, (reference, source, knobs) in enumerate(jobs):
@@ -129,9 +277,16 @@ def run_ops(jobs: list[tuple[str | Path, str, dict[str, int]]], timeout: float =
             cand.write_text(source)
             args.append([str(reference), str(cand), knobs])
         env = {**os.environ, "TRITON_INTERPRET": "1"}
-        proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(args)], capture_output=True, text=True, timeout=timeout, env=env, check=False)
-    results = [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    failed = {"ok": False, "max_abs": None, "why": (proc.stderr or proc.stdout)[-3000:]}
+        server = _warm(env)
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        request = {"jobs": args, "env": env, "cwd": os.getcwd(), "stdout": str(out), "stderr": str(err)}
+        finished = server.run(request, timeout)
+        stdout, stderr = (p.read_text(errors="replace") if p.exists() else "" for p in (out, err))
+        stderr += server.died()
+    if not finished:
+        raise subprocess.TimeoutExpired("oprun's fork", timeout, stdout, stderr)
+    results = [json.loads(line[7:]) for line in stdout.splitlines() if line.startswith("RESULT ")]
+    failed = {"ok": False, "max_abs": None, "why": (stderr or stdout)[-3000:]}
     return results + [failed] * (len(jobs) - len(results))
 
 

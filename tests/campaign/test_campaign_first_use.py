@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import OP, okgit, sh, variant
+from conftest import OP, sh, variant
 
 from okgit import run
 from okgit.eval.base import InMemoryEvaluator
@@ -47,7 +47,7 @@ def test_a_fallback_run_names_no_diff_and_a_winner_s_run_does(git_repo: Path) ->
 
 
 @pytest.mark.slow  # the first line as a user's terminal reads it: okgit in a process, the real evaluator
-def test_a_cpu_campaign_names_its_id_first_refuses_a_broken_file_and_says_how_to_run_the_kernels(git_repo: Path) -> None:
+def test_a_cpu_campaign_names_its_id_first_refuses_a_broken_file_and_says_how_to_run_the_kernels(cli, git_repo: Path) -> None:
     kernels = git_repo / "kernels"
     kernels.mkdir()
     (kernels / "relu.py").write_text(variant("torch.relu(x) * 2.0"))
@@ -78,6 +78,6 @@ def test_a_cpu_campaign_names_its_id_first_refuses_a_broken_file_and_says_how_to
     assert "| `kernels/broken.py` |" in report and "- kernels/broken.py: cannot be loaded:" in report
     assert "TRITON_INTERPRET=1" in report
 
-    applied = okgit("apply", "campaign:latest", cwd=git_repo)
+    applied = cli("apply", "campaign:latest", cwd=git_repo)
     assert applied.returncode == 0, applied.stderr
     assert "kernels/relu.py" in applied.stdout and "set TRITON_INTERPRET=1 before Python starts" in applied.stdout

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import os
 import shutil
 import signal
@@ -165,9 +164,11 @@ def _imported(proc: subprocess.CompletedProcess[str]) -> set[str]:
 
 def test_doctor_without_a_key_imports_neither_torch_nor_litellm_and_names_the_model_once(git_repo: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    started = time.monotonic()
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "okgit", "doctor", "--model", "gpt-5-mini"],
                           cwd=git_repo, env=env, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 1, proc.stdout
+    assert proc.returncode == 1, proc.stdout  # the model unusable: doctor fails
+    assert time.monotonic() - started < 60  # within seconds: the interpreter probe included; no retries
     modules = _imported(proc)
     assert "okgit.doctor" in modules and not {"torch", "litellm", "triton"} & modules
     row = next(line for line in proc.stdout.splitlines() if line.startswith("model gpt-5-mini"))
@@ -199,6 +200,7 @@ def test_revert_tells_not_applied_from_applied_then_edited(cli, git_repo: Path) 
 
 
 def test_version_and_resume_without_the_path(cli, git_repo: Path) -> None:
+    # an interrupted run resumed without the path: test_optimize.py's test_interrupted_run_is_consistent_and_resumes
 
     proc = cli("--version", cwd=git_repo)
     assert (proc.returncode, proc.stdout) == (0, f"okgit {__version__}\n")
@@ -209,26 +211,6 @@ def test_version_and_resume_without_the_path(cli, git_repo: Path) -> None:
             f"okgit: run {space.run_id} is finished; nothing to resume (see okgit history {space.run_id})\n"), proc.stderr
     proc = cli("optimize", cwd=git_repo)
     assert (proc.returncode, proc.stderr) == (2, "okgit: optimize needs PATH, the op file (or --resume RUN to continue a run)\n")
-
-
-@pytest.mark.slow  # a real okgit process stopped by a signal, then resumed here with real evaluation
-def test_resume_without_the_path_continues_the_run(cli, git_repo: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "okgit", "optimize", OP, "--device", "cpu", "--iterations", "2"],
-                            cwd=git_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    for line in proc.stdout:  # interrupt once the search has begun: the run stays resumable
-        if line.startswith("[1/2]"):
-            break
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    run_id = out.split("--resume ")[-1].strip()
-    resumed = cli("optimize", "--resume", "latest", "--device", "cpu", "--iterations", "2", "--json", cwd=git_repo)
-    assert resumed.returncode == 0, resumed.stderr
-    result = json.loads(resumed.stdout)
-    assert result["run_id"] == run_id and result["status"] == "unverified", result
-    assert "set TRITON_INTERPRET=1 before Python starts" in Path(result["report"]).read_text()
-    assert cli("optimize", "--resume", run_id, cwd=git_repo).stdout.startswith(f"run {run_id}: ")
 
 
 def test_apply_of_a_cpu_run_says_how_to_run_it_on_a_cpu(cli, git_repo: Path) -> None:

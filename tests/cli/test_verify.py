@@ -1,9 +1,9 @@
 """`okgit verify`, `apply` and `revert` on a diff, tried as a new user would: one clone runs
 `okgit optimize`, its report.diff travels as a file to another clone of the same repository
 and is checked, applied and reverted there. Real repositories, real Triton kernels under the
-interpreter (`--device cpu`: every gate but timing); the CLI as a subprocess for the producing
-run and the first user's whole round trip, in this process (`cli`, the session's evaluator)
-for the rest."""
+interpreter (`--device cpu`: every gate but timing); the producing run through okgit.run and
+the CLI in this process (`cli`), both on the session's evaluator (`okgit verify` of a diff file
+as a process of its own, its JSON on stdout: tests/cli/test_ci_steps.py, as CI runs it)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import OP, OP_SOURCE, USER, make_hostile, okgit, sh, snapshot
+from conftest import OP, OP_SOURCE, USER, _Lent, make_hostile, sh, snapshot
 
 # The fields docs/json.md promises for `okgit verify --json`.
 REPORT_FIELDS = {"ref", "head", "ok", "ops", "skipped"}
@@ -23,8 +23,11 @@ RESULT_FIELDS = {"status", "correct", "speedup", "runtime_us", "ref_runtime_us",
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory: pytest.TempPathFactory):
-    """The producing clone: a committed op and one finished `okgit optimize` run on it."""
+def made(tmp_path_factory: pytest.TempPathFactory, _cpu_evaluator):
+    """The producing clone: a committed op and one finished `okgit optimize` run on it, on the
+    session's evaluator as `cli` lends it (every test that takes it is marked slow)."""
+    from okgit.run import optimize
+
     tmp = tmp_path_factory.mktemp("verify")
     with pytest.MonkeyPatch.context() as mp:
         home = tmp / "home"
@@ -41,12 +44,11 @@ def made(tmp_path_factory: pytest.TempPathFactory):
         (origin / "README.md").write_text("# project\n")
         sh(origin, "add", ".")
         sh(origin, "commit", "-q", "-m", "initial")
-        proc = okgit("optimize", OP, "--device", "cpu", "--iterations", "1", "--json", cwd=origin)
-        assert proc.returncode == 0, proc.stderr
-        result = json.loads(proc.stdout)
-        assert result["best_tag"] and Path(result["diff"]).is_file(), result
-        yield {"origin": origin, "run": result["run_id"], "tag": result["best_tag"],
-               "diff": Path(result["diff"]).read_text(), "winner": sh(origin, "show", f"{result['best_tag']}:{OP}")}
+        with _Lent(_cpu_evaluator) as lent:  # its reference closed with the run, as the CLI's own evaluator would be
+            result = optimize(origin / OP, cwd=origin, flags={"device": "cpu", "iterations": 1}, evaluator=lent)
+        assert result.best_tag and Path(result.diff).is_file(), result
+        yield {"origin": origin, "run": result.run_id, "tag": result.best_tag,
+               "diff": Path(result.diff).read_text(), "winner": sh(origin, "show", f"{result.best_tag}:{OP}")}
 
 
 def user_clone(made: dict, tmp_path: Path, diff: str | None = None) -> Path:
@@ -72,11 +74,11 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-@pytest.mark.slow  # okgit processes as the user runs them, real evaluation
-def test_copied_diff_is_verified_applied_and_reverted_in_another_clone(made: dict, tmp_path: Path) -> None:
+@pytest.mark.slow  # the real evaluator
+def test_copied_diff_is_verified_applied_and_reverted_in_another_clone(cli, made: dict, tmp_path: Path) -> None:
     root = user_clone(made, tmp_path)
     before = snapshot(root)
-    proc = okgit("verify", "pr.diff", "--device", "cpu", "--json", cwd=root)
+    proc = cli("verify", "pr.diff", "--device", "cpu", "--json", cwd=root)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert REPORT_FIELDS <= report.keys() and report["ok"] is True
@@ -89,13 +91,13 @@ def test_copied_diff_is_verified_applied_and_reverted_in_another_clone(made: dic
     assert snapshot(root) == before  # verify touched nothing of the user's
     assert len(sh(root, "worktree", "list").splitlines()) == 1
 
-    check = okgit("apply", "pr.diff", "--check", cwd=root)
+    check = cli("apply", "pr.diff", "--check", cwd=root)
     assert check.returncode == 0 and (root / OP).read_text() == OP_SOURCE, check.stderr
-    applied = okgit("apply", "pr.diff", cwd=root)
+    applied = cli("apply", "pr.diff", cwd=root)
     assert applied.returncode == 0, applied.stderr
     assert (root / OP).read_text() == made["winner"] != OP_SOURCE
     assert "@triton.jit" in made["winner"]
-    reverted = okgit("revert", "pr.diff", cwd=root)
+    reverted = cli("revert", "pr.diff", cwd=root)
     assert reverted.returncode == 0, reverted.stderr
     assert (root / OP).read_text() == OP_SOURCE
     assert sh(root, "status", "--porcelain", "--", OP) == ""

@@ -1,5 +1,3 @@
-import sys
+from okgit.cli import entry
 
-from okgit.cli import main
-
-sys.exit(main())
+entry()

@@ -124,3 +124,28 @@ def test_a_signal_while_the_reference_hangs_stops_everything(git_repo: Path) -> 
     assert said in err and "judge" in err.split(said)[1] and "directories are removed" in err, err
     assert "Traceback" not in err
     assert_all_gone(started)
+
+
+BUSY_THREAD = """
+import atexit, sys, threading, torch
+from okgit.cli import entry
+
+def busy():  # as the templates' planning may be when a run ends: in torch's C++ code
+    a = torch.randn(512, 512)
+    while True:
+        a @ a
+
+threading.Thread(target=busy, daemon=True).start()
+atexit.register(lambda: print("cleaned up", flush=True))
+sys.argv = ["okgit", "--version"]
+entry()
+"""
+
+
+def test_the_command_ends_cleanly_while_a_daemon_thread_runs_torch() -> None:
+    """CPython's teardown ends a daemon thread inside torch's C++ frames, which aborts the process
+    (exit 134) after okgit's last line; the command leaves without that teardown, its atexit
+    cleanup run first."""
+    proc = subprocess.run([sys.executable, "-c", BUSY_THREAD], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "terminate called" not in proc.stderr, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.startswith("okgit ") and proc.stdout.endswith("cleaned up\n"), proc.stdout

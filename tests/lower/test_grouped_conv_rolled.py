@@ -86,7 +86,7 @@ def candidate(path: Path) -> str:
 
 
 # Runs each case's candidate under the interpreter (set before Triton is imported) at each
-# (ROLL_CHUNK, ROLL_BLOCK), the direct path's tiles 2 rows by 4 columns; prints, per case and
+# (ROLL_CHUNK, ROLL_BLOCK, the direct path's BLOCK_ROWS and BLOCK_W); prints, per case and
 # setting, the error against torch in float64, the reference's largest magnitude, whether any
 # output is NaN (never written), and each launch's grid; or the case's error. Every case in one
 # process (each imported torch and Triton again: a fifth of the module's time), each as it ran
@@ -114,17 +114,17 @@ def check(ref_path, cand_path, settings):
     mine = cand.Model()
     mine.load_state_dict(model.state_dict())
     x = ref.get_inputs()[0]
-    setattr(cand, prefix + "_BLOCK_ROWS", 2)
-    setattr(cand, prefix + "_BLOCK_W", 4)
     out = {}
     # poisoned allocations: an output element the kernel never writes is NaN
     torch.empty = lambda *a, **k: empty(*a, **k).fill_(float("nan"))
     try:
         with torch.no_grad():
             want = model.double()(x.double())
-            for run, block in settings:
+            for run, block, rows, cols in settings:
                 setattr(cand, prefix + "_ROLL_CHUNK", run)
                 setattr(cand, prefix + "_ROLL_BLOCK", block)
+                setattr(cand, prefix + "_BLOCK_ROWS", rows)
+                setattr(cand, prefix + "_BLOCK_W", cols)
                 got = mine(x).double()
                 out[run] = {"err": (got - want).abs().max().item(), "scale": want.abs().max().item(),
                             "nan": bool(got.isnan().any()), "grids": grids[:], "shape": list(want.shape)}
@@ -154,7 +154,8 @@ def rolled(tmp_path_factory) -> dict[str, dict]:
         path = op_file(tmp, name, *spec)
         cand = tmp / f"{name}_cand.py"
         cand.write_text(candidate(path))
-        cases.append([name, str(path), str(cand), [[2, 4], [16, 16], [0, 16]] if rolled_dim is not None else [[16, 16]]])
+        settings = [[2, 4, 2, 4], [16, 16, 2, 4], [0, 16, 8, 16]] if rolled_dim is not None else [[16, 16, 2, 4]]
+        cases.append([name, str(path), str(cand), settings])
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(cases)], capture_output=True, text=True, timeout=1200,
                           check=False, env=env)
@@ -170,11 +171,14 @@ def test_the_rolled_convolution_matches_torch(rolled, name):
     """At RUN = 2 (a tail run where the outputs along the rolled dim are odd) in tiles of 4
     columns (partial ones where a width is not a multiple of 4), RUN = 16 (one run past the
     outputs) in tiles of up to 16 outputs (whole rows, several a tile: partial tiles of rows
-    where the other outer dim's outputs are 3) and RUN = 0 (the direct path): torch's result in float64 within fp32's
-    rounding, every output written (allocations poisoned with NaN); the launch's grid has a second
-    axis of ceil(outputs / RUN) runs exactly where the dim rolls. Where it cannot roll, at RUN =
-    16 alone: the launcher keeps the direct path whatever RUN and ROLL_BLOCK (unread there) are,
-    so the three settings ran one kernel three times."""
+    where the other outer dim's outputs are 3) and RUN = 0 (the direct path, in tiles of 8 rows
+    by up to 16 columns: a few programs, the last one partial; its small tiles, both branches and
+    every window setting are test_pool_conv's, at 1D, 2D and 3D): torch's result in float64
+    within fp32's rounding, every output written (allocations poisoned with NaN); the launch's
+    grid has a second axis of ceil(outputs / RUN) runs exactly where the dim rolls. Where it
+    cannot roll, at RUN = 16 alone, the direct path in tiles of 2 rows by 4 columns (several
+    programs, partial tiles): the launcher keeps the direct path whatever RUN and ROLL_BLOCK
+    (unread there) are, so the three settings ran one kernel three times."""
     rolled_dim = CASES[name][3]
     assert "error" not in rolled[name], rolled[name]["error"]
     assert len(rolled[name]) == (3 if rolled_dim is not None else 1)

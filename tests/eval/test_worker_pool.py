@@ -76,12 +76,12 @@ def test_a_timing_only_worker_gets_its_flag_and_refuses_a_job_that_profiles(star
     from okgit.eval.parent.local import LocalEvaluator
     from okgit.problem import load_problem
 
-    if started == "spawned":
-        monkeypatch.setattr(forks, "fork", lambda *a, **k: None)
     evaluator = LocalEvaluator(device="cpu", prestart=False)
     try:
         problem = load_problem(OPS / "relu.py", root=str(OPS))
-        prep = evaluator.prepared(problem)
+        prep = evaluator.prepared(problem)  # by a forked judge either way: the workers are what is checked
+        if started == "spawned":
+            monkeypatch.setattr(forks, "fork", lambda *a, **k: None)
         seeds = [c for c in prep.cases if c.kind == "seed"]
 
         def job(profile: bool) -> Job:

@@ -28,7 +28,7 @@ def scripted():
 
 
 @pytest.mark.slow  # a real okgit process with the keys in its environment, real evaluation
-def test_optimize_with_a_model_on_loopback(git_repo: Path, tmp_path: Path, scripted: ScriptedServer) -> None:
+def test_optimize_with_a_model_on_loopback(git_repo: Path, tmp_path: Path, scripted: ScriptedServer, cli) -> None:
     (git_repo / "ops" / "relu2.py").write_text(OP)
     sh(git_repo, "add", "ops/relu2.py")
     sh(git_repo, "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "relu2")
@@ -44,8 +44,7 @@ def test_optimize_with_a_model_on_loopback(git_repo: Path, tmp_path: Path, scrip
     prompts = scripted.generator_prompts()
     assert prompts and "return torch.relu(x) * 2.0" in prompts[0]  # the reference reached the model
     assert "maxmium" in prompts[1]  # the real evaluator's error on the buggy kernel came back
-    history = json.loads(subprocess.run([sys.executable, "-m", "okgit", "history", result["run_id"], "--json"],
-                                        cwd=git_repo, capture_output=True, text=True, timeout=60).stdout)
+    history = json.loads(cli("history", result["run_id"], "--json", cwd=git_repo).stdout)  # reads: no process of its own
     from_model = [c for c in history["candidates"] if c["origin"].startswith("llm")]
     assert [c["status"] for c in from_model] == ["compile_error", "incorrect", "correct"], from_model
     assert from_model[-1]["tag"] == f"okgit/{result['run_id']}/{from_model[-1]['cand']}"

@@ -97,18 +97,20 @@ class Interruptible:
 
 
 @pytest.mark.slow  # real worker processes, real Triton kernels under the interpreter
-def test_an_interrupted_model_run_resumes_its_tree_through_the_cli(git_repo: Path, tmp_path: Path):
+def test_an_interrupted_model_run_resumes_its_tree_through_the_cli(git_repo: Path, tmp_path: Path, cli):
     """Run 1 prunes idea A (its kernel is wrong) and starts B; Ctrl-C while the model is asked
     for B's next version. `okgit optimize --resume` rebuilds the tree from the journal: no plan
     from nothing (a planner asked later sees run 1's tree and its re-insert of A is refused),
-    A never proposed again, B continued under its own id from its base."""
+    A never proposed again, B continued under its own id from its base. The interrupted run is a
+    process of its own (its Ctrl-C); the resume runs in this process, on the session's warm workers."""
     op = commit_op(git_repo)
     (git_repo / "okgit.toml").write_text(
         "[search]\ncompile_retries = 0\nmismatch_retries = 0\nfailed_attempts = 1\n")
     generator = Interruptible()
     server = ScriptedServer({"intents": [PLAN, NO_CHANGE], "generator": generator, "critic": [CRITIC],
                              "reflection": ["[]"]})
-    env = {**os.environ, "OKGIT_API_KEY": SECRET, "OPENAI_API_KEY": SECRET, "OKGIT_DATA_DIR": str(tmp_path / "data")}
+    keys = {"OKGIT_API_KEY": SECRET, "OPENAI_API_KEY": SECRET, "OKGIT_DATA_DIR": str(tmp_path / "data")}
+    env = {**os.environ, **keys}
     model = ["--model", "openai/scripted-coder", "--api-base", server.url, "--device", "cpu"]
     try:
         proc = subprocess.Popen([sys.executable, "-m", "okgit", "optimize", op, *model, "--iterations", "30"],
@@ -138,9 +140,8 @@ def test_an_interrupted_model_run_resumes_its_tree_through_the_cli(git_repo: Pat
 
         server.scripts["intents"] = [PLAN]  # a planner that forgot the tree would insert A again
         generator.resumed = True
-        proc2 = subprocess.run([sys.executable, "-m", "okgit", "optimize", "--resume", runs[0].name, *model,
-                                "--iterations", str(len(before) + 2), "--json"],
-                               cwd=git_repo, env=env, capture_output=True, text=True, timeout=900)
+        proc2 = cli("optimize", "--resume", runs[0].name, *model, "--iterations", str(len(before) + 2), "--json",
+                    cwd=git_repo, env=keys)
     finally:
         server.close()
     assert proc2.returncode == 0, proc2.stderr

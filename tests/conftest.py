@@ -72,7 +72,7 @@ def okgit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "okgit", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
-class _Lent:
+class Lent:
     """The session's evaluator lent to one okgit command run in this process: the command's
     close() closes only the references it prepared (each holds a judge process), and the
     workers stay warm for the next command."""
@@ -88,7 +88,7 @@ class _Lent:
         for key in set(self._shared._prepared) - self._before:
             self._shared._prepared.pop(key).close()
 
-    def __enter__(self) -> _Lent:
+    def __enter__(self) -> Lent:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -115,7 +115,7 @@ def cli(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
             return local.factory(config, **options)
         if request.node.get_closest_marker("slow") is None:
             pytest.fail(f"{request.node.nodeid} evaluates through `cli`: mark it slow")
-        return _Lent(request.getfixturevalue("_cpu_evaluator"))
+        return Lent(request.getfixturevalue("_cpu_evaluator"))
 
     monkeypatch.setitem(EVALUATORS._entries, "local", Entry(local.name, lend, local.order))
 

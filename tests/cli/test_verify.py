@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import OP, OP_SOURCE, USER, _Lent, make_hostile, sh, snapshot
+from conftest import OP, OP_SOURCE, USER, Lent, make_hostile, sh, snapshot
 
 # The fields docs/json.md promises for `okgit verify --json`.
 REPORT_FIELDS = {"ref", "head", "ok", "ops", "skipped"}
@@ -23,7 +23,7 @@ RESULT_FIELDS = {"status", "correct", "speedup", "runtime_us", "ref_runtime_us",
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory: pytest.TempPathFactory, _cpu_evaluator):
+def made(tmp_path_factory: pytest.TempPathFactory, evaluator):
     """The producing clone: a committed op and one finished `okgit optimize` run on it, on the
     session's evaluator as `cli` lends it (every test that takes it is marked slow)."""
     from okgit.run import optimize
@@ -44,7 +44,7 @@ def made(tmp_path_factory: pytest.TempPathFactory, _cpu_evaluator):
         (origin / "README.md").write_text("# project\n")
         sh(origin, "add", ".")
         sh(origin, "commit", "-q", "-m", "initial")
-        with _Lent(_cpu_evaluator) as lent:  # its reference closed with the run, as the CLI's own evaluator would be
+        with Lent(evaluator) as lent:  # its reference closed with the run, as the CLI's own evaluator would be
             result = optimize(origin / OP, cwd=origin, flags={"device": "cpu", "iterations": 1}, evaluator=lent)
         assert result.best_tag and Path(result.diff).is_file(), result
         yield {"origin": origin, "run": result.run_id, "tag": result.best_tag,

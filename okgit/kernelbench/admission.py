@@ -10,6 +10,12 @@ beside the footprints of those running there, or when none is running (a problem
 share the device runs alone rather than never). Footprints are read again while a problem
 waits: a reference prepared meanwhile may make room, or take it.
 
+A whole model (level 3) is a campaign: its ledger's footprints are those of its extracted
+modules, while its last phases run the whole model (verified, then timed beside torch.compile
+of it). It is estimated with the activations its forward makes (`estimate(path, model=True)`)
+and counted at no less than that estimate throughout (`floored`): on an H100 (2026-12-07) three
+campaigns admitted at their modules' footprints ran their whole models out of memory together.
+
 A sweep's problems wait in one line (`line_up`, `take`): a device that has room takes the first
 problem in line that fits there, not only the first of all, so that a problem too large to run
 beside the others does not hold back the small ones behind it (on an H200 the development set's
@@ -20,52 +26,87 @@ over for long: once it has not fitted for RESERVE_S, no other starts on that dev
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from okgit.eval.parent.memory import CUDA_CONTEXT, GiB
 
 ADMIT_SHARE = 0.9  # of a device's memory, for the problems together: the rest for the driver and fragmentation
 ESTIMATE_FACTOR = 8  # before preparation: bytes of one case and the parameters, times this
 UNKNOWN_BYTES = 16 * GiB  # an op whose inputs cannot be made on the meta device
+ACTIVATION_FACTOR = 2  # a whole model: every tensor its forward makes (none freed), twice (the judge's, the worker's)
 CONTEXTS = 5  # CUDA contexts per problem: judge, working worker, idle workers
 POLL_S = 2.0
 RESERVE_S = 240.0  # the first in line, passed over by smaller problems for this long, is waited for
 
 
-def estimate(path: Path) -> int:
+def estimate(path: Path, model: bool = False) -> int:
     """A problem's device memory before its reference is prepared, from its op file at its own
     sizes on the meta device: (inputs + outputs + parameters) * ESTIMATE_FACTOR, and its
-    processes' CUDA contexts."""
+    processes' CUDA contexts; for a whole model (`model`) also every tensor its forward makes,
+    none freed (an upper bound of its activations), ACTIVATION_FACTOR times."""
     import torch
 
     from okgit.eval.protocol.jobs import flatten
     from okgit.eval.worker.calls import load_op, nbytes
 
+    made = _Made()
     try:
         module = load_op(str(path), f"okgit_admission_{path.stem}", {})
         torch.manual_seed(0)
         with torch.device("meta"), torch.no_grad():
             inputs = list(module.get_inputs())
-            model = module.Model(*module.get_init_inputs())
-            out = flatten(model(*inputs))
-        params = sum(t.nbytes for t in model.state_dict().values()) if isinstance(model, torch.nn.Module) else 0
+            net = module.Model(*module.get_init_inputs())
+            with made if model else contextlib.nullcontext():
+                out = flatten(net(*inputs))
+        params = sum(t.nbytes for t in net.state_dict().values()) if isinstance(net, torch.nn.Module) else 0
         case = nbytes(inputs) + nbytes(out) + params
     except Exception:  # noqa: BLE001 - the op's own code on tensors without data: a guess instead
-        case = UNKNOWN_BYTES // ESTIMATE_FACTOR
-    return ESTIMATE_FACTOR * case + CONTEXTS * CUDA_CONTEXT
+        case, made.bytes = UNKNOWN_BYTES // ESTIMATE_FACTOR, 0
+    return ESTIMATE_FACTOR * case + ACTIVATION_FACTOR * made.bytes + CONTEXTS * CUDA_CONTEXT
 
+
+class _Made:
+    """Counts the bytes of every tensor the operators under it return (on the meta device: no data)."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self._mode: Any = None
+
+    def __enter__(self) -> None:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_flatten
+
+        made = self
+
+        class Count(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                out = func(*args, **(kwargs or {}))
+                made.bytes += sum(t.nbytes for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+                return out
+
+        self._mode = Count()
+        self._mode.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._mode.__exit__(*exc)
 
 class Admission:
     """Who runs on which device, at what footprint; `enter` waits for room (or for `stop`)."""
 
-    def __init__(self, capacity: dict[str, int], footprint: Callable[[str], int | None]) -> None:
+    def __init__(self, capacity: dict[str, int], footprint: Callable[[str], int | None],
+                 floored: Callable[[str], bool] = lambda key: False) -> None:
         """`capacity`: device -> bytes the problems may hold together; `footprint(key)`: what a
-        running problem says it holds (None until its reference is prepared)."""
+        running problem says it holds (None until its reference is prepared); `floored(key)`: a
+        problem counted at no less than its estimate whatever its footprint (a whole model)."""
         self.capacity = capacity
         self.footprint = footprint
+        self.floored = floored
         self.running: dict[str, dict[str, int]] = {d: {} for d in capacity}  # device -> key -> its estimate
         self._changed = threading.Condition()
         self._line: list[tuple[str, int]] = []  # (key, estimate) not yet taken, in the order they run
@@ -137,7 +178,11 @@ class Admission:
             self._changed.notify_all()
 
     def used(self, device: str) -> int:
-        return sum(self.footprint(k) or guess for k, guess in self.running.get(device, {}).items())
+        return sum(self._counted(k, guess) for k, guess in self.running.get(device, {}).items())
+
+    def _counted(self, key: str, guess: int) -> int:
+        said = self.footprint(key)
+        return max(said or 0, guess) if self.floored(key) else (said or guess)
 
 
 def device_capacity(devices: list[str]) -> dict[str, int]:

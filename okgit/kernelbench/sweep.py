@@ -90,7 +90,8 @@ def run_sweep(
     done, pending = _finished(out_dir, selected, say)
     started = time.monotonic()
     stop = _Stop(started + time_limit_s - STOP_MARGIN_S if time_limit_s is not None else None)
-    admission = Admission(device_capacity(pool.devices), lambda key: last_footprint(_ledger(out_dir, key))) if gpu else None
+    admission = Admission(device_capacity(pool.devices), lambda key: last_footprint(_ledger(out_dir, key)),
+                          floored=lambda key: key.startswith("level3/")) if gpu else None
     with contextlib.ExitStack() as owned:  # the evaluator made here, closed when the sweep ends
         timer, extra_env = _modal_baselines(config, flags, parallel, owned, say) if modal else (None, {})
         extra_env = {**_compile_threads(parallel), **extra_env}
@@ -262,7 +263,7 @@ class _Sweep:
         if self.admission is None:
             yield True
             return
-        need = estimate(problem.path)
+        need = _estimate(problem)
         waited = self.admission.enter(problem.key, slot.device, need, self.stop)
         if waited is None:
             yield False
@@ -290,6 +291,10 @@ def _modal_baselines(config: Config, flags: dict[str, Any], parallel: int, owned
     return timer, {MAX_CONTAINERS_ENV: str(share)}
 
 
+def _estimate(p: KBProblem) -> int:
+    return estimate(p.path, model=p.level == 3)
+
+
 def _run_all(pool: DevicePool, sweep: _Sweep, pending: list[KBProblem], done: dict[str, ProblemResult],
              out_dir: Path, say: Callable[[str], None]) -> list[str]:
     """Every pending problem into `done` (those the sweep stopped before their end stay out);
@@ -297,7 +302,7 @@ def _run_all(pool: DevicePool, sweep: _Sweep, pending: list[KBProblem], done: di
     from their runs first, then the largest (by their memory estimate) first: the largest start
     as soon as there is room for them, the small ones fill the room beside them."""
     if sweep.admission is not None:
-        needs = {p.key: estimate(p.path) for p in pending}
+        needs = {p.key: _estimate(p) for p in pending}
         line = sorted(pending, key=lambda p: (not _in_flight(out_dir, p), -needs[p.key]))
         sweep.admission.line_up([(p.key, needs[p.key]) for p in line])
         by_key = {p.key: p for p in pending}

@@ -73,7 +73,7 @@ class _Recorded(sweep._Sweep):
 def test_on_a_gpu_resumed_problems_start_first_then_the_largest(tmp_path, monkeypatch):
     problems = find_problems(FIXTURE, None, None)
     sizes = {p.key: (i + 1) * GiB for i, p in enumerate(problems)}  # the last the largest
-    monkeypatch.setattr(sweep, "estimate", lambda path: sizes[next(p.key for p in problems if p.path == path)])
+    monkeypatch.setattr(sweep, "estimate", lambda path, model=False: sizes[next(p.key for p in problems if p.path == path)])
     resumed = problems[1]
     (tmp_path / "in_flight").mkdir()
     (tmp_path / "in_flight" / f"{slug(resumed)}.json").write_text("{}")
@@ -94,7 +94,7 @@ def test_a_problem_that_ran_alone_is_not_run_again_for_its_own_out_of_memory(tmp
     problems = find_problems(FIXTURE, None, None)
     big = problems[0]
     sizes = {p.key: (95 if p is big else 10) * GiB for p in problems}
-    monkeypatch.setattr(sweep, "estimate", lambda path: sizes[next(p.key for p in problems if p.path == path)])
+    monkeypatch.setattr(sweep, "estimate", lambda path, model=False: sizes[next(p.key for p in problems if p.path == path)])
 
     class OutOfMemory(_Recorded):
         def _run(self, problem, slot):
@@ -111,3 +111,39 @@ def test_a_problem_that_ran_alone_is_not_run_again_for_its_own_out_of_memory(tmp
     assert big.key not in reran and s.order.count(big.key) == 1
     others = [p.key for p in problems if p is not big]
     assert all(adm.had_company(k) for k in others) and sorted(reran) == sorted(others)
+
+
+def test_a_whole_model_counts_at_its_estimate_however_small_its_modules_footprints():
+    """A campaign's ledger says what its extracted modules hold; its whole model, verified and
+    timed last, holds more: counted at no less than its estimate, so no second one joins it."""
+    footprints = {"level3/big_model": 10 * GiB, "level1/op": 10 * GiB}
+    adm = admission.Admission({"cuda:0": 100 * GiB}, footprints.get, floored=lambda key: key.startswith("level3/"))
+    adm.line_up([("level3/big_model", 70 * GiB), ("level1/op", 70 * GiB), ("level1/late", 40 * GiB)])
+    stop = threading.Event()
+    assert adm.take("cuda:0", stop)[0] == "level3/big_model"
+    assert adm.used("cuda:0") == 70 * GiB  # not its modules' 10
+    stop.set()
+    assert adm.take("cuda:0", stop) is None  # 30 GiB of room: neither fits
+    adm.leave("level3/big_model", "cuda:0")
+    assert adm.take("cuda:0", stop)[0] == "level1/op"
+    assert adm.used("cuda:0") == 10 * GiB  # an op is counted at its footprint once it has one
+    assert adm.take("cuda:0", stop)[0] == "level1/late"
+
+
+def test_a_whole_models_estimate_counts_the_activations_its_forward_makes(tmp_path):
+    """Ten 1 GiB activations from a 4 MiB input: the op's estimate sees only the input and the
+    output, the model's every tensor the forward makes (on the meta device, nothing allocated)."""
+    path = tmp_path / "deep.py"
+    path.write_text(
+        "import torch\n\n\nclass Model(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        y = x.repeat(256, 1)\n"
+        "        for _ in range(9):\n"
+        "            y = torch.relu(y)\n"
+        "        return y.sum()\n\n\n"
+        "def get_inputs():\n    return [torch.randn(1024, 1024)]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    op, model = admission.estimate(path), admission.estimate(path, model=True)
+    base = admission.CONTEXTS * admission.CUDA_CONTEXT
+    assert op - base < 64 * 2**20  # the input (4 MiB) and a scalar, times ESTIMATE_FACTOR
+    assert model - op >= admission.ACTIVATION_FACTOR * 10 * GiB

@@ -179,17 +179,43 @@ LEVEL3 = (Path(__file__).parents[1] / "kb_level3" / "KernelBench" / "level3" / "
 
 
 # a process of its own, as the sweep runs each problem in one
+PLAIN_MODEL = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, n))
+
+    def forward(self, x):
+        return torch.relu(x * self.scale) + 1.0
+
+
+def get_inputs():
+    return [torch.randn(8, 64)]
+
+
+def get_init_inputs():
+    return [64]
+"""
+
+
 def test_a_level3_sweep_goes_through_the_model_campaign(tmp_path: Path) -> None:
     level3 = tmp_path / "KernelBench" / "level3"
     level3.mkdir(parents=True)
     (level3 / "1_TinyMLP.py").write_text(LEVEL3)
+    (level3 / "2_PlainTensorCode.py").write_text(PLAIN_MODEL)
     out = tmp_path / "sweep"
     proc = subprocess.run([sys.executable, "-m", "okgit", "bench", "kernelbench", str(tmp_path / "KernelBench"), "--level",
                            "3", "--device", "cpu", "--iterations", "1", "--out", str(out), "--json"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
-    [problem] = report["problems"]
+    problem, plain = report["problems"]
+    # no leaf module to extract: the model file is one op, run as a level-1 problem's is
+    assert plain["key"] == "level3/2_PlainTensorCode" and plain["status"] == "unverified" and plain["correct"]
+    assert plain["best_tag"].startswith("okgit/") and not (out / "logs" / "level3_2_PlainTensorCode.campaign.json").exists()
     assert problem["key"] == "level3/1_TinyMLP" and problem["status"] == "unverified" and problem["correct"]
     assert problem["best_tag"] == f"campaign:{problem['run_id']}" and not problem["timed"]
     assert problem["modules_swapped"] == 3  # the Linear and its ReLU (one chain), the LayerNorm
@@ -215,3 +241,15 @@ def test_on_a_gpu_the_profile_is_device_time_with_kernels_and_roofline(git_repo:
     assert fc1["time_us"] > 0 and fc1["kernels"], fc1  # cuBLAS's kernel, attributed to the module
     assert fc1["floor_us"] and 0 < fc1["roofline_position"] <= 1
     assert sum(r["share"] for r in report["rows"]) == pytest.approx(1.0)
+
+
+def test_matched_winners_are_tried_in_the_whole_model_and_slower_ones_are_not() -> None:
+    """A module's winner `matched` on its own rounds (often faster, within the noise on one) goes
+    into the whole model, whose interleaved rounds judge it; one that was slower never does."""
+    from okgit.campaign.core import ProblemRow
+    from okgit.campaign.model import swappable
+
+    rows = [ProblemRow(op=f"{status}.py", status=status, best_tag=f"okgit/r/{status}")
+            for status in ("optimized", "matched", "unverified", "slower", "fallback")]
+    rows.append(ProblemRow(op="untagged.py", status="matched"))
+    assert [r.op for r in swappable(rows)] == ["optimized.py", "matched.py", "unverified.py"]

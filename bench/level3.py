@@ -15,10 +15,11 @@ as each campaign's search time. A campaign cannot resume, so a model must finish
 call: --top 2 (the default here; the sweep's own is 4) and --search-s 150 aim at that (each
 problem of a campaign costs its reference, its search and its final gate; then the whole model
 is verified and timed). The sweep's state (one file per finished model) is restored from
---state (default bench/results/level3/) before the call and saved back there and to
-$OUT/level3/ after it; a call stops starting work at --time-limit (default 500 s: the sweep is
-interrupted, a model cut short is run again next call), so the same command, rerun with the
-state carried, goes on. Prints the table of every finished model (eager, torch.compile, okgit's
+--state (default bench/results/level3/) before the call and saved back there and, as one
+archive (a device call returns few files), to $OUT/level3.tar.gz after it (unpack it into
+--state); a call stops starting work at --time-limit (default 500 s: the sweep is interrupted,
+a model cut short is run again next call), so the same command, rerun with the state carried,
+goes on. Prints the table of every finished model (eager, torch.compile, okgit's
 patched model, both speedups, each arm's noise, modules swapped, device minutes) and the
 geomeans, and writes $OUT/level3.md and $OUT/level3.json.
 
@@ -36,6 +37,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -116,7 +118,10 @@ def sweep(kb: Path, args: argparse.Namespace) -> int:
     wall = time.monotonic() - started
     _record_call(out / "calls.json", before, {"wall_s": round(wall, 1), "parallel": parallel, "cut": cut})
     saved = copy_kept(out, state)
-    copy_kept(out, out_dir() / "level3")
+    with tarfile.open(out_dir() / "level3.tar.gz", "w:gz") as archive:
+        for f in sorted(state.rglob("*")):
+            if f.is_file():
+                archive.add(f, arcname=f.relative_to(state).as_posix())
     shutil.copyfile(work / "sweep.log", out_dir() / "level3-sweep.log")
     print(f"level3: the sweep {'was cut at the time limit' if cut else f'ended (exit {proc.returncode})'} after "
           f"{wall:.0f} s; {saved} files saved to {state} and {out_dir() / 'level3'}", file=sys.stderr)
@@ -147,7 +152,7 @@ def table(kb: Path, out: Path, problems: str | None) -> int:
             done.append(ProblemResult.model_validate_json(path.read_text()))
     missing = [p.key for p in selected if p.key not in {r.key for r in done}]
     calls = _calls(out)
-    report = SweepReport(dir=str(kb), out=str(out), device="cuda" if any(r.timed for r in done) else "cpu",
+    report = SweepReport(dir=str(kb), out=str(out), device="cuda" if any(r.device.startswith("cuda") for r in done) else "cpu",
                          parallel=max([c.get("parallel", 1) for c in calls] or [1]), wall_s=sum(c["wall_s"] for c in calls),
                          problems=done, summary=summarize(done)) if done else None
     text = report.markdown() if report else "no model finished yet\n"

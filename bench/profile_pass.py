@@ -19,8 +19,9 @@ each one call of at most about five minutes:
   critic's own code, okgit.search.critic.diagnose, answered by a scripted reply) showing the
   counters of the first candidate that has them, written to critic_prompt.txt.
 - `--autotune`: per problem, the template candidate then the autotune phase for --iterations
-  candidates, twice: with the profiling pass and the profile-driven focus (today's code), and with
-  neither (the autotune phase before issue 32: every setting, nearest first). Prints the best
+  candidates, twice: with the profiling pass and the profile-driven focus (today's code: the
+  settings the bottleneck names first, then the others), and with neither (the autotune phase
+  before issue 32: the same variants, nearest first, no setting ahead of another). Prints the best
   speedup of each and the candidates each took to reach its best (within 1%).
 - `--cost`: one `okgit optimize` run (offline, default iterations, --profiler auto) of the first
   problem in a fresh repository: its wall time, each pass's seconds and their share of the run.
@@ -224,7 +225,7 @@ def autotune(args: argparse.Namespace, out: Path, problems: list[tuple[str, Path
                 ctx = Context(problem=problem, reference=ref, backend="triton", device=ev.device, hardware=ref.hardware)
                 template = plan(ctx)[:1]
                 focus = tune.Focus.of
-                if profiler == "off":  # the autotune phase as it was: no focus
+                if profiler == "off":  # the autotune phase as it was: no focus, every setting in the plain order
                     tune.Focus.of = classmethod(lambda cls, p: None)  # type: ignore[method-assign,assignment]
                 try:
                     t0 = time.monotonic()

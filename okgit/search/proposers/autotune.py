@@ -28,16 +28,19 @@ neighbourhood of that one is explored next (hill climb). When a literal block si
 appears in the launch's grid expression (`cdiv(n, 1024)`), both change together so the grid
 stays derived from the block.
 
-Which settings it varies follows what bounds the kernel, as the base file's profile says
+Which settings come first follows what bounds the kernel, as the base file's profile says
 (ProfileData.bottleneck_type: from Nsight Compute's counters where the profiling pass ran them,
 else the roofline and torch.profiler's kernel times; okgit.search.profiling). Memory-bound: the
 block shape, the loads in flight (stages) and the vector width (warps per block) first; compute-
 bound: warps, stages, the tile shape, the GEMM's group; latency-bound: the persistent program count
 and the block (fewer, larger programs), since fusion and fewer launches, the real levers, are not
-launch settings. Settings the bottleneck does not name are left out (a GEMM's precision never is: it
-comes first whatever bounds the kernel); where the occupancy is held
-low by registers or shared memory, smaller blocks and fewer stages come first. The journal says
-which settings and why, each time the bottleneck it tunes for changes.
+launch settings. A GEMM's precision comes before them whatever bounds the kernel. The settings the
+bottleneck does not name follow, in the order they have without a profile: the focus orders the
+variants, never drops one (on KernelBench L2/63 on an H100 the phase that left them out ended at
+1.94x, the one without a focus at 2.31x: bench/profile_pass.py --autotune). Where the occupancy
+is held low by registers or shared memory, smaller blocks and fewer stages come first. The
+journal says which settings come first and why, and which follow, each time the bottleneck it
+tunes for changes.
 
 Where nothing is timed (a CPU, Triton's interpreter) a launch setting cannot change the
 result, only the speed nobody measures there: the phase proposes nothing and says so once in
@@ -65,22 +68,22 @@ MIN_BLOCK = 16
 SMALL_TILE = re.compile(r"_(ROWS|LANES)$")  # a count of rows or lanes in a tile (a windowed kind's): down to 1
 MAX_VARIANTS = 24  # per parent file
 ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor, and nearer than the reference, has nothing left to tune
-# bottleneck -> (the controls to vary, in order; what they are, for the journal)
+# bottleneck -> (the controls to vary first, in order; what they are, for the journal)
 FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
     "memory": (("path", "store", "switch", "block", "stages", "warps"), "a kernel's other path where it has one (a "
                "direct convolution rolled or not; a GEMM's stores of C and its persistent grid), the block shape, the "
                "loads in flight (stages) and the vector width (warps)"),
     "compute": (("warps", "stages", "block", "group", "switch"), "the warps, the pipeline stages, the tile shape, the "
                 "GEMM's group and its persistent grid"),
-    "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs) only: "
-                "fusion and fewer launches are the levers there, and they are not launch settings"),
+    "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs), since "
+                "fusion and fewer launches, the levers there, are not launch settings"),
 }
 LOW_OCCUPANCY = 0.5  # held below this by registers or shared memory: smaller tiles and fewer stages first
 
 
 @dataclass(frozen=True)
 class Focus:
-    """What the bottleneck says to vary (okgit.eval.types.ProfileData.bottleneck_type)."""
+    """What the bottleneck says to vary first (okgit.eval.types.ProfileData.bottleneck_type)."""
 
     bottleneck: str
     controls: tuple[str, ...]
@@ -95,11 +98,18 @@ class Focus:
         smaller = (profile.occupancy_limiter in ("registers", "shared_memory")
                    and (profile.occupancy_theoretical or 1.0) < LOW_OCCUPANCY)
         how = profile.bottleneck_why or profile.sources.get("bottleneck_type", "the roofline")
-        why = f"{profile.bottleneck_type}-bound ({how}): varying {what}"
+        why = f"{profile.bottleneck_type}-bound ({how}): first {what}"
         if smaller:
             why += (f"; {profile.occupancy_limiter.replace('_', ' ')} hold the occupancy to "  # type: ignore[union-attr]
                     f"{profile.occupancy_theoretical:.0%}, so smaller blocks and fewer stages first")
         return cls(profile.bottleneck_type, controls, smaller, why)
+
+    def place(self, site: Site) -> int | None:
+        """Where the site's variants go among the first (a GEMM's precision before all), or None:
+        they follow."""
+        if site.control == "precision":
+            return -1
+        return self.controls.index(site.control) if site.control in self.controls else None
 
 
 def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = False) -> list:
@@ -154,24 +164,29 @@ def _fits(constants: dict[str, int | str], changed: Site, value: int | str) -> b
 
 def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = None,
              sites: list[Site] | None = None) -> list[tuple[Site, int | str]]:
-    """One-setting changes of source, nearest first, settings interleaved, a GEMM's precision
-    before its launch settings (between precisions the H200 measured the largest differences);
-    with a focus, of the launch settings only the controls it names, in its order. `sites`: those
-    to vary, where the caller found them (default: every site of the source)."""
+    """One-setting changes of source, at most MAX_VARIANTS: nearest first, settings interleaved,
+    a GEMM's precision before its launch settings (between precisions the H200 measured the largest
+    differences). A focus reorders the same variants: the precision and the controls it names
+    first, in its order, then the others as they come without it. `sites`: those to vary, where
+    the caller found them (default: every site of the source)."""
     tree = ast.parse(source)
-    found = find_sites(source) if sites is None else sites
-    launch = [s for s in found if s.control != "precision"]
-    if focus is not None:
-        launch = sorted((s for s in launch if s.control in focus.controls), key=lambda s: focus.controls.index(s.control))
     # a GEMM's precision and a kernel's path before its launch settings: they change the kernel most
-    sites = [s for s in found if s.control == "precision"] + sorted(launch, key=lambda s: s.control != "path")
-    smaller = focus is not None and focus.smaller_first
+    found = sorted(find_sites(source) if sites is None else sites,
+                   key=lambda s: (s.control != "precision", s.control != "path"))
     known = {name: node.value for name, node in constants(tree) if isinstance(node.value, (int, str))}
-    per_site = [[(s, v) for v in _candidates(s, cap_numel, cap_dim, smaller) if _fits(known, s, v)] for s in sites]
-    out: list[tuple[Site, int | str]] = []
-    for rank in range(max((len(p) for p in per_site), default=0)):
-        out += [p[rank] for p in per_site if rank < len(p)]
-    return out[:MAX_VARIANTS]
+
+    def values(site: Site, smaller: bool) -> list[int | str]:
+        return [v for v in _candidates(site, cap_numel, cap_dim, smaller) if _fits(known, site, v)]
+
+    per_site = [values(s, False) for s in found]
+    # (rank, site, value): every setting's nearest value, then every setting's next one, ...
+    out = sorted(((rank, i, v) for i, vs in enumerate(per_site) for rank, v in enumerate(vs)),
+                 key=lambda x: (x[0], x[1]))[:MAX_VARIANTS]
+    if focus is not None:  # the same variants (cut above, as without a focus), what the bottleneck names first
+        places = [focus.place(s) for s in found]
+        ranks = [values(s, True) for s in found] if focus.smaller_first else per_site
+        out.sort(key=lambda x: (places[x[1]] is None, ranks[x[1]].index(x[2]), places[x[1]] or 0, x[1]))
+    return [(found[i], v) for _, i, v in out]
 
 
 def launched_kernels(profile: ProfileData | None) -> frozenset[str] | None:
@@ -274,10 +289,10 @@ class AutotuneProposer:
             ctx.log("note", message=f"autotune around {parent or 'the reference'}: left out the settings of "
                                     f"{', '.join(idle)}, which did not run at the timed shape")
         if focus is not None and focus.why != self._focus_noted and sites:
-            left = sorted({s.control for s in sites} - set(focus.controls) - {"precision"})
+            others = sorted({s.control for s in sites} - set(focus.controls) - {"precision"})
             ctx.log("note", message=f"autotune around {parent or 'the reference'}: {focus.why}"
-                    + (f"; left out: {', '.join(left)}" if left else "")
-                    + ("" if found else "; nothing of those to vary in this file"))
+                    + (f"; then the others, as without a profile: {', '.join(others)}" if others else "")
+                    + ("" if found else "; nothing to vary in this file"))
             self._focus_noted = focus.why
         # a new best's neighbourhood goes first: that is where the next gain is likeliest
         self._queue[:0] = [(source, parent, site, value) for site, value in found]

@@ -16,6 +16,13 @@ tries just before benchmarking it (CachingAutotuner._coordinate_descent_tuning),
 it the device would be held alone through every one of those compiles; each of its benchmarks
 holds it alone instead. A name a torch version lacks is skipped; where the benchmarker itself is
 missing, `exclusive_benchmarks` says so and the caller holds the device alone for the whole compile.
+
+Within the coarse regions a choice that cannot win is not benchmarked in full (okgit.inductor.cutoff):
+each keeps its best timing so far, and a choice whose one timed call is at least `cutoff.RATIO` times
+it returns that timing (issue 31: on the H100's sweep one depthwise convolution's template choice held
+the device alone for 309.5 s, GEMM choices 39-65 s each). Coordinate descent, the benchmarks outside
+them (the scheduler's fusion and multi-kernel decisions) and the choices benchmarked in Inductor's
+autotuning subprocess (`autotune_in_subproc`, CUTLASS), whose benchmarker is not this one, run in full.
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ import functools
 from typing import Any
 
 from okgit.eval.parent.devices import DeviceHold
+from okgit.inductor import cutoff
 
-# (module, class, attribute): coarse regions, each one autotuning of one kernel or one choice
+# (module, class, attribute): coarse regions, each one autotuning of one kernel or one choice (a
+# region of okgit.inductor.cutoff too: its choices are compared with each other)
 _AROUND = (
     ("torch._inductor.runtime.triton_heuristics", "CachingAutotuner", "benchmark_all_configs"),
     ("torch._inductor.select_algorithm", "AlgorithmSelectorCache", "benchmark_in_current_process"),
@@ -48,7 +57,7 @@ def exclusive_benchmarks(hold: DeviceHold) -> list[str]:
     wrapped = ["benchmarker.benchmark_gpu"]
     # an attribute of the one instance: every caller's `benchmarker.benchmark_gpu(...)`, and the
     # benchmarker's own `self.benchmark_gpu` from `benchmark`, find it
-    bench.benchmark_gpu = _exclusive(bench.benchmark_gpu, hold, "benchmarker.benchmark_gpu")
+    bench.benchmark_gpu = _exclusive(cutoff.pruned(bench.benchmark_gpu), hold, "benchmarker.benchmark_gpu")
     for module_name, class_name, name in _AROUND:
         try:
             cls = getattr(importlib.import_module(module_name), class_name)
@@ -57,13 +66,14 @@ def exclusive_benchmarks(hold: DeviceHold) -> list[str]:
         raw = cls.__dict__.get(name)
         if raw is None:
             continue
+        label = f"{class_name}.{name}"
         if isinstance(raw, (classmethod, staticmethod)):
-            setattr(cls, name, type(raw)(_exclusive(raw.__func__, hold, f"{class_name}.{name}")))
+            setattr(cls, name, type(raw)(_exclusive(cutoff.within(raw.__func__, label, hold.what), hold, label)))
         elif callable(raw):
-            setattr(cls, name, _exclusive(raw, hold, f"{class_name}.{name}"))
+            setattr(cls, name, _exclusive(cutoff.within(raw, label, hold.what), hold, label))
         else:
             continue
-        wrapped.append(f"{class_name}.{name}")
+        wrapped.append(label)
     return wrapped
 
 

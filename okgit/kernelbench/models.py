@@ -7,8 +7,6 @@ patched model of the whole model in one process, interleaved, with each arm's no
 the model is not timed twice. Its patch (the winners' package and the two lines in the model
 file) is applied in the problem's repository and the patched model kept as the winner. Without
 a winner, eager and torch.compile are timed by the baselines helper as for every other problem.
-A model with no module to extract (plain tensor code in its forward, as KernelBench's Mamba2
-problems are) is its own op file: it runs as one op, as a level-1 or level-2 problem does.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from okgit.campaign.model import NOTHING_TO_EXTRACT
 from okgit.eval.parent.device_pool import Slot
 from okgit.git.repo import git
 from okgit.git.rundir import RunDir
@@ -32,7 +29,6 @@ from okgit.kernelbench.runs import (
     baselines,
     flag_args,
     last_json,
-    run_problem,
     slug,
 )
 from okgit.kernelbench.scoring import ProblemResult
@@ -53,12 +49,7 @@ def run_model_problem(p: KBProblem, slot: Slot, flags: dict[str, Any], out_dir: 
         return result.model_copy(update=proc)
     campaign = last_json(proc.stdout) if proc.returncode == 0 else None
     if campaign is None:
-        failed = space.failed(proc)
-        if NOTHING_TO_EXTRACT in str(failed.get("error")):  # a model of plain tensor code (no leaf module):
-            # the model file is an op file itself, optimized as one op as a level-1 problem is
-            return run_problem(p, slot, flags, out_dir, timeout_s, timer=timer, gpu=gpu, cross_check=False,
-                               device=device, extra_env=extra_env, stop=stop)
-        return result.model_copy(update=failed)
+        return result.model_copy(update=space.failed(proc))
     end = campaign.get("end_to_end") or {}
     swapped = bool(end.get("ok") and end.get("swapped"))
     update: dict[str, Any] = {

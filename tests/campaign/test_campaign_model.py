@@ -107,8 +107,9 @@ def test_a_model_campaign_swaps_the_winners_into_the_model_file(cli, git_repo: P
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert snapshot(git_repo) == before  # the extracted op files live in the campaign's own repository
-    # fc1 and its GELU as one chain, fc2, norm: each once for both blocks
-    assert result["kind"] == "model" and len(result["problems"]) == 3
+    # the whole model as one op; fc1 and its GELU as one chain, fc2, norm: each once for both blocks
+    assert result["kind"] == "model" and len(result["problems"]) == 4
+    assert [p["time_share"] for p in result["problems"] if p["module"] == "(the whole model)"] == [1.0]
     assert any(p["module"] == "blocks.0.fc1+blocks.0.act, blocks.1.fc1+blocks.1.act" for p in result["problems"])
     assert all(p["module"] and p["time_share"] for p in result["problems"])
     assert all(p["run_id"] for p in result["problems"])  # each a normal run in the ops repository
@@ -122,6 +123,8 @@ def test_a_model_campaign_swaps_the_winners_into_the_model_file(cli, git_repo: P
     # the chain's kernel (GELU fused after the Linear) is in; a chain counts each of its modules
     assert "blocks.0.fc1+blocks.0.act, blocks.1.fc1+blocks.1.act" in end["swapped"], end
     assert end["modules_swapped"] == sum(len(site.split("+")) for label in end["swapped"] for site in label.split(", "))
+    # untimed, the modules' patch is kept over the whole model's (both correct): the smaller change
+    assert end["dropped"] == {"(the whole model)": "nothing timed: the modules' patch is kept, the smaller change"}
     journal = (git_repo / ".okgit" / "campaigns" / result["campaign_id"] / "journal.jsonl").read_text()
     assert "not extracted: scale:" in journal
 
@@ -213,9 +216,12 @@ def test_a_level3_sweep_goes_through_the_model_campaign(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     problem, plain = report["problems"]
-    # no leaf module to extract: the model file is one op, run as a level-1 problem's is
+    # no leaf module to extract: the campaign's one problem is the whole model, its forward one op
     assert plain["key"] == "level3/2_PlainTensorCode" and plain["status"] == "unverified" and plain["correct"]
-    assert plain["best_tag"].startswith("okgit/") and not (out / "logs" / "level3_2_PlainTensorCode.campaign.json").exists()
+    assert plain["best_tag"] == f"campaign:{plain['run_id']}" and plain["modules_swapped"] == 0
+    whole = json.loads((out / "logs" / "level3_2_PlainTensorCode.campaign.json").read_text())
+    assert [r["module"] for r in whole["problems"]] == ["(the whole model)"]
+    assert whole["end_to_end"]["swapped"] == ["(the whole model)"]
     assert problem["key"] == "level3/1_TinyMLP" and problem["status"] == "unverified" and problem["correct"]
     assert problem["best_tag"] == f"campaign:{problem['run_id']}" and not problem["timed"]
     assert problem["modules_swapped"] == 3  # the Linear and its ReLU (one chain), the LayerNorm

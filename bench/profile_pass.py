@@ -222,7 +222,9 @@ def autotune(args: argparse.Namespace, out: Path, problems: list[tuple[str, Path
         with LocalEvaluator(device=args.device) as ev:
             ref = ev.reference(problem)
             for arm, profiler in (("profile-driven", args.tools), ("before", "off")):
-                ctx = Context(problem=problem, reference=ref, backend="triton", device=ev.device, hardware=ref.hardware)
+                notes: list[dict[str, Any]] = []  # the search's journal: the focus, the screen's drops, why it stopped
+                ctx = Context(problem=problem, reference=ref, backend="triton", device=ev.device, hardware=ref.hardware,
+                              log=lambda type, **fields: notes.append({"type": type, **fields}))
                 template = plan(ctx)[:1]
                 focus = tune.Focus.of
                 if profiler == "off":  # the autotune phase as it was: no focus, every setting in the plain order
@@ -236,7 +238,12 @@ def autotune(args: argparse.Namespace, out: Path, problems: list[tuple[str, Path
                 speeds = [a.result.speedup if a.result.correct and a.result.timed else None for a in ctx.attempts]
                 best = max((s for s in speeds if s), default=None)
                 reach = next((i + 1 for i, s in enumerate(speeds) if best and s and s >= 0.99 * best), None)
-                row[arm] = {"best": best, "candidates_to_best": reach, "speedups": speeds, "wall_s": round(time.monotonic() - t0, 1)}
+                row[arm] = {"best": best, "candidates_to_best": reach, "speedups": speeds, "wall_s": round(time.monotonic() - t0, 1),
+                            "candidates": [{"intent": a.proposal.intent, "speedup": a.result.speedup,
+                                            "roofline": a.result.profile.roofline_position if a.result.profile else None,
+                                            "bottleneck": a.result.profile.bottleneck_type if a.result.profile else None}
+                                           for a in ctx.attempts],
+                            "journal": [n for n in notes if n["type"] in ("note", "screened", "dropped", "search_stopped")]}
         rows.append(row)
         (out / "profile.json").write_text(json.dumps(state, indent=1, default=str))
         print(f"{key:<6} {row['class']:<16} " + "  ".join(

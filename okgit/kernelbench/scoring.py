@@ -45,12 +45,17 @@ class StageTime(BaseModel):
     # exclusive seconds by what ran in the hold, where it was labelled (an Inductor benchmark
     # function, a worker's timing): nested labels overlap, so these may add up to more
     alone_for: dict[str, float] = Field(default_factory=dict)
+    # Inductor's autotuning choices not benchmarked in full, hopeless at one timed call
+    # (okgit.inductor.cutoff), and the device seconds held alone that saved, as estimated there
+    cut: int = 0
+    cut_saved_s: float = 0.0
 
     def plus(self, other: StageTime) -> StageTime:
-        sums = {k: round(getattr(self, k) + getattr(other, k), 3) for k in ("wall_s", "shared_s", "exclusive_s", "wait_s")}
+        sums = {k: round(getattr(self, k) + getattr(other, k), 3)
+                for k in ("wall_s", "shared_s", "exclusive_s", "wait_s", "cut_saved_s")}
         labels = {k: round(self.alone_for.get(k, 0.0) + other.alone_for.get(k, 0.0), 3)
                   for k in self.alone_for.keys() | other.alone_for.keys()}
-        return StageTime(**sums, alone_for=labels)
+        return StageTime(**sums, alone_for=labels, cut=self.cut + other.cut)
 
 
 class ProblemResult(BaseModel):
@@ -358,8 +363,14 @@ def _alone_lines(total: dict[str, StageTime]) -> list[str]:
     if not seconds:
         return []
     top = sorted(seconds.items(), key=lambda kv: -kv[1])[:ALONE_SHOWN]
-    return ["held alone, by what ran in the hold (seconds over every problem; nested labels overlap): "
-            + ", ".join(f"{name} {s:.1f}" for name, s in top)]
+    lines = ["held alone, by what ran in the hold (seconds over every problem; nested labels overlap): "
+             + ", ".join(f"{name} {s:.1f}" for name, s in top)]
+    cut = {stage: t for stage, t in total.items() if t.cut}
+    if cut:
+        lines.append("autotuning choices cut at one timed call, hopeless (okgit.inductor.cutoff): "
+                     + ", ".join(f"{stage}: {t.cut}, about {t.cut_saved_s:.1f} s held alone saved (estimated)"
+                                 for stage, t in cut.items()))
+    return lines
 
 
 def _phase_lines(report: SweepReport) -> list[str]:

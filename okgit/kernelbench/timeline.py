@@ -93,6 +93,11 @@ def ledger_holds(path: Path) -> tuple[dict[str, StageTime], int | None]:
         if "footprint_bytes" in entry:
             footprint = int(entry["footprint_bytes"])
             continue
+        if "cutoff" in entry:  # choices an autotuning cut short (okgit.inductor.cutoff), filed under its hold's stage
+            t = stages.setdefault(_LEDGER_STAGES.get(str(entry.get("what")), str(entry.get("what"))), StageTime())
+            t.cut += int(entry.get("cut", 0))
+            t.cut_saved_s = round(t.cut_saved_s + float(entry.get("saved_s", 0.0)), 3)
+            continue
         if "stage" not in entry:
             continue  # the sweep's own lines (`record_running`): no hold
         stage = _LEDGER_STAGES.get(str(entry["stage"]), str(entry["stage"]))

@@ -128,6 +128,9 @@ def test_the_ledger_adds_up_holds_by_stage_and_keeps_the_last_footprint(tmp_path
              {"stage": "seed", "mode": "exclusive", "wait_s": 0.0, "held_s": 7.0,
               "for": {"CachingAutotuner.coordinate_descent_tuning": 6.5, "benchmarker.benchmark_gpu": 1.25}},
              {"stage": "seed", "mode": "exclusive", "wait_s": 0.0, "held_s": 0.5, "for": {"benchmarker.benchmark_gpu": 0.5}},
+             # choices the seed's autotuning cut short (okgit.inductor.cutoff): no hold of their own
+             {"cutoff": "AlgorithmSelectorCache.benchmark_in_current_process", "what": "seed", "cut": 3, "saved_s": 12.5},
+             {"cutoff": "CachingAutotuner.benchmark_all_configs", "what": "seed", "cut": 1, "saved_s": 0.25},
              {"footprint_bytes": 6 * GiB},
              {"running": [100.0, 160.0]}]  # a stretch of an earlier call (the sweep's own line): no hold
     ledger.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"stage": "cut sh')  # a line cut by a kill
@@ -137,7 +140,7 @@ def test_the_ledger_adds_up_holds_by_stage_and_keeps_the_last_footprint(tmp_path
     assert holds["search"] == StageTime(shared_s=3.0, exclusive_s=0.5, wait_s=4.0)
     # what ran in the holds: the coarse region outlasts the benchmarks nested in it
     assert holds["seeds"] == StageTime(exclusive_s=7.5, alone_for={"CachingAutotuner.coordinate_descent_tuning": 6.5,
-                                                                   "benchmarker.benchmark_gpu": 1.75})
+                                                                   "benchmarker.benchmark_gpu": 1.75}, cut=4, cut_saved_s=12.75)
     both = timeline.combine({"reference": 30.0, "final gate": 12.0}, holds)
     assert list(both) == ["reference", "seeds", "search", "final gate"]
     assert both["reference"].wall_s == 30.0 and both["reference"].exclusive_s == 1.5
@@ -188,7 +191,7 @@ def test_the_report_says_where_the_time_went_per_problem_and_in_total():
                  **{"process start": StageTime(shared_s=12, wait_s=3)}),  # its workers' and judge's, in no stage's wall
           result("level2/3_B", reference=StageTime(wall_s=10, shared_s=8, exclusive_s=1),
                  seeds=StageTime(wall_s=5, exclusive_s=4, alone_for={"AlgorithmSelectorCache.benchmark_in_current_process": 4,
-                                                                     "benchmarker.benchmark_gpu": 0.5}),
+                                                                     "benchmarker.benchmark_gpu": 0.5}, cut=2, cut_saved_s=30.5),
                  baselines=StageTime(wall_s=30, shared_s=20, exclusive_s=3, wait_s=2, alone_for={"timing": 3}))]
     rs[0].footprint_bytes = 104 * GiB
     report = SweepReport(dir="/kb", out="/out", device="cuda", problems=rs, summary=summarize(rs), wall_s=120,
@@ -209,6 +212,8 @@ def test_the_report_says_where_the_time_went_per_problem_and_in_total():
     assert ("held alone, by what ran in the hold (seconds over every problem; nested labels overlap): "
             "seeds: AlgorithmSelectorCache.benchmark_in_current_process 4.0, baselines: timing 3.0, "
             "seeds: benchmarker.benchmark_gpu 0.5") in md
+    assert ("autotuning choices cut at one timed call, hopeless (okgit.inductor.cutoff): seeds: 2, about 30.5 s held "
+            "alone saved (estimated)") in md
 
 
 # --- admission by memory -------------------------------------------------------------------------

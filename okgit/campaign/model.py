@@ -150,14 +150,7 @@ def _verify_model(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str
                                      "dropped": dropped})
         log(status=end.status, reason=end.reason, swapped=[], speedup=end.speedup, dropped=dropped)
         return end, ""
-    end, files = max(kept, key=lambda t: t[0].speedup or 0.0)  # untimed: the first, the modules' smaller change
-    end.dropped = {label: why for e, _ in tried for label, why in e.dropped.items()}
-    if len(kept) > 1:
-        other = next(e for e, _ in kept if e is not end)
-        end.dropped[", ".join(other.swapped)] = (
-            f"the whole model {other.speedup:.2f}x with it, {end.speedup:.2f}x with {', '.join(end.swapped)}"
-            if other.speedup is not None and end.speedup is not None else
-            "nothing timed: the modules' patch is kept, the smaller change")
+    end, files = faster(tried)
     end = _whole_model(end, rel, files, repo, config)
     if not end.ok:
         end = end.model_copy(update={"swapped": [], "modules_swapped": 0, "status": RunStatus.fallback.value})
@@ -166,6 +159,22 @@ def _verify_model(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str
         state=end.state, eager_us=end.eager_us, compile_us=end.compile_us, patched_us=end.patched_us,
         arm_noise=end.arm_noise, untimed=end.untimed)
     return end, model_diff(repo, files) if files else ""
+
+
+def faster(tried: list[tuple[EndToEnd, dict[str, str]]]) -> tuple[EndToEnd, dict[str, str]]:
+    """Of the verified patches that hold (the modules', the whole model's), the one whose whole
+    model is faster against HEAD; untimed, the first (the modules': the smaller change). What the
+    others left out stays named, and the patch not kept is named with both speedups."""
+    kept = [t for t in tried if t[0].ok]
+    end, files = max(kept, key=lambda t: t[0].speedup or 0.0)
+    end = end.model_copy(update={"dropped": {label: why for e, _ in tried for label, why in e.dropped.items()}})
+    for other, _ in kept:
+        if other.swapped != end.swapped:
+            end.dropped[", ".join(other.swapped)] = (
+                f"the whole model {other.speedup:.2f}x with it, {end.speedup:.2f}x with {', '.join(end.swapped)}"
+                if other.speedup is not None and end.speedup is not None else
+                "nothing timed: the modules' patch is kept, the smaller change")
+    return end, files
 
 
 def _modules_patch(repo: Repo, rel: str, campaign_id: str, ops: dict[str, extract.Group], winners: dict[str, str],

@@ -259,3 +259,25 @@ def test_matched_winners_are_tried_in_the_whole_model_and_slower_ones_are_not() 
             for status in ("optimized", "matched", "unverified", "slower", "fallback")]
     rows.append(ProblemRow(op="untagged.py", status="matched"))
     assert [r.op for r in swappable(rows)] == ["optimized.py", "matched.py", "unverified.py"]
+
+
+def test_of_the_two_patches_the_faster_whole_model_is_kept_and_untimed_the_modules() -> None:
+    """The modules' patch and the whole model's, each verified: timed, the faster whole model
+    wins and the other is named with both speedups; untimed, the modules' (the smaller change)."""
+    from okgit.campaign.model import WHOLE_LABEL, faster
+    from okgit.campaign.result import EndToEnd
+
+    def end(swapped: list[str], speedup: float | None, ok: bool = True, dropped: dict | None = None) -> EndToEnd:
+        return EndToEnd(model="m.py", ok=ok, status="optimized" if ok else "fallback", reason="", swapped=swapped,
+                        device="cuda:0", speedup=speedup, dropped=dropped or {})
+
+    modules = (end(["fc1+act"], 1.10, dropped={"norm": "slower alone"}), {"okgit_m/x.py": "..."})
+    whole = (end([WHOLE_LABEL], 1.30), {"m.py": "..."})
+    kept, files = faster([modules, whole])
+    assert kept.swapped == [WHOLE_LABEL] and files == {"m.py": "..."}
+    assert kept.dropped == {"norm": "slower alone", "fc1+act": f"the whole model 1.10x with it, 1.30x with {WHOLE_LABEL}"}
+    kept, _ = faster([(end(["fc1+act"], 1.10), {}), (end([WHOLE_LABEL], 0.95, ok=False, dropped={WHOLE_LABEL: "slower"}), {})])
+    assert kept.swapped == ["fc1+act"] and kept.dropped == {WHOLE_LABEL: "slower"}
+    kept, _ = faster([(end(["fc1+act"], None), {}), (end([WHOLE_LABEL], None), {})])
+    assert kept.swapped == ["fc1+act"]
+    assert kept.dropped == {WHOLE_LABEL: "nothing timed: the modules' patch is kept, the smaller change"}

@@ -152,8 +152,10 @@ def _verify_model(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str
         return end, ""
     end, files = faster(tried)
     end = _whole_model(end, rel, files, repo, config)
-    if not end.ok:
-        end = end.model_copy(update={"swapped": [], "modules_swapped": 0, "status": RunStatus.fallback.value})
+    if not end.ok:  # its state dict changed: nothing is handed out, and each swap says why
+        dropped = {**{label: end.reason for label in end.swapped}, **end.dropped}
+        end = end.model_copy(update={"swapped": [], "modules_swapped": 0, "status": RunStatus.fallback.value,
+                                     "dropped": dropped})
         files = {}
     log(status=end.status, reason=end.reason, swapped=end.swapped, speedup=end.speedup, dropped=end.dropped,
         state=end.state, eager_us=end.eager_us, compile_us=end.compile_us, patched_us=end.patched_us,

@@ -19,13 +19,17 @@ round's samples) while a second process does, in turn:
   outside the lock; against `context`, whether the session itself disturbs a timing, which
   decides whether a start may give the lock back before it (starts.py: opened first, the session
   brings CUDA up itself, so it cannot come before the hold);
+- `start`: starts processes that do exactly what an okgit worker's start does under the device's
+  lock (okgit.eval.worker.calls.start and warm_up: CUDA up, a first allocation, the flags'
+  switch, a Triton launch) and exit: whether that hold (26 of the a96f65a sweep's 107 device
+  minutes had a start holding the device, timings waiting behind them) protects any timing;
 - `busy`: a process running kernels of its own without pause (the control: work that should show).
 
 During each mode's rounds it also asks NVML (the driver's management library, through ctypes)
 which other processes it saw using the GPU's SMs (nvmlDeviceGetProcessUtilization): whether the
 evaluator could tell, during a timing, that a process outside the device's lock ran work beside it.
 
-    python bench/disturb.py [--rounds 8] [--gib 16]
+    python bench/disturb.py [--rounds 8] [--gib 16] [--modes idle,start,context,idle]
 
 Prints each mode's round medians, their spread and each round's slowest sample, and the other
 processes NVML saw busy; writes disturb.json under $OUT (default /tmp/out).
@@ -68,6 +72,9 @@ elif mode == "session":  # CUDA up first, then an empty profiler session: the st
     torch.empty(1, device="cuda"); torch.cuda.synchronize(); running()
     with profile(activities=[ProfilerActivity.CUDA]):
         pass
+elif mode == "start":  # an okgit worker's start, as it runs under the device's lock
+    from okgit.eval.worker import calls
+    calls.start(torch, "cuda"); calls.warm_up(torch, "cuda"); torch.cuda.synchronize(); running()
 elif mode == "busy":
     x = torch.randn(4096, 4096, device="cuda")
     while True:
@@ -163,6 +170,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--gib", type=float, default=16.0)
+    parser.add_argument("--modes", default="idle,free,exit,context,start,session,profiler,busy,idle",
+                        help="comma-separated, in order (default: every mode, idle first and last)")
     args = parser.parse_args()
     import torch
 
@@ -172,7 +181,7 @@ def main() -> int:
     nvml = Nvml()
     print(f"NVML: {nvml.error or 'per-process utilization read'}", flush=True)
     result: dict = {"nvml_error": nvml.error}
-    for mode in ("idle", "free", "exit", "context", "session", "profiler", "busy", "idle"):
+    for mode in args.modes.split(","):
         stop = threading.Event()
         thread = None
         if mode != "idle":

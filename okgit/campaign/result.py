@@ -21,7 +21,9 @@ class EndToEnd(BaseModel):
     status: str  # a RunStatus: optimized / matched / unverified / fallback
     reason: str
     swapped: list[str]  # the problems whose winners are in the patch (each its sites: modules, chains joined by +)
-    modules_swapped: int = 0  # the modules whose forward the patch replaces (a chain counts each of its modules)
+    # the modules whose forward the patch replaces (a chain counts each of its modules; the whole
+    # model's winner, every leaf module of the model)
+    modules_swapped: int = 0
     dropped: dict[str, str] = {}  # module -> why its winner is not in the patch
     device: str
     timed: bool = False

@@ -17,9 +17,9 @@ problem of a campaign costs its reference, its search and its final gate; then t
 is verified and timed). The sweep's state (one file per finished model) is restored from
 --state (default bench/results/level3/) before the call and saved back there and, as one
 archive (a device call returns few files), to $OUT/level3.tar.gz after it (unpack it into
---state); a call stops starting work at --time-limit (default 500 s: the sweep is interrupted,
-a model cut short is run again next call), so the same command, rerun with the state carried,
-goes on. Prints the table of every finished model (eager, torch.compile, okgit's
+--state; the models' okgit logs go to $OUT/level3-logs.tar.gz); a call stops starting work at
+--time-limit (default 500 s: the sweep is interrupted, a model cut short is run again next
+call), so the same command, rerun with the state carried, goes on. Prints the table of every finished model (eager, torch.compile, okgit's
 patched model, both speedups, each arm's noise, modules swapped, device minutes) and the
 geomeans, and writes $OUT/level3.md and $OUT/level3.json.
 
@@ -122,9 +122,13 @@ def sweep(kb: Path, args: argparse.Namespace) -> int:
         for f in sorted(state.rglob("*")):
             if f.is_file():
                 archive.add(f, arcname=f.relative_to(state).as_posix())
+    # each model's okgit log beside it (what a model without figures said), not kept as state
+    with tarfile.open(out_dir() / "level3-logs.tar.gz", "w:gz") as archive:
+        for f in sorted((out / "logs").glob("*.log")):
+            archive.add(f, arcname=f.name)
     shutil.copyfile(work / "sweep.log", out_dir() / "level3-sweep.log")
     print(f"level3: the sweep {'was cut at the time limit' if cut else f'ended (exit {proc.returncode})'} after "
-          f"{wall:.0f} s; {saved} files saved to {state} and {out_dir() / 'level3'}", file=sys.stderr)
+          f"{wall:.0f} s; {saved} files saved to {state} and {out_dir() / 'level3.tar.gz'}", file=sys.stderr)
     return table(kb, out, args.problems)
 
 

@@ -3,6 +3,7 @@
     python3 bench/profile_pass.py [KB] [--problems "1:21,27,24,48,42,45;2:63,59,71,87"] [--tools all] [--time-limit S]
                              [--resume FILE] [--smoke]
     python3 bench/profile_pass.py [KB] --autotune [--problems "1:21,24;2:63"] [--iterations N] [--time-limit S]
+                             [--resume FILE]
     python3 bench/profile_pass.py [KB] --cost [--problems "2:63"]
 
 KB holds `level1/`, `level2/` (or `KernelBench/level1/`, ...; default `.kb`). Three measurements,
@@ -18,11 +19,12 @@ each one call of at most about five minutes:
   evaluated again after their pass: the verdict must be the same. Then one critic prompt (the
   critic's own code, okgit.search.critic.diagnose, answered by a scripted reply) showing the
   counters of the first candidate that has them, written to critic_prompt.txt.
-- `--autotune`: per problem, the template candidate then the autotune phase for --iterations
-  candidates, twice: with the profiling pass and the profile-driven focus (today's code: the
-  settings the bottleneck names first, then the others), and with neither (the autotune phase
-  before issue 32: the same variants, nearest first, no setting ahead of another). Prints the best
-  speedup of each and the candidates each took to reach its best (within 1%).
+- `--autotune` (the same ten problems; resumable): per problem, the template candidate then the
+  autotune phase for --iterations candidates, twice: with the profiling pass and the
+  profile-driven focus (today's code: the settings the bottleneck names first, then the others),
+  and with neither (the autotune phase before issue 32: the same variants, nearest first, no
+  setting ahead of another). Prints the best speedup of each and the candidates each took to
+  reach its best (within 1%), then issue 32's measure over every problem run so far.
 - `--cost`: one `okgit optimize` run (offline, default iterations, --profiler auto) of the first
   problem in a fresh repository: its wall time, each pass's seconds and their share of the run.
 
@@ -249,7 +251,20 @@ def autotune(args: argparse.Namespace, out: Path, problems: list[tuple[str, Path
         print(f"{key:<6} {row['class']:<16} " + "  ".join(
             f"{arm}: best {row[arm]['best'] or 0:.3f}x in {row[arm]['candidates_to_best']} of {len(row[arm]['speedups'])}"
             for arm in ("profile-driven", "before")), flush=True)
+    print(autotune_verdict(rows), flush=True)
     return left
+
+
+def autotune_verdict(rows: list[dict[str, Any]]) -> str:
+    """Issue 32's measure over every problem both arms ran: the profile-driven arm's best the same
+    (within 1%) or better in no more candidates, and in at most half of the unfocused arm's."""
+    both = [r for r in rows if (r["profile-driven"]["best"] or 0) and (r["before"]["best"] or 0)]
+    held = [r for r in both if r["profile-driven"]["best"] >= 0.99 * r["before"]["best"]
+            and r["profile-driven"]["candidates_to_best"] <= r["before"]["candidates_to_best"]]
+    half = [r for r in held if r["profile-driven"]["candidates_to_best"] <= r["before"]["candidates_to_best"] / 2]
+    missed = [r["problem"] for r in both if r not in held]
+    return (f"autotune over {len(both)} problems: profile-driven as good in no more candidates on {len(held)}, in at most "
+            f"half the candidates on {len(half)}" + (f"; not on {', '.join(missed)}" if missed else ""))
 
 
 class _Fixed:
@@ -312,8 +327,7 @@ def main() -> int:
     if args.smoke and not kb.exists():
         kb = Path("/work/shared/kernelbench")
     problems = problem_paths(kb, args.problems or (SMOKE_PROBLEMS if args.smoke else
-                                                   "2:63" if args.cost else "1:21,24;2:63" if args.autotune else
-                                                   DEFAULT_PROBLEMS))
+                                                   "2:63" if args.cost else DEFAULT_PROBLEMS))
     out = Path(os.environ.get("OUT", "/tmp/out"))
     out.mkdir(parents=True, exist_ok=True)
     state = json.loads(Path(args.resume).read_text()) if args.resume else {}

@@ -26,10 +26,9 @@ over for long: once it has not fitted for RESERVE_S, no other starts on that dev
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -54,56 +53,50 @@ def estimate(path: Path, model: bool = False) -> int:
     from okgit.eval.protocol.jobs import flatten
     from okgit.eval.worker.calls import load_op, nbytes
 
-    made = _Made()
+    made = 0
     try:
         module = load_op(str(path), f"okgit_admission_{path.stem}", {})
         torch.manual_seed(0)
         with torch.device("meta"), torch.no_grad():
             inputs = list(module.get_inputs())
             net = module.Model(*module.get_init_inputs())
-            with made if model else contextlib.nullcontext():
-                out = flatten(net(*inputs))
+            out, made = _forward_made(net, inputs) if model else (net(*inputs), 0)
         params = sum(t.nbytes for t in net.state_dict().values()) if isinstance(net, torch.nn.Module) else 0
-        case = nbytes(inputs) + nbytes(out) + params
+        case = nbytes(inputs) + nbytes(flatten(out)) + params
     except Exception:  # noqa: BLE001 - the op's own code on tensors without data: a guess instead
-        case, made.bytes = UNKNOWN_BYTES // ESTIMATE_FACTOR, 0
-    return ESTIMATE_FACTOR * case + ACTIVATION_FACTOR * made.bytes + CONTEXTS * CUDA_CONTEXT
+        case, made = UNKNOWN_BYTES // ESTIMATE_FACTOR, 0
+    return ESTIMATE_FACTOR * case + ACTIVATION_FACTOR * made + CONTEXTS * CUDA_CONTEXT
 
 
-class _Made:
-    """Counts the bytes of every tensor the operators under it return (on the meta device: no data)."""
+def _forward_made(net: Any, inputs: list[Any]) -> tuple[Any, int]:
+    """The forward's output, and the bytes of every tensor its operators returned (on the meta
+    device: no data, none freed)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
 
-    def __init__(self) -> None:
-        self.bytes = 0
-        self._mode: Any = None
+    made = 0
 
-    def __enter__(self) -> None:
-        import torch
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_flatten
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            nonlocal made
+            out = func(*args, **(kwargs or {}))
+            made += sum(t.nbytes for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+            return out
 
-        made = self
+    with Count():
+        out = net(*inputs)
+    return out, made
 
-        class Count(TorchDispatchMode):
-            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                out = func(*args, **(kwargs or {}))
-                made.bytes += sum(t.nbytes for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
-                return out
-
-        self._mode = Count()
-        self._mode.__enter__()
-
-    def __exit__(self, *exc: object) -> None:
-        self._mode.__exit__(*exc)
 
 class Admission:
     """Who runs on which device, at what footprint; `enter` waits for room (or for `stop`)."""
 
     def __init__(self, capacity: dict[str, int], footprint: Callable[[str], int | None],
-                 floored: Callable[[str], bool] = lambda key: False) -> None:
+                 floored: Collection[str] = ()) -> None:
         """`capacity`: device -> bytes the problems may hold together; `footprint(key)`: what a
-        running problem says it holds (None until its reference is prepared); `floored(key)`: a
-        problem counted at no less than its estimate whatever its footprint (a whole model)."""
+        running problem says it holds (None until its reference is prepared); `floored`: the
+        problems counted at no less than their estimates whatever their footprints (whole models)."""
         self.capacity = capacity
         self.footprint = footprint
         self.floored = floored
@@ -182,7 +175,7 @@ class Admission:
 
     def _counted(self, key: str, guess: int) -> int:
         said = self.footprint(key)
-        return max(said or 0, guess) if self.floored(key) else (said or guess)
+        return max(said or 0, guess) if key in self.floored else (said or guess)
 
 
 def device_capacity(devices: list[str]) -> dict[str, int]:

@@ -91,7 +91,7 @@ def run_sweep(
     started = time.monotonic()
     stop = _Stop(started + time_limit_s - STOP_MARGIN_S if time_limit_s is not None else None)
     admission = Admission(device_capacity(pool.devices), lambda key: last_footprint(_ledger(out_dir, key)),
-                          floored=lambda key: key.startswith("level3/")) if gpu else None
+                          floored={p.key for p in selected if p.level == 3}) if gpu else None
     with contextlib.ExitStack() as owned:  # the evaluator made here, closed when the sweep ends
         timer, extra_env = _modal_baselines(config, flags, parallel, owned, say) if modal else (None, {})
         extra_env = {**_compile_threads(parallel), **extra_env}

@@ -117,7 +117,7 @@ def test_a_whole_model_counts_at_its_estimate_however_small_its_modules_footprin
     """A campaign's ledger says what its extracted modules hold; its whole model, verified and
     timed last, holds more: counted at no less than its estimate, so no second one joins it."""
     footprints = {"level3/big_model": 10 * GiB, "level1/op": 10 * GiB}
-    adm = admission.Admission({"cuda:0": 100 * GiB}, footprints.get, floored=lambda key: key.startswith("level3/"))
+    adm = admission.Admission({"cuda:0": 100 * GiB}, footprints.get, floored={"level3/big_model"})
     adm.line_up([("level3/big_model", 70 * GiB), ("level1/op", 70 * GiB), ("level1/late", 40 * GiB)])
     stop = threading.Event()
     assert adm.take("cuda:0", stop)[0] == "level3/big_model"

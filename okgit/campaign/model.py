@@ -142,12 +142,10 @@ def _verify_model(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str
         if not end.ok:
             end.dropped = {WHOLE_LABEL: end.reason}
         tried.append((end, files))
-    kept = [t for t in tried if t[0].ok]
-    if not kept:  # nothing holds: the first tried says why
-        end = tried[0][0]
-        dropped = {label: why for e, _ in tried for label, why in e.dropped.items()}
-        end = end.model_copy(update={"swapped": [], "modules_swapped": 0, "status": RunStatus.fallback.value,
-                                     "dropped": dropped})
+    if not any(e.ok for e, _ in tried):  # nothing holds: the first tried says why
+        dropped = _left_out(tried)
+        end = tried[0][0].model_copy(update={"swapped": [], "modules_swapped": 0, "status": RunStatus.fallback.value,
+                                             "dropped": dropped})
         log(status=end.status, reason=end.reason, swapped=[], speedup=end.speedup, dropped=dropped)
         return end, ""
     end, files = faster(tried)
@@ -169,7 +167,7 @@ def faster(tried: list[tuple[EndToEnd, dict[str, str]]]) -> tuple[EndToEnd, dict
     others left out stays named, and the patch not kept is named with both speedups."""
     kept = [t for t in tried if t[0].ok]
     end, files = max(kept, key=lambda t: t[0].speedup or 0.0)
-    end = end.model_copy(update={"dropped": {label: why for e, _ in tried for label, why in e.dropped.items()}})
+    end = end.model_copy(update={"dropped": _left_out(tried)})
     for other, _ in kept:
         if other.swapped != end.swapped:
             end.dropped[", ".join(other.swapped)] = (
@@ -177,6 +175,11 @@ def faster(tried: list[tuple[EndToEnd, dict[str, str]]]) -> tuple[EndToEnd, dict
                 if other.speedup is not None and end.speedup is not None else
                 "nothing timed: the modules' patch is kept, the smaller change")
     return end, files
+
+
+def _left_out(tried: list[tuple[EndToEnd, dict[str, str]]]) -> dict[str, str]:
+    """What each verified patch left out, and why."""
+    return {label: why for e, _ in tried for label, why in e.dropped.items()}
 
 
 def _modules_patch(repo: Repo, rel: str, campaign_id: str, ops: dict[str, extract.Group], winners: dict[str, str],

@@ -22,15 +22,7 @@ from okgit.git.repo import git
 from okgit.git.rundir import RunDir
 from okgit.journal.events import Evaluated
 from okgit.kernelbench.reader import KBProblem
-from okgit.kernelbench.runs import (
-    ProblemInterrupted,
-    Timer,
-    Workspace,
-    baselines,
-    flag_args,
-    last_json,
-    slug,
-)
+from okgit.kernelbench.runs import ProblemInterrupted, Timer, Workspace, baselines, flag_args, last_json, slug
 from okgit.kernelbench.scoring import ProblemResult
 from okgit.status import RunStatus
 

@@ -14,13 +14,14 @@ from scripted_model import HARDWARE, OP, REFERENCE, ContentModel, judge
 
 from okgit.config import Config, SearchSettings
 from okgit.eval.base import InMemoryEvaluator
-from okgit.eval.types import ProfileData, Reference
+from okgit.eval.types import KernelTime, ProfileData, Reference
 from okgit.problem import load_problem
 from okgit.search.driver import Budget, Search
 from okgit.search.memory import SkillLibrary
 from okgit.search.profiling import PROFILE_WITHIN
 from okgit.search.proposers.autotune import FOCUS, MAX_VARIANTS, AutotuneProposer, Focus, variants
 from okgit.search.proposers.llm import LLMProposer
+from okgit.search.proposers.sites import find_sites
 from okgit.search.types import Context, Proposal
 
 SNAPSHOTS = Path(__file__).parents[1] / "snapshots"
@@ -301,6 +302,44 @@ def test_the_autotune_phase_says_in_the_journal_what_it_varies_and_why(tmp_path)
                      "other path where it has one (a direct convolution rolled or not; a GEMM's stores of C and its "
                      "persistent grid), the block shape, the loads in flight (stages) and the vector width (warps); "
                      "then the others, as without a profile: group, programs"]
+
+
+# a second kernel beside the GEMM (a GEMM's operand split): its settings, and a setting its launcher reads
+SPLIT = (TUNABLE.replace("FUSED_ROWS_0_PROGRAMS = 264\n", "FUSED_ROWS_0_PROGRAMS = 264\nFUSED_SPLIT_0_BLOCK = 256\n"
+                         "FUSED_SPLIT_0_PROGRAMS = 128\n")
+         .replace("\nclass Model(nn.Module):", "\n@triton.jit\ndef split_kernel(x, BLOCK: tl.constexpr):\n    pass\n\n\n"
+                  "class Model(nn.Module):")
+         .replace("        return c\n", "        programs = FUSED_SPLIT_0_PROGRAMS\n"
+                  "        split_kernel[(programs,)](a, BLOCK=FUSED_SPLIT_0_BLOCK, num_warps=4)\n        return c\n"))
+
+
+def split_profile(split_us: float) -> ProfileData:
+    return ProfileData(bottleneck_type="compute", top_kernels=[KernelTime(name="gemm_kernel", time_us=1000.0 - split_us),
+                                                               KernelTime(name="split_kernel", time_us=split_us)])
+
+
+def of_split(found: list) -> list[bool]:
+    return [site.name.startswith(("FUSED_SPLIT_0", "split_kernel")) for site, _ in found]
+
+
+def test_each_module_constant_names_the_kernels_it_sets():
+    read = {site.name: site.read_by for site in find_sites(SPLIT) if not site.kernel}
+    assert read["FUSED_GEMM_0_BLOCK_M"] == {"gemm_kernel"} and read["FUSED_SPLIT_0_BLOCK"] == {"split_kernel"}
+    assert read["FUSED_SPLIT_0_PROGRAMS"] == {"split_kernel"}  # through the grid's local name
+
+
+def test_a_kernel_with_little_of_the_time_is_tuned_last():
+    """Tuning a kernel can save at most its share of the time: on KernelBench L2/63 a compute-bound
+    focus put the GEMM's operand split (some 7% of the time) among its first variants."""
+    plain = variants(SPLIT, 1 << 20, 4096)
+    small = Focus.of(split_profile(70.0))
+    assert small is not None and small.why.endswith("; last, the settings of split_kernel (7% of the kernel time)")
+    found = variants(SPLIT, 1 << 20, 4096, small)
+    assert sorted(found, key=str) == sorted(plain, key=str)  # reordered, none left out
+    assert any(of_split(found)) and of_split(found) == sorted(of_split(found))  # the split's settings after every other
+    large = Focus.of(split_profile(300.0))  # 30% of the time: tuned among the others
+    assert large is not None and "last" not in large.why
+    assert of_split(variants(SPLIT, 1 << 20, 4096, large)) != sorted(of_split(variants(SPLIT, 1 << 20, 4096, large)))
 
 
 @pytest.mark.parametrize("bottleneck", ["memory", "compute", "latency"])

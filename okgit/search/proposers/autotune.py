@@ -40,7 +40,10 @@ variants, never drops one (on KernelBench L2/63 on an H100 the phase that left t
 1.94x, the one without a focus at 2.31x: bench/profile_pass.py --autotune). Where the occupancy
 is held low by registers or shared memory, smaller blocks and fewer stages come first. The
 journal says which settings come first and why, and which follow, each time the bottleneck it
-tunes for changes.
+tunes for changes. The settings of a kernel that takes under MINOR_SHARE of the timed call's
+kernel time come last whatever it is bound by: however well tuned, it can save no more than its
+share (on KernelBench L2/63 the GEMM's operand split, some 7% of the time, had its warps among
+the first variants of a compute-bound focus).
 
 Where nothing is timed (a CPU, Triton's interpreter) a launch setting cannot change the
 result, only the speed nobody measures there: the phase proposes nothing and says so once in
@@ -79,16 +82,19 @@ FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
                 "fusion and fewer launches, the levers there, are not launch settings"),
 }
 LOW_OCCUPANCY = 0.5  # held below this by registers or shared memory: smaller tiles and fewer stages first
+MINOR_SHARE = 0.1  # a kernel under this share of the kernel time: its settings last
 
 
 @dataclass(frozen=True)
 class Focus:
-    """What the bottleneck says to vary first (okgit.eval.types.ProfileData.bottleneck_type)."""
+    """What the bottleneck says to vary first (okgit.eval.types.ProfileData.bottleneck_type), and
+    which kernels take too little of the time to be tuned before the others."""
 
     bottleneck: str
     controls: tuple[str, ...]
     smaller_first: bool  # registers or shared memory hold the occupancy down
     why: str
+    minor: frozenset[str] = frozenset()  # kernels under MINOR_SHARE of the profile's kernel time
 
     @classmethod
     def of(cls, profile: ProfileData | None) -> Focus | None:
@@ -102,7 +108,13 @@ class Focus:
         if smaller:
             why += (f"; {profile.occupancy_limiter.replace('_', ' ')} hold the occupancy to "  # type: ignore[union-attr]
                     f"{profile.occupancy_theoretical:.0%}, so smaller blocks and fewer stages first")
-        return cls(profile.bottleneck_type, controls, smaller, why)
+        total = sum(k.time_us for k in profile.top_kernels)
+        shares = {k.name: k.time_us / total for k in profile.top_kernels} if total > 0 else {}
+        minor = frozenset(name for name, share in shares.items() if share < MINOR_SHARE)
+        if minor:
+            why += "; last, the settings of " + ", ".join(f"{name} ({shares[name]:.0%} of the kernel time)"
+                                                          for name in sorted(minor))
+        return cls(profile.bottleneck_type, controls, smaller, why, minor)
 
     def place(self, site: Site) -> int | None:
         """Where the site's variants go among the first (a GEMM's precision before all), or None:
@@ -110,6 +122,12 @@ class Focus:
         if site.control == "precision":
             return -1
         return self.controls.index(site.control) if site.control in self.controls else None
+
+    def is_minor(self, site: Site) -> bool:
+        """Whether every kernel the site sets takes under MINOR_SHARE of the time (a site no
+        kernel is known to read is not)."""
+        kernels = {site.kernel} if site.kernel else site.read_by
+        return bool(kernels) and kernels <= self.minor
 
 
 def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = False) -> list:
@@ -168,7 +186,8 @@ def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = No
     a GEMM's precision before its launch settings (between precisions the H200 measured the largest
     differences). A focus reorders the same variants: the precision and the controls it names
     first, in its order, then the others as they come without it. `sites`: those to vary, where
-    the caller found them (default: every site of the source)."""
+    the caller found them (default: every site of the source). The settings of the kernels the
+    focus calls minor come after all the others."""
     tree = ast.parse(source)
     # a GEMM's precision and a kernel's path before its launch settings: they change the kernel most
     found = sorted(find_sites(source) if sites is None else sites,
@@ -184,8 +203,9 @@ def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = No
                  key=lambda x: (x[0], x[1]))[:MAX_VARIANTS]
     if focus is not None:  # the same variants (cut above, as without a focus), what the bottleneck names first
         places = [focus.place(s) for s in found]
+        minor = [focus.is_minor(s) for s in found]
         ranks = [values(s, True) for s in found] if focus.smaller_first else per_site
-        out.sort(key=lambda x: (places[x[1]] is None, ranks[x[1]].index(x[2]), places[x[1]] or 0, x[1]))
+        out.sort(key=lambda x: (minor[x[1]], places[x[1]] is None, ranks[x[1]].index(x[2]), places[x[1]] or 0, x[1]))
     return [(found[i], v) for _, i, v in out]
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from okgit.lower.kinds import columns, gemm, grouped_conv, pool, rows
 
@@ -39,6 +39,7 @@ class Site:
     keyword: str = ""
     kernel: str = ""
     most: int | None = None  # the source's NAME_MAX beside it: a value above it would run as it anyway
+    read_by: frozenset[str] = frozenset()  # a module constant's: the kernels whose launches it sets (readers)
 
 
 def control_of(name: str) -> str | None:
@@ -113,15 +114,40 @@ def find_sites(source: str) -> list[Site]:
         return []
     at = _Offsets(source)
     problem = _problem_names(tree)
-    sites = [s for s in _constant_sites(tree, at) if s.name not in problem]
     kernels = {fn.name: fn for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and _is_jit(fn) and not _is_autotuned(fn)}
-    for fn, call, label in _launches(tree, kernels):
+    launches = _launches(tree, kernels)
+    read = readers(launches)
+    sites = [replace(s, read_by=read.get(s.name, frozenset())) for s in _constant_sites(tree, at) if s.name not in problem]
+    for fn, call, label in launches:
         sub = call.func
         assert isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name)  # _launches found kernel[grid](...)
         kernel = kernels[sub.value.id]
         sites += _keyword_sites(call, label, kernel, _grid_exprs(fn, sub.slice, call), at)
         sites += _default_sites(call, label, kernel, at)
     return sites
+
+
+def readers(launches: list[tuple[ast.FunctionDef, ast.Call, str]]) -> dict[str, frozenset[str]]:
+    """Each name's kernels: those whose launch reads it (its arguments, keywords or grid, or a
+    local name assigned from it before the launch), else every kernel launched by a function that
+    reads it (a GEMM's precision, read by its plan)."""
+    direct: dict[str, set[str]] = {}
+    within: dict[str, set[str]] = {}
+    for fn, call, _ in launches:
+        sub = call.func
+        assert isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name)  # _launches found kernel[grid](...)
+        read = _names(call)
+        read |= {name for n in ast.walk(fn) if isinstance(n, ast.Assign) and n.lineno < call.lineno
+                 and any(isinstance(t, ast.Name) and t.id in read for t in n.targets) for name in _names(n.value)}
+        for name in read:
+            direct.setdefault(name, set()).add(sub.value.id)
+        for name in _names(fn):
+            within.setdefault(name, set()).add(sub.value.id)
+    return {name: frozenset(direct.get(name) or kernels) for name, kernels in within.items()}
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
 def _problem_names(tree: ast.Module) -> set[str]:

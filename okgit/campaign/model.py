@@ -36,6 +36,8 @@ from okgit.journal.events import Event
 from okgit.paths import given_path
 from okgit.status import RunStatus
 
+Patch = tuple[EndToEnd, dict[str, str]]  # a verified model patch, and the files it writes
+
 _IDENTITY = {"GIT_AUTHOR_NAME": "okgit", "GIT_AUTHOR_EMAIL": "okgit@localhost",
              "GIT_COMMITTER_NAME": "okgit", "GIT_COMMITTER_EMAIL": "okgit@localhost"}
 _QUIET = ("-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0")
@@ -142,26 +144,37 @@ def _verify_model(space: core.CampaignSpace, repo: Repo, rel: str, ops: dict[str
         if not end.ok:
             end.dropped = {WHOLE_LABEL: end.reason}
         tried.append((end, files))
-    if not any(e.ok for e, _ in tried):  # nothing holds: the first tried says why
+    chosen, tried = handed_out(tried, lambda end, files: _whole_model(end, rel, files, repo, config))
+    if chosen is None:  # nothing holds: the first tried says why
         dropped = _left_out(tried)
         end = tried[0][0].model_copy(update={"swapped": [], "modules_swapped": 0, "status": RunStatus.fallback.value,
                                              "dropped": dropped})
-        log(status=end.status, reason=end.reason, swapped=[], speedup=end.speedup, dropped=dropped)
+        log(status=end.status, reason=end.reason, swapped=[], speedup=end.speedup, dropped=dropped, state=end.state)
         return end, ""
-    end, files = faster(tried)
-    end = _whole_model(end, rel, files, repo, config)
-    if not end.ok:  # its state dict changed: nothing is handed out, and each swap says why
-        dropped = {**{label: end.reason for label in end.swapped}, **end.dropped}
-        end = end.model_copy(update={"swapped": [], "modules_swapped": 0, "status": RunStatus.fallback.value,
-                                     "dropped": dropped})
-        files = {}
+    end, files = chosen
     log(status=end.status, reason=end.reason, swapped=end.swapped, speedup=end.speedup, dropped=end.dropped,
         state=end.state, eager_us=end.eager_us, compile_us=end.compile_us, patched_us=end.patched_us,
         arm_noise=end.arm_noise, untimed=end.untimed)
-    return end, model_diff(repo, files) if files else ""
+    return end, model_diff(repo, files)
 
 
-def faster(tried: list[tuple[EndToEnd, dict[str, str]]]) -> tuple[EndToEnd, dict[str, str]]:
+def handed_out(tried: list[Patch], judge: Callable[[EndToEnd, dict[str, str]], EndToEnd]
+               ) -> tuple[Patch | None, list[Patch]]:
+    """The patch `faster` keeps, judged as a whole model (`judge`: its state dict against the
+    original's, its times); where its state dict changed, none of it is handed out, each of its
+    swaps says why, and the next that holds is judged. (the one handed out or None, what was tried)."""
+    while any(e.ok for e, _ in tried):
+        end, files = faster(tried)
+        judged = judge(end, files)
+        if judged.ok:
+            return (judged, files), tried
+        own = next(e for e, f in tried if f is files)
+        judged.dropped = {**own.dropped, **{label: judged.reason for label in judged.swapped}}
+        tried = [(judged if f is files else e, f) for e, f in tried]
+    return None, tried
+
+
+def faster(tried: list[Patch]) -> Patch:
     """Of the verified patches that hold (the modules', the whole model's), the one whose whole
     model is faster against HEAD; untimed, the first (the modules': the smaller change). What the
     others left out stays named, and the patch not kept is named with both speedups."""
@@ -177,16 +190,16 @@ def faster(tried: list[tuple[EndToEnd, dict[str, str]]]) -> tuple[EndToEnd, dict
     return end, files
 
 
-def _left_out(tried: list[tuple[EndToEnd, dict[str, str]]]) -> dict[str, str]:
+def _left_out(tried: list[Patch]) -> dict[str, str]:
     """What each verified patch left out, and why."""
     return {label: why for e, _ in tried for label, why in e.dropped.items()}
 
 
 def _modules_patch(repo: Repo, rel: str, campaign_id: str, ops: dict[str, extract.Group], winners: dict[str, str],
-                   config: Any, log: Callable[..., None], scratch: Path) -> tuple[EndToEnd, dict[str, str]]:
+                   config: Any, log: Callable[..., None], scratch: Path) -> Patch:
     """The modules' winners swapped in, verified: every one, else those that hold alone."""
 
-    def check(chosen: dict[str, str]) -> tuple[EndToEnd, dict[str, str]]:
+    def check(chosen: dict[str, str]) -> Patch:
         groups = [(ops[op], source) for op, source in chosen.items()]
         files = patched_files(repo, rel, campaign_id, groups)
         swapped = [ops[op].label for op in chosen]

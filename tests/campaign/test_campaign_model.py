@@ -281,3 +281,36 @@ def test_of_the_two_patches_the_faster_whole_model_is_kept_and_untimed_the_modul
     kept, _ = faster([(end(["fc1+act"], None), {}), (end([WHOLE_LABEL], None), {})])
     assert kept.swapped == ["fc1+act"]
     assert kept.dropped == {WHOLE_LABEL: "nothing timed: the modules' patch is kept, the smaller change"}
+
+
+def test_a_patch_whose_state_dict_changed_gives_way_to_the_other(git_repo: Path) -> None:
+    """The faster patch is judged as a whole model first; a state dict of other names (a
+    checkpoint of the model would no longer load) hands out none of it, says why for each of its
+    swaps, and the other patch that held is judged and handed out instead."""
+    from types import SimpleNamespace
+
+    from okgit.campaign.model import WHOLE_LABEL, _whole_model, handed_out
+    from okgit.campaign.result import EndToEnd
+    from okgit.git.repo import Repo
+
+    _commit(git_repo, "plain.py", PLAIN_MODEL)
+    repo, config = Repo.find(git_repo), SimpleNamespace(device="cpu", backend="triton")
+
+    def end(swapped: list[str], speedup: float) -> EndToEnd:
+        return EndToEnd(model="plain.py", ok=True, status="optimized", reason="", swapped=swapped, device="cpu",
+                        speedup=speedup, dropped={"norm": "slower alone"} if len(swapped) > 1 else {})
+
+    renamed = {"plain.py": PLAIN_MODEL.replace("self.scale", "self.gain")}  # the same model, another name
+    kept = {"plain.py": PLAIN_MODEL + "\n# the modules' kernels would be swapped in here\n"}
+    tried = [(end(["fc1+act", "fc2"], 1.10), kept), (end([WHOLE_LABEL], 1.30), renamed)]
+    chosen, tried = handed_out(tried, lambda e, files: _whole_model(e, "plain.py", files, repo, config))
+    assert chosen is not None
+    handed, files = chosen
+    assert files is kept and handed.swapped == ["fc1+act", "fc2"] and handed.ok and handed.state == "unchanged"
+    assert set(handed.dropped) == {"norm", WHOLE_LABEL}
+    assert handed.dropped[WHOLE_LABEL].startswith("the patched model's state dict: ") and "gain" in handed.dropped[WHOLE_LABEL]
+    # neither holds: nothing handed out, each swap of each patch says why
+    chosen, tried = handed_out([(end(["fc1+act", "fc2"], 1.10), renamed)],
+                               lambda e, files: _whole_model(e, "plain.py", files, repo, config))
+    assert chosen is None and not tried[0][0].ok
+    assert set(tried[0][0].dropped) == {"norm", "fc1+act", "fc2"}

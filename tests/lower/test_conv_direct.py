@@ -153,34 +153,34 @@ import glob, inspect, json, os, re, subprocess, sys, tempfile, types
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler.compiler import ASTSource
-path, kernel, prefix, window = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-mod = types.ModuleType("cand")
-mod.__file__ = path
-exec(compile(open(path).read(), path, "exec"), mod.__dict__)
-fn = getattr(mod, kernel)
-setting = lambda key: getattr(mod, f"{prefix}_{key}")
-values = {"PADDED": False, "TRANSPOSED": False, **window, "BLOCK_M": setting("BLOCK_M"), "BLOCK_N": setting("BLOCK_N"), "WIDE": False}
-params = list(inspect.signature(fn.fn).parameters.values())
-signature = {p.name: "constexpr" if "constexpr" in str(p.annotation) else "*fp32" if p.name.endswith("_ptr") else "i32"
-             for p in params}
-constants = {p.name: values[p.name] for p in params if signature[p.name] == "constexpr"}
-compiled = triton.compile(ASTSource(fn, signature, constants), target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": setting("NUM_WARPS"), "num_stages": setting("NUM_STAGES")})
-out = {"fma": len(re.findall(r"fma\.rn\.f32", compiled.asm["ptx"])), "threads": 32 * setting("NUM_WARPS"),
-       "tile": setting("BLOCK_M") * setting("BLOCK_N")}
+kernel, prefix, jobs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 tool = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump"))
-if tool:  # the register file's use: spills show as stack
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(compiled.asm["cubin"])
-    usage = subprocess.run([tool[0], "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
-    out["stack"] = int(re.search(r"STACK:(\d+)", usage).group(1))
-    out["registers"] = int(re.search(r"REG:(\d+)", usage).group(1))
-print(json.dumps(out))
+for path, window in jobs:  # one process, one import of torch and Triton for every candidate
+    mod = types.ModuleType("cand")
+    mod.__file__ = path
+    exec(compile(open(path).read(), path, "exec"), mod.__dict__)
+    fn = getattr(mod, kernel)
+    setting = lambda key: getattr(mod, f"{prefix}_{key}")
+    values = {"PADDED": False, "TRANSPOSED": False, **window, "BLOCK_M": setting("BLOCK_M"), "BLOCK_N": setting("BLOCK_N"),
+              "WIDE": False}
+    params = list(inspect.signature(fn.fn).parameters.values())
+    signature = {p.name: "constexpr" if "constexpr" in str(p.annotation) else "*fp32" if p.name.endswith("_ptr") else "i32"
+                 for p in params}
+    constants = {p.name: values[p.name] for p in params if signature[p.name] == "constexpr"}
+    compiled = triton.compile(ASTSource(fn, signature, constants), target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": setting("NUM_WARPS"), "num_stages": setting("NUM_STAGES")})
+    out = {"fma": len(re.findall(r"fma\.rn\.f32", compiled.asm["ptx"])), "threads": 32 * setting("NUM_WARPS"),
+           "tile": setting("BLOCK_M") * setting("BLOCK_N")}
+    if tool:  # the register file's use: spills show as stack
+        with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+            f.write(compiled.asm["cubin"])
+        usage = subprocess.run([tool[0], "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+        out["stack"] = int(re.search(r"STACK:(\d+)", usage).group(1))
+        out["registers"] = int(re.search(r"REG:(\d+)", usage).group(1))
+    print(json.dumps(out))
 """
-
-
-@pytest.mark.slow  # Triton compiles for sm_90 (ptxas)
-@pytest.mark.parametrize(("name", "window", "epilogue_fmas"), [
+# (form, its window at the development set's sizes, whether its epilogue adds multiply-adds)
+HOPPER = [
     ("conv3d, 3 channels", {"KD": 3, "KH": 3, "KW": 3, "SD": 1, "SH": 1, "SW": 1, "PD": 0, "PH": 0, "PW": 0,
                             "DD": 1, "DH": 1, "DW": 1}, False),
     ("conv2d, unpadded, mish", {"KD": 1, "KH": 3, "KW": 3, "SD": 1, "SH": 1, "SW": 1, "PD": 0, "PH": 0, "PW": 0,
@@ -189,22 +189,38 @@ print(json.dumps(out))
     ("transposed 3d, stride 2 (as L2/15)", {"KD": 3, "KH": 3, "KW": 3, "SD": 2, "SH": 2, "SW": 2, "PD": 1, "PH": 1,
                                             "PW": 1, "DD": 1, "DH": 1, "DW": 1, "PADDED": True, "TRANSPOSED": True},
      False),
-])
-def test_the_kernel_compiles_for_hopper_as_outer_products_without_spills(tmp_path, name, window, epilogue_fmas):
-    """Compiled for sm_90 here, without a GPU, at the defaults and the development set's windows:
-    a tap is one multiply-add per accumulator a thread holds (an outer product, nothing
-    recomputed) in each path of the taps, and where Triton's cuobjdump is there, nothing spills."""
+]
+
+
+@pytest.fixture(scope="module")
+def on_hopper(tmp_path_factory) -> dict[str, dict]:
+    """SM90_SCRIPT's findings for each form of HOPPER as lowered, by name, all compiled in one
+    process (a process a form imported torch and Triton each time)."""
     pytest.importorskip("triton.backends.nvidia")
-    path, source = direct_source(tmp_path, name)
-    cand = tmp_path / "cand.py"
-    cand.write_text(source)
-    proc = subprocess.run([sys.executable, "-c", SM90_SCRIPT, str(cand), "fused_conv_direct_0_kernel",
-                           "FUSED_CONV_DIRECT_0", json.dumps(window)], capture_output=True, text=True, timeout=600,
-                          check=False, env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+    tmp = tmp_path_factory.mktemp("hopper")
+    jobs = []
+    for name, window, _ in HOPPER:
+        _, source = direct_source(tmp, name)
+        cand = tmp / (re.sub(r"\W+", "_", name) + "_cand.py")
+        cand.write_text(source)
+        jobs.append([str(cand), window])
+    proc = subprocess.run([sys.executable, "-c", SM90_SCRIPT, "fused_conv_direct_0_kernel", "FUSED_CONV_DIRECT_0",
+                           json.dumps(jobs)], capture_output=True, text=True, timeout=600, check=False,
+                          env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
     if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr:
         pytest.skip("no ptxas in this Triton")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.splitlines()[-1])
+    found = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return dict(zip([name for name, _, _ in HOPPER], found, strict=True))
+
+
+@pytest.mark.slow  # Triton compiles for sm_90 (ptxas), in the module's one process for them
+@pytest.mark.parametrize(("name", "window", "epilogue_fmas"), HOPPER)
+def test_the_kernel_compiles_for_hopper_as_outer_products_without_spills(on_hopper, name, window, epilogue_fmas):
+    """Compiled for sm_90 here, without a GPU, at the defaults and the development set's windows:
+    a tap is one multiply-add per accumulator a thread holds (an outer product, nothing
+    recomputed) in each path of the taps, and where Triton's cuobjdump is there, nothing spills."""
+    got = on_hopper[name]
     taps = window["KD"] * window["KH"] * window["KW"]
     # once per path of the taps: a padded convolution's tile inside the input and at its edges
     products = taps * got["tile"] // got["threads"] * (2 if window.get("PADDED") else 1)

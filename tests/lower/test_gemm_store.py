@@ -212,48 +212,71 @@ run = jit.JITFunction.run
 def compile_only(self, *args, grid, warmup, **kwargs):
     compiled[self.fn.__name__] = run(self, *args, grid=grid, warmup=True, **kwargs)
 jit.JITFunction.run = compile_only
-path, m, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-mod = types.ModuleType("cand")
-exec(compile(open(path).read(), path, "exec"), mod.__dict__)  # Triton reads a kernel's source from its file
-mod._tma_device = lambda device: True
-mod.torch.cuda.get_device_properties = lambda device: types.SimpleNamespace(multi_processor_count=132)
-mod.Model()(torch.empty(m, k), torch.empty(k, m))
-kernel = next(v for name, v in compiled.items() if name.endswith("_kernel") and not name.startswith("_tf32"))
-ptx = kernel.asm["ptx"]
-# the TMA stores' bookkeeping in program order: wait (until a store's tile is read), store, commit, wait (all done)
-bulk = re.findall(r"cp\.async\.bulk\.(wait_group\.read|wait_group|commit_group|tensor\.\dd\.global)", ptx)
-print(json.dumps({"shared": kernel.metadata.shared, "bulk": bulk,
-                  "streamed": len(re.findall(r"st\.global\.cs", ptx)), "plain": len(re.findall(r"st\.global\.v4", ptx))}))
+m, k = int(sys.argv[1]), int(sys.argv[2])
+for path in sys.argv[3:]:  # each candidate in turn: one process, one import of torch and Triton for all
+    compiled.clear()
+    mod = types.ModuleType("cand")
+    exec(compile(open(path).read(), path, "exec"), mod.__dict__)  # Triton reads a kernel's source from its file
+    mod._tma_device = lambda device: True
+    mod.torch.cuda.get_device_properties = lambda device: types.SimpleNamespace(multi_processor_count=132)
+    mod.Model()(torch.empty(m, k), torch.empty(k, m))
+    kernel = next(v for name, v in compiled.items() if name.endswith("_kernel") and not name.startswith("_tf32"))
+    ptx = kernel.asm["ptx"]
+    # the TMA stores' bookkeeping in program order: wait (until a store's tile is read), store, commit, wait (all done)
+    bulk = re.findall(r"cp\.async\.bulk\.(wait_group\.read|wait_group|commit_group|tensor\.\dd\.global)", ptx)
+    print(json.dumps({"shared": kernel.metadata.shared, "bulk": bulk,
+                      "streamed": len(re.findall(r"st\.global\.cs", ptx)), "plain": len(re.findall(r"st\.global\.v4", ptx))}))
 """
 
 
-def _sm90(tmp_path, source: str, m: int, k: int) -> dict:
+def _sm90(tmp_path, sources: list[str], m: int, k: int) -> list[dict]:
+    """SM90's findings for each candidate of `sources`, compiled at m x k in one process."""
     env = {name: v for name, v in os.environ.items() if name != "TRITON_INTERPRET"}
-    (tmp_path / "cand.py").write_text(source)
-    proc = subprocess.run([sys.executable, "-c", SM90, str(tmp_path / "cand.py"), str(m), str(k)], capture_output=True, text=True,
+    paths = [tmp_path / f"cand_{i}.py" for i in range(len(sources))]
+    for path, source in zip(paths, sources, strict=True):
+        path.write_text(source)
+    proc = subprocess.run([sys.executable, "-c", SM90, str(m), str(k), *map(str, paths)], capture_output=True, text=True,
                           timeout=600, check=False, env=env)
     if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr:
         pytest.skip("no ptxas in this Triton")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.splitlines()[-1])
+    found = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(found) == len(sources), proc.stdout[-3000:]
+    return found
 
 
-@pytest.mark.slow  # Triton compiles for sm_90 (ptxas), in processes of their own
-@pytest.mark.parametrize(("settings", "expect"), [
+# the settings compiled for sm_90, each with what its kernel's stores are
+HOPPER = [
     ({}, {"tma_stores": True, "streamed": False}),
     ({"STORE": "stream"}, {"tma_stores": False, "streamed": True}),
     ({"PERSISTENT": 0}, {"tma_stores": True, "streamed": False}),
     ({"PERSISTENT": 0, "NUM_STAGES": 3, "STORE": "plain"}, {"tma_stores": False, "streamed": False}),
-])
-def test_on_hopper_the_stores_are_what_they_say_in_the_shared_memory_the_kind_counts(tmp_path, settings, expect):
+]
+
+
+@pytest.fixture(scope="module")
+def on_hopper(tmp_path_factory) -> dict[str, dict]:
+    """L1/9's form compiled for sm_90 at 4096 x 32 x 4096 with each of HOPPER's settings, by
+    settings (json), in one process (a process a setting imported torch and Triton each time)."""
+    tmp = tmp_path_factory.mktemp("hopper")
+    source = plan(ctx_for(op(tmp, "tall", TALL)))[0].source
+    sources = []
+    for settings, _ in HOPPER:
+        variant = source
+        for name, value in settings.items():
+            variant = setting(variant, name, value)
+        sources.append(variant)
+    return dict(zip([json.dumps(s) for s, _ in HOPPER], _sm90(tmp, sources, 4096, 32), strict=True))
+
+
+@pytest.mark.slow  # Triton compiles for sm_90 (ptxas), in the module's one process for them
+@pytest.mark.parametrize(("settings", "expect"), HOPPER)
+def test_on_hopper_the_stores_are_what_they_say_in_the_shared_memory_the_kind_counts(on_hopper, settings, expect):
     """L1/9's form at 4096 x 32 x 4096, split ahead and read through TMA as on the H200: the shared
     memory Triton asks for is the kind's count plus its barriers; a TMA store is waited for (its
     tile read out of shared memory) only inside the tile loop, before the next tile's epilogue
     writes there, so it runs on while the next tile loads and multiplies; "stream" is st.global.cs."""
-    source = plan(ctx_for(op(tmp_path, "tall", TALL)))[0].source
-    for name, value in settings.items():
-        source = setting(source, name, value)
-    found = _sm90(tmp_path, source, 4096, 32)
+    found = on_hopper[json.dumps(settings)]
     counted = gemm.shared_bytes({**{"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "PRECISION": "tf32x3-split",
                                     "PERSISTENT": 1, "NUM_STAGES": 2, "STORE": "tma"}, **settings})
     assert 0 <= found["shared"] - counted < 100, (found, counted)

@@ -217,40 +217,53 @@ def test_the_run_is_a_setting_the_autotune_phase_varies(tmp_path):
     assert [v for s, v in variants(direct, 1 << 31, 1 << 16) if s.name == switch.name] == [16]
 
 
-# Compiles the candidate's kernel for sm_90 (no GPU needed) on the rolled path along D or H and
-# prints its PTX's barrier count: a layout conversion through shared memory needs one.
+# Compiles each candidate's kernel for sm_90 (no GPU needed) on the rolled path along D or H
+# (arguments: path, 1 or 0, in turn) and prints its PTX's barrier count: a layout conversion
+# through shared memory needs one.
 SM90 = r"""
 import inspect, json, sys, types
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler.compiler import ASTSource
-path, roll_d = sys.argv[1], sys.argv[2] == "1"
-mod = types.ModuleType("cand")
-exec(compile(open(path).read(), path, "exec"), mod.__dict__)
-fn = next(v for k, v in vars(mod).items() if k.endswith("_kernel"))
-constants = dict(CIN_G=1, KD=3 if roll_d else 1, KH=3, KW=3, SD=1, SH=1, SW=1, PD=1, PH=1, PW=1, DD=1, DH=1, DW=1,
-                 ROWS=4, BLOCK_W=64, KW_TILE=1, WIDE=False, RUN=16, ROLL_D=roll_d, KP2=4)
-params = inspect.signature(fn.fn).parameters
-sig = {q: "constexpr" if q in constants else "*fp32" if q.endswith("_ptr") else "i32" for q in params}
-compiled = triton.compile(ASTSource(fn, sig, constants, {}), target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-print(json.dumps({"barriers": compiled.asm["ptx"].count("bar.sync")}))
+for path, roll_d in zip(sys.argv[1::2], [a == "1" for a in sys.argv[2::2]]):
+    mod = types.ModuleType("cand")
+    exec(compile(open(path).read(), path, "exec"), mod.__dict__)
+    fn = next(v for k, v in vars(mod).items() if k.endswith("_kernel"))
+    constants = dict(CIN_G=1, KD=3 if roll_d else 1, KH=3, KW=3, SD=1, SH=1, SW=1, PD=1, PH=1, PW=1, DD=1, DH=1, DW=1,
+                     ROWS=4, BLOCK_W=64, KW_TILE=1, WIDE=False, RUN=16, ROLL_D=roll_d, KP2=4)
+    params = inspect.signature(fn.fn).parameters
+    sig = {q: "constexpr" if q in constants else "*fp32" if q.endswith("_ptr") else "i32" for q in params}
+    compiled = triton.compile(ASTSource(fn, sig, constants, {}), target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    print(json.dumps({"barriers": compiled.asm["ptx"].count("bar.sync")}))
 """
 
 
-@pytest.mark.slow  # Triton compiles for sm_90 (ptxas), twice
-@pytest.mark.parametrize("roll_d", [True, False])
-def test_the_slots_stay_in_their_threads_on_hopper(tmp_path, roll_d):
-    """Compiled for sm_90 here, without a GPU (what the interpreter never checks: constexprs
-    stay constexprs, the branches' types agree): the accumulators' slot axis lies within each
-    thread as the plane's tile does, so adding a tile into its slots and summing a finished
-    output out of them moves nothing through shared memory (no barrier in the kernel)."""
+@pytest.fixture(scope="module")
+def barriers(tmp_path_factory) -> dict[bool, dict]:
+    """SM90's answer by roll_d: rolled along D (depthwise3d_bias_relu's candidate) and along H
+    (grouped2d_prologue's), both compiled in one process (a process each imported Triton and
+    torch each time)."""
     pytest.importorskip("triton.backends.nvidia")
-    path = op_file(tmp_path, "dw", *CASES["depthwise3d_bias_relu" if roll_d else "grouped2d_prologue"][:3])
-    (tmp_path / "cand.py").write_text(candidate(path))
-    proc = subprocess.run([sys.executable, "-c", SM90, str(tmp_path / "cand.py"), "1" if roll_d else "0"],
-                          capture_output=True, text=True, timeout=600, check=False,
+    tmp = tmp_path_factory.mktemp("hopper")
+    args = []
+    for roll_d in (True, False):
+        path = op_file(tmp, "dw", *CASES["depthwise3d_bias_relu" if roll_d else "grouped2d_prologue"][:3])
+        cand = tmp / f"cand_{int(roll_d)}.py"
+        cand.write_text(candidate(path))
+        args += [str(cand), "1" if roll_d else "0"]
+    proc = subprocess.run([sys.executable, "-c", SM90, *args], capture_output=True, text=True, timeout=600, check=False,
                           env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
     if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr:
         pytest.skip("no ptxas in this Triton")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.splitlines()[-1]) == {"barriers": 0}
+    return dict(zip((True, False), map(json.loads, proc.stdout.splitlines()[-2:]), strict=True))
+
+
+@pytest.mark.slow  # Triton compiles for sm_90 (ptxas), twice, in the module's one process for them
+@pytest.mark.parametrize("roll_d", [True, False])
+def test_the_slots_stay_in_their_threads_on_hopper(barriers, roll_d):
+    """Compiled for sm_90 here, without a GPU (what the interpreter never checks: constexprs
+    stay constexprs, the branches' types agree): the accumulators' slot axis lies within each
+    thread as the plane's tile does, so adding a tile into its slots and summing a finished
+    output out of them moves nothing through shared memory (no barrier in the kernel)."""
+    assert barriers[roll_d] == {"barriers": 0}

@@ -22,16 +22,17 @@ HERE = Path(__file__).parent
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 
 
-def make_seed(op: Path, out: Path, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "okgit.inductor", str(op), "cpu", str(out), *args], env=ENV,
-                          capture_output=True, text=True, timeout=800)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def run_interpreted(check: str) -> None:
-    run = subprocess.run([sys.executable, "-c", check], env={**ENV, "TRITON_INTERPRET": "1"}, capture_output=True,
-                         text=True, timeout=600)
-    assert run.stdout.strip().endswith("ok"), run.stderr[-2000:]
+def seed_and_check(check: str, op: Path, out: Path, *args: str) -> tuple[dict, subprocess.CompletedProcess[str]]:
+    """`python -m okgit.inductor OP cpu OUT ARGS`'s main, then `check`, in one process (one torch,
+    Inductor and Triton start): under the interpreter, as okgit's own seed process on a CPU is
+    (okgit.eval.parent.sandbox.worker_env). The seed's JSON line, and the process: its stdout
+    ends in "ok" where the check passed."""
+    made = f"from okgit.inductor.__main__ import main\nassert main({[str(op), 'cpu', str(out), *args]!r}) == 0\n"
+    run = subprocess.run([sys.executable, "-c", made + check], env={**ENV, "TRITON_INTERPRET": "1"}, capture_output=True,
+                         text=True, timeout=800)
+    said = [line for line in run.stdout.splitlines() if line.startswith("{")]
+    assert said, run.stderr[-2000:]
+    return json.loads(said[0]), run
 
 
 def test_dynamo_sources_read_as_the_forward_writes_them() -> None:
@@ -83,11 +84,6 @@ def test_a_gpu_wrappers_arguments_and_outputs_are_counted_inside_its_device_guar
 def test_a_seed_of_upper_case_arguments_runs_its_kernels_at_other_shapes(tmp_path: Path) -> None:
     op = HERE / "attention_upper.py"
     out = tmp_path / "seed.py"
-    answer = make_seed(op, out)
-    assert answer["ok"] and answer["modes"] == ["any"], answer
-    assert {"Q.size(2)", "Q.size(3)"} <= set(answer["dynamic"])
-    text = out.read_text()
-    assert "def forward(self, Q, K, V):" in text and "def forward_reference(self, Q, K, V):" in text
     check = f'''
 import importlib.util, warnings, torch
 def load(p, n):
@@ -120,18 +116,22 @@ b(q, q, q)
 assert len(calls) == 4 and counter.total() > 0, counter.counts
 print("ok")
 '''
-    run_interpreted(check)
+    answer, run = seed_and_check(check, op, out)
+    assert answer["ok"] and answer["modes"] == ["any"], answer
+    assert {"Q.size(2)", "Q.size(3)"} <= set(answer["dynamic"])
+    text = out.read_text()
+    assert "def forward(self, Q, K, V):" in text and "def forward_reference(self, Q, K, V):" in text
+    assert run.stdout.strip().endswith("ok"), run.stderr[-2000:]
 
 
 @pytest.mark.slow  # Inductor compiles, then the interpreter runs the seed
 @pytest.mark.timeout(900)
 def test_the_specialised_seed_takes_its_static_kernels_at_the_compiled_shape_only(tmp_path: Path) -> None:
-    answer = make_seed(HERE / "rms_norm.py", tmp_path / "seed.py", "default", "{}", "both")
-    assert answer["ok"] and answer["specialised"], answer
-    assert "triton_per" in answer["differs"] and "triton_red" in answer["differs"]
+    out = tmp_path / "seed.py"
+    specialised = out.with_suffix(".specialised.py")  # where the answer's "specialised" is written
     check = f'''
 import importlib.util, torch
-spec = importlib.util.spec_from_file_location("seed", {answer["specialised"]!r}); seed = importlib.util.module_from_spec(spec)
+spec = importlib.util.spec_from_file_location("seed", {str(specialised)!r}); seed = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(seed)
 calls = []
 for path in ("any", "any_static"):
@@ -145,4 +145,7 @@ for shape in [(4, 16, 8, 8), (3, 16, 8, 8), (4, 5, 7, 9)]:
 assert calls == ["any_static", "any", "any"], calls
 print("ok")
 '''
-    run_interpreted(check)
+    answer, run = seed_and_check(check, HERE / "rms_norm.py", out, "default", "{}", "both")
+    assert answer["ok"] and answer["specialised"] == str(specialised), answer
+    assert "triton_per" in answer["differs"] and "triton_red" in answer["differs"]
+    assert run.stdout.strip().endswith("ok"), run.stderr[-2000:]

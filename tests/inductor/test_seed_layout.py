@@ -84,17 +84,18 @@ for own in (True, False):
     answer[str(own)] = {"layout": graph["layout"], "body": graph["body"], "dynamic": sorted(graph["assumed"]["symbols"])}
     if own:
         open(out, "w").write(standalone_file(open(op).read(), cap, "cpu"))
-print(json.dumps(answer))
+print(json.dumps(answer), flush=True)
 '''
 
+# run in MAKE's process, after it (one torch, Inductor and Triton start for both): under the
+# interpreter, as okgit's own seed process on a CPU is (okgit.eval.parent.sandbox.worker_env)
 CHECK = '''
-import json, sys, warnings, torch
+import warnings
 from okgit.backends.triton import install_launch_counter
 from okgit.eval.worker.calls import load_op
 
 counter = install_launch_counter()
-knobs = json.loads(sys.argv[3])
-ref, seed = load_op(sys.argv[1], "ref", knobs), load_op(sys.argv[2], "seed", knobs)
+ref, seed = load_op(op, "ref", knobs), load_op(out, "seed", knobs)
 torch.manual_seed(0); a = ref.Model(*ref.get_init_inputs())
 b = seed.Model(*seed.get_init_inputs()); b.load_state_dict(a.state_dict())
 torch.set_grad_enabled(False)
@@ -112,10 +113,12 @@ print("ok")
 @pytest.mark.timeout(900)
 def test_a_dynamic_convolution_seed_runs_channels_last_and_matches(tmp_path: Path) -> None:
     out = tmp_path / "seed.py"
-    made = subprocess.run([sys.executable, "-c", MAKE, str(OP), str(out), json.dumps(KNOBS)], env=ENV, capture_output=True, text=True,
-                          timeout=600)
-    assert made.returncode == 0, made.stderr[-2000:]
-    answer = json.loads(made.stdout.strip().splitlines()[-1])
+    run = subprocess.run([sys.executable, "-c", MAKE + CHECK, str(OP), str(out), json.dumps(KNOBS)],
+                         env={**ENV, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=600)
+    said = run.stdout.strip().splitlines()
+    made = [line for line in said if line.startswith("{")]  # the seed's JSON line, before the check's "ok"
+    assert made, run.stderr[-2000:]
+    answer = json.loads(made[0])
     own, inductors = answer["True"], answer["False"]
     assert own["dynamic"] and own["dynamic"] == inductors["dynamic"]  # both compiled with free sizes
     assert own["layout"].startswith("convolutions channels-last (Inductor's choice at the op's own sizes")
@@ -128,6 +131,4 @@ def test_a_dynamic_convolution_seed_runs_channels_last_and_matches(tmp_path: Pat
     copy = next(line for line in own["body"].splitlines() if f"{convolved(own['body'])} = empty_strided" in line)
     strides = re.search(r"empty_strided_cpu\(\([^)]*\), \(([^)]*)\)", copy)
     assert strides is not None and strides.group(1).split(", ")[1] == "1", copy  # channels-last: C varies fastest
-    run = subprocess.run([sys.executable, "-c", CHECK, str(OP), str(out), json.dumps(KNOBS)], env={**ENV, "TRITON_INTERPRET": "1"},
-                         capture_output=True, text=True, timeout=600)
-    assert run.stdout.strip().endswith("ok"), run.stderr[-2000:]
+    assert said[-1] == "ok", run.stderr[-2000:]

@@ -1,8 +1,10 @@
 """Workers and judges forked from a zygote (okgit.eval.worker.zygote) instead of spawned.
 
 A spawned worker imports torch and triton before it can say ready: about 1.4 s of CPU on a
-CPU-only machine, more with CUDA's build, for every candidate. A zygote per device, program and
-environment imports them once; `fork` asks it for a process and returns at once with a handle
+CPU-only machine, more with CUDA's build, for every candidate. A zygote per device and
+environment imports them once, and what both programs need (okgit.eval.worker.zygote.PRELOAD),
+so that the judge and the workers fork from one zygote where their environments are the same (a
+CPU; on a GPU the judge's allocator setting gives it one of its own); `fork` asks it for a process and returns at once with a handle
 that reads like the `subprocess.Popen` of a spawned worker (pid, stdin, stdout, poll, wait,
 returncode), so okgit.eval.parent.sandbox treats both alike. The handle's status pipe brings the
 reaper's pid, then the worker's exit code; the reaper is the zygote's child, not this process's,
@@ -29,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-Key = tuple[str, str, tuple[tuple[str, str], ...]]  # device kind, program, environment
+Key = tuple[str, tuple[tuple[str, str], ...]]  # device kind, environment
 
 
 class Forked:
@@ -110,21 +112,20 @@ class Zygote:
 
     def __init__(self, key: Key) -> None:
         self.key = key
-        kind, program, env = key
+        kind, env = key
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.requests = ours
         # its stderr goes nowhere: a zygote that fails is not asked again (see above)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "okgit.eval.worker.zygote", "--device", kind, "--program", program,
-             "--socket", str(theirs.fileno())],
+            [sys.executable, "-m", "okgit.eval.worker.zygote", "--device", kind, "--socket", str(theirs.fileno())],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
             env=dict(env), pass_fds=[theirs.fileno()], start_new_session=True,
         )
         theirs.close()
 
-    def fork(self, directory: Path, args: list[str]) -> Forked | None:
-        """A worker in `directory` with its own `args`, its stderr into stderr.log there; None if the
-        request failed."""
+    def fork(self, program: str, directory: Path, args: list[str]) -> Forked | None:
+        """A worker running `program` in `directory` with its own `args`, its stderr into
+        stderr.log there; None if the request failed."""
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         status_r, status_w = os.pipe()
@@ -134,7 +135,8 @@ class Zygote:
         # reads the end of its stdin and exits
         handle = Forked(stdin_w, stdout_r, status_r)
         try:
-            socket.send_fds(self.requests, [json.dumps({"cwd": str(directory), "args": args}).encode()], theirs)
+            socket.send_fds(self.requests, [json.dumps({"program": program, "cwd": str(directory), "args": args}).encode()],
+                            theirs)
         except OSError:
             handle.close()
             return None
@@ -154,7 +156,9 @@ class Zygote:
 
 
 _LOCK = threading.Lock()
-_ZYGOTES: dict[tuple[str, str], Zygote] = {}  # by device and program: the newest environment's
+# by device and program: the zygote of the newest environment it asked for (one zygote may serve
+# both programs)
+_ZYGOTES: dict[tuple[str, str], Zygote] = {}
 _REFUSED: set[Key] = set()  # environments whose zygote ended on its own: spawned from then on
 
 
@@ -162,25 +166,34 @@ def fork(device: str, program: str, env: dict[str, str], directory: Path, args: 
     """A worker for `program` on `device` ("cpu", "cuda:N": `python -m PROGRAM --device cpu|cuda
     ARGS`) with environment `env`, forked in `directory` (its stderr into stderr.log there); None
     where none is forked: spawn it."""
-    key: Key = ("cpu" if device == "cpu" else "cuda", program, tuple(sorted(env.items())))
+    key: Key = ("cpu" if device == "cpu" else "cuda", tuple(sorted(env.items())))
     slot = (device, program)
     with _LOCK:
+        for ended in [s for s, z in _ZYGOTES.items() if z.proc.poll() is not None]:  # on its own: refused
+            _REFUSED.add(_ZYGOTES[ended].key)
+            _release(ended)
         zygote = _ZYGOTES.get(slot)
-        if zygote is not None and (zygote.key != key or zygote.proc.poll() is not None):
-            if zygote.proc.poll() is not None:
-                _REFUSED.add(zygote.key)
-            _ZYGOTES.pop(slot).close()
+        if zygote is not None and zygote.key != key:
+            _release(slot)
             zygote = None
         if key in _REFUSED:
             return None
-        if zygote is None:
-            zygote = _ZYGOTES[slot] = Zygote(key)
-        return zygote.fork(directory, args or [])
+        if zygote is None:  # the other program's, where its environment is this one, else a new one
+            zygote = next((z for (d, _), z in _ZYGOTES.items() if d == device and z.key == key), None) or Zygote(key)
+            _ZYGOTES[slot] = zygote
+        return zygote.fork(program, directory, args or [])
+
+
+def _release(slot: tuple[str, str]) -> None:
+    """The slot no longer asks its zygote; a zygote no slot asks ends."""
+    zygote = _ZYGOTES.pop(slot)
+    if all(z is not zygote for z in _ZYGOTES.values()):
+        zygote.close()
 
 
 def stop() -> None:
     """Kill every zygote (at exit, and when okgit stops its workers)."""
     with _LOCK:
-        for zygote in _ZYGOTES.values():
+        for zygote in {id(z): z for z in _ZYGOTES.values()}.values():
             zygote.kill()
         _ZYGOTES.clear()

@@ -1,11 +1,11 @@
-"""`python -m okgit.eval.worker.zygote --device cpu|cuda --program MODULE`: forks workers (or
-judges) with torch and triton already imported.
+"""`python -m okgit.eval.worker.zygote --device cpu|cuda`: forks workers and judges with torch and
+triton already imported.
 
 A worker's start is mostly its imports: about 1.4 s of CPU for torch and triton on a CPU-only
 machine, more with CUDA's build, for every candidate (each runs in a process of its own). This
 process imports them once and then only forks: each request (okgit.eval.parent.forks) brings the
-worker's stdin, stdout, stderr and a status pipe, its directory and its own arguments (a
-timing-only worker's flag). The fork becomes the
+worker's stdin, stdout, stderr and a status pipe, its directory, its program (a worker or a judge)
+and its own arguments (a timing-only worker's flag). The fork becomes the
 worker's reaper (okgit.eval.protocol.reaper: a session of its own, no core dumps, a child
 subreaper), writes its pid on the status pipe, forks the worker proper, which runs MODULE as
 `python -m MODULE --device ... ARGS` would, and when the worker has exited writes its exit code there
@@ -34,18 +34,18 @@ from typing import Any
 
 from okgit.eval.protocol.reaper import become_subreaper, outlive
 
-# What each program imports before it says ready, loaded here once: the program's own modules pull
-# in torch (and the judge's, the worker's op-file code). A worker also gets Inductor's Triton
+# What the programs import before they say ready, loaded here once: their own modules pull in
+# torch (and the judge's, the worker's op-file code). A worker also gets Inductor's Triton
 # runtime, which every Inductor seed imports: about a second of each seed's load in a fresh
-# process (0.9-1.3 s on a CPU machine), paid here once instead.
-PRELOAD = {
-    "okgit.eval.worker": ("torch", "numpy", "triton", "okgit.eval.worker.candidate",
-                          "torch._inductor.runtime.triton_helpers"),
-    # The judge counts the reference's FLOPs (okgit.eval.judge.prepared.count_cost): FlopCounterMode's
-    # module hooks import torch._dynamo at the first call, 1.5-3 s of CPU on a CPU machine that every
-    # judge (one per problem prepared) paid after its fork.
-    "okgit.eval.judge": ("torch", "numpy", "triton", "okgit.eval.judge.process", "torch._dynamo"),
-}
+# process (0.9-1.3 s on a CPU machine), paid here once instead. The judge counts the reference's
+# FLOPs (okgit.eval.judge.prepared.count_cost): FlopCounterMode's module hooks import torch._dynamo
+# at the first call, 1.5-3 s of CPU on a CPU machine that every judge paid after its fork. One
+# zygote loads both programs' imports and forks either: where the judge's environment is the
+# workers' (a CPU), a run's one zygote serves both, and a CPU run's imports took 4.6 s of CPU
+# instead of 5.2 and 5.3 in two zygotes (2026-12-07, a 2-core machine).
+PROGRAMS = ("okgit.eval.worker", "okgit.eval.judge")
+PRELOAD = ("torch", "numpy", "triton", "okgit.eval.worker.candidate", "torch._inductor.runtime.triton_helpers",
+           "okgit.eval.judge.process", "torch._dynamo")
 # the middle one imports triton; torch._dynamo may refuse a Python its torch does not support
 OPTIONAL = {"triton", "torch._inductor.runtime.triton_helpers", "torch._dynamo"}
 REQUEST_BYTES = 1 << 16
@@ -55,11 +55,10 @@ FDS = 4  # stdin, stdout, stderr, status
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="okgit.eval.worker.zygote")
     parser.add_argument("--device", choices=["cpu", "cuda"], required=True)
-    parser.add_argument("--program", choices=sorted(PRELOAD), required=True)
     parser.add_argument("--socket", type=int, required=True, help="the parent's socket, an inherited descriptor")
     args = parser.parse_args(argv)
     requests = socket.socket(fileno=args.socket)
-    for module in PRELOAD[args.program]:
+    for module in PRELOAD:
         try:
             importlib.import_module(module)
         except (ImportError, RuntimeError):
@@ -78,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
             return  # the parent closed its end: no more workers
         try:
             if len(fds) == FDS and os.fork() == 0:
-                _reaper(requests, json.loads(data), args.program, args.device, fds)
+                _reaper(requests, json.loads(data), args.device, fds)
         except OSError as e:
             if len(fds) > 2:
                 os.write(fds[2], f"okgit zygote: could not fork the worker: {e}\n".encode())
@@ -96,10 +95,13 @@ def _collect() -> None:
         pass
 
 
-def _reaper(requests: socket.socket, request: dict[str, Any], program: str, device: str, fds: list[int]) -> None:
+def _reaper(requests: socket.socket, request: dict[str, Any], device: str, fds: list[int]) -> None:
     """The fork's life, as the worker's reaper; never returns."""
     code = 1
     try:
+        program = request["program"]
+        if program not in PROGRAMS:
+            raise ValueError(f"not a program a zygote forks: {program!r}")
         requests.close()
         os.setsid()
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -39,7 +39,7 @@ class Site:
     keyword: str = ""
     kernel: str = ""
     most: int | None = None  # the source's NAME_MAX beside it: a value above it would run as it anyway
-    read_by: frozenset[str] = frozenset()  # a module constant's: the kernels whose launches it sets (readers)
+    read_by: frozenset[str] = frozenset()  # a module constant's: the kernels whose launches it sets (_readers)
 
 
 def control_of(name: str) -> str | None:
@@ -116,7 +116,7 @@ def find_sites(source: str) -> list[Site]:
     problem = _problem_names(tree)
     kernels = {fn.name: fn for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and _is_jit(fn) and not _is_autotuned(fn)}
     launches = _launches(tree, kernels)
-    read = readers(launches)
+    read = _readers(launches)
     sites = [replace(s, read_by=read.get(s.name, frozenset())) for s in _constant_sites(tree, at) if s.name not in problem]
     for fn, call, label in launches:
         sub = call.func
@@ -127,7 +127,7 @@ def find_sites(source: str) -> list[Site]:
     return sites
 
 
-def readers(launches: list[tuple[ast.FunctionDef, ast.Call, str]]) -> dict[str, frozenset[str]]:
+def _readers(launches: list[tuple[ast.FunctionDef, ast.Call, str]]) -> dict[str, frozenset[str]]:
     """Each name's kernels: those whose launch reads it (its arguments, keywords or grid, or a
     local name assigned from it before the launch), else every kernel launched by a function that
     reads it (a GEMM's precision, read by its plan)."""

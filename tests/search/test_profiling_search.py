@@ -330,7 +330,7 @@ def test_each_module_constant_names_the_kernels_it_sets():
 
 def test_a_kernel_with_little_of_the_time_is_tuned_last():
     """Tuning a kernel can save at most its share of the time: on KernelBench L2/63 a compute-bound
-    focus put the GEMM's operand split (some 7% of the time) among its first variants."""
+    focus put the GEMM's operand split (a pass over the operands beside the product) among its first variants."""
     plain = variants(SPLIT, 1 << 20, 4096)
     small = Focus.of(split_profile(70.0))
     assert small is not None and small.why.endswith("; last, the settings of split_kernel (7% of the kernel time)")

@@ -42,8 +42,8 @@ is held low by registers or shared memory, smaller blocks and fewer stages come 
 journal says which settings come first and why, and which follow, each time the bottleneck it
 tunes for changes. The settings of a kernel that takes under MINOR_SHARE of the timed call's
 kernel time come last whatever it is bound by: however well tuned, it can save no more than its
-share (on KernelBench L2/63 the GEMM's operand split, a pass over the operands beside the product, had its warps among
-the first variants of a compute-bound focus).
+share (on KernelBench L2/63 the GEMM's operand split, a pass over the operands beside the
+product, had its warps among the first variants of a compute-bound focus).
 
 Where nothing is timed (a CPU, Triton's interpreter) a launch setting cannot change the
 result, only the speed nobody measures there: the phase proposes nothing and says so once in

@@ -68,6 +68,7 @@ def test_on_a_cpu_the_judge_and_the_workers_fork_from_one_zygote():
     try:
         assert judge.wait_ready(120) and worker.wait_ready(120)
         assert isinstance(judge.proc, forks.Forked) and isinstance(worker.proc, forks.Forked)
+        assert judge.forked(60) and worker.forked(60)  # each reaper's pid read from its status pipe
         zygote = forks._ZYGOTES[("cpu", "okgit.eval.judge")]
         assert forks._ZYGOTES[WORKER] is zygote
         assert {parent(judge.proc.pid), parent(worker.proc.pid)} == {zygote.proc.pid}  # each reaper its fork

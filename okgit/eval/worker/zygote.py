@@ -99,9 +99,6 @@ def _reaper(requests: socket.socket, request: dict[str, Any], device: str, fds: 
     """The fork's life, as the worker's reaper; never returns."""
     code = 1
     try:
-        program = request["program"]
-        if program not in PROGRAMS:
-            raise ValueError(f"not a program a zygote forks: {program!r}")
         requests.close()
         os.setsid()
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -109,6 +106,9 @@ def _reaper(requests: socket.socket, request: dict[str, Any], device: str, fds: 
         for fd, std in ((stdin, 0), (stdout, 1), (stderr, 2)):
             os.dup2(fd, std)
             os.close(fd)
+        program = request["program"]
+        if program not in PROGRAMS:  # said on the worker's stderr, as the except below says
+            raise ValueError(f"not a program a zygote forks: {program!r}")
         os.chdir(request["cwd"])
         os.write(status, f"{os.getpid()}\n".encode())
         become_subreaper()

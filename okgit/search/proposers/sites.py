@@ -154,13 +154,13 @@ def _problem_names(tree: ast.Module) -> set[str]:
     """The module's names the problem is made of: those `get_inputs` and `get_init_inputs` read,
     and those the module's assignments of such names read in turn (`bias_shape = (out_features, 1)`)."""
     makers = [fn for fn in tree.body if isinstance(fn, ast.FunctionDef) and fn.name in ("get_inputs", "get_init_inputs")]
-    names = {n.id for fn in makers for n in ast.walk(fn) if isinstance(n, ast.Name)}
+    names = {name for fn in makers for name in _names(fn)}
     assigned = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
                 for t in node.targets if isinstance(t, ast.Name)}
     todo = list(names)
     while todo:
         value = assigned.get(todo.pop())
-        for n in (n.id for n in ast.walk(value) if isinstance(n, ast.Name)) if value is not None else ():
+        for n in _names(value) if value is not None else ():
             if n not in names:
                 names.add(n)
                 todo.append(n)

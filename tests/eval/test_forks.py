@@ -27,7 +27,7 @@ OPS = Path(__file__).resolve().parent.parent / "ops"
 
 def _environ(worker: WorkerProcess) -> dict[str, str]:
     """The environment of the worker proper, the one process below its reaper."""
-    assert worker.wait_ready(120) and worker.proc.pid is not None
+    assert worker.wait_ready(120) and worker.forked(60) and worker.proc.pid is not None  # its pid comes on the status pipe
     (pid,) = descendants(worker.proc.pid)
     pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
@@ -81,7 +81,7 @@ def test_a_forked_workers_budget_counts_the_worker_not_its_reaper():
     """The reaper is a fork of the zygote: its resident pages are torch's, shared with the worker."""
     worker = WorkerProcess("cpu", default_memory_limit())
     try:
-        assert worker.wait_ready(120) and worker.proc.pid is not None
+        assert worker.wait_ready(120) and worker.forked(60) and worker.proc.pid is not None  # its pid comes on the status pipe
         reaper = worker.proc.pid
         (pid,) = descendants(reaper)
         assert _rss_bytes(reaper) > 50 * 2**20  # torch's pages, as the zygote had them

@@ -34,17 +34,19 @@ CASES = {
     # rolled along D with a stride and dilation along H and W (the fixed dim and the columns)
     "depthwise3d_strided_inner": ("nn.Conv3d(3, 3, 3, stride=(1, 2, 2), padding=(2, 1, 2), dilation=(1, 2, 2), groups=3)",
                                   "self.conv(x) * 2.0", "1, 3, 4, 6, 7", 2),
-    # two input channels per group, a channel multiplier of 2, a window of 3 x 2 rolled along H;
+    # two input channels per group, a channel multiplier of 2, a window of 3 x 2 rolled along H (5
+    # outputs: a tail run at RUN = 2);
     # a prologue with a per-channel operand (a padding tap stays 0)
     "grouped2d_prologue": ("nn.Conv2d(4, 8, (3, 2), padding=(1, 0), groups=2)", "self.conv(x * self.s.view(1, -1, 1, 1) + 1.0)",
-                           "2, 4, 7, 5", 2),
+                           "2, 4, 5, 5", 2),
     # KD = 1 (with a stride and padding along D): rolled along H, D the fixed dim
     "depthwise3d_flat_window": ("nn.Conv3d(4, 4, (1, 3, 3), stride=(2, 1, 1), padding=(1, 2, 0), groups=4, bias=False)",
                                 "torch.sigmoid(self.conv(x))", "1, 4, 3, 6, 5", 3),
     # a 1D window has no outer dim to roll: the direct path
     "depthwise1d": ("nn.Conv1d(3, 3, 3, padding=1, groups=3)", "self.conv(x)", "2, 3, 9", None),
-    # stride 2 along the outermost window dim: the direct path
-    "strided2d": ("nn.Conv2d(3, 6, 3, stride=(2, 1), padding=1, groups=3)", "self.conv(x)", "2, 3, 7, 6", None),
+    # stride 2 along the outermost window dim: the direct path (2 output rows a plane, a partial
+    # tile of columns)
+    "strided2d": ("nn.Conv2d(3, 6, 3, stride=(2, 1), padding=1, groups=3)", "self.conv(x)", "2, 3, 3, 6", None),
 }
 
 

@@ -84,21 +84,25 @@ ROOT = Path(__file__).resolve().parents[2]
 # Input sizes: as small as keeps, at every window above, what these kernels are checked for: some
 # tiles inside the input (the branch without bounds) where a window fits one, tiles at its edges,
 # partial tiles of rows and of columns, several programs, the last window of ceil mode, NaN and -inf
-# reaching the output.
+# reaching the output. Planes (samples x channels) as few as keep tiles across planes: both samples
+# and every channel only where a per-channel operand is read (a plane's channel is its index modulo
+# the channels); the interpreter's time grows with the programs, so with the planes. A partial tile
+# of rows (the row mask, one line at every window and dim): the 1D ops' three planes in tiles of two
+# rows, at every window (the 3D average's two planes, 18 rows at its k=4 window, have none).
 POOLS = {
-    "max1d_ceil": ("nn.MaxPool1d(k, s, p, d, ceil_mode=True)", "self.pool(x)", "batch, channels, size + 6"),
+    "max1d_ceil": ("nn.MaxPool1d(k, s, p, d, ceil_mode=True)", "self.pool(x)", "1, channels, size + 6"),
     "max2d_epilogue": ("nn.MaxPool2d(k, s, p, d, ceil_mode=True)", "torch.relu(self.pool(x) + self.bias.view(1, -1, 1, 1))",
-                       "batch, channels, 4, 11"),
-    "max3d_prologue": ("nn.MaxPool3d(k, s, p, d)", "self.pool(x * 2.0 - 1.0)", "1, channels, 5, 5, 8"),
+                       "batch, channels, 2, 7"),
+    "max3d_prologue": ("nn.MaxPool3d(k, s, p, d)", "self.pool(x * 2.0 - 1.0)", "1, 2, 5, 3, 7"),
     # a prologue with a per-channel operand; a padding tap must stay -inf, not the prologue of 0
     "max2d_prologue_channels": ("nn.MaxPool2d(k, s, p, d)", "self.pool(x * self.bias.view(1, -1, 1, 1) - 0.5)",
                                 "batch, channels, 6, 7"),
-    "avg2d_prologue": ("nn.AvgPool2d(k, s, p)", "self.pool(torch.exp(x) + 1.0)", "batch, channels, 3, 6"),
-    "avg1d_no_pad_count": ("nn.AvgPool1d(k, s, p, ceil_mode=True, count_include_pad=False)", "self.pool(x)", "batch, channels, size + 6"),
-    "avg2d_ceil": ("nn.AvgPool2d(k, s, p, ceil_mode=True)", "self.pool(x)", "batch, channels, 4, 5"),
-    "avg2d_divisor_unbatched": ("nn.AvgPool2d(k, s, p, divisor_override=5)", "torch.sigmoid(self.pool(x))", "channels, 3, 6"),
+    "avg2d_prologue": ("nn.AvgPool2d(k, s, p)", "self.pool(torch.exp(x) + 1.0)", "batch, 1, 3, 6"),
+    "avg1d_no_pad_count": ("nn.AvgPool1d(k, s, p, ceil_mode=True, count_include_pad=False)", "self.pool(x)", "1, channels, size + 6"),
+    "avg2d_ceil": ("nn.AvgPool2d(k, s, p, ceil_mode=True)", "self.pool(x)", "batch, 1, 4, 5"),
+    "avg2d_divisor_unbatched": ("nn.AvgPool2d(k, s, p, divisor_override=5)", "torch.sigmoid(self.pool(x))", "2, 3, 6"),
     "avg3d_ceil_no_pad_count": ("nn.AvgPool3d(k, s, p, ceil_mode=True, count_include_pad=False)", "self.pool(x)",
-                                "1, channels, size - 6, size - 5, size - 4"),
+                                "1, 2, size - 6, size - 5, size - 4"),
 }
 
 

@@ -32,9 +32,14 @@ Which settings come first follows what bounds the kernel, as the base file's pro
 (ProfileData.bottleneck_type: from Nsight Compute's counters where the profiling pass ran them,
 else the roofline and torch.profiler's kernel times; okgit.search.profiling). Memory-bound: the
 block shape, the loads in flight (stages) and the vector width (warps per block) first; compute-
-bound: warps, stages, the tile shape, the GEMM's group; latency-bound: the persistent program count
+bound: the tile shape, stages, warps, the GEMM's group; latency-bound: the persistent program count
 and the block (fewer, larger programs), since fusion and fewer launches, the real levers, are not
-launch settings. A GEMM's precision comes before them whatever bounds the kernel. The settings the
+launch settings. A GEMM's precision comes before them whatever bounds the kernel. Among the
+settings the focus names, at one distance from their values, those of the kernels that take more
+of the time come first (on KernelBench L2/63 and L2/59 on an H100 the unfocused phase reached
+2.30x and 2.39x with the GEMM's BLOCK_K third, while a focus that put warps and stages first, and
+its operand split's and reduction's settings before the GEMM's tile, ended at 1.83x and 1.85x in
+eight candidates without trying it: bench/profile_pass.py --autotune, 2026-12-07). The settings the
 bottleneck does not name follow, in the order they have without a profile: the focus orders the
 variants, never drops one (on KernelBench L2/63 on an H100 the phase that left them out ended at
 1.94x, the one without a focus at 2.31x: bench/profile_pass.py --autotune). Where the occupancy
@@ -76,7 +81,7 @@ FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
     "memory": (("path", "store", "switch", "block", "stages", "warps"), "a kernel's other path where it has one (a "
                "direct convolution rolled or not; a GEMM's stores of C and its persistent grid), the block shape, the "
                "loads in flight (stages) and the vector width (warps)"),
-    "compute": (("warps", "stages", "block", "group", "switch"), "the warps, the pipeline stages, the tile shape, the "
+    "compute": (("block", "stages", "warps", "group", "switch"), "the tile shape, the pipeline stages, the warps, the "
                 "GEMM's group and its persistent grid"),
     "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs), since "
                 "fusion and fewer launches, the levers there, are not launch settings"),
@@ -95,6 +100,7 @@ class Focus:
     smaller_first: bool  # registers or shared memory hold the occupancy down
     why: str
     minor: frozenset[str] = frozenset()  # kernels under MINOR_SHARE of the profile's kernel time
+    shares: tuple[tuple[str, float], ...] = ()  # (kernel, its share of the profile's kernel time)
 
     @classmethod
     def of(cls, profile: ProfileData | None) -> Focus | None:
@@ -114,7 +120,7 @@ class Focus:
         if minor:
             why += "; last, the settings of " + ", ".join(f"{name} ({shares[name]:.0%} of the kernel time)"
                                                           for name in sorted(minor))
-        return cls(profile.bottleneck_type, controls, smaller, why, minor)
+        return cls(profile.bottleneck_type, controls, smaller, why, minor, tuple(sorted(shares.items())))
 
     def place(self, site: Site) -> int | None:
         """Where the site's variants go among the first (a GEMM's precision before all), or None:
@@ -126,8 +132,20 @@ class Focus:
     def is_minor(self, site: Site) -> bool:
         """Whether every kernel the site sets takes under MINOR_SHARE of the time (a site no
         kernel is known to read is not)."""
-        kernels = {site.kernel} if site.kernel else site.read_by
+        kernels = _kernels(site)
         return bool(kernels) and kernels <= self.minor
+
+    def weight(self, site: Site) -> float:
+        """How much of the time the site's kernels take (the largest share among them; 0 where the
+        profile names none of them), a GEMM's precision above all."""
+        if site.control == "precision":
+            return 2.0
+        shares = dict(self.shares)
+        return max((shares.get(k, 0.0) for k in _kernels(site)), default=0.0)
+
+
+def _kernels(site: Site) -> frozenset[str]:
+    return frozenset({site.kernel}) if site.kernel else site.read_by
 
 
 def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = False) -> list:
@@ -204,8 +222,11 @@ def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = No
     if focus is not None:  # the same variants (cut above, as without a focus), what the bottleneck names first
         places = [focus.place(s) for s in found]
         minor = [focus.is_minor(s) for s in found]
+        # among the focus's settings at one distance, those of the kernels with more of the time first
+        weights = [focus.weight(s) if place is not None else 0.0 for s, place in zip(found, places, strict=True)]
         ranks = [values(s, True) for s in found] if focus.smaller_first else per_site
-        out.sort(key=lambda x: (minor[x[1]], places[x[1]] is None, ranks[x[1]].index(x[2]), places[x[1]] or 0, x[1]))
+        out.sort(key=lambda x: (minor[x[1]], places[x[1]] is None, ranks[x[1]].index(x[2]), -weights[x[1]],
+                                places[x[1]] or 0, x[1]))
     return [(found[i], v) for _, i, v in out]
 
 

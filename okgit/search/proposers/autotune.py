@@ -43,7 +43,9 @@ eight candidates without trying it: bench/profile_pass.py --autotune, 2026-12-07
 bottleneck does not name follow, in the order they have without a profile: the focus orders the
 variants, never drops one (on KernelBench L2/63 on an H100 the phase that left them out ended at
 1.94x, the one without a focus at 2.31x: bench/profile_pass.py --autotune). Where the occupancy
-is held low by registers or shared memory, smaller blocks and fewer stages come first. The
+of a kernel bound by memory or latency is held low by registers or shared memory, smaller blocks
+and fewer stages come first; not where it is compute-bound (on L2/63 that rule put the GEMM's
+BLOCK_K=16 where 64 won: a tensor-core GEMM's tiles hold its occupancy low by design). The
 journal says which settings come first and why, and which follow, each time the bottleneck it
 tunes for changes. The settings of a kernel that takes under MINOR_SHARE of the timed call's
 kernel time come last whatever it is bound by: however well tuned, it can save no more than its
@@ -86,7 +88,7 @@ FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
     "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs), since "
                 "fusion and fewer launches, the levers there, are not launch settings"),
 }
-LOW_OCCUPANCY = 0.5  # held below this by registers or shared memory: smaller tiles and fewer stages first
+LOW_OCCUPANCY = 0.5  # held below this by registers or shared memory: smaller tiles and fewer stages first (not compute-bound)
 MINOR_SHARE = 0.1  # a kernel under this share of the kernel time: its settings last
 
 
@@ -107,7 +109,9 @@ class Focus:
         if profile is None or profile.bottleneck_type not in FOCUS:
             return None
         controls, what = FOCUS[profile.bottleneck_type]
-        smaller = (profile.occupancy_limiter in ("registers", "shared_memory")
+        # occupancy hides the latency of a kernel bound by memory or latency; a compute-bound one
+        # keeps its math busy at low occupancy (a tensor-core GEMM's large tiles are what hold it low)
+        smaller = (profile.bottleneck_type != "compute" and profile.occupancy_limiter in ("registers", "shared_memory")
                    and (profile.occupancy_theoretical or 1.0) < LOW_OCCUPANCY)
         how = profile.bottleneck_why or profile.sources.get("bottleneck_type", "the roofline")
         why = f"{profile.bottleneck_type}-bound ({how}): first {what}"

@@ -210,7 +210,7 @@ def test_the_run_is_a_setting_the_autotune_phase_varies(tmp_path):
     assert {"FUSED_GROUPED_CONV_0_ROLL_CHUNK", "FUSED_GROUPED_CONV_0_ROLL_BLOCK"} <= set(sites)
     switch = sites["FUSED_GROUPED_CONV_0_ROLL_CHUNK"]
     assert switch.control == "path"
-    memory = Focus("memory", FOCUS["memory"][0], False, "")
+    memory = Focus("memory", FOCUS["memory"][0], None, "")
     for focus in (None, memory):
         found = variants(source, 1 << 31, 1 << 16, focus)
         assert found[0] == (switch, 0), focus  # the other path is the first variant tried

@@ -285,6 +285,16 @@ def test_occupancy_held_by_registers_tries_smaller_tiles_first(bottleneck):
     assert sorted(tight, key=str) == sorted(tuned(TUNABLE), key=str)  # reordered, none left out
 
 
+@pytest.mark.parametrize(("limiter", "k_first"), [("registers", 64), ("shared_memory", 16)])
+def test_what_holds_the_occupancy_down_decides_which_tiles_shrink_first(limiter, k_first):
+    """Registers: the tiles that size a program's accumulator (M, N), not the K tile along the sum
+    (on KernelBench L2/63 and L2/59, H100, a GEMM's BLOCK_K=16 went first and lost where 64 won);
+    shared memory: every tile (and the stages, each a copy of the tiles)."""
+    found = tuned(TUNABLE, "memory", occupancy_limiter=limiter, occupancy_theoretical=0.25)
+    k = next(v for setting, _, v in found if setting == "FUSED_GEMM_0_BLOCK_K")
+    assert (_first_block(found), k) == (32, k_first)
+
+
 def test_a_compute_bound_kernel_at_low_occupancy_tries_larger_tiles_first_all_the_same():
     """On KernelBench L2/63 (H100) the GEMM's registers held its occupancy to 12%, and smaller tiles
     first put BLOCK_K=16 where 64 won: a tensor-core GEMM's tiles hold its occupancy low by design."""

@@ -43,8 +43,9 @@ eight candidates without trying it: bench/profile_pass.py --autotune, 2026-12-07
 bottleneck does not name follow, in the order they have without a profile: the focus orders the
 variants, never drops one (on KernelBench L2/63 on an H100 the phase that left them out ended at
 1.94x, the one without a focus at 2.31x: bench/profile_pass.py --autotune). Where the occupancy
-of a kernel bound by memory or latency is held low by registers or shared memory, smaller blocks
-and fewer stages come first; not where it is compute-bound (on L2/63 that rule put the GEMM's
+of a kernel bound by memory or latency is held low, smaller values come first for what sizes the
+limiting resource: by shared memory, the blocks and the stages; by registers, the blocks but a
+reduction's K tile (`_shrinks`). Not where it is compute-bound (on L2/63 that rule put the GEMM's
 BLOCK_K=16 where 64 won: a tensor-core GEMM's tiles hold its occupancy low by design). The
 journal says which settings come first and why, and which follow, each time the bottleneck it
 tunes for changes. The settings of a kernel that takes under MINOR_SHARE of the timed call's
@@ -76,6 +77,7 @@ STAGES = (1, 2, 3, 4, 5)
 GROUPS = (1, 4, 8, 16)
 MIN_BLOCK = 16
 SMALL_TILE = re.compile(r"_(ROWS|LANES)$")  # a count of rows or lanes in a tile (a windowed kind's): down to 1
+REDUCTION_TILE = re.compile(r"(^|_)K$")  # a GEMM's or a convolution's tile along the sum (BLOCK_K)
 MAX_VARIANTS = 24  # per parent file
 ROOFLINE_DONE = 0.9  # a best at >= 90% of its roofline floor, and nearer than the reference, has nothing left to tune
 # bottleneck -> (the controls to vary first, in order; what they are, for the journal)
@@ -99,7 +101,7 @@ class Focus:
 
     bottleneck: str
     controls: tuple[str, ...]
-    smaller_first: bool  # registers or shared memory hold the occupancy down
+    shrink: str | None  # what holds the occupancy down where it counts (registers, shared_memory), or None
     why: str
     minor: frozenset[str] = frozenset()  # kernels under MINOR_SHARE of the profile's kernel time
     shares: tuple[tuple[str, float], ...] = ()  # (kernel, its share of the profile's kernel time)
@@ -111,20 +113,24 @@ class Focus:
         controls, what = FOCUS[profile.bottleneck_type]
         # occupancy hides the latency of a kernel bound by memory or latency; a compute-bound one
         # keeps its math busy at low occupancy (a tensor-core GEMM's large tiles are what hold it low)
-        smaller = (profile.bottleneck_type != "compute" and profile.occupancy_limiter in ("registers", "shared_memory")
-                   and (profile.occupancy_theoretical or 1.0) < LOW_OCCUPANCY)
+        low = (profile.bottleneck_type != "compute" and profile.occupancy_limiter in ("registers", "shared_memory")
+               and (profile.occupancy_theoretical or 1.0) < LOW_OCCUPANCY)
+        shrink = profile.occupancy_limiter if low else None
         how = profile.bottleneck_why or profile.sources.get("bottleneck_type", "the roofline")
         why = f"{profile.bottleneck_type}-bound ({how}): first {what}"
-        if smaller:
-            why += (f"; {profile.occupancy_limiter.replace('_', ' ')} hold the occupancy to "  # type: ignore[union-attr]
-                    f"{profile.occupancy_theoretical:.0%}, so smaller blocks and fewer stages first")
+        if shrink == "registers":
+            why += (f"; registers hold the occupancy to {profile.occupancy_theoretical:.0%}, so smaller blocks first "
+                    "(a reduction's K tile and the stages as they come: they do not size a program's registers)")
+        elif shrink == "shared_memory":
+            why += (f"; shared memory holds the occupancy to {profile.occupancy_theoretical:.0%}, so smaller blocks "
+                    "and fewer stages first")
         total = sum(k.time_us for k in profile.top_kernels)
         shares = {k.name: k.time_us / total for k in profile.top_kernels} if total > 0 else {}
         minor = frozenset(name for name, share in shares.items() if share < MINOR_SHARE)
         if minor:
             why += "; last, the settings of " + ", ".join(f"{name} ({shares[name]:.0%} of the kernel time)"
                                                           for name in sorted(minor))
-        return cls(profile.bottleneck_type, controls, smaller, why, minor, tuple(sorted(shares.items())))
+        return cls(profile.bottleneck_type, controls, shrink, why, minor, tuple(sorted(shares.items())))
 
     def place(self, site: Site) -> int | None:
         """Where the site's variants go among the first (a GEMM's precision before all), or None:
@@ -152,7 +158,7 @@ def _kernels(site: Site) -> frozenset[str]:
     return frozenset({site.kernel}) if site.kernel else site.read_by
 
 
-def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = False) -> list:
+def _candidates(site: Site, cap_numel: int, cap_dim: int, shrink: str | None = None) -> list:
     v = site.value
     if isinstance(v, str):  # a GEMM's precision or store: the others, in their order
         return [p for control, values in CHOICES.values() if control == site.control for p in values if p != v]
@@ -180,8 +186,20 @@ def _candidates(site: Site, cap_numel: int, cap_dim: int, smaller_first: bool = 
     others = [int(p) for p in pool if int(p) != v and (site.most is None or p <= site.most)]
     # nearest first; on a tie the larger (realistic GPU sizes favour bigger tiles), unless registers
     # or shared memory hold the occupancy down
-    smaller = smaller_first and site.control in ("block", "stages")
+    smaller = _shrinks(site, shrink)
     return sorted(others, key=lambda p: (max(p / v, v / p), p if smaller else -p))
+
+
+def _shrinks(site: Site, limiter: str | None) -> bool:
+    """Whether the site's smaller values come first where `limiter` holds the occupancy down: every
+    block and the stages for shared memory (each stage holds a copy of the tiles); for registers the
+    blocks but a reduction's K tile, which sizes no accumulator (on KernelBench L2/63 and L2/59 on
+    an H100 a GEMM's BLOCK_K=16 went first and lost, where 64 won by 1.2x)."""
+    if limiter == "shared_memory":
+        return site.control in ("block", "stages")
+    if limiter == "registers":
+        return site.control == "block" and not REDUCTION_TILE.search(site.name.split(".")[-1].upper())
+    return False
 
 
 def _pow2_ceil(n: int) -> int:
@@ -216,10 +234,10 @@ def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = No
                    key=lambda s: (s.control != "precision", s.control != "path"))
     known = {name: node.value for name, node in constants(tree) if isinstance(node.value, (int, str))}
 
-    def values(site: Site, smaller: bool) -> list[int | str]:
-        return [v for v in _candidates(site, cap_numel, cap_dim, smaller) if _fits(known, site, v)]
+    def values(site: Site, shrink: str | None) -> list[int | str]:
+        return [v for v in _candidates(site, cap_numel, cap_dim, shrink) if _fits(known, site, v)]
 
-    per_site = [values(s, False) for s in found]
+    per_site = [values(s, None) for s in found]
     # (rank, site, value): every setting's nearest value, then every setting's next one, ...
     out = sorted(((rank, i, v) for i, vs in enumerate(per_site) for rank, v in enumerate(vs)),
                  key=lambda x: (x[0], x[1]))[:MAX_VARIANTS]
@@ -228,7 +246,7 @@ def variants(source: str, cap_numel: int, cap_dim: int, focus: Focus | None = No
         minor = [focus.is_minor(s) for s in found]
         # among the focus's settings at one distance, those of the kernels with more of the time first
         weights = [focus.weight(s) if place is not None else 0.0 for s, place in zip(found, places, strict=True)]
-        ranks = [values(s, True) for s in found] if focus.smaller_first else per_site
+        ranks = [values(s, focus.shrink) for s in found] if focus.shrink else per_site
         out.sort(key=lambda x: (minor[x[1]], places[x[1]] is None, ranks[x[1]].index(x[2]), -weights[x[1]],
                                 places[x[1]] or 0, x[1]))
     return [(found[i], v) for _, i, v in out]

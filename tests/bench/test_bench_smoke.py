@@ -175,3 +175,14 @@ def test_ncu_passes_smoke(tmp_path):
     """The metric groups cover okgit's ncu list and the pass-count parser reads ncu's lines."""
     proc = run([sys.executable, str(BENCH / "ncu_passes.py"), "--smoke"], tmp_path)
     assert "smoke: groups all (" in proc.stdout and "parser ok" in proc.stdout
+
+
+@pytest.mark.slow  # a process: torch imported, the op's template planned
+def test_autotune_order_prints_both_orders_and_the_focus(tmp_path):
+    """bench/autotune_order.py: the same variants with and without the focus, in its order."""
+    proc = run([sys.executable, str(BENCH / "autotune_order.py"), str(ROOT / "examples" / "14_linear_gelu.py"),
+                "--bottleneck", "memory", "--limiter", "registers", "--occupancy", "0.25", "--first", "30"], tmp_path)
+    lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines())
+    plain, focused = (lines[k].split(", ") for k in ("unfocused", "memory-bound"))
+    assert sorted(plain) == sorted(focused) and plain != focused and plain[0].startswith("FUSED_GEMM_0_PRECISION=")
+    assert "registers hold the occupancy to 25%" in lines["focus"]

@@ -20,6 +20,12 @@ preparation, after its start), runs no kernel, so it holds nothing (`let_go`): o
 5-6 s start, and timings waited behind starts for 198 of their 359 s of waiting.
 bench/disturb.py's `session` row found it slows no timing beside it (an H100, 2026-12-05: rounds
 within the spread of those beside processes that only bring CUDA up).
+
+Whether a start disturbs a timing at all, so that the hold could go (it held the device for 26 of
+the H100 sweep's 107 minutes on a96f65a): not shown harmless. bench/disturb.py's four idle/start
+pairs (an H100, 2026-12-07) gave round medians of 727.0 us idle and 728.0 beside starts, and 16 of
+64 idle rounds against 21 of 64 start rounds more than 2% above the lowest idle one; the start
+rounds spread wider in two of the four pairs. The hold stays.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ FOCUS: dict[str, tuple[tuple[str, ...], str]] = {
     "latency": (("programs", "block"), "the persistent program count and the block (fewer, larger programs), since "
                 "fusion and fewer launches, the levers there, are not launch settings"),
 }
-LOW_OCCUPANCY = 0.5  # held below this by registers or shared memory: smaller tiles and fewer stages first (not compute-bound)
+LOW_OCCUPANCY = 0.5  # held below this by registers or shared memory: what sizes that resource shrinks first (_shrinks)
 MINOR_SHARE = 0.1  # a kernel under this share of the kernel time: its settings last
 
 

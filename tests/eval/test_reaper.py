@@ -138,3 +138,23 @@ def test_an_interrupt_while_a_worker_starts_leaves_no_process_and_no_directory(t
             elif proc.poll() is None:
                 proc.stdin.close()
                 proc.wait(60)
+
+
+def test_a_stopped_process_is_waited_for_until_every_thread_of_it_is_stopped():
+    """SIGSTOP is delivered when its target next runs: `paused` waits until each thread is stopped
+    (a loaded run once saw a paused worker's thread write after `paused` had returned)."""
+    from okgit.eval.protocol.reaper import send, wait_stopped
+
+    spin = "import threading\ndef spin():\n    while True:\n        pass\nthreading.Thread(target=spin).start()\nspin()\n"
+    proc = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        time.sleep(0.2)  # both threads spinning
+        assert wait_stopped([proc.pid], within_s=0.05) is False  # running: waited for, in vain
+        send(proc.pid, signal.SIGSTOP)
+        assert wait_stopped([proc.pid], within_s=5.0) is True
+        tasks = Path(f"/proc/{proc.pid}/task").iterdir()
+        assert {(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks} == {"T"}
+    finally:
+        proc.kill()
+        proc.wait()
+    assert wait_stopped([proc.pid]) is True  # gone

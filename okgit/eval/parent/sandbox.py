@@ -35,7 +35,7 @@ from okgit.eval.parent import forks
 from okgit.eval.parent.devices import lock_path, physical_id
 from okgit.eval.protocol import reaper
 from okgit.eval.protocol.jobs import Job
-from okgit.eval.protocol.reaper import descendants, kill_tree, send, stop_tree
+from okgit.eval.protocol.reaper import descendants, kill_tree, send, stop_tree, wait_stopped
 from okgit.eval.protocol.start import DEVICE_LOCK_ENV
 
 # Names a worker keeps (then the credential filter still applies to them).
@@ -194,11 +194,14 @@ def paused(pid: int) -> Iterator[None]:
     """Every process below `pid` (a worker's reaper: the worker and whatever it started, in any
     group or session) stopped (SIGSTOP) for the block, continued after: while a job has let another
     job's timing have the device, none of its worker's threads or processes (a candidate's own
-    included) can launch GPU work. Work already queued on the GPU is not stopped: the worker
-    synchronized before it asked, so only work launched in that instant could run on. Its process
-    group too (where there is no /proc to find the tree in, that is all there is)."""
+    included) can launch GPU work: the block begins once each of their threads is stopped (up to a
+    second: a thread inside a system call, a launch among them, stops as it returns). Work already
+    queued on the GPU is not stopped: the worker synchronized before it asked, so only work
+    launched in that instant could run on. Its process group too (where there is no /proc to find
+    the tree in, that is all there is)."""
     _signal_group(pid, signal.SIGSTOP)
     stopped = stop_tree(pid)
+    wait_stopped(stopped)  # none of them still inside a call the signal came during
     try:
         yield
     finally:

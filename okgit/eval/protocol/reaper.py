@@ -94,6 +94,38 @@ def stop_tree(pid: int, rounds: int = 50) -> list[int]:
     return stopped
 
 
+def wait_stopped(pids: list[int], within_s: float = 1.0) -> bool:
+    """Until every thread of `pids` is stopped (or gone), at most `within_s`: a SIGSTOP is delivered
+    when its target next runs, so a thread busy in a system call (a write, a launch) finishes it
+    after the signal was sent (a loaded 2-core run of the fast subset saw a paused worker's thread
+    write once more after `paused` had returned). False where one still ran; True too where there
+    is no /proc to look in."""
+    deadline = time.monotonic() + within_s
+    while True:
+        running = [p for p in pids if _running(p)]
+        if not running:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+
+
+def _running(pid: int) -> bool:
+    """Whether a thread of `pid` is in neither the stopped (T, t) nor a dead (Z, X) state."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False  # gone, or no /proc
+    for tid in tasks:
+        try:
+            state = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("T", "t", "Z", "X"):
+            return True
+    return False
+
+
 def kill_tree(pid: int, rounds: int = 50) -> None:
     """Kill every process below `pid` (not `pid`): stopped first, so none forks away meanwhile."""
     for _ in range(rounds):

@@ -48,10 +48,15 @@ def descendants(pid: int) -> list[int]:
 
 def exited(pid: int) -> bool:
     """Gone, or a zombie waiting for its parent to collect its exit (nothing left to stop or kill)."""
+    return _state(f"/proc/{pid}/stat") in (None, "Z", "X")
+
+
+def _state(stat: str) -> str | None:
+    """A process's or thread's state letter from its /proc stat file, None where it cannot be read."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        return Path(stat).read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return True
+        return None
 
 
 def _children(pid: int) -> list[int]:
@@ -116,14 +121,7 @@ def _running(pid: int) -> bool:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return False  # gone, or no /proc
-    for tid in tasks:
-        try:
-            state = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state not in ("T", "t", "Z", "X"):
-            return True
-    return False
+    return any(_state(f"/proc/{pid}/task/{tid}/stat") not in (None, "T", "t", "Z", "X") for tid in tasks)
 
 
 def kill_tree(pid: int, rounds: int = 50) -> None:

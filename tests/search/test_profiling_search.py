@@ -303,6 +303,25 @@ def test_a_compute_bound_kernel_at_low_occupancy_tries_larger_tiles_first_all_th
     assert _first_block(tuned(TUNABLE, "compute", occupancy_limiter="registers", occupancy_theoretical=0.12)) == 128
 
 
+def test_a_library_kernel_beside_the_candidates_own_does_not_set_the_focus():
+    """On KernelBench L2/71 (H200) cuDNN's convolution, 81% of the kernel time and compute-bound,
+    made the focus compute-bound around the memory-bound Triton epilogue beside it, which no launch
+    setting of the convolution's could help: the candidate's own kernels decide, each by its counters."""
+    def kernel(name: str, us: float, kind: str, custom: bool, limiter: str | None = None) -> KernelTime:
+        return KernelTime(name=name, time_us=us, custom=custom, bottleneck_type=kind, occupancy_limiter=limiter,
+                          occupancy_theoretical=0.25, sources={"bottleneck_type": "ncu"})
+    library = kernel("sm90_xmma_fprop_implicit_gemm", 810.0, "compute", False)
+    own = [kernel("gemm_kernel", 150.0, "memory", True, "registers"), kernel("rows_kernel", 40.0, "latency", True)]
+    whole = dict(bottleneck_type="compute", occupancy_limiter="shared_memory", occupancy_theoretical=0.9,
+                 bottleneck_why="ncu: 81% of the kernel time is compute-bound")
+    focus = Focus.of(ProfileData(top_kernels=[library, *own], **whole))
+    assert focus is not None and (focus.bottleneck, focus.shrink) == ("memory", "registers")
+    assert focus.why.startswith("memory-bound (ncu: 79% of its own kernels' time is memory-bound; the library "
+                                "kernels' 81% of the kernel time left aside, no setting here changes them): first ")
+    alone = Focus.of(ProfileData(top_kernels=own, **whole))  # no library kernel: the whole call's figures stand
+    assert alone is not None and (alone.bottleneck, alone.shrink) == ("compute", None)
+
+
 def _first_block(found: list) -> int:
     return next(v for name, _, v in found if name == "FUSED_GEMM_0_BLOCK_M")
 

@@ -30,7 +30,9 @@ stays derived from the block.
 
 Which settings come first follows what bounds the kernel, as the base file's profile says
 (ProfileData.bottleneck_type: from Nsight Compute's counters where the profiling pass ran them,
-else the roofline and torch.profiler's kernel times; okgit.search.profiling). Memory-bound: the
+else the roofline and torch.profiler's kernel times; okgit.search.profiling); where a library's
+kernels share the time, what bounds the candidate's own kernels alone, as each kernel's counters
+say (no launch setting changes a cuDNN convolution beside a Triton epilogue). Memory-bound: the
 block shape, the loads in flight (stages) and the vector width (warps per block) first; compute-
 bound: the tile shape, stages, warps, the GEMM's group; latency-bound: the persistent program count
 and the block (fewer, larger programs), since fusion and fewer launches, the real levers, are not
@@ -108,21 +110,25 @@ class Focus:
 
     @classmethod
     def of(cls, profile: ProfileData | None) -> Focus | None:
-        if profile is None or profile.bottleneck_type not in FOCUS:
+        if profile is None:
             return None
-        controls, what = FOCUS[profile.bottleneck_type]
+        bound = _own_bound(profile) or _Bound(profile.bottleneck_type, profile.occupancy_limiter,
+                                              profile.occupancy_theoretical, profile.bottleneck_why
+                                              or profile.sources.get("bottleneck_type", "the roofline"))
+        if bound.kind not in FOCUS:
+            return None
+        controls, what = FOCUS[bound.kind]
         # occupancy hides the latency of a kernel bound by memory or latency; a compute-bound one
         # keeps its math busy at low occupancy (a tensor-core GEMM's large tiles are what hold it low)
-        low = (profile.bottleneck_type != "compute" and profile.occupancy_limiter in ("registers", "shared_memory")
-               and (profile.occupancy_theoretical or 1.0) < LOW_OCCUPANCY)
-        shrink = profile.occupancy_limiter if low else None
-        how = profile.bottleneck_why or profile.sources.get("bottleneck_type", "the roofline")
-        why = f"{profile.bottleneck_type}-bound ({how}): first {what}"
+        low = (bound.kind != "compute" and bound.limiter in ("registers", "shared_memory")
+               and (bound.theoretical or 1.0) < LOW_OCCUPANCY)
+        shrink = bound.limiter if low else None
+        why = f"{bound.kind}-bound ({bound.how}): first {what}"
         if shrink == "registers":
-            why += (f"; registers hold the occupancy to {profile.occupancy_theoretical:.0%}, so smaller blocks first "
+            why += (f"; registers hold the occupancy to {bound.theoretical:.0%}, so smaller blocks first "
                     "(a reduction's K tile and the stages as they come: they do not size a program's registers)")
         elif shrink == "shared_memory":
-            why += (f"; shared memory holds the occupancy to {profile.occupancy_theoretical:.0%}, so smaller blocks "
+            why += (f"; shared memory holds the occupancy to {bound.theoretical:.0%}, so smaller blocks "
                     "and fewer stages first")
         total = sum(k.time_us for k in profile.top_kernels)
         shares = {k.name: k.time_us / total for k in profile.top_kernels} if total > 0 else {}
@@ -130,7 +136,7 @@ class Focus:
         if minor:
             why += "; last, the settings of " + ", ".join(f"{name} ({shares[name]:.0%} of the kernel time)"
                                                           for name in sorted(minor))
-        return cls(profile.bottleneck_type, controls, shrink, why, minor, tuple(sorted(shares.items())))
+        return cls(bound.kind, controls, shrink, why, minor, tuple(sorted(shares.items())))
 
     def place(self, site: Site) -> int | None:
         """Where the site's variants go among the first (a GEMM's precision before all), or None:
@@ -152,6 +158,36 @@ class Focus:
             return 2.0
         shares = dict(self.shares)
         return max((shares.get(k, 0.0) for k in _kernels(site)), default=0.0)
+
+
+@dataclass(frozen=True)
+class _Bound:
+    kind: str
+    limiter: str | None
+    theoretical: float | None
+    how: str
+
+
+def _own_bound(profile: ProfileData) -> _Bound | None:
+    """What bounds the candidate's own kernels, where the pass read each kernel's counters and a
+    library's kernels take part of the time: no launch setting changes a cuDNN or cuBLAS kernel, so
+    its bottleneck says nothing of how the Triton kernels beside it should be launched (on
+    KernelBench L2/71, H200, the convolution's 81% of the time made a focus compute-bound around a
+    memory-bound pointwise epilogue). None where every kernel read is the candidate's own, or none is."""
+    read = [k for k in profile.top_kernels if k.bottleneck_type in FOCUS]
+    own = [k for k in read if k.custom]
+    if not own or len(own) == len(read):
+        return None
+    by_kind: dict[str, float] = {}
+    for k in own:
+        by_kind[str(k.bottleneck_type)] = by_kind.get(str(k.bottleneck_type), 0.0) + k.time_us
+    kind = max(by_kind, key=lambda b: by_kind[b])
+    own_us, library_us = sum(k.time_us for k in own), sum(k.time_us for k in read if not k.custom)
+    longest = max(own, key=lambda k: k.time_us)
+    tool = longest.sources.get("bottleneck_type", "the profile")
+    how = (f"{tool}: {by_kind[kind] / own_us:.0%} of its own kernels' time is {kind}-bound; the library kernels' "
+           f"{library_us / (own_us + library_us):.0%} of the kernel time left aside, no setting here changes them")
+    return _Bound(kind, longest.occupancy_limiter, longest.occupancy_theoretical, how)
 
 
 def _kernels(site: Site) -> frozenset[str]:

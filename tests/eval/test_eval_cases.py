@@ -22,6 +22,9 @@ import pytest
 CASES = Path(__file__).parents[1] / "cases"
 OPS = Path(__file__).parents[1] / "ops"
 FAKE_KEY = "sk-fake-0123456789"
+# What a case's message must say beside its gate: the failing mode and the buffer named
+MESSAGES = {"mode_bn_fixed_training": ("eval-mode output 0", "m0"),
+            "mode_bn_stats_not_updated": ("buffer bn.running_mean after the training-mode call",)}
 
 # Set before any worker starts: no worker may see it (case reads_credential).
 os.environ["OPENAI_API_KEY"] = FAKE_KEY
@@ -102,6 +105,8 @@ def test_case(name: str, evaluator: LocalEvaluator) -> None:
         f"{result.error.message if result.error else ''}")
     if expected["status"] == "correct":
         assert result.correct and not result.timed and result.runtime_us is None
+    for needle in MESSAGES.get(name, ()):
+        assert needle in result.error.message, (name, result.error.message)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 import torch
 import torch.nn as nn
 
-batch_size = 64
+batch_size = 8  # rows: each is one program of the interpreter in every checked call
 dim = 1024
 
 

@@ -24,10 +24,12 @@ HEADER = "import torch\nimport torch.nn as nn\n\n"
 
 
 def op_file(tmp_path: Path, name: str, init: str, forward: str, inputs: str, init_inputs: str = "[]",
-            knobs: str = "a = 6\nb = 75\nc = 100", params: str = "pass") -> Path:
+            knobs: str = "a = 3\nb = 75\nc = 20", params: str = "pass") -> Path:
     """An op file; the default sizes give the column kernel several chunks along the folded dim
-    and several programs along the inner one, each with a masked tail. `params`: one line of
-    the constructor's (parameters the forward reads)."""
+    and several programs along the inner one, each with a masked tail: 75 folded elements in
+    chunks of 16, 20 inner ones in tiles of 16 (at 100 inner and 6 outer the interpreter ran 7
+    times the programs for the same cases). `params`: one line of the constructor's (parameters
+    the forward reads)."""
     path = tmp_path / f"{name}.py"
     path.write_text(HEADER + textwrap.dedent(f"""
         class Model(nn.Module):
@@ -50,11 +52,11 @@ def op_file(tmp_path: Path, name: str, init: str, forward: str, inputs: str, ini
     return path
 
 
-def op_files(tmp_path: Path, knobs: str = "a = 6\nb = 75\nc = 100") -> dict[str, Path]:
+def op_files(tmp_path: Path, knobs: str = "a = 3\nb = 75\nc = 20") -> dict[str, Path]:
     """The ops; `knobs` sizes the three-dimensional ones."""
     return {
         "sum_dim0_2d": op_file(tmp_path, "sum_dim0_2d", "", "x.sum(dim=0)", "return [torch.randn(b, c)]",
-                               knobs="b = 150\nc = 100"),
+                               knobs="b = 150\nc = 20"),
         "max_keepdim": op_file(tmp_path, "max_keepdim", "", "torch.max(x, dim=1, keepdim=True)",
                                "return [torch.randn(a, b, c)]", knobs=knobs),
         # values 0..2 tie everywhere; about one column in five holds no NaN

@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import types
 
 import pytest
@@ -192,33 +193,31 @@ print(json.dumps({int(w, 16): copies.count(w) for w in set(copies)}))
 """
 
 
-def compiled_for_sm90(tmp_path, source: str, kernel: str, job: dict, script: str) -> dict:
-    """`script` run on the candidate `source` in a process of its own (compiling `kernel` for
-    sm_90 with `job`'s signature, constants, warps and stages, outside the interpreter): what it
-    printed last, as JSON; skipped where this Triton has no ptxas."""
-    (tmp_path / "cand.py").write_text(source)
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "cand.py"), kernel, json.dumps(job)],
-                          capture_output=True, text=True, timeout=600, check=False,
-                          env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+def compiled_for_sm90(tmp_path, jobs: list[tuple[str, str, dict]], script: str) -> list[dict]:
+    """`script` run on each (candidate source, kernel, job) of `jobs` (compiling `kernel` for
+    sm_90 with the job's signature, constants, warps and stages, outside the interpreter), all in
+    one process (a process a candidate imported Triton each time): what it printed last for each,
+    as JSON; skipped where this Triton has no ptxas."""
+    args = []
+    for i, (source, kernel, job) in enumerate(jobs):
+        (tmp_path / f"cand{i}.py").write_text(source)
+        args.append([str(tmp_path / f"cand{i}.py"), kernel, job])
+    each = ("import json, sys\nfor _path, _kernel, _job in json.loads(sys.argv[1]):\n"
+            "    sys.argv[1:] = [_path, _kernel, json.dumps(_job)]\n" + textwrap.indent(script, "    ")
+            + "\n    print('END OF JOB', flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", each, json.dumps(args)], capture_output=True, text=True, timeout=600,
+                          check=False, env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
     if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr:
         pytest.skip("no ptxas in this Triton")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.splitlines()[-1])
+    outputs = proc.stdout.split("END OF JOB\n")[:-1]
+    return [json.loads(out.splitlines()[-1]) for out in outputs]
 
 
-@pytest.mark.slow  # Triton compiles for sm_90 (ptxas)
-@pytest.mark.parametrize(("name", "vector_a"), [("chunks, grouped 3d, channel tail", True),
-                                                ("runs, several taps a step, padding", True), ("padded channels, 3 of 4, 3d", True),
-                                                ("single channels, grouped, K over several steps", False)])
-def test_tiles_load_with_16_byte_vectors_on_hopper(tmp_path, monkeypatch, name, vector_a):
-    """Compiled for sm_90 here, without a GPU, as a launch at the form's input specializes it (ints
-    and pointers divisible by 16 marked so, as Triton does), with a 128 x 128 tile on 8 warps: the
-    packed weight's tile is copied to shared memory in 16-byte vectors (K contiguous, as Hopper's
-    TF32 products take it), and where K's runs are contiguous channels the input's tile is copied
-    in vectors too, none element by element (16 bytes where VEC is 4, 8 where it is 2, the
-    channel tail's mask constant over each vector); in single channels it is a gather of
-    elements (the table's offsets say nothing of contiguity)."""
-    pytest.importorskip("triton.backends.nvidia")
+def sm90_job(tmp_path, name: str, monkeypatch) -> tuple[str, str, dict]:
+    """FORMS[name]'s candidate, its conv kernel's name and the compile job (signature, constants,
+    warps, stages) of a launch at the form's input: ints and pointers divisible by 16 marked so,
+    as Triton specializes them, with a 128 x 128 tile on 8 warps."""
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
 
@@ -251,9 +250,35 @@ def test_tiles_load_with_16_byte_vectors_on_hopper(tmp_path, monkeypatch, name, 
                 constants[q.name] = values[q.name]
             elif spec == "D":
                 aligned.append(i)
-    job = {"signature": signature, "constants": constants, "aligned": aligned, "warps": 8,
-           "stages": getattr(mod, f"{prefix}_NUM_STAGES")}
-    widths = {int(k): v for k, v in compiled_for_sm90(tmp_path, source, kernel, job, SM90_SCRIPT).items()}
+    return source, kernel, {"signature": signature, "constants": constants, "aligned": aligned, "warps": 8,
+                            "stages": getattr(mod, f"{prefix}_NUM_STAGES")}
+
+
+# (form, whether its input's tile is copied in vectors)
+VECTORS = [("chunks, grouped 3d, channel tail", True), ("runs, several taps a step, padding", True),
+           ("padded channels, 3 of 4, 3d", True), ("single channels, grouped, K over several steps", False)]
+@pytest.fixture(scope="module")
+def copy_widths(tmp_path_factory) -> dict[str, dict[int, int]]:
+    """SM90_SCRIPT's copy widths for each form of VECTORS, by name, all compiled in one process."""
+    pytest.importorskip("triton.backends.nvidia")
+    tmp = tmp_path_factory.mktemp("hopper")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        jobs = [sm90_job(tmp, name, monkeypatch) for name, _ in VECTORS]
+    found = compiled_for_sm90(tmp, jobs, SM90_SCRIPT)
+    return {name: {int(k): v for k, v in widths.items()} for (name, _), widths in zip(VECTORS, found, strict=True)}
+
+
+@pytest.mark.slow  # Triton compiles for sm_90 (ptxas), in the module's one process for every form
+@pytest.mark.parametrize(("name", "vector_a"), VECTORS)
+def test_tiles_load_with_16_byte_vectors_on_hopper(copy_widths, name, vector_a):
+    """Compiled for sm_90 here, without a GPU, as a launch at the form's input specializes it (ints
+    and pointers divisible by 16 marked so, as Triton does), with a 128 x 128 tile on 8 warps: the
+    packed weight's tile is copied to shared memory in 16-byte vectors (K contiguous, as Hopper's
+    TF32 products take it), and where K's runs are contiguous channels the input's tile is copied
+    in vectors too, none element by element (16 bytes where VEC is 4, 8 where it is 2, the
+    channel tail's mask constant over each vector); in single channels it is a gather of
+    elements (the table's offsets say nothing of contiguity)."""
+    widths = copy_widths[name]
     if vector_a:
         assert widths.get(16) and not widths.get(4), widths
     else:

@@ -142,17 +142,10 @@ print(json.dumps({"wgmma": ptx.count("wgmma.mma_async"), "copies": sorted(set(co
 """
 
 
-@pytest.mark.slow  # Triton compiles for sm_90 (ptxas)
-@pytest.mark.parametrize("origin", ["template:conv", "template:conv_tf32"])
-@pytest.mark.parametrize("wide", [False, True])
-def test_the_kernel_compiles_for_hopper_with_vectors(tmp_path, monkeypatch, origin, wide):
-    """Compiled for sm_90 here, without a GPU, at the kind's default tiles as a launch on an NCHW
-    input specializes it (ints and pointers divisible by 16 marked so, positions' stride 1 a
-    constant, as Triton does): the products on wgmma, both operands' tiles copied to shared
-    memory in 16-byte vectors (x's along its contiguous positions) and the output stored in
-    16-byte vectors along them, not element by element; with 64-bit indices too (an output past
-    2**31 elements, as KernelBench L1/87's)."""
-    pytest.importorskip("triton.backends.nvidia")
+def sm90_job(tmp_path, monkeypatch, origin: str, wide: bool) -> tuple[str, str, dict]:
+    """The candidate of `origin` for a 1x1 convolution at the kind's default tiles, its kernel's
+    name and the compile job of a launch on an NCHW input (ints and pointers divisible by 16
+    marked so, positions' stride 1 a constant, as Triton specializes them); `wide`: 64-bit indices."""
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
 
@@ -187,5 +180,31 @@ def test_the_kernel_compiles_for_hopper_with_vectors(tmp_path, monkeypatch, orig
     assert constants.get("XP") == 1  # positions contiguous: Triton knows it from the launch
     job = {"signature": signature, "constants": constants, "aligned": aligned, "warps": get("NUM_WARPS"),
            "stages": get("NUM_STAGES")}
-    got = compiled_for_sm90(tmp_path, source, kernel, job, SM90_SCRIPT)
+    return source, kernel, job
+
+
+HOPPER = [(origin, wide) for wide in (False, True) for origin in ("template:conv", "template:conv_tf32")]
+
+
+@pytest.fixture(scope="module")
+def on_hopper(tmp_path_factory) -> dict[tuple[str, bool], dict]:
+    """SM90_SCRIPT's findings for each (origin, wide) of HOPPER, all compiled in one process."""
+    pytest.importorskip("triton.backends.nvidia")
+    tmp = tmp_path_factory.mktemp("hopper")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        jobs = [sm90_job(tmp, monkeypatch, origin, wide) for origin, wide in HOPPER]
+    return dict(zip(HOPPER, compiled_for_sm90(tmp, jobs, SM90_SCRIPT), strict=True))
+
+
+@pytest.mark.slow  # Triton compiles for sm_90 (ptxas), in the module's one process for every case
+@pytest.mark.parametrize("origin", ["template:conv", "template:conv_tf32"])
+@pytest.mark.parametrize("wide", [False, True])
+def test_the_kernel_compiles_for_hopper_with_vectors(on_hopper, origin, wide):
+    """Compiled for sm_90 here, without a GPU, at the kind's default tiles as a launch on an NCHW
+    input specializes it (ints and pointers divisible by 16 marked so, positions' stride 1 a
+    constant, as Triton does): the products on wgmma, both operands' tiles copied to shared
+    memory in 16-byte vectors (x's along its contiguous positions) and the output stored in
+    16-byte vectors along them, not element by element; with 64-bit indices too (an output past
+    2**31 elements, as KernelBench L1/87's)."""
+    got = on_hopper[origin, wide]
     assert got["wgmma"] > 0 and got["copies"] == ["0x10"] and got["stores"] == ["v4"], got

@@ -235,15 +235,9 @@ print(json.dumps({"tma": ptx.count("cp.async.bulk.tensor.2d"), "wgmma": ptx.coun
 """
 
 
-@pytest.mark.slow  # Triton compiles for sm_90 (ptxas)
-@pytest.mark.parametrize("origin", ["template:conv", "template:conv_tf32"])
-def test_the_tma_path_compiles_for_hopper(tmp_path, monkeypatch, origin):
-    """Compiled for sm_90 here, without a GPU, at the kind's default tiles (128 x 128 on 8 warps)
-    as a launch at the form's input specializes it: both operands copied to shared memory by TMA
-    (cp.async.bulk.tensor), the products on wgmma, and no per-thread copy left but the table's
-    4-byte entries. In one TF32 pass (operands rounded ahead) every product reads A from shared
-    memory as TMA wrote it; 3xTF32 splits A in registers first."""
-    pytest.importorskip("triton.backends.nvidia")
+def sm90_job(tmp_path, monkeypatch, origin: str) -> tuple[str, str, dict]:
+    """The candidate of `origin` on its TMA path at the kind's default tiles, its kernel's name
+    and the compile job of a launch at the form's input (as Triton specializes it)."""
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
 
@@ -278,6 +272,28 @@ def test_the_tma_path_compiles_for_hopper(tmp_path, monkeypatch, origin):
     job = {"signature": signature, "constants": constants, "warps": getattr(mod, f"{prefix}_NUM_WARPS"),
            "stages": getattr(mod, f"{prefix}_NUM_STAGES")}
     assert job["warps"] == 8 and constants["BLOCK_M"] == constants["BLOCK_N"] == 128
-    got = compiled_for_sm90(tmp_path, source, kernel, job, SM90_SCRIPT)
+    return source, kernel, job
+
+
+@pytest.fixture(scope="module")
+def on_hopper(tmp_path_factory) -> dict[str, dict]:
+    """SM90_SCRIPT's findings for each origin, both compiled in one process."""
+    pytest.importorskip("triton.backends.nvidia")
+    tmp = tmp_path_factory.mktemp("hopper")
+    origins = ["template:conv", "template:conv_tf32"]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        jobs = [sm90_job(tmp, monkeypatch, origin) for origin in origins]
+    return dict(zip(origins, compiled_for_sm90(tmp, jobs, SM90_SCRIPT), strict=True))
+
+
+@pytest.mark.slow  # Triton compiles for sm_90 (ptxas), in the module's one process for both origins
+@pytest.mark.parametrize("origin", ["template:conv", "template:conv_tf32"])
+def test_the_tma_path_compiles_for_hopper(on_hopper, origin):
+    """Compiled for sm_90 here, without a GPU, at the kind's default tiles (128 x 128 on 8 warps)
+    as a launch at the form's input specializes it: both operands copied to shared memory by TMA
+    (cp.async.bulk.tensor), the products on wgmma, and no per-thread copy left but the table's
+    4-byte entries. In one TF32 pass (operands rounded ahead) every product reads A from shared
+    memory as TMA wrote it; 3xTF32 splits A in registers first."""
+    got = on_hopper[origin]
     assert got["tma"] >= 2 and got["wgmma"] > 0 and got["copies"] == ["0x4"], got
     assert got["dots"] > 0 and got["a_shared"] == (got["dots"] if origin == "template:conv_tf32" else 0), got

@@ -304,9 +304,9 @@ def test_a_compute_bound_kernel_at_low_occupancy_tries_larger_tiles_first_all_th
 
 
 def test_a_library_kernel_beside_the_candidates_own_does_not_set_the_focus():
-    """On KernelBench L2/71 (H200) cuDNN's convolution, 81% of the kernel time and compute-bound,
-    made the focus compute-bound around the memory-bound Triton epilogue beside it, which no launch
-    setting of the convolution's could help: the candidate's own kernels decide, each by its counters."""
+    """On KernelBench L2/71 (H200) 81% of the kernel time was compute-bound, cuDNN's convolution,
+    and set a compute focus for the one-pass Triton epilogue beside it, though no launch setting
+    changes the convolution: the candidate's own kernels decide, each by its counters."""
     def kernel(name: str, us: float, kind: str, custom: bool, limiter: str | None = None) -> KernelTime:
         return KernelTime(name=name, time_us=us, custom=custom, bottleneck_type=kind, occupancy_limiter=limiter,
                           occupancy_theoretical=0.25, sources={"bottleneck_type": "ncu"})

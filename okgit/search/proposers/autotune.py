@@ -172,8 +172,9 @@ def _own_bound(profile: ProfileData) -> _Bound | None:
     """What bounds the candidate's own kernels, where the pass read each kernel's counters and a
     library's kernels take part of the time: no launch setting changes a cuDNN or cuBLAS kernel, so
     its bottleneck says nothing of how the Triton kernels beside it should be launched (on
-    KernelBench L2/71, H200, the convolution's 81% of the time made a focus compute-bound around a
-    memory-bound pointwise epilogue). None where every kernel read is the candidate's own, or none is."""
+    KernelBench L2/71, H200, 81% of the kernel time compute-bound, the convolution's, set a compute
+    focus for the one-pass Triton epilogue beside it). None where every kernel read is the
+    candidate's own, or none is."""
     read = [k for k in profile.top_kernels if k.bottleneck_type in FOCUS]
     own = [k for k in read if k.custom]
     if not own or len(own) == len(read):

@@ -74,14 +74,17 @@ class _Refusing:
         self.httpd.server_close()
 
 
-@pytest.mark.slow  # a real doctor process, the interpreter probe included
-def test_doctor_exits_1_when_the_model_s_credentials_are_refused(git_repo: Path) -> None:
+@pytest.mark.slow  # doctor's interpreter probe (a process of its own), litellm's import
+def test_doctor_exits_1_when_the_model_s_credentials_are_refused(cli, git_repo: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     # A missing key (exit 1 within seconds, the variable named): test_new_user.py's
-    # test_doctor_without_a_key_imports_neither_torch_nor_litellm_and_names_the_model_once.
+    # test_doctor_without_a_key_imports_neither_torch_nor_litellm_and_names_the_model_once, a
+    # process of its own. Here in this process: litellm is imported once for this and the next test.
+    for key in os.environ.keys() - _no_keys().keys():
+        monkeypatch.delenv(key)
     server = _Refusing(401)
     try:
-        proc = subprocess.run([sys.executable, "-m", "okgit", "doctor", "--model", "openai/local", "--api-base", server.url,
-                               "--json"], cwd=git_repo, env=_no_keys(), capture_output=True, text=True, timeout=120)
+        proc = cli("doctor", "--model", "openai/local", "--api-base", server.url, "--json", cwd=git_repo)
     finally:
         server.close()
     assert proc.returncode == 1, proc.stderr

@@ -1,7 +1,9 @@
 """The adversarial suite: one candidate per exploit class, each judged by real workers on the CPU
 (Triton interpreter). tests/cases/<name>/ holds candidate.py and expected.json:
 {"op": name of tests/ops/<op>.py, "status": ..., "gate": one gate or a list of acceptable ones,
- optional "timeout_s" / "memory_limit_gb" for an evaluator of its own}.
+ optional "timeout_s" / "memory_limit_gb" for an evaluator of its own}. The candidates' kernels
+take large blocks (8192 elements; the matrix products K whole): the interpreter runs each program
+in Python, and a few programs reach every gate as many small ones do.
 
 The sweep's own check of a winner (okgit.kernelbench.baselines.check) agrees with each verdict:
 it checks with the evaluator's contract and code (okgit.eval.parent.one_shot.check_winner) in an

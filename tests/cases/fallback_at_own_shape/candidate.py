@@ -18,5 +18,5 @@ class ModelNew(nn.Module):
         if x.numel() > 65536:  # compiled for less: the original forward
             return torch.relu(x)
         y = torch.empty_like(x)
-        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        relu_kernel[(triton.cdiv(x.numel(), 8192),)](x, y, x.numel(), BLOCK=8192)
         return y

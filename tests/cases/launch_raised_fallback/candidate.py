@@ -18,7 +18,7 @@ class ModelNew(nn.Module):
     def forward(self, x):
         y = torch.empty_like(x)
         try:
-            relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+            relu_kernel[(triton.cdiv(x.numel(), 8192),)](x, y, x.numel(), BLOCK=8192)
         except Exception:
             return torch.relu(x)
         return y

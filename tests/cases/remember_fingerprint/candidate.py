@@ -18,7 +18,7 @@ def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 def triton_relu(x):
     x = x.contiguous()
     y = torch.empty_like(x)
-    relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    relu_kernel[(triton.cdiv(x.numel(), 8192),)](x, y, x.numel(), BLOCK=8192)
     return y
 
 

@@ -35,5 +35,5 @@ class ModelNew(nn.Module):
         M, K = a.shape
         N = b.shape[1]
         c = torch.empty(M, N, device=a.device, dtype=a.dtype)
-        matmul_kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](a, b, c, M, N, K, BM=32, BN=32, BK=256)
+        matmul_kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](a, b, c, M, N, K, BM=32, BN=32, BK=2048)
         return c

@@ -78,11 +78,13 @@ def main() -> int:
     if not examples:
         print(f"no example ops in {args.examples}", file=sys.stderr)
         return 1
-    import torch
-
     if args.smoke:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the sweep and its problems see no GPU
-    gpus = torch.cuda.device_count() if not args.smoke else 0
+        gpus = 0  # nor torch in this process: seconds of CPU a smoke call saves
+    else:
+        import torch
+
+        gpus = torch.cuda.device_count()
     parallel = args.parallel or max(gpus, 1)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "PYTHONUNBUFFERED": "1"}

@@ -171,10 +171,11 @@ def test_causal_attention_on_the_kept_first_grid_matches_pytorch(tmp_path) -> No
     block kept), and queries and keys of different lengths (more queries, then more keys)."""
     causal = op(tmp_path, "sdpa_causal", OPS["sdpa_causal"])
     cross = op(tmp_path, "cross", CROSS)
-    # one head of each of the 2 samples (the op's 3 heads cost the interpreter 3 times the time): a
-    # batch of matrices still, and heads beside samples run at the op's own size in
+    # one head of one sample (the op's 2 samples of 3 heads cost the interpreter 6 times the time,
+    # 2 samples of one head twice): a batch of causal matrices is the cross op's 2 heads, at every
+    # setting here, and heads beside samples run at the op's own size in
     # test_attention_gemms.test_the_written_out_form_matches_pytorch
-    long = {"seq_len": 45, "head_dim": 40, "num_heads": 1}
+    long = {"seq_len": 45, "head_dim": 40, "num_heads": 1, "batch_size": 1}
     jobs = []
     for path, knobs in ((causal, long), (cross, {}), (cross, {"seq_q": 13, "seq_k": 40})):
         source = gemms_candidate(path)

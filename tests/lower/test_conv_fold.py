@@ -1,7 +1,7 @@
 """A convolution's spatial fold in its own kernel (okgit/lower/kinds/conv_fold.py): which
 reductions the partition gives the convolution's group, and the folded candidates against
 PyTorch under the Triton interpreter (oprun: the tolerance, two calls alike, other sizes), at
-16-row tiles (several a row, the row's last one part masked) and once at the default tile."""
+32-row tiles (several a row, the row's last one part masked) and once at the default tile."""
 
 from __future__ import annotations
 
@@ -138,13 +138,14 @@ def test_folded_candidates_match_pytorch_at_both_tiles_and_other_sizes(tmp_path)
     jobs, names = [], []
     for name in FOLDED:
         path, source = folded(tmp_path, name)
-        small = SMALL_TILE.sub(r"\g<1>16", source)
+        small = SMALL_TILE.sub(r"\g<1>32", source)
         assert small != source
-        # the default tile (a row's one tile) once; 16 rows (several a row, the last one part
-        # masked) for every op, at its own rows of one sample (two cost the interpreter twice the
-        # time) and at other sizes, 3 samples among them
+        # the default tile (a row's one tile) once; 32 rows (several a row, 4 of 118-120 positions,
+        # the last one part masked; 16 rows ran twice the programs) for every op, at its own rows
+        # of one sample (two cost the interpreter twice the time) and at other sizes, 3 samples
+        # among them
         runs = [("default", source, {})] if name == "gelu_mean" else []
-        runs += [("16 rows", small, {"batch": 1}), ("16 rows, other sizes", small, {"batch": 3, "width": 23})]
+        runs += [("32 rows", small, {"batch": 1}), ("32 rows, other sizes", small, {"batch": 3, "width": 23})]
         for label, src, knobs in runs:
             jobs.append((path, src, knobs))
             names.append(f"{name}, {label}")

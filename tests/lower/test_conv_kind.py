@@ -200,7 +200,7 @@ def test_the_proposers_conv_candidate_is_judged_correct_by_the_evaluator(tmp_pat
     own error is fp32's), and the precision rule holds it to that."""
     path = tmp_path / "conv_relu.py"
     path.write_text(form("nn.Conv2d(cin, cout, 3, padding=1)", "torch.relu(y) * self.p",
-                         "torch.rand(batch, cin, 12, 10)", 8, 16, 2).replace("batch = 2", "batch = 4"))
+                         "torch.rand(batch, cin, 12, 10)", 8, 16, 2))
     problem = load_problem(path)
     proposals = {p.origin: p for p in plan(ctx_for(path))}
     assert list(proposals) == ["template:vendor_conv+pointwise", "template:conv",

@@ -27,10 +27,11 @@ from okgit.search.types import Context
 # direct path). Tiny, yet with several programs, partial tiles and a tail run at RUN = 2.
 CASES = {
     # depthwise 3D, padding 1 along D: zero planes at both ends of every run's walk; bias, epilogue.
-    # One sample (two cost the interpreter twice the time): a sample is more output planes, its
+    # One sample and two channels (the interpreter's time grows with the output planes: two samples
+    # cost twice the time, three channels half as much again): a sample is more output planes, its
     # input plane and bias read by the lines rolling along D and H share, at 2 samples in
     # grouped2d_prologue
-    "depthwise3d_bias_relu": ("nn.Conv3d(3, 3, 3, padding=1, groups=3)", "torch.relu(self.conv(x))", "1, 3, 5, 3, 6", 2),
+    "depthwise3d_bias_relu": ("nn.Conv3d(2, 2, 3, padding=1, groups=2)", "torch.relu(self.conv(x))", "1, 2, 5, 3, 6", 2),
     # rolled along D with a stride and dilation along H and W (the fixed dim and the columns)
     "depthwise3d_strided_inner": ("nn.Conv3d(3, 3, 3, stride=(1, 2, 2), padding=(2, 1, 2), dilation=(1, 2, 2), groups=3)",
                                   "self.conv(x) * 2.0", "1, 3, 4, 6, 7", 2),
@@ -39,14 +40,15 @@ CASES = {
     # a prologue with a per-channel operand (a padding tap stays 0)
     "grouped2d_prologue": ("nn.Conv2d(4, 8, (3, 2), padding=(1, 0), groups=2)", "self.conv(x * self.s.view(1, -1, 1, 1) + 1.0)",
                            "2, 4, 5, 5", 2),
-    # KD = 1 (with a stride and padding along D): rolled along H, D the fixed dim
-    "depthwise3d_flat_window": ("nn.Conv3d(4, 4, (1, 3, 3), stride=(2, 1, 1), padding=(1, 2, 0), groups=4, bias=False)",
-                                "torch.sigmoid(self.conv(x))", "1, 4, 3, 6, 5", 3),
+    # KD = 1 (with a stride and padding along D): rolled along H, D the fixed dim; two channels
+    # (it was four: twice the programs, the same lines)
+    "depthwise3d_flat_window": ("nn.Conv3d(2, 2, (1, 3, 3), stride=(2, 1, 1), padding=(1, 2, 0), groups=2, bias=False)",
+                                "torch.sigmoid(self.conv(x))", "1, 2, 3, 6, 5", 3),
     # a 1D window has no outer dim to roll: the direct path
     "depthwise1d": ("nn.Conv1d(3, 3, 3, padding=1, groups=3)", "self.conv(x)", "2, 3, 9", None),
     # stride 2 along the outermost window dim: the direct path (2 output rows a plane, a partial
-    # tile of columns)
-    "strided2d": ("nn.Conv2d(3, 6, 3, stride=(2, 1), padding=1, groups=3)", "self.conv(x)", "2, 3, 3, 6", None),
+    # tile of columns); one sample (the direct path's sample offset is depthwise1d's, at 2)
+    "strided2d": ("nn.Conv2d(3, 6, 3, stride=(2, 1), padding=1, groups=3)", "self.conv(x)", "1, 3, 3, 6", None),
 }
 
 

@@ -5,6 +5,7 @@ processes throughout."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -16,7 +17,7 @@ from test_reaper import _gone  # exited within a moment: its pipes close a momen
 
 from okgit.eval.parent import forks
 from okgit.eval.parent.local import LocalEvaluator
-from okgit.eval.parent.sandbox import WorkerProcess, _rss_bytes, _tree_rss_bytes, default_memory_limit
+from okgit.eval.parent.sandbox import WorkerProcess, _rss_bytes, _tree_rss_bytes, default_memory_limit, worker_env
 from okgit.eval.protocol.reaper import descendants, exited
 from okgit.eval.types import Status
 from okgit.problem import load_problem
@@ -160,6 +161,57 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
+
+
+# Put on the zygote's path: the import of its fourth module, okgit.eval.worker.candidate (after
+# the judge's own and triton), marked in a file and held up 3 s
+SLOW_CANDIDATE_IMPORT = """
+import os, sys, time
+class _Slow:
+    def find_spec(self, name, path=None, target=None):
+        if name == "okgit.eval.worker.candidate":
+            with open(os.environ["OKGIT_TEST_MARK"], "a") as f:
+                f.write(f"{time.time()}\\n")
+            time.sleep(3)
+        return None
+sys.meta_path.insert(0, _Slow())
+"""
+
+
+@pytest.mark.parametrize("kind", ["cuda", "cpu"])
+def test_on_a_gpu_a_judge_is_forked_once_its_own_imports_are_in(tmp_path, kind):
+    """A GPU's judge forks once torch, numpy and its own modules are imported; a worker, and on a
+    CPU the judge too, once the zygote imported everything (triton, the worker's modules,
+    Inductor's runtime, torch._dynamo). Both asked for at once, as a run does: on a GPU the
+    judge's fork comes before the zygote's fourth import ends, the worker's after it."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_CANDIDATE_IMPORT)
+    mark = tmp_path / "mark"
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**worker_env("cpu"), "PYTHONPATH": os.pathsep.join([str(site), root]), "OKGIT_TEST_MARK": str(mark)}
+    zygote = forks.Zygote((kind, tuple(sorted(env.items()))))
+    asked = []
+    try:
+        for program in ("okgit.eval.judge", "okgit.eval.worker"):  # each fails at its CUDA here: no matter
+            (tmp_path / program).mkdir()
+            asked.append(zygote.fork(program, tmp_path / program, []))
+        judge, worker = asked
+        assert judge is not None and worker is not None
+        assert judge.started(120)
+        judge_at = time.time()
+        assert worker.started(120)
+        worker_at = time.time()
+        held_up_until = float(mark.read_text().split()[0]) + 3
+        if kind == "cuda":
+            assert judge_at < held_up_until <= worker_at
+        else:
+            assert held_up_until <= judge_at
+    finally:
+        for handle in asked:
+            if handle is not None:
+                handle.close()
+        zygote.kill()
 
 
 @pytest.mark.slow  # a judge prepares a reference

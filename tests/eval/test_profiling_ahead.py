@@ -52,3 +52,35 @@ def test_the_pass_takes_the_worker_started_ahead(monkeypatch):
     profiling.spare["ncu"] = (alive, None)  # type: ignore[assignment]
     worker, _ = profiling._take("ncu", ahead=False)  # the last pass: nothing started for a next one
     assert worker is alive and started == ["ncu", "ncu"] and "ncu" not in profiling.spare
+
+
+def test_the_worker_ahead_is_asked_for_before_the_preparation_waits_for_its_judge(monkeypatch, tmp_path):
+    """Its start holds the device: asked for after the judge's fork (which waits for the zygote's
+    imports), it outlasted the reference's preparation and the reference's timing waited for it
+    (1-4 s a problem on an H100, KernelBench's sweep on 6ce8fd3). The judge here is a stand-in
+    that stops the preparation: only the order is looked at."""
+    from okgit.eval.parent.local import LocalEvaluator
+    from okgit.problem import load_problem
+
+    asked: list[str] = []
+
+    class Stop(Exception):
+        pass
+
+    def take_judge() -> None:
+        asked.append("judge")
+        raise Stop
+
+    monkeypatch.setattr(ProfilingPass, "start_ahead", lambda self, tools: asked.append(f"ahead {tools}"))
+    op = tmp_path / "op.py"
+    op.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+                  "def get_inputs():\n    return [torch.ones(4)]\ndef get_init_inputs():\n    return []\n")
+    ev = LocalEvaluator(device="cpu", prestart=False, profiler="auto")
+    try:
+        ev._kind, ev.prestart = "cuda", True  # as on a GPU, where the pass has workers
+        monkeypatch.setattr(ev, "_take_judge", take_judge)
+        with pytest.raises(Stop):
+            ev._prepare(load_problem(op, root=str(tmp_path)))
+        assert asked == ["ahead auto", "judge"]
+    finally:
+        ev.close()

@@ -289,6 +289,14 @@ class LocalEvaluator(EvaluatorBase):
             # the reference in it): prepared anew, never judged against a reference no longer there
             self._forget(self._prepared[key])
         seeds = [SEED_BASE + i for i in range(PREPARED.seeds)]
+        if self.prestart and self._kind == "cuda" and self._profiler:
+            # the reference is profiled first thing after it is prepared: the tool's worker (6-7 s
+            # to start under ncu on an H100, holding the device as any start does) comes up beside
+            # the preparation, asked for before the judge's fork is waited for (asked after it, on
+            # KernelBench's sweep on 6ce8fd3, its start outlasted the preparation and the
+            # reference's timing waited 1-4 s for it)
+            self._profiling = self._profiling or ProfilingPass(self)
+            self._profiling.start_ahead(self._profiler)
         judge_process = self._take_judge()
         reference_path = judge_process.dir / "reference.py"
         reference_path.write_text(problem.source)
@@ -303,11 +311,6 @@ class LocalEvaluator(EvaluatorBase):
                  memory.cache_bytes(device_total) if device_total else memory.GiB)
         job = judge_job(problem, self._kind, str(reference_path), seeds, cache, peaks_file,
                         Timing(PREPARED.warmup, PREPARED.samples) if self._kind == "cuda" else None)
-        if self.prestart and self._kind == "cuda" and self._profiler:
-            # the reference is profiled first thing after it is prepared: the tool's worker (6-7 s
-            # to start under ncu on an H100) comes up beside the preparation instead of after it
-            self._profiling = self._profiling or ProfilingPass(self)
-            self._profiling.start_ahead(self._profiler)
         reply = ask(judge_process, job, self._hold("reference"), self.reference_timeout_s, self._kind == "cuda",
                     str(problem.path))
         prep = from_judge(judge_process, str(reference_path), reply, seeds[0])

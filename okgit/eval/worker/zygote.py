@@ -44,10 +44,19 @@ from okgit.eval.protocol.reaper import become_subreaper, outlive
 # workers' (a CPU), a run's one zygote serves both, and a CPU run's imports took 4.6 s of CPU
 # instead of 5.2 and 5.3 in two zygotes (2026-12-07, a 2-core machine).
 PROGRAMS = ("okgit.eval.worker", "okgit.eval.judge")
-PRELOAD = ("torch", "numpy", "triton", "okgit.eval.worker.candidate", "torch._inductor.runtime.triton_helpers",
-           "okgit.eval.judge.process", "torch._dynamo")
-# the middle one imports triton; torch._dynamo may refuse a Python its torch does not support
+PRELOAD = ("torch", "numpy", "okgit.eval.judge.process", "triton", "okgit.eval.worker.candidate",
+           "torch._inductor.runtime.triton_helpers", "torch._dynamo")
+# triton_helpers imports triton; torch._dynamo may refuse a Python its torch does not support
 OPTIONAL = {"triton", "torch._inductor.runtime.triton_helpers", "torch._dynamo"}
+# On a GPU a judge is forked as soon as its own modules are in, the rest of PRELOAD imported after
+# it: a run's first judge waited for all of it (torch._dynamo and Inductor's runtime: the judge's
+# start came 7-12 s into a run instead of 3 on an H100, KernelBench's sweep on 6ce8fd3 against
+# a96f65a), and the first profiling pass's worker, started once the judge is, then held the
+# device while the reference's timing waited. That judge imports torch._dynamo at its FLOP count,
+# beside the zygote; the judges after it (a sweep's, a campaign's) fork with it preloaded. On a
+# CPU the run's one zygote forks judge and workers after all of it: there both would import
+# torch._dynamo twice on a machine whose cores are the limit.
+EARLY = {"okgit.eval.judge": PRELOAD[:3]}
 REQUEST_BYTES = 1 << 16
 FDS = 4  # stdin, stdout, stderr, status
 
@@ -58,32 +67,72 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--socket", type=int, required=True, help="the parent's socket, an inherited descriptor")
     args = parser.parse_args(argv)
     requests = socket.socket(fileno=args.socket)
+    loaded: list[str] = []
+    waiting: list[tuple[dict[str, Any], list[int]]] = []  # asked for while importing, not ready yet
     for module in PRELOAD:
         try:
             importlib.import_module(module)
         except (ImportError, RuntimeError):
             if module not in OPTIONAL:  # a CPU-only machine may lack triton; the worker says so itself
                 raise
-    torch = sys.modules["torch"]
-    if torch.cuda.is_initialized():  # a fork would inherit a context it cannot use
-        sys.exit("okgit zygote: CUDA was initialised while importing; workers are spawned instead")
+        loaded.append(module)
+        _refuse_cuda()
+        if args.device == "cuda":
+            while select.select([requests], [], [], 0.0)[0]:
+                request = _receive(requests)
+                if request is None:
+                    return
+                waiting.append(request)
+            for request in [r for r in waiting if _ready(r[0], loaded)]:
+                waiting.remove(request)
+                _fork(requests, request, args.device)
+    for request in waiting:
+        _fork(requests, request, args.device)
     while True:
         ready, _, _ = select.select([requests], [], [], 1.0)
         _collect()
         if not ready:
             continue
-        data, fds, _, _ = socket.recv_fds(requests, REQUEST_BYTES, FDS)
-        if not data:
+        request = _receive(requests)
+        if request is None:
             return  # the parent closed its end: no more workers
-        try:
-            if len(fds) == FDS and os.fork() == 0:
-                _reaper(requests, json.loads(data), args.device, fds)
-        except OSError as e:
-            if len(fds) > 2:
-                os.write(fds[2], f"okgit zygote: could not fork the worker: {e}\n".encode())
-        finally:
-            for fd in fds:
-                os.close(fd)
+        _fork(requests, request, args.device)
+
+
+def _refuse_cuda() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():  # a fork would inherit a context it cannot use
+        sys.exit("okgit zygote: CUDA was initialised while importing; workers are spawned instead")
+
+
+def _ready(request: dict[str, Any], loaded: list[str]) -> bool:
+    """Whether what the request's program needs before it starts is imported (EARLY, else all)."""
+    return all(m in loaded for m in EARLY.get(str(request.get("program")), PRELOAD))
+
+
+def _receive(requests: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+    """The parent's next request and its descriptors; None once the parent closed its end."""
+    data, fds, _, _ = socket.recv_fds(requests, REQUEST_BYTES, FDS)
+    if not data:
+        return None
+    try:
+        return json.loads(data), fds
+    except ValueError:
+        return {}, fds  # its reaper says on the worker's stderr that it names no program
+
+
+def _fork(requests: socket.socket, request: tuple[dict[str, Any], list[int]], device: str) -> None:
+    """The request's worker forked below a reaper; the request's descriptors closed here."""
+    asked, fds = request
+    try:
+        if len(fds) == FDS and os.fork() == 0:
+            _reaper(requests, asked, device, fds)
+    except OSError as e:
+        if len(fds) > 2:
+            os.write(fds[2], f"okgit zygote: could not fork the worker: {e}\n".encode())
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _collect() -> None:

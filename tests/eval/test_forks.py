@@ -178,6 +178,7 @@ sys.meta_path.insert(0, _Slow())
 """
 
 
+@pytest.mark.slow  # two zygotes import everything, one held up 3 s
 @pytest.mark.parametrize("kind", ["cuda", "cpu"])
 def test_on_a_gpu_a_judge_is_forked_once_its_own_imports_are_in(tmp_path, kind):
     """A GPU's judge forks once torch, numpy and its own modules are imported; a worker, and on a

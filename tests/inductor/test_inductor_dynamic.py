@@ -192,33 +192,35 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tup
     return tmp, seeds_and_checks(tmp, jobs)
 
 
+def _passed(seeds: tuple[Path, dict[str, tuple[dict, str, str]]], name: str) -> tuple[Path, dict]:
+    """The job's seed made and its check passed (what it printed ends in "ok"): (the seeds'
+    directory, the seed's answer)."""
+    tmp, answers = seeds
+    answer, said, err = answers[name]
+    assert answer.get("ok") and said.rstrip().endswith("ok"), f"{said[-3000:]}\n{err}"
+    return tmp, answer
+
+
 @pytest.mark.slow  # Inductor compiles, then the interpreter runs the seed
 @pytest.mark.timeout(1200)
 def test_a_seed_of_upper_case_arguments_runs_its_kernels_at_other_shapes(seeds) -> None:
-    tmp, answers = seeds
-    answer, said, err = answers["attention"]
-    assert answer.get("ok") and answer["modes"] == ["any"], f"{said[-3000:]}\n{err}"
-    assert {"Q.size(2)", "Q.size(3)"} <= set(answer["dynamic"])
+    tmp, answer = _passed(seeds, "attention")
+    assert answer["modes"] == ["any"] and {"Q.size(2)", "Q.size(3)"} <= set(answer["dynamic"])
     text = (tmp / "attention.py").read_text()
     assert "def forward(self, Q, K, V):" in text and "def forward_reference(self, Q, K, V):" in text
-    assert said.rstrip().endswith("ok"), f"{said[-3000:]}\n{err}"
 
 
 @pytest.mark.slow  # Inductor compiles, then the interpreter runs the seed
 @pytest.mark.timeout(1200)
 def test_the_specialised_seed_takes_its_static_kernels_at_the_compiled_shape_only(seeds) -> None:
-    tmp, answers = seeds
-    answer, said, err = answers["rms"]
-    assert answer.get("ok") and answer["specialised"] == str(tmp / "rms.specialised.py"), f"{said[-3000:]}\n{err}"
+    tmp, answer = _passed(seeds, "rms")
+    assert answer["specialised"] == str(tmp / "rms.specialised.py")
     assert "triton_per" in answer["differs"] and "triton_red" in answer["differs"]
-    assert said.rstrip().endswith("ok"), f"{said[-3000:]}\n{err}"
 
 
 @pytest.mark.slow  # Inductor compiles, then the interpreter runs the seed
 @pytest.mark.timeout(1200)
 def test_a_fresh_seed_runs_under_the_interpreter_and_matches_in_both_modes(seeds) -> None:
     """test_inductor_seed.py's op (batch norm: both module modes compiled), made afresh."""
-    _, answers = seeds
-    answer, said, err = answers["bn"]
-    assert answer.get("ok") and answer["modes"] == ["train", "eval"], f"{said[-3000:]}\n{err}"
-    assert said.rstrip().endswith("ok"), f"{said[-3000:]}\n{err}"
+    _, answer = _passed(seeds, "bn")
+    assert answer["modes"] == ["train", "eval"]

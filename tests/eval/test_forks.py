@@ -215,6 +215,30 @@ def test_on_a_gpu_a_judge_is_forked_once_its_own_imports_are_in(tmp_path, kind):
         zygote.kill()
 
 
+@pytest.mark.slow  # a zygote's imports
+def test_a_request_a_zygote_cannot_serve_is_said_on_that_workers_stderr_and_the_next_is_forked(tmp_path, monkeypatch):
+    zygote = forks.Zygote(("cpu", tuple(sorted(worker_env("cpu").items()))))
+    try:
+        for name, program in (("unknown", "os"), ("unreadable", "okgit.eval.worker"), ("worker", "okgit.eval.worker")):
+            (tmp_path / name).mkdir()
+            with monkeypatch.context() as m:
+                if name == "unreadable":  # the request's bytes are not JSON
+                    m.setattr(forks.json, "dumps", lambda _: "{not json")
+                handle = zygote.fork(program, tmp_path / name, [])
+            assert handle is not None
+            try:
+                if name == "worker":
+                    assert handle.started(120)  # the zygote goes on after the two it could not serve
+                else:
+                    assert handle.wait(120) == 1 and handle.pid is None  # never forked past its reaper
+                    said = (tmp_path / name / "stderr.log").read_text()
+                    assert f"not a program a zygote forks: {'None' if name == 'unreadable' else repr(program)}" in said
+            finally:
+                handle.close()
+    finally:
+        zygote.kill()
+
+
 @pytest.mark.slow  # a judge prepares a reference
 def test_what_a_forked_judge_left_in_a_session_of_its_own_ends_with_it_and_its_exit_reaches_the_parent(tmp_path):
     pid_file = tmp_path / "sleeper.pid"

@@ -155,7 +155,7 @@ def _reaper(requests: socket.socket, request: dict[str, Any], device: str, fds: 
         for fd, std in ((stdin, 0), (stdout, 1), (stderr, 2)):
             os.dup2(fd, std)
             os.close(fd)
-        program = request["program"]
+        program = request.get("program")
         if program not in PROGRAMS:  # said on the worker's stderr, as the except below says
             raise ValueError(f"not a program a zygote forks: {program!r}")
         os.chdir(request["cwd"])

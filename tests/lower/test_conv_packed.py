@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import types
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -193,11 +194,17 @@ print(json.dumps({int(w, 16): copies.count(w) for w in set(copies)}))
 """
 
 
-def compiled_for_sm90(tmp_path, jobs: list[tuple[str, str, dict]], script: str) -> list[dict]:
-    """`script` run on each (candidate source, kernel, job) of `jobs` (compiling `kernel` for
-    sm_90 with the job's signature, constants, warps and stages, outside the interpreter), all in
-    one process (a process a candidate imported Triton each time): what it printed last for each,
-    as JSON; skipped where this Triton has no ptxas."""
+def compiled_for_sm90(tmp_path_factory, cases: list, make_job: Callable[..., tuple[str, str, dict]],
+                      script: str) -> dict:
+    """`script` run on each case's (candidate source, kernel, job), `make_job(tmp, monkeypatch,
+    case)`'s (compiling `kernel` for sm_90 with the job's signature, constants, warps and stages,
+    outside the interpreter), all in one process (a process a candidate imported Triton each
+    time): what it printed last for each, as JSON, by case; skipped where this Triton has no
+    NVIDIA backend or no ptxas."""
+    pytest.importorskip("triton.backends.nvidia")
+    tmp_path = tmp_path_factory.mktemp("hopper")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        jobs = [make_job(tmp_path, monkeypatch, case) for case in cases]
     args = []
     for i, (source, kernel, job) in enumerate(jobs):
         (tmp_path / f"cand{i}.py").write_text(source)
@@ -211,10 +218,10 @@ def compiled_for_sm90(tmp_path, jobs: list[tuple[str, str, dict]], script: str) 
         pytest.skip("no ptxas in this Triton")
     assert proc.returncode == 0, proc.stderr[-3000:]
     outputs = proc.stdout.split("END OF JOB\n")[:-1]
-    return [json.loads(out.splitlines()[-1]) for out in outputs]
+    return dict(zip(cases, [json.loads(out.splitlines()[-1]) for out in outputs], strict=True))
 
 
-def sm90_job(tmp_path, name: str, monkeypatch) -> tuple[str, str, dict]:
+def sm90_job(tmp_path, monkeypatch, name: str) -> tuple[str, str, dict]:
     """FORMS[name]'s candidate, its conv kernel's name and the compile job (signature, constants,
     warps, stages) of a launch at the form's input: ints and pointers divisible by 16 marked so,
     as Triton specializes them, with a 128 x 128 tile on 8 warps."""
@@ -260,12 +267,8 @@ VECTORS = [("chunks, grouped 3d, channel tail", True), ("runs, several taps a st
 @pytest.fixture(scope="module")
 def copy_widths(tmp_path_factory) -> dict[str, dict[int, int]]:
     """SM90_SCRIPT's copy widths for each form of VECTORS, by name, all compiled in one process."""
-    pytest.importorskip("triton.backends.nvidia")
-    tmp = tmp_path_factory.mktemp("hopper")
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        jobs = [sm90_job(tmp, name, monkeypatch) for name, _ in VECTORS]
-    found = compiled_for_sm90(tmp, jobs, SM90_SCRIPT)
-    return {name: {int(k): v for k, v in widths.items()} for (name, _), widths in zip(VECTORS, found, strict=True)}
+    found = compiled_for_sm90(tmp_path_factory, [name for name, _ in VECTORS], sm90_job, SM90_SCRIPT)
+    return {name: {int(k): v for k, v in widths.items()} for name, widths in found.items()}
 
 
 @pytest.mark.slow  # Triton compiles for sm_90 (ptxas), in the module's one process for every form

@@ -189,11 +189,7 @@ HOPPER = [(origin, wide) for wide in (False, True) for origin in ("template:conv
 @pytest.fixture(scope="module")
 def on_hopper(tmp_path_factory) -> dict[tuple[str, bool], dict]:
     """SM90_SCRIPT's findings for each (origin, wide) of HOPPER, all compiled in one process."""
-    pytest.importorskip("triton.backends.nvidia")
-    tmp = tmp_path_factory.mktemp("hopper")
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        jobs = [sm90_job(tmp, monkeypatch, origin, wide) for origin, wide in HOPPER]
-    return dict(zip(HOPPER, compiled_for_sm90(tmp, jobs, SM90_SCRIPT), strict=True))
+    return compiled_for_sm90(tmp_path_factory, HOPPER, lambda tmp, mp, case: sm90_job(tmp, mp, *case), SM90_SCRIPT)
 
 
 @pytest.mark.slow  # Triton compiles for sm_90 (ptxas), in the module's one process for every case

@@ -278,12 +278,7 @@ def sm90_job(tmp_path, monkeypatch, origin: str) -> tuple[str, str, dict]:
 @pytest.fixture(scope="module")
 def on_hopper(tmp_path_factory) -> dict[str, dict]:
     """SM90_SCRIPT's findings for each origin, both compiled in one process."""
-    pytest.importorskip("triton.backends.nvidia")
-    tmp = tmp_path_factory.mktemp("hopper")
-    origins = ["template:conv", "template:conv_tf32"]
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        jobs = [sm90_job(tmp, monkeypatch, origin) for origin in origins]
-    return dict(zip(origins, compiled_for_sm90(tmp, jobs, SM90_SCRIPT), strict=True))
+    return compiled_for_sm90(tmp_path_factory, ["template:conv", "template:conv_tf32"], sm90_job, SM90_SCRIPT)
 
 
 @pytest.mark.slow  # Triton compiles for sm_90 (ptxas), in the module's one process for both origins

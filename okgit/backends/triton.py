@@ -84,7 +84,8 @@ def interpret_as_compiled() -> None:
     assertion those comparisons feed unless the debug mode is on: about a third of a kernel's
     time under the interpreter for nothing (KernelBench's pooling kernels, 2026-12-06). Compiled
     kernels leave the sanitizer out outside the debug mode (Triton's CUDA backend). For this
-    process; a Triton without the option is left as it is."""
+    process; a Triton without the option is left as it is. The language is patched once a
+    kernel's run, not again at each helper call (patch_language_once)."""
     import dataclasses
 
     from triton.runtime import interpreter
@@ -93,6 +94,56 @@ def interpret_as_compiled() -> None:
     options = getattr(builder, "options", None)
     if options is not None and hasattr(options, "sanitize_overflow"):
         builder.options = dataclasses.replace(options, sanitize_overflow=bool(options.debug))  # type: ignore[union-attr]
+    patch_language_once()
+
+
+def patch_language_once() -> None:
+    """Triton's interpreter patches triton.language for a kernel's run, then again at every call
+    of a @triton.jit helper inside it (a scan of the language's members each time), and the
+    second patch changes nothing where the kernel's run patched the same modules: skipped
+    there. Inductor's kernels call helpers per element of a reduction (triton_helpers.maximum,
+    promote_to_tensor): a third of a seed's time under the interpreter went to those patches
+    (tests/inductor/test_inductor_dynamic.py's seeds, 27 s to 19 s). A helper that sees a
+    module the kernel did not is patched as before. For this process, once; a Triton without
+    these hooks is left as it is."""
+    from triton.runtime import interpreter
+
+    original, grid_call = getattr(interpreter, "_patch_lang", None), getattr(interpreter.GridExecutor, "__call__", None)
+    if original is None or grid_call is None or not hasattr(interpreter, "_LangPatchScope") \
+            or getattr(original, "okgit_once", False):
+        return
+    import threading
+
+    import triton.language as tl
+
+    # per thread, per kernel run going on: the language modules its patches cover (None: not yet
+    # patched); a thread's helpers skip only what its own kernel's run patched
+    local = threading.local()
+
+    def patch_lang(fn: Any) -> Any:
+        running: list[set[int] | None] = getattr(local, "running", [])
+        langs = {id(v) for v in fn.__globals__.values() if v is tl or v is tl.core}
+        if langs and running and running[-1] is not None and langs <= running[-1]:
+            return interpreter._LangPatchScope()  # patched already, until the kernel's run restores it
+        scope = original(fn)
+        if running:
+            running[-1] = (running[-1] or set()) | langs
+        return scope
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not hasattr(local, "running"):
+            local.running = []
+        local.running.append(None)  # the kernel's own patch comes first, in the call below
+        try:
+            return grid_call(self, *args, **kwargs)
+        finally:
+            local.running.pop()
+
+    patch_lang.okgit_once = True  # type: ignore[attr-defined]
+    patch_lang.okgit_original = original  # type: ignore[attr-defined]  # Triton's own, for tests to compare
+    run.okgit_original = grid_call  # type: ignore[attr-defined]
+    interpreter._patch_lang = patch_lang
+    interpreter.GridExecutor.__call__ = run
 
 
 def _counting(run: Callable[..., Any], counter: LaunchCounter) -> Callable[..., Any]:

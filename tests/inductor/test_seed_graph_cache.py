@@ -14,9 +14,13 @@ def test_graphs_compiled_while_capturing_are_generated_and_saved_for_a_later_com
     import torch
     from torch._dynamo.utils import counters
     from torch._inductor import graph as inductor_graph
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
 
     from okgit.inductor.capture import _generated_afresh
 
+    # Inductor's CPU ISA probes (a C++ build each, cached per process and in the cache directory)
+    # are not what is tested: made in the usual directory, not rebuilt in the test's own (7-8 s).
+    pick_vec_isa()
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     generated: list[int] = []
     original = inductor_graph.GraphLowering.codegen

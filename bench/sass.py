@@ -3,6 +3,7 @@ needed: what a launch at a development problem's shape compiles to, read from it
 
     python3 bench/sass.py --kb .kb/KernelBench --problem 2:87 [--origin template:conv]
                           [--set PRECISION=tf32x3 --set BLOCK_N=128] [--batch 2]
+    python3 bench/sass.py --kb .kb/KernelBench --problem 2:87 --origin template:conv --origin template:conv_tf32
 
 The candidate is rendered as `okgit optimize` renders it for a GPU; its plan (_ConvPlan) is
 built on the CPU at the problem's shape with its batch cut to --batch (the kernel's constants
@@ -13,7 +14,8 @@ constants), the precision as the plan picks it on a GPU. Printed: registers, spi
 shared memory, TMA and cp.async copies, wgmma, whether the products read A from shared memory,
 and per loop of the SASS (a backward branch) its instruction count and most frequent opcodes:
 the K loop's instructions a step, the epilogue's a tile. Instruction counts, not times: this
-machine's Triton (the GPU machine's may be older) and no scheduler model.
+machine's Triton (the GPU machine's may be older) and no scheduler model. Several --origin: the
+candidates side by side from one render and one compiling process (a JSON list, in their order).
 """
 
 from __future__ import annotations
@@ -38,29 +40,33 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # okgit, and the harness bench/
 from conv import GROUP, conv_settings  # noqa: E402
 from gemm import render  # noqa: E402
 
+# Arguments: (candidate file, kernel, job file, cubin) for each kernel, all in one process
 COMPILE = r"""
 import json, sys, types
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler.compiler import ASTSource
-path, kernel, job = sys.argv[1], sys.argv[2], json.loads(open(sys.argv[3]).read())
-mod = types.ModuleType("cand")
-exec(compile(open(path).read(), path, "exec"), mod.__dict__)
-attrs = {(i,): [["tt.divisibility", 16]] for i in job["aligned"]}
-c = triton.compile(ASTSource(getattr(mod, kernel), job["signature"], job["constants"], attrs),
-                   target=GPUTarget("cuda", 90, 32), options={"num_warps": job["warps"], "num_stages": job["stages"]})
-open(sys.argv[4], "wb").write(c.asm["cubin"])
-open(sys.argv[4] + ".ptx", "w").write(c.asm["ptx"])
-open(sys.argv[4] + ".ttgir", "w").write(c.asm["ttgir"])
+for at in range(1, len(sys.argv), 4):
+    path, kernel, job, out = sys.argv[at], sys.argv[at + 1], json.loads(open(sys.argv[at + 2]).read()), sys.argv[at + 3]
+    mod = types.ModuleType("cand")
+    exec(compile(open(path).read(), path, "exec"), mod.__dict__)
+    attrs = {(i,): [["tt.divisibility", 16]] for i in job["aligned"]}
+    c = triton.compile(ASTSource(getattr(mod, kernel), job["signature"], job["constants"], attrs),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": job["warps"], "num_stages": job["stages"]})
+    open(out, "wb").write(c.asm["cubin"])
+    open(out + ".ptx", "w").write(c.asm["ptx"])
+    open(out + ".ttgir", "w").write(c.asm["ttgir"])
 """
 
 
-def candidate(path: Path, origin: str) -> str:
-    """The op's `origin` candidate as `okgit optimize` renders it for a GPU (bench/gemm.py's render)."""
+def candidates(path: Path, origins: list[str]) -> list[str]:
+    """The op's candidates of `origins` as `okgit optimize` renders them for a GPU (bench/gemm.py's
+    render, once: it captures and plans the op)."""
     found = {o.split("+")[0]: s for o, s in render(str(path), "cuda")["candidates"]}
-    if origin not in found:
-        raise SystemExit(f"{path.name}: no {origin} candidate (have: {', '.join(found)})")
-    return found[origin]
+    for origin in origins:
+        if origin not in found:
+            raise SystemExit(f"{path.name}: no {origin} candidate (have: {', '.join(found)})")
+    return [found[origin] for origin in origins]
 
 
 def job_for(source: str, op_path: Path, batch: int, tma: bool) -> tuple[str, dict, dict]:
@@ -146,7 +152,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kb", type=Path, required=True, help="a KernelBench folder (level1/, level2/)")
     parser.add_argument("--problem", required=True, help="LEVEL:ID, e.g. 2:87")
-    parser.add_argument("--origin", default="template:conv", choices=["template:conv", "template:conv_tf32"])
+    parser.add_argument("--origin", action="append", choices=["template:conv", "template:conv_tf32"],
+                        help="the candidate (default template:conv); repeatable: each read, in one call")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a tile setting of the candidate (BLOCK_N=128, PRECISION=tf32x3), repeatable")
     parser.add_argument("--batch", type=int, default=2, help="the op's batch_size for the plan (default 2)")
@@ -163,27 +170,32 @@ def main() -> int:
     if not found:
         print(f"sass.py: no problem {args.problem} in {args.kb}", file=sys.stderr)
         return 2
-    source = candidate(found[0], args.origin)
-    prefix = GROUP.search(source)[1]
-    settings = {}
-    for item in args.set:
-        name, value = item.split("=", 1)
-        if f"\n{prefix}{name}: " not in source:
-            print(f"sass.py: no setting {name} in the candidate", file=sys.stderr)
-            return 2
-        settings[name] = int(value) if value.lstrip("-").isdigit() else value
-    source = conv_settings(source, settings)
-    kernel, job, switches = job_for(source, found[0], args.batch, not args.no_tma)
+    origins = args.origin or ["template:conv"]
+    sources = []
+    for source in candidates(found[0], origins):
+        prefix = GROUP.search(source)[1]
+        settings = {}
+        for item in args.set:
+            name, value = item.split("=", 1)
+            if f"\n{prefix}{name}: " not in source:
+                print(f"sass.py: no setting {name} in the candidate", file=sys.stderr)
+                return 2
+            settings[name] = int(value) if value.lstrip("-").isdigit() else value
+        sources.append(conv_settings(source, settings))
+    jobs = [job_for(source, found[0], args.batch, not args.no_tma) for source in sources]
     with tempfile.TemporaryDirectory() as tmp:
-        cand, job_file, cubin = Path(tmp, "cand.py"), Path(tmp, "job.json"), Path(tmp, "k.cubin")
-        cand.write_text(source)
-        job_file.write_text(json.dumps(job))
+        argv = []
+        for i, (source, (kernel, job, _)) in enumerate(zip(sources, jobs, strict=True)):
+            cand, job_file = Path(tmp, f"cand{i}.py"), Path(tmp, f"job{i}.json")
+            cand.write_text(source)
+            job_file.write_text(json.dumps(job))
+            argv += [str(cand), kernel, str(job_file), str(Path(tmp, f"k{i}.cubin"))]
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        subprocess.run([sys.executable, "-c", COMPILE, str(cand), kernel, str(job_file), str(cubin)], check=True,
-                       env=env)
-        got = read(cubin, tool[0])
-    print(json.dumps({"problem": found[0].stem, "origin": args.origin, "set": args.set, "switches": switches, **got},
-                     indent=1))
+        subprocess.run([sys.executable, "-c", COMPILE, *argv], check=True, env=env)
+        got = [{"problem": found[0].stem, "origin": origin, "set": args.set, "switches": switches,
+                **read(Path(tmp, f"k{i}.cubin"), tool[0])}
+               for i, (origin, (_, _, switches)) in enumerate(zip(origins, jobs, strict=True))]
+    print(json.dumps(got[0] if len(got) == 1 else got, indent=1))
     return 0
 
 

@@ -206,14 +206,16 @@ for line in sys.stdin:
 
 
 class _Server:
-    """The warm process of this test process, started under `env`."""
+    """The warm process of this test process, started under `env` (`program`: SERVER, or another
+    that speaks its protocol: tests/scriptrun.py's)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], program: str = SERVER) -> None:
         self.env = env
         self.log = tempfile.TemporaryFile()  # the server's own stderr: why it died, if it did
-        self.proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, env=env)
         self.pending = b""
+        self.status: int | None = None  # the last request's fork's wait status, where it ended on its own
 
     def serves(self, env: dict[str, str]) -> bool:
         return self.proc.poll() is None and same_env(self.env, env)
@@ -230,10 +232,13 @@ class _Server:
                 self.proc.kill()
                 self.proc.wait()
                 return False
-            if pid and self.line(deadline) is None:
+            self.status = None
+            status = self.line(deadline) if pid else ""
+            if status is None:
                 os.kill(int(pid), signal.SIGKILL)
                 self.line(None)  # its wait status: the server waits for the next request
                 return False
+            self.status = int(status) if status else None
             return True
         except BaseException:
             self.close()  # interrupted mid-request: its answer would be read as the next one's

@@ -164,21 +164,23 @@ def get_init_inputs():
 
 
 # Put on the zygote's path: the import of its fourth module, okgit.eval.worker.candidate (after
-# the judge's own and triton), marked in a file and held up 3 s
-SLOW_CANDIDATE_IMPORT = """
+# the judge's own and triton), marked in a file and held up HOLD_S. The zygote sleeps meanwhile: a
+# fork made before the hold is seen here within milliseconds, so a second tells before from after.
+HOLD_S = 1
+SLOW_CANDIDATE_IMPORT = f"""
 import os, sys, time
 class _Slow:
     def find_spec(self, name, path=None, target=None):
         if name == "okgit.eval.worker.candidate":
             with open(os.environ["OKGIT_TEST_MARK"], "a") as f:
-                f.write(f"{time.time()}\\n")
-            time.sleep(3)
+                f.write(f"{{time.time()}}\\n")
+            time.sleep({HOLD_S})
         return None
 sys.meta_path.insert(0, _Slow())
 """
 
 
-@pytest.mark.slow  # two zygotes import everything, one held up 3 s
+@pytest.mark.slow  # two zygotes import everything, each held up HOLD_S
 @pytest.mark.parametrize("kind", ["cuda", "cpu"])
 def test_on_a_gpu_a_judge_is_forked_once_its_own_imports_are_in(tmp_path, kind):
     """A GPU's judge forks once torch, numpy and its own modules are imported; a worker, and on a
@@ -203,7 +205,7 @@ def test_on_a_gpu_a_judge_is_forked_once_its_own_imports_are_in(tmp_path, kind):
         judge_at = time.time()
         assert worker.started(120)
         worker_at = time.time()
-        held_up_until = float(mark.read_text().split()[0]) + 3
+        held_up_until = float(mark.read_text().split()[0]) + HOLD_S
         if kind == "cuda":
             assert judge_at < held_up_until <= worker_at
         else:

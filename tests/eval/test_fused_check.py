@@ -8,14 +8,15 @@ a size past a chunk."""
 
 from __future__ import annotations
 
+import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from scriptrun import run_script
 
 from okgit.eval.judge import fused, tolerance
 from okgit.eval.judge.tolerance import check_leaf
@@ -46,9 +47,11 @@ print("fused pass: every case agrees")
 
 @pytest.mark.slow  # 200 checks under Triton's interpreter, in a process of their own
 def test_the_fused_pass_finds_what_the_oracle_found():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
-    proc = subprocess.run([sys.executable, "-c", INTERPRETED], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    # this process's path first, as a PYTHONPATH would put it (one environment for every caller of
+    # the warm process: a PYTHONPATH of its own would start another)
+    on_path = "import json, sys\nsys.path[:0] = json.loads(sys.argv[1])\n"
+    proc = run_script(on_path + INTERPRETED, [json.dumps([str(ROOT), *sys.path])], {**os.environ, "TRITON_INTERPRET": "1"},
+                      timeout=600, cwd=ROOT)
     assert proc.returncode == 0 and "every case agrees" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 

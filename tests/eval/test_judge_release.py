@@ -6,13 +6,12 @@ check (prepared.must_release), what a candidate's checked timing holds by the ju
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import OPS
+from scriptrun import run_script
 
 from okgit.eval.judge.prepared import must_release
 from okgit.eval.parent.memory import CUDA_CONTEXT
@@ -214,9 +213,7 @@ def test_a_prepared_judge_sizes_a_checked_timing_from_its_seed_case():
     """The judge's own preparation knows one input set's bytes and one output's (a convolution's,
     smaller than its input here) and counts the timing the parent tells it of from them, as the
     worker sizes it; a job without one leaves the rule as it was."""
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", SIZES, str(OPS / "conv_sub_mish.py")], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = run_script(SIZES, [str(OPS / "conv_sub_mish.py")], {**os.environ, "TRITON_INTERPRET": "1"}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (got["set"], got["output"]) == (got["inputs"], got["outputs"]) and got["set"] != got["output"]
@@ -264,9 +261,8 @@ def test_the_judge_keeps_a_losss_value_not_the_storage_it_views():
     storage their reduction ran in, 12 GiB a case, while the cache counted 12 bytes. The judge keeps
     the values alone, and counts an output in flight at what it holds (examples/12_mse_loss.py:
     mse_loss returns its mean the same way)."""
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", KEPT, str(ROOT / "examples" / "12_mse_loss.py")], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = run_script(KEPT, [str(ROOT / "examples" / "12_mse_loss.py")], {**os.environ, "TRITON_INTERPRET": "1"},
+                      timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert {"s0", "s1", "s2", "signed"} <= set(got["cases"])

@@ -1,12 +1,11 @@
 """A new user's LLM run: `okgit optimize --model ... --api-base` against a scripted
-OpenAI-compatible server on 127.0.0.1, with the real CPU evaluator and real git."""
+OpenAI-compatible server on 127.0.0.1, with the real CPU evaluator and real git. The command runs
+in this process (`cli`, the keys in its environment, the session's warm workers): a real okgit
+process with a model is test_llm_real.py's interrupted run."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,16 +26,14 @@ def scripted():
     s.close()
 
 
-@pytest.mark.slow  # a real okgit process with the keys in its environment, real evaluation
+@pytest.mark.slow  # okgit optimize with the keys in its environment, real evaluation
 def test_optimize_with_a_model_on_loopback(git_repo: Path, tmp_path: Path, scripted: ScriptedServer, cli) -> None:
     (git_repo / "ops" / "relu2.py").write_text(OP)
     sh(git_repo, "add", "ops/relu2.py")
     sh(git_repo, "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "relu2")
-    env = {**os.environ, "OKGIT_API_KEY": SECRET, "OPENAI_API_KEY": SECRET, "OKGIT_DATA_DIR": str(tmp_path / "data")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "okgit", "optimize", "ops/relu2.py", "--model", "openai/scripted-coder",
-         "--api-base", scripted.url, "--device", "cpu", "--iterations", "4", "--json"],
-        cwd=git_repo, env=env, capture_output=True, text=True, timeout=600)
+    keys = {"OKGIT_API_KEY": SECRET, "OPENAI_API_KEY": SECRET, "OKGIT_DATA_DIR": str(tmp_path / "data")}
+    proc = cli("optimize", "ops/relu2.py", "--model", "openai/scripted-coder", "--api-base", scripted.url,
+               "--device", "cpu", "--iterations", "4", "--json", cwd=git_repo, env=keys)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     run_dir = git_repo / ".okgit" / "runs" / result["run_id"]
@@ -44,7 +41,7 @@ def test_optimize_with_a_model_on_loopback(git_repo: Path, tmp_path: Path, scrip
     prompts = scripted.generator_prompts()
     assert prompts and "return torch.relu(x) * 2.0" in prompts[0]  # the reference reached the model
     assert "maxmium" in prompts[1]  # the real evaluator's error on the buggy kernel came back
-    history = json.loads(cli("history", result["run_id"], "--json", cwd=git_repo).stdout)  # reads: no process of its own
+    history = json.loads(cli("history", result["run_id"], "--json", cwd=git_repo).stdout)
     from_model = [c for c in history["candidates"] if c["origin"].startswith("llm")]
     assert [c["status"] for c in from_model] == ["compile_error", "incorrect", "correct"], from_model
     assert from_model[-1]["tag"] == f"okgit/{result['run_id']}/{from_model[-1]['cand']}"

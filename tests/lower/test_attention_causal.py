@@ -11,11 +11,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 from oprun import run_ops
+from scriptrun import run_script
 from test_attention_gemms import gemms_candidate, small_tiles
 from test_attention_kind import OPS
 from test_templates import op
@@ -129,8 +128,7 @@ def test_the_split_p_is_tf32_highs_and_remainders_of_the_softmax(tmp_path) -> No
     fp32 ulps (2^-20 of it: the kernel's own exp and sum, and the remainder rounded at TF32)."""
     path = tmp_path / "candidate.py"
     path.write_text(gemms_candidate(op(tmp_path, "sdpa_causal", OPS["sdpa_causal"])))
-    proc = subprocess.run([sys.executable, "-c", SPLIT_P, str(path)], capture_output=True, text=True,
-                          env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300, check=False)
+    proc = run_script(SPLIT_P, [str(path)], {**os.environ, "TRITON_INTERPRET": "1"}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -157,8 +155,7 @@ def test_a_gemm_whose_a_came_split_splits_b_alone(tmp_path) -> None:
     zeros, pointers mask it), through TMA where both fit it (on a Hopper GPU, stood in for)."""
     helper = tmp_path / "gemm_plan.py"
     helper.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + fill(Gemm.helpers["_gemm_plan"]))
-    proc = subprocess.run([sys.executable, "-c", SPLIT_A, str(helper)], capture_output=True, text=True,
-                          env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300, check=False)
+    proc = run_script(SPLIT_A, [str(helper)], {**os.environ, "TRITON_INTERPRET": "1"}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 

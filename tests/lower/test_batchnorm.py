@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scriptrun import run_script
 from test_templates import op
 
 from okgit.lower.capture import capture
@@ -179,9 +180,7 @@ def test_batch_norm_matches_pytorch_with_its_state_dict_in_both_modes(tmp_path):
             cand = tmp_path / f"{name}_cand{k}.py"
             cand.write_text(text)
             jobs.append((path, str(cand)))
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", CHECK, json.dumps(jobs)], capture_output=True, text=True, env=env,
-                          timeout=600, check=False)
+    proc = run_script(CHECK, [json.dumps(jobs)], {**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
     results = [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert len(results) == len(jobs), proc.stderr[-3000:]
     bad = [(job[1], r) for job, r in zip(jobs, results) if not r.startswith("ok")]

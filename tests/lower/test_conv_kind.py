@@ -18,6 +18,7 @@ import textwrap
 import pytest
 from conv_forms import HEADER, form, narrow_indices
 from oprun import run_ops
+from scriptrun import run_script
 
 from okgit.eval.types import Reference, Status
 from okgit.lower.capture import capture
@@ -139,9 +140,8 @@ def test_tf32_rounds_both_operands_to_nearest(tmp_path):
     _, split = conv_source(tmp_path, name)
     (tmp_path / "tf32.py").write_text(tf32)
     (tmp_path / "split.py").write_text(split)
-    proc = subprocess.run([sys.executable, "-c", TF32_SCRIPT, path, str(tmp_path / "tf32.py"), str(tmp_path / "split.py")],
-                          capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600,
-                          check=False)
+    proc = run_script(TF32_SCRIPT, [path, str(tmp_path / "tf32.py"), str(tmp_path / "split.py")],
+                      {**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout)
     ulp = got["tf32"]["scale"] * 2.0**-23

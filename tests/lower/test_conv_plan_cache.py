@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import traceback
 import types
 from pathlib import Path
 
 import pytest
 import torch
+from scriptrun import run_script
 from test_conv_kind import ctx_for, form
 
 from okgit.search.proposers.templates import plan
@@ -177,9 +176,8 @@ def outcomes(tmp_path_factory) -> dict[str, str]:
         paths[name] = str(tmp / f"candidate_{i}.py")
         Path(paths[name]).write_text(next(p.source for p in plan(ctx_for(op, "cuda")) if p.origin == "template:conv"))
     here = Path(__file__).resolve().parent
-    proc = subprocess.run([sys.executable, "-c", RUNNER.format(here=str(here), tests=str(here.parent)),
-                           json.dumps(paths)], capture_output=True, text=True, timeout=600, check=False,
-                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    proc = run_script(RUNNER.format(here=str(here), tests=str(here.parent)), [json.dumps(paths)],
+                      {**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("OUTCOMES ")]
     assert lines, proc.stderr[-3000:]
     return json.loads(lines[-1][len("OUTCOMES "):])

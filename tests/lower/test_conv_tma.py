@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
-import subprocess
-import sys
 import traceback
 import types
 from pathlib import Path
 
 import pytest
 import torch
+from scriptrun import run_script
 from test_conv_kind import ctx_for, form, setting
 from test_conv_packed import compiled_for_sm90, conv_plan, module, with_inf
 
@@ -141,8 +141,8 @@ def run_jobs(tmp_path: Path, jobs: list) -> list[dict]:
     """Each job (ref_path, source, rounded, tma) checked in one subprocess under the interpreter."""
     (tmp_path / "jobs.json").write_text(json.dumps(jobs))
     here, tests = str(Path(__file__).parent), str(Path(__file__).parents[1])
-    proc = subprocess.run([sys.executable, "-c", RUNNER.format(here=here, tests=tests), str(tmp_path / "jobs.json")],
-                          capture_output=True, text=True, timeout=900, check=False)
+    proc = run_script(RUNNER.format(here=here, tests=tests), [str(tmp_path / "jobs.json")],
+                      {**os.environ, "TRITON_INTERPRET": "1"}, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(results) == len(jobs), proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 from conftest import sh
 from oprun import run_ops
+from scriptrun import run_script
 
 from okgit.eval.types import Reference
 from okgit.lower.capture import capture
@@ -313,8 +312,7 @@ def test_the_plan_picks_its_path_from_the_layout(tmp_path):
     idle (4 on a CPU)."""
     helper = tmp_path / "gemm_plan.py"
     helper.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + fill(GEMM.helpers["_gemm_plan"]))
-    proc = subprocess.run([sys.executable, "-c", PLAN_SCRIPT, str(helper)], capture_output=True, text=True,
-                          env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=300, check=False)
+    proc = run_script(PLAN_SCRIPT, [str(helper)], {**os.environ, "TRITON_INTERPRET": "1"}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout)
     assert got["linear"]["TMA"] and got["linear"]["SPLIT"] and got["linear"]["PRECISION"] == "tf32"

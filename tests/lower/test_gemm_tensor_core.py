@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tc_model as tc
+from scriptrun import run_script
 
 from okgit.lower.kinds.gemm import vendor_stand_ins
 
@@ -98,8 +97,8 @@ def test_the_split_gemm_is_fp32_accurate_on_a_tensor_core(tmp_path, split_k):
     4.5e-5 here."""
     path = _stand_ins(tmp_path, GEMM_SPLIT_AHEAD_MIN=0, SPLIT_GEMM_BLOCK_M=16, SPLIT_GEMM_BLOCK_N=16,
                       SPLIT_GEMM_BLOCK_K=32, SPLIT_GEMM_SPLIT_K=split_k)
-    proc = subprocess.run([sys.executable, "-c", RUN, str(path), str(Path(__file__).parents[1])], capture_output=True,
-                          text=True, env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600, check=False)
+    proc = run_script(RUN, [str(path), str(Path(__file__).parents[1])], {**os.environ, "TRITON_INTERPRET": "1"},
+                      timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     errors = json.loads(proc.stdout.splitlines()[-1])
     assert all(e < 1.5e-6 for e in errors.values()), errors

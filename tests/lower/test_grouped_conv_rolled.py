@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from scriptrun import run_script
 
 from okgit.eval.types import Reference
 from okgit.problem import load_problem
@@ -160,9 +161,7 @@ def rolled(tmp_path_factory) -> dict[str, dict]:
         cand.write_text(candidate(path))
         settings = [[2, 4, 2, 4], [16, 16, 2, 4], [0, 16, 8, 16]] if rolled_dim is not None else [[16, 16, 2, 4]]
         cases.append([name, str(path), str(cand), settings])
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(cases)], capture_output=True, text=True, timeout=1200,
-                          check=False, env=env)
+    proc = run_script(SCRIPT, [json.dumps(cases)], {**os.environ, "TRITON_INTERPRET": "1"}, timeout=1200)
     found = dict(json.loads(line[5:]) for line in proc.stdout.splitlines() if line.startswith("CASE "))
     died = {"error": f"exit status {proc.returncode}, {len(found)} of {len(cases)} cases done: {proc.stderr[-3000:]}"}
     return {name: found.get(name, died) for name, *_ in cases}

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 from oprun import run_ops
+from scriptrun import run_script
 from test_templates import ctx_for, op, tiny
 
 from okgit.lower.capture import capture
@@ -165,8 +164,7 @@ def test_a_long_cumprod_is_within_the_evaluators_tolerance_against_float64(tmp_p
     source, _ = candidate(path)
     cand = tmp_path / "cand.py"
     cand.write_text(source)
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", NUMERICS, str(cand), "4096"], capture_output=True, text=True, env=env, timeout=300)
+    proc = run_script(NUMERICS, [str(cand), "4096"], {**os.environ, "TRITON_INTERPRET": "1"}, timeout=300)
     result = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {"ok": False, "message": proc.stderr[-2000:]}
     assert result["ok"], result["message"]
     assert result["max_abs"] <= 4 * result["fp32_error"], result

@@ -94,6 +94,28 @@ def test_physical_ids_follow_cuda_visible_devices(monkeypatch):
     assert physical_id("cpu:3") == "cpu:3"
 
 
+_COUNTING_GPUS = """
+import sys
+import okgit.eval.parent.devices as devices
+devices._DRIVER_PATHS = tuple(sys.argv[1:])
+print(devices.visible_gpus(), "torch" in sys.modules)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the driver's paths are Linux's")
+def test_without_a_gpu_driver_no_gpu_is_counted_and_torch_is_not_imported_for_it(tmp_path):
+    driver = tmp_path / "nvidiactl"
+    driver.touch()
+
+    def counted(*paths: object) -> str:
+        args = [sys.executable, "-c", _COUNTING_GPUS, *map(str, paths)]
+        return subprocess.run(args, capture_output=True, text=True, timeout=120, check=True).stdout.strip()
+
+    assert counted(tmp_path / "absent") == "[] False"
+    found = counted(driver)  # with a driver torch is asked: its answer, whatever this machine has
+    assert found.endswith(" True") and found.startswith("[")
+
+
 _LOCKING_PROCESS = textwrap.dedent("""
     import json, os, sys, time
     from okgit.eval.parent.devices import device_lock

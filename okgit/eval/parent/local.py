@@ -31,7 +31,7 @@ from okgit.errors import OkgitError
 from okgit.eval import roofline
 from okgit.eval.base import EvaluatorBase
 from okgit.eval.parent import memory, phases
-from okgit.eval.parent.devices import DeviceHold, physical_name, record_footprint
+from okgit.eval.parent.devices import DeviceHold, physical_name, record_footprint, visible_gpus
 from okgit.eval.parent.gates import call_gates
 from okgit.eval.parent.gates.static import static_findings
 from okgit.eval.parent.pool import STARTUP_TIMEOUT_S, WorkerPool
@@ -86,9 +86,7 @@ class LocalEvaluator(EvaluatorBase):
                  judge_cache_bytes: int | None = None, host_share: int = 1,
                  reference_timeout_s: float | None = None, profiler: str | None = None) -> None:
         if device is None:
-            import torch
-
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+            device = "cuda" if visible_gpus() else "cpu"
         if device == "cuda":
             device = "cuda:0"
         if device != "cpu" and not re.fullmatch(r"cuda:\d+", device):

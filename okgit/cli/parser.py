@@ -42,6 +42,33 @@ def _default(name: str) -> Any:
     return Config.model_fields[name].default
 
 
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """A count flag's type: a whole number of at least `minimum`, else a one-line usage error (a
+    negative `gc --keep` kept nothing and removed every finished run)."""
+
+    def count(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, not {value}")
+        return value
+
+    return count
+
+
+def _ratio(text: str) -> float:
+    """A speedup flag's type: a number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
 def _optimize_flags(p: argparse.ArgumentParser) -> None:
     """The run settings (config.RUN_FLAGS); each overrides okgit.toml / [tool.okgit] and OKGIT_* variables."""
     p.add_argument("--backend", choices=BACKENDS, help=f"kernel language (default: {_default('backend')})")
@@ -110,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "as one campaign (with --resume: the run's own, when left out)")
     p.add_argument("--campaign", action="store_true",
                    help="PATH is a whole model (Model, get_inputs, get_init_inputs): optimize its top modules as one campaign, then the whole model")
-    p.add_argument("--top", type=int, default=4, metavar="N", help="with --campaign, the modules to optimize (default: 4)")
+    p.add_argument("--top", type=_at_least(1), default=4, metavar="N", help="with --campaign, the modules to optimize (default: 4)")
     _optimize_flags(p)
     p.add_argument("--resume", metavar="RUN", help=f"continue an interrupted run ({RUN_HELP}); PATH may be left out")
     p.add_argument("--watch", action="store_true", help="show the live view while it runs (q hides it, Ctrl-C stops the run)")
@@ -118,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("profile", cmd_profile, "where a whole model's time goes: its leaf modules and call sites, ranked")
     p.add_argument("model", metavar="MODEL.py", help="a file with Model, get_inputs and get_init_inputs (KernelBench level-3 style)")
     p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu (profiled on the CPU, and said so)")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="rows to show (default: 10)")
+    p.add_argument("--top", type=_at_least(1), default=10, metavar="N", help="rows to show (default: 10)")
 
     p = command("eval", cmd_eval, "evaluate one candidate file against a reference file (no git)")
     p.add_argument("candidate", help="the candidate op file (defines ModelNew or Model)")
@@ -146,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval", choices=EVALUATORS.names(), help=f"where the candidate runs (default: {_default('eval')}, or okgit.toml's)")
     p.add_argument("--device", choices=DEVICES, help="default: cuda when a GPU is visible, else cpu (correctness only)")
     p.add_argument("--mode", choices=MODES, help="default: thorough")
-    p.add_argument("--require-speedup", type=float, metavar="X", help="also fail unless the diff is X times faster (default: not required)")
+    p.add_argument("--require-speedup", type=_ratio, metavar="X", help="also fail unless the diff is X times faster (default: not required)")
 
     p = command("watch", cmd_watch, "live terminal view of a run, or of a campaign's runs one after another", json_flag=False)
     p.add_argument("run", nargs="?", metavar="RUN", help=f"{RUN_HELP}, a run directory (e.g. copied from another machine), or campaign:ID / campaign:latest")
@@ -164,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = command("gc", cmd_gc, "remove finished worktrees and old runs")
-    p.add_argument("--keep", type=int, default=20, metavar="N", help="with --runs, keep this many newest finished runs (default: 20)")
+    p.add_argument("--keep", type=_at_least(0), default=20, metavar="N", help="with --runs, keep this many newest finished runs (default: 20)")
     p.add_argument("--runs", action="store_true", help="also delete old run directories and their tags (default: only worktrees and finished runs' branches)")
     p.add_argument("names", nargs="*", metavar="RUN", help="with --runs, remove exactly these runs, interrupted ones too")
     p.add_argument("--interrupted", action="store_true", help="with --runs, also remove interrupted runs past --keep (they can no longer resume)")
@@ -181,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--cross-check", action="store_true", help="also score each correct winner with KernelBench's own evaluator, when installed (default: off)")
     b.add_argument("--out", help="directory for the sweep's state and tables; rerun with the same one to resume (default: .okgit/bench/<time>, or a temporary directory outside a repository)")
     b.add_argument("--time-limit", type=float, metavar="S", help="end cleanly within S seconds: the problems in flight are stopped with their runs resumable, the report lists what is left, and a rerun with the same --out goes on (default: none)")
-    b.add_argument("--top", type=int, default=4, metavar="N", help="level 3: the modules and chains each model's campaign optimizes (default: 4)")
+    b.add_argument("--top", type=_at_least(1), default=4, metavar="N", help="level 3: the modules and chains each model's campaign optimizes (default: 4)")
     b.add_argument("--json", action="store_true", help="machine-readable output")
     _optimize_flags(b)
 

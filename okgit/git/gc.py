@@ -34,6 +34,8 @@ def gc(repo: Repo, keep: int = 20, runs: bool = False, names: list[str] | None =
     (directory, tags, branch). Runs whose diff is applied to the working tree are kept, so
     `okgit revert` still works; interrupted runs keep their branch, so `--resume` does, and
     `runs` never removes one unless it is named (`names`: exactly these runs) or `interrupted`."""
+    if keep < 0:  # not clamped to 0: that would remove every finished run
+        raise OkgitError(f"--keep {keep}: a number of runs to keep, 0 or more")
     report = GcReport()
     with repo.lock():
         _remove_worktrees(repo, report)
@@ -51,7 +53,7 @@ def gc(repo: Repo, keep: int = 20, runs: bool = False, names: list[str] | None =
             tags = sum(t.split("/")[1] in finished for t in repo.git("tag", "--list", "okgit/*/*").split())
             report.kept.append(f"{fmt_count(len(finished), 'finished run')}: their directories and "
                                f"{fmt_count(tags, 'tag')} (gc --runs removes all but the newest {keep})")
-        _remove_branches(repo, report, finished[: max(keep, 0)] if runs else finished)
+        _remove_branches(repo, report, finished[:keep] if runs else finished)
         campaigns = len(campaign_ids(repo))
         if campaigns:
             report.kept.append(f"{fmt_count(campaigns, 'campaign')}: {'its directory' if campaigns == 1 else 'their directories'} under "
@@ -73,7 +75,7 @@ def _remove_runs(repo: Repo, report: GcReport, finished: list[str], live: set[st
                  keep: int, interrupted: bool) -> None:
     """`--runs`: the named runs, or all finished runs but the newest `keep`; an interrupted
     one only when named or `interrupted` (it could resume)."""
-    doomed = [r for r in named if r in finished] if named else finished[max(keep, 0):]
+    doomed = [r for r in named if r in finished] if named else finished[keep:]
     for run_id in named:
         if run_id not in finished:
             report.kept.append(f"run {run_id}: {'running' if run_id in live else 'its diff is applied'}")
@@ -88,8 +90,8 @@ def _remove_runs(repo: Repo, report: GcReport, finished: list[str], live: set[st
         shutil.rmtree(repo.runs_dir / run_id)
         report.removed.append(f"run {run_id}" + (" (interrupted: it can no longer resume)" if can_resume else "")
                               + f": its directory, branch and {fmt_count(tags, 'tag')}")
-    if finished[: max(keep, 0)] and not named:
-        n = len(finished[: max(keep, 0)])
+    if finished[:keep] and not named:
+        n = len(finished[:keep])
         report.kept.append(f"the newest finished run (--keep {keep})" if n == 1
                            else f"the {n} newest finished runs (--keep {keep})")
 

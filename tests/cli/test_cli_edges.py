@@ -60,6 +60,11 @@ def test_a_bad_flag_value_is_a_usage_error(cli, git_repo: Path) -> None:
     proc = cli("optimize", OP, "--iterations", "abc", cwd=git_repo)
     assert (proc.returncode, proc.stderr) == (
         2, "okgit optimize: argument --iterations: invalid int value: 'abc' (see okgit optimize --help)\n")
+    for args, command, message in ((["profile", OP, "--top", "0"], "profile", "--top: must be 1 or more, not 0"),
+                                   (["verify", "latest", "--require-speedup", "-2"], "verify", "--require-speedup: must be above 0, not -2"),
+                                   (["optimize", OP, "--campaign", "--top", "x"], "optimize", "--top: not a whole number: 'x'")):
+        proc = cli(*args, cwd=git_repo)
+        assert (proc.returncode, proc.stderr) == (2, f"okgit {command}: argument {message} (see okgit {command} --help)\n")
 
 
 def test_an_unknown_flag_names_its_command_in_one_line(cli, git_repo: Path) -> None:

@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 from conftest import OP, OP_SOURCE, crashed_run, okgit, record_run, sh, snapshot, variant
 
+from okgit.errors import OkgitError
+from okgit.git.gc import gc
+from okgit.git.repo import Repo
+
 UNKNOWN = "20990101-000000-dead"
 
 
@@ -112,6 +116,12 @@ def test_gc(cli, git_repo: Path) -> None:
                                                  f"removed branch okgit/{old.run_id} (finished; its tags keep the candidates)\n" + kept)
     assert cli("gc", cwd=git_repo).stdout == kept
     assert json.loads(cli("gc", "--json", cwd=git_repo).stdout)["kept"] == kept.replace("kept ", "").splitlines()
+    proc = cli("gc", "--runs", "--keep", "-1", cwd=git_repo)  # once clamped to 0: every finished run removed
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "", "okgit gc: argument --keep: must be 0 or more, not -1 (see okgit gc --help)\n")
+    with pytest.raises(OkgitError, match="--keep -1: a number of runs to keep, 0 or more"):
+        gc(Repo.find(git_repo), keep=-1, runs=True)
+    assert len(json.loads(cli("history", "--json", cwd=git_repo).stdout)) == 2
     proc = cli("gc", "--runs", "--keep", "1", "--json", cwd=git_repo)
     assert json.loads(proc.stdout)["removed"] == [f"run {old.run_id}: its directory, branch and 1 tag"]
     assert [r["run_id"] for r in json.loads(cli("history", "--json", cwd=git_repo).stdout)] == [died]

@@ -157,51 +157,68 @@ def run(jobs):
         print("RESULT " + json.dumps(check(*job)))
 '''
 
-# The server: SCRIPT's imports once, then a fork per request line on stdin that runs `run` on the
-# request's jobs, its stdout and stderr in the request's files; the fork's pid and then its wait
-# status go back on the protocol pipe (fd 1 at start; the server's own stdout joins its stderr, so
-# nothing printed while importing can garble it). It exits at stdin's EOF or with its parent.
-SERVER = r'''
+# A fork server's parts, shared with tests/scriptrun.py's: PRELUDE first (the protocol pipe is fd 1 at
+# start; the server's own stdout joins its stderr, so nothing printed while importing can garble
+# it), then its imports, then FORKS and a body that `serve` runs in a fork per request line on
+# stdin: `enter` gives the fork the request's environment, working directory and files for stdin,
+# stdout and stderr, `leave` ends it with its status; the fork's pid and then its wait status go
+# back on the protocol pipe. The server exits at stdin's EOF or with its parent.
+PRELUDE = r'''
 import os
 PROTOCOL = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
-''' + SCRIPT + r'''
-import ctypes, signal, traceback
+'''
+
+FORKS = r'''
+import ctypes, json, signal, sys, traceback
 
 def die_with_parent():
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
+def enter(request):
+    die_with_parent()
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    for std, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY | os.O_CREAT),
+                             (2, request["stderr"], os.O_WRONLY | os.O_CREAT)):
+        fd = os.open(path, flags)
+        os.dup2(fd, std)
+        os.close(fd)
+
+def leave(code):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+def serve(body):
+    die_with_parent()
+    for line in sys.stdin:
+        sys.stdout.flush()  # nothing of this process's buffers is written again by the fork
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            body(json.loads(line))  # never returns
+        PROTOCOL.write(f"{pid}\n")
+        PROTOCOL.flush()
+        PROTOCOL.write(f"{os.waitpid(pid, 0)[1]}\n")
+        PROTOCOL.flush()
+'''
+
+# SCRIPT's imports once, then `run` on each request's jobs in a fork of its own
+SERVER = PRELUDE + SCRIPT + FORKS + r'''
 def batch(request):
-    """The fork's life: `python -c SCRIPT` on the request's jobs; never returns."""
     code = 1
     try:
-        die_with_parent()
-        os.environ.clear()
-        os.environ.update(request["env"])
-        os.chdir(request["cwd"])
-        for std, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY | os.O_CREAT),
-                                 (2, request["stderr"], os.O_WRONLY | os.O_CREAT)):
-            fd = os.open(path, flags)
-            os.dup2(fd, std)
-            os.close(fd)
+        enter(request)
         run(request["jobs"])
         code = 0
     except BaseException:
         traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        leave(code)
 
-die_with_parent()
-for line in sys.stdin:
-    pid = os.fork()
-    if pid == 0:
-        batch(json.loads(line))
-    PROTOCOL.write(f"{pid}\n")
-    PROTOCOL.flush()
-    PROTOCOL.write(f"{os.waitpid(pid, 0)[1]}\n")
-    PROTOCOL.flush()
+serve(batch)
 '''
 
 

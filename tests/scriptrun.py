@@ -21,29 +21,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from oprun import _Server
+from oprun import FORKS, PRELUDE, _Server
 
-# oprun's protocol (a request line in; the fork's pid, then its wait status out on the first
-# stdout), with the script run in the fork as `python -c` runs it
-SCRIPTS = r'''
-import os
-PROTOCOL = os.fdopen(os.dup(1), "w")
-os.dup2(2, 1)
-import ctypes, json, signal, sys, traceback
-import torch, triton, triton.language
-
+# oprun's fork server, its body the script run as `python -c` runs it
+SCRIPTS = PRELUDE + "import torch, triton, triton.language\n" + FORKS + r'''
 def fork_body(request):
     code = 1
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        os.environ.clear()
-        os.environ.update(request["env"])
-        os.chdir(request["cwd"])
-        for std, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY | os.O_CREAT),
-                                 (2, request["stderr"], os.O_WRONLY | os.O_CREAT)):
-            fd = os.open(path, flags)
-            os.dup2(fd, std)
-            os.close(fd)
+        enter(request)
         sys.argv = ["-c", *request["args"]]
         exec(compile(request["script"], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
         code = 0
@@ -55,21 +40,9 @@ def fork_body(request):
     except BaseException:
         traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        leave(code)
 
-ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-for line in sys.stdin:
-    sys.stdout.flush()  # nothing of this process's buffers is written again by the fork
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        fork_body(json.loads(line))
-    PROTOCOL.write(f"{pid}\n")
-    PROTOCOL.flush()
-    PROTOCOL.write(f"{os.waitpid(pid, 0)[1]}\n")
-    PROTOCOL.flush()
+serve(fork_body)
 '''
 
 _server: _Server | None = None

@@ -39,10 +39,10 @@ def main(argv: list[str]) -> int:
     from okgit.eval.parent.devices import DeviceHold
     from okgit.inductor.locking import exclusive_benchmarks
 
-    if device == "cpu":  # the compiled graphs run under Triton's interpreter, here and in the worker
-        from okgit.backends.triton import patch_language_once
+    if device == "cpu":  # the compiled graphs run under Triton's interpreter, as the evaluator's workers run them
+        from okgit.backends.triton import interpret_as_compiled
 
-        patch_language_once()
+        interpret_as_compiled()
     hold = DeviceHold("cuda:0" if device == "cuda" else None, "seed")  # the one GPU this process sees
     hooked = exclusive_benchmarks(hold) if device == "cuda" else []
     lock = (f"exclusive for Inductor's benchmarks ({', '.join(hooked)})" if hooked else
